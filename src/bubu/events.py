@@ -1,0 +1,357 @@
+"""The vocabulary of the log: every fact a task can produce.
+
+An `Event` is an envelope (ids, role, author, status, visibility, time, schema version) with at most
+one `content` and optional `actions`. Content and system-note kinds are tagged unions: the tag is
+the fixed string in `kind` (content) or `note` (system notes), never a Python class path. The
+canonical bytes of an event are produced by `bubu.log.codec` alone.
+
+Readers accept every older schema version (upgraded on read by the codec); writers only ever write
+`SCHEMA_VERSION`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+Role = Literal["user", "model", "tool", "system"]
+Author = Literal["user", "host", "agent", "tool", "system"]
+Status = Literal["completed", "failed", "aborted", "cancelled"]
+Visibility = Literal["visible", "hidden"]
+EffectClass = Literal["read_only", "provable_write", "side_effecting"]
+TurnEndReason = Literal["completed", "failed", "stopped", "suspended"]
+
+JSON: TypeAlias = Any
+"""An arbitrary JSON value (tool arguments, provider-native payloads). Finite numbers only."""
+
+
+class _Base(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=False):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Content kinds
+# ---------------------------------------------------------------------------------------------
+
+
+class Text(_Base, kw_only=True, tag="text", tag_field="kind"):
+    """Plain text: the user's request, or what the model said."""
+
+    text: str
+
+
+class Thinking(_Base, kw_only=True, tag="thinking", tag_field="kind"):
+    """Model reasoning; `signature` (or `redacted` data) is replayed to the provider verbatim."""
+
+    text: str
+    signature: str | None = None
+    redacted: str | None = None
+
+
+class FunctionCall(_Base, kw_only=True, tag="function_call", tag_field="kind"):
+    """A tool call the model asked for. `raw_arguments` keeps text that was not valid JSON."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, JSON] = msgspec.field(default_factory=dict)
+    raw_arguments: str | None = None
+
+
+class BlobRef(_Base, kw_only=True):
+    """A reference to offloaded bytes in the blob table (content-addressed)."""
+
+    sha256: str
+    size: int
+    lines: int
+
+
+class FunctionResponse(_Base, kw_only=True, tag="function_response", tag_field="kind"):
+    """The committed outcome of a tool call, paired to the call by `call_id`.
+
+    `result` is what the model sees; when the whole output was offloaded, `blob` names it and
+    `result` holds the text that stays inline. `native` is a provider-native form, if any.
+    """
+
+    call_id: str
+    name: str
+    result: str
+    is_error: bool = False
+    native: JSON | None = None
+    blob: BlobRef | None = None
+    duration_ms: int | None = None
+
+
+class Error(_Base, kw_only=True, tag="error", tag_field="kind"):
+    """A failure recorded as a fact (a failed model attempt, a refused step …)."""
+
+    error_class: str
+    message: str
+    retryable: bool = False
+    status: int | None = None
+
+
+# ---- system notes: hidden from the model -----------------------------------------------------
+
+
+class _Note(_Base, kw_only=True, tag_field="note"):
+    pass
+
+
+class TurnStarted(_Note, kw_only=True, tag="turn_started"):
+    """A turn opened: the session now has an open turn until a `TurnEnded`."""
+
+    model: str
+    max_steps: int | None = None
+
+
+class TurnEnded(_Note, kw_only=True, tag="turn_ended"):
+    """The turn closed, with why."""
+
+    reason: TurnEndReason
+    message: str | None = None
+
+
+class RunStarted(_Note, kw_only=True, tag="run_started"):
+    """A process began (or resumed) executing the turn."""
+
+    cause: Literal["new", "resume", "recovery"]
+    pid: int | None = None
+    host: str | None = None
+
+
+class StepLimit(_Note, kw_only=True, tag="step_limit"):
+    """The turn reached its step limit."""
+
+    steps: int
+
+
+class ModelRequest(_Note, kw_only=True, tag="model_request"):
+    """What the next model call was asked, committed before the call."""
+
+    model: str
+    request_digest: str
+    estimated_tokens: int
+    checkpoint: str | None = None
+    attempt: int = 1
+
+
+class RecoveryNotice(_Note, kw_only=True, tag="recovery_notice"):
+    """What recovery did, shown to the user until dismissed."""
+
+    status: Literal["ready", "blocked"]
+    silent_retries: list[str] = msgspec.field(default_factory=list)
+    verified_applied: list[str] = msgspec.field(default_factory=list)
+    pending_review: list[str] = msgspec.field(default_factory=list)
+    dropped_model_calls: int = 0
+    reason: str | None = None
+
+
+class NoticeDismissed(_Note, kw_only=True, tag="notice_dismissed"):
+    """The user dismissed the recovery notice at `notice_seq`."""
+
+    notice_seq: int
+
+
+class Compaction(_Note, kw_only=True, tag="compaction"):
+    """A compaction checkpoint was built (or failed and the raw history is used)."""
+
+    checkpoint: str | None
+    watermark: int
+    source_digest: str
+    ok: bool = True
+    message: str | None = None
+
+
+class Info(_Note, kw_only=True, tag="info"):
+    """A free-form diagnostic line for people."""
+
+    text: str
+
+
+Note: TypeAlias = (
+    TurnStarted
+    | TurnEnded
+    | RunStarted
+    | StepLimit
+    | ModelRequest
+    | RecoveryNotice
+    | NoticeDismissed
+    | Compaction
+    | Info
+)
+
+
+class SystemNote(_Base, kw_only=True, tag="system_note", tag_field="kind"):
+    """A boundary or bookkeeping fact; never sent to the model."""
+
+    note: Note
+
+
+Content: TypeAlias = Text | Thinking | FunctionCall | FunctionResponse | Error | SystemNote
+
+
+# ---------------------------------------------------------------------------------------------
+# Actions
+# ---------------------------------------------------------------------------------------------
+
+
+class PermissionRequest(_Base, kw_only=True):
+    """The agent asks whether it may run a tool call."""
+
+    request_id: str
+    call_id: str
+    tool: str
+    summary: str
+    reason: str
+
+
+class PermissionDecision(_Base, kw_only=True):
+    """The answer to a permission request; `by` says who decided."""
+
+    request_id: str
+    call_id: str
+    decision: Literal["allow", "deny"]
+    by: Literal["user", "policy", "flag", "nobody"]
+    remember: bool = False
+
+
+class TokenUsage(_Base, kw_only=True):
+    """One model call's accounting."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    estimated_input_tokens: int | None = None
+    stop_reason: str | None = None
+
+
+class ToolDispatch(_Base, kw_only=True):
+    """T1: the call is about to run. Committed (and synced) before the tool starts.
+
+    For a provable write `path`, `before_sha256` (None when the file did not exist) and
+    `after_sha256` let recovery prove whether the write happened.
+    """
+
+    call_id: str
+    tool: str
+    effect: EffectClass
+    args_digest: str
+    path: str | None = None
+    before_sha256: str | None = None
+    after_sha256: str | None = None
+
+
+RecoveryDecision = Literal["rerun", "applied", "rerun_not_applied", "interrupted"]
+
+
+class ToolRecovery(_Base, kw_only=True):
+    """What recovery decided for one dangling call, and why."""
+
+    call_id: str
+    tool: str
+    decision: RecoveryDecision
+    reason: str
+    dispatch_seq: int
+
+
+class Actions(_Base, kw_only=True):
+    """Control facts carried beside (or instead of) content."""
+
+    state_delta: dict[str, JSON] | None = None
+    permission_request: PermissionRequest | None = None
+    permission_decision: PermissionDecision | None = None
+    token_usage: TokenUsage | None = None
+    tool_dispatch: ToolDispatch | None = None
+    tool_recovery: ToolRecovery | None = None
+    end_invocation: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# The envelope
+# ---------------------------------------------------------------------------------------------
+
+
+class Event(_Base, kw_only=True):
+    """One immutable fact. `seq` and the chain hash live beside it in the store, not inside it.
+
+    `v` is the schema version the event was written with; it has no default so that it is always
+    part of the canonical bytes (build events with `bubu.events.make`).
+    """
+
+    v: int
+    id: str
+    session: str
+    turn: str | None = None
+    run: str | None = None
+    invocation: str | None = None
+    role: Role
+    author: Author
+    status: Status | None = None
+    visibility: Visibility = "visible"
+    ts: int
+    content: Content | None = None
+    actions: Actions | None = None
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True):
+    """An event as stored: its position in the session, its chain hash and the event."""
+
+    seq: int
+    hash: str
+    event: Event
+
+
+def kind_of(event: Event) -> str:
+    """A short label for an event: the content kind, the note kind, or the first action."""
+    c = event.content
+    if isinstance(c, SystemNote):
+        return str(type(c.note).__struct_config__.tag)
+    if c is not None:
+        return str(c.__struct_config__.tag)
+    a = event.actions
+    if a is not None:
+        for name in Actions.__struct_fields__:
+            value = getattr(a, name)
+            if value not in (None, False):
+                return name
+    return "empty"
+
+
+def make(
+    *,
+    session: str,
+    role: Role,
+    author: Author,
+    ts: int,
+    content: Content | None = None,
+    actions: Actions | None = None,
+    id: str | None = None,
+    turn: str | None = None,
+    run: str | None = None,
+    invocation: str | None = None,
+    status: Status | None = None,
+    visibility: Visibility = "visible",
+) -> Event:
+    """A new event of the current schema version (a fresh id unless one is given)."""
+    from bubu.ids import event_id
+
+    return Event(
+        v=SCHEMA_VERSION,
+        id=id or event_id(),
+        session=session,
+        turn=turn,
+        run=run,
+        invocation=invocation,
+        role=role,
+        author=author,
+        status=status,
+        visibility=visibility,
+        ts=ts,
+        content=content,
+        actions=actions,
+    )

@@ -1,0 +1,47 @@
+"""The durable log: the store contract and its backends."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bubu.errors import ConfigError
+from bubu.log.store import Durability, Head, Lease, SessionInfo, Store, VerifyReport, View
+
+__all__ = [
+    "Durability",
+    "Head",
+    "Lease",
+    "SessionInfo",
+    "Store",
+    "VerifyReport",
+    "View",
+    "default_db",
+    "open_store",
+]
+
+
+def default_db() -> str:
+    """The database named by BUBU_DB, else `$BUBU_HOME/bubu.db` (BUBU_HOME defaults to ~/.bubu)."""
+    env = os.environ.get("BUBU_DB")
+    if env:
+        return env
+    home = Path(os.environ.get("BUBU_HOME") or Path.home() / ".bubu").expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    return str(home / "bubu.db")
+
+
+def open_store(db: str | None = None, *, durability: Durability = "adaptive") -> Store:
+    """Open the store at `db` (a path, or a postgresql:// URL); default as `default_db`."""
+    target = db or default_db()
+    if target.startswith(("postgresql://", "postgres://")):
+        try:
+            from bubu.log.postgres import PostgresStore
+        except ImportError as e:
+            raise ConfigError(
+                "PostgreSQL support needs psycopg; install it with `pip install 'bubu-agent[postgres]'`"
+            ) from e
+        return PostgresStore(target)
+    from bubu.log.sqlite import SQLiteStore
+
+    return SQLiteStore(target, durability=durability)

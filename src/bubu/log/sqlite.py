@@ -1,0 +1,499 @@
+"""The embedded SQLite log (WAL, immutable rows enforced by triggers, group commit)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from bubu import clock
+from bubu.errors import (
+    AppendConflict,
+    BubuError,
+    CorruptLog,
+    LeaseError,
+    LeaseLost,
+    NewerLogError,
+    StorageError,
+    UnknownSession,
+)
+from bubu.events import Event, Record, kind_of
+from bubu.log import codec
+from bubu.log.migrations import SQLITE_MIGRATIONS
+from bubu.log.store import AppendRequest, Durability, Head, Lease, SessionInfo, Store, View, VerifyReport
+from bubu.log.verify import verify_records
+
+BUSY_TIMEOUT_MS = 5000
+
+
+class _Pending:
+    __slots__ = ("done", "error", "req", "result")
+
+    def __init__(self, req: AppendRequest) -> None:
+        self.req = req
+        self.done = False
+        self.result: Head | None = None
+        self.error: BaseException | None = None
+
+
+def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
+    msg = str(e)
+    if isinstance(e, sqlite3.OperationalError) and "locked" in msg:
+        return StorageError(
+            f"the database {path} is locked by another process (waited {BUSY_TIMEOUT_MS} ms); "
+            "close the other Bubu or try again"
+        )
+    if "full" in msg:
+        return StorageError(f"the disk holding {path} is full ({msg}); free space and retry")
+    if "readonly" in msg or "read-only" in msg:
+        return StorageError(f"the database {path} is read-only ({msg}); fix its permissions")
+    if "not a database" in msg or "malformed" in msg or "corrupt" in msg:
+        return CorruptLog(
+            f"{path} is not a readable Bubu database ({msg}); restore it from a backup or "
+            "point --db elsewhere"
+        )
+    return StorageError(f"the database {path} failed: {msg}")
+
+
+class SQLiteStore(Store):
+    """A `Store` in one SQLite file."""
+
+    def __init__(self, path: str | os.PathLike[str], *, durability: Durability = "adaptive") -> None:
+        self.path = str(path)
+        self.url = self.path
+        self.durability = durability
+        if self.path != ":memory:":
+            parent = Path(self.path).expanduser().resolve().parent
+            if not parent.is_dir():
+                raise StorageError(
+                    f"the directory {parent} for the database does not exist; create it or "
+                    "choose another --db"
+                )
+        self._lock = threading.RLock()
+        self._queue: list[_Pending] = []
+        self._qlock = threading.Lock()
+        self._sync_full: bool | None = None
+        try:
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+            )
+            self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode not in ("wal", "memory"):
+                raise StorageError(f"could not put {self.path} in WAL mode (got {mode})")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._set_sync(durability == "full")
+            self._migrate()
+        except sqlite3.Error as e:
+            raise _storage_error(self.path, e) from e
+
+    # -- setup ------------------------------------------------------------------------------------
+
+    def _set_sync(self, full: bool) -> None:
+        if self._sync_full is not full:
+            self._db.execute(f"PRAGMA synchronous={'FULL' if full else 'NORMAL'}")
+            self._sync_full = full
+
+    def _migrate(self) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS bubu_migrations("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_ms INTEGER NOT NULL)"
+            )
+            done = {row[0] for row in db.execute("SELECT version FROM bubu_migrations")}
+            known = {m.version for m in SQLITE_MIGRATIONS}
+            newer = sorted(done - known)
+            if newer:
+                raise NewerLogError(
+                    f"the database {self.path} was written by a newer Bubu (migration {newer[-1]}, "
+                    f"this Bubu knows up to {max(known)}); upgrade Bubu to open it"
+                )
+            for m in SQLITE_MIGRATIONS:
+                if m.version not in done:
+                    for stmt in m.statements:
+                        db.execute(stmt)
+                    db.execute(
+                        "INSERT INTO bubu_migrations(version, name, applied_ms) VALUES (?,?,?)",
+                        (m.version, m.name, clock.now_ms()),
+                    )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def migrations(self) -> list[tuple[int, str]]:
+        """The migrations recorded in this database, in order."""
+        with self._lock:
+            return list(self._db.execute("SELECT version, name FROM bubu_migrations ORDER BY version"))
+
+    # -- sessions -----------------------------------------------------------------------------------
+
+    def _sid(self, session: str) -> int:
+        row = self._db.execute("SELECT sid FROM sessions WHERE id=?", (session,)).fetchone()
+        if row is None:
+            raise UnknownSession(f"no session {session} in {self.path}; list them with `bubu sessions`")
+        return int(row[0])
+
+    def create_session(
+        self, *, title: str, workspace: str, model: str | None = None, session_id: str | None = None
+    ) -> SessionInfo:
+        from bubu import ids
+
+        sid = session_id or ids.session_id()
+        now = clock.now_ms()
+        with self._lock:
+            try:
+                self._db.execute(
+                    "INSERT INTO sessions(id, title, workspace, model, created_ms) VALUES (?,?,?,?,?)",
+                    (sid, codec.sanitize_text(title), workspace, model, now),
+                )
+            except sqlite3.IntegrityError as e:
+                raise StorageError(f"a session {sid} already exists") from e
+            except sqlite3.Error as e:
+                raise _storage_error(self.path, e) from e
+        return SessionInfo(
+            id=sid, title=title, workspace=workspace, created_ms=now, model=model, high_water=0, last_ms=None
+        )
+
+    _SESSION_SQL = (
+        "SELECT s.id, s.title, s.workspace, s.created_ms, s.model, "
+        "coalesce((SELECT max(seq) FROM events e WHERE e.sid = s.sid), 0), s.last_ms FROM sessions s"
+    )
+
+    @staticmethod
+    def _info(row: tuple[object, ...]) -> SessionInfo:
+        return SessionInfo(
+            id=str(row[0]),
+            title=str(row[1]),
+            workspace=str(row[2]),
+            created_ms=int(row[3]),  # type: ignore[call-overload]
+            model=None if row[4] is None else str(row[4]),
+            high_water=int(row[5]),  # type: ignore[call-overload]
+            last_ms=None if row[6] is None else int(row[6]),  # type: ignore[call-overload]
+        )
+
+    def sessions(self) -> list[SessionInfo]:
+        with self._lock:
+            rows = self._db.execute(self._SESSION_SQL + " ORDER BY s.created_ms DESC, s.sid DESC").fetchall()
+        return [self._info(r) for r in rows]
+
+    def session(self, ref: str) -> SessionInfo:
+        with self._lock:
+            rows = self._db.execute(
+                self._SESSION_SQL + " WHERE s.id = ? OR s.id LIKE ? ESCAPE '\\' LIMIT 3",
+                (ref, ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"),
+            ).fetchall()
+        exact = [r for r in rows if r[0] == ref]
+        if exact:
+            return self._info(exact[0])
+        if len(rows) == 1 and ref:
+            return self._info(rows[0])
+        if not rows:
+            raise UnknownSession(f"no session matches {ref!r}; list them with `bubu sessions`")
+        raise UnknownSession(f"{ref!r} matches several sessions; give more of the id")
+
+    # -- append (group commit) --------------------------------------------------------------------
+
+    def append(
+        self,
+        session: str,
+        events: Sequence[Event],
+        *,
+        expect: int,
+        durable: bool = False,
+        lease: Lease | None = None,
+        blobs: Sequence[bytes] = (),
+    ) -> Head:
+        pending = _Pending(
+            AppendRequest(
+                session=session, events=events, expect=expect, durable=durable, lease=lease, blobs=blobs
+            )
+        )
+        with self._qlock:
+            self._queue.append(pending)
+        with self._lock:
+            if not pending.done:
+                with self._qlock:
+                    batch, self._queue = self._queue, []
+                self._commit(batch)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        db = self._db
+        try:
+            self._set_sync(self.durability == "full" or any(p.req.durable for p in batch))
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            err = _storage_error(self.path, e)
+            for p in batch:
+                p.error, p.done = err, True
+            return
+        try:
+            for i, p in enumerate(batch):
+                db.execute(f"SAVEPOINT a{i}")
+                try:
+                    p.result = self._append_one(p.req)
+                    db.execute(f"RELEASE a{i}")
+                except BubuError as e:
+                    db.execute(f"ROLLBACK TO a{i}")
+                    db.execute(f"RELEASE a{i}")
+                    p.error = e
+            db.execute("COMMIT")
+        except sqlite3.Error as e:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            err = _storage_error(self.path, e)
+            for p in batch:
+                p.result, p.error = None, err
+        except BaseException:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
+        finally:
+            for p in batch:
+                p.done = True
+
+    def _append_one(self, req: AppendRequest) -> Head:
+        db = self._db
+        sid = self._sid(req.session)
+        if req.lease is not None:
+            row = db.execute("SELECT epoch FROM leases WHERE sid=?", (sid,)).fetchone()
+            if row is None or int(row[0]) != req.lease.epoch:
+                raise LeaseLost(
+                    f"this runner's lease on session {req.session} was taken over "
+                    f"(epoch {req.lease.epoch}, now {None if row is None else row[0]}); it stopped writing"
+                )
+        row = db.execute(
+            "SELECT seq, hash FROM events WHERE sid=? ORDER BY seq DESC LIMIT 1", (sid,)
+        ).fetchone()
+        seq, prev = (int(row[0]), bytes(row[1])) if row else (0, codec.GENESIS)
+        if seq != req.expect:
+            raise AppendConflict(req.session, req.expect, seq)
+        for data in req.blobs:
+            db.execute(
+                "INSERT OR IGNORE INTO blobs(sha256, size, data) VALUES (?,?,?)",
+                (codec.sha256_hex(data), len(data), data),
+            )
+        rows = []
+        last_ts = None
+        for ev in req.events:
+            if ev.session != req.session:
+                raise AppendConflict(req.session, req.expect, seq)
+            payload = codec.encode(ev)
+            prev = codec.chain(prev, payload)
+            seq += 1
+            rows.append((sid, seq, kind_of(ev), payload, prev))
+            last_ts = ev.ts
+        db.executemany("INSERT INTO events(sid, seq, kind, payload, hash) VALUES (?,?,?,?,?)", rows)
+        if last_ts is not None:
+            db.execute("UPDATE sessions SET last_ms=? WHERE sid=?", (last_ts, sid))
+        return Head(high_water=seq, digest=prev.hex())
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def head(self, session: str) -> Head:
+        with self._lock:
+            sid = self._sid(session)
+            row = self._db.execute(
+                "SELECT seq, hash FROM events WHERE sid=? ORDER BY seq DESC LIMIT 1", (sid,)
+            ).fetchone()
+        if row is None:
+            return Head(high_water=0, digest=codec.GENESIS.hex())
+        return Head(high_water=int(row[0]), digest=bytes(row[1]).hex())
+
+    def _rows(
+        self, session: str, after: int, upto: int | None, kinds: Iterable[str] | None
+    ) -> list[tuple[int, bytes, bytes]]:
+        sql = "SELECT seq, hash, payload FROM events WHERE sid=? AND seq>?"
+        args: list[object] = [self._sid(session), after]
+        if upto is not None:
+            sql += " AND seq<=?"
+            args.append(upto)
+        if kinds is not None:
+            ks = list(kinds)
+            sql += f" AND kind IN ({','.join('?' * len(ks))})"
+            args.extend(ks)
+        try:
+            return self._db.execute(sql + " ORDER BY seq", args).fetchall()
+        except sqlite3.Error as e:
+            raise _storage_error(self.path, e) from e
+
+    def read(
+        self,
+        session: str,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Record]:
+        with self._lock:
+            rows = self._rows(session, after, upto, kinds)
+        decode = codec.decode
+        return [Record(seq=s, hash=h.hex(), event=decode(p, seq=s)) for s, h, p in rows]
+
+    def raw(self, session: str, *, after: int = 0, upto: int | None = None) -> list[tuple[int, bytes, bytes]]:
+        """(seq, hash, canonical payload) rows, undecoded, for export and verification."""
+        with self._lock:
+            return self._rows(session, after, upto, None)
+
+    def verify(self, session: str) -> VerifyReport:
+        with self._lock:
+            rows = self._rows(session, 0, None, None)
+            refs = self._blob_check(rows)
+        return verify_records(session, rows, refs)
+
+    def _blob_check(self, rows: list[tuple[int, bytes, bytes]]) -> dict[str, bool]:
+        """For each blob hash referenced by these rows: does the stored blob hash to it?"""
+        out: dict[str, bool] = {}
+        for _, _, payload in rows:
+            if b'"blob":' not in payload:
+                continue
+            for sha in verify_blob_refs(payload):
+                if sha not in out:
+                    r = self._db.execute("SELECT data FROM blobs WHERE sha256=?", (sha,)).fetchone()
+                    out[sha] = r is not None and codec.sha256_hex(bytes(r[0])) == sha
+        return out
+
+    # -- blobs ------------------------------------------------------------------------------------
+
+    def blob(self, sha256: str) -> bytes | None:
+        with self._lock:
+            row = self._db.execute("SELECT data FROM blobs WHERE sha256=?", (sha256,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    # -- leases -----------------------------------------------------------------------------------
+
+    def acquire_lease(self, session: str, owner: str, ttl_s: float, *, steal: bool = False) -> Lease:
+        now = clock.now_ms()
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                sid = self._sid(session)
+                row = db.execute("SELECT owner, epoch, expires_ms FROM leases WHERE sid=?", (sid,)).fetchone()
+                epoch = 0
+                if row is not None:
+                    cur_owner, epoch, expires = str(row[0]), int(row[1]), int(row[2])
+                    if cur_owner and expires > now and cur_owner != owner and not steal:
+                        raise LeaseError(
+                            f"session {session} is being run by {cur_owner}; wait for it to "
+                            "finish or stop it first"
+                        )
+                lease = Lease(session=session, owner=owner, epoch=epoch + 1, expires_ms=now + int(ttl_s * 1000))
+                db.execute(
+                    "INSERT INTO leases(sid, owner, epoch, expires_ms) VALUES (?,?,?,?) "
+                    "ON CONFLICT(sid) DO UPDATE SET owner=excluded.owner, epoch=excluded.epoch, "
+                    "expires_ms=excluded.expires_ms",
+                    (sid, owner, lease.epoch, lease.expires_ms),
+                )
+                self._set_sync(True)
+                db.execute("COMMIT")
+                return lease
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
+        expires = clock.now_ms() + int(ttl_s * 1000)
+        with self._lock:
+            sid = self._sid(lease.session)
+            cur = self._db.execute(
+                "UPDATE leases SET expires_ms=? WHERE sid=? AND epoch=? AND owner=?",
+                (expires, sid, lease.epoch, lease.owner),
+            )
+            if cur.rowcount != 1:
+                raise LeaseLost(f"the lease on session {lease.session} was taken over by another runner")
+        return Lease(session=lease.session, owner=lease.owner, epoch=lease.epoch, expires_ms=expires)
+
+    def release_lease(self, lease: Lease) -> None:
+        with self._lock:
+            sid = self._sid(lease.session)
+            self._db.execute(
+                "UPDATE leases SET owner='', expires_ms=0 WHERE sid=? AND epoch=? AND owner=?",
+                (sid, lease.epoch, lease.owner),
+            )
+
+    def current_lease(self, session: str) -> Lease | None:
+        with self._lock:
+            sid = self._sid(session)
+            row = self._db.execute("SELECT owner, epoch, expires_ms FROM leases WHERE sid=?", (sid,)).fetchone()
+        if row is None:
+            return None
+        return Lease(session=session, owner=str(row[0]), epoch=int(row[1]), expires_ms=int(row[2]))
+
+    # -- views ------------------------------------------------------------------------------------
+
+    def put_view(self, view: View) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO views(kind, session, key, source_hw, source_digest, data, created_ms)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (
+                    view.kind,
+                    view.session,
+                    view.key,
+                    view.source_high_water,
+                    view.source_digest,
+                    view.data,
+                    view.created_ms or clock.now_ms(),
+                ),
+            )
+
+    def get_view(self, kind: str, session: str, key: str) -> View | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT source_hw, source_digest, data, created_ms FROM views WHERE kind=? AND session=? AND key=?",
+                (kind, session, key),
+            ).fetchone()
+        if row is None:
+            return None
+        return View(
+            kind=kind,
+            session=session,
+            key=key,
+            source_high_water=int(row[0]),
+            source_digest=str(row[1]),
+            data=bytes(row[2]),
+            created_ms=int(row[3]),
+        )
+
+    def drop_views(self, session: str, kind: str | None = None) -> int:
+        with self._lock:
+            if kind is None:
+                cur = self._db.execute("DELETE FROM views WHERE session=?", (session,))
+            else:
+                cur = self._db.execute("DELETE FROM views WHERE session=? AND kind=?", (session, kind))
+            return cur.rowcount
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def integrity_check(self) -> str:
+        """SQLite's own `PRAGMA integrity_check` answer ('ok' when the file is sound)."""
+        with self._lock:
+            try:
+                rows = self._db.execute("PRAGMA integrity_check").fetchall()
+            except sqlite3.Error as e:
+                return str(e)
+        return "; ".join(str(r[0]) for r in rows)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def verify_blob_refs(payload: bytes) -> list[str]:
+    """The blob hashes an event's canonical bytes refer to."""
+    ev = codec.decode(payload)
+    blob = getattr(ev.content, "blob", None)
+    return [] if blob is None else [blob.sha256]

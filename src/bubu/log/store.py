@@ -1,0 +1,201 @@
+"""The store contract: what every log backend (SQLite, PostgreSQL) promises.
+
+A store holds sessions, their append-only event logs (gapless per-session `seq`, a sha-256 hash
+chain over the canonical bytes), content-addressed blobs, leases that fence writers, and derived
+views that can be dropped and rebuilt. One contract test suite runs against every backend.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bubu.events import Event, Record
+
+Durability = Literal["adaptive", "full"]
+"""`adaptive`: appends marked durable are fully synced, others ride on the next synced commit.
+`full`: every append is fully synced."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Head:
+    """A session's high-water and the chain digest at it (the name of a prefix)."""
+
+    high_water: int
+    digest: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionInfo:
+    """A row of the sessions table, plus the head of its log."""
+
+    id: str
+    title: str
+    workspace: str
+    created_ms: int
+    model: str | None
+    high_water: int
+    last_ms: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """The right to append to a session, fenced by `epoch`."""
+
+    session: str
+    owner: str
+    epoch: int
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyReport:
+    """The result of recomputing one session's chain."""
+
+    session: str
+    ok: bool
+    high_water: int
+    digest: str
+    first_bad_seq: int | None = None
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class View:
+    """A derived, rebuildable record built from the log prefix `1..source_high_water`."""
+
+    kind: str
+    session: str
+    key: str
+    source_high_water: int
+    source_digest: str
+    data: bytes
+    created_ms: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class AppendRequest:
+    """One append, as queued for group commit."""
+
+    session: str
+    events: Sequence[Event]
+    expect: int
+    durable: bool
+    lease: Lease | None
+    blobs: Sequence[bytes] = field(default_factory=tuple)
+
+
+class Store(abc.ABC):
+    """The contract every log backend implements."""
+
+    url: str
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def create_session(
+        self, *, title: str, workspace: str, model: str | None = None, session_id: str | None = None
+    ) -> SessionInfo:
+        """Create an empty session and return it."""
+
+    @abc.abstractmethod
+    def sessions(self) -> list[SessionInfo]:
+        """Every session, newest first."""
+
+    @abc.abstractmethod
+    def session(self, ref: str) -> SessionInfo:
+        """The session with id `ref`, or the only one whose id starts with `ref`."""
+
+    # -- the log ----------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def append(
+        self,
+        session: str,
+        events: Sequence[Event],
+        *,
+        expect: int,
+        durable: bool = False,
+        lease: Lease | None = None,
+        blobs: Sequence[bytes] = (),
+    ) -> Head:
+        """Append `events` in one transaction after high-water `expect`.
+
+        Raises AppendConflict when the head is not `expect`, LeaseLost when `lease` is no longer
+        the session's current lease. `blobs` are stored (content-addressed) in the same transaction.
+        `durable` asks for a full sync before returning.
+        """
+
+    @abc.abstractmethod
+    def head(self, session: str) -> Head:
+        """The session's high-water and digest."""
+
+    @abc.abstractmethod
+    def read(
+        self,
+        session: str,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Record]:
+        """Records with `after < seq <= upto` in seq order, optionally only of the given kinds."""
+
+    @abc.abstractmethod
+    def verify(self, session: str) -> VerifyReport:
+        """Recompute the chain (and blob hashes) and report the first bad seq."""
+
+    # -- blobs ------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def blob(self, sha256: str) -> bytes | None:
+        """The bytes stored under `sha256`, or None."""
+
+    # -- leases -----------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def acquire_lease(
+        self, session: str, owner: str, ttl_s: float, *, steal: bool = False
+    ) -> Lease:
+        """Take the session's lease (a new epoch). Raises LeaseError if another live owner holds it
+        and `steal` is false. An expired lease is always taken over."""
+
+    @abc.abstractmethod
+    def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
+        """Extend a held lease; raises LeaseLost if it was taken over."""
+
+    @abc.abstractmethod
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up (if still held)."""
+
+    @abc.abstractmethod
+    def current_lease(self, session: str) -> Lease | None:
+        """The lease row for the session, expired or not, if any."""
+
+    # -- derived views --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def put_view(self, view: View) -> None:
+        """Store (or replace) a derived view."""
+
+    @abc.abstractmethod
+    def get_view(self, kind: str, session: str, key: str) -> View | None:
+        """A derived view, if stored."""
+
+    @abc.abstractmethod
+    def drop_views(self, session: str, kind: str | None = None) -> int:
+        """Drop derived views of a session; returns how many."""
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
