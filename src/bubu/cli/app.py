@@ -1,0 +1,82 @@
+"""The click group and what every command shares: the store option and the output helpers."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any, NoReturn
+
+import click
+import msgspec
+
+from bubu.log import Store, open_store
+
+
+class Ctx:
+    """Per-invocation state: the --db option and a lazily opened store."""
+
+    def __init__(self, db: str | None) -> None:
+        self.db = db
+        self._store: Store | None = None
+
+    @property
+    def store(self) -> Store:
+        """The store named by --db / BUBU_DB / BUBU_HOME, opened on first use."""
+        if self._store is None:
+            self._store = open_store(self.db)
+        return self._store
+
+    def close(self) -> None:
+        """Close the store if it was opened."""
+        if self._store is not None:
+            self._store.close()
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    envvar="BUBU_DB",
+    default=None,
+    metavar="PATH|URL",
+    help="The log database: a SQLite path or a postgresql:// URL (default $BUBU_HOME/bubu.db).",
+)
+@click.version_option(package_name="bubu-agent", prog_name="bubu")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None) -> None:
+    """Bubu: a coding agent for long tasks whose runtime is an append-only log."""
+    state = Ctx(db)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+_json = msgspec.json.Encoder(order="sorted")
+
+
+def to_builtins(obj: Any) -> Any:
+    """Plain JSON-able data from dataclasses, Structs and containers."""
+    return msgspec.to_builtins(obj, order="sorted")
+
+
+def emit_json(obj: Any) -> None:
+    """Print one JSON document (stable, sorted keys) on stdout."""
+    sys.stdout.write(msgspec.json.format(_json.encode(to_builtins(obj)), indent=2).decode() + "\n")
+
+
+def emit_jsonl(obj: Any) -> None:
+    """Print one compact JSON line on stdout."""
+    sys.stdout.buffer.write(_json.encode(to_builtins(obj)) + b"\n")
+    sys.stdout.flush()
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print `bubu: error: message` on stderr and exit with `code`."""
+    click.echo(f"bubu: error: {message}", err=True)
+    sys.exit(code)
+
+
+# Command modules register themselves on `cli` when imported.
+for _module in ("logcmds",):
+    importlib.import_module(f"bubu.cli.{_module}")

@@ -1,0 +1,139 @@
+"""Commands that look inside the log: sessions, log, verify, export, import."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import msgspec
+
+from bubu.cli.app import Ctx, cli, emit_json, emit_jsonl, fail, pass_ctx
+from bubu.errors import BubuError, CorruptLog
+from bubu.log import codec
+from bubu.log.store import SessionInfo, Store
+from bubu.log.transfer import export_lines, import_lines
+from bubu.projections.status import BOUNDARY_KINDS, Status, fold_status
+
+
+def session_status(store: Store, info: SessionInfo) -> Status:
+    """The status of a session folded from its boundary events only."""
+    return fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+
+
+def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
+    st = session_status(store, info)
+    return {
+        "id": info.id,
+        "title": info.title,
+        "workspace": info.workspace,
+        "model": info.model,
+        "created_ms": info.created_ms,
+        "last_ms": info.last_ms,
+        "events": info.high_water,
+        "status": st.state,
+        "turns": st.turns,
+    }
+
+
+@cli.command("sessions")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--status", "status_filter", default=None, help="Only sessions in this state.")
+@pass_ctx
+def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None) -> None:
+    """List sessions, newest first, with their status derived from the log."""
+    rows = [_session_row(ctx.store, s) for s in ctx.store.sessions()]
+    if status_filter:
+        rows = [r for r in rows if r["status"] == status_filter]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no sessions yet; start one with `bubu run \"TASK\"` or try `bubu demo`")
+        return
+    for r in rows:
+        title = str(r["title"]).replace("\n", " ")
+        if len(title) > 50:
+            title = title[:49] + "…"
+        click.echo(f"{r['id']}  {r['status']:<10} {r['events']:>6} events  {title}")
+
+
+@cli.command("log")
+@click.argument("session")
+@click.option("--jsonl", is_flag=True, help="One canonical JSON event per line (with seq and hash).")
+@click.option("--after", type=int, default=0, help="Only events after this seq.")
+@pass_ctx
+def log_cmd(ctx: Ctx, session: str, jsonl: bool, after: int) -> None:
+    """Print a session's events in seq order."""
+    info = ctx.store.session(session)
+    records = ctx.store.read(info.id, after=after)
+    from bubu.events import kind_of
+
+    for r in records:
+        if jsonl:
+            line = b'{"event":' + codec.encode(r.event) + f',"hash":"{r.hash}","seq":{r.seq}}}'.encode()
+            sys.stdout.buffer.write(line + b"\n")
+        else:
+            click.echo(f"{r.seq:>6}  {r.hash[:12]}  {r.event.role:<6} {kind_of(r.event)}")
+    sys.stdout.flush()
+
+
+@cli.command("verify")
+@click.argument("session", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def verify_cmd(ctx: Ctx, session: str | None, as_json: bool) -> None:
+    """Recompute the hash chain of one session (or all); exit 1 if anything is wrong."""
+    store = ctx.store
+    targets = [store.session(session)] if session else store.sessions()
+    reports = [store.verify(t.id) for t in targets]
+    integrity = getattr(store, "integrity_check", None)
+    db_ok = integrity() if integrity is not None else "ok"
+    ok = all(r.ok for r in reports) and db_ok == "ok"
+    if as_json:
+        emit_json({"ok": ok, "database": db_ok, "sessions": reports})
+    else:
+        for r in reports:
+            if r.ok:
+                click.echo(f"ok    {r.session}  {r.high_water} events  {r.digest[:16]}")
+            else:
+                click.echo(f"BAD   {r.session}  at seq {r.first_bad_seq}: {r.problem}")
+        if db_ok != "ok":
+            click.echo(f"BAD   database: {db_ok}")
+        if not reports:
+            click.echo("no sessions to verify")
+    if not ok:
+        sys.exit(1)
+
+
+@cli.command("export")
+@click.argument("session")
+@pass_ctx
+def export_cmd(ctx: Ctx, session: str) -> None:
+    """Write a session (header, then one event per line) as JSONL to stdout."""
+    info = ctx.store.session(session)
+    for line in export_lines(ctx.store, info):
+        sys.stdout.buffer.write(line + b"\n")
+    sys.stdout.flush()
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def import_cmd(ctx: Ctx, file: str, as_json: bool) -> None:
+    """Import a session exported with `bubu export`; refuses a file whose chain does not verify."""
+    try:
+        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as e:
+        fail(f"cannot read {file}: {e.strerror}")
+    try:
+        info, head = import_lines(ctx.store, data.splitlines())
+    except (CorruptLog, msgspec.DecodeError) as e:
+        fail(f"refused to import {file}: {e}")
+    except BubuError as e:
+        fail(f"refused to import {file}: {e}")
+    if as_json:
+        emit_jsonl({"session": info.id, "high_water": head.high_water, "digest": head.digest})
+    else:
+        click.echo(f"imported {info.id}: {head.high_water} events, digest {head.digest[:16]}")

@@ -1,0 +1,103 @@
+"""Export a session as JSONL and import it back, verifying the chain on the way in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import msgspec
+
+from bubu.errors import CorruptLog, StorageError, UnknownSession
+from bubu.log import codec
+from bubu.log.store import Head, SessionInfo, Store
+
+EXPORT_FORMAT = "bubu-session/1"
+
+
+class _Header(msgspec.Struct, kw_only=True):
+    format: str
+    session: str
+    title: str
+    workspace: str
+    model: str | None = None
+    created_ms: int
+    high_water: int
+    digest: str
+
+
+class _Line(msgspec.Struct, kw_only=True):
+    seq: int
+    hash: str
+    event: msgspec.Raw
+
+
+_enc = msgspec.json.Encoder(order="sorted")
+
+
+def export_lines(store: Store, info: SessionInfo) -> Iterator[bytes]:
+    """The header line, then `{"event":…,"hash":…,"seq":…}` per event with canonical bytes."""
+    records = store.read(info.id)
+    head = store.head(info.id)
+    yield _enc.encode(
+        _Header(
+            format=EXPORT_FORMAT,
+            session=info.id,
+            title=info.title,
+            workspace=info.workspace,
+            model=info.model,
+            created_ms=info.created_ms,
+            high_water=head.high_water,
+            digest=head.digest,
+        )
+    )
+    for r in records:
+        yield b'{"event":' + codec.encode(r.event) + f',"hash":"{r.hash}","seq":{r.seq}}}'.encode()
+
+
+def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Head]:
+    """Verify an export and append it as a new session with the same id; all or nothing."""
+    lines = [ln for ln in lines if ln.strip()]
+    if not lines:
+        raise CorruptLog("the file is empty")
+    try:
+        header = msgspec.json.decode(lines[0], type=_Header)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise CorruptLog(f"the first line is not a Bubu export header ({e})") from e
+    if header.format != EXPORT_FORMAT:
+        raise CorruptLog(f"unknown export format {header.format!r} (this Bubu reads {EXPORT_FORMAT})")
+    prev = codec.GENESIS
+    events = []
+    for n, raw in enumerate(lines[1:], start=1):
+        try:
+            line = msgspec.json.decode(raw, type=_Line)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise CorruptLog(f"line {n + 1} is not an exported event ({e})") from e
+        payload = bytes(line.event)
+        if line.seq != n:
+            raise CorruptLog(f"seq {n} is missing (line {n + 1} has seq {line.seq})", seq=n)
+        prev = codec.chain(prev, payload)
+        if prev.hex() != line.hash:
+            raise CorruptLog(f"the chain does not verify at seq {n}: the event was altered", seq=n)
+        ev = codec.decode(payload, seq=n)
+        if codec.encode(ev) != payload:
+            raise CorruptLog(f"the event at seq {n} is not in canonical form", seq=n)
+        if ev.session != header.session:
+            raise CorruptLog(f"the event at seq {n} belongs to another session ({ev.session})", seq=n)
+        events.append(ev)
+    if len(events) != header.high_water or prev.hex() != header.digest:
+        raise CorruptLog(
+            f"the file is truncated or altered: the header promises {header.high_water} events "
+            f"ending in {header.digest[:16]}…, the file holds {len(events)}"
+        )
+    try:
+        store.session(header.session)
+    except UnknownSession:
+        pass
+    else:
+        raise StorageError(f"session {header.session} already exists in this database")
+    info = store.create_session(
+        title=header.title, workspace=header.workspace, model=header.model, session_id=header.session
+    )
+    head = store.append(info.id, events, expect=0, durable=True) if events else store.head(info.id)
+    if head.digest != header.digest:
+        raise CorruptLog("the imported chain does not match the export (a bug); nothing is lost")
+    return info, head

@@ -1,0 +1,1 @@
+"""Pure projections of a log prefix: no I/O, no clock, no mutation. Same prefix in, same view out."""

@@ -1,0 +1,79 @@
+"""The tool seam: what a tool declares and how the engine runs it.
+
+A tool has a name, a description, a JSON schema for its arguments and an **effect class**, which
+decides what recovery may do after a crash between dispatch and outcome (DESIGN §4):
+
+- ``read_only``: re-run silently;
+- ``provable_write``: `prepare` computes the target path and the file's hash before and after, so
+  recovery can compare the file with them;
+- ``side_effecting``: never re-run; an explicit "interrupted" result instead.
+
+Running a tool never raises for an ordinary failure: it returns a `ToolResult` with
+``is_error=True`` that the model sees. `ToolError` raised inside a tool is turned into such a result.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeAlias
+
+from bubu.events import EffectClass
+
+JSON: TypeAlias = Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResult:
+    """What a tool produced: the text the model sees, and whether it is an error."""
+
+    output: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteIntent:
+    """What a provable write will do: recorded in the dispatch before the write happens."""
+
+    path: str
+    before_sha256: str | None
+    after_sha256: str
+    content: bytes
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolContext:
+    """What a running tool may use.
+
+    `workspace` is resolved; `outside_allowed` holds paths the user allowed outside it;
+    `cancel` is set when the user stops the turn; `blob` reads offloaded results by sha-256.
+    """
+
+    workspace: Path
+    timeout_s: float = 120.0
+    cancel: threading.Event = field(default_factory=threading.Event)
+    outside_allowed: bool = False
+    blob: Callable[[str], bytes | None] | None = None
+
+
+class Tool(Protocol):
+    """A tool the model can call."""
+
+    name: str
+    description: str
+    parameters: dict[str, JSON]
+    effect: EffectClass
+
+    def permission(self, args: dict[str, JSON], ctx: ToolContext) -> str | None:
+        """Why this call needs the user's permission, or None when policy allows it."""
+        ...
+
+    def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
+        """For a provable write, what it will write (raise ToolError if it cannot); else None."""
+        ...
+
+    def run(self, args: dict[str, JSON], ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+        """Do the work. A provable write performs exactly `intent` (atomically)."""
+        ...
