@@ -101,10 +101,16 @@ class _Note(_Base, kw_only=True, tag_field="note"):
 
 
 class TurnStarted(_Note, kw_only=True, tag="turn_started"):
-    """A turn opened: the session now has an open turn until a `TurnEnded`."""
+    """A turn opened: the session now has an open turn until a `TurnEnded`.
+
+    The permission policy the user gave the turn (`yes`, `allow_commands`) is recorded so that a
+    recovery after a crash runs under the same policy, not under whatever the next command says.
+    """
 
     model: str
     max_steps: int | None = None
+    yes: bool = False
+    allow_commands: list[str] = msgspec.field(default_factory=list)
 
 
 class TurnEnded(_Note, kw_only=True, tag="turn_ended"):

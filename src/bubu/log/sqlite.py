@@ -378,6 +378,7 @@ class SQLiteStore(Store):
         now = clock.now_ms()
         with self._lock:
             db = self._db
+            self._set_sync(True)
             db.execute("BEGIN IMMEDIATE")
             try:
                 sid = self._sid(session)
@@ -397,7 +398,6 @@ class SQLiteStore(Store):
                     "expires_ms=excluded.expires_ms",
                     (sid, owner, lease.epoch, lease.expires_ms),
                 )
-                self._set_sync(True)
                 db.execute("COMMIT")
                 return lease
             except BaseException:

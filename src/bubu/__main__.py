@@ -1,0 +1,5 @@
+"""`python -m bubu` runs the CLI."""
+
+from bubu.cli import main
+
+main()

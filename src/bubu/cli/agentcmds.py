@@ -1,0 +1,292 @@
+"""Commands that run the agent: run, resume, show, status."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.render import JsonlObserver, TerminalObserver
+from bubu.engine.driver import RunConfig
+from bubu.engine.permissions import Policy
+from bubu.engine.session import Host, new_session, resume_turn, start_turn
+from bubu.errors import ConfigError
+from bubu.events import TurnEndReason
+from bubu.log.store import SessionInfo, Store
+from bubu.projections.status import fold_status
+from bubu.projections.transcript import Message, ToolCard, notice_text, transcript
+from bubu.providers import resolve
+
+EXIT = {"completed": 0, "failed": 1, "stopped": 3, "suspended": 4, None: 5}
+"""Exit status by how the turn ended (5: the run lost its lease or was blocked)."""
+
+DEFAULT_MODEL_ENV = "BUBU_MODEL"
+
+
+def default_model() -> str:
+    """The model spec from BUBU_MODEL, else one picked from the API keys present."""
+    import os
+
+    if os.environ.get(DEFAULT_MODEL_ENV):
+        return os.environ[DEFAULT_MODEL_ENV]
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return "anthropic:claude-sonnet-4-5"
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        return "openai:gpt-4.1"
+    raise ConfigError(
+        "no model given: pass -m provider:model (e.g. -m anthropic:claude-sonnet-4-5, "
+        "-m openai:gpt-4.1, -m scripted:FILE) or set BUBU_MODEL; try `bubu demo` for a run without a key"
+    )
+
+
+def model_options(f: Any) -> Any:
+    """The options shared by every command that calls a model."""
+    for opt in reversed(
+        [
+            click.option("-m", "--model", default=None, help="provider:model, e.g. anthropic:claude-sonnet-4-5."),
+            click.option("--base-url", default=None, help="An OpenAI-compatible server (Ollama, vLLM …)."),
+            click.option("--context-window", type=int, default=None, help="Override the model's window (tokens)."),
+            click.option("--yes", is_flag=True, help="Approve every permission request."),
+            click.option("--allow", "allow", multiple=True, metavar="PATTERN", help="Allow commands matching PATTERN."),
+            click.option("--max-steps", type=int, default=100, show_default=True, help="Model calls per run."),
+            click.option("--tool-timeout", type=float, default=600.0, show_default=True, help="Seconds per tool call."),
+            click.option("--jsonl", is_flag=True, help="Print one JSON event per line instead of the live view."),
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
+def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> Host:
+    """A Host for the CLI: provider, built-in tools, policy and the terminal as asker."""
+    from bubu.tools import builtin_tools
+
+    provider = resolve(model, base_url=opts.get("base_url"), context_window=opts.get("context_window"))
+    return Host(
+        store=store,
+        provider=provider,
+        tools=builtin_tools(),
+        policy=Policy(yes=bool(opts.get("yes")), allow_commands=tuple(opts.get("allow") or ())),
+        asker=observer.ask,
+        observer=observer,
+        config=RunConfig(max_steps=opts.get("max_steps", 100), tool_timeout_s=opts.get("tool_timeout", 600.0)),
+    )
+
+
+@contextmanager
+def signals(host: Host) -> Iterator[None]:
+    """Ctrl-C stops the turn (it ends `stopped`); SIGTERM suspends it after flushing."""
+
+    def on_int(*_: object) -> None:
+        if host.runner is not None:
+            host.runner.request_stop("stopped")
+
+    def on_term(*_: object) -> None:
+        if host.runner is not None:
+            host.runner.request_stop("suspended")
+
+    old_int = signal.signal(signal.SIGINT, on_int)
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+
+
+def observer_for(jsonl: bool) -> TerminalObserver | JsonlObserver:
+    """The live terminal view, or JSON lines."""
+    return JsonlObserver() if jsonl else TerminalObserver()
+
+
+def finish(reason: TurnEndReason | None, observer: Any) -> None:
+    """Close the view and exit with the turn's status."""
+    if isinstance(observer, TerminalObserver):
+        observer.close()
+    sys.exit(EXIT.get(reason, 5))
+
+
+@cli.command("run")
+@click.argument("task")
+@click.option("-w", "--workspace", default=".", type=click.Path(file_okay=False), help="The workspace directory.")
+@click.option("--session", "session_ref", default=None, help="Continue this session with a new turn.")
+@click.option("-c", "--continue", "cont", is_flag=True, help="Continue the most recent session.")
+@model_options
+@pass_ctx
+def run_cmd(ctx: Ctx, task: str, workspace: str, session_ref: str | None, cont: bool, **opts: Any) -> None:
+    """Run TASK as a new turn (in a new session unless --session or -c)."""
+    store = ctx.store
+    from bubu.engine.recovery import recover_all
+
+    observer = observer_for(opts["jsonl"])
+    info: SessionInfo
+    if session_ref or cont:
+        info = store.session(session_ref) if session_ref else _latest(store)
+        model = opts["model"] or info.model or default_model()
+    else:
+        model = opts["model"] or default_model()
+        info = new_session(store, task=task, workspace=workspace, model=model)
+    host = make_host(store, model, opts, observer)
+    recover_all(store, host_factory=lambda m: make_host(store, m, opts, observer), observer=observer, skip={info.id})
+    if isinstance(observer, TerminalObserver):
+        observer.line(click.style(f"bubu · {info.id} · {model}", dim=True) if observer.color else f"bubu · {info.id} · {model}")
+    with signals(host):
+        reason = start_turn(host, info, task)
+    finish(reason, observer)
+
+
+def _latest(store: Store) -> SessionInfo:
+    sessions = store.sessions()
+    if not sessions:
+        raise ConfigError("there is no session to continue; start one with `bubu run \"TASK\"`")
+    return sessions[0]
+
+
+@cli.command("resume")
+@click.argument("session")
+@model_options
+@pass_ctx
+def resume_cmd(ctx: Ctx, session: str, **opts: Any) -> None:
+    """Continue a stopped or suspended turn (a crashed one is recovered by `bubu recover`)."""
+    store = ctx.store
+    info = store.session(session)
+    model = opts["model"] or info.model or default_model()
+    observer = observer_for(opts["jsonl"])
+    host = make_host(store, model, opts, observer)
+    from bubu.engine.recovery import recover_all
+
+    reason = recover_all(store, host_factory=lambda m: make_host(store, m, opts, observer), observer=observer, only=info.id)
+    if info.id in reason:
+        finish(reason[info.id], observer)
+    with signals(host):
+        result = resume_turn(host, info)
+    finish(result, observer)
+
+
+@cli.command("show")
+@click.argument("session")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--thinking/--no-thinking", default=False, help="Show the model's thinking.")
+@pass_ctx
+def show_cmd(ctx: Ctx, session: str, as_json: bool, thinking: bool) -> None:
+    """Print a session's transcript."""
+    info = ctx.store.session(session)
+    t = transcript(ctx.store.read(info.id))
+    if as_json:
+        emit_json(
+            {
+                "session": _session_json(info),
+                "items": t.items,
+                "usage": {
+                    "model_calls": t.model_calls,
+                    "input_tokens": t.input_tokens,
+                    "output_tokens": t.output_tokens,
+                    "cache_read_tokens": t.cache_read_tokens,
+                },
+            }
+        )
+        return
+    click.echo(f"{info.id}  {info.title}\n  workspace {info.workspace}\n")
+    for item in t.items:
+        if isinstance(item, ToolCard):
+            click.echo(f"  ⏺ {item.name} {_args(item.arguments)}  [{item.status}]")
+            if item.result is not None:
+                first = (item.result.strip().splitlines() or [""])[0]
+                click.echo(f"    ⎿ {first[:100]}")
+        elif isinstance(item, Message):
+            if item.kind == "thinking" and not thinking:
+                continue
+            prefix = {"user": "› ", "assistant": "", "thinking": "  ∴ ", "error": "  ! ", "note": "  · ", "notice": "  ┃ "}[item.kind]
+            for ln in item.text.splitlines() or [""]:
+                click.echo(prefix + ln)
+    click.echo(f"\n  {t.model_calls} model calls · {t.input_tokens:,} in / {t.output_tokens:,} out tokens")
+
+
+def _args(args: dict[str, object]) -> str:
+    main = args.get("command") or args.get("path") or args.get("pattern") or ""
+    text = " ".join(str(main).split())
+    return text[:80]
+
+
+def _session_json(info: SessionInfo) -> dict[str, object]:
+    return {
+        "id": info.id,
+        "title": info.title,
+        "workspace": info.workspace,
+        "model": info.model,
+        "created_ms": info.created_ms,
+        "events": info.high_water,
+    }
+
+
+def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
+    """The status of a session as `bubu status --json` prints it."""
+    from bubu import clock
+
+    records = store.read(info.id)
+    st = fold_status(records)
+    t = transcript(records)
+    lease = store.current_lease(info.id)
+    live = lease is not None and bool(lease.owner) and lease.expires_ms > clock.now_ms()
+    state = "running" if st.state == "open" and live else ("open turn" if st.state == "open" else st.state)
+    out: dict[str, object] = {
+        "session": info.id,
+        "status": state,
+        "turns": st.turns,
+        "events": info.high_water,
+        "reason": st.reason,
+        "pending_permissions": list(st.pending_permissions),
+        "usage": {
+            "model_calls": t.model_calls,
+            "input_tokens": t.input_tokens,
+            "output_tokens": t.output_tokens,
+            "cache_read_tokens": t.cache_read_tokens,
+        },
+        "recovery": None,
+    }
+    if st.notice is not None:
+        n = st.notice
+        out["recovery"] = {
+            "status": n.status,
+            "silent_retries": n.silent_retries,
+            "verified_applied": n.verified_applied,
+            "pending_review": n.pending_review,
+            "reason": n.reason,
+            "dismissed": st.notice_dismissed,
+            "seq": st.notice_seq,
+        }
+    return out
+
+
+@cli.command("status")
+@click.argument("session")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def status_cmd(ctx: Ctx, session: str, as_json: bool) -> None:
+    """Print a session's status (and its recovery notice until dismissed)."""
+    info = ctx.store.session(session)
+    d = status_dict(ctx.store, info)
+    if as_json:
+        emit_json(d)
+        return
+    usage: Any = d["usage"]
+    click.echo(f"{info.id}  {d['status']}  ({d['turns']} turns, {d['events']} events)")
+    if d["reason"]:
+        click.echo(f"  {d['reason']}")
+    click.echo(f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens")
+    rec: Any = d["recovery"]
+    if rec and not rec["dismissed"]:
+        st = fold_status(ctx.store.read(info.id))
+        assert st.notice is not None
+        click.echo("  recovery notice:")
+        for ln in notice_text(st.notice).splitlines():
+            click.echo("    " + ln)
+
+
+_ = Path

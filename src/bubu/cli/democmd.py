@@ -1,0 +1,81 @@
+"""`bubu demo`: a scripted agent fixes a failing test; by default it is killed with SIGKILL midway
+and recovers by itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from bubu.cli.app import Ctx, cli, pass_ctx
+from bubu.demo import TASK, commands, make_workspace, write_script
+from bubu.log import default_db
+
+CRASH_POINT = "mid_tool@5"
+"""The fifth tool batch: the fix is written and the slow style check is running."""
+
+
+def _bubu(db: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "bubu", "--db", db, *args]
+
+
+def _say(text: str, **style: object) -> None:
+    click.echo(click.style(text, **style) if sys.stdout.isatty() else text)  # type: ignore[arg-type]
+
+
+@cli.command("demo")
+@click.option("--no-crash", is_flag=True, help="Run the plain fix, without the crash and the recovery.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None, help="Where to create the demo project.")
+@pass_ctx
+def demo_cmd(ctx: Ctx, no_crash: bool, directory: str | None) -> None:
+    """Watch Bubu fix a failing test offline, survive a real SIGKILL, and finish by itself."""
+    db = ctx.db or default_db()
+    ws = make_workspace(Path(directory) if directory else Path(tempfile.mkdtemp(prefix="bubu-demo-")))
+    script = write_script(ws.parent / f"{ws.name}.script.jsonl", crash=not no_crash)
+    tests, style = commands()
+    run_args = ["run", TASK, "-w", str(ws), "-m", f"scripted:{script}", "--allow", tests, "--allow", style,
+                "--allow", f"{style} && {tests}"]  # fmt: skip
+    _say(f"Demo project: {ws}  (a stats module whose test fails)", bold=True)
+    _say(f"Log: {db}\n", dim=True)
+    env = dict(os.environ)
+    started = time.monotonic()
+    if no_crash:
+        code = subprocess.call(_bubu(db, *run_args), env=env)
+    else:
+        env["BUBU_FAILPOINT"] = CRASH_POINT
+        code = subprocess.call(_bubu(db, *run_args), env=env)
+        if code != -signal.SIGKILL:
+            _say(f"\nthe run ended with status {code} before the planned crash", fg="red")
+            sys.exit(1)
+        _say("\n💥 Bubu was killed with SIGKILL while the fix was written and a command was running.", fg="red", bold=True)
+        _say("   Starting Bubu again, as you would. No new input:\n", fg="red")
+        env.pop("BUBU_FAILPOINT")
+        code = subprocess.call(_bubu(db, "recover"), env=env)
+    session = _last_session(ctx, ws)
+    verify = subprocess.run(_bubu(db, "verify", session), env=env, capture_output=True, text=True)
+    passed = subprocess.run(tests.split(" ", 1)[0:1] + ["-m", "unittest", "-q"], cwd=ws, capture_output=True, text=True)
+    _say("")
+    _say(f"{'✓' if passed.returncode == 0 else '✗'} tests in {ws}: {'pass' if passed.returncode == 0 else 'FAIL'}",
+         fg="green" if passed.returncode == 0 else "red", bold=True)  # fmt: skip
+    _say(f"{'✓' if verify.returncode == 0 else '✗'} log verified: {verify.stdout.strip()}",
+         fg="green" if verify.returncode == 0 else "red")  # fmt: skip
+    _say(f"  ({time.monotonic() - started:.1f}s)\n", dim=True)
+    _say("Try next:", bold=True)
+    dbopt = "" if ctx.db is None and "BUBU_DB" not in os.environ else f" --db {db}"
+    _say(f"  bubu{dbopt} show {session}        the transcript, with the recovery")
+    _say(f"  bubu{dbopt} log {session}         every event, its seq and hash")
+    _say(f"  bubu{dbopt} ui                   the web view")
+    sys.exit(0 if code == 0 and passed.returncode == 0 and verify.returncode == 0 else 1)
+
+
+def _last_session(ctx: Ctx, ws: Path) -> str:
+    for info in ctx.store.sessions():
+        if Path(info.workspace) == ws.resolve():
+            return info.id
+    return "?"

@@ -1,0 +1,105 @@
+"""Commands for crashed sessions: recover, dismiss."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from bubu import clock
+from bubu.cli.agentcmds import EXIT, make_host, model_options, observer_for, signals
+from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.render import TerminalObserver
+from bubu.engine.recovery import recover_session
+from bubu.engine.driver import owner_id
+from bubu.errors import ConfigError
+from bubu.events import NoticeDismissed, SystemNote, make
+from bubu.projections.status import fold_status
+
+
+@cli.command("recover")
+@click.argument("session", required=False)
+@model_options
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
+@pass_ctx
+def recover_cmd(ctx: Ctx, session: str | None, as_json: bool, **opts: Any) -> None:
+    """Recover every session with an unfinished turn (or just SESSION) and continue it to its end."""
+    from bubu.engine.recovery import needs_recovery
+
+    store = ctx.store
+    targets = [store.session(session)] if session else store.sessions()
+    observer = observer_for(opts["jsonl"] or as_json)
+    results = []
+    worst = 0
+    for info in targets:
+        if not needs_recovery(store, info):
+            if session:
+                st = fold_status(store.read(info.id))
+                results.append({"session": info.id, "outcome": "nothing", "status": st.state})
+            continue
+        model = opts["model"] or info.model
+        if not model:
+            raise ConfigError(f"session {info.id} has no model recorded; pass -m provider:model")
+        host = make_host(store, model, opts, observer)
+        if isinstance(observer, TerminalObserver):
+            observer.line(f"recovering {info.id}: {info.title[:60]}")
+        with signals(host):
+            rec = recover_session(host, info)
+        code = 5 if rec.outcome in ("blocked", "busy") else EXIT.get(rec.outcome, 0)  # type: ignore[arg-type]
+        worst = max(worst, code)
+        results.append(
+            {
+                "session": info.id,
+                "outcome": rec.outcome,
+                "plan": rec.plan.kind,
+                "reason": rec.plan.reason,
+                "calls": [
+                    {"call_id": c.call_id, "tool": c.tool, "decision": c.decision, "reason": c.reason}
+                    for c in rec.plan.calls
+                ],
+            }
+        )
+    if isinstance(observer, TerminalObserver):
+        observer.close()
+        if not results:
+            click.echo("nothing to recover: no session has an unfinished turn")
+    if as_json:
+        emit_json(results)
+    sys.exit(worst)
+
+
+@cli.command("dismiss")
+@click.argument("session")
+@pass_ctx
+def dismiss_cmd(ctx: Ctx, session: str) -> None:
+    """Dismiss the session's recovery notice (the continuation is not affected)."""
+    store = ctx.store
+    info = store.session(session)
+    st = fold_status(store.read(info.id))
+    if st.notice_seq is None or st.notice_dismissed:
+        click.echo("no recovery notice to dismiss")
+        return
+    lease = store.acquire_lease(info.id, owner_id(), 10, steal=False) if _free(store, info.id) else None
+    head = store.head(info.id)
+    ev = make(
+        session=info.id,
+        turn=None,
+        role="system",
+        author="user",
+        ts=clock.now_ms(),
+        content=SystemNote(note=NoticeDismissed(notice_seq=st.notice_seq)),
+        visibility="hidden",
+    )
+    try:
+        store.append(info.id, [ev], expect=head.high_water, durable=True, lease=lease)
+    finally:
+        if lease is not None:
+            store.release_lease(lease)
+    click.echo(f"dismissed the recovery notice of {info.id}")
+
+
+def _free(store: Any, session: str) -> bool:
+    from bubu.engine.recovery import lease_is_stale
+
+    return lease_is_stale(store.current_lease(session), clock.now_ms())

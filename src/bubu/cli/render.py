@@ -1,0 +1,210 @@
+"""What a running turn looks like in a terminal: streamed text, tool lines and a live status line."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+import click
+
+from bubu.cli.app import emit_jsonl
+from bubu.engine.permissions import Answer
+from bubu.events import (
+    Error,
+    FunctionCall,
+    FunctionResponse,
+    PermissionRequest,
+    Record,
+    RecoveryNotice,
+    SystemNote,
+    Text,
+    TurnEnded,
+)
+from bubu.projections.transcript import notice_text
+from bubu.providers.base import Delta
+
+
+def _short(value: object, width: int = 70) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def call_label(c: FunctionCall) -> str:
+    """A one-line label for a tool call."""
+    a = c.arguments
+    main = a.get("command") or a.get("pattern") or a.get("path") or a.get("handle") or ""
+    return f"{c.name} {_short(main)}".rstrip()
+
+
+def result_label(c: FunctionResponse) -> str:
+    """A one-line summary of a tool result."""
+    lines = c.result.splitlines() or [""]
+    head = _short(lines[0], 60) if lines[0].strip() else _short(next((x for x in lines if x.strip()), ""), 60)
+    more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
+    return f"{head}{more}"
+
+
+class TerminalObserver:
+    """Streams a turn to a terminal; on a TTY keeps a status line at the bottom."""
+
+    def __init__(self, out: TextIO | None = None, *, color: bool | None = None, quiet: bool = False) -> None:
+        self.out = out or sys.stdout
+        self.tty = self.out.isatty()
+        self.color = self.tty if color is None else color
+        self.quiet = quiet
+        self.started = time.monotonic()
+        self.activity: str | None = None
+        self.steps = 0
+        self.tokens = 0
+        self._in_text = False
+        self._last_kind = "text"
+        self._status_shown = False
+        self._lock = threading.RLock()
+        self._ticker: threading.Thread | None = None
+        self._done = threading.Event()
+        if self.tty:
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    # -- output helpers ---------------------------------------------------------------------------
+
+    def _style(self, text: str, **kw: object) -> str:
+        return click.style(text, **kw) if self.color else text  # type: ignore[arg-type]
+
+    def _clear_status(self) -> None:
+        if self._status_shown:
+            self.out.write("\r\033[K")
+            self._status_shown = False
+
+    def _draw_status(self) -> None:
+        if not self.tty or self._in_text or self._done.is_set():
+            return
+        elapsed = int(time.monotonic() - self.started)
+        what = self.activity or "working"
+        line = f"  ◦ step {self.steps} · {what} · {self.tokens:,} tokens · {elapsed // 60}:{elapsed % 60:02d}"
+        self.out.write("\r\033[K" + self._style(line, dim=True))
+        self.out.flush()
+        self._status_shown = True
+
+    def _tick(self) -> None:
+        while not self._done.wait(0.5):
+            with self._lock:
+                self._draw_status()
+
+    def line(self, text: str) -> None:
+        """Print a full line above the status line."""
+        with self._lock:
+            self._clear_status()
+            if self._in_text:
+                self.out.write("\n")
+                self._in_text = False
+            self.out.write(text + "\n")
+            self._draw_status()
+            self.out.flush()
+
+    def close(self) -> None:
+        """Stop the status line."""
+        self._done.set()
+        with self._lock:
+            self._clear_status()
+            if self._in_text:
+                self.out.write("\n")
+                self._in_text = False
+            self.out.flush()
+
+    # -- Observer ---------------------------------------------------------------------------------
+
+    def on_delta(self, delta: Delta) -> None:
+        """Stream model text as it arrives (thinking is shown dimmed)."""
+        if self.quiet:
+            return
+        with self._lock:
+            self._clear_status()
+            text = delta.text if delta.kind == "text" else self._style(delta.text, dim=True, italic=True)
+            if self._in_text and delta.kind != self._last_kind:
+                self.out.write("\n")
+            self._last_kind = delta.kind
+            self.out.write(text)
+            self._in_text = True
+            self.out.flush()
+
+    def on_activity(self, text: str | None) -> None:
+        """Update the status line."""
+        with self._lock:
+            self.activity = text
+            self._draw_status()
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        """Print committed tool calls, results, errors and the turn's end."""
+        for r in records:
+            ev, c, a = r.event, r.event.content, r.event.actions
+            if a is not None and a.token_usage is not None:
+                self.steps += 1
+                self.tokens += a.token_usage.input_tokens + a.token_usage.output_tokens
+                if self._in_text:
+                    with self._lock:
+                        self.out.write("\n")
+                        self._in_text = False
+            if isinstance(c, Text) and ev.role == "model" and c.text and not self._streamed_any(c):
+                self.line(c.text)
+            elif isinstance(c, FunctionCall):
+                self.line(self._style("⏺ ", fg="cyan") + call_label(c))
+            elif isinstance(c, FunctionResponse):
+                mark = self._style("  ✗ ", fg="red") if c.is_error else self._style("  ⎿ ", dim=True)
+                self.line(mark + result_label(c))
+            elif isinstance(c, Error):
+                self.line(self._style(f"  ! {c.error_class}: {_short(c.message, 100)}", fg="yellow"))
+            elif isinstance(c, SystemNote) and isinstance(c.note, RecoveryNotice):
+                self.notice(c.note)
+            elif isinstance(c, SystemNote) and isinstance(c.note, TurnEnded):
+                n = c.note
+                colour = {"completed": "green", "failed": "red"}.get(n.reason, "yellow")
+                self.line(self._style(f"● turn {n.reason}", fg=colour, bold=True) + (f": {n.message}" if n.message else ""))
+
+    def _streamed_any(self, _: Text) -> bool:
+        # Text deltas were already printed while streaming; a provider that does not stream
+        # (none of ours) would need the committed text printed here instead.
+        return not self.quiet
+
+    def notice(self, n: RecoveryNotice) -> None:
+        """Print the recovery notice as a framed block."""
+        colour = "red" if n.status == "blocked" else "yellow"
+        lines = notice_text(n).splitlines()
+        self.line(self._style("┌ " + lines[0], fg=colour, bold=True))
+        for ln in lines[1:]:
+            self.line(self._style("│ ", fg=colour) + ln)
+        self.line(self._style("└ dismiss with `bubu dismiss SESSION`", fg=colour, dim=True))
+
+    def ask(self, request: PermissionRequest) -> Answer | None:
+        """Ask on the terminal; None when there is no terminal to ask on."""
+        if not (sys.stdin.isatty() and self.tty):
+            return None
+        with self._lock:
+            self._clear_status()
+            if self._in_text:
+                self.out.write("\n")
+                self._in_text = False
+            ok = click.confirm(self._style(f"? allow {request.summary}", bold=True) + f" ({request.reason})", default=False)
+        return "allow" if ok else "deny"
+
+
+class JsonlObserver:
+    """One JSON line per committed event, for scripts."""
+
+    def on_delta(self, delta: Delta) -> None:
+        """Deltas are not events; skip them."""
+
+    def on_activity(self, text: str | None) -> None:
+        """Not an event; skip."""
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        """Print each record as {seq, hash, event}."""
+        for r in records:
+            emit_jsonl({"seq": r.seq, "hash": r.hash, "event": r.event})
+
+    def ask(self, request: PermissionRequest) -> Answer | None:
+        """Nobody answers in JSONL mode."""
+        return None

@@ -1,0 +1,70 @@
+"""The engine's decision: a pure function from the folded turn to the next step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from bubu.events import TurnEndReason
+from bubu.projections.turn import CallState, TurnFold
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """No open turn: nothing to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """Ask the model for the next step."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    """Run the calls of the last model response that have not been dispatched yet."""
+
+    calls: tuple[CallState, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsRecovery:
+    """Dispatched calls without an outcome from an earlier run: the recovery plan decides."""
+
+    calls: tuple[CallState, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EndTurn:
+    """Close the turn."""
+
+    reason: TurnEndReason
+    message: str | None = None
+    step_limit: int | None = None
+
+
+Step: TypeAlias = Idle | CallModel | RunTools | NeedsRecovery | EndTurn
+
+
+def decide(t: TurnFold, *, max_steps: int | None = None) -> Step:
+    """The next step of the latest turn; `max_steps` overrides the limit recorded at turn start."""
+    if not t.open:
+        return Idle()
+    stale = [c for c in t.dangling if c.dispatch_run != t.run]
+    if stale:
+        return NeedsRecovery(tuple(stale))
+    todo = t.undispatched
+    if todo:
+        return RunTools(tuple(todo))
+    if t.open_calls:
+        # Dispatched in this run and still running: the driver is waiting for their outcomes.
+        return RunTools(())
+    if not t.awaiting_model:
+        return EndTurn("completed")
+    limit = max_steps if max_steps is not None else t.max_steps
+    if limit is not None and t.steps_in_run >= limit:
+        return EndTurn(
+            "stopped",
+            f"the step limit of {limit} model calls was reached; `bubu resume` continues the task",
+            step_limit=limit,
+        )
+    return CallModel()

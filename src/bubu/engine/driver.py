@@ -1,0 +1,576 @@
+"""The driver: does what `decide` says, and appends what happened.
+
+Every step is an append through the session's lease. A model response is appended in one
+transaction; a tool call crosses two durable boundaries (DESIGN §4): the dispatch is committed and
+synced before the tool starts, the outcome is committed before the model can see it. Model calls
+and tools run in worker threads so that a stop (Ctrl-C, SIGTERM, a lost lease) is noticed at once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from bubu import clock, failpoints, ids
+from bubu.errors import AppendConflict, BubuError, LeaseLost, ProviderError, ToolError
+from bubu.events import (
+    Actions,
+    Content,
+    Error,
+    Event,
+    FunctionCall,
+    FunctionResponse,
+    PermissionDecision,
+    PermissionRequest,
+    Record,
+    Role,
+    RunStarted,
+    StepLimit,
+    SystemNote,
+    Text,
+    Thinking,
+    TokenUsage,
+    ToolDispatch,
+    TurnEnded,
+    TurnEndReason,
+    make,
+)
+from bubu.events import ModelRequest as ModelRequestNote
+from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
+from bubu.engine.permissions import Asker, Policy, nobody
+from bubu.engine.prompt import system_prompt
+from bubu.log import codec
+from bubu.log.store import Lease, SessionInfo, Store
+from bubu.projections.context import ContextFold
+from bubu.projections.turn import CallState, TurnFold
+from bubu.providers.base import Delta, ModelRequest, ModelResponse, Provider, TextPart, ThinkingPart, ToolSpec
+from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
+
+StopReason = Literal["stopped", "suspended", "lease_lost"]
+
+
+class Observer(Protocol):
+    """What a host (CLI, web UI) sees of a running turn."""
+
+    def on_delta(self, delta: Delta) -> None:
+        """A streamed fragment of model text or thinking (not yet committed)."""
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        """Records just committed, in seq order."""
+
+    def on_activity(self, text: str | None) -> None:
+        """What is running now (a tool, the model), or None when idle."""
+
+
+class NullObserver:
+    """An observer that ignores everything."""
+
+    def on_delta(self, delta: Delta) -> None:
+        """Ignore."""
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        """Ignore."""
+
+    def on_activity(self, text: str | None) -> None:
+        """Ignore."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunConfig:
+    """Knobs of a run."""
+
+    max_steps: int | None = 100
+    tool_timeout_s: float = 600.0
+    model_attempts: int = 5
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
+    lease_ttl_s: float = 30.0
+    max_tokens: int = 8192
+
+
+class _Stop(Exception):
+    pass
+
+
+def owner_id() -> str:
+    """This process's identity as a lease owner: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{ids.new_id('own')[-6:]}"
+
+
+def sanitize(value: Any) -> Any:
+    """Replace lone surrogates in every string of a JSON value (provider text is not trusted)."""
+    if isinstance(value, str):
+        return codec.sanitize_text(value)
+    if isinstance(value, dict):
+        return {codec.sanitize_text(str(k)): sanitize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [sanitize(v) for v in value]
+    return value
+
+
+@dataclass
+class Runner:
+    """Drives the open turn of one session while holding its lease."""
+
+    store: Store
+    session: SessionInfo
+    provider: Provider
+    tools: dict[str, Tool]
+    lease: Lease
+    policy: Policy = field(default_factory=Policy)
+    asker: Asker = nobody
+    observer: Observer = field(default_factory=NullObserver)
+    config: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        self.turn = TurnFold()
+        self.context = ContextFold()
+        self.high_water = 0
+        self.run: str | None = None
+        self._stop: StopReason | None = None
+        self._stop_event = threading.Event()
+        self._pool = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="bubu-tool")
+        self._heartbeat: threading.Thread | None = None
+        self.system = system_prompt(self.session.workspace)
+        self.tool_specs = tuple(
+            ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
+            for t in sorted(self.tools.values(), key=lambda t: t.name)
+        )
+        self._catch_up()
+
+    @property
+    def effective_policy(self) -> Policy:
+        """The host's policy widened by the one recorded when the turn started."""
+        return Policy(
+            yes=self.policy.yes or self.turn.yes,
+            allow_commands=tuple(dict.fromkeys([*self.policy.allow_commands, *self.turn.allow_commands])),
+        )
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _catch_up(self) -> list[Record]:
+        records = self.store.read(self.session.id, after=self.high_water)
+        for r in records:
+            self.turn.apply(r)
+            self.context.apply(r)
+        if records:
+            self.high_water = records[-1].seq
+        return records
+
+    def append(self, events: Sequence[Event], *, durable: bool = False, blobs: Sequence[bytes] = ()) -> None:
+        """Append through the lease, fold what was committed and tell the observer.
+
+        Other processes may append only notice dismissals to a running session; such an append
+        makes ours conflict, so we fold it in and retry. Anything else is a real conflict.
+        """
+        while True:
+            try:
+                self.store.append(
+                    self.session.id, events, expect=self.high_water, durable=durable, lease=self.lease, blobs=blobs
+                )
+            except AppendConflict:
+                foreign = self._catch_up()
+                self.observer.on_records(foreign)
+                if not foreign or not all(_benign(r) for r in foreign):
+                    raise
+                continue
+            self.observer.on_records(self._catch_up())
+            return
+
+    def event(
+        self,
+        role: Role,
+        author: Literal["user", "host", "agent", "tool", "system"],
+        content: Content | None = None,
+        actions: Actions | None = None,
+        *,
+        invocation: str | None = None,
+        visibility: Literal["visible", "hidden"] = "visible",
+        status: Literal["completed", "failed", "aborted", "cancelled"] | None = None,
+    ) -> Event:
+        """A new event in the current turn and run."""
+        return make(
+            session=self.session.id,
+            turn=self.turn.turn,
+            run=self.run,
+            invocation=invocation,
+            role=role,
+            author=author,
+            ts=clock.now_ms(),
+            content=content,
+            actions=actions,
+            visibility=visibility,
+            status=status,
+        )
+
+    def note(self, note: Any) -> Event:
+        """A hidden system note."""
+        return self.event("system", "system", SystemNote(note=note), visibility="hidden")
+
+    def request_stop(self, reason: StopReason) -> None:
+        """Ask the run to stop at once (Ctrl-C: stopped; SIGTERM: suspended). Safe from signal handlers."""
+        if self._stop is None:
+            self._stop = reason
+        self._stop_event.set()
+
+    def _check_stop(self) -> None:
+        if self._stop is not None:
+            raise _Stop
+
+    def _wait(self, fut: cf.Future[Any]) -> Any:
+        while True:
+            try:
+                return fut.result(timeout=0.1)
+            except cf.TimeoutError:
+                self._check_stop()
+
+    def _sleep(self, seconds: float) -> None:
+        if self._stop_event.wait(seconds):
+            self._check_stop()
+
+    def _beat(self) -> None:
+        period = self.config.lease_ttl_s / 3
+        while not self._stop_event.wait(period):
+            try:
+                self.lease = self.store.renew_lease(self.lease, self.config.lease_ttl_s)
+            except LeaseLost:
+                self.request_stop("lease_lost")
+                return
+            except BubuError:
+                continue
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def start_run(self, cause: Literal["new", "resume", "recovery"], *, prefix: Sequence[Event] = ()) -> None:
+        """Open a new run of the turn (after `prefix`, e.g. the user's request and turn start)."""
+        self.run = ids.run_id()
+        started = self.note(RunStarted(cause=cause, pid=os.getpid(), host=socket.gethostname()))
+        events = [*prefix, started]
+        # The prefix may open the turn: stamp every event with the turn and run it belongs to.
+        turn = next((e.turn for e in events if e.turn), self.turn.turn)
+        events = [self._stamp(e, turn) for e in events]
+        self.append(events, durable=True)
+
+    def _stamp(self, e: Event, turn: str | None) -> Event:
+        return make(
+            id=e.id, session=e.session, turn=turn, run=self.run, invocation=e.invocation, role=e.role,
+            author=e.author, ts=e.ts, content=e.content, actions=e.actions, visibility=e.visibility,
+            status=e.status,
+        )  # fmt: skip
+
+    def drive(self) -> TurnEndReason | None:
+        """Run the open turn until it ends (or the run stops); returns how the turn ended."""
+        self._heartbeat = threading.Thread(target=self._beat, name="bubu-lease", daemon=True)
+        self._heartbeat.start()
+        try:
+            while True:
+                try:
+                    self._check_stop()
+                    step = decide(self.turn, max_steps=self.config.max_steps)
+                    match step:
+                        case Idle():
+                            return self.turn.end_reason
+                        case CallModel():
+                            self._call_model()
+                        case RunTools(calls=calls):
+                            self._run_tools(calls)
+                        case EndTurn(reason=reason, message=message, step_limit=limit):
+                            notes = [self.note(StepLimit(steps=limit))] if limit else []
+                            self.end_turn(reason, message, extra=notes)
+                        case NeedsRecovery():
+                            raise BubuError(
+                                f"session {self.session.id} has tool calls interrupted by a crash; "
+                                "run `bubu recover` first"
+                            )
+                except _Stop:
+                    reason = self._stop
+                    if reason == "lease_lost" or reason is None:
+                        return None
+                    self._finish_stopped(reason)
+                    return reason
+        except LeaseLost:
+            return None
+        finally:
+            self._stop_event.set()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def end_turn(self, reason: TurnEndReason, message: str | None = None, *, extra: Sequence[Event] = ()) -> None:
+        """Append the turn's end (fully synced)."""
+        failpoints.hit("before_turn_end")
+        self.append([*extra, self.note(TurnEnded(reason=reason, message=message))], durable=True)
+        failpoints.hit("after_turn_end")
+
+    def _finish_stopped(self, reason: Literal["stopped", "suspended"]) -> None:
+        # Calls dispatched in this run whose outcome is missing were cancelled: say so.
+        events = []
+        for c in self.turn.dangling:
+            events.append(self._outcome(c, ToolResult(output=f"{reason} by the user before it finished", is_error=True), None))
+        for c in self.turn.undispatched:
+            events.append(self._outcome(c, ToolResult(output=f"not run: the turn was {reason}", is_error=True), None))
+        msg = "stopped by the user" if reason == "stopped" else "suspended by an orderly shutdown"
+        self.end_turn(reason, msg, extra=events)
+
+    # -- model calls ------------------------------------------------------------------------------
+
+    def build_request(self) -> ModelRequest:
+        """The next model request, projected from the log."""
+        return ModelRequest(
+            system=self.system,
+            tools=self.tool_specs,
+            messages=self.context.messages(),
+            max_tokens=self.config.max_tokens,
+            ordinal=self.turn.model_responses,
+        )
+
+    def _call_model(self) -> None:
+        request = self.build_request()
+        body = codec.canonical_json(
+            {"model": self.provider.spec, "request": _builtins(request)}
+        )
+        estimate = len(body) // 4
+        for attempt in range(1, self.config.model_attempts + 1):
+            self.append(
+                [self.note(ModelRequestNote(model=self.provider.spec, request_digest=codec.sha256_hex(body),
+                                            estimated_tokens=estimate, attempt=attempt))]
+            )  # fmt: skip
+            failpoints.hit("before_model_call")
+            self.observer.on_activity("thinking")
+            try:
+                response = self._wait(self._pool.submit(self._complete, request))
+            except ProviderError as e:
+                self.append([self.event("system", "system", Error(
+                    error_class=e.error_class, message=str(e), retryable=e.retryable, status=e.status))])  # fmt: skip
+                if not e.retryable or attempt == self.config.model_attempts:
+                    self.end_turn("failed", str(e))
+                    return
+                delay = e.retry_after if e.retry_after is not None else self.config.backoff_s * 2 ** (attempt - 1)
+                self.observer.on_activity(f"retrying in {delay:.1f}s ({e.error_class})")
+                self._sleep(min(delay, self.config.backoff_max_s))
+                continue
+            self._commit_response(response, estimate)
+            return
+
+    def _complete(self, request: ModelRequest) -> ModelResponse:
+        fired = False
+
+        def on_delta(d: Delta) -> None:
+            nonlocal fired
+            if not fired:
+                fired = True
+                failpoints.hit("mid_model_call")
+            if self._stop is not None:
+                raise _Stop
+            self.observer.on_delta(d)
+
+        response = self.provider.complete(request, on_delta)
+        if not fired:
+            failpoints.hit("mid_model_call")
+        return response
+
+    def _commit_response(self, response: ModelResponse, estimate: int) -> None:
+        inv = ids.invocation_id()
+        contents: list[Content] = []
+        for p in response.parts:
+            if isinstance(p, TextPart):
+                contents.append(Text(text=codec.sanitize_text(p.text)))
+            elif isinstance(p, ThinkingPart):
+                contents.append(Thinking(text=codec.sanitize_text(p.text), signature=p.signature, redacted=p.redacted))
+            else:
+                contents.append(FunctionCall(
+                    call_id=p.call_id, name=codec.sanitize_text(p.name), arguments=sanitize(p.arguments),
+                    raw_arguments=None if p.raw_arguments is None else codec.sanitize_text(p.raw_arguments)))  # fmt: skip
+        if not contents:
+            contents.append(Text(text=""))
+        u = response.usage
+        usage = TokenUsage(
+            model=self.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+            cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
+            estimated_input_tokens=estimate, stop_reason=response.stop_reason,
+        )  # fmt: skip
+        events = [self.event("model", "agent", c, invocation=inv) for c in contents[:-1]]
+        events.append(self.event("model", "agent", contents[-1], Actions(token_usage=usage, end_invocation=True),
+                                 invocation=inv, status="completed"))  # fmt: skip
+        self.append(events)
+        failpoints.hit("after_model_response")
+
+    # -- tools ------------------------------------------------------------------------------------
+
+    def context_for(self, call: CallState, *, outside_allowed: bool = False) -> ToolContext:
+        """The context a tool call runs in."""
+        from pathlib import Path
+
+        return ToolContext(
+            workspace=Path(self.session.workspace),
+            timeout_s=self.config.tool_timeout_s,
+            cancel=self._stop_event,
+            outside_allowed=outside_allowed,
+            blob=self.store.blob,
+        )
+
+    def _outcome(self, call: CallState, result: ToolResult, started: float | None) -> Event:
+        duration = None if started is None else int((clock.monotonic() - started) * 1000)
+        return self.event(
+            "tool", "tool",
+            FunctionResponse(call_id=call.call_id, name=call.name, result=codec.sanitize_text(result.output),
+                             is_error=result.is_error, duration_ms=duration),
+            invocation=call.invocation, status="failed" if result.is_error else "completed",
+        )  # fmt: skip
+
+    def _run_tools(self, calls: Sequence[CallState]) -> None:
+        ready: list[tuple[CallState, Tool, ToolContext, WriteIntent | None]] = []
+        early: list[Event] = []
+        for call in calls:
+            prepared = self._prepare(call, early)
+            if prepared is not None:
+                ready.append(prepared)
+        if early:
+            self.append(early)
+        if not ready:
+            return
+        dispatches = [
+            self.event("system", "system", actions=Actions(tool_dispatch=self._dispatch_fact(c, t, i)),
+                       invocation=c.invocation)
+            for c, t, _, i in ready
+        ]  # fmt: skip
+        failpoints.hit("before_dispatch")
+        self.append(dispatches, durable=any(t.effect != "read_only" for _, t, _, _ in ready))
+        failpoints.hit("after_dispatch")
+        self.execute(ready)
+
+    def execute(self, ready: Sequence[tuple[CallState, Tool, ToolContext, WriteIntent | None]]) -> None:
+        """Run dispatched calls concurrently and commit each outcome as it arrives."""
+        futures: dict[cf.Future[ToolResult], tuple[CallState, float]] = {}
+        for call, tool, ctx, intent in ready:
+            self.observer.on_activity(f"{tool.name}")
+            fut = self._pool.submit(_run_tool, tool, call.arguments, ctx, intent)
+            futures[fut] = (call, clock.monotonic())
+        first = next(iter(futures))
+        try:
+            first.result(timeout=0.3)
+        except (cf.TimeoutError, Exception):
+            pass
+        failpoints.hit("mid_tool")
+        pending = set(futures)
+        while pending:
+            done, pending = cf.wait(pending, timeout=0.1, return_when=cf.FIRST_COMPLETED)
+            if not done:
+                continue  # a stop cancels the tools through ctx.cancel; wait for their outcomes
+            failpoints.hit("after_tool")
+            outcomes = [self._outcome(futures[f][0], f.result(), futures[f][1]) for f in done]
+            self.append(outcomes)
+            failpoints.hit("after_outcome")
+        self.observer.on_activity(None)
+        self._check_stop()
+
+    def _dispatch_fact(self, call: CallState, tool: Tool, intent: WriteIntent | None) -> ToolDispatch:
+        return ToolDispatch(
+            call_id=call.call_id, tool=tool.name, effect=tool.effect,
+            args_digest=codec.args_digest(call.arguments),
+            path=None if intent is None else intent.path,
+            before_sha256=None if intent is None else intent.before_sha256,
+            after_sha256=None if intent is None else intent.after_sha256,
+        )  # fmt: skip
+
+    def _prepare(
+        self, call: CallState, early: list[Event]
+    ) -> tuple[CallState, Tool, ToolContext, WriteIntent | None] | None:
+        """Resolve the tool, ask permission, compute a write's intent; or queue an error outcome."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self.tools))
+            early.append(self._outcome(call, ToolResult(output=f"unknown tool {call.name!r}; the tools are: {known}", is_error=True), None))
+            return None
+        if call.raw_arguments is not None:
+            early.append(self._outcome(call, ToolResult(
+                output=f"the arguments were not valid JSON, so {call.name} did not run: {call.raw_arguments[:500]}",
+                is_error=True), None))  # fmt: skip
+            return None
+        ctx = self.context_for(call)
+        try:
+            reason = tool.permission(call.arguments, ctx)
+        except ToolError as e:
+            early.append(self._outcome(call, ToolResult(output=str(e), is_error=True), None))
+            return None
+        if reason is not None:
+            answer = self._permission(call, tool, reason, early)
+            if answer != "allow":
+                return None
+            ctx = self.context_for(call, outside_allowed=True)
+        intent = None
+        if tool.effect == "provable_write":
+            try:
+                intent = tool.prepare(call.arguments, ctx)
+            except ToolError as e:
+                early.append(self._outcome(call, ToolResult(output=str(e), is_error=True), None))
+                return None
+        return call, tool, ctx, intent
+
+    def _permission(self, call: CallState, tool: Tool, reason: str, early: list[Event]) -> str:
+        if call.decision is not None:  # decided before a crash: never ask twice, never assume
+            decision = call.decision.decision
+        else:
+            command = call.arguments.get("command") if tool.name == "run_command" else None
+            if self.effective_policy.allowed_without_asking(tool.name, command if isinstance(command, str) else None):
+                return "allow"
+            request = PermissionRequest(
+                request_id=ids.new_id("perm"), call_id=call.call_id, tool=tool.name,
+                summary=_summary(tool.name, call.arguments), reason=reason,
+            )  # fmt: skip
+            if early:
+                self.append(early)
+                early.clear()
+            self.append([self.event("system", "agent", actions=Actions(permission_request=request), invocation=call.invocation)],
+                        durable=True)  # fmt: skip
+            by: Literal["user", "flag", "nobody"]
+            if self.effective_policy.yes:
+                answer, by = "allow", "flag"
+            else:
+                self.observer.on_activity("waiting for permission")
+                got = self.asker(request)
+                answer, by = (got, "user") if got is not None else ("deny", "nobody")
+            self._check_stop()
+            dec = PermissionDecision(request_id=request.request_id, call_id=call.call_id, decision=answer, by=by)
+            self.append([self.event("system", "user" if by == "user" else "host", actions=Actions(permission_decision=dec),
+                                    invocation=call.invocation)], durable=True)  # fmt: skip
+            decision = answer
+            if by == "nobody":
+                reason = f"nobody was there to approve it: {reason}"
+        if decision != "allow":
+            early.append(self._outcome(call, ToolResult(output=f"permission denied: {reason}", is_error=True), None))
+        return decision
+
+
+def _benign(r: Record) -> bool:
+    """A record another process may append to a running session (a notice dismissal)."""
+    c = r.event.content
+    return isinstance(c, SystemNote) and type(c.note).__name__ == "NoticeDismissed"
+
+
+def _summary(tool: str, args: dict[str, object]) -> str:
+    if tool == "run_command":
+        return f"run `{args.get('command')}`"
+    path = args.get("path")
+    return f"{tool} {path}" if path is not None else tool
+
+
+def _run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+    try:
+        return tool.run(args, ctx, intent)
+    except ToolError as e:
+        return ToolResult(output=str(e), is_error=True)
+    except Exception as e:  # a tool bug is a result the model sees, never a crash of the run
+        return ToolResult(output=f"{tool.name} failed unexpectedly: {type(e).__name__}: {e}", is_error=True)
+
+
+def _builtins(obj: object) -> Any:
+    import msgspec
+
+    return msgspec.to_builtins(obj, order="sorted")
+
+
+__all__ = ["NullObserver", "Observer", "RunConfig", "Runner", "owner_id", "sanitize"]

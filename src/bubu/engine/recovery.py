@@ -1,0 +1,197 @@
+"""Applying the recovery plan: facts first, then the notice, then a new run with no new input."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Container
+from dataclasses import dataclass
+from typing import Literal
+
+from bubu import clock, failpoints
+from bubu.engine.driver import Observer, Runner
+from bubu.engine.session import Host
+from bubu.errors import BubuError, LeaseError
+from bubu.events import (
+    Actions,
+    Event,
+    FunctionResponse,
+    RecoveryNotice,
+    ToolRecovery,
+    TurnEndReason,
+)
+from bubu.log.store import Lease, SessionInfo, Store
+from bubu.projections.recovery import INTERRUPTED, CallPlan, Plan, paths_to_observe, plan_recovery
+from bubu.projections.status import BOUNDARY_KINDS, fold_status
+from bubu.projections.turn import CallState
+
+Outcome = TurnEndReason | Literal["blocked", "busy", "nothing"] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recovered:
+    """What recovering one session did."""
+
+    session: str
+    plan: Plan
+    outcome: Outcome
+
+
+def lease_is_stale(lease: Lease | None, now_ms: int) -> bool:
+    """True when nobody holds the lease: never taken, released, expired, or its process is dead."""
+    if lease is None or not lease.owner or lease.expires_ms <= now_ms:
+        return True
+    host, _, rest = lease.owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host == socket.gethostname() and pid_text.isdigit():
+        pid = int(pid_text)
+        if pid == os.getpid():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False
+
+
+def needs_recovery(store: Store, info: SessionInfo) -> bool:
+    """An open turn whose runner is gone (and that is not already blocked)."""
+    st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+    if st.state != "open":
+        return False
+    return lease_is_stale(store.current_lease(info.id), clock.now_ms())
+
+
+def observe(paths: list[str]) -> dict[str, str | None]:
+    """The sha-256 of each file now (None when it does not exist)."""
+    from bubu.tools.files import file_sha256
+
+    return {p: file_sha256(p) for p in paths}
+
+
+def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True) -> Recovered:
+    """Take the lease, plan, commit the recovery facts and the notice, then continue the turn."""
+    store = host.store
+    steal = lease_is_stale(store.current_lease(info.id), clock.now_ms())
+    try:
+        lease = store.acquire_lease(info.id, host.owner, host.config.lease_ttl_s, steal=steal)
+    except LeaseError:
+        return Recovered(session=info.id, plan=Plan(kind="nothing"), outcome="busy")
+    try:
+        records = store.read(info.id)
+        report = store.verify(info.id)
+        effects = {name: t.effect for name, t in host.tools.items()}
+        plan = plan_recovery(
+            records, effects, observe(paths_to_observe(records)), chain_problem=None if report.ok else report.problem
+        )
+        if plan.kind == "nothing":
+            return Recovered(session=info.id, plan=plan, outcome="nothing")
+        runner = Runner(
+            store=store, session=info, provider=host.provider, tools=host.tools, lease=lease,
+            policy=host.policy, asker=host.asker, observer=host.observer, config=host.config,
+        )  # fmt: skip
+        host.runner = runner
+        runner.start_run("recovery")
+        if plan.kind == "blocked":
+            runner.append([runner.note(RecoveryNotice(status="blocked", reason=plan.reason))], durable=True)
+            return Recovered(session=info.id, plan=plan, outcome="blocked")
+        _apply(runner, plan)
+        failpoints.hit("mid_recovery")
+        runner.append([runner.note(_notice(plan))], durable=True)
+        if not continue_turn:
+            return Recovered(session=info.id, plan=plan, outcome=None)
+        outcome = runner.drive()
+        return Recovered(session=info.id, plan=plan, outcome=outcome)
+    finally:
+        held = host.runner.lease if host.runner is not None else lease
+        host.runner = None
+        try:
+            store.release_lease(held)
+        except BubuError:
+            pass
+
+
+def _notice(plan: Plan) -> RecoveryNotice:
+    return RecoveryNotice(
+        status="ready",
+        silent_retries=[c.label for c in plan.calls if c.decision in ("rerun", "rerun_not_applied")],
+        verified_applied=[c.label for c in plan.calls if c.decision == "applied"],
+        pending_review=[c.label for c in plan.calls if c.decision == "interrupted"],
+        dropped_model_calls=plan.dropped_model_calls,
+    )
+
+
+def _apply(runner: Runner, plan: Plan) -> None:
+    """Commit facts and outcomes: proven outcomes in one transaction, re-runs after their fact."""
+    calls = runner.turn.calls
+    settled: list[Event] = []
+    reruns: list[tuple[CallPlan, CallState]] = []
+    for cp in plan.calls:
+        call = calls[cp.call_id]
+        fact = runner.event("system", "system", actions=Actions(tool_recovery=ToolRecovery(
+            call_id=cp.call_id, tool=cp.tool, decision=cp.decision, reason=cp.reason, dispatch_seq=cp.dispatch_seq)),
+            invocation=call.invocation)  # fmt: skip
+        settled.append(fact)
+        if cp.decision == "applied":
+            settled.append(_response(runner, call, f"{cp.tool} was applied before the crash: {cp.reason}.", False))
+        elif cp.decision == "interrupted":
+            settled.append(_response(runner, call, INTERRUPTED, True))
+        else:
+            reruns.append((cp, call))
+    if settled:
+        runner.append(settled, durable=True)
+    if not reruns:
+        return
+    ready = []
+    for cp, call in reruns:
+        tool = runner.tools.get(cp.tool)
+        ctx = runner.context_for(call, outside_allowed=call.decision is not None and call.decision.decision == "allow")
+        intent = None
+        if tool is not None and tool.effect == "provable_write":
+            try:
+                intent = tool.prepare(call.arguments, ctx)
+            except BubuError as e:
+                runner.append([_response(runner, call, f"{INTERRUPTED} ({e})", True)])
+                continue
+            d = call.dispatch
+            if d is None or intent is None or intent.after_sha256 != d.after_sha256:
+                runner.append([_response(runner, call, INTERRUPTED, True)])
+                continue
+        if tool is None:
+            runner.append([_response(runner, call, INTERRUPTED, True)])
+            continue
+        ready.append((call, tool, ctx, intent))
+    if ready:
+        runner.execute(ready)
+
+
+def _response(runner: Runner, call: CallState, text: str, is_error: bool) -> Event:
+    return runner.event(
+        "tool", "tool", FunctionResponse(call_id=call.call_id, name=call.name, result=text, is_error=is_error),
+        invocation=call.invocation, status="failed" if is_error else "completed",
+    )  # fmt: skip
+
+
+def recover_all(
+    store: Store,
+    *,
+    host_factory: Callable[[str], Host],
+    observer: Observer | None = None,
+    skip: Container[str] = (),
+    only: str | None = None,
+) -> dict[str, Outcome]:
+    """Recover and continue every session with an open turn and a free lease (or just `only`)."""
+    results: dict[str, Outcome] = {}
+    for info in store.sessions():
+        if info.id in skip or (only is not None and info.id != only):
+            continue
+        if not needs_recovery(store, info):
+            continue
+        host = host_factory(info.model or "scripted:/dev/null")
+        if observer is not None and hasattr(observer, "line"):
+            observer.line(f"recovering {info.id} ({info.title[:50]})")
+        results[info.id] = recover_session(host, info).outcome
+    return results
+

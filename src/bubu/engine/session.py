@@ -1,0 +1,128 @@
+"""Session-level operations: start a turn, resume a stopped one, all through the session's lease."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bubu import clock, ids
+from bubu.engine.driver import NullObserver, Observer, RunConfig, Runner, owner_id
+from bubu.engine.permissions import Asker, Policy, nobody
+from bubu.errors import BubuError, ConfigError, LeaseError
+from bubu.events import SystemNote, Text, TurnEndReason, TurnStarted, make
+from bubu.log.store import SessionInfo, Store
+from bubu.providers.base import Provider
+from bubu.tools.base import Tool
+
+
+@dataclass(kw_only=True)
+class Host:
+    """What a front end (CLI, web UI, worker, Python API) brings to a run."""
+
+    store: Store
+    provider: Provider
+    tools: dict[str, Tool]
+    policy: Policy = field(default_factory=Policy)
+    asker: Asker = nobody
+    observer: Observer = field(default_factory=NullObserver)
+    config: RunConfig = field(default_factory=RunConfig)
+    owner: str = field(default_factory=owner_id)
+    runner: Runner | None = None
+
+    @contextmanager
+    def runner_for(self, session: SessionInfo) -> Iterator[Runner]:
+        """Hold the session's lease for the duration of a `Runner`."""
+        try:
+            lease = self.store.acquire_lease(session.id, self.owner, self.config.lease_ttl_s)
+        except LeaseError as e:
+            raise LeaseError(
+                f"session {session.id} is already running elsewhere ({e}); wait for it or stop it"
+            ) from e
+        runner: Runner | None = None
+        try:
+            runner = Runner(
+                store=self.store,
+                session=session,
+                provider=self.provider,
+                tools=self.tools,
+                lease=lease,
+                policy=self.policy,
+                asker=self.asker,
+                observer=self.observer,
+                config=self.config,
+            )
+            self.runner = runner
+            yield runner
+        finally:
+            self.runner = None
+            try:
+                self.store.release_lease(runner.lease if runner is not None else lease)
+            except BubuError:
+                pass
+
+
+def new_session(store: Store, *, task: str, workspace: str | Path, model: str) -> SessionInfo:
+    """Create a session for `task` in `workspace` (which must exist)."""
+    ws = Path(workspace).expanduser().resolve()
+    if not ws.is_dir():
+        raise ConfigError(f"the workspace {ws} is not a directory; create it or pass -w DIR")
+    title = " ".join(task.split())[:120] or "(empty task)"
+    return store.create_session(title=title, workspace=str(ws), model=model)
+
+
+def check_task(task: str) -> str:
+    """Refuse tasks that cannot be a request; returns the task unchanged otherwise."""
+    if not task.strip():
+        raise ConfigError("the task is empty; say what Bubu should do, e.g. bubu run \"fix the failing test\"")
+    if len(task.encode("utf-8", "replace")) > 1_000_000:
+        raise ConfigError("the task is larger than 1 MB; put the material in a file in the workspace and refer to it")
+    return task
+
+
+def start_turn(host: Host, session: SessionInfo, task: str) -> TurnEndReason | None:
+    """Append the user's request, open a turn and drive it to its end."""
+    check_task(task)
+    from bubu.log.codec import sanitize_text
+
+    with host.runner_for(session) as runner:
+        if runner.turn.open:
+            raise ConfigError(
+                f"session {session.id} has an unfinished turn; `bubu recover` or `bubu resume {session.id}` it first"
+            )
+        turn = ids.turn_id()
+        now = clock.now_ms()
+        request = make(session=session.id, turn=turn, role="user", author="user", ts=now,
+                       content=Text(text=sanitize_text(task)))  # fmt: skip
+        opened = make(session=session.id, turn=turn, role="system", author="system", ts=now,
+                      content=SystemNote(note=_turn_started(host)), visibility="hidden")  # fmt: skip
+        runner.start_run("new", prefix=[request, opened])
+        return runner.drive()
+
+
+def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
+    """Reopen the last turn if it was stopped or suspended and continue it without new input."""
+    with host.runner_for(session) as runner:
+        t = runner.turn
+        if t.open:
+            raise ConfigError(f"session {session.id} has an open turn; `bubu recover` continues it")
+        if t.turn is None or t.end_reason not in ("stopped", "suspended"):
+            raise ConfigError(
+                f"session {session.id} has no stopped or suspended turn to resume "
+                f"(its last turn {'ended ' + t.end_reason if t.end_reason else 'does not exist'})"
+            )
+        reopened = make(session=session.id, turn=t.turn, role="system", author="system", ts=clock.now_ms(),
+                        content=SystemNote(note=_turn_started(host, t.yes, t.allow_commands)),
+                        visibility="hidden")  # fmt: skip
+        runner.start_run("resume", prefix=[reopened])
+        return runner.drive()
+
+
+def _turn_started(host: Host, yes: bool = False, allow: tuple[str, ...] = ()) -> TurnStarted:
+    return TurnStarted(
+        model=host.provider.spec,
+        max_steps=host.config.max_steps,
+        yes=host.policy.yes or yes,
+        allow_commands=list(dict.fromkeys([*allow, *host.policy.allow_commands])),
+    )

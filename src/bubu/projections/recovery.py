@@ -1,0 +1,151 @@
+"""The recovery plan: a pure function of the committed prefix, the tools' effect classes and the
+file hashes observed now (DESIGN §4, §5).
+
+    nothing  — no open turn;
+    ready    — an open turn to continue; for each dangling call (dispatched, no outcome): re-run it
+               silently (read_only; a provable write whose file is still *before*), record it as
+               applied (a provable write whose file is *after*), or give it an explicit interrupted
+               result (side effects, and writes whose file is neither); an in-flight model call is
+               simply issued again;
+    blocked  — the prefix is not trustworthy: a broken chain, a successful outcome without a
+               dispatch, two outcomes for one call, or a crash loop (a dispatch already recovered
+               once is dangling again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from bubu.events import EffectClass, FunctionCall, FunctionResponse, Record, RecoveryDecision
+from bubu.projections.turn import CallState, fold
+
+PlanKind = Literal["nothing", "ready", "blocked"]
+
+INTERRUPTED = (
+    "interrupted: Bubu stopped (a crash) while this call was running, after it was dispatched. "
+    "The action may or may not have happened; inspect the workspace before deciding whether to retry."
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallPlan:
+    """What recovery does with one dangling call."""
+
+    call_id: str
+    tool: str
+    effect: EffectClass
+    decision: RecoveryDecision
+    reason: str
+    dispatch_seq: int
+    label: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """The recovery plan of a session."""
+
+    kind: PlanKind
+    turn: str | None = None
+    calls: tuple[CallPlan, ...] = ()
+    dropped_model_calls: int = 0
+    reason: str | None = None
+
+
+_RANK: dict[EffectClass, int] = {"read_only": 0, "provable_write": 1, "side_effecting": 2}
+
+
+def label(name: str, args: Mapping[str, object]) -> str:
+    """A short human label for a call: the tool and its main argument."""
+    main = args.get("command") or args.get("path") or args.get("pattern") or args.get("handle")
+    text = " ".join(str(main).split()) if main is not None else ""
+    if len(text) > 60:
+        text = text[:59] + "…"
+    return f"{name} {text}".rstrip()
+
+
+def paths_to_observe(records: Sequence[Record]) -> list[str]:
+    """The files whose current hash the plan needs: targets of dangling provable writes."""
+    t = fold(records)
+    return sorted({c.dispatch.path for c in t.dangling if c.dispatch is not None and c.dispatch.path})
+
+
+def _integrity(records: Sequence[Record]) -> str | None:
+    calls: set[str] = set()
+    dispatched: set[str] = set()
+    answered: set[str] = set()
+    for r in records:
+        c, a = r.event.content, r.event.actions
+        if isinstance(c, FunctionCall):
+            calls.add(c.call_id)
+        if a is not None and a.tool_dispatch is not None:
+            dispatched.add(a.tool_dispatch.call_id)
+        if isinstance(c, FunctionResponse):
+            if c.call_id in answered:
+                return f"two outcomes for the call {c.call_id} (seq {r.seq})"
+            if c.call_id not in calls:
+                return f"an outcome for a call that was never made ({c.call_id}, seq {r.seq})"
+            if not c.is_error and c.call_id not in dispatched:
+                return f"an outcome without a dispatch for the call {c.call_id} (seq {r.seq})"
+            answered.add(c.call_id)
+    return None
+
+
+def _decide(c: CallState, effects: Mapping[str, EffectClass], observed: Mapping[str, str | None]) -> CallPlan:
+    d = c.dispatch
+    assert d is not None and c.dispatch_seq is not None
+    known = effects.get(c.name, "side_effecting")
+    effect = known if _RANK[known] >= _RANK[d.effect] else d.effect
+    decision: RecoveryDecision
+    if effect == "read_only":
+        decision, reason = "rerun", "read-only: re-run silently"
+    elif effect == "provable_write" and d.path and d.after_sha256:
+        now = observed.get(d.path)
+        if now == d.after_sha256:
+            decision, reason = "applied", "the file has the intended content (hash verified)"
+        elif now == d.before_sha256:
+            decision, reason = "rerun_not_applied", "the file is unchanged (hash verified), so the write is re-run"
+        else:
+            decision, reason = "interrupted", "the file matches neither the content before nor the intended content"
+    else:
+        decision, reason = "interrupted", "a side effect that cannot be proven; never re-run"
+    return CallPlan(
+        call_id=c.call_id,
+        tool=c.name,
+        effect=effect,
+        decision=decision,
+        reason=reason,
+        dispatch_seq=c.dispatch_seq,
+        label=label(c.name, c.arguments),
+    )
+
+
+def plan_recovery(
+    records: Sequence[Record],
+    effects: Mapping[str, EffectClass],
+    observed: Mapping[str, str | None],
+    *,
+    chain_problem: str | None = None,
+) -> Plan:
+    """The recovery plan for the prefix `records` (see the module docstring)."""
+    t = fold(records)
+    if not t.open:
+        return Plan(kind="nothing")
+    if chain_problem is not None:
+        return Plan(kind="blocked", turn=t.turn, reason=f"the log does not verify: {chain_problem}")
+    problem = _integrity(records)
+    if problem is not None:
+        return Plan(kind="blocked", turn=t.turn, reason=problem)
+    dangling = t.dangling
+    for c in dangling:
+        if c.recoveries:
+            return Plan(
+                kind="blocked",
+                turn=t.turn,
+                reason=f"crash loop: {label(c.name, c.arguments)} was already recovered once and the "
+                "process died again at the same call",
+            )
+    calls = tuple(_decide(c, effects, observed) for c in dangling)
+    dropped = 1 if t.inflight_request is not None else 0
+    return Plan(kind="ready", turn=t.turn, calls=calls, dropped_model_calls=dropped)

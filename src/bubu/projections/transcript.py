@@ -1,0 +1,154 @@
+"""The transcript a person reads: messages, thinking, tool cards with their status, notes, usage."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bubu.events import (
+    Compaction,
+    Error,
+    FunctionCall,
+    FunctionResponse,
+    Info,
+    NoticeDismissed,
+    Record,
+    RecoveryNotice,
+    RunStarted,
+    StepLimit,
+    SystemNote,
+    Text,
+    Thinking,
+    TurnEnded,
+    TurnStarted,
+)
+
+ToolStatus = Literal["proposed", "dispatched", "completed", "failed", "interrupted", "recovered", "denied"]
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolCard:
+    """One tool call and what became of it."""
+
+    seq: int
+    call_id: str
+    name: str
+    arguments: dict[str, object]
+    status: ToolStatus = "proposed"
+    effect: str | None = None
+    result: str | None = None
+    is_error: bool = False
+    duration_ms: int | None = None
+    blob: str | None = None
+    recovery: str | None = None
+    kind: Literal["tool"] = "tool"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """A message, thinking, error or boundary line."""
+
+    seq: int
+    kind: Literal["user", "assistant", "thinking", "error", "note", "notice"]
+    text: str
+    turn: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Transcript:
+    """The transcript plus totals."""
+
+    items: list[Message | ToolCard] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    model_calls: int = 0
+    cards: dict[str, ToolCard] = field(default_factory=dict)
+
+    def apply(self, r: Record) -> None:
+        """Fold one record in."""
+        ev, c, a = r.event, r.event.content, r.event.actions
+        add = self.items.append
+        if isinstance(c, Text) and c.text:
+            add(Message(seq=r.seq, kind="user" if ev.role == "user" else "assistant", text=c.text, turn=ev.turn))
+        elif isinstance(c, Thinking):
+            add(Message(seq=r.seq, kind="thinking", text=c.text or "(redacted thinking)", turn=ev.turn))
+        elif isinstance(c, FunctionCall):
+            card = ToolCard(seq=r.seq, call_id=c.call_id, name=c.name, arguments=dict(c.arguments))
+            self.cards[c.call_id] = card
+            add(card)
+        elif isinstance(c, FunctionResponse):
+            card = self.cards.get(c.call_id)
+            if card is not None:
+                card.result, card.is_error, card.duration_ms = c.result, c.is_error, c.duration_ms
+                card.blob = None if c.blob is None else c.blob.sha256
+                if card.recovery is None:
+                    denied = c.is_error and c.result.startswith("permission denied")
+                    card.status = "denied" if denied else ("failed" if c.is_error else "completed")
+        elif isinstance(c, Error):
+            add(Message(seq=r.seq, kind="error", text=f"{c.error_class}: {c.message}", turn=ev.turn))
+        elif isinstance(c, SystemNote):
+            self._note(r, c)
+        if a is not None:
+            if a.tool_dispatch is not None and (card := self.cards.get(a.tool_dispatch.call_id)):
+                card.status, card.effect = "dispatched", a.tool_dispatch.effect
+            if a.tool_recovery is not None and (card := self.cards.get(a.tool_recovery.call_id)):
+                card.recovery = a.tool_recovery.decision
+                card.status = "interrupted" if a.tool_recovery.decision == "interrupted" else "recovered"
+            if a.token_usage is not None:
+                u = a.token_usage
+                self.model_calls += 1
+                self.input_tokens += u.input_tokens
+                self.output_tokens += u.output_tokens
+                self.cache_read_tokens += u.cache_read_tokens
+
+    def _note(self, r: Record, c: SystemNote) -> None:
+        n, turn = c.note, r.event.turn
+        text: str | None = None
+        kind: Literal["note", "notice"] = "note"
+        match n:
+            case TurnStarted(model=model):
+                text = f"turn started ({model})"
+            case TurnEnded(reason=reason, message=message):
+                text = f"turn {reason}" + (f": {message}" if message else "")
+            case RunStarted(cause=cause):
+                text = {"new": None, "resume": "resumed", "recovery": "recovered after a crash"}[cause]
+            case StepLimit(steps=steps):
+                text = f"step limit of {steps} reached"
+            case RecoveryNotice():
+                kind, text = "notice", notice_text(n)
+            case NoticeDismissed():
+                text = "recovery notice dismissed"
+            case Compaction(watermark=w, ok=ok):
+                text = f"context compacted through seq {w}" if ok else f"compaction failed at seq {w}"
+            case Info(text=t):
+                text = t
+            case _:
+                text = None
+        if text:
+            self.items.append(Message(seq=r.seq, kind=kind, text=text, turn=turn))
+
+
+def notice_text(n: RecoveryNotice) -> str:
+    """The recovery notice as a person reads it."""
+    if n.status == "blocked":
+        return f"recovery blocked: {n.reason}"
+    lines = ["unfinished task detected, auto-recovering"]
+    if n.silent_retries:
+        lines.append("re-run silently: " + ", ".join(n.silent_retries))
+    if n.verified_applied:
+        lines.append("recorded as applied: " + ", ".join(n.verified_applied))
+    if n.pending_review:
+        lines.append("awaiting your review (may or may not have happened): " + ", ".join(n.pending_review))
+    if n.dropped_model_calls:
+        lines.append(f"in-flight model call issued again: {n.dropped_model_calls}")
+    return "\n".join(lines)
+
+
+def transcript(records: Iterable[Record]) -> Transcript:
+    """The transcript of the records."""
+    t = Transcript()
+    for r in records:
+        t.apply(r)
+    return t

@@ -1,0 +1,164 @@
+"""The state of the latest turn, folded from the log: what the engine decides its next step from.
+
+The fold is incremental: `TurnFold.apply` takes one record at a time, so a driver keeps one fold
+and feeds it only what is new. `fold(a + b)` equals `fold(a)` followed by `apply` of each of `b`.
+The accumulator is private mutable state; the records it reads are never changed.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from bubu.events import (
+    FunctionCall,
+    FunctionResponse,
+    ModelRequest,
+    PermissionDecision,
+    Record,
+    RunStarted,
+    SystemNote,
+    Text,
+    ToolDispatch,
+    ToolRecovery,
+    TurnEnded,
+    TurnEndReason,
+    TurnStarted,
+)
+
+
+@dataclass(slots=True, kw_only=True)
+class CallState:
+    """One tool call of the turn and how far it got."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, object]
+    raw_arguments: str | None
+    call_seq: int
+    invocation: str | None
+    dispatch: ToolDispatch | None = None
+    dispatch_seq: int | None = None
+    dispatch_run: str | None = None
+    outcome_seq: int | None = None
+    outcome_error: bool = False
+    decision: PermissionDecision | None = None
+    recoveries: list[ToolRecovery] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class TurnFold:
+    """The latest turn of a session, as far as the records applied so far say."""
+
+    turn: str | None = None
+    open: bool = False
+    end_reason: TurnEndReason | None = None
+    model: str | None = None
+    max_steps: int | None = None
+    yes: bool = False
+    allow_commands: tuple[str, ...] = ()
+    run: str | None = None
+    runs: int = 0
+    steps_in_run: int = 0
+    model_responses: int = 0
+    """Model responses committed in the whole session (the scripted provider's position)."""
+    awaiting_model: bool = False
+    inflight_request: ModelRequest | None = None
+    calls: dict[str, CallState] = field(default_factory=dict)
+    open_calls: list[str] = field(default_factory=list)
+    high_water: int = 0
+    _last_invocation: str | None = None
+
+    def apply(self, r: Record) -> None:
+        """Fold one record in (records must come in seq order, each exactly once)."""
+        ev = r.event
+        self.high_water = r.seq
+        c = ev.content
+        a = ev.actions
+        if isinstance(c, SystemNote):
+            self._note(r, c)
+        elif isinstance(c, Text) and ev.role == "user" and ev.visibility == "visible":
+            if self.open:
+                self.awaiting_model = True
+        elif ev.role == "model" and ev.turn == self.turn:
+            self._model(r, c)
+        elif isinstance(c, FunctionResponse):
+            st = self.calls.get(c.call_id)
+            if st is not None and st.outcome_seq is None:
+                st.outcome_seq, st.outcome_error = r.seq, c.is_error
+                if c.call_id in self.open_calls:
+                    self.open_calls.remove(c.call_id)
+                if not self.open_calls and self.open:
+                    self.awaiting_model = True
+        if a is not None:
+            if a.tool_dispatch is not None:
+                st = self.calls.get(a.tool_dispatch.call_id)
+                if st is not None:
+                    st.dispatch, st.dispatch_seq, st.dispatch_run = a.tool_dispatch, r.seq, ev.run
+            if a.permission_decision is not None:
+                st = self.calls.get(a.permission_decision.call_id)
+                if st is not None:
+                    st.decision = a.permission_decision
+            if a.tool_recovery is not None:
+                st = self.calls.get(a.tool_recovery.call_id)
+                if st is not None:
+                    st.recoveries.append(a.tool_recovery)
+
+    def _note(self, r: Record, c: SystemNote) -> None:
+        n = c.note
+        if isinstance(n, TurnStarted):
+            self.turn, self.open, self.end_reason = r.event.turn, True, None
+            self.model, self.max_steps = n.model, n.max_steps
+            self.yes, self.allow_commands = n.yes, tuple(n.allow_commands)
+            self.calls, self.open_calls = {}, []
+            self.awaiting_model, self.inflight_request = True, None
+        elif isinstance(n, TurnEnded):
+            self.open, self.end_reason, self.awaiting_model = False, n.reason, False
+            self.inflight_request = None
+        elif isinstance(n, RunStarted):
+            self.run, self.runs, self.steps_in_run = r.event.run, self.runs + 1, 0
+            self.inflight_request = None
+        elif isinstance(n, ModelRequest):
+            self.inflight_request = n
+
+    def _model(self, r: Record, c: object) -> None:
+        inv = r.event.invocation
+        if inv != self._last_invocation:
+            self._last_invocation = inv
+            self.model_responses += 1
+            self.steps_in_run += 1
+            self.awaiting_model = False
+            self.inflight_request = None
+        if isinstance(c, FunctionCall):
+            self.calls[c.call_id] = CallState(
+                call_id=c.call_id,
+                name=c.name,
+                arguments=dict(c.arguments),
+                raw_arguments=c.raw_arguments,
+                call_seq=r.seq,
+                invocation=inv,
+            )
+            self.open_calls.append(c.call_id)
+
+    def copy(self) -> TurnFold:
+        """An independent copy (for folding further without touching this one)."""
+        return copy.deepcopy(self)
+
+    @property
+    def dangling(self) -> list[CallState]:
+        """Calls dispatched (T1) with no outcome (T2): what a crash leaves behind."""
+        return [self.calls[c] for c in self.open_calls if self.calls[c].dispatch is not None]
+
+    @property
+    def undispatched(self) -> list[CallState]:
+        """Calls the model made that have neither dispatch nor outcome yet."""
+        return [self.calls[c] for c in self.open_calls if self.calls[c].dispatch is None]
+
+
+def fold(records: Iterable[Record], start: TurnFold | None = None) -> TurnFold:
+    """Fold records into a (copy of) `start`, or into a fresh fold."""
+    t = start.copy() if start is not None else TurnFold()
+    for r in records:
+        t.apply(r)
+    return t

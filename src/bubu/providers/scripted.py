@@ -1,0 +1,172 @@
+"""The scripted model: a JSONL file, one response per line, its position derived from the log.
+
+Each line is an object with optional keys ``text``, ``thinking``, ``tool_calls`` (a list of
+``{"name": …, "arguments": {…}}``), and for tests and demos ``delay_s`` (seconds to spend
+streaming) and ``error`` (``{"status": 429, "message": …, "retry_after": 1}``: fail this attempt once
+per line … the next attempt at the same position succeeds). Summary requests (compaction) are
+answered deterministically from the request itself.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from bubu.errors import ConfigError, ProviderError
+from bubu.providers.base import (
+    AssistantPart,
+    Delta,
+    DeltaSink,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultsMessage,
+    Usage,
+    UserMessage,
+)
+
+
+class _Call(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    id: str | None = None
+
+
+class _Err(msgspec.Struct, forbid_unknown_fields=True):
+    status: int = 500
+    message: str = "scripted failure"
+    retry_after: float | None = None
+
+
+class _Line(msgspec.Struct, forbid_unknown_fields=True):
+    text: str | None = None
+    thinking: str | None = None
+    tool_calls: list[_Call] = msgspec.field(default_factory=list)
+    delay_s: float = 0.0
+    error: _Err | None = None
+
+
+def load_script(path: str | Path) -> list[_Line]:
+    """Parse a script file; a bad line is a ConfigError naming the line."""
+    p = Path(path).expanduser()
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read the script {p}: {e.strerror}") from e
+    lines: list[_Line] = []
+    for n, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith(b"//"):
+            continue
+        try:
+            lines.append(msgspec.json.decode(line, type=_Line))
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise ConfigError(f"line {n} of the script {p} is not a valid response: {e}") from e
+    return lines
+
+
+def _estimate(request: ModelRequest) -> int:
+    size = len(request.system)
+    for m in request.messages:
+        size += len(msgspec.json.encode(m))
+    return max(1, size // 4)
+
+
+@dataclass
+class ScriptedProvider:
+    """A deterministic model that replays a script; answers past its end with a closing text."""
+
+    path: str
+    window: int = 200_000
+    failed_once: set[int] | None = None
+
+    def __post_init__(self) -> None:
+        self.lines = load_script(self.path)
+        self.failed_once = set()
+
+    @property
+    def spec(self) -> str:
+        """The model spec."""
+        return f"scripted:{self.path}"
+
+    @property
+    def context_window(self) -> int:
+        """The window the script pretends to have."""
+        return self.window
+
+    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        """Answer with script line `request.ordinal`."""
+        if request.purpose == "summary":
+            return self._summary(request)
+        if request.ordinal >= len(self.lines):
+            line = _Line(text="(the script has no more steps)")
+        else:
+            line = self.lines[request.ordinal]
+        assert self.failed_once is not None
+        if line.error is not None and request.ordinal not in self.failed_once:
+            self.failed_once.add(request.ordinal)
+            e = line.error
+            raise ProviderError(
+                f"scripted failure ({e.status}): {e.message}",
+                status=e.status,
+                retryable=e.status in (408, 409, 429) or e.status >= 500,
+                retry_after=e.retry_after,
+                error_class="rate_limited" if e.status == 429 else "server_error",
+            )
+        parts: list[AssistantPart] = []
+        chunks: list[tuple[str, str]] = []
+        if line.thinking:
+            parts.append(ThinkingPart(text=line.thinking, signature=f"scripted-{request.ordinal}"))
+            chunks.append(("thinking", line.thinking))
+        if line.text:
+            parts.append(TextPart(text=line.text))
+            chunks.append(("text", line.text))
+        self._stream(chunks, line.delay_s, on_delta)
+        for i, call in enumerate(line.tool_calls):
+            cid = call.id or f"call_{request.ordinal}_{i}"
+            parts.append(ToolCallPart(call_id=cid, name=call.name, arguments=call.arguments))
+        out_tokens = sum(len(t) for _, t in chunks) // 4 + 10 * len(line.tool_calls)
+        return ModelResponse(
+            parts=tuple(parts),
+            usage=Usage(input_tokens=_estimate(request), output_tokens=max(1, out_tokens)),
+            stop_reason="tool_use" if line.tool_calls else "end_turn",
+            model=self.spec,
+        )
+
+    @staticmethod
+    def _stream(chunks: list[tuple[str, str]], delay_s: float, on_delta: DeltaSink) -> None:
+        words = [(k, w) for k, text in chunks for w in text.split(" ")]
+        pause = delay_s / max(1, len(words)) if delay_s > 0 else 0.0
+        if not words and delay_s > 0:
+            time.sleep(delay_s)
+        for i, (kind, word) in enumerate(words):
+            on_delta(
+                Delta(
+                    kind="text" if kind == "text" else "thinking",
+                    text=word if i == 0 else " " + word,
+                )
+            )
+            if pause:
+                time.sleep(pause)
+
+    @staticmethod
+    def _summary(request: ModelRequest) -> ModelResponse:
+        """A deterministic summary with the four required sections, built from the request."""
+        goal = next((m.text for m in request.messages if isinstance(m, UserMessage)), "")
+        tools = [
+            r.name for m in request.messages if isinstance(m, ToolResultsMessage) for r in m.results
+        ]
+        text = (
+            f"## Goal\n{goal[:2000]}\n\n"
+            f"## Progress\n{len(tools)} tool results so far: {', '.join(tools[-30:])}.\n\n"
+            "## Next steps\nContinue the task from the most recent events.\n\n"
+            "## Critical context\nSee the fact sheet for files changed and commands run.\n"
+        )
+        return ModelResponse(
+            parts=(TextPart(text=text),), usage=Usage(output_tokens=len(text) // 4)
+        )
