@@ -28,7 +28,9 @@ JSON: TypeAlias = Any
 """An arbitrary JSON value (tool arguments, provider-native payloads). Finite numbers only."""
 
 
-class _Base(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=False):
+class _Base(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=False
+):
     pass
 
 
@@ -37,13 +39,13 @@ class _Base(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbi
 # ---------------------------------------------------------------------------------------------
 
 
-class Text(_Base, kw_only=True, tag="text", tag_field="kind"):
+class Text(_Base, frozen=True, kw_only=True, tag="text", tag_field="kind"):
     """Plain text: the user's request, or what the model said."""
 
     text: str
 
 
-class Thinking(_Base, kw_only=True, tag="thinking", tag_field="kind"):
+class Thinking(_Base, frozen=True, kw_only=True, tag="thinking", tag_field="kind"):
     """Model reasoning; `signature` (or `redacted` data) is replayed to the provider verbatim."""
 
     text: str
@@ -51,7 +53,7 @@ class Thinking(_Base, kw_only=True, tag="thinking", tag_field="kind"):
     redacted: str | None = None
 
 
-class FunctionCall(_Base, kw_only=True, tag="function_call", tag_field="kind"):
+class FunctionCall(_Base, frozen=True, kw_only=True, tag="function_call", tag_field="kind"):
     """A tool call the model asked for. `raw_arguments` keeps text that was not valid JSON."""
 
     call_id: str
@@ -60,7 +62,7 @@ class FunctionCall(_Base, kw_only=True, tag="function_call", tag_field="kind"):
     raw_arguments: str | None = None
 
 
-class BlobRef(_Base, kw_only=True):
+class BlobRef(_Base, frozen=True, kw_only=True):
     """A reference to offloaded bytes in the blob table (content-addressed)."""
 
     sha256: str
@@ -68,7 +70,7 @@ class BlobRef(_Base, kw_only=True):
     lines: int
 
 
-class FunctionResponse(_Base, kw_only=True, tag="function_response", tag_field="kind"):
+class FunctionResponse(_Base, frozen=True, kw_only=True, tag="function_response", tag_field="kind"):
     """The committed outcome of a tool call, paired to the call by `call_id`.
 
     `result` is what the model sees; when the whole output was offloaded, `blob` names it and
@@ -84,7 +86,7 @@ class FunctionResponse(_Base, kw_only=True, tag="function_response", tag_field="
     duration_ms: int | None = None
 
 
-class Error(_Base, kw_only=True, tag="error", tag_field="kind"):
+class Error(_Base, frozen=True, kw_only=True, tag="error", tag_field="kind"):
     """A failure recorded as a fact (a failed model attempt, a refused step …)."""
 
     error_class: str
@@ -96,11 +98,11 @@ class Error(_Base, kw_only=True, tag="error", tag_field="kind"):
 # ---- system notes: hidden from the model -----------------------------------------------------
 
 
-class _Note(_Base, kw_only=True, tag_field="note"):
+class _Note(_Base, frozen=True, kw_only=True, tag_field="note"):
     pass
 
 
-class TurnStarted(_Note, kw_only=True, tag="turn_started"):
+class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     """A turn opened: the session now has an open turn until a `TurnEnded`.
 
     The permission policy the user gave the turn (`yes`, `allow_commands`) is recorded so that a
@@ -113,14 +115,14 @@ class TurnStarted(_Note, kw_only=True, tag="turn_started"):
     allow_commands: list[str] = msgspec.field(default_factory=list)
 
 
-class TurnEnded(_Note, kw_only=True, tag="turn_ended"):
+class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):
     """The turn closed, with why."""
 
     reason: TurnEndReason
     message: str | None = None
 
 
-class RunStarted(_Note, kw_only=True, tag="run_started"):
+class RunStarted(_Note, frozen=True, kw_only=True, tag="run_started"):
     """A process began (or resumed) executing the turn."""
 
     cause: Literal["new", "resume", "recovery"]
@@ -128,13 +130,13 @@ class RunStarted(_Note, kw_only=True, tag="run_started"):
     host: str | None = None
 
 
-class StepLimit(_Note, kw_only=True, tag="step_limit"):
+class StepLimit(_Note, frozen=True, kw_only=True, tag="step_limit"):
     """The turn reached its step limit."""
 
     steps: int
 
 
-class ModelRequest(_Note, kw_only=True, tag="model_request"):
+class ModelRequest(_Note, frozen=True, kw_only=True, tag="model_request"):
     """What the next model call was asked, committed before the call."""
 
     model: str
@@ -144,7 +146,7 @@ class ModelRequest(_Note, kw_only=True, tag="model_request"):
     attempt: int = 1
 
 
-class RecoveryNotice(_Note, kw_only=True, tag="recovery_notice"):
+class RecoveryNotice(_Note, frozen=True, kw_only=True, tag="recovery_notice"):
     """What recovery did, shown to the user until dismissed."""
 
     status: Literal["ready", "blocked"]
@@ -155,13 +157,13 @@ class RecoveryNotice(_Note, kw_only=True, tag="recovery_notice"):
     reason: str | None = None
 
 
-class NoticeDismissed(_Note, kw_only=True, tag="notice_dismissed"):
+class NoticeDismissed(_Note, frozen=True, kw_only=True, tag="notice_dismissed"):
     """The user dismissed the recovery notice at `notice_seq`."""
 
     notice_seq: int
 
 
-class Compaction(_Note, kw_only=True, tag="compaction"):
+class Compaction(_Note, frozen=True, kw_only=True, tag="compaction"):
     """A compaction checkpoint was built (or failed and the raw history is used)."""
 
     checkpoint: str | None
@@ -171,7 +173,7 @@ class Compaction(_Note, kw_only=True, tag="compaction"):
     message: str | None = None
 
 
-class Info(_Note, kw_only=True, tag="info"):
+class Info(_Note, frozen=True, kw_only=True, tag="info"):
     """A free-form diagnostic line for people."""
 
     text: str
@@ -190,7 +192,7 @@ Note: TypeAlias = (
 )
 
 
-class SystemNote(_Base, kw_only=True, tag="system_note", tag_field="kind"):
+class SystemNote(_Base, frozen=True, kw_only=True, tag="system_note", tag_field="kind"):
     """A boundary or bookkeeping fact; never sent to the model."""
 
     note: Note
@@ -204,7 +206,7 @@ Content: TypeAlias = Text | Thinking | FunctionCall | FunctionResponse | Error |
 # ---------------------------------------------------------------------------------------------
 
 
-class PermissionRequest(_Base, kw_only=True):
+class PermissionRequest(_Base, frozen=True, kw_only=True):
     """The agent asks whether it may run a tool call."""
 
     request_id: str
@@ -214,7 +216,7 @@ class PermissionRequest(_Base, kw_only=True):
     reason: str
 
 
-class PermissionDecision(_Base, kw_only=True):
+class PermissionDecision(_Base, frozen=True, kw_only=True):
     """The answer to a permission request; `by` says who decided."""
 
     request_id: str
@@ -224,7 +226,7 @@ class PermissionDecision(_Base, kw_only=True):
     remember: bool = False
 
 
-class TokenUsage(_Base, kw_only=True):
+class TokenUsage(_Base, frozen=True, kw_only=True):
     """One model call's accounting."""
 
     model: str
@@ -236,7 +238,7 @@ class TokenUsage(_Base, kw_only=True):
     stop_reason: str | None = None
 
 
-class ToolDispatch(_Base, kw_only=True):
+class ToolDispatch(_Base, frozen=True, kw_only=True):
     """T1: the call is about to run. Committed (and synced) before the tool starts.
 
     For a provable write `path`, `before_sha256` (None when the file did not exist) and
@@ -255,7 +257,7 @@ class ToolDispatch(_Base, kw_only=True):
 RecoveryDecision = Literal["rerun", "applied", "rerun_not_applied", "interrupted"]
 
 
-class ToolRecovery(_Base, kw_only=True):
+class ToolRecovery(_Base, frozen=True, kw_only=True):
     """What recovery decided for one dangling call, and why."""
 
     call_id: str
@@ -265,7 +267,7 @@ class ToolRecovery(_Base, kw_only=True):
     dispatch_seq: int
 
 
-class Actions(_Base, kw_only=True):
+class Actions(_Base, frozen=True, kw_only=True):
     """Control facts carried beside (or instead of) content."""
 
     state_delta: dict[str, JSON] | None = None
@@ -282,7 +284,7 @@ class Actions(_Base, kw_only=True):
 # ---------------------------------------------------------------------------------------------
 
 
-class Event(_Base, kw_only=True):
+class Event(_Base, frozen=True, kw_only=True):
     """One immutable fact. `seq` and the chain hash live beside it in the store, not inside it.
 
     `v` is the schema version the event was written with; it has no default so that it is always

@@ -49,14 +49,44 @@ def model_options(f: Any) -> Any:
     """The options shared by every command that calls a model."""
     for opt in reversed(
         [
-            click.option("-m", "--model", default=None, help="provider:model, e.g. anthropic:claude-sonnet-4-5."),
-            click.option("--base-url", default=None, help="An OpenAI-compatible server (Ollama, vLLM …)."),
-            click.option("--context-window", type=int, default=None, help="Override the model's window (tokens)."),
+            click.option(
+                "-m",
+                "--model",
+                default=None,
+                help="provider:model, e.g. anthropic:claude-sonnet-4-5.",
+            ),
+            click.option(
+                "--base-url", default=None, help="An OpenAI-compatible server (Ollama, vLLM …)."
+            ),
+            click.option(
+                "--context-window",
+                type=int,
+                default=None,
+                help="Override the model's window (tokens).",
+            ),
             click.option("--yes", is_flag=True, help="Approve every permission request."),
-            click.option("--allow", "allow", multiple=True, metavar="PATTERN", help="Allow commands matching PATTERN."),
-            click.option("--max-steps", type=int, default=100, show_default=True, help="Model calls per run."),
-            click.option("--tool-timeout", type=float, default=600.0, show_default=True, help="Seconds per tool call."),
-            click.option("--jsonl", is_flag=True, help="Print one JSON event per line instead of the live view."),
+            click.option(
+                "--allow",
+                "allow",
+                multiple=True,
+                metavar="PATTERN",
+                help="Allow commands matching PATTERN.",
+            ),
+            click.option(
+                "--max-steps", type=int, default=100, show_default=True, help="Model calls per run."
+            ),
+            click.option(
+                "--tool-timeout",
+                type=float,
+                default=600.0,
+                show_default=True,
+                help="Seconds per tool call.",
+            ),
+            click.option(
+                "--jsonl",
+                is_flag=True,
+                help="Print one JSON event per line instead of the live view.",
+            ),
         ]
     ):
         f = opt(f)
@@ -67,7 +97,9 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     """A Host for the CLI: provider, built-in tools, policy and the terminal as asker."""
     from bubu.tools import builtin_tools
 
-    provider = resolve(model, base_url=opts.get("base_url"), context_window=opts.get("context_window"))
+    provider = resolve(
+        model, base_url=opts.get("base_url"), context_window=opts.get("context_window")
+    )
     return Host(
         store=store,
         provider=provider,
@@ -75,7 +107,9 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         policy=Policy(yes=bool(opts.get("yes")), allow_commands=tuple(opts.get("allow") or ())),
         asker=observer.ask,
         observer=observer,
-        config=RunConfig(max_steps=opts.get("max_steps", 100), tool_timeout_s=opts.get("tool_timeout", 600.0)),
+        config=RunConfig(
+            max_steps=opts.get("max_steps", 100), tool_timeout_s=opts.get("tool_timeout", 600.0)
+        ),
     )
 
 
@@ -114,12 +148,22 @@ def finish(reason: TurnEndReason | None, observer: Any) -> None:
 
 @cli.command("run")
 @click.argument("task")
-@click.option("-w", "--workspace", default=".", type=click.Path(file_okay=False), help="The workspace directory.")
-@click.option("--session", "session_ref", default=None, help="Continue this session with a new turn.")
+@click.option(
+    "-w",
+    "--workspace",
+    default=".",
+    type=click.Path(file_okay=False),
+    help="The workspace directory.",
+)
+@click.option(
+    "--session", "session_ref", default=None, help="Continue this session with a new turn."
+)
 @click.option("-c", "--continue", "cont", is_flag=True, help="Continue the most recent session.")
 @model_options
 @pass_ctx
-def run_cmd(ctx: Ctx, task: str, workspace: str, session_ref: str | None, cont: bool, **opts: Any) -> None:
+def run_cmd(
+    ctx: Ctx, /, task: str, workspace: str, session_ref: str | None, cont: bool, **opts: Any
+) -> None:
     """Run TASK as a new turn (in a new session unless --session or -c)."""
     store = ctx.store
     from bubu.engine.recovery import recover_all
@@ -133,9 +177,18 @@ def run_cmd(ctx: Ctx, task: str, workspace: str, session_ref: str | None, cont: 
         model = opts["model"] or default_model()
         info = new_session(store, task=task, workspace=workspace, model=model)
     host = make_host(store, model, opts, observer)
-    recover_all(store, host_factory=lambda m: make_host(store, m, opts, observer), observer=observer, skip={info.id})
+    recover_all(
+        store,
+        host_factory=lambda m: make_host(store, m, opts, observer),
+        observer=observer,
+        skip={info.id},
+    )
     if isinstance(observer, TerminalObserver):
-        observer.line(click.style(f"bubu · {info.id} · {model}", dim=True) if observer.color else f"bubu · {info.id} · {model}")
+        observer.line(
+            click.style(f"bubu · {info.id} · {model}", dim=True)
+            if observer.color
+            else f"bubu · {info.id} · {model}"
+        )
     with signals(host):
         reason = start_turn(host, info, task)
     finish(reason, observer)
@@ -144,7 +197,7 @@ def run_cmd(ctx: Ctx, task: str, workspace: str, session_ref: str | None, cont: 
 def _latest(store: Store) -> SessionInfo:
     sessions = store.sessions()
     if not sessions:
-        raise ConfigError("there is no session to continue; start one with `bubu run \"TASK\"`")
+        raise ConfigError('there is no session to continue; start one with `bubu run "TASK"`')
     return sessions[0]
 
 
@@ -152,7 +205,7 @@ def _latest(store: Store) -> SessionInfo:
 @click.argument("session")
 @model_options
 @pass_ctx
-def resume_cmd(ctx: Ctx, session: str, **opts: Any) -> None:
+def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
     """Continue a stopped or suspended turn (a crashed one is recovered by `bubu recover`)."""
     store = ctx.store
     info = store.session(session)
@@ -161,9 +214,18 @@ def resume_cmd(ctx: Ctx, session: str, **opts: Any) -> None:
     host = make_host(store, model, opts, observer)
     from bubu.engine.recovery import recover_all
 
-    reason = recover_all(store, host_factory=lambda m: make_host(store, m, opts, observer), observer=observer, only=info.id)
+    reason = recover_all(
+        store,
+        host_factory=lambda m: make_host(store, m, opts, observer),
+        observer=observer,
+        only=info.id,
+    )
     if info.id in reason:
-        finish(reason[info.id], observer)
+        outcome = reason[info.id]
+        finish(
+            outcome if outcome in ("completed", "failed", "stopped", "suspended") else None,
+            observer,
+        )
     with signals(host):
         result = resume_turn(host, info)
     finish(result, observer)
@@ -174,7 +236,7 @@ def resume_cmd(ctx: Ctx, session: str, **opts: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--thinking/--no-thinking", default=False, help="Show the model's thinking.")
 @pass_ctx
-def show_cmd(ctx: Ctx, session: str, as_json: bool, thinking: bool) -> None:
+def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
     """Print a session's transcript."""
     info = ctx.store.session(session)
     t = transcript(ctx.store.read(info.id))
@@ -202,10 +264,19 @@ def show_cmd(ctx: Ctx, session: str, as_json: bool, thinking: bool) -> None:
         elif isinstance(item, Message):
             if item.kind == "thinking" and not thinking:
                 continue
-            prefix = {"user": "› ", "assistant": "", "thinking": "  ∴ ", "error": "  ! ", "note": "  · ", "notice": "  ┃ "}[item.kind]
+            prefix = {
+                "user": "› ",
+                "assistant": "",
+                "thinking": "  ∴ ",
+                "error": "  ! ",
+                "note": "  · ",
+                "notice": "  ┃ ",
+            }[item.kind]
             for ln in item.text.splitlines() or [""]:
                 click.echo(prefix + ln)
-    click.echo(f"\n  {t.model_calls} model calls · {t.input_tokens:,} in / {t.output_tokens:,} out tokens")
+    click.echo(
+        f"\n  {t.model_calls} model calls · {t.input_tokens:,} in / {t.output_tokens:,} out tokens"
+    )
 
 
 def _args(args: dict[str, object]) -> str:
@@ -234,7 +305,11 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
     t = transcript(records)
     lease = store.current_lease(info.id)
     live = lease is not None and bool(lease.owner) and lease.expires_ms > clock.now_ms()
-    state = "running" if st.state == "open" and live else ("open turn" if st.state == "open" else st.state)
+    state = (
+        "running"
+        if st.state == "open" and live
+        else ("open turn" if st.state == "open" else st.state)
+    )
     out: dict[str, object] = {
         "session": info.id,
         "status": state,
@@ -268,7 +343,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
 @click.argument("session")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
-def status_cmd(ctx: Ctx, session: str, as_json: bool) -> None:
+def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     """Print a session's status (and its recovery notice until dismissed)."""
     info = ctx.store.session(session)
     d = status_dict(ctx.store, info)
@@ -279,7 +354,9 @@ def status_cmd(ctx: Ctx, session: str, as_json: bool) -> None:
     click.echo(f"{info.id}  {d['status']}  ({d['turns']} turns, {d['events']} events)")
     if d["reason"]:
         click.echo(f"  {d['reason']}")
-    click.echo(f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens")
+    click.echo(
+        f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens"
+    )
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
         st = fold_status(ctx.store.read(info.id))

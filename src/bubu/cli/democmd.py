@@ -30,13 +30,23 @@ def _say(text: str, **style: object) -> None:
 
 
 @cli.command("demo")
-@click.option("--no-crash", is_flag=True, help="Run the plain fix, without the crash and the recovery.")
-@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None, help="Where to create the demo project.")
+@click.option(
+    "--no-crash", is_flag=True, help="Run the plain fix, without the crash and the recovery."
+)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where to create the demo project.",
+)
 @pass_ctx
 def demo_cmd(ctx: Ctx, no_crash: bool, directory: str | None) -> None:
     """Watch Bubu fix a failing test offline, survive a real SIGKILL, and finish by itself."""
     db = ctx.db or default_db()
-    ws = make_workspace(Path(directory) if directory else Path(tempfile.mkdtemp(prefix="bubu-demo-")))
+    ws = make_workspace(
+        Path(directory) if directory else Path(tempfile.mkdtemp(prefix="bubu-demo-"))
+    )
     script = write_script(ws.parent / f"{ws.name}.script.jsonl", crash=not no_crash)
     tests, style = commands()
     run_args = ["run", TASK, "-w", str(ws), "-m", f"scripted:{script}", "--allow", tests, "--allow", style,
@@ -53,13 +63,25 @@ def demo_cmd(ctx: Ctx, no_crash: bool, directory: str | None) -> None:
         if code != -signal.SIGKILL:
             _say(f"\nthe run ended with status {code} before the planned crash", fg="red")
             sys.exit(1)
-        _say("\n💥 Bubu was killed with SIGKILL while the fix was written and a command was running.", fg="red", bold=True)
+        _say(
+            "\n💥 Bubu was killed with SIGKILL while the fix was written and a command was running.",
+            fg="red",
+            bold=True,
+        )
         _say("   Starting Bubu again, as you would. No new input:\n", fg="red")
         env.pop("BUBU_FAILPOINT")
         code = subprocess.call(_bubu(db, "recover"), env=env)
     session = _last_session(ctx, ws)
-    verify = subprocess.run(_bubu(db, "verify", session), env=env, capture_output=True, text=True)
-    passed = subprocess.run(tests.split(" ", 1)[0:1] + ["-m", "unittest", "-q"], cwd=ws, capture_output=True, text=True)
+    verify = subprocess.run(
+        _bubu(db, "verify", session), env=env, capture_output=True, text=True, check=False
+    )
+    passed = subprocess.run(
+        [sys.executable, "-m", "unittest", "-q"],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     _say("")
     _say(f"{'✓' if passed.returncode == 0 else '✗'} tests in {ws}: {'pass' if passed.returncode == 0 else 'FAIL'}",
          fg="green" if passed.returncode == 0 else "red", bold=True)  # fmt: skip

@@ -49,7 +49,7 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None) -> None:
         emit_json(rows)
         return
     if not rows:
-        click.echo("no sessions yet; start one with `bubu run \"TASK\"` or try `bubu demo`")
+        click.echo('no sessions yet; start one with `bubu run "TASK"` or try `bubu demo`')
         return
     for r in rows:
         title = str(r["title"]).replace("\n", " ")
@@ -60,7 +60,9 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None) -> None:
 
 @cli.command("log")
 @click.argument("session")
-@click.option("--jsonl", is_flag=True, help="One canonical JSON event per line (with seq and hash).")
+@click.option(
+    "--jsonl", is_flag=True, help="One canonical JSON event per line (with seq and hash)."
+)
 @click.option("--after", type=int, default=0, help="Only events after this seq.")
 @pass_ctx
 def log_cmd(ctx: Ctx, session: str, jsonl: bool, after: int) -> None:
@@ -71,7 +73,11 @@ def log_cmd(ctx: Ctx, session: str, jsonl: bool, after: int) -> None:
 
     for r in records:
         if jsonl:
-            line = b'{"event":' + codec.encode(r.event) + f',"hash":"{r.hash}","seq":{r.seq}}}'.encode()
+            line = (
+                b'{"event":'
+                + codec.encode(r.event)
+                + f',"hash":"{r.hash}","seq":{r.seq}}}'.encode()
+            )
             sys.stdout.buffer.write(line + b"\n")
         else:
             click.echo(f"{r.seq:>6}  {r.hash[:12]}  {r.event.role:<6} {kind_of(r.event)}")

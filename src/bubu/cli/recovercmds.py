@@ -11,8 +11,8 @@ from bubu import clock
 from bubu.cli.agentcmds import EXIT, make_host, model_options, observer_for, signals
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.render import TerminalObserver
-from bubu.engine.recovery import recover_session
 from bubu.engine.driver import owner_id
+from bubu.engine.recovery import recover_session
 from bubu.errors import ConfigError
 from bubu.events import NoticeDismissed, SystemNote, make
 from bubu.projections.status import fold_status
@@ -23,14 +23,14 @@ from bubu.projections.status import fold_status
 @model_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
 @pass_ctx
-def recover_cmd(ctx: Ctx, session: str | None, as_json: bool, **opts: Any) -> None:
+def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, **opts: Any) -> None:
     """Recover every session with an unfinished turn (or just SESSION) and continue it to its end."""
     from bubu.engine.recovery import needs_recovery
 
     store = ctx.store
     targets = [store.session(session)] if session else store.sessions()
     observer = observer_for(opts["jsonl"] or as_json)
-    results = []
+    results: list[dict[str, object]] = []
     worst = 0
     for info in targets:
         if not needs_recovery(store, info):
@@ -46,7 +46,7 @@ def recover_cmd(ctx: Ctx, session: str | None, as_json: bool, **opts: Any) -> No
             observer.line(f"recovering {info.id}: {info.title[:60]}")
         with signals(host):
             rec = recover_session(host, info)
-        code = 5 if rec.outcome in ("blocked", "busy") else EXIT.get(rec.outcome, 0)  # type: ignore[arg-type]
+        code = 5 if rec.outcome in ("blocked", "busy") else EXIT.get(rec.outcome, 0)
         worst = max(worst, code)
         results.append(
             {
@@ -55,7 +55,12 @@ def recover_cmd(ctx: Ctx, session: str | None, as_json: bool, **opts: Any) -> No
                 "plan": rec.plan.kind,
                 "reason": rec.plan.reason,
                 "calls": [
-                    {"call_id": c.call_id, "tool": c.tool, "decision": c.decision, "reason": c.reason}
+                    {
+                        "call_id": c.call_id,
+                        "tool": c.tool,
+                        "decision": c.decision,
+                        "reason": c.reason,
+                    }
                     for c in rec.plan.calls
                 ],
             }
@@ -72,7 +77,7 @@ def recover_cmd(ctx: Ctx, session: str | None, as_json: bool, **opts: Any) -> No
 @cli.command("dismiss")
 @click.argument("session")
 @pass_ctx
-def dismiss_cmd(ctx: Ctx, session: str) -> None:
+def dismiss_cmd(ctx: Ctx, /, session: str) -> None:
     """Dismiss the session's recovery notice (the continuation is not affected)."""
     store = ctx.store
     info = store.session(session)
@@ -80,7 +85,9 @@ def dismiss_cmd(ctx: Ctx, session: str) -> None:
     if st.notice_seq is None or st.notice_dismissed:
         click.echo("no recovery notice to dismiss")
         return
-    lease = store.acquire_lease(info.id, owner_id(), 10, steal=False) if _free(store, info.id) else None
+    lease = (
+        store.acquire_lease(info.id, owner_id(), 10, steal=False) if _free(store, info.id) else None
+    )
     head = store.head(info.id)
     ev = make(
         session=info.id,

@@ -42,7 +42,11 @@ def call_label(c: FunctionCall) -> str:
 def result_label(c: FunctionResponse) -> str:
     """A one-line summary of a tool result."""
     lines = c.result.splitlines() or [""]
-    head = _short(lines[0], 60) if lines[0].strip() else _short(next((x for x in lines if x.strip()), ""), 60)
+    head = (
+        _short(lines[0], 60)
+        if lines[0].strip()
+        else _short(next((x for x in lines if x.strip()), ""), 60)
+    )
     more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
     return f"{head}{more}"
 
@@ -50,7 +54,9 @@ def result_label(c: FunctionResponse) -> str:
 class TerminalObserver:
     """Streams a turn to a terminal; on a TTY keeps a status line at the bottom."""
 
-    def __init__(self, out: TextIO | None = None, *, color: bool | None = None, quiet: bool = False) -> None:
+    def __init__(
+        self, out: TextIO | None = None, *, color: bool | None = None, quiet: bool = False
+    ) -> None:
         self.out = out or sys.stdout
         self.tty = self.out.isatty()
         self.color = self.tty if color is None else color
@@ -123,7 +129,11 @@ class TerminalObserver:
             return
         with self._lock:
             self._clear_status()
-            text = delta.text if delta.kind == "text" else self._style(delta.text, dim=True, italic=True)
+            text = (
+                delta.text
+                if delta.kind == "text"
+                else self._style(delta.text, dim=True, italic=True)
+            )
             if self._in_text and delta.kind != self._last_kind:
                 self.out.write("\n")
             self._last_kind = delta.kind
@@ -153,16 +163,23 @@ class TerminalObserver:
             elif isinstance(c, FunctionCall):
                 self.line(self._style("⏺ ", fg="cyan") + call_label(c))
             elif isinstance(c, FunctionResponse):
-                mark = self._style("  ✗ ", fg="red") if c.is_error else self._style("  ⎿ ", dim=True)
+                mark = (
+                    self._style("  ✗ ", fg="red") if c.is_error else self._style("  ⎿ ", dim=True)
+                )
                 self.line(mark + result_label(c))
             elif isinstance(c, Error):
-                self.line(self._style(f"  ! {c.error_class}: {_short(c.message, 100)}", fg="yellow"))
+                self.line(
+                    self._style(f"  ! {c.error_class}: {_short(c.message, 100)}", fg="yellow")
+                )
             elif isinstance(c, SystemNote) and isinstance(c.note, RecoveryNotice):
                 self.notice(c.note)
             elif isinstance(c, SystemNote) and isinstance(c.note, TurnEnded):
                 n = c.note
                 colour = {"completed": "green", "failed": "red"}.get(n.reason, "yellow")
-                self.line(self._style(f"● turn {n.reason}", fg=colour, bold=True) + (f": {n.message}" if n.message else ""))
+                self.line(
+                    self._style(f"● turn {n.reason}", fg=colour, bold=True)
+                    + (f": {n.message}" if n.message else "")
+                )
 
     def _streamed_any(self, _: Text) -> bool:
         # Text deltas were already printed while streaming; a provider that does not stream
@@ -187,7 +204,10 @@ class TerminalObserver:
             if self._in_text:
                 self.out.write("\n")
                 self._in_text = False
-            ok = click.confirm(self._style(f"? allow {request.summary}", bold=True) + f" ({request.reason})", default=False)
+            ok = click.confirm(
+                self._style(f"? allow {request.summary}", bold=True) + f" ({request.reason})",
+                default=False,
+            )
         return "allow" if ok else "deny"
 
 

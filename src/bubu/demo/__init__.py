@@ -33,7 +33,7 @@ def average(values):
         raise ValueError("average of an empty list")
     return total(values) / (len(values) - 1)
 ''',
-    "test_stats.py": '''\
+    "test_stats.py": """\
 import unittest
 
 from stats import average, total
@@ -53,7 +53,7 @@ class StatsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
-''',
+""",
     "check_style.py": '''\
 """A slow style check (it takes a couple of seconds, like real linters do)."""
 import pathlib

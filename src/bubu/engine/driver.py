@@ -16,7 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import msgspec
+
 from bubu import clock, failpoints, ids
+from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
+from bubu.engine.permissions import Answer, Asker, Policy, nobody
+from bubu.engine.prompt import system_prompt
 from bubu.errors import AppendConflict, BubuError, LeaseLost, ProviderError, ToolError
 from bubu.events import (
     Actions,
@@ -41,14 +46,19 @@ from bubu.events import (
     make,
 )
 from bubu.events import ModelRequest as ModelRequestNote
-from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
-from bubu.engine.permissions import Asker, Policy, nobody
-from bubu.engine.prompt import system_prompt
 from bubu.log import codec
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
 from bubu.projections.turn import CallState, TurnFold
-from bubu.providers.base import Delta, ModelRequest, ModelResponse, Provider, TextPart, ThinkingPart, ToolSpec
+from bubu.providers.base import (
+    Delta,
+    ModelRequest,
+    ModelResponse,
+    Provider,
+    TextPart,
+    ThinkingPart,
+    ToolSpec,
+)
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 
 StopReason = Literal["stopped", "suspended", "lease_lost"]
@@ -148,7 +158,9 @@ class Runner:
         """The host's policy widened by the one recorded when the turn started."""
         return Policy(
             yes=self.policy.yes or self.turn.yes,
-            allow_commands=tuple(dict.fromkeys([*self.policy.allow_commands, *self.turn.allow_commands])),
+            allow_commands=tuple(
+                dict.fromkeys([*self.policy.allow_commands, *self.turn.allow_commands])
+            ),
         )
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -162,7 +174,9 @@ class Runner:
             self.high_water = records[-1].seq
         return records
 
-    def append(self, events: Sequence[Event], *, durable: bool = False, blobs: Sequence[bytes] = ()) -> None:
+    def append(
+        self, events: Sequence[Event], *, durable: bool = False, blobs: Sequence[bytes] = ()
+    ) -> None:
         """Append through the lease, fold what was committed and tell the observer.
 
         Other processes may append only notice dismissals to a running session; such an append
@@ -171,7 +185,12 @@ class Runner:
         while True:
             try:
                 self.store.append(
-                    self.session.id, events, expect=self.high_water, durable=durable, lease=self.lease, blobs=blobs
+                    self.session.id,
+                    events,
+                    expect=self.high_water,
+                    durable=durable,
+                    lease=self.lease,
+                    blobs=blobs,
                 )
             except AppendConflict:
                 foreign = self._catch_up()
@@ -246,7 +265,9 @@ class Runner:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def start_run(self, cause: Literal["new", "resume", "recovery"], *, prefix: Sequence[Event] = ()) -> None:
+    def start_run(
+        self, cause: Literal["new", "resume", "recovery"], *, prefix: Sequence[Event] = ()
+    ) -> None:
         """Open a new run of the turn (after `prefix`, e.g. the user's request and turn start)."""
         self.run = ids.run_id()
         started = self.note(RunStarted(cause=cause, pid=os.getpid(), host=socket.gethostname()))
@@ -288,18 +309,20 @@ class Runner:
                                 "run `bubu recover` first"
                             )
                 except _Stop:
-                    reason = self._stop
-                    if reason == "lease_lost" or reason is None:
+                    stop = self._stop
+                    if stop == "lease_lost" or stop is None:
                         return None
-                    self._finish_stopped(reason)
-                    return reason
+                    self._finish_stopped(stop)
+                    return stop
         except LeaseLost:
             return None
         finally:
             self._stop_event.set()
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def end_turn(self, reason: TurnEndReason, message: str | None = None, *, extra: Sequence[Event] = ()) -> None:
+    def end_turn(
+        self, reason: TurnEndReason, message: str | None = None, *, extra: Sequence[Event] = ()
+    ) -> None:
         """Append the turn's end (fully synced)."""
         failpoints.hit("before_turn_end")
         self.append([*extra, self.note(TurnEnded(reason=reason, message=message))], durable=True)
@@ -309,9 +332,19 @@ class Runner:
         # Calls dispatched in this run whose outcome is missing were cancelled: say so.
         events = []
         for c in self.turn.dangling:
-            events.append(self._outcome(c, ToolResult(output=f"{reason} by the user before it finished", is_error=True), None))
+            events.append(
+                self._outcome(
+                    c,
+                    ToolResult(output=f"{reason} by the user before it finished", is_error=True),
+                    None,
+                )
+            )
         for c in self.turn.undispatched:
-            events.append(self._outcome(c, ToolResult(output=f"not run: the turn was {reason}", is_error=True), None))
+            events.append(
+                self._outcome(
+                    c, ToolResult(output=f"not run: the turn was {reason}", is_error=True), None
+                )
+            )
         msg = "stopped by the user" if reason == "stopped" else "suspended by an orderly shutdown"
         self.end_turn(reason, msg, extra=events)
 
@@ -327,15 +360,27 @@ class Runner:
             ordinal=self.turn.model_responses,
         )
 
+    def request_digest(self, request: ModelRequest) -> tuple[str, int]:
+        """The digest naming the exact request, and its estimated tokens (bytes / 4).
+
+        The digest is sha-256 over the canonical header (model, system prompt, tools, limits)
+        followed by the per-message digests of `ContextFold.fingerprint`, so it is O(new events)
+        to compute yet changes with any byte of the request.
+        """
+        header = _request_encoder.encode(
+            {"model": self.provider.spec, "system": request.system, "tools": request.tools,
+             "max_tokens": request.max_tokens, "ordinal": request.ordinal, "purpose": request.purpose}
+        )  # fmt: skip
+        messages, size = self.context.fingerprint()
+        digest = codec.sha256_hex(header + bytes.fromhex(messages))
+        return digest, (len(header) + size) // 4
+
     def _call_model(self) -> None:
         request = self.build_request()
-        body = codec.canonical_json(
-            {"model": self.provider.spec, "request": _builtins(request)}
-        )
-        estimate = len(body) // 4
+        digest, estimate = self.request_digest(request)
         for attempt in range(1, self.config.model_attempts + 1):
             self.append(
-                [self.note(ModelRequestNote(model=self.provider.spec, request_digest=codec.sha256_hex(body),
+                [self.note(ModelRequestNote(model=self.provider.spec, request_digest=digest,
                                             estimated_tokens=estimate, attempt=attempt))]
             )  # fmt: skip
             failpoints.hit("before_model_call")
@@ -348,7 +393,11 @@ class Runner:
                 if not e.retryable or attempt == self.config.model_attempts:
                     self.end_turn("failed", str(e))
                     return
-                delay = e.retry_after if e.retry_after is not None else self.config.backoff_s * 2 ** (attempt - 1)
+                delay = (
+                    e.retry_after
+                    if e.retry_after is not None
+                    else self.config.backoff_s * 2 ** (attempt - 1)
+                )
                 self.observer.on_activity(f"retrying in {delay:.1f}s ({e.error_class})")
                 self._sleep(min(delay, self.config.backoff_max_s))
                 continue
@@ -379,7 +428,11 @@ class Runner:
             if isinstance(p, TextPart):
                 contents.append(Text(text=codec.sanitize_text(p.text)))
             elif isinstance(p, ThinkingPart):
-                contents.append(Thinking(text=codec.sanitize_text(p.text), signature=p.signature, redacted=p.redacted))
+                contents.append(
+                    Thinking(
+                        text=codec.sanitize_text(p.text), signature=p.signature, redacted=p.redacted
+                    )
+                )
             else:
                 contents.append(FunctionCall(
                     call_id=p.call_id, name=codec.sanitize_text(p.name), arguments=sanitize(p.arguments),
@@ -442,7 +495,9 @@ class Runner:
         failpoints.hit("after_dispatch")
         self.execute(ready)
 
-    def execute(self, ready: Sequence[tuple[CallState, Tool, ToolContext, WriteIntent | None]]) -> None:
+    def execute(
+        self, ready: Sequence[tuple[CallState, Tool, ToolContext, WriteIntent | None]]
+    ) -> None:
         """Run dispatched calls concurrently and commit each outcome as it arrives."""
         futures: dict[cf.Future[ToolResult], tuple[CallState, float]] = {}
         for call, tool, ctx, intent in ready:
@@ -450,10 +505,8 @@ class Runner:
             fut = self._pool.submit(_run_tool, tool, call.arguments, ctx, intent)
             futures[fut] = (call, clock.monotonic())
         first = next(iter(futures))
-        try:
-            first.result(timeout=0.3)
-        except (cf.TimeoutError, Exception):
-            pass
+        # Let the first call get going, so that a crash here leaves it genuinely mid-way.
+        cf.wait([first], timeout=0.3)
         failpoints.hit("mid_tool")
         pending = set(futures)
         while pending:
@@ -467,7 +520,9 @@ class Runner:
         self.observer.on_activity(None)
         self._check_stop()
 
-    def _dispatch_fact(self, call: CallState, tool: Tool, intent: WriteIntent | None) -> ToolDispatch:
+    def _dispatch_fact(
+        self, call: CallState, tool: Tool, intent: WriteIntent | None
+    ) -> ToolDispatch:
         return ToolDispatch(
             call_id=call.call_id, tool=tool.name, effect=tool.effect,
             args_digest=codec.args_digest(call.arguments),
@@ -483,7 +538,15 @@ class Runner:
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools))
-            early.append(self._outcome(call, ToolResult(output=f"unknown tool {call.name!r}; the tools are: {known}", is_error=True), None))
+            early.append(
+                self._outcome(
+                    call,
+                    ToolResult(
+                        output=f"unknown tool {call.name!r}; the tools are: {known}", is_error=True
+                    ),
+                    None,
+                )
+            )
             return None
         if call.raw_arguments is not None:
             early.append(self._outcome(call, ToolResult(
@@ -510,12 +573,16 @@ class Runner:
                 return None
         return call, tool, ctx, intent
 
-    def _permission(self, call: CallState, tool: Tool, reason: str, early: list[Event]) -> str:
+    def _permission(self, call: CallState, tool: Tool, reason: str, early: list[Event]) -> Answer:
+        decision: Answer
+        answer: Answer
         if call.decision is not None:  # decided before a crash: never ask twice, never assume
             decision = call.decision.decision
         else:
             command = call.arguments.get("command") if tool.name == "run_command" else None
-            if self.effective_policy.allowed_without_asking(tool.name, command if isinstance(command, str) else None):
+            if self.effective_policy.allowed_without_asking(
+                tool.name, command if isinstance(command, str) else None
+            ):
                 return "allow"
             request = PermissionRequest(
                 request_id=ids.new_id("perm"), call_id=call.call_id, tool=tool.name,
@@ -534,14 +601,20 @@ class Runner:
                 got = self.asker(request)
                 answer, by = (got, "user") if got is not None else ("deny", "nobody")
             self._check_stop()
-            dec = PermissionDecision(request_id=request.request_id, call_id=call.call_id, decision=answer, by=by)
+            dec = PermissionDecision(
+                request_id=request.request_id, call_id=call.call_id, decision=answer, by=by
+            )
             self.append([self.event("system", "user" if by == "user" else "host", actions=Actions(permission_decision=dec),
                                     invocation=call.invocation)], durable=True)  # fmt: skip
             decision = answer
             if by == "nobody":
                 reason = f"nobody was there to approve it: {reason}"
         if decision != "allow":
-            early.append(self._outcome(call, ToolResult(output=f"permission denied: {reason}", is_error=True), None))
+            early.append(
+                self._outcome(
+                    call, ToolResult(output=f"permission denied: {reason}", is_error=True), None
+                )
+            )
         return decision
 
 
@@ -558,19 +631,20 @@ def _summary(tool: str, args: dict[str, object]) -> str:
     return f"{tool} {path}" if path is not None else tool
 
 
-def _run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+def _run_tool(
+    tool: Tool, args: dict[str, Any], ctx: ToolContext, intent: WriteIntent | None
+) -> ToolResult:
     try:
         return tool.run(args, ctx, intent)
     except ToolError as e:
         return ToolResult(output=str(e), is_error=True)
     except Exception as e:  # a tool bug is a result the model sees, never a crash of the run
-        return ToolResult(output=f"{tool.name} failed unexpectedly: {type(e).__name__}: {e}", is_error=True)
+        return ToolResult(
+            output=f"{tool.name} failed unexpectedly: {type(e).__name__}: {e}", is_error=True
+        )
 
 
-def _builtins(obj: object) -> Any:
-    import msgspec
-
-    return msgspec.to_builtins(obj, order="sorted")
+_request_encoder = msgspec.json.Encoder(order="sorted")
 
 
 __all__ = ["NullObserver", "Observer", "RunConfig", "Runner", "owner_id", "sanitize"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import Callable, Container
@@ -84,7 +85,10 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         report = store.verify(info.id)
         effects = {name: t.effect for name, t in host.tools.items()}
         plan = plan_recovery(
-            records, effects, observe(paths_to_observe(records)), chain_problem=None if report.ok else report.problem
+            records,
+            effects,
+            observe(paths_to_observe(records)),
+            chain_problem=None if report.ok else report.problem,
         )
         if plan.kind == "nothing":
             return Recovered(session=info.id, plan=plan, outcome="nothing")
@@ -95,7 +99,9 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         host.runner = runner
         runner.start_run("recovery")
         if plan.kind == "blocked":
-            runner.append([runner.note(RecoveryNotice(status="blocked", reason=plan.reason))], durable=True)
+            runner.append(
+                [runner.note(RecoveryNotice(status="blocked", reason=plan.reason))], durable=True
+            )
             return Recovered(session=info.id, plan=plan, outcome="blocked")
         _apply(runner, plan)
         failpoints.hit("mid_recovery")
@@ -107,16 +113,16 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
     finally:
         held = host.runner.lease if host.runner is not None else lease
         host.runner = None
-        try:
+        with contextlib.suppress(BubuError):
             store.release_lease(held)
-        except BubuError:
-            pass
 
 
 def _notice(plan: Plan) -> RecoveryNotice:
     return RecoveryNotice(
         status="ready",
-        silent_retries=[c.label for c in plan.calls if c.decision in ("rerun", "rerun_not_applied")],
+        silent_retries=[
+            c.label for c in plan.calls if c.decision in ("rerun", "rerun_not_applied")
+        ],
         verified_applied=[c.label for c in plan.calls if c.decision == "applied"],
         pending_review=[c.label for c in plan.calls if c.decision == "interrupted"],
         dropped_model_calls=plan.dropped_model_calls,
@@ -135,7 +141,11 @@ def _apply(runner: Runner, plan: Plan) -> None:
             invocation=call.invocation)  # fmt: skip
         settled.append(fact)
         if cp.decision == "applied":
-            settled.append(_response(runner, call, f"{cp.tool} was applied before the crash: {cp.reason}.", False))
+            settled.append(
+                _response(
+                    runner, call, f"{cp.tool} was applied before the crash: {cp.reason}.", False
+                )
+            )
         elif cp.decision == "interrupted":
             settled.append(_response(runner, call, INTERRUPTED, True))
         else:
@@ -147,7 +157,9 @@ def _apply(runner: Runner, plan: Plan) -> None:
     ready = []
     for cp, call in reruns:
         tool = runner.tools.get(cp.tool)
-        ctx = runner.context_for(call, outside_allowed=call.decision is not None and call.decision.decision == "allow")
+        ctx = runner.context_for(
+            call, outside_allowed=call.decision is not None and call.decision.decision == "allow"
+        )
         intent = None
         if tool is not None and tool.effect == "provable_write":
             try:
@@ -194,4 +206,3 @@ def recover_all(
             observer.line(f"recovering {info.id} ({info.title[:50]})")
         results[info.id] = recover_session(host, info).outcome
     return results
-

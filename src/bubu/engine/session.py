@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,10 +58,8 @@ class Host:
             yield runner
         finally:
             self.runner = None
-            try:
+            with contextlib.suppress(BubuError):
                 self.store.release_lease(runner.lease if runner is not None else lease)
-            except BubuError:
-                pass
 
 
 def new_session(store: Store, *, task: str, workspace: str | Path, model: str) -> SessionInfo:
@@ -75,9 +74,13 @@ def new_session(store: Store, *, task: str, workspace: str | Path, model: str) -
 def check_task(task: str) -> str:
     """Refuse tasks that cannot be a request; returns the task unchanged otherwise."""
     if not task.strip():
-        raise ConfigError("the task is empty; say what Bubu should do, e.g. bubu run \"fix the failing test\"")
+        raise ConfigError(
+            'the task is empty; say what Bubu should do, e.g. bubu run "fix the failing test"'
+        )
     if len(task.encode("utf-8", "replace")) > 1_000_000:
-        raise ConfigError("the task is larger than 1 MB; put the material in a file in the workspace and refer to it")
+        raise ConfigError(
+            "the task is larger than 1 MB; put the material in a file in the workspace and refer to it"
+        )
     return task
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -22,7 +23,16 @@ from bubu.errors import (
 from bubu.events import Event, Record, kind_of
 from bubu.log import codec
 from bubu.log.migrations import SQLITE_MIGRATIONS
-from bubu.log.store import AppendRequest, Durability, Head, Lease, SessionInfo, Store, View, VerifyReport
+from bubu.log.store import (
+    AppendRequest,
+    Durability,
+    Head,
+    Lease,
+    SessionInfo,
+    Store,
+    VerifyReport,
+    View,
+)
 from bubu.log.verify import verify_records
 
 BUSY_TIMEOUT_MS = 5000
@@ -60,7 +70,9 @@ def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
 class SQLiteStore(Store):
     """A `Store` in one SQLite file."""
 
-    def __init__(self, path: str | os.PathLike[str], *, durability: Durability = "adaptive") -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, durability: Durability = "adaptive"
+    ) -> None:
         self.path = str(path)
         self.url = self.path
         self.durability = durability
@@ -77,7 +89,10 @@ class SQLiteStore(Store):
         self._sync_full: bool | None = None
         try:
             self._db = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=BUSY_TIMEOUT_MS / 1000,
             )
             self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -128,14 +143,18 @@ class SQLiteStore(Store):
     def migrations(self) -> list[tuple[int, str]]:
         """The migrations recorded in this database, in order."""
         with self._lock:
-            return list(self._db.execute("SELECT version, name FROM bubu_migrations ORDER BY version"))
+            return list(
+                self._db.execute("SELECT version, name FROM bubu_migrations ORDER BY version")
+            )
 
     # -- sessions -----------------------------------------------------------------------------------
 
     def _sid(self, session: str) -> int:
         row = self._db.execute("SELECT sid FROM sessions WHERE id=?", (session,)).fetchone()
         if row is None:
-            raise UnknownSession(f"no session {session} in {self.path}; list them with `bubu sessions`")
+            raise UnknownSession(
+                f"no session {session} in {self.path}; list them with `bubu sessions`"
+            )
         return int(row[0])
 
     def create_session(
@@ -156,7 +175,13 @@ class SQLiteStore(Store):
             except sqlite3.Error as e:
                 raise _storage_error(self.path, e) from e
         return SessionInfo(
-            id=sid, title=title, workspace=workspace, created_ms=now, model=model, high_water=0, last_ms=None
+            id=sid,
+            title=title,
+            workspace=workspace,
+            created_ms=now,
+            model=model,
+            high_water=0,
+            last_ms=None,
         )
 
     _SESSION_SQL = (
@@ -178,7 +203,9 @@ class SQLiteStore(Store):
 
     def sessions(self) -> list[SessionInfo]:
         with self._lock:
-            rows = self._db.execute(self._SESSION_SQL + " ORDER BY s.created_ms DESC, s.sid DESC").fetchall()
+            rows = self._db.execute(
+                self._SESSION_SQL + " ORDER BY s.created_ms DESC, s.sid DESC"
+            ).fetchall()
         return [self._info(r) for r in rows]
 
     def session(self, ref: str) -> SessionInfo:
@@ -210,7 +237,12 @@ class SQLiteStore(Store):
     ) -> Head:
         pending = _Pending(
             AppendRequest(
-                session=session, events=events, expect=expect, durable=durable, lease=lease, blobs=blobs
+                session=session,
+                events=events,
+                expect=expect,
+                durable=durable,
+                lease=lease,
+                blobs=blobs,
             )
         )
         with self._qlock:
@@ -247,18 +279,14 @@ class SQLiteStore(Store):
                     p.error = e
             db.execute("COMMIT")
         except sqlite3.Error as e:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
             err = _storage_error(self.path, e)
             for p in batch:
                 p.result, p.error = None, err
         except BaseException:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
             raise
         finally:
             for p in batch:
@@ -342,7 +370,9 @@ class SQLiteStore(Store):
         decode = codec.decode
         return [Record(seq=s, hash=h.hex(), event=decode(p, seq=s)) for s, h, p in rows]
 
-    def raw(self, session: str, *, after: int = 0, upto: int | None = None) -> list[tuple[int, bytes, bytes]]:
+    def raw(
+        self, session: str, *, after: int = 0, upto: int | None = None
+    ) -> list[tuple[int, bytes, bytes]]:
         """(seq, hash, canonical payload) rows, undecoded, for export and verification."""
         with self._lock:
             return self._rows(session, after, upto, None)
@@ -374,7 +404,9 @@ class SQLiteStore(Store):
 
     # -- leases -----------------------------------------------------------------------------------
 
-    def acquire_lease(self, session: str, owner: str, ttl_s: float, *, steal: bool = False) -> Lease:
+    def acquire_lease(
+        self, session: str, owner: str, ttl_s: float, *, steal: bool = False
+    ) -> Lease:
         now = clock.now_ms()
         with self._lock:
             db = self._db
@@ -382,7 +414,9 @@ class SQLiteStore(Store):
             db.execute("BEGIN IMMEDIATE")
             try:
                 sid = self._sid(session)
-                row = db.execute("SELECT owner, epoch, expires_ms FROM leases WHERE sid=?", (sid,)).fetchone()
+                row = db.execute(
+                    "SELECT owner, epoch, expires_ms FROM leases WHERE sid=?", (sid,)
+                ).fetchone()
                 epoch = 0
                 if row is not None:
                     cur_owner, epoch, expires = str(row[0]), int(row[1]), int(row[2])
@@ -391,7 +425,12 @@ class SQLiteStore(Store):
                             f"session {session} is being run by {cur_owner}; wait for it to "
                             "finish or stop it first"
                         )
-                lease = Lease(session=session, owner=owner, epoch=epoch + 1, expires_ms=now + int(ttl_s * 1000))
+                lease = Lease(
+                    session=session,
+                    owner=owner,
+                    epoch=epoch + 1,
+                    expires_ms=now + int(ttl_s * 1000),
+                )
                 db.execute(
                     "INSERT INTO leases(sid, owner, epoch, expires_ms) VALUES (?,?,?,?) "
                     "ON CONFLICT(sid) DO UPDATE SET owner=excluded.owner, epoch=excluded.epoch, "
@@ -413,8 +452,12 @@ class SQLiteStore(Store):
                 (expires, sid, lease.epoch, lease.owner),
             )
             if cur.rowcount != 1:
-                raise LeaseLost(f"the lease on session {lease.session} was taken over by another runner")
-        return Lease(session=lease.session, owner=lease.owner, epoch=lease.epoch, expires_ms=expires)
+                raise LeaseLost(
+                    f"the lease on session {lease.session} was taken over by another runner"
+                )
+        return Lease(
+            session=lease.session, owner=lease.owner, epoch=lease.epoch, expires_ms=expires
+        )
 
     def release_lease(self, lease: Lease) -> None:
         with self._lock:
@@ -427,7 +470,9 @@ class SQLiteStore(Store):
     def current_lease(self, session: str) -> Lease | None:
         with self._lock:
             sid = self._sid(session)
-            row = self._db.execute("SELECT owner, epoch, expires_ms FROM leases WHERE sid=?", (sid,)).fetchone()
+            row = self._db.execute(
+                "SELECT owner, epoch, expires_ms FROM leases WHERE sid=?", (sid,)
+            ).fetchone()
         if row is None:
             return None
         return Lease(session=session, owner=str(row[0]), epoch=int(row[1]), expires_ms=int(row[2]))
@@ -473,7 +518,9 @@ class SQLiteStore(Store):
             if kind is None:
                 cur = self._db.execute("DELETE FROM views WHERE session=?", (session,))
             else:
-                cur = self._db.execute("DELETE FROM views WHERE session=? AND kind=?", (session, kind))
+                cur = self._db.execute(
+                    "DELETE FROM views WHERE session=? AND kind=?", (session, kind)
+                )
             return cur.rowcount
 
     # -- lifecycle --------------------------------------------------------------------------------

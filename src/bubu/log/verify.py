@@ -18,7 +18,7 @@ def verify_records(
     expected = 1
     for seq, stored, payload in rows:
 
-        def bad(problem: str, seq: int = seq) -> VerifyReport:
+        def bad(problem: str, seq: int = seq, prev: bytes = prev) -> VerifyReport:
             return VerifyReport(
                 session=session,
                 ok=False,
@@ -41,6 +41,8 @@ def verify_records(
             return bad(f"the event at seq {seq} belongs to session {ev.session}")
         blob = getattr(ev.content, "blob", None)
         if blob is not None and blobs_ok is not None and not blobs_ok.get(blob.sha256, False):
-            return bad(f"the blob {blob.sha256[:12]}… referenced at seq {seq} is missing or damaged")
+            return bad(
+                f"the blob {blob.sha256[:12]}… referenced at seq {seq} is missing or damaged"
+            )
         expected += 1
     return VerifyReport(session=session, ok=True, high_water=len(rows), digest=prev.hex())

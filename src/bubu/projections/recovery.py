@@ -68,7 +68,9 @@ def label(name: str, args: Mapping[str, object]) -> str:
 def paths_to_observe(records: Sequence[Record]) -> list[str]:
     """The files whose current hash the plan needs: targets of dangling provable writes."""
     t = fold(records)
-    return sorted({c.dispatch.path for c in t.dangling if c.dispatch is not None and c.dispatch.path})
+    return sorted(
+        {c.dispatch.path for c in t.dangling if c.dispatch is not None and c.dispatch.path}
+    )
 
 
 def _integrity(records: Sequence[Record]) -> str | None:
@@ -92,9 +94,12 @@ def _integrity(records: Sequence[Record]) -> str | None:
     return None
 
 
-def _decide(c: CallState, effects: Mapping[str, EffectClass], observed: Mapping[str, str | None]) -> CallPlan:
+def _decide(
+    c: CallState, effects: Mapping[str, EffectClass], observed: Mapping[str, str | None]
+) -> CallPlan:
     d = c.dispatch
-    assert d is not None and c.dispatch_seq is not None
+    assert d is not None
+    assert c.dispatch_seq is not None
     known = effects.get(c.name, "side_effecting")
     effect = known if _RANK[known] >= _RANK[d.effect] else d.effect
     decision: RecoveryDecision
@@ -105,9 +110,15 @@ def _decide(c: CallState, effects: Mapping[str, EffectClass], observed: Mapping[
         if now == d.after_sha256:
             decision, reason = "applied", "the file has the intended content (hash verified)"
         elif now == d.before_sha256:
-            decision, reason = "rerun_not_applied", "the file is unchanged (hash verified), so the write is re-run"
+            decision, reason = (
+                "rerun_not_applied",
+                "the file is unchanged (hash verified), so the write is re-run",
+            )
         else:
-            decision, reason = "interrupted", "the file matches neither the content before nor the intended content"
+            decision, reason = (
+                "interrupted",
+                "the file matches neither the content before nor the intended content",
+            )
     else:
         decision, reason = "interrupted", "a side effect that cannot be proven; never re-run"
     return CallPlan(

@@ -24,7 +24,9 @@ from bubu.events import (
     TurnStarted,
 )
 
-ToolStatus = Literal["proposed", "dispatched", "completed", "failed", "interrupted", "recovered", "denied"]
+ToolStatus = Literal[
+    "proposed", "dispatched", "completed", "failed", "interrupted", "recovered", "denied"
+]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -71,31 +73,46 @@ class Transcript:
         ev, c, a = r.event, r.event.content, r.event.actions
         add = self.items.append
         if isinstance(c, Text) and c.text:
-            add(Message(seq=r.seq, kind="user" if ev.role == "user" else "assistant", text=c.text, turn=ev.turn))
+            add(
+                Message(
+                    seq=r.seq,
+                    kind="user" if ev.role == "user" else "assistant",
+                    text=c.text,
+                    turn=ev.turn,
+                )
+            )
         elif isinstance(c, Thinking):
-            add(Message(seq=r.seq, kind="thinking", text=c.text or "(redacted thinking)", turn=ev.turn))
+            add(
+                Message(
+                    seq=r.seq, kind="thinking", text=c.text or "(redacted thinking)", turn=ev.turn
+                )
+            )
         elif isinstance(c, FunctionCall):
             card = ToolCard(seq=r.seq, call_id=c.call_id, name=c.name, arguments=dict(c.arguments))
             self.cards[c.call_id] = card
             add(card)
         elif isinstance(c, FunctionResponse):
-            card = self.cards.get(c.call_id)
-            if card is not None:
-                card.result, card.is_error, card.duration_ms = c.result, c.is_error, c.duration_ms
-                card.blob = None if c.blob is None else c.blob.sha256
-                if card.recovery is None:
+            done = self.cards.get(c.call_id)
+            if done is not None:
+                done.result, done.is_error, done.duration_ms = c.result, c.is_error, c.duration_ms
+                done.blob = None if c.blob is None else c.blob.sha256
+                if done.recovery is None:
                     denied = c.is_error and c.result.startswith("permission denied")
-                    card.status = "denied" if denied else ("failed" if c.is_error else "completed")
+                    done.status = "denied" if denied else ("failed" if c.is_error else "completed")
         elif isinstance(c, Error):
-            add(Message(seq=r.seq, kind="error", text=f"{c.error_class}: {c.message}", turn=ev.turn))
+            add(
+                Message(seq=r.seq, kind="error", text=f"{c.error_class}: {c.message}", turn=ev.turn)
+            )
         elif isinstance(c, SystemNote):
             self._note(r, c)
         if a is not None:
-            if a.tool_dispatch is not None and (card := self.cards.get(a.tool_dispatch.call_id)):
-                card.status, card.effect = "dispatched", a.tool_dispatch.effect
-            if a.tool_recovery is not None and (card := self.cards.get(a.tool_recovery.call_id)):
-                card.recovery = a.tool_recovery.decision
-                card.status = "interrupted" if a.tool_recovery.decision == "interrupted" else "recovered"
+            if a.tool_dispatch is not None and (dcard := self.cards.get(a.tool_dispatch.call_id)):
+                dcard.status, dcard.effect = "dispatched", a.tool_dispatch.effect
+            if a.tool_recovery is not None and (rcard := self.cards.get(a.tool_recovery.call_id)):
+                rcard.recovery = a.tool_recovery.decision
+                rcard.status = (
+                    "interrupted" if a.tool_recovery.decision == "interrupted" else "recovered"
+                )
             if a.token_usage is not None:
                 u = a.token_usage
                 self.model_calls += 1
@@ -113,7 +130,9 @@ class Transcript:
             case TurnEnded(reason=reason, message=message):
                 text = f"turn {reason}" + (f": {message}" if message else "")
             case RunStarted(cause=cause):
-                text = {"new": None, "resume": "resumed", "recovery": "recovered after a crash"}[cause]
+                text = {"new": None, "resume": "resumed", "recovery": "recovered after a crash"}[
+                    cause
+                ]
             case StepLimit(steps=steps):
                 text = f"step limit of {steps} reached"
             case RecoveryNotice():
@@ -121,7 +140,9 @@ class Transcript:
             case NoticeDismissed():
                 text = "recovery notice dismissed"
             case Compaction(watermark=w, ok=ok):
-                text = f"context compacted through seq {w}" if ok else f"compaction failed at seq {w}"
+                text = (
+                    f"context compacted through seq {w}" if ok else f"compaction failed at seq {w}"
+                )
             case Info(text=t):
                 text = t
             case _:
@@ -140,7 +161,9 @@ def notice_text(n: RecoveryNotice) -> str:
     if n.verified_applied:
         lines.append("recorded as applied: " + ", ".join(n.verified_applied))
     if n.pending_review:
-        lines.append("awaiting your review (may or may not have happened): " + ", ".join(n.pending_review))
+        lines.append(
+            "awaiting your review (may or may not have happened): " + ", ".join(n.pending_review)
+        )
     if n.dropped_model_calls:
         lines.append(f"in-flight model call issued again: {n.dropped_model_calls}")
     return "\n".join(lines)

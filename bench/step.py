@@ -1,0 +1,149 @@
+"""The runtime's own cost per agent step, against the durable-append floor, in one run.
+
+A step is one model response with one tool call (~200 B of arguments) and one tool result
+(~2 KB), driven through the real engine (`Runner`: request note, response append, synced
+dispatch, outcome, folds) with an instant in-process model and a no-op side-effecting tool, so
+that what is measured is everything except model and tool time. The floor is what any durable
+agent must pay at least: one fully synced SQLite transaction (WAL, synchronous=FULL) per step
+holding the same call and result bytes.
+
+Usage: python bench/step.py [--steps N]. Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from bubu.engine.driver import RunConfig
+from bubu.engine.session import Host, new_session, start_turn
+from bubu.events import EffectClass
+from bubu.log.sqlite import SQLiteStore
+from bubu.providers.base import (
+    DeltaSink,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    Usage,
+)
+from bubu.tools.base import ToolContext, ToolResult, WriteIntent
+
+ARGS = {"path": "src/module.py", "note": "x" * 160}
+RESULT = ("line of tool output " * 8 + "\n") * 13  # about 2 KB
+
+
+class InstantModel:
+    """Answers every call at once with one tool call, then ends after `steps` calls."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.seconds = 0.0
+
+    spec = "bench:instant"
+    context_window = 1_000_000
+
+    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        t0 = time.perf_counter()
+        if request.ordinal >= self.steps:
+            out = ModelResponse(
+                parts=(TextPart(text="done"),), usage=Usage(input_tokens=1, output_tokens=1)
+            )
+        else:
+            call = ToolCallPart(call_id=f"c{request.ordinal}", name="noop", arguments=ARGS)
+            out = ModelResponse(
+                parts=(call,), usage=Usage(input_tokens=1, output_tokens=1), stop_reason="tool_use"
+            )
+        self.seconds += time.perf_counter() - t0
+        return out
+
+
+class NoopTool:
+    """A side-effecting tool (so its dispatch is fully synced) that does nothing."""
+
+    name = "noop"
+    description = "does nothing"
+    parameters: ClassVar[dict[str, Any]] = {"type": "object"}
+    effect: EffectClass = "side_effecting"
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def permission(self, args: dict[str, Any], ctx: ToolContext) -> str | None:
+        return None
+
+    def prepare(self, args: dict[str, Any], ctx: ToolContext) -> WriteIntent | None:
+        return None
+
+    def run(self, args: dict[str, Any], ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+        t0 = time.perf_counter()
+        out = ToolResult(output=RESULT)
+        self.seconds += time.perf_counter() - t0
+        return out
+
+
+def bubu_steps(tmp: Path, steps: int) -> tuple[float, float]:
+    """Mean and total runtime seconds per step through the engine (model and tool time removed)."""
+    store = SQLiteStore(tmp / "bubu.db")
+    model, tool = InstantModel(steps), NoopTool()
+    host = Host(
+        store=store, provider=model, tools={"noop": tool}, config=RunConfig(max_steps=steps + 5)
+    )
+    info = new_session(store, task="bench", workspace=tmp, model=model.spec)
+    t0 = time.perf_counter()
+    reason = start_turn(host, info, "bench")
+    wall = time.perf_counter() - t0
+    assert reason == "completed", reason
+    runtime = wall - model.seconds - tool.seconds
+    store.close()
+    return runtime / steps, wall
+
+
+def floor_steps(tmp: Path, steps: int) -> list[float]:
+    """Per-step seconds of one fully synced raw insert of the same call and result bytes."""
+    db = sqlite3.connect(tmp / "floor.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, payload BLOB)")
+    call = json.dumps({"name": "noop", "arguments": ARGS}).encode()
+    result = json.dumps({"result": RESULT}).encode()
+    out = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        db.execute("BEGIN")
+        db.execute("INSERT INTO t(payload) VALUES (?)", (call,))
+        db.execute("INSERT INTO t(payload) VALUES (?)", (result,))
+        db.execute("COMMIT")
+        out.append(time.perf_counter() - t0)
+    db.close()
+    return out
+
+
+def main() -> None:
+    """Run both and print the ratio."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=500)
+    steps = ap.parse_args().steps
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        floor = floor_steps(tmp, steps)
+        per_step, wall = bubu_steps(tmp, steps)
+    floor_mean = statistics.fmean(floor)
+    print(f"steps: {steps}")
+    print(f"floor (one synced raw transaction per step): mean {floor_mean * 1000:.3f} ms")
+    print(
+        f"bubu runtime per step (model and tool time removed): {per_step * 1000:.3f} ms  (wall {wall:.2f} s)"
+    )
+    print(f"ratio: {per_step / floor_mean:.2f}x  (target <= 3x)")
+    print(json.dumps({"steps": steps, "runtime_step_ms": round(per_step * 1000, 4),
+                      "floor_step_ms": round(floor_mean * 1000, 4), "ratio": round(per_step / floor_mean, 3)}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
