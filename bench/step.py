@@ -19,7 +19,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from bubu.engine.driver import RunConfig
 from bubu.engine.session import Host, new_session, start_turn
@@ -67,12 +67,11 @@ class InstantModel:
 class NoopTool:
     """A side-effecting tool (so its dispatch is fully synced) that does nothing."""
 
-    name = "noop"
-    description = "does nothing"
-    parameters: ClassVar[dict[str, Any]] = {"type": "object"}
-    effect: EffectClass = "side_effecting"
-
     def __init__(self) -> None:
+        self.name = "noop"
+        self.description = "does nothing"
+        self.parameters: dict[str, Any] = {"type": "object"}
+        self.effect: EffectClass = "side_effecting"
         self.seconds = 0.0
 
     def permission(self, args: dict[str, Any], ctx: ToolContext) -> str | None:

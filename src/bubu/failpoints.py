@@ -40,7 +40,9 @@ def _parse(spec: str) -> dict[str, int]:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, _, nth = part.partition("@")
         if name not in NAMES:
-            raise ConfigError(f"unknown failpoint {name!r} in BUBU_FAILPOINT; known: {', '.join(sorted(NAMES))}")
+            raise ConfigError(
+                f"unknown failpoint {name!r} in BUBU_FAILPOINT; known: {', '.join(sorted(NAMES))}"
+            )
         try:
             armed[name] = int(nth) if nth else 1
         except ValueError as e:

@@ -63,7 +63,9 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise CorruptLog(f"the first line is not a Bubu export header ({e})") from e
     if header.format != EXPORT_FORMAT:
-        raise CorruptLog(f"unknown export format {header.format!r} (this Bubu reads {EXPORT_FORMAT})")
+        raise CorruptLog(
+            f"unknown export format {header.format!r} (this Bubu reads {EXPORT_FORMAT})"
+        )
     prev = codec.GENESIS
     events = []
     for n, raw in enumerate(lines[1:], start=1):
@@ -81,7 +83,9 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
         if codec.encode(ev) != payload:
             raise CorruptLog(f"the event at seq {n} is not in canonical form", seq=n)
         if ev.session != header.session:
-            raise CorruptLog(f"the event at seq {n} belongs to another session ({ev.session})", seq=n)
+            raise CorruptLog(
+                f"the event at seq {n} belongs to another session ({ev.session})", seq=n
+            )
         events.append(ev)
     if len(events) != header.high_water or prev.hex() != header.digest:
         raise CorruptLog(
@@ -95,7 +99,10 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
     else:
         raise StorageError(f"session {header.session} already exists in this database")
     info = store.create_session(
-        title=header.title, workspace=header.workspace, model=header.model, session_id=header.session
+        title=header.title,
+        workspace=header.workspace,
+        model=header.model,
+        session_id=header.session,
     )
     head = store.append(info.id, events, expect=0, durable=True) if events else store.head(info.id)
     if head.digest != header.digest:

@@ -74,6 +74,8 @@ class Tool(Protocol):
         """For a provable write, what it will write (raise ToolError if it cannot); else None."""
         ...
 
-    def run(self, args: dict[str, JSON], ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+    def run(
+        self, args: dict[str, JSON], ctx: ToolContext, intent: WriteIntent | None
+    ) -> ToolResult:
         """Do the work. A provable write performs exactly `intent` (atomically)."""
         ...
