@@ -36,12 +36,12 @@ def default_model() -> str:
     if os.environ.get(DEFAULT_MODEL_ENV):
         return os.environ[DEFAULT_MODEL_ENV]
     if os.environ.get("ANTHROPIC_API_KEY"):
-        return "anthropic:claude-sonnet-4-5"
+        return "anthropic:claude-sonnet-5-5"
     if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        return "openai:gpt-4.1"
+        return "openai:gpt-5"
     raise ConfigError(
-        "no model given: pass -m provider:model (e.g. -m anthropic:claude-sonnet-4-5, "
-        "-m openai:gpt-4.1, -m scripted:FILE) or set BUBU_MODEL; try `bubu demo` for a run without a key"
+        "no model given: pass -m provider:model (e.g. -m anthropic:claude-sonnet-5-5, "
+        "-m openai:gpt-5, -m scripted:FILE) or set BUBU_MODEL; try `bubu demo` for a run without a key"
     )
 
 
@@ -53,7 +53,7 @@ def model_options(f: Any) -> Any:
                 "-m",
                 "--model",
                 default=None,
-                help="provider:model, e.g. anthropic:claude-sonnet-4-5.",
+                help="provider:model, e.g. anthropic:claude-sonnet-5-5.",
             ),
             click.option(
                 "--base-url", default=None, help="An OpenAI-compatible server (Ollama, vLLM …)."
@@ -63,6 +63,13 @@ def model_options(f: Any) -> Any:
                 type=int,
                 default=None,
                 help="Override the model's window (tokens).",
+            ),
+            click.option(
+                "--thinking",
+                type=int,
+                default=None,
+                metavar="TOKENS",
+                help="Extended thinking budget (Anthropic).",
             ),
             click.option("--yes", is_flag=True, help="Approve every permission request."),
             click.option(
@@ -98,7 +105,10 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     from bubu.tools import builtin_tools
 
     provider = resolve(
-        model, base_url=opts.get("base_url"), context_window=opts.get("context_window")
+        model,
+        base_url=opts.get("base_url"),
+        context_window=opts.get("context_window"),
+        thinking_budget=opts.get("thinking"),
     )
     return Host(
         store=store,
@@ -280,7 +290,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
 
 
 def _args(args: dict[str, object]) -> str:
-    main = args.get("command") or args.get("path") or args.get("pattern") or ""
+    main = args.get("command") or args.get("pattern") or args.get("path") or ""
     text = " ".join(str(main).split())
     return text[:80]
 

@@ -41,7 +41,7 @@ def open_store(db: str | None = None, *, durability: Durability = "adaptive") ->
             raise ConfigError(
                 "PostgreSQL support needs psycopg; install it with `pip install 'bubu-agent[postgres]'`"
             ) from e
-        return PostgresStore(target)
+        return PostgresStore(target, durability=durability)
     from bubu.log.sqlite import SQLiteStore
 
     return SQLiteStore(target, durability=durability)

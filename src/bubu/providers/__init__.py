@@ -1,4 +1,4 @@
-"""Model providers behind one seam, resolved from a spec like ``anthropic:claude-sonnet-4-5``."""
+"""Model providers behind one seam, resolved from a spec like ``anthropic:claude-sonnet-5-5``."""
 
 from __future__ import annotations
 
@@ -11,14 +11,18 @@ PROVIDERS = ("scripted", "openai", "anthropic")
 
 
 def resolve(
-    spec: str, *, base_url: str | None = None, context_window: int | None = None
+    spec: str,
+    *,
+    base_url: str | None = None,
+    context_window: int | None = None,
+    thinking_budget: int | None = None,
 ) -> Provider:
     """The provider for `spec` (``scripted:PATH``, ``openai:MODEL``, ``anthropic:MODEL``)."""
     name, sep, model = spec.partition(":")
     if not sep or not model:
         raise ConfigError(
-            f"the model spec {spec!r} is not provider:model; e.g. anthropic:claude-sonnet-4-5, "
-            "openai:gpt-4.1, or scripted:PATH"
+            f"the model spec {spec!r} is not provider:model; e.g. anthropic:claude-sonnet-5-5, "
+            "openai:gpt-5, or scripted:PATH"
         )
     if name == "scripted":
         from bubu.providers.scripted import ScriptedProvider
@@ -32,5 +36,7 @@ def resolve(
     if name == "anthropic":
         from bubu.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(model, base_url=base_url, context_window=context_window)
+        return AnthropicProvider(
+            model, base_url=base_url, context_window=context_window, thinking_budget=thinking_budget
+        )
     raise ConfigError(f"unknown model provider {name!r}; known: {', '.join(PROVIDERS)}")

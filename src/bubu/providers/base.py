@@ -116,7 +116,11 @@ class ModelRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
-    """Token accounting as the provider reports it."""
+    """Token accounting as the provider reports it.
+
+    `input_tokens` is the whole prompt, cache reads and writes included (adapters normalize
+    providers that count them apart); the cache fields say how much of it hit or filled the cache.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0

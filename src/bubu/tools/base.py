@@ -27,10 +27,15 @@ JSON: TypeAlias = Any
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResult:
-    """What a tool produced: the text the model sees, and whether it is an error."""
+    """What a tool produced: the text the model sees, and whether it is an error.
+
+    `full` is the complete output when `output` had to be cut (a command's whole transcript):
+    the engine offloads it to the blob table so no byte is lost and the model can page through it.
+    """
 
     output: str
     is_error: bool = False
+    full: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

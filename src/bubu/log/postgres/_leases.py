@@ -1,0 +1,78 @@
+"""Leases on sessions, timed by the database server's clock so that every machine agrees.
+
+A lease is (owner, epoch, expires_ms) per session. Taking one bumps the epoch while holding the
+session's head row lock, the same lock every append takes, so an append either finishes under the
+old epoch or sees the new one: a runner whose lease was taken over can never write again.
+"""
+
+from __future__ import annotations
+
+from bubu.errors import LeaseError, LeaseLost
+from bubu.log.postgres._connect import Connection
+from bubu.log.postgres._schema import NOW_MS_SQL
+from bubu.log.store import Lease
+
+
+def acquire(
+    db: Connection, sid: int, session: str, owner: str, ttl_ms: int, *, steal: bool
+) -> Lease:
+    """Take the lease with a new epoch (inside the caller's transaction, with the head row locked).
+
+    Raises LeaseError when another owner's lease is still live and `steal` is false.
+    """
+    now_row = db.execute(f"SELECT {NOW_MS_SQL}").fetchone()
+    assert now_row is not None
+    now = int(now_row[0])
+    cur = db.execute("SELECT owner, epoch, expires_ms FROM leases WHERE sid = %s", [sid]).fetchone()
+    epoch = 0
+    if cur is not None:
+        cur_owner, epoch, expires = str(cur[0]), int(cur[1]), int(cur[2])
+        if cur_owner and expires > now and cur_owner != owner and not steal:
+            raise LeaseError(
+                f"session {session} is being run by {cur_owner}; wait for it to finish or stop "
+                "it first"
+            )
+    lease = Lease(session=session, owner=owner, epoch=epoch + 1, expires_ms=now + ttl_ms)
+    db.execute(
+        "INSERT INTO leases(sid, owner, epoch, expires_ms) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (sid) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
+        "expires_ms = excluded.expires_ms",
+        [sid, owner, lease.epoch, lease.expires_ms],
+    )
+    return lease
+
+
+def renew(db: Connection, sid: int, lease: Lease, ttl_ms: int) -> Lease:
+    """Extend a held lease to `ttl_ms` from the server's now; raises LeaseLost if taken over."""
+    row = db.execute(
+        f"UPDATE leases SET expires_ms = {NOW_MS_SQL} + %s "
+        "WHERE sid = %s AND epoch = %s AND owner = %s RETURNING expires_ms",
+        [ttl_ms, sid, lease.epoch, lease.owner],
+    ).fetchone()
+    if row is None:
+        raise LeaseLost(f"the lease on session {lease.session} was taken over by another runner")
+    return Lease(
+        session=lease.session, owner=lease.owner, epoch=lease.epoch, expires_ms=int(row[0])
+    )
+
+
+def release(db: Connection, sid: int, lease: Lease) -> None:
+    """Give the lease up if it is still this one (the epoch stays, so fencing still holds)."""
+    db.execute(
+        "UPDATE leases SET owner = '', expires_ms = 0 WHERE sid = %s AND epoch = %s AND owner = %s",
+        [sid, lease.epoch, lease.owner],
+    )
+
+
+def current(db: Connection, sid: int, session: str) -> Lease | None:
+    """The session's lease row, expired or not, if any."""
+    row = db.execute("SELECT owner, epoch, expires_ms FROM leases WHERE sid = %s", [sid]).fetchone()
+    if row is None:
+        return None
+    return Lease(session=session, owner=str(row[0]), epoch=int(row[1]), expires_ms=int(row[2]))
+
+
+def epochs(db: Connection, sids: list[int]) -> dict[int, int]:
+    """The current lease epoch of each of `sids` that has a lease row."""
+    rows = db.execute("SELECT sid, epoch FROM leases WHERE sid = ANY(%s)", [sids])
+    return {int(r[0]): int(r[1]) for r in rows}

@@ -1,0 +1,200 @@
+"""The PostgreSQL schema and its migrations: SQLite's log, with the rules enforced by the server.
+
+The statements run with `search_path` set to the store's schema, so names are unqualified; the
+trigger functions that read tables pin that path (`SET search_path FROM CURRENT`) so they behave
+the same when a foreign connection with another path writes to the tables. Never edit a released
+step: add a new one.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from bubu.errors import NewerLogError
+from bubu.log.migrations import Migration
+from bubu.log.postgres._connect import Connection
+
+GENESIS_SQL = "decode(repeat('00', 32), 'hex')"
+"""The chain hash before a session's first event, as a SQL expression."""
+
+NOW_MS_SQL = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+"""The database clock in Unix milliseconds, as a SQL expression (leases are timed by it)."""
+
+REQUIRED_TRIGGERS: tuple[tuple[str, str], ...] = (
+    ("events", "events_chain"),
+    ("events", "events_immutable"),
+    ("blobs", "blobs_immutable"),
+    ("sessions", "sessions_guard"),
+)
+"""(table, trigger) pairs that must exist and be enabled for the log's rules to hold."""
+
+
+def _immutable(table: str) -> tuple[str, ...]:
+    # Statement-level, so even an UPDATE or DELETE that matches no row is refused.
+    return (
+        f"CREATE TRIGGER {table}_immutable BEFORE UPDATE OR DELETE OR TRUNCATE ON {table} "
+        "FOR EACH STATEMENT EXECUTE FUNCTION refuse_change()",
+    )
+
+
+_REFUSE_CHANGE = """
+CREATE FUNCTION refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'bubu: % are append-only (% refused)', TG_TABLE_NAME, TG_OP
+    USING ERRCODE = 'integrity_constraint_violation';
+END $$
+"""
+
+# One pass over the inserted rows per statement: each session's rows must continue its head
+# (gapless seq from high_water + 1, each hash = sha256(previous hash || payload)), and the head
+# row moves with them. The head row is locked, so concurrent writers to one session serialise.
+_EVENTS_CHAIN = """
+CREATE FUNCTION events_chain() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+DECLARE
+  r record;
+  cur bigint := NULL;
+  hw bigint;
+  h bytea;
+BEGIN
+  FOR r IN SELECT sid, seq, payload, hash FROM new_rows ORDER BY sid, seq LOOP
+    IF cur IS DISTINCT FROM r.sid THEN
+      IF cur IS NOT NULL THEN
+        UPDATE sessions SET high_water = hw, head = h WHERE sid = cur;
+      END IF;
+      SELECT s.high_water, s.head INTO hw, h FROM sessions s WHERE s.sid = r.sid FOR NO KEY UPDATE;
+      cur := r.sid;
+    END IF;
+    IF r.seq <> hw + 1 THEN
+      RAISE EXCEPTION 'bubu: seq must be gapless (expected %, got %)', hw + 1, r.seq
+        USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    h := sha256(h || r.payload);
+    IF h <> r.hash THEN
+      RAISE EXCEPTION 'bubu: the hash at seq % does not chain from the one before', r.seq
+        USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    hw := r.seq;
+  END LOOP;
+  IF cur IS NOT NULL THEN
+    UPDATE sessions SET high_water = hw, head = h WHERE sid = cur;
+  END IF;
+  RETURN NULL;
+END $$
+"""
+
+# A session's identity and head change only through events_chain (trigger depth 2).
+_SESSIONS_GUARD = f"""
+CREATE FUNCTION sessions_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    IF NEW.high_water <> 0 OR NEW.head <> {GENESIS_SQL} THEN
+      RAISE EXCEPTION 'bubu: a new session starts with an empty log'
+        USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+  ELSIF pg_trigger_depth() < 2 AND (NEW.sid, NEW.id, NEW.high_water, NEW.head)
+        IS DISTINCT FROM (OLD.sid, OLD.id, OLD.high_water, OLD.head) THEN
+    RAISE EXCEPTION 'bubu: a session''s id and head change only by appending events'
+      USING ERRCODE = 'integrity_constraint_violation';
+  END IF;
+  RETURN NEW;
+END $$
+"""
+
+PG_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "log, sessions, blobs, leases, views",
+        (
+            "CREATE TABLE sessions(sid bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+            'id text COLLATE "C" NOT NULL UNIQUE, title text NOT NULL, workspace text NOT NULL, '
+            "model text, created_ms bigint NOT NULL, last_ms bigint, "
+            "high_water bigint NOT NULL DEFAULT 0 CHECK (high_water >= 0), "
+            f"head bytea NOT NULL DEFAULT {GENESIS_SQL} CHECK (length(head) = 32))",
+            "CREATE INDEX sessions_created ON sessions(created_ms DESC, sid DESC)",
+            "CREATE TABLE events(sid bigint NOT NULL REFERENCES sessions(sid), "
+            "seq bigint NOT NULL CHECK (seq > 0), kind text NOT NULL, payload bytea NOT NULL, "
+            "hash bytea NOT NULL CHECK (length(hash) = 32), PRIMARY KEY (sid, seq))",
+            "CREATE INDEX events_kind ON events(sid, kind, seq)",
+            _REFUSE_CHANGE,
+            _EVENTS_CHAIN,
+            "CREATE TRIGGER events_chain AFTER INSERT ON events REFERENCING NEW TABLE AS new_rows "
+            "FOR EACH STATEMENT EXECUTE FUNCTION events_chain()",
+            *_immutable("events"),
+            _SESSIONS_GUARD,
+            "CREATE TRIGGER sessions_guard BEFORE INSERT OR UPDATE ON sessions "
+            "FOR EACH ROW EXECUTE FUNCTION sessions_guard()",
+            "CREATE TABLE blobs(sha256 text PRIMARY KEY, size bigint NOT NULL, "
+            "data bytea NOT NULL, "
+            "CHECK (sha256 = encode(sha256(data), 'hex')), CHECK (size = length(data)))",
+            *_immutable("blobs"),
+            "CREATE TABLE leases(sid bigint PRIMARY KEY REFERENCES sessions(sid), "
+            "owner text NOT NULL, epoch bigint NOT NULL, expires_ms bigint NOT NULL)",
+            "CREATE TABLE views(kind text NOT NULL, session text NOT NULL, key text NOT NULL, "
+            "source_hw bigint NOT NULL, source_digest text NOT NULL, data bytea NOT NULL, "
+            "created_ms bigint NOT NULL, PRIMARY KEY (kind, session, key))",
+        ),
+    ),
+)
+
+
+def migrate(db: Connection, schema: str, where: str) -> None:
+    """Create `schema` if needed and apply the missing migrations, all in one transaction.
+
+    Raises NewerLogError when the schema records a migration this Bubu does not know.
+    """
+    with db.transaction():
+        # Two processes opening a fresh schema at once must not both create it.
+        db.execute("SELECT pg_advisory_xact_lock(hashtext('bubu.migrate.' || %s))", [schema])
+        db.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS bubu_migrations(version integer PRIMARY KEY, "
+            f"name text NOT NULL, applied_ms bigint NOT NULL DEFAULT {NOW_MS_SQL})"
+        )
+        done = {int(r[0]) for r in db.execute("SELECT version FROM bubu_migrations")}
+        known = {m.version for m in PG_MIGRATIONS}
+        newer = sorted(done - known)
+        if newer:
+            raise NewerLogError(
+                f"the schema {schema} at {where} was written by a newer Bubu (migration "
+                f"{newer[-1]}, this Bubu knows up to {max(known)}); upgrade Bubu to open it"
+            )
+        for m in PG_MIGRATIONS:
+            if m.version not in done:
+                for stmt in m.statements:
+                    db.execute(stmt)
+                db.execute(
+                    "INSERT INTO bubu_migrations(version, name) VALUES (%s, %s)",
+                    [m.version, m.name],
+                )
+
+
+def integrity_problems(db: Connection, schema: str) -> list[str]:
+    """What is wrong with the schema's enforcement: missing or disabled triggers, head rows that
+    disagree with their events. Empty when all is well."""
+    found = {
+        (str(t), str(n)): str(enabled)
+        for t, n, enabled in db.execute(
+            "SELECT c.relname, t.tgname, t.tgenabled FROM pg_trigger t "
+            "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace ns ON ns.oid = c.relnamespace "
+            "WHERE ns.nspname = %s AND NOT t.tgisinternal",
+            [schema],
+        )
+    }
+    problems = []
+    for table, name in REQUIRED_TRIGGERS:
+        state = found.get((table, name))
+        if state is None:
+            problems.append(f"the trigger {name} on {table} is missing")
+        elif state == "D":
+            problems.append(f"the trigger {name} on {table} is disabled")
+    bad = db.execute(
+        "SELECT s.id FROM sessions s LEFT JOIN (SELECT sid, max(seq) AS m, count(*) AS c "
+        "FROM events GROUP BY sid) e ON e.sid = s.sid "
+        "WHERE s.high_water <> coalesce(e.m, 0) OR s.high_water <> coalesce(e.c, 0) "
+        "ORDER BY s.sid LIMIT 5"
+    ).fetchall()
+    if bad:
+        ids = ", ".join(str(r[0]) for r in bad)
+        problems.append(f"the head rows of {ids} disagree with their events")
+    return problems

@@ -1,0 +1,499 @@
+"""PostgresStore: the store contract on one schema of a PostgreSQL database."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+
+from bubu.errors import AppendConflict, BubuError, LeaseLost, StorageError, UnknownSession
+from bubu.events import Event, Record, kind_of
+from bubu.log import codec
+from bubu.log.postgres import _leases
+from bubu.log.postgres._connect import Connection, Row, Target, pg_error
+from bubu.log.postgres._schema import NOW_MS_SQL, integrity_problems, migrate
+from bubu.log.store import (
+    AppendRequest,
+    Durability,
+    Head,
+    Lease,
+    SessionInfo,
+    Store,
+    VerifyReport,
+    View,
+)
+from bubu.log.verify import verify_records
+
+RawRow = tuple[int, bytes, bytes]
+
+
+class _Pending:
+    __slots__ = ("done", "error", "req", "result")
+
+    def __init__(self, req: AppendRequest) -> None:
+        self.req = req
+        self.done = False
+        self.result: Head | None = None
+        self.error: BaseException | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class _Tip:
+    """A session's head, locked for the batch being staged."""
+
+    sid: int
+    high_water: int
+    digest: bytes
+
+
+@dataclass(slots=True, kw_only=True)
+class _Staged:
+    """The rows one group commit inserts, as columns for `unnest`."""
+
+    sids: list[int] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    payloads: list[bytes] = field(default_factory=list)
+    hashes: list[bytes] = field(default_factory=list)
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    last_ms: dict[int, int] = field(default_factory=dict)
+
+
+class PostgresStore(Store):
+    """A `Store` in one schema (default `bubu`, or `?schema=NAME` in the URL) of PostgreSQL."""
+
+    def __init__(
+        self, url: str, *, schema: str | None = None, durability: Durability = "adaptive"
+    ) -> None:
+        self.url = url
+        self.target = Target.parse(url, schema)
+        self.schema = self.target.schema
+        self.durability = durability
+        self._lock = threading.RLock()
+        self._queue: list[_Pending] = []
+        self._qlock = threading.Lock()
+        self._db: Connection | None = None
+        try:
+            with self._using() as db:
+                migrate(db, self.schema, self.target.where)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connection -------------------------------------------------------------------------------
+
+    def _conn(self) -> Connection:
+        """The live connection, reconnecting after a lost one (the caller holds `_lock`)."""
+        if self._db is None or self._db.closed or self._db.broken:
+            self._db = self.target.connect()
+        return self._db
+
+    @contextmanager
+    def _using(self) -> Iterator[Connection]:
+        """The connection, held exclusively; psycopg errors leave as Bubu errors."""
+        with self._lock:
+            try:
+                yield self._conn()
+            except psycopg.Error as e:
+                raise pg_error(self.target.where, e) from e
+
+    def migrations(self) -> list[tuple[int, str]]:
+        """The migrations recorded in this schema, in order."""
+        with self._using() as db:
+            rows = db.execute("SELECT version, name FROM bubu_migrations ORDER BY version")
+            return [(int(r[0]), str(r[1])) for r in rows]
+
+    def now_ms(self) -> int:
+        """The database server's clock in Unix milliseconds (the clock leases are timed by)."""
+        with self._using() as db:
+            row = db.execute(f"SELECT {NOW_MS_SQL}").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def drop_schema(self) -> None:
+        """Drop this store's schema and everything in it (for tests), then close."""
+        with self._using() as db:
+            db.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
+            )
+        self.close()
+
+    def integrity_check(self) -> str:
+        """'ok' when the rule-enforcing triggers are in place and every head row matches its log."""
+        with self._using() as db:
+            return "; ".join(integrity_problems(db, self.schema)) or "ok"
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    # -- sessions ---------------------------------------------------------------------------------
+
+    def _unknown(self, session: str) -> UnknownSession:
+        return UnknownSession(
+            f"no session {session} in {self.target.where}; list them with `bubu sessions`"
+        )
+
+    def _sid(self, db: Connection, session: str, *, lock: bool = False) -> int:
+        query = "SELECT sid FROM sessions WHERE id = %s" + (" FOR NO KEY UPDATE" if lock else "")
+        row = db.execute(query, [session]).fetchone()
+        if row is None:
+            raise self._unknown(session)
+        return int(row[0])
+
+    def create_session(
+        self, *, title: str, workspace: str, model: str | None = None, session_id: str | None = None
+    ) -> SessionInfo:
+        from bubu import ids
+
+        sid = session_id or ids.session_id()
+        with self._using() as db:
+            try:
+                row = db.execute(
+                    "INSERT INTO sessions(id, title, workspace, model, created_ms) "
+                    f"VALUES (%s, %s, %s, %s, {NOW_MS_SQL}) RETURNING created_ms",
+                    [sid, codec.sanitize_text(title), workspace, model],
+                ).fetchone()
+            except psycopg.errors.UniqueViolation as e:
+                raise StorageError(f"a session {sid} already exists") from e
+        assert row is not None
+        return SessionInfo(
+            id=sid,
+            title=title,
+            workspace=workspace,
+            created_ms=int(row[0]),
+            model=model,
+            high_water=0,
+            last_ms=None,
+        )
+
+    _SESSION_SQL = (
+        "SELECT id, title, workspace, created_ms, model, high_water, last_ms FROM sessions"
+    )
+
+    @staticmethod
+    def _info(row: Row) -> SessionInfo:
+        return SessionInfo(
+            id=str(row[0]),
+            title=str(row[1]),
+            workspace=str(row[2]),
+            created_ms=int(row[3]),
+            model=None if row[4] is None else str(row[4]),
+            high_water=int(row[5]),
+            last_ms=None if row[6] is None else int(row[6]),
+        )
+
+    def sessions(self) -> list[SessionInfo]:
+        with self._using() as db:
+            rows = db.execute(self._SESSION_SQL + " ORDER BY created_ms DESC, sid DESC").fetchall()
+        return [self._info(r) for r in rows]
+
+    def session(self, ref: str) -> SessionInfo:
+        like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        with self._using() as db:
+            rows = db.execute(
+                self._SESSION_SQL + " WHERE id = %s OR id LIKE %s ESCAPE '\\' LIMIT 3", [ref, like]
+            ).fetchall()
+        exact = [r for r in rows if r[0] == ref]
+        if exact:
+            return self._info(exact[0])
+        if len(rows) == 1 and ref:
+            return self._info(rows[0])
+        if not rows:
+            raise UnknownSession(f"no session matches {ref!r}; list them with `bubu sessions`")
+        raise UnknownSession(f"{ref!r} matches several sessions; give more of the id")
+
+    # -- append (group commit) --------------------------------------------------------------------
+
+    def append(
+        self,
+        session: str,
+        events: Sequence[Event],
+        *,
+        expect: int,
+        durable: bool = False,
+        lease: Lease | None = None,
+        blobs: Sequence[bytes] = (),
+    ) -> Head:
+        req = AppendRequest(
+            session=session, events=events, expect=expect, durable=durable, lease=lease, blobs=blobs
+        )
+        pending = _Pending(req)
+        with self._qlock:
+            self._queue.append(pending)
+        # Whoever gets the connection first commits everything queued by then in one transaction.
+        with self._lock:
+            if not pending.done:
+                with self._qlock:
+                    batch, self._queue = self._queue, []
+                self._commit(batch)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        sync = self.durability == "full" or any(p.req.durable for p in batch)
+        committed = False
+        failure: BubuError | None = None
+        try:
+            with self._using() as db, db.transaction():
+                if not sync:
+                    # A later synchronous commit flushes this one too (DESIGN §7, adaptive).
+                    db.execute("SET LOCAL synchronous_commit TO off")
+                self._apply(db, batch)
+            committed = True
+        except BubuError as e:
+            failure = e
+        finally:
+            for p in batch:
+                if not committed:
+                    # Nothing of the batch is in the log, whatever was staged.
+                    p.result = None
+                    p.error = (
+                        failure
+                        or p.error
+                        or StorageError(
+                            f"an append to session {p.req.session} was interrupted; re-read the log"
+                        )
+                    )
+                p.done = True
+
+    def _apply(self, db: Connection, batch: list[_Pending]) -> None:
+        # Lock every head row of the batch in sid order: two group commits never deadlock.
+        tips = {
+            str(r[0]): _Tip(sid=int(r[1]), high_water=int(r[2]), digest=bytes(r[3]))
+            for r in db.execute(
+                "SELECT id, sid, high_water, head FROM sessions WHERE id = ANY(%s) "
+                "ORDER BY sid FOR NO KEY UPDATE",
+                [sorted({p.req.session for p in batch})],
+            )
+        }
+        # A statement after the locks, so it sees a lease taken over while we waited for them.
+        fenced = bool(tips) and any(p.req.lease is not None for p in batch)
+        epochs = _leases.epochs(db, [t.sid for t in tips.values()]) if fenced else {}
+        staged = _Staged()
+        for p in batch:
+            try:
+                p.result = self._stage(p.req, tips, epochs, staged)
+            except BubuError as e:
+                p.error = e
+        if staged.blobs:
+            db.execute(
+                "INSERT INTO blobs(sha256, size, data) SELECT * FROM "
+                "unnest(%s::text[], %s::bigint[], %s::bytea[]) ON CONFLICT (sha256) DO NOTHING",
+                [
+                    list(staged.blobs),
+                    [len(b) for b in staged.blobs.values()],
+                    [*staged.blobs.values()],
+                ],
+            )
+        if staged.seqs:
+            # One statement, so the chain trigger checks the whole batch in one pass.
+            db.execute(
+                "INSERT INTO events(sid, seq, kind, payload, hash) SELECT * FROM "
+                "unnest(%s::bigint[], %s::bigint[], %s::text[], %s::bytea[], %s::bytea[])",
+                [staged.sids, staged.seqs, staged.kinds, staged.payloads, staged.hashes],
+            )
+        if staged.last_ms:
+            db.execute(
+                "UPDATE sessions SET last_ms = v.ms FROM unnest(%s::bigint[], %s::bigint[]) "
+                "AS v(sid, ms) WHERE sessions.sid = v.sid",
+                [list(staged.last_ms), list(staged.last_ms.values())],
+            )
+
+    def _stage(
+        self, req: AppendRequest, tips: dict[str, _Tip], epochs: dict[int, int], out: _Staged
+    ) -> Head:
+        tip = tips.get(req.session)
+        if tip is None:
+            raise self._unknown(req.session)
+        if req.lease is not None and epochs.get(tip.sid) != req.lease.epoch:
+            raise LeaseLost(
+                f"this runner's lease on session {req.session} was taken over "
+                f"(epoch {req.lease.epoch}, now {epochs.get(tip.sid)}); it stopped writing"
+            )
+        if tip.high_water != req.expect:
+            raise AppendConflict(req.session, req.expect, tip.high_water)
+        seq, prev = tip.high_water, tip.digest
+        rows: list[tuple[int, str, bytes, bytes]] = []
+        last_ts: int | None = None
+        for ev in req.events:
+            if ev.session != req.session:
+                raise AppendConflict(req.session, req.expect, seq)
+            payload = codec.encode(ev)
+            prev = codec.chain(prev, payload)
+            seq += 1
+            rows.append((seq, kind_of(ev), payload, prev))
+            last_ts = ev.ts
+        # Only a request that staged completely contributes rows to the batch.
+        for data in req.blobs:
+            out.blobs.setdefault(codec.sha256_hex(data), bytes(data))
+        for s, kind, payload, digest in rows:
+            out.sids.append(tip.sid)
+            out.seqs.append(s)
+            out.kinds.append(kind)
+            out.payloads.append(payload)
+            out.hashes.append(digest)
+        if last_ts is not None:
+            out.last_ms[tip.sid] = last_ts
+        tip.high_water, tip.digest = seq, prev
+        return Head(high_water=seq, digest=prev.hex())
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def head(self, session: str) -> Head:
+        with self._using() as db:
+            row = db.execute("SELECT high_water, head FROM sessions WHERE id = %s", [session])
+            found = row.fetchone()
+        if found is None:
+            raise self._unknown(session)
+        return Head(high_water=int(found[0]), digest=bytes(found[1]).hex())
+
+    def _rows(
+        self, session: str, after: int, upto: int | None, kinds: Iterable[str] | None
+    ) -> list[RawRow]:
+        with self._using() as db:
+            query = "SELECT seq, hash, payload FROM events WHERE sid = %s AND seq > %s"
+            args: list[object] = [self._sid(db, session), after]
+            if upto is not None:
+                query += " AND seq <= %s"
+                args.append(upto)
+            if kinds is not None:
+                query += " AND kind = ANY(%s)"
+                args.append(list(kinds))
+            rows = db.execute(query + " ORDER BY seq", args, binary=True).fetchall()
+        return [(int(s), bytes(h), bytes(p)) for s, h, p in rows]
+
+    def read(
+        self,
+        session: str,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Record]:
+        rows = self._rows(session, after, upto, kinds)
+        decode = codec.decode
+        return [Record(seq=s, hash=h.hex(), event=decode(p, seq=s)) for s, h, p in rows]
+
+    def raw(self, session: str, *, after: int = 0, upto: int | None = None) -> list[RawRow]:
+        """(seq, hash, canonical payload) rows, undecoded, for export and verification."""
+        return self._rows(session, after, upto, None)
+
+    def verify(self, session: str) -> VerifyReport:
+        # One snapshot, so the head row and the events agree even while others append.
+        with self._using() as db, db.transaction():
+            db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            head = self.head(session)
+            rows = self._rows(session, 0, None, None)
+            blobs_ok = self._blob_check(db, rows)
+        report = verify_records(session, rows, blobs_ok)
+        if report.ok and (report.high_water, report.digest) != (head.high_water, head.digest):
+            return VerifyReport(
+                session=session,
+                ok=False,
+                high_water=report.high_water,
+                digest=report.digest,
+                first_bad_seq=min(report.high_water, head.high_water) + 1,
+                problem=f"the session's head row (seq {head.high_water}) disagrees with its "
+                f"events (seq {report.high_water}); the database was altered",
+            )
+        return report
+
+    @staticmethod
+    def _blob_check(db: Connection, rows: list[RawRow]) -> dict[str, bool]:
+        """For each blob hash referenced by these rows: does the stored blob hash to it?"""
+        wanted: set[str] = set()
+        for _, _, payload in rows:
+            if b'"blob":' in payload:
+                blob = getattr(codec.decode(payload).content, "blob", None)
+                if blob is not None:
+                    wanted.add(blob.sha256)
+        out = dict.fromkeys(wanted, False)
+        if wanted:
+            for sha, ok in db.execute(
+                "SELECT sha256, encode(sha256(data), 'hex') = sha256 FROM blobs "
+                "WHERE sha256 = ANY(%s)",
+                [sorted(wanted)],
+            ):
+                out[str(sha)] = bool(ok)
+        return out
+
+    def blob(self, sha256: str) -> bytes | None:
+        with self._using() as db:
+            row = db.execute(
+                "SELECT data FROM blobs WHERE sha256 = %s", [sha256], binary=True
+            ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    # -- leases -----------------------------------------------------------------------------------
+
+    def acquire_lease(
+        self, session: str, owner: str, ttl_s: float, *, steal: bool = False
+    ) -> Lease:
+        with self._using() as db, db.transaction():
+            # The head row lock orders this against in-flight appends (see _leases).
+            sid = self._sid(db, session, lock=True)
+            return _leases.acquire(db, sid, session, owner, int(ttl_s * 1000), steal=steal)
+
+    def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
+        with self._using() as db:
+            return _leases.renew(db, self._sid(db, lease.session), lease, int(ttl_s * 1000))
+
+    def release_lease(self, lease: Lease) -> None:
+        with self._using() as db:
+            _leases.release(db, self._sid(db, lease.session), lease)
+
+    def current_lease(self, session: str) -> Lease | None:
+        with self._using() as db:
+            return _leases.current(db, self._sid(db, session), session)
+
+    # -- views ------------------------------------------------------------------------------------
+
+    def put_view(self, view: View) -> None:
+        with self._using() as db:
+            db.execute(
+                "INSERT INTO views(kind, session, key, source_hw, source_digest, data, created_ms) "
+                f"VALUES (%s, %s, %s, %s, %s, %s, coalesce(%s, {NOW_MS_SQL})) "
+                "ON CONFLICT (kind, session, key) DO UPDATE SET source_hw = excluded.source_hw, "
+                "source_digest = excluded.source_digest, data = excluded.data, "
+                "created_ms = excluded.created_ms",
+                [
+                    *(view.kind, view.session, view.key),
+                    *(view.source_high_water, view.source_digest, view.data),
+                    view.created_ms or None,
+                ],
+            )
+
+    def get_view(self, kind: str, session: str, key: str) -> View | None:
+        with self._using() as db:
+            row = db.execute(
+                "SELECT source_hw, source_digest, data, created_ms FROM views "
+                "WHERE kind = %s AND session = %s AND key = %s",
+                [kind, session, key],
+            ).fetchone()
+        if row is None:
+            return None
+        return View(
+            kind=kind,
+            session=session,
+            key=key,
+            source_high_water=int(row[0]),
+            source_digest=str(row[1]),
+            data=bytes(row[2]),
+            created_ms=int(row[3]),
+        )
+
+    def drop_views(self, session: str, kind: str | None = None) -> int:
+        with self._using() as db:
+            return db.execute(
+                "DELETE FROM views WHERE session = %s AND (%s::text IS NULL OR kind = %s)",
+                [session, kind, kind],
+            ).rowcount

@@ -1,0 +1,236 @@
+"""Turn provider failures into `ProviderError`s the engine can act on, without leaking secrets.
+
+Pure functions shared by the OpenAI and Anthropic adapters: classify an HTTP status (or an error
+event inside a stream) as retryable or not, read `Retry-After` / `retry-after-ms`, and scrub API
+keys out of everything that ends up in an error, because errors are written to the log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Literal, TypeAlias
+from urllib.parse import urlsplit, urlunsplit
+
+from bubu.errors import ProviderError
+
+ErrorClass: TypeAlias = Literal[
+    "auth",
+    "bad_request",
+    "bad_response",
+    "connection",
+    "context_length",
+    "not_found",
+    "overloaded",
+    "quota",
+    "rate_limited",
+    "server_error",
+    "stream_incomplete",
+    "timeout",
+]
+
+BODY_LIMIT = 2000
+_MESSAGE_LIMIT = 300
+_RETRYABLE_4XX = frozenset({408, 409, 429})
+# Key-shaped tokens (OpenAI `sk-…`, `sk-proj-…`, Anthropic `sk-ant-…`), including the partly
+# masked echoes some servers put in their 401 bodies.
+_KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_\-*.]{6,}")
+_CONTEXT_HINTS = (
+    "context_length_exceeded",
+    "context length",
+    "context window",
+    "prompt is too long",
+    "maximum context",
+    "too many tokens",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Vendor:
+    """Who a provider talks to, as named in messages, and the secrets to keep out of them."""
+
+    name: str
+    key_env: str
+    secrets: tuple[str, ...] = ()
+
+
+def display_url(url: str) -> str:
+    """A URL safe to show: user info (which may hold a password) and query are dropped."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def scrub(text: str, secrets: Iterable[str], *, limit: int = BODY_LIMIT) -> str:
+    """`text` with every secret and key-shaped token replaced by `***`, cut to `limit` chars."""
+    for secret in secrets:
+        # Very short "secrets" (placeholders such as "x") would shred ordinary words.
+        if len(secret) >= 8:
+            text = text.replace(secret, "***")
+    text = _KEY_PATTERN.sub("sk-***", text)
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    return text
+
+
+def body_text(body: object) -> str | None:
+    """The error body the SDK parsed (JSON or text), rendered as text."""
+    if body is None:
+        return None
+    if isinstance(body, str):
+        return body
+    return json.dumps(body, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def cause(exc: BaseException) -> str:
+    """What went wrong underneath an SDK error, e.g. ``ConnectError: [Errno 111] …``."""
+    inner = exc.__cause__ or exc
+    return f"{type(inner).__name__}: {inner}" if str(inner) else type(inner).__name__
+
+
+def retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
+    """Seconds to wait as the server asks: `retry-after-ms`, else `Retry-After` (secs or a date)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    millis = _number(lowered.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000.0
+    raw = lowered.get("retry-after")
+    if raw is None:
+        return None
+    seconds = _number(raw)
+    if seconds is not None:
+        return seconds
+    try:
+        when = parsedate_to_datetime(raw.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def _number(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def status_error(
+    vendor: Vendor,
+    status: int,
+    *,
+    body: object = None,
+    headers: Mapping[str, str] | None = None,
+    api_message: str | None = None,
+    api_code: str | None = None,
+) -> ProviderError:
+    """The `ProviderError` for an HTTP error status (or a stream error event given a status)."""
+    text = body_text(body)
+    scrubbed_body = scrub(text, vendor.secrets) if text is not None else None
+    detail = scrub(api_message or "", vendor.secrets, limit=_MESSAGE_LIMIT)
+    hint = f"{status}: {detail}" if detail else str(status)
+    haystack = f"{api_code or ''} {api_message or ''} {text or ''}".lower()
+    wait = retry_after(headers) if headers is not None else None
+    error_class: ErrorClass
+    if status in (401, 403):
+        error_class = "auth"
+        message = f"the API key was rejected by {vendor.name} ({status}); check {vendor.key_env}"
+    elif status == 429 and "insufficient_quota" in haystack:
+        error_class = "quota"
+        message = f"{vendor.name} says the account is out of quota ({hint}); check plan and billing"
+    elif status == 429:
+        error_class = "rate_limited"
+        message = f"{vendor.name} rate-limited the request (429); wait a moment and try again"
+    elif status == 529:
+        error_class = "overloaded"
+        message = f"{vendor.name} is overloaded (529); try again in a few minutes"
+    elif status == 408:
+        error_class = "timeout"
+        message = f"{vendor.name} timed out waiting for the request (408); try again"
+    elif status >= 500 or status == 409:
+        error_class = "server_error"
+        message = f"{vendor.name} returned a server error ({hint}); try again later"
+    elif status == 413 or any(h in haystack for h in _CONTEXT_HINTS):
+        error_class = "context_length"
+        message = (
+            f"the request does not fit the model's context window ({hint}); "
+            "compact the session or start a new one"
+        )
+    elif status == 404:
+        error_class = "not_found"
+        message = (
+            f"{vendor.name} does not know that model or endpoint ({hint}); check the model name"
+        )
+    else:
+        error_class = "bad_request"
+        message = f"{vendor.name} rejected the request ({hint}); check the model name and options"
+    retryable = status in _RETRYABLE_4XX or status >= 500
+    if error_class == "quota":
+        retryable = False
+    return ProviderError(
+        message,
+        status=status,
+        body=scrubbed_body,
+        retryable=retryable,
+        retry_after=wait if retryable else None,
+        error_class=error_class,
+    )
+
+
+def timeout_error(vendor: Vendor) -> ProviderError:
+    """The request or the stream timed out; worth another attempt."""
+    return ProviderError(
+        f"the request to {vendor.name} timed out; check the network and try again",
+        retryable=True,
+        error_class="timeout",
+    )
+
+
+def connection_error(vendor: Vendor, detail: str, *, during_stream: bool) -> ProviderError:
+    """The connection failed or broke off; worth another attempt."""
+    detail = scrub(detail, vendor.secrets, limit=_MESSAGE_LIMIT)
+    if during_stream:
+        what = f"the connection to {vendor.name} broke off while the response was streaming"
+        return ProviderError(
+            f"{what} ({detail}); try again",
+            body=detail,
+            retryable=True,
+            error_class="stream_incomplete",
+        )
+    return ProviderError(
+        f"could not connect to {vendor.name} ({detail}); check the network and the base URL",
+        body=detail,
+        retryable=True,
+        error_class="connection",
+    )
+
+
+def incomplete_stream_error(vendor: Vendor) -> ProviderError:
+    """The stream ended cleanly but before the response said it was complete."""
+    return ProviderError(
+        f"the response stream from {vendor.name} ended before the response was complete; try again",
+        retryable=True,
+        error_class="stream_incomplete",
+    )
+
+
+def bad_response_error(vendor: Vendor, detail: str) -> ProviderError:
+    """The server sent something that is not the documented wire format."""
+    detail = scrub(detail, vendor.secrets, limit=_MESSAGE_LIMIT)
+    return ProviderError(
+        f"{vendor.name} sent a response Bubu could not read ({detail}); try again",
+        body=detail,
+        retryable=True,
+        error_class="bad_response",
+    )

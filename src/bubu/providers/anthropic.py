@@ -1,0 +1,490 @@
+"""`anthropic:MODEL` — the Messages API with tools, streaming and extended thinking.
+
+Thinking blocks come back with their signatures (and redacted blocks with their opaque data) and
+are replayed byte for byte in the next request, as the API requires during tool use. The stable
+prefix (tools, system) and the newest user turns carry `cache_control` breakpoints so long
+sessions are billed mostly as cache reads. The SDK never retries: the engine does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias, assert_never
+from urllib.parse import urlsplit
+
+import anthropic
+import httpx2
+from anthropic.types import (
+    CacheControlEphemeralParam,
+    ContentBlock,
+    ContentBlockParam,
+    MessageParam,
+    RawContentBlockDelta,
+    RawMessageStreamEvent,
+    TextBlockParam,
+    ThinkingConfigParam,
+    ToolParam,
+    ToolResultBlockParam,
+)
+
+from bubu.errors import ConfigError, ProviderError
+from bubu.providers import _retry
+from bubu.providers.base import (
+    AssistantMessage,
+    AssistantPart,
+    Delta,
+    DeltaSink,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultsMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+)
+
+DEFAULT_CONTEXT_WINDOW = 200_000
+# Every Claude model documented so far has a 200k window by default (1M needs a beta header).
+CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (("claude-", 200_000),)
+MIN_THINKING_BUDGET = 1024
+_EPHEMERAL: CacheControlEphemeralParam = {"type": "ephemeral"}
+# Breakpoints on the newest user turns: the last one is written, the one before is read back
+# even when a step added more blocks than the API's cache lookback reaches.
+_ROLLING_BREAKPOINTS = 2
+# Models that accept only adaptive thinking though their id carries no version number.
+_ADAPTIVE_ONLY = frozenset({"claude-mythos-preview"})
+# Error events inside a 200 stream name a type, not a status; map them to the status the same
+# failure has outside a stream.
+_STATUS_OF_ERROR_TYPE = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+UserBlock: TypeAlias = TextBlockParam | ToolResultBlockParam
+
+
+def context_window_for(model: str) -> int:
+    """The best known context window of a Claude model, by longest matching name prefix."""
+    matches = [(len(p), size) for p, size in CONTEXT_WINDOWS if model.startswith(p)]
+    return max(matches)[1] if matches else DEFAULT_CONTEXT_WINDOW
+
+
+def thinking_config(model: str, budget: int) -> ThinkingConfigParam:
+    """Adaptive thinking from Claude 4.6 on (later models refuse budgets), a budget before."""
+    if model in _ADAPTIVE_ONLY:
+        return {"type": "adaptive"}
+    version = _claude_version(model)
+    if version is not None and version >= (4, 6):
+        return {"type": "adaptive"}
+    return {"type": "enabled", "budget_tokens": budget}
+
+
+def _claude_version(model: str) -> tuple[int, int] | None:
+    # Ids put the version after the family (claude-sonnet-4-5-20250929, claude-opus-5) or
+    # before it (claude-3-7-sonnet-20250219); an 8-digit date is not a version.
+    numbers = [int(t) for t in re.split(r"[-.]", model) if t.isdigit() and len(t) <= 2]
+    if not model.startswith("claude") or not numbers:
+        return None
+    return (numbers[0], numbers[1] if len(numbers) > 1 else 0)
+
+
+# ---- request: ModelRequest -> wire ------------------------------------------------------------
+
+
+def to_system(system: str) -> list[TextBlockParam]:
+    """The system prompt as one text block closing the cached prefix (tools, then system)."""
+    if not system:
+        return []
+    return [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+
+
+def to_tools(tools: tuple[ToolSpec, ...], *, cache_last: bool) -> list[ToolParam]:
+    """Tool specs as Messages API tools; `cache_last` marks the end of the prefix when there is
+    no system prompt to carry the breakpoint."""
+    out: list[ToolParam] = [
+        {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
+    ]
+    if cache_last and out:
+        out[-1]["cache_control"] = _EPHEMERAL
+    return out
+
+
+def to_messages(request: ModelRequest) -> list[MessageParam]:
+    """The Messages API history: alternating turns, tool results grouped in one user message."""
+    turns: list[_UserTurn | _AssistantTurn] = []
+    for message in request.messages:
+        match message:
+            case UserMessage(text=text):
+                if text:  # the API refuses empty text blocks
+                    _user_turn(turns).append({"type": "text", "text": text})
+            case ToolResultsMessage(results=results):
+                blocks = _user_turn(turns)
+                for result in results:
+                    block: ToolResultBlockParam = {
+                        "type": "tool_result",
+                        "tool_use_id": result.call_id,
+                        "content": result.content,
+                    }
+                    if result.is_error:
+                        block["is_error"] = True
+                    blocks.append(block)
+            case AssistantMessage(parts=parts):
+                content = _assistant_blocks(parts)
+                if content:
+                    turns.append(_AssistantTurn(content))
+            case _:
+                assert_never(message)
+    user_turns = [t for t in turns if isinstance(t, _UserTurn)]
+    for user_turn in user_turns[-_ROLLING_BREAKPOINTS:]:
+        user_turn.blocks[-1]["cache_control"] = _EPHEMERAL
+    out: list[MessageParam] = []
+    for turn in turns:
+        if isinstance(turn, _UserTurn):
+            out.append({"role": "user", "content": turn.blocks})
+        else:
+            out.append({"role": "assistant", "content": turn.blocks})
+    return out
+
+
+@dataclass(slots=True)
+class _UserTurn:
+    blocks: list[UserBlock] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _AssistantTurn:
+    blocks: list[ContentBlockParam]
+
+
+def _user_turn(turns: list[_UserTurn | _AssistantTurn]) -> list[UserBlock]:
+    # Consecutive user-lane messages (tool results, then a host note) share one user turn.
+    if not turns or not isinstance(turns[-1], _UserTurn):
+        turns.append(_UserTurn())
+    last = turns[-1]
+    assert isinstance(last, _UserTurn)
+    return last.blocks
+
+
+def _assistant_blocks(parts: tuple[AssistantPart, ...]) -> list[ContentBlockParam]:
+    # Kept in the order the model produced them, which puts thinking first, and with thinking
+    # text and signatures exactly as received: the API verifies them.
+    blocks: list[ContentBlockParam] = []
+    for part in parts:
+        match part:
+            case ThinkingPart(redacted=str(data)):
+                blocks.append({"type": "redacted_thinking", "data": data})
+            case ThinkingPart(signature=str(signature)):
+                blocks.append({"type": "thinking", "thinking": part.text, "signature": signature})
+            case ThinkingPart():
+                pass  # unsigned thinking (another provider's) cannot be verified, so is not sent
+            case TextPart(text=text):
+                if text:
+                    blocks.append({"type": "text", "text": text})
+            case ToolCallPart():
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": part.call_id,
+                        "name": part.name,
+                        "input": part.arguments,
+                    }
+                )
+            case _:
+                assert_never(part)
+    return blocks
+
+
+# ---- response: stream events -> ModelResponse --------------------------------------------------
+
+
+class _Block:
+    __slots__ = ("call_id", "chunks", "data", "input", "kind", "name", "signature")
+
+    def __init__(self, kind: Literal["text", "thinking", "redacted", "tool_use", "other"]) -> None:
+        self.kind = kind
+        self.chunks: list[str] = []
+        self.signature = ""
+        self.data = ""
+        self.call_id = ""
+        self.name = ""
+        self.input: dict[str, object] = {}
+
+
+class EventAssembler:
+    """Folds Messages API stream events into one `ModelResponse` (no I/O)."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, _Block] = {}
+        self._model = ""
+        self._stop: str | None = None
+        self._input = self._output = self._cache_read = self._cache_write = 0
+        self._stopped = False
+
+    def feed(self, event: RawMessageStreamEvent, on_delta: DeltaSink) -> None:
+        """Take one stream event, sending text and thinking fragments to `on_delta`."""
+        match event.type:
+            case "message_start":
+                message = event.message
+                self._model = message.model
+                start = message.usage
+                self._input = start.input_tokens
+                self._output = start.output_tokens
+                self._cache_read = start.cache_read_input_tokens or 0
+                self._cache_write = start.cache_creation_input_tokens or 0
+            case "content_block_start":
+                self._blocks[event.index] = _start_block(event.content_block, on_delta)
+            case "content_block_delta":
+                self._take_delta(event.index, event.delta, on_delta)
+            case "content_block_stop":
+                pass
+            case "message_delta":
+                self._stop = event.delta.stop_reason or self._stop
+                # message_delta counts are cumulative; the input side is only sometimes present.
+                usage = event.usage
+                self._output = usage.output_tokens
+                if usage.input_tokens is not None:
+                    self._input = usage.input_tokens
+                if usage.cache_read_input_tokens is not None:
+                    self._cache_read = usage.cache_read_input_tokens
+                if usage.cache_creation_input_tokens is not None:
+                    self._cache_write = usage.cache_creation_input_tokens
+            case "message_stop":
+                self._stopped = True
+        # Event and delta kinds added to the API later are ignored: the wire is additive.
+
+    def _take_delta(self, index: int, delta: _ContentDelta, on_delta: DeltaSink) -> None:
+        block = self._blocks.get(index)
+        if block is None:
+            block = self._blocks[index] = _Block("other")
+        match delta.type:
+            case "text_delta":
+                block.chunks.append(delta.text)
+                on_delta(Delta(kind="text", text=delta.text))
+            case "thinking_delta":
+                block.chunks.append(delta.thinking)
+                on_delta(Delta(kind="thinking", text=delta.thinking))
+            case "signature_delta":
+                block.signature += delta.signature
+            case "input_json_delta":
+                block.chunks.append(delta.partial_json)
+            case "citations_delta":
+                pass
+
+    @property
+    def complete(self) -> bool:
+        """Whether the message ended (message_stop, or at least a stop reason) in the stream."""
+        return self._stopped or self._stop is not None
+
+    def result(self) -> ModelResponse:
+        """The assembled response, content blocks in index order."""
+        parts: list[AssistantPart] = []
+        for _, block in sorted(self._blocks.items()):
+            part = _finish_block(block)
+            if part is not None:
+                parts.append(part)
+        # Anthropic counts cache reads and writes apart from input_tokens; Usage.input_tokens is
+        # the whole prompt, as OpenAI reports it, so budgets and calibration compare like with like.
+        usage = Usage(
+            input_tokens=self._input + self._cache_read + self._cache_write,
+            output_tokens=self._output,
+            cache_read_tokens=self._cache_read,
+            cache_write_tokens=self._cache_write,
+        )
+        return ModelResponse(
+            parts=tuple(parts), usage=usage, stop_reason=self._stop, model=self._model
+        )
+
+
+_ContentDelta: TypeAlias = RawContentBlockDelta
+
+
+def _start_block(content: ContentBlock, on_delta: DeltaSink) -> _Block:
+    match content.type:
+        case "text":
+            block = _Block("text")
+            if content.text:
+                block.chunks.append(content.text)
+                on_delta(Delta(kind="text", text=content.text))
+        case "thinking":
+            block = _Block("thinking")
+            block.chunks.append(content.thinking)
+            # The documented start event carries no signature; it arrives as a signature_delta.
+            block.signature = getattr(content, "signature", None) or ""
+        case "redacted_thinking":
+            block = _Block("redacted")
+            block.data = content.data
+        case "tool_use":
+            block = _Block("tool_use")
+            block.call_id, block.name = content.id, content.name
+            block.input = dict(getattr(content, "input", None) or {})
+        case _:
+            # Server-tool blocks: Bubu offers no server tools, so none are expected.
+            block = _Block("other")
+    return block
+
+
+def _finish_block(block: _Block) -> AssistantPart | None:
+    text = "".join(block.chunks)
+    match block.kind:
+        case "text":
+            return TextPart(text=text) if text else None
+        case "thinking":
+            return ThinkingPart(text=text, signature=block.signature or None)
+        case "redacted":
+            return ThinkingPart(text="", redacted=block.data)
+        case "tool_use":
+            return _tool_call(block, text)
+        case "other":
+            return None
+        case _:
+            assert_never(block.kind)
+
+
+def _tool_call(block: _Block, raw: str) -> ToolCallPart:
+    if not raw.strip():
+        return ToolCallPart(call_id=block.call_id, name=block.name, arguments=dict(block.input))
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return ToolCallPart(call_id=block.call_id, name=block.name, arguments=parsed)
+    return ToolCallPart(call_id=block.call_id, name=block.name, arguments={}, raw_arguments=raw)
+
+
+# ---- the provider ------------------------------------------------------------------------------
+
+
+class AnthropicProvider:
+    """A Claude model through the Messages API."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx2.Client | None = None,
+        context_window: int | None = None,
+        thinking_budget: int | None = None,
+    ) -> None:
+        base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+        official = base is None or urlsplit(base).hostname == "api.anthropic.com"
+        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not key:
+            if official:
+                raise ConfigError(
+                    "ANTHROPIC_API_KEY is not set; export your Anthropic API key and run again"
+                )
+            # A proxy that holds the credentials itself still needs a header the SDK can send.
+            key = "not-needed"
+        if thinking_budget is not None and thinking_budget < MIN_THINKING_BUDGET:
+            raise ConfigError(
+                f"the thinking budget must be at least {MIN_THINKING_BUDGET} tokens "
+                f"(got {thinking_budget}); raise it or leave thinking off"
+            )
+        self._model = model
+        self._thinking_budget = thinking_budget
+        self._context_window = context_window or context_window_for(model)
+        name = "Anthropic" if official else f"the server at {_retry.display_url(base or '')}"
+        self._vendor = _retry.Vendor(name=name, key_env="ANTHROPIC_API_KEY", secrets=(key,))
+        # An explicit key stops the SDK from looking for profiles or tokens elsewhere.
+        self._client = anthropic.Anthropic(
+            api_key=key, base_url=base, http_client=http_client, max_retries=0, open_telemetry=False
+        )
+
+    @property
+    def spec(self) -> str:
+        """The model spec, e.g. ``anthropic:claude-sonnet-4-5``."""
+        return f"anthropic:{self._model}"
+
+    @property
+    def context_window(self) -> int:
+        """The model's context window in tokens."""
+        return self._context_window
+
+    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        """Stream one Messages API call; raise ProviderError on any failure."""
+        assembler = EventAssembler()
+        streaming = False
+        error: ProviderError
+        try:
+            stream = self._open(request)
+            streaming = True
+            with stream:
+                for event in stream:
+                    assembler.feed(event, on_delta)
+            if assembler.complete:
+                return assembler.result()
+            error = _retry.incomplete_stream_error(self._vendor)
+        except (anthropic.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
+            error = self._convert(exc, streaming=streaming)
+        # Raised outside the handler so no SDK exception (whose request holds the key) rides
+        # along as __context__.
+        raise error
+
+    def _open(self, request: ModelRequest) -> anthropic.Stream[RawMessageStreamEvent]:
+        system = to_system(request.system)
+        tools = to_tools(request.tools, cache_last=not system)
+        if self._thinking_budget is None:
+            return self._client.messages.create(
+                model=self._model,
+                max_tokens=request.max_tokens,
+                system=system or anthropic.omit,
+                tools=tools or anthropic.omit,
+                messages=to_messages(request),
+                stream=True,
+            )
+        # Thinking counts against max_tokens, so the budget comes on top of the answer's room.
+        return self._client.messages.create(
+            model=self._model,
+            max_tokens=request.max_tokens + self._thinking_budget,
+            system=system or anthropic.omit,
+            tools=tools or anthropic.omit,
+            messages=to_messages(request),
+            thinking=thinking_config(self._model, self._thinking_budget),
+            stream=True,
+        )
+
+    def _convert(self, exc: Exception, *, streaming: bool) -> ProviderError:
+        vendor = self._vendor
+        match exc:
+            case anthropic.APIStatusError():
+                error_type = _error_field(exc.body, "type")
+                status = exc.status_code
+                if status < 400:  # an error event inside a 200 stream
+                    status = _STATUS_OF_ERROR_TYPE.get(error_type or "", 500)
+                return _retry.status_error(
+                    vendor,
+                    status,
+                    body=exc.body,
+                    headers=exc.response.headers,
+                    api_message=_error_field(exc.body, "message"),
+                    api_code=error_type,
+                )
+            case anthropic.APITimeoutError() | httpx2.TimeoutException():
+                return _retry.timeout_error(vendor)
+            case anthropic.APIConnectionError() | httpx2.TransportError():
+                return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
+            case _:
+                return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
+
+
+def _error_field(body: object, key: str) -> str | None:
+    # Anthropic error bodies are {"type": "error", "error": {"type": …, "message": …}}.
+    error = body.get("error") if isinstance(body, dict) else None
+    value = error.get(key) if isinstance(error, dict) else None
+    return str(value) if value is not None else None

@@ -1,0 +1,409 @@
+"""`openai:MODEL` — Chat Completions with tools and streaming, through the official SDK.
+
+Works with OpenAI and with any OpenAI-compatible server (Ollama, vLLM, LM Studio, OpenRouter)
+through `base_url` / `OPENAI_BASE_URL`. The SDK never retries (`max_retries=0`): the engine owns
+retries and records each failed attempt, so every failure leaves here as a `ProviderError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import assert_never
+from urllib.parse import urlsplit
+
+import httpx2
+import openai
+from openai.types.chat import (
+    ChatCompletionChunk,
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCallParam,
+    ChatCompletionMessageParam,
+)
+from openai.types.completion_usage import CompletionUsage
+
+from bubu.errors import ConfigError, ProviderError
+from bubu.ids import new_id
+from bubu.providers import _retry
+from bubu.providers.base import (
+    AssistantMessage,
+    AssistantPart,
+    Delta,
+    DeltaSink,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultsMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+)
+
+OPENAI_URL = "https://api.openai.com/v1"
+# Local servers (Ollama, LM Studio, vLLM) ignore the key, but the SDK insists on having one.
+PLACEHOLDER_KEY = "not-needed"
+DEFAULT_CONTEXT_WINDOW = 128_000
+# Longest prefix wins; unknown models get the default and the user can override it.
+CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
+    ("gpt-5", 400_000),
+    ("gpt-4.1", 1_047_576),
+    ("gpt-4o", 128_000),
+    ("gpt-4-turbo", 128_000),
+    ("gpt-4", 8_192),
+    ("gpt-3.5-turbo", 16_385),
+    ("o1", 200_000),
+    ("o3", 200_000),
+    ("o4-mini", 200_000),
+)
+_STOP_REASONS = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+}
+
+
+def context_window_for(model: str) -> int:
+    """The best known context window of an OpenAI model, by longest matching name prefix."""
+    matches = [(len(p), size) for p, size in CONTEXT_WINDOWS if model.startswith(p)]
+    return max(matches)[1] if matches else DEFAULT_CONTEXT_WINDOW
+
+
+# ---- request: ModelRequest -> wire ------------------------------------------------------------
+
+
+def to_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
+    """The Chat Completions `messages` for a request: system, then the history in order."""
+    out: list[ChatCompletionMessageParam] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    for message in request.messages:
+        match message:
+            case UserMessage(text=text):
+                out.append({"role": "user", "content": text})
+            case AssistantMessage(parts=parts):
+                out.append(_assistant_message(parts))
+            case ToolResultsMessage(results=results):
+                # One `tool` message per result, in call order, right after the assistant turn.
+                for result in results:
+                    content = f"ERROR: {result.content}" if result.is_error else result.content
+                    out.append({"role": "tool", "tool_call_id": result.call_id, "content": content})
+            case _:
+                assert_never(message)
+    return out
+
+
+def _assistant_message(parts: tuple[AssistantPart, ...]) -> ChatCompletionMessageParam:
+    texts: list[str] = []
+    calls: list[ChatCompletionMessageFunctionToolCallParam] = []
+    for part in parts:
+        match part:
+            case TextPart(text=text):
+                texts.append(text)
+            case ThinkingPart():
+                # Chat Completions has no way to send reasoning back; it stays in the log only.
+                pass
+            case ToolCallPart():
+                arguments = part.raw_arguments
+                if arguments is None:
+                    arguments = json.dumps(part.arguments, ensure_ascii=False)
+                calls.append(
+                    {
+                        "id": part.call_id,
+                        "type": "function",
+                        "function": {"name": part.name, "arguments": arguments},
+                    }
+                )
+            case _:
+                assert_never(part)
+    text = "".join(texts)
+    if not calls:
+        return {"role": "assistant", "content": text}
+    return {"role": "assistant", "content": text or None, "tool_calls": calls}
+
+
+def to_tools(tools: tuple[ToolSpec, ...]) -> list[ChatCompletionFunctionToolParam]:
+    """Tool specs as Chat Completions `function` tools."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            },
+        }
+        for tool in tools
+    ]
+
+
+# ---- response: streamed chunks -> ModelResponse ------------------------------------------------
+
+
+class _Call:
+    __slots__ = ("arguments", "call_id", "name")
+
+    def __init__(self, call_id: str, name: str) -> None:
+        self.call_id, self.name = call_id, name
+        self.arguments: list[str] = []
+
+
+class ChunkAssembler:
+    """Folds streamed `ChatCompletionChunk`s into one `ModelResponse` (no I/O)."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: list[_Call] = []
+        self._slot_by_index: dict[int, int] = {}
+        self._usage: CompletionUsage | None = None
+        self._finish: str | None = None
+        self._model = ""
+
+    def feed(self, chunk: ChatCompletionChunk, on_delta: DeltaSink) -> None:
+        """Take one chunk, sending its text and reasoning fragments to `on_delta`."""
+        if chunk.model:
+            self._model = chunk.model
+        if chunk.usage is not None:
+            # With include_usage the last chunk carries usage and no choices; some compatible
+            # servers put it on the finishing chunk instead, so take it wherever it appears.
+            self._usage = chunk.usage
+        for choice in chunk.choices or ():
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            reasoning = _reasoning_fragment(delta.model_extra)
+            if reasoning:
+                self._reasoning.append(reasoning)
+                on_delta(Delta(kind="thinking", text=reasoning))
+            if delta.content:
+                self._text.append(delta.content)
+                on_delta(Delta(kind="text", text=delta.content))
+            for fragment in delta.tool_calls or ():
+                self._take_call_fragment(
+                    getattr(fragment, "index", None),
+                    fragment.id,
+                    fragment.function.name if fragment.function else None,
+                    fragment.function.arguments if fragment.function else None,
+                )
+            if choice.finish_reason is not None:
+                self._finish = choice.finish_reason
+
+    def _take_call_fragment(
+        self, index: int | None, call_id: str | None, name: str | None, arguments: str | None
+    ) -> None:
+        slot = self._slot_by_index.get(index) if index is not None else None
+        if index is None and not call_id and not name and self._calls:
+            slot = len(self._calls) - 1
+        if slot is None or self._starts_new_call(self._calls[slot], call_id, name):
+            slot = len(self._calls)
+            self._calls.append(_Call(call_id or "", name or ""))
+            if index is not None:
+                self._slot_by_index[index] = slot
+        call = self._calls[slot]
+        if call_id and not call.call_id:
+            call.call_id = call_id
+        if name and not call.name:
+            call.name = name
+        if arguments:
+            call.arguments.append(arguments)
+
+    @staticmethod
+    def _starts_new_call(call: _Call, call_id: str | None, name: str | None) -> bool:
+        # Some compatible servers send each whole call at index 0 (or with no index): a second
+        # id, or a second name on a call that already has arguments, starts another call.
+        if call_id and call.call_id:
+            return call_id != call.call_id
+        return bool(not call_id and name and call.name and call.arguments)
+
+    @property
+    def complete(self) -> bool:
+        """Whether a finish reason arrived, i.e. the response is whole."""
+        return self._finish is not None
+
+    def result(self) -> ModelResponse:
+        """The assembled response (call only once `complete` is true)."""
+        parts: list[AssistantPart] = []
+        if self._reasoning:
+            parts.append(ThinkingPart(text="".join(self._reasoning)))
+        text = "".join(self._text)
+        if text:
+            parts.append(TextPart(text=text))
+        parts.extend(_tool_call_part(call) for call in self._calls)
+        stop = _STOP_REASONS.get(self._finish or "", self._finish)
+        if self._calls and stop == "end_turn":
+            # Several compatible servers report "stop" even when the response is tool calls.
+            stop = "tool_use"
+        return ModelResponse(
+            parts=tuple(parts), usage=_usage(self._usage), stop_reason=stop, model=self._model
+        )
+
+
+def _reasoning_fragment(extra: dict[str, object] | None) -> str | None:
+    # Not in the OpenAI schema: DeepSeek and vLLM stream `reasoning_content`, Ollama and
+    # OpenRouter `reasoning`. Shown and logged as thinking, never sent back.
+    if not extra:
+        return None
+    for key in ("reasoning_content", "reasoning"):
+        value = extra.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _tool_call_part(call: _Call) -> ToolCallPart:
+    raw = "".join(call.arguments)
+    # Ids pair results with calls for the whole session, so a missing one must be unique.
+    call_id = call.call_id or new_id("call")
+    if not raw.strip():
+        return ToolCallPart(call_id=call_id, name=call.name, arguments={})
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return ToolCallPart(call_id=call_id, name=call.name, arguments=parsed)
+    # Kept verbatim so the tool layer can tell the model its arguments were not a JSON object.
+    return ToolCallPart(call_id=call_id, name=call.name, arguments={}, raw_arguments=raw)
+
+
+def _usage(usage: CompletionUsage | None) -> Usage:
+    if usage is None:
+        return Usage()
+    details = usage.prompt_tokens_details
+    cached = details.cached_tokens if details is not None else None
+    return Usage(
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+        cache_read_tokens=cached or 0,
+    )
+
+
+# ---- the provider ------------------------------------------------------------------------------
+
+
+class OpenAIProvider:
+    """A Chat Completions model, at OpenAI or at any OpenAI-compatible server."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx2.Client | None = None,
+        context_window: int | None = None,
+    ) -> None:
+        base = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        official = base is None or urlsplit(base).hostname == "api.openai.com"
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not key:
+            if official:
+                raise ConfigError(
+                    "OPENAI_API_KEY is not set; export your OpenAI API key, or pass --base-url "
+                    "to use a local OpenAI-compatible server"
+                )
+            key = PLACEHOLDER_KEY
+        self._model = model
+        self._official = official
+        self._context_window = context_window or context_window_for(model)
+        name = "OpenAI" if official else f"the server at {_retry.display_url(base or '')}"
+        self._vendor = _retry.Vendor(name=name, key_env="OPENAI_API_KEY", secrets=(key,))
+        self._client = openai.OpenAI(
+            api_key=key, base_url=base or OPENAI_URL, http_client=http_client, max_retries=0
+        )
+
+    @property
+    def spec(self) -> str:
+        """The model spec, e.g. ``openai:gpt-4.1``."""
+        return f"openai:{self._model}"
+
+    @property
+    def context_window(self) -> int:
+        """The model's context window in tokens."""
+        return self._context_window
+
+    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        """Stream one Chat Completions call; raise ProviderError on any failure."""
+        assembler = ChunkAssembler()
+        streaming = False
+        error: ProviderError
+        try:
+            stream = self._open(request)
+            streaming = True
+            with stream:
+                for chunk in stream:
+                    assembler.feed(chunk, on_delta)
+            if assembler.complete:
+                return assembler.result()
+            error = _retry.incomplete_stream_error(self._vendor)
+        except (openai.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
+            error = self._convert(exc, streaming=streaming)
+        # Raised outside the handler so no SDK exception (whose request holds the key) rides
+        # along as __context__.
+        raise error
+
+    def _open(self, request: ModelRequest) -> openai.Stream[ChatCompletionChunk]:
+        tools = to_tools(request.tools)
+        # OpenAI's newer models accept only max_completion_tokens; compatible servers widely
+        # understand only max_tokens.
+        if self._official:
+            return self._client.chat.completions.create(
+                model=self._model,
+                messages=to_messages(request),
+                tools=tools or openai.omit,
+                max_completion_tokens=request.max_tokens,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        return self._client.chat.completions.create(
+            model=self._model,
+            messages=to_messages(request),
+            tools=tools or openai.omit,
+            max_tokens=request.max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+
+    def _convert(self, exc: Exception, *, streaming: bool) -> ProviderError:
+        vendor = self._vendor
+        match exc:
+            case openai.APIStatusError():
+                return _retry.status_error(
+                    vendor,
+                    exc.status_code,
+                    body=exc.body,
+                    headers=exc.response.headers,
+                    api_message=_field(exc.body, "message"),
+                    api_code=exc.code,
+                )
+            case openai.APITimeoutError() | httpx2.TimeoutException():
+                return _retry.timeout_error(vendor)
+            case openai.APIConnectionError():
+                return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
+            case httpx2.TransportError():
+                return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
+            case openai.APIError():
+                return _stream_error_event(vendor, exc.body)
+            case _:
+                return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
+
+
+def _stream_error_event(vendor: _retry.Vendor, body: object) -> ProviderError:
+    # An `{"error": …}` object inside a 200 stream. Compatible servers often give the HTTP
+    # status they would have used as `code`; without one it is a server fault worth a retry.
+    code = _field(body, "code")
+    status = int(code) if code is not None and code.isdigit() else 500
+    return _retry.status_error(
+        vendor, status, body=body, api_message=_field(body, "message"), api_code=code
+    )
+
+
+def _field(body: object, key: str) -> str | None:
+    if isinstance(body, dict):
+        value = body.get(key)
+        if value is not None:
+            return str(value)
+    return None

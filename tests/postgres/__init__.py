@@ -1,0 +1,1 @@
+"""Tests of the PostgreSQL backend beyond the shared contract, and of `bubu copy-store`."""
