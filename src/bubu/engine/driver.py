@@ -19,10 +19,13 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from bubu import clock, failpoints, ids
+from bubu.context.offload import offload_result
+from bubu.context.policy import ContextPolicy
+from bubu.engine.compactor import Compactor
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.permissions import Answer, Asker, Policy, nobody
 from bubu.engine.prompt import system_prompt
-from bubu.errors import AppendConflict, BubuError, LeaseLost, ProviderError, ToolError
+from bubu.errors import AppendConflict, BubuError, LeaseLost, ProviderError, StorageError, ToolError
 from bubu.events import (
     Actions,
     Content,
@@ -101,6 +104,8 @@ class RunConfig:
     backoff_max_s: float = 60.0
     lease_ttl_s: float = 30.0
     max_tokens: int = 8192
+    context_window: int | None = None
+    context: ContextPolicy = field(default_factory=ContextPolicy)
 
 
 class _Stop(Exception):
@@ -139,7 +144,8 @@ class Runner:
 
     def __post_init__(self) -> None:
         self.turn = TurnFold()
-        self.context = ContextFold()
+        self.context = ContextFold(policy=self.config.context, blobs=self.store.blob)
+        self.compactor = Compactor(policy=self.config.context)
         self.high_water = 0
         self.run: str | None = None
         self._stop: StopReason | None = None
@@ -170,6 +176,7 @@ class Runner:
         for r in records:
             self.turn.apply(r)
             self.context.apply(r)
+            self.compactor.apply(self, r)
         if records:
             self.high_water = records[-1].seq
         return records
@@ -375,12 +382,25 @@ class Runner:
         digest = codec.sha256_hex(header + bytes.fromhex(messages))
         return digest, (len(header) + size) // 4
 
+    def digest_at(self, seq: int) -> str:
+        """The chain digest of this session's prefix 1..seq."""
+        rows = self.store.read(self.session.id, after=seq - 1, upto=seq)
+        return rows[0].hash if rows else codec.GENESIS.hex()
+
     def _call_model(self) -> None:
         request = self.build_request()
         digest, estimate = self.request_digest(request)
+        if self.compactor.over_budget(self, estimate):
+            self.compactor.compact(
+                self,
+                lambda req: self._wait(self._pool.submit(self.provider.complete, req, _ignore)),
+            )
+            request = self.build_request()
+            digest, estimate = self.request_digest(request)
+        checkpoint = self.context.checkpoint.key if self.context.checkpoint is not None else None
         for attempt in range(1, self.config.model_attempts + 1):
             self.append(
-                [self.note(ModelRequestNote(model=self.provider.spec, request_digest=digest,
+                [self.note(ModelRequestNote(model=self.provider.spec, request_digest=digest, checkpoint=checkpoint,
                                             estimated_tokens=estimate, attempt=attempt))]
             )  # fmt: skip
             failpoints.hit("before_model_call")
@@ -466,13 +486,38 @@ class Runner:
         )
 
     def _outcome(self, call: CallState, result: ToolResult, started: float | None) -> Event:
+        return self._offloaded(call, result, started, offload=False)[0]
+
+    def _offloaded(
+        self, call: CallState, result: ToolResult, started: float | None, *, offload: bool = True
+    ) -> tuple[Event, bytes | None]:
+        """The outcome event; a large result is offloaded (placeholder inline, bytes as a blob)."""
         duration = None if started is None else int((clock.monotonic() - started) * 1000)
-        return self.event(
+        text = codec.sanitize_text(result.output)
+        data = result.full if result.full is not None else text.encode("utf-8")
+        placed = offload_result(call.name, data, self.config.context) if offload else None
+        blob = None
+        if placed is not None:
+            text, blob = placed
+        event = self.event(
             "tool", "tool",
-            FunctionResponse(call_id=call.call_id, name=call.name, result=codec.sanitize_text(result.output),
-                             is_error=result.is_error, duration_ms=duration),
+            FunctionResponse(call_id=call.call_id, name=call.name, result=text, is_error=result.is_error,
+                             duration_ms=duration, blob=blob),
             invocation=call.invocation, status="failed" if result.is_error else "completed",
         )  # fmt: skip
+        return event, (data if blob is not None else None)
+
+    def commit_outcomes(self, done: Sequence[tuple[CallState, ToolResult, float | None]]) -> None:
+        """Commit outcomes with their offloaded blobs in one transaction; if storing the blobs
+        fails, commit the results inline instead — never a reference to bytes that are not there."""
+        pairs = [self._offloaded(c, r, t) for c, r, t in done]
+        blobs = [b for _, b in pairs if b is not None]
+        try:
+            self.append([e for e, _ in pairs], blobs=blobs)
+        except StorageError:
+            if not blobs:
+                raise
+            self.append([self._outcome(c, r, t) for c, r, t in done])
 
     def _run_tools(self, calls: Sequence[CallState]) -> None:
         ready: list[tuple[CallState, Tool, ToolContext, WriteIntent | None]] = []
@@ -514,8 +559,7 @@ class Runner:
             if not done:
                 continue  # a stop cancels the tools through ctx.cancel; wait for their outcomes
             failpoints.hit("after_tool")
-            outcomes = [self._outcome(futures[f][0], f.result(), futures[f][1]) for f in done]
-            self.append(outcomes)
+            self.commit_outcomes([(futures[f][0], f.result(), futures[f][1]) for f in done])
             failpoints.hit("after_outcome")
         self.observer.on_activity(None)
         self._check_stop()
@@ -616,6 +660,10 @@ class Runner:
                 )
             )
         return decision
+
+
+def _ignore(_: Delta) -> None:
+    """A delta sink that drops everything (summaries are not streamed to the screen)."""
 
 
 def _benign(r: Record) -> bool:

@@ -1,19 +1,27 @@
-"""The next model request, projected from the log.
+"""The next model request, projected from the log (DESIGN §6).
 
-`ContextFold` is fed records in seq order and keeps, per model step, the assistant parts and the
-results paired to its calls. The request pairs every call with exactly one result: a call whose
-outcome is not committed is left out (recovery commits one), so a provider never sees a dangling
-tool call.
+    [checkpoint summary + fact sheet, if any]   covers events 1..watermark
+    [entries after the watermark]               user messages and model steps with their results
+
+`ContextFold` is fed records in seq order. Each model step keeps its assistant parts and the results
+paired to its calls; a call whose outcome is not committed is left out, so a provider never sees a
+dangling tool call. Offloaded results are whole while hot (the most recent steps) and placeholders
+once cold. Rendering is cached per entry, so building the next request costs what changed.
+
+Blob contents come through `blobs`, a reader of content-addressed, immutable bytes: the same prefix
+and the same blobs always give the same request.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import msgspec
 
+from bubu.context.policy import ContextPolicy
 from bubu.events import FunctionCall, FunctionResponse, Record, Text, Thinking
 from bubu.providers.base import (
     AssistantMessage,
@@ -27,26 +35,67 @@ from bubu.providers.base import (
     UserMessage,
 )
 
+BlobReader = Callable[[str], bytes | None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    """A validated summary of events 1..watermark, as the request uses it."""
+
+    key: str
+    watermark: int
+    source_digest: str
+    text: str
+
+
+@dataclass(slots=True)
+class _Result:
+    part: ToolResultPart
+    blob: str | None = None
+    size: int = 0
+
 
 @dataclass(slots=True)
 class _Step:
+    first_seq: int
     parts: list[AssistantPart] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
-    results: dict[str, ToolResultPart] = field(default_factory=dict)
+    results: dict[str, _Result] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _User:
+    first_seq: int
+    message: UserMessage
+
+
+@dataclass(frozen=True, slots=True)
+class _Rendered:
+    messages: tuple[Message, ...]
+    digests: bytes
+    size: int
+
+
+_encoder = msgspec.json.Encoder(order="sorted")
 
 
 @dataclass(slots=True)
 class ContextFold:
     """The conversation as the model sees it, folded incrementally."""
 
-    entries: list[UserMessage | _Step] = field(default_factory=list)
+    policy: ContextPolicy = field(default_factory=ContextPolicy)
+    blobs: BlobReader | None = None
+    checkpoint: Checkpoint | None = None
+    omitted_before: int = 0
+    """A fallback floor: entries at or below this seq are left out (a failed compaction)."""
+    entries: list[_User | _Step] = field(default_factory=list)
     by_invocation: dict[str, _Step] = field(default_factory=dict)
     by_call: dict[str, _Step] = field(default_factory=dict)
     high_water: int = 0
-    # The messages each entry renders to, kept until the entry changes: building the next
-    # request costs what is new, not the length of the log.
     _rendered: list[_Rendered | None] = field(default_factory=list)
+    _hot: list[bool] = field(default_factory=list)
     _index: dict[int, int] = field(default_factory=dict)
+    _steps: list[int] = field(default_factory=list)
 
     def apply(self, r: Record) -> None:
         """Fold one record in."""
@@ -56,12 +105,12 @@ class ContextFold:
             return
         c = ev.content
         if ev.role == "user" and isinstance(c, Text):
-            self._add(UserMessage(text=c.text))
+            self._add(_User(r.seq, UserMessage(text=c.text)))
         elif ev.role == "model" and isinstance(c, Text | Thinking | FunctionCall):
             key = ev.invocation or f"seq{r.seq}"
             step = self.by_invocation.get(key)
             if step is None:
-                step = self.by_invocation[key] = _Step()
+                step = self.by_invocation[key] = _Step(r.seq)
                 self._add(step)
             self._touch(step)
             if isinstance(c, Text):
@@ -85,69 +134,209 @@ class ContextFold:
         elif isinstance(c, FunctionResponse):
             owner = self.by_call.get(c.call_id)
             if owner is not None and c.call_id not in owner.results:
-                owner.results[c.call_id] = ToolResultPart(
+                part = ToolResultPart(
                     call_id=c.call_id, name=c.name, content=c.result, is_error=c.is_error
                 )
+                blob = None if c.blob is None else c.blob.sha256
+                owner.results[c.call_id] = _Result(part, blob, 0 if c.blob is None else c.blob.size)
                 self._touch(owner)
 
-    def _add(self, entry: UserMessage | _Step) -> None:
-        self._index[id(entry)] = len(self.entries)
+    # -- cache ------------------------------------------------------------------------------------
+
+    def _add(self, entry: _User | _Step) -> None:
+        i = len(self.entries)
+        self._index[id(entry)] = i
         self.entries.append(entry)
         self._rendered.append(None)
+        self._hot.append(isinstance(entry, _Step))
+        if isinstance(entry, _Step):
+            self._steps.append(i)
+            # The step that just left the hot window renders its large results as placeholders.
+            if len(self._steps) > self.policy.hot_steps:
+                cold = self._steps[-self.policy.hot_steps - 1]
+                self._hot[cold] = False
+                if any(res.blob for res in self._step(cold).results.values()):
+                    self._rendered[cold] = None
+
+    def _step(self, i: int) -> _Step:
+        e = self.entries[i]
+        assert isinstance(e, _Step)
+        return e
 
     def _touch(self, entry: _Step) -> None:
         self._rendered[self._index[id(entry)]] = None
 
+    def _visible(self) -> Iterable[int]:
+        floor = max(self.omitted_before, self.checkpoint.watermark if self.checkpoint else 0)
+        for i, e in enumerate(self.entries):
+            if e.first_seq > floor:
+                yield i
+
+    def _render_at(self, i: int) -> _Rendered:
+        rendered = self._rendered[i]
+        if rendered is None:
+            msgs = self._render(self.entries[i], self._hot[i])
+            blobs = [_encoder.encode(m) for m in msgs]
+            rendered = self._rendered[i] = _Rendered(
+                messages=msgs,
+                digests=b"".join(hashlib.sha256(b).digest() for b in blobs),
+                size=sum(len(b) for b in blobs),
+            )
+        return rendered
+
+    def _render(self, e: _User | _Step, hot: bool) -> tuple[Message, ...]:
+        if isinstance(e, _User):
+            return (e.message,)
+        parts = tuple(
+            p for p in e.parts if not isinstance(p, ToolCallPart) or p.call_id in e.results
+        )
+        if not parts:
+            return ()
+        results = tuple(self._result(e.results[c], hot) for c in e.calls if c in e.results)
+        if results:
+            return (AssistantMessage(parts=parts), ToolResultsMessage(results=results))
+        return (AssistantMessage(parts=parts),)
+
+    def _result(self, res: _Result, hot: bool) -> ToolResultPart:
+        if (
+            res.blob is None
+            or not hot
+            or res.size > self.policy.hot_max_bytes
+            or self.blobs is None
+        ):
+            return res.part
+        data = self.blobs(res.blob)
+        if data is None:
+            return res.part
+        p = res.part
+        return ToolResultPart(
+            call_id=p.call_id,
+            name=p.name,
+            content=data.decode("utf-8", "replace"),
+            is_error=p.is_error,
+        )
+
+    # -- the request ------------------------------------------------------------------------------
+
+    def head(self) -> tuple[Message, ...]:
+        """What stands before the entries: the checkpoint summary, or a note of what was omitted."""
+        if self.checkpoint is not None:
+            return (UserMessage(text=self.checkpoint.text),)
+        if self.omitted_before:
+            return (
+                UserMessage(
+                    text=f"[Events 1–{self.omitted_before} of this session are not shown: the history "
+                    "did not fit and could not be summarized. Ask the user if something earlier matters.]"
+                ),
+            )
+        return ()
+
     def messages(self) -> tuple[Message, ...]:
         """The messages of the next request, every call paired with its result."""
-        return tuple(m for r in self._all() for m in r.messages)
+        out = list(self.head())
+        for i in self._visible():
+            out.extend(self._render_at(i).messages)
+        return tuple(out)
 
     def fingerprint(self) -> tuple[str, int]:
         """A digest naming the exact messages (sha-256 over each message's canonical digest, in
         order) and their canonical size in bytes; both cost only what changed since last time."""
         h = hashlib.sha256()
         size = 0
-        for r in self._all():
+        for m in self.head():
+            data = _encoder.encode(m)
+            h.update(hashlib.sha256(data).digest())
+            size += len(data)
+        for i in self._visible():
+            r = self._render_at(i)
             h.update(r.digests)
             size += r.size
         return h.hexdigest(), size
 
-    def _all(self) -> list[_Rendered]:
-        out: list[_Rendered] = []
+    def step_sizes(self, *, include_covered: bool = False) -> list[tuple[int, int]]:
+        """(first seq, rendered bytes) of each visible entry (or every entry), oldest first."""
+        idx = range(len(self.entries)) if include_covered else self._visible()
+        return [(self.entries[i].first_seq, self._render_at(i).size) for i in idx]
+
+    def span_messages(self, after: int, upto: int) -> tuple[Message, ...]:
+        """The messages of the entries that start in (after, upto], large results as placeholders."""
+        out: list[Message] = []
         for i, e in enumerate(self.entries):
-            rendered = self._rendered[i]
-            if rendered is None:
-                msgs = _render(e)
-                blobs = [_encoder.encode(m) for m in msgs]
-                rendered = self._rendered[i] = _Rendered(
-                    messages=msgs,
-                    digests=b"".join(hashlib.sha256(b).digest() for b in blobs),
-                    size=sum(len(b) for b in blobs),
+            if after < e.first_seq <= upto:
+                out.extend(self._render(e, hot=False))
+        return tuple(out)
+
+    def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:
+        """Use `checkpoint` (validated, stored) for everything up to its watermark."""
+        self.checkpoint = checkpoint
+        if checkpoint is not None:
+            self.omitted_before = 0
+
+
+Inclusion = Literal["included", "placeholder", "covered", "hidden", "skipped", "omitted"]
+
+
+def diagnose(records: Iterable[Record], fold: ContextFold) -> list[tuple[int, str, Inclusion, str]]:
+    """For each record: (seq, kind, what the next request does with it, why)."""
+    from bubu.events import kind_of
+
+    answered: set[str] = set()
+    rows: list[tuple[int, str, Inclusion, str]] = []
+    records = list(records)
+    for r in records:
+        c = r.event.content
+        if isinstance(c, FunctionResponse):
+            answered.add(c.call_id)
+    cold: set[str] = set()
+    hot_calls: set[str] = set()
+    for i in range(len(fold.entries)):
+        e = fold.entries[i]
+        if isinstance(e, _Step):
+            (hot_calls if fold._hot[i] else cold).update(e.calls)
+    floor = fold.checkpoint.watermark if fold.checkpoint else fold.omitted_before
+    for r in records:
+        ev, c = r.event, r.event.content
+        k = kind_of(ev)
+        if r.seq <= floor:
+            why = (
+                f"summarized by checkpoint {fold.checkpoint.key}"
+                if fold.checkpoint
+                else "did not fit"
+            )
+            rows.append((r.seq, k, "covered" if fold.checkpoint else "omitted", why))
+        elif ev.visibility == "hidden" or c is None:
+            rows.append(
+                (r.seq, k, "hidden", "not part of the model's history (a fact for the runtime)")
+            )
+        elif isinstance(c, FunctionCall) and c.call_id not in answered:
+            rows.append(
+                (
+                    r.seq,
+                    k,
+                    "skipped",
+                    "no committed outcome yet: a call is only sent with its result",
                 )
-            out.append(rendered)
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Rendered:
-    messages: tuple[Message, ...]
-    digests: bytes
-    size: int
-
-
-_encoder = msgspec.json.Encoder(order="sorted")
-
-
-def _render(e: UserMessage | _Step) -> tuple[Message, ...]:
-    if isinstance(e, UserMessage):
-        return (e,)
-    parts = tuple(p for p in e.parts if not isinstance(p, ToolCallPart) or p.call_id in e.results)
-    if not parts:
-        return ()
-    results = tuple(e.results[c] for c in e.calls if c in e.results)
-    if results:
-        return (AssistantMessage(parts=parts), ToolResultsMessage(results=results))
-    return (AssistantMessage(parts=parts),)
+            )
+        elif (
+            isinstance(c, FunctionResponse)
+            and c.blob is not None
+            and (c.call_id in cold or c.blob.size > fold.policy.hot_max_bytes)
+        ):
+            rows.append(
+                (
+                    r.seq,
+                    k,
+                    "placeholder",
+                    f"{c.blob.size:,} bytes offloaded; the model sees a placeholder",
+                )
+            )
+        elif k == "error":
+            rows.append((r.seq, k, "hidden", "errors are for people, not replayed to the model"))
+        elif isinstance(c, Text) and not c.text:
+            rows.append((r.seq, k, "skipped", "empty text"))
+        else:
+            rows.append((r.seq, k, "included", ""))
+    return rows
 
 
 def fold_context(records: Iterable[Record], start: ContextFold | None = None) -> ContextFold:

@@ -1,0 +1,110 @@
+"""`bubu context SESSION`: the next model request as the model would see it, with why each event
+is in it, summarized, a placeholder, hidden or skipped."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import click
+import msgspec
+
+from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.engine.driver import RunConfig, Runner
+from bubu.errors import BubuError
+from bubu.log.store import Lease
+from bubu.projections.context import diagnose
+from bubu.providers import resolve
+from bubu.providers.base import AssistantMessage, ToolResultsMessage, UserMessage
+
+
+class _Window:
+    """A stand-in provider when the session's own cannot be built here (no key, no script)."""
+
+    def __init__(self, spec: str, window: int) -> None:
+        self.spec = spec
+        self.context_window = window
+
+    def complete(self, *_: object) -> Any:
+        raise BubuError("inspection only")
+
+
+@cli.command("context")
+@click.argument("session")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (the request and a row per event)."
+)
+@click.option(
+    "--context-window", type=int, default=None, help="Override the model's window (tokens)."
+)
+@pass_ctx
+def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | None) -> None:
+    """Show the next model request of SESSION and what happened to each event."""
+    from bubu.tools import builtin_tools
+
+    store = ctx.store
+    info = store.session(session)
+    spec = info.model or "scripted:-"
+    try:
+        provider: Any = resolve(spec, context_window=context_window)
+    except BubuError:
+        provider = _Window(spec, context_window or 200_000)
+    inspect = Lease(session=info.id, owner="inspect", epoch=-1, expires_ms=0)
+    runner = Runner(store=store, session=info, provider=provider, tools=builtin_tools(), lease=inspect,
+                    config=RunConfig(context_window=context_window))  # fmt: skip
+    request = runner.build_request()
+    digest, estimate = runner.request_digest(request)
+    window = runner.compactor.window(runner)
+    calibrated = int(estimate * runner.compactor.calibration.factor)
+    rows = diagnose(store.read(info.id), runner.context)
+    cp = runner.context.checkpoint
+    out = {
+        "session": info.id,
+        "model": spec,
+        "request_digest": digest,
+        "estimated_tokens": estimate,
+        "calibrated_tokens": calibrated,
+        "calibration": round(runner.compactor.calibration.factor, 4),
+        "window": window,
+        "budget": int(min(runner.config.context.compact_at * window, window - runner.config.context.reserve(window))),
+        "checkpoint": None if cp is None else {"key": cp.key, "watermark": cp.watermark, "source_digest": cp.source_digest},
+        "system": request.system,
+        "tools": [t.name for t in request.tools],
+        "messages": msgspec.to_builtins(request.messages),
+        "events": [{"seq": s, "kind": k, "inclusion": inc, "why": why} for s, k, inc, why in rows],
+    }  # fmt: skip
+    if as_json:
+        emit_json(out)
+        return
+    counts = Counter(inc for _, _, inc, _ in rows)
+    click.echo(
+        f"{info.id} · next request {digest[:16]} · ~{calibrated:,} of {out['budget']:,} tokens (window {window:,})"
+    )
+    if cp is not None:
+        click.echo(f"checkpoint {cp.key} covers events 1–{cp.watermark}")
+    click.echo("events: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    click.echo(
+        f"\n[system + {len(request.tools)} tools: stable prefix, {len(request.system):,} chars]"
+    )
+    for m in request.messages:
+        if isinstance(m, UserMessage):
+            click.echo(f"\nUSER  {_short(m.text)}")
+        elif isinstance(m, AssistantMessage):
+            click.echo(f"\nMODEL {' · '.join(_part(p) for p in m.parts)}")
+        elif isinstance(m, ToolResultsMessage):
+            for r in m.results:
+                click.echo(f"  ← {r.name}: {_short(r.content, 90)}")
+
+
+def _short(text: str, n: int = 140) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= n else one[: n - 1] + "…"
+
+
+def _part(p: Any) -> str:
+    kind = getattr(p, "kind", "")
+    if kind == "tool_call":
+        return f"call {p.name}"
+    if kind == "thinking":
+        return "(thinking)"
+    return _short(getattr(p, "text", ""), 80)

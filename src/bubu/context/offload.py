@@ -1,0 +1,57 @@
+"""Offloading: a large tool result is stored whole, content-addressed; the model sees a placeholder
+with its size, hash, a handle and a short head/tail excerpt, and pages through it with
+read_result / search_result."""
+
+from __future__ import annotations
+
+from bubu.context.policy import ContextPolicy
+from bubu.events import BlobRef
+from bubu.log.codec import sha256_hex
+
+
+def line_count(data: bytes) -> int:
+    """Lines in `data` (a last line without a newline counts)."""
+    if not data:
+        return 0
+    return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+def _excerpt(lines: list[bytes], budget: int) -> str:
+    out: list[str] = []
+    used = 0
+    for ln in lines:
+        text = ln.decode("utf-8", "replace")
+        if len(text) > 200:
+            text = text[:200] + " …"
+        if used + len(text) > budget:
+            break
+        out.append(text)
+        used += len(text) + 1
+    return "\n".join(out)
+
+
+def placeholder(tool: str, data: bytes, ref: BlobRef, policy: ContextPolicy) -> str:
+    """The text the model sees in place of an offloaded result."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    n = policy.excerpt_lines
+    half = policy.excerpt_bytes // 2
+    head = _excerpt(lines[:n], half)
+    tail = _excerpt(lines[-n:], half) if len(lines) > 2 * n else _excerpt(lines[n:], half)
+    return (
+        f"[large result of {tool} stored whole: {ref.size:,} bytes, {ref.lines:,} lines, "
+        f"sha256 {ref.sha256}]\n"
+        f"handle: {ref.sha256}\n"
+        "Page through it with read_result{handle, offset, limit} or search it with "
+        "search_result{handle, pattern}; do not re-run the tool to see it again.\n"
+        f"--- first lines ---\n{head}\n" + (f"--- last lines ---\n{tail}\n" if tail else "")
+    )
+
+
+def offload_result(tool: str, data: bytes, policy: ContextPolicy) -> tuple[str, BlobRef] | None:
+    """The placeholder and blob reference for `data`, or None when it is small enough inline."""
+    if len(data) <= policy.offload_bytes:
+        return None
+    ref = BlobRef(sha256=sha256_hex(data), size=len(data), lines=line_count(data))
+    return placeholder(tool, data, ref, policy), ref

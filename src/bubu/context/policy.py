@@ -1,0 +1,32 @@
+"""The knobs of bounded context, in one typed object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextPolicy:
+    """How results are offloaded and when the history is compacted.
+
+    - `offload_bytes`: a tool result larger than this is stored whole in the blob table and the
+      model sees a placeholder (about 8 KB, or 2k estimated tokens);
+    - `hot_steps`: results of the most recent model steps stay whole while no larger than
+      `hot_max_bytes`; older large ones become placeholders;
+    - `compact_at`: compact when the projected request passes this share of the window;
+    - `keep_steps`: model steps kept raw after a checkpoint (fewer when they do not fit);
+    - `tail_share`: the largest share of the window the raw tail may take after compaction.
+    """
+
+    offload_bytes: int = 8192
+    hot_steps: int = 1
+    hot_max_bytes: int = 32_768
+    compact_at: float = 0.8
+    keep_steps: int = 4
+    tail_share: float = 0.35
+    excerpt_lines: int = 12
+    excerpt_bytes: int = 1200
+
+    def reserve(self, window: int) -> int:
+        """Tokens kept free for the response and estimation error: min(16,384, window / 4)."""
+        return min(16_384, window // 4)

@@ -1,0 +1,90 @@
+"""The fact sheet: what a compaction checkpoint must never lose, derived from the log alone."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from bubu.events import Error, FunctionCall, FunctionResponse, Record, Text
+
+_EXIT = re.compile(r"exit code (-?\d+)")
+
+
+@dataclass(slots=True, kw_only=True)
+class Facts:
+    """Goal, requests, files changed, commands run, pending reviews and open errors."""
+
+    goal: str | None = None
+    requests: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    commands: list[tuple[str, str]] = field(default_factory=list)
+    pending_review: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _calls: dict[str, FunctionCall] = field(default_factory=dict)
+    _after: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def apply(self, r: Record) -> None:
+        """Fold one record in."""
+        ev, c, a = r.event, r.event.content, r.event.actions
+        if isinstance(c, Text) and ev.role == "user":
+            if self.goal is None:
+                self.goal = c.text
+            else:
+                self.requests.append(c.text)
+        elif isinstance(c, FunctionCall):
+            self._calls[c.call_id] = c
+        elif isinstance(c, FunctionResponse):
+            call = self._calls.get(c.call_id)
+            if call is None:
+                return
+            if c.call_id in self._after and not c.is_error:
+                path, sha = self._after[c.call_id]
+                self.files[path] = sha
+            if call.name == "run_command":
+                m = _EXIT.search(c.result[-400:]) if not c.is_error else None
+                status = f"exit {m.group(1)}" if m else ("failed" if c.is_error else "done")
+                if c.result.startswith("interrupted"):
+                    status = "interrupted"
+                self.commands.append((str(call.arguments.get("command", "")), status))
+            if c.result.startswith("interrupted"):
+                self.pending_review.append(
+                    f"{call.name} {call.arguments.get('path') or call.arguments.get('command') or ''}".strip()
+                )
+            elif c.is_error:
+                self.errors.append(
+                    f"{call.name}: {c.result.splitlines()[0][:200] if c.result else ''}"
+                )
+                self.errors = self.errors[-5:]
+        elif isinstance(c, Error):
+            self.errors = [*self.errors, f"{c.error_class}: {c.message[:200]}"][-5:]
+        if a is not None and a.tool_dispatch is not None:
+            d = a.tool_dispatch
+            if d.path and d.after_sha256:
+                self._after[d.call_id] = (d.path, d.after_sha256)
+
+    def render(self) -> str:
+        """The fact sheet as text for the model."""
+        out = ["## Facts from the log (exact)"]
+        out.append(f"Goal: {self.goal or '(none)'}")
+        for q in self.requests[-5:]:
+            out.append(f"Later request: {q[:500]}")
+        if self.files:
+            out.append("Files changed (path, sha-256 now):")
+            out += [f"- {p} {sha[:16]}" for p, sha in sorted(self.files.items())]
+        if self.commands:
+            out.append(f"Commands run ({len(self.commands)}, the last 20):")
+            out += [f"- {cmd[:200]} → {st}" for cmd, st in self.commands[-20:]]
+        if self.pending_review:
+            out.append("Interrupted by a crash, not verified: " + "; ".join(self.pending_review))
+        if self.errors:
+            out.append("Recent errors: " + " | ".join(self.errors))
+        return "\n".join(out)
+
+
+def facts(records: Iterable[Record]) -> Facts:
+    """The fact sheet of the records."""
+    f = Facts()
+    for r in records:
+        f.apply(r)
+    return f
