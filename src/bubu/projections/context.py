@@ -261,7 +261,7 @@ class ContextFold:
     def span_messages(self, after: int, upto: int) -> tuple[Message, ...]:
         """The messages of the entries that start in (after, upto], large results as placeholders."""
         out: list[Message] = []
-        for i, e in enumerate(self.entries):
+        for e in self.entries:
             if after < e.first_seq <= upto:
                 out.extend(self._render(e, hot=False))
         return tuple(out)
