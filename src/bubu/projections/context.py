@@ -23,7 +23,7 @@ import msgspec
 
 from bubu.context.policy import ContextPolicy
 from bubu.events import FunctionCall, FunctionResponse, Record, Text, Thinking
-from bubu.providers.base import (
+from bubu.messages import (
     AssistantMessage,
     AssistantPart,
     Message,

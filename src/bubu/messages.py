@@ -1,0 +1,150 @@
+"""The provider-neutral conversation: what a model is asked and what it answers.
+
+These types are pure data shared by projections (which build requests from the log), the engine
+and the provider adapters (which translate them to a wire format).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+JSON: TypeAlias = Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """A tool as offered to the model: its name, description and JSON schema of arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, JSON]
+
+
+# ---- message parts ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextPart:
+    """Text from the user or the model."""
+
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThinkingPart:
+    """Model reasoning; `signature` / `redacted` are replayed to the provider byte for byte."""
+
+    text: str
+    signature: str | None = None
+    redacted: str | None = None
+    kind: Literal["thinking"] = "thinking"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallPart:
+    """A tool call made by the model. `raw_arguments` keeps arguments that were not valid JSON."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, JSON]
+    raw_arguments: str | None = None
+    kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResultPart:
+    """The result of a tool call, paired by `call_id`."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    kind: Literal["tool_result"] = "tool_result"
+
+
+AssistantPart: TypeAlias = TextPart | ThinkingPart | ToolCallPart
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserMessage:
+    """A message in the user lane (the task, follow-ups, host notes for the model)."""
+
+    text: str
+    role: Literal["user"] = "user"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssistantMessage:
+    """One model step: its text, thinking and tool calls, in the order the model produced them."""
+
+    parts: tuple[AssistantPart, ...]
+    role: Literal["assistant"] = "assistant"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResultsMessage:
+    """The results of the tool calls of the preceding assistant message, in call order."""
+
+    results: tuple[ToolResultPart, ...]
+    role: Literal["tool"] = "tool"
+
+
+Message: TypeAlias = UserMessage | AssistantMessage | ToolResultsMessage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """Everything a provider needs for one call.
+
+    `ordinal` is the number of model responses already committed in the session; deterministic
+    providers (the scripted one) use it to pick their answer, others ignore it.
+    `purpose` is "summary" for compaction requests.
+    """
+
+    system: str
+    tools: tuple[ToolSpec, ...]
+    messages: tuple[Message, ...]
+    max_tokens: int = 8192
+    ordinal: int = 0
+    purpose: Literal["turn", "summary"] = "turn"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Token accounting as the provider reports it.
+
+    `input_tokens` is the whole prompt, cache reads and writes included (adapters normalize
+    providers that count them apart); the cache fields say how much of it hit or filled the cache.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelResponse:
+    """A complete model response.
+
+    `stop_reason` is normalized: "end_turn", "tool_use", "max_tokens", or the provider's own word.
+    """
+
+    parts: tuple[AssistantPart, ...]
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str | None = None
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delta:
+    """A streamed fragment of text or thinking, for the screen only (never logged)."""
+
+    kind: Literal["text", "thinking"]
+    text: str
+
+
+DeltaSink: TypeAlias = Callable[[Delta], None]
