@@ -90,9 +90,14 @@ def demo_cmd(ctx: Ctx, no_crash: bool, directory: str | None) -> None:
     _say(f"  ({time.monotonic() - started:.1f}s)\n", dim=True)
     _say("Try next:", bold=True)
     dbopt = "" if ctx.db is None and "BUBU_DB" not in os.environ else f" --db {db}"
-    _say(f"  bubu{dbopt} show {session}        the transcript, with the recovery")
-    _say(f"  bubu{dbopt} log {session}         every event, its seq and hash")
-    _say(f"  bubu{dbopt} ui                   the web view")
+    hints = [
+        (f"bubu{dbopt} show {session}", "the transcript, with the recovery"),
+        (f"bubu{dbopt} log {session}", "every event, its seq and hash"),
+        (f"bubu{dbopt} ui", "the web view"),
+    ]
+    width = max(len(c) for c, _ in hints)
+    for command, what in hints:
+        _say(f"  {command.ljust(width)}   {what}")
     sys.exit(0 if code == 0 and passed.returncode == 0 and verify.returncode == 0 else 1)
 
 

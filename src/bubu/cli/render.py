@@ -172,7 +172,7 @@ class TerminalObserver:
                     self._style(f"  ! {c.error_class}: {_short(c.message, 100)}", fg="yellow")
                 )
             elif isinstance(c, SystemNote) and isinstance(c.note, RecoveryNotice):
-                self.notice(c.note)
+                self.notice(c.note, ev.session)
             elif isinstance(c, SystemNote) and isinstance(c.note, TurnEnded):
                 n = c.note
                 colour = {"completed": "green", "failed": "red"}.get(n.reason, "yellow")
@@ -186,14 +186,14 @@ class TerminalObserver:
         # (none of ours) would need the committed text printed here instead.
         return not self.quiet
 
-    def notice(self, n: RecoveryNotice) -> None:
+    def notice(self, n: RecoveryNotice, session: str) -> None:
         """Print the recovery notice as a framed block."""
         colour = "red" if n.status == "blocked" else "yellow"
         lines = notice_text(n).splitlines()
         self.line(self._style("┌ " + lines[0], fg=colour, bold=True))
         for ln in lines[1:]:
             self.line(self._style("│ ", fg=colour) + ln)
-        self.line(self._style("└ dismiss with `bubu dismiss SESSION`", fg=colour, dim=True))
+        self.line(self._style(f"└ dismiss with `bubu dismiss {session}`", fg=colour, dim=True))
 
     def ask(self, request: PermissionRequest) -> Answer | None:
         """Ask on the terminal; None when there is no terminal to ask on."""

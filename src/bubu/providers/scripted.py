@@ -140,17 +140,16 @@ class ScriptedProvider:
 
     @staticmethod
     def _stream(chunks: list[tuple[str, str]], delay_s: float, on_delta: DeltaSink) -> None:
-        words = [(k, w) for k, text in chunks for w in text.split(" ")]
+        words = [
+            (k, w if n == 0 else " " + w)
+            for k, text in chunks
+            for n, w in enumerate(text.split(" "))
+        ]
         pause = delay_s / max(1, len(words)) if delay_s > 0 else 0.0
         if not words and delay_s > 0:
             time.sleep(delay_s)
-        for i, (kind, word) in enumerate(words):
-            on_delta(
-                Delta(
-                    kind="text" if kind == "text" else "thinking",
-                    text=word if i == 0 else " " + word,
-                )
-            )
+        for kind, word in words:
+            on_delta(Delta(kind="text" if kind == "text" else "thinking", text=word))
             if pause:
                 time.sleep(pause)
 
