@@ -144,6 +144,7 @@ class Runner:
 
     def __post_init__(self) -> None:
         self.turn = TurnFold()
+        self._blobs: set[str] = set()
         self.context = ContextFold(policy=self.config.context, blobs=self.store.blob)
         self.compactor = Compactor(policy=self.config.context)
         self.high_water = 0
@@ -177,6 +178,9 @@ class Runner:
             self.turn.apply(r)
             self.context.apply(r)
             self.compactor.apply(self, r)
+            blob = getattr(r.event.content, "blob", None)
+            if blob is not None:
+                self._blobs.add(blob.sha256)
         if records:
             self.high_water = records[-1].seq
         return records
@@ -482,8 +486,16 @@ class Runner:
             timeout_s=self.config.tool_timeout_s,
             cancel=self._stop_event,
             outside_allowed=outside_allowed,
-            blob=self.store.blob,
+            blob=self.read_blob,
         )
+
+    def read_blob(self, handle: str) -> bytes | None:
+        """The bytes of one of this session's offloaded results, by sha-256 or a unique prefix."""
+        handle = handle.strip().lower()
+        matches = [sha for sha in self._blobs if sha.startswith(handle)]
+        if len(matches) > 1:
+            raise ToolError(f"the handle {handle} matches {len(matches)} results; give more of it")
+        return self.store.blob(matches[0]) if matches else None
 
     def _outcome(self, call: CallState, result: ToolResult, started: float | None) -> Event:
         return self._offloaded(call, result, started, offload=False)[0]
@@ -495,6 +507,8 @@ class Runner:
         duration = None if started is None else int((clock.monotonic() - started) * 1000)
         text = codec.sanitize_text(result.output)
         data = result.full if result.full is not None else text.encode("utf-8")
+        # A page of an offloaded result is never offloaded again.
+        offload = offload and call.name not in ("read_result", "search_result")
         placed = offload_result(call.name, data, self.config.context) if offload else None
         blob = None
         if placed is not None:

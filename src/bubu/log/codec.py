@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -78,12 +79,15 @@ def canonical_json(value: object) -> bytes:
         raise InvalidEvent("the value holds a lone surrogate; it is not valid Unicode") from e
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def sanitize_text(text: str) -> str:
-    """Replace lone surrogates (which UTF-8 cannot carry) with U+FFFD."""
+    """Replace lone surrogates (which UTF-8 cannot carry) with U+FFFD, one for one."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
+        return _SURROGATE.sub("\ufffd", text)
     return text
 
 

@@ -87,6 +87,7 @@ class SQLiteStore(Store):
         self._queue: list[_Pending] = []
         self._qlock = threading.Lock()
         self._sync_full: bool | None = None
+        self._sids: dict[str, int] = {}  # session id -> rowid; never changes once created
         try:
             self._db = sqlite3.connect(
                 self.path,
@@ -150,11 +151,15 @@ class SQLiteStore(Store):
     # -- sessions -----------------------------------------------------------------------------------
 
     def _sid(self, session: str) -> int:
+        sid = self._sids.get(session)
+        if sid is not None:
+            return sid
         row = self._db.execute("SELECT sid FROM sessions WHERE id=?", (session,)).fetchone()
         if row is None:
             raise UnknownSession(
                 f"no session {session} in {self.path}; list them with `bubu sessions`"
             )
+        self._sids[session] = int(row[0])
         return int(row[0])
 
     def create_session(
@@ -186,7 +191,9 @@ class SQLiteStore(Store):
 
     _SESSION_SQL = (
         "SELECT s.id, s.title, s.workspace, s.created_ms, s.model, "
-        "coalesce((SELECT max(seq) FROM events e WHERE e.sid = s.sid), 0), s.last_ms FROM sessions s"
+        "coalesce((SELECT max(seq) FROM events e WHERE e.sid = s.sid), 0), "
+        "(SELECT json_extract(CAST(e.payload AS TEXT), '$.ts') FROM events e WHERE e.sid = s.sid "
+        "ORDER BY e.seq DESC LIMIT 1) FROM sessions s"
     )
 
     @staticmethod
@@ -314,18 +321,16 @@ class SQLiteStore(Store):
                 (codec.sha256_hex(data), len(data), data),
             )
         rows = []
-        last_ts = None
         for ev in req.events:
             if ev.session != req.session:
-                raise AppendConflict(req.session, req.expect, seq)
+                raise codec.InvalidEvent(
+                    f"an event of session {ev.session} cannot be appended to session {req.session}"
+                )
             payload = codec.encode(ev)
             prev = codec.chain(prev, payload)
             seq += 1
             rows.append((sid, seq, kind_of(ev), payload, prev))
-            last_ts = ev.ts
         db.executemany("INSERT INTO events(sid, seq, kind, payload, hash) VALUES (?,?,?,?,?)", rows)
-        if last_ts is not None:
-            db.execute("UPDATE sessions SET last_ms=? WHERE sid=?", (last_ts, sid))
         return Head(high_water=seq, digest=prev.hex())
 
     # -- reads ------------------------------------------------------------------------------------
@@ -540,7 +545,11 @@ class SQLiteStore(Store):
 
 
 def verify_blob_refs(payload: bytes) -> list[str]:
-    """The blob hashes an event's canonical bytes refer to."""
-    ev = codec.decode(payload)
+    """The blob hashes an event's canonical bytes refer to (none if the bytes do not decode:
+    the chain check reports a damaged event at its seq)."""
+    try:
+        ev = codec.decode(payload)
+    except BubuError:
+        return []
     blob = getattr(ev.content, "blob", None)
     return [] if blob is None else [blob.sha256]

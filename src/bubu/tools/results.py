@@ -1,0 +1,196 @@
+"""Result readers: read_result and search_result page through an offloaded tool result.
+
+A large tool result is stored whole in the blob table and the model sees a placeholder with a
+handle (DESIGN §6): the result's sha-256, or a unique prefix of it of at least 12 hex digits. These
+tools read the bytes through `ToolContext.blob` and return bounded, line-based pages, so that a
+page is always small enough to stay inline (below the offload threshold) and never be offloaded in
+turn.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import string
+
+from bubu.errors import ToolError
+from bubu.events import EffectClass
+from bubu.tools.base import ToolContext, ToolResult, WriteIntent
+from bubu.tools.workspace import Args, BuiltinTool, cut_line, decode, iter_lines, schema
+
+PAGE_LINES = 200
+"""Lines read_result shows when no limit is given."""
+
+PAGE_BYTES = 6000
+"""The most UTF-8 bytes of lines in one page (either tool); below the offload threshold, so pages stay inline."""
+
+LINE_BYTES = 1000
+"""Longer lines are cut in a page; search_result finds text anywhere in them."""
+
+SEARCH_LINE_BYTES = 1 << 20
+"""How much of each line search_result searches."""
+
+SEARCH_MAX_MATCHES = 50
+"""The most matching lines one search_result shows (all are counted)."""
+
+SNIPPET_CHARS = 200
+"""A matching line longer than this is shown as a window around the match."""
+
+MIN_HANDLE = 12
+
+
+def line_count(data: bytes) -> int:
+    """The number of lines in `data` as these tools count them (a final newline ends a line)."""
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def _handle(raw: str) -> str:
+    handle = raw.strip().lower().removeprefix("sha256:")
+    if not MIN_HANDLE <= len(handle) <= 64 or not set(handle) <= set(string.hexdigits):
+        raise ToolError(
+            f"{raw!r} is not a result handle; give the sha-256 from the placeholder "
+            f"(or its first {MIN_HANDLE} or more hex digits)"
+        )
+    return handle
+
+
+def _blob(ctx: ToolContext, handle: str) -> bytes:
+    if ctx.blob is None:
+        raise ToolError("offloaded results cannot be read here; re-run the tool instead")
+    # The blob reader resolves a unique prefix; it raises ToolError when a prefix is ambiguous.
+    data = ctx.blob(handle)
+    if data is None:
+        raise ToolError(
+            f"no offloaded result has the handle {handle}; copy it from the placeholder"
+        )
+    return data
+
+
+def _line_start(data: bytes, line: int) -> int:
+    """The byte offset where 1-based `line` starts; the line must exist."""
+    pos = 0
+    for _ in range(line - 1):
+        pos = data.index(b"\n", pos) + 1
+    return pos
+
+
+class ReadResult(BuiltinTool):
+    """read_result{handle, offset?, limit?}: a page of numbered lines of an offloaded result."""
+
+    name = "read_result"
+    effect: EffectClass = "read_only"
+    path_arg = None
+    description = (
+        "Read part of a large tool result that was replaced by a placeholder. `handle` is the "
+        "sha-256 shown in the placeholder (at least its first 12 hex digits); `offset` is the "
+        f"first line (1-based, default 1) and `limit` how many lines (default {PAGE_LINES}). "
+        f"Pages are at most {PAGE_BYTES:,} bytes; each says which lines it holds and how to "
+        "get the next."
+    )
+    parameters = schema(
+        {
+            "handle": {"type": "string", "description": "The result's sha-256 or its prefix."},
+            "offset": {"type": "integer", "description": "First line to show, 1-based."},
+            "limit": {"type": "integer", "description": "How many lines to show."},
+        },
+        ["handle"],
+    )
+
+    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+        handle = _handle(args.text("handle"))
+        offset = args.integer("offset", 1, minimum=1)
+        limit = args.integer("limit", PAGE_LINES, minimum=1)
+        data = _blob(ctx, handle)
+        total = line_count(data)
+        if total == 0:
+            return ToolResult(output=f"result {handle} is empty.")
+        if offset > total:
+            raise ToolError(
+                f"offset {offset:,} is past the end: result {handle} has {total:,} lines "
+                f"(read from offset 1 to {total:,})"
+            )
+        stream = io.BytesIO(data)
+        stream.seek(_line_start(data, offset))
+        shown: list[str] = []
+        used = 0
+        for n, (head, length) in enumerate(iter_lines(stream, LINE_BYTES), start=offset):
+            line = f"{n:6}\t{cut_line(head, length, LINE_BYTES)}"
+            # A page always holds at least one line: a long line is cut to fit.
+            size = len(line.encode()) + 1
+            if shown and (len(shown) >= limit or used + size > PAGE_BYTES):
+                break
+            shown.append(line)
+            used += size
+        last = offset + len(shown) - 1
+        header = f"lines {offset:,}–{last:,} of {total:,} of result {handle} ({len(data):,} bytes)"
+        if last < total:
+            footer = f'next page: read_result{{"handle": "{handle}", "offset": {last + 1}}}'
+        else:
+            footer = "(end of result)"
+        return ToolResult(output="\n".join([header, *shown, footer]))
+
+
+class SearchResult(BuiltinTool):
+    """search_result{handle, pattern}: the lines of an offloaded result that match a regex."""
+
+    name = "search_result"
+    effect: EffectClass = "read_only"
+    path_arg = None
+    description = (
+        "Search a large tool result that was replaced by a placeholder for a Python regular "
+        "expression. Returns the numbers of matching lines with the matching text (the first "
+        f"{SEARCH_MAX_MATCHES}; all are counted); read around one with read_result and its line "
+        "number as offset."
+    )
+    parameters = schema(
+        {
+            "handle": {"type": "string", "description": "The result's sha-256 or its prefix."},
+            "pattern": {"type": "string", "description": "Python regular expression."},
+        },
+        ["handle", "pattern"],
+    )
+
+    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+        handle = _handle(args.text("handle"))
+        pattern = args.text("pattern")
+        try:
+            regex = re.compile(pattern)
+        except re.error as err:
+            raise ToolError(
+                f"the pattern is not a valid Python regex ({err}); escape special characters "
+                "with a backslash"
+            ) from err
+        data = _blob(ctx, handle)
+        total = line_count(data)
+        shown: list[str] = []
+        used = matched = 0
+        for n, (head, _) in enumerate(iter_lines(io.BytesIO(data), SEARCH_LINE_BYTES), start=1):
+            text = decode(head)
+            found = regex.search(text)
+            if found is None:
+                continue
+            matched += 1
+            line = f"{n:6}\t{_snippet(text, found.start())}"
+            size = len(line.encode()) + 1
+            if len(shown) < SEARCH_MAX_MATCHES and used + size <= PAGE_BYTES:
+                shown.append(line)
+                used += size
+        where = f"result {handle} ({total:,} lines)"
+        if not matched:
+            return ToolResult(output=f"no line of {where} matches {pattern}")
+        header = f"{matched:,} lines of {where} match {pattern}:"
+        footer = (
+            f"showing the first {len(shown)} of {matched:,}; narrow the pattern to see others. "
+            if len(shown) < matched
+            else ""
+        ) + f'Read around a match with read_result{{"handle": "{handle}", "offset": LINE}}.'
+        return ToolResult(output="\n".join([header, *shown, footer]))
+
+
+def _snippet(text: str, start: int) -> str:
+    """The line, or a window of it around the match when it is long."""
+    if len(text) <= SNIPPET_CHARS:
+        return text
+    begin = max(0, start - SNIPPET_CHARS // 4)
+    stop = begin + SNIPPET_CHARS
+    return ("…" if begin else "") + text[begin:stop] + ("…" if stop < len(text) else "")

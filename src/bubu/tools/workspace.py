@@ -1,0 +1,316 @@
+"""What every built-in tool shares: the workspace guard, argument checks and bounded text.
+
+The guard resolves a path the model gave relative to the workspace, following symlinks, so a
+``..``, an absolute path or a symlink that leads out is seen for what it is: outside. `permission`
+reports such a path as a reason to ask; `run` refuses it unless the user allowed it
+(`ToolContext.outside_allowed`).
+
+`BuiltinTool.run` checks the arguments against the tool's JSON schema and turns `ToolError` and
+`OSError` into an error result, so a bad call is something the model sees, never an exception.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from bubu.errors import ToolError
+from bubu.events import EffectClass
+from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+
+SNIFF_BYTES = 8192
+"""How much of a file is read to decide whether it is binary (a NUL byte means binary)."""
+
+JUNK_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "node_modules",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+        ".nox",
+        ".idea",
+    }
+)
+"""Directories that listing and searching skip: version control, caches, installed packages."""
+
+
+# ---- the guard ----------------------------------------------------------------------------------
+
+
+def workspace_root(ctx: ToolContext) -> str:
+    """The workspace as an absolute path with every symlink resolved."""
+    return os.path.realpath(ctx.workspace)
+
+
+def resolve(ctx: ToolContext, raw: str) -> str:
+    """`raw` resolved against the workspace, following symlinks (also a dangling final one)."""
+    if not raw:
+        raise ToolError("the path is empty; give a path relative to the workspace")
+    if "\0" in raw:
+        raise ToolError("the path contains a NUL character; give a plain path")
+    try:
+        raw.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as err:
+        raise ToolError("the path contains a lone surrogate character; give a plain path") from err
+    return os.path.realpath(os.path.join(workspace_root(ctx), raw))
+
+
+def is_inside(ctx: ToolContext, resolved: str) -> bool:
+    """Whether an already resolved path is the workspace or lies below it."""
+    root = workspace_root(ctx)
+    return resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def outside_reason(ctx: ToolContext, raw: str) -> str | None:
+    """Why `raw` needs permission (it resolves outside the workspace), or None."""
+    try:
+        resolved = resolve(ctx, raw)
+    except ToolError:
+        return None  # run() reports the bad path; nothing to ask about
+    if is_inside(ctx, resolved) or ctx.outside_allowed:
+        return None
+    return f"{raw} is outside the workspace ({resolved})"
+
+
+def guard(ctx: ToolContext, raw: str) -> str:
+    """The resolved path for `raw`; raises ToolError when it is outside and that is not allowed."""
+    resolved = resolve(ctx, raw)
+    if not is_inside(ctx, resolved) and not ctx.outside_allowed:
+        raise ToolError(
+            f"{raw} is outside the workspace ({resolved}); "
+            "use a path inside the workspace or ask the user to allow it"
+        )
+    return resolved
+
+
+def display(ctx: ToolContext, resolved: str) -> str:
+    """How a resolved path is shown to the model: relative inside the workspace, else absolute."""
+    root = workspace_root(ctx)
+    if resolved == root:
+        return "."
+    if is_inside(ctx, resolved):
+        return os.path.relpath(resolved, root)
+    return resolved
+
+
+# ---- arguments ----------------------------------------------------------------------------------
+
+
+_KINDS: Mapping[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Args:
+    """Arguments that passed the schema check, with typed getters."""
+
+    values: Mapping[str, JSON]
+
+    @classmethod
+    def check(cls, schema: Mapping[str, JSON], raw: object) -> Args:
+        """Check `raw` against an object schema (required keys, no extras, scalar types)."""
+        if not isinstance(raw, dict):
+            raise ToolError("the arguments must be a JSON object")
+        props: Mapping[str, Mapping[str, JSON]] = schema.get("properties", {})
+        missing = [k for k in schema.get("required", []) if k not in raw]
+        if missing:
+            raise ToolError(f"missing required argument {', '.join(missing)}")
+        for key, value in raw.items():
+            if key not in props:
+                raise ToolError(f"unknown argument {key!r}; expected one of {', '.join(props)}")
+            kind = str(props[key].get("type", ""))
+            ok = _KINDS.get(kind, (object,))
+            # bool is an int in Python, but never an integer or number in JSON.
+            if not isinstance(value, ok) or (isinstance(value, bool) and kind != "boolean"):
+                article = "an" if kind[:1] in "aeiou" else "a"
+                raise ToolError(
+                    f"argument {key!r} must be {article} {kind}, not {_json_kind(value)}"
+                )
+        return cls(values=raw)
+
+    def text(self, key: str) -> str:
+        """A required string argument."""
+        value = self.values[key]
+        assert isinstance(value, str)
+        return value
+
+    def opt_text(self, key: str) -> str | None:
+        """An optional string argument."""
+        value = self.values.get(key)
+        assert value is None or isinstance(value, str)
+        return value
+
+    def integer(self, key: str, default: int, *, minimum: int) -> int:
+        """An optional integer argument, at least `minimum`."""
+        value = self.values.get(key, default)
+        assert isinstance(value, int)
+        if value < minimum:
+            raise ToolError(f"argument {key!r} must be at least {minimum}, not {value}")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        """An optional positive number argument."""
+        value = self.values.get(key, default)
+        assert isinstance(value, int | float)
+        if not value > 0:
+            raise ToolError(f"argument {key!r} must be a positive number, not {value}")
+        return float(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        """An optional boolean argument."""
+        value = self.values.get(key, default)
+        assert isinstance(value, bool)
+        return value
+
+
+def _json_kind(value: object) -> str:
+    match value:
+        case None:
+            return "null"
+        case bool():
+            return "a boolean"
+        case int() | float():
+            return "a number"
+        case str():
+            return "a string"
+        case list():
+            return "an array"
+        case _:
+            return "an object"
+
+
+def schema(properties: dict[str, JSON], required: list[str]) -> dict[str, JSON]:
+    """A closed JSON object schema for a tool's arguments."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+# ---- the shared base ----------------------------------------------------------------------------
+
+
+class BuiltinTool:
+    """Base of the built-in tools: argument checks, path permission and error results.
+
+    Subclasses set the four declared attributes, implement `execute`, and name their path
+    argument in `path_arg` (None when the tool touches no path).
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, JSON]
+    effect: EffectClass
+    path_arg: str | None = "path"
+
+    def permission(self, args: dict[str, JSON], ctx: ToolContext) -> str | None:
+        """A path outside the workspace needs permission; everything else is allowed."""
+        raw = args.get(self.path_arg) if self.path_arg else None
+        return outside_reason(ctx, raw) if isinstance(raw, str) else None
+
+    def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
+        """Only provable writes prepare an intent."""
+        return None
+
+    def run(
+        self, args: dict[str, JSON], ctx: ToolContext, intent: WriteIntent | None
+    ) -> ToolResult:
+        """Check the arguments and execute; failures become error results the model sees."""
+        try:
+            return self.execute(Args.check(self.parameters, args), ctx, intent)
+        except ToolError as err:
+            return ToolResult(output=str(err), is_error=True)
+        except OSError as err:
+            return ToolResult(output=os_error_text(err), is_error=True)
+
+    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+        """Do the work with checked arguments; raise ToolError for a failure the model sees."""
+        raise NotImplementedError
+
+
+def os_error_text(err: OSError) -> str:
+    """One sentence for an operating-system error, naming the file when there is one."""
+    where = f"{err.filename}: " if err.filename else ""
+    reason = err.strerror or errno.errorcode.get(err.errno or 0, str(err))
+    return f"{where}{reason.lower()}"
+
+
+# ---- bounded text -------------------------------------------------------------------------------
+
+
+def is_binary(head: bytes) -> bool:
+    """Whether a file's first bytes say it is binary (it contains a NUL byte)."""
+    return b"\0" in head
+
+
+def sniff(path: str) -> bytes:
+    """The first bytes of a file, for `is_binary`."""
+    with open(path, "rb") as f:
+        return f.read(SNIFF_BYTES)
+
+
+def drop_partial_utf8(data: bytes) -> bytes:
+    """`data` without a UTF-8 sequence cut short at its end."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:
+            continue  # a continuation byte: the sequence starts further back
+        # A lead byte: 110xxxxx needs 2 bytes, 1110xxxx 3, 11110xxx 4; ASCII needs 1.
+        need = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
+        return data[:-back] if need > back else data
+    return data
+
+
+def decode(data: bytes) -> str:
+    """Text for the model: invalid UTF-8 becomes U+FFFD, so no lone surrogate ever appears."""
+    return data.decode("utf-8", errors="replace")
+
+
+def iter_lines(stream: BinaryIO, keep: int) -> Iterator[tuple[bytes, int]]:
+    """Each line as (its first `keep` bytes without the newline, its full length in bytes).
+
+    Memory stays bounded by `keep` however long a line is.
+    """
+    while True:
+        head = stream.readline(keep)
+        if not head:
+            return
+        if head.endswith(b"\n"):
+            yield head[:-1], len(head) - 1
+            continue
+        # Longer than `keep` (or the last line, without a newline): count the rest, keep none of it.
+        length = len(head)
+        while rest := stream.readline(1 << 16):
+            if rest.endswith(b"\n"):
+                length += len(rest) - 1
+                break
+            length += len(rest)
+        yield head, length
+
+
+def cut_line(head: bytes, length: int, limit: int) -> str:
+    """A line for display from its first bytes and full length: at most `limit` bytes of it,
+    cut on a character boundary, saying how much was left out."""
+    shown = head[:limit]
+    if length > len(shown):
+        shown = drop_partial_utf8(shown)
+    text = decode(shown)
+    if length > len(shown):
+        text += f" … [line cut: {length - len(shown):,} more bytes]"
+    return text
