@@ -13,9 +13,9 @@ import click
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.render import JsonlObserver, TerminalObserver
-from bubu.engine.driver import RunConfig
+from bubu.engine.driver import RunConfig, stop_all
 from bubu.engine.permissions import Policy
-from bubu.engine.session import Host, new_session, resume_turn, start_turn
+from bubu.engine.session import Host, check_task, new_session, resume_turn, start_turn
 from bubu.errors import ConfigError
 from bubu.events import TurnEndReason
 from bubu.log.store import SessionInfo, Store
@@ -124,16 +124,19 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
 
 
 @contextmanager
-def signals(host: Host) -> Iterator[None]:
-    """Ctrl-C stops the turn (it ends `stopped`); SIGTERM suspends it after flushing."""
+def signals(host: Host | None = None) -> Iterator[None]:
+    """Ctrl-C stops the running turn (it ends `stopped`); SIGTERM suspends it after flushing.
+
+    With no turn running (still starting up) Ctrl-C interrupts as usual and SIGTERM exits.
+    """
 
     def on_int(*_: object) -> None:
-        if host.runner is not None:
-            host.runner.request_stop("stopped")
+        if not stop_all("stopped"):
+            raise KeyboardInterrupt
 
     def on_term(*_: object) -> None:
-        if host.runner is not None:
-            host.runner.request_stop("suspended")
+        if not stop_all("suspended"):
+            raise SystemExit(143)
 
     old_int = signal.signal(signal.SIGINT, on_int)
     old_term = signal.signal(signal.SIGTERM, on_term)
@@ -179,27 +182,26 @@ def run_cmd(
     from bubu.engine.recovery import recover_all
 
     observer = observer_for(opts["jsonl"])
+    check_task(task)
     info: SessionInfo
     if session_ref or cont:
         info = store.session(session_ref) if session_ref else _latest(store)
         model = opts["model"] or info.model or default_model()
+        host = make_host(store, model, opts, observer)
     else:
         model = opts["model"] or default_model()
+        host = make_host(store, model, opts, observer)  # a bad model spec creates no session
         info = new_session(store, task=task, workspace=workspace, model=model)
-    host = make_host(store, model, opts, observer)
-    recover_all(
-        store,
-        host_factory=lambda m: make_host(store, m, opts, observer),
-        observer=observer,
-        skip={info.id},
-    )
-    if isinstance(observer, TerminalObserver):
-        observer.line(
-            click.style(f"bubu · {info.id} · {model}", dim=True)
-            if observer.color
-            else f"bubu · {info.id} · {model}"
-        )
     with signals(host):
+        recover_all(
+            store,
+            host_factory=lambda m: make_host(store, m, opts, observer),
+            observer=observer,
+            skip={info.id},
+        )
+        if isinstance(observer, TerminalObserver):
+            banner = f"bubu · {info.id} · {model}"
+            observer.line(click.style(banner, dim=True) if observer.color else banner)
         reason = start_turn(host, info, task)
     finish(reason, observer)
 
@@ -224,19 +226,20 @@ def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
     host = make_host(store, model, opts, observer)
     from bubu.engine.recovery import recover_all
 
-    reason = recover_all(
-        store,
-        host_factory=lambda m: make_host(store, m, opts, observer),
-        observer=observer,
-        only=info.id,
-    )
-    if info.id in reason:
-        outcome = reason[info.id]
-        finish(
-            outcome if outcome in ("completed", "failed", "stopped", "suspended") else None,
-            observer,
-        )
     with signals(host):
+        # A crashed turn is recovered (and continued) rather than resumed.
+        recovered = recover_all(
+            store,
+            host_factory=lambda m: make_host(store, m, opts, observer),
+            observer=observer,
+            only=info.id,
+        )
+        if info.id in recovered:
+            outcome = recovered[info.id]
+            finish(
+                outcome if outcome in ("completed", "failed", "stopped", "suspended") else None,
+                observer,
+            )
         result = resume_turn(host, info)
     finish(result, observer)
 
@@ -309,12 +312,13 @@ def _session_json(info: SessionInfo) -> dict[str, object]:
 def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
     """The status of a session as `bubu status --json` prints it."""
     from bubu import clock
+    from bubu.engine.recovery import lease_is_stale
 
     records = store.read(info.id)
     st = fold_status(records)
     t = transcript(records)
     lease = store.current_lease(info.id)
-    live = lease is not None and bool(lease.owner) and lease.expires_ms > clock.now_ms()
+    live = not lease_is_stale(lease, clock.now_ms())
     state = (
         "running"
         if st.state == "open" and live

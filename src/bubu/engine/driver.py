@@ -12,7 +12,8 @@ import concurrent.futures as cf
 import os
 import socket
 import threading
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -295,13 +296,25 @@ class Runner:
             status=e.status,
         )  # fmt: skip
 
-    def drive(self) -> TurnEndReason | None:
-        """Run the open turn until it ends (or the run stops); returns how the turn ended."""
+    def drive(
+        self, before: Callable[[], None] | None = None, *, continue_turn: bool = True
+    ) -> TurnEndReason | None:
+        """Run the open turn until it ends (or the run stops); returns how the turn ended.
+
+        `before` runs first, under the same lease heartbeat and stop handling (recovery applies
+        its plan there); with `continue_turn` false the run ends after it.
+        """
         self._heartbeat = threading.Thread(target=self._beat, name="bubu-lease", daemon=True)
         self._heartbeat.start()
+        _ACTIVE.add(self)
         try:
             while True:
                 try:
+                    if before is not None:
+                        todo, before = before, None
+                        todo()
+                        if not continue_turn:
+                            return None
                     self._check_stop()
                     step = decide(self.turn, max_steps=self.config.max_steps)
                     match step:
@@ -328,6 +341,7 @@ class Runner:
         except LeaseLost:
             return None
         finally:
+            _ACTIVE.discard(self)
             self._stop_event.set()
             self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -676,6 +690,17 @@ class Runner:
         return decision
 
 
+_ACTIVE: weakref.WeakSet[Runner] = weakref.WeakSet()
+
+
+def stop_all(reason: StopReason) -> bool:
+    """Ask every runner of this process that is driving a turn to stop; False if there was none."""
+    runners = list(_ACTIVE)
+    for r in runners:
+        r.request_stop(reason)
+    return bool(runners)
+
+
 def _ignore(_: Delta) -> None:
     """A delta sink that drops everything (summaries are not streamed to the screen)."""
 
@@ -709,4 +734,4 @@ def _run_tool(
 _request_encoder = msgspec.json.Encoder(order="sorted")
 
 
-__all__ = ["NullObserver", "Observer", "RunConfig", "Runner", "owner_id", "sanitize"]
+__all__ = ["NullObserver", "Observer", "RunConfig", "Runner", "owner_id", "sanitize", "stop_all"]

@@ -103,12 +103,13 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
                 [runner.note(RecoveryNotice(status="blocked", reason=plan.reason))], durable=True
             )
             return Recovered(session=info.id, plan=plan, outcome="blocked")
-        _apply(runner, plan)
-        failpoints.hit("mid_recovery")
-        runner.append([runner.note(_notice(plan))], durable=True)
-        if not continue_turn:
-            return Recovered(session=info.id, plan=plan, outcome=None)
-        outcome = runner.drive()
+
+        def apply() -> None:
+            _apply(runner, plan)
+            failpoints.hit("mid_recovery")
+            runner.append([runner.note(_notice(plan))], durable=True)
+
+        outcome = runner.drive(apply, continue_turn=continue_turn)
         return Recovered(session=info.id, plan=plan, outcome=outcome)
     finally:
         held = host.runner.lease if host.runner is not None else lease
@@ -201,8 +202,16 @@ def recover_all(
             continue
         if not needs_recovery(store, info):
             continue
-        host = host_factory(info.model or "scripted:/dev/null")
-        if observer is not None and hasattr(observer, "line"):
-            observer.line(f"recovering {info.id} ({info.title[:50]})")
-        results[info.id] = recover_session(host, info).outcome
+        say = getattr(observer, "line", None)
+        try:
+            host = host_factory(info.model or "scripted:/dev/null")
+            if say is not None:
+                say(f"recovering {info.id} ({info.title[:50].rstrip()})")
+            results[info.id] = recover_session(host, info).outcome
+        except BubuError as e:
+            # One session that cannot be recovered here (its model is unavailable, say) must not
+            # stop the others, nor the command the user asked for.
+            if say is not None:
+                say(f"could not recover {info.id}: {e}")
+            results[info.id] = None
     return results

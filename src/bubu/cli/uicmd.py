@@ -1,0 +1,84 @@
+"""`bubu ui`: serve the web UI on 127.0.0.1 with a random access token."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import sys
+
+import click
+
+from bubu.cli.app import Ctx, cli, pass_ctx
+from bubu.errors import ConfigError
+
+DEFAULT_PORT = 8642
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on `host:port`; the default port falls back to a free one if taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE and port == DEFAULT_PORT:
+            sock.bind((host, 0))
+        else:
+            sock.close()
+            reason = (
+                "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
+            )
+            raise ConfigError(
+                f"{host}:{port} {reason}; pass another --port (0 picks a free one)"
+            ) from e
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_for(sock: socket.socket, token: str) -> str:
+    """The URL to open, token included."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/?token={token}"
+
+
+@cli.command("ui")
+@click.option(
+    "--port", type=int, default=DEFAULT_PORT, show_default=True, help="The port (0: any free one)."
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option("--no-open", is_flag=True, help="Do not open a browser.")
+@pass_ctx
+def ui_cmd(ctx: Ctx, port: int, host: str, no_open: bool) -> None:
+    """Serve the web UI: sessions, live transcripts, the recovery notice, approvals."""
+    import uvicorn
+
+    from bubu.web import create_app, new_token
+
+    store = ctx.store
+    token = new_token()
+    sock = bind(host, port)
+    url = url_for(sock, token)
+    app = create_app(store, token=token)
+    click.echo(f"Bubu UI: {url}")
+    click.echo(
+        f"  log {store.url} · crashed sessions are recovered in the background · Ctrl-C stops"
+    )
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(
+            f"  warning: listening on {host}; anyone who can reach it and has the URL controls "
+            "your agent",
+            err=True,
+        )
+    sys.stdout.flush()
+    if not no_open:
+        import webbrowser
+
+        webbrowser.open(url)
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, ws="none", lifespan="on",
+        timeout_graceful_shutdown=2,
+    )  # fmt: skip
+    uvicorn.Server(config).run(sockets=[sock])
