@@ -129,7 +129,7 @@ def sanitize(value: Any) -> Any:
     return value
 
 
-@dataclass
+@dataclass(eq=False)
 class Runner:
     """Drives the open turn of one session while holding its lease."""
 

@@ -101,6 +101,85 @@ BEGIN
 END $$
 """
 
+# The fleet's work queue (DESIGN §7), derived from the log in the same transaction as every
+# append: a user request outside a turn queues the session, a turn start opens it, a turn end idles
+# it, a blocked recovery notice blocks it (and a new run reopens it, as `fold_status` does). Only
+# the few boundary kinds are looked at, and only `text` and `recovery_notice` rows are parsed.
+_WORK_STEP = r"""
+CREATE FUNCTION work_step(p_sid bigint, p_seq bigint, p_kind text, p_payload bytea) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  ev json;
+  cur text;
+  nxt text;
+BEGIN
+  SELECT state INTO cur FROM work WHERE sid = p_sid;
+  IF p_kind IN ('text', 'recovery_notice') THEN
+    BEGIN
+      -- json (not jsonb) and no NUL escapes: only the fields read below are ever unescaped.
+      ev := replace(convert_from(p_payload, 'UTF8'), '\u0000', '\u0020')::json;
+    EXCEPTION WHEN others THEN
+      RETURN;  -- a derived index never blocks an append
+    END;
+  END IF;
+  IF p_kind = 'text' THEN
+    IF ev->>'role' IS DISTINCT FROM 'user' OR ev->>'visibility' IS NOT DISTINCT FROM 'hidden'
+       OR cur IN ('open', 'blocked') THEN
+      RETURN;
+    END IF;
+    nxt := 'queued';
+  ELSIF p_kind = 'turn_started' THEN
+    nxt := 'open';
+  ELSIF p_kind = 'turn_ended' THEN
+    nxt := 'idle';
+  ELSIF p_kind = 'run_started' THEN
+    IF cur IS DISTINCT FROM 'blocked' THEN
+      RETURN;
+    END IF;
+    nxt := 'open';
+  ELSIF p_kind = 'recovery_notice' THEN
+    IF ev#>>'{content,note,status}' IS DISTINCT FROM 'blocked' THEN
+      RETURN;
+    END IF;
+    nxt := 'blocked';
+  ELSE
+    RETURN;
+  END IF;
+  INSERT INTO work(sid, state, since_seq, since_ms) VALUES (p_sid, nxt, p_seq, NOW_MS)
+  ON CONFLICT (sid) DO UPDATE SET state = excluded.state, since_seq = excluded.since_seq,
+    since_ms = excluded.since_ms, not_before = 0, tries = 0;
+END $$
+""".replace("NOW_MS", NOW_MS_SQL)
+
+_WORK_KINDS = "('text', 'turn_started', 'turn_ended', 'run_started', 'recovery_notice')"
+
+_EVENTS_WORK = f"""
+CREATE FUNCTION events_work() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN SELECT sid, seq, kind, payload FROM new_rows WHERE kind IN {_WORK_KINDS}
+           ORDER BY sid, seq LOOP
+    PERFORM work_step(r.sid, r.seq, r.kind, r.payload);
+  END LOOP;
+  RETURN NULL;
+END $$
+"""
+
+# Sessions logged before the queue existed get their state from their whole log.
+_WORK_BACKFILL = f"""
+DO $$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN SELECT sid, seq, kind, payload FROM events WHERE kind IN {_WORK_KINDS}
+           ORDER BY sid, seq LOOP
+    PERFORM work_step(r.sid, r.seq, r.kind, r.payload);
+  END LOOP;
+END $$
+"""
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -133,6 +212,23 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE TABLE views(kind text NOT NULL, session text NOT NULL, key text NOT NULL, "
             "source_hw bigint NOT NULL, source_digest text NOT NULL, data bytea NOT NULL, "
             "created_ms bigint NOT NULL, PRIMARY KEY (kind, session, key))",
+        ),
+    ),
+    Migration(
+        2,
+        "the fleet's work queue",
+        (
+            "CREATE TABLE work(sid bigint PRIMARY KEY REFERENCES sessions(sid), "
+            "state text NOT NULL CHECK (state IN ('queued', 'open', 'blocked', 'idle')), "
+            "since_seq bigint NOT NULL, since_ms bigint NOT NULL, "
+            "not_before bigint NOT NULL DEFAULT 0, tries integer NOT NULL DEFAULT 0)",
+            "CREATE INDEX work_ready ON work(since_ms, sid) WHERE state IN ('queued', 'open')",
+            _WORK_STEP,
+            _EVENTS_WORK,
+            # Named after events_chain, so it fires after it (and after its head-row lock).
+            "CREATE TRIGGER events_work AFTER INSERT ON events REFERENCING NEW TABLE AS new_rows "
+            "FOR EACH STATEMENT EXECUTE FUNCTION events_work()",
+            _WORK_BACKFILL,
         ),
     ),
 )
