@@ -22,7 +22,14 @@ from bubu.events import (
     TurnEndReason,
 )
 from bubu.log.store import Lease, SessionInfo, Store
-from bubu.projections.recovery import INTERRUPTED, CallPlan, Plan, paths_to_observe, plan_recovery
+from bubu.projections.recovery import (
+    INTERRUPTED,
+    CallPlan,
+    Plan,
+    label,
+    paths_to_observe,
+    plan_recovery,
+)
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.projections.turn import CallState
 
@@ -107,7 +114,7 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         def apply() -> None:
             _apply(runner, plan)
             failpoints.hit("mid_recovery")
-            runner.append([runner.note(_notice(plan))], durable=True)
+            runner.append([runner.note(_notice(plan, runner))], durable=True)
 
         outcome = runner.drive(apply, continue_turn=continue_turn)
         return Recovered(session=info.id, plan=plan, outcome=outcome)
@@ -118,14 +125,24 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
             store.release_lease(held)
 
 
-def _notice(plan: Plan) -> RecoveryNotice:
+def _notice(plan: Plan, runner: Runner) -> RecoveryNotice:
+    """The notice names every recovery decision committed since the last notice: this plan's, and
+    those of an earlier recovery that died before it could show its own."""
+    labels: dict[str, list[str]] = {"silent": [], "applied": [], "review": []}
+    seen: set[str] = set()
+    for fact in runner.turn.unnoticed:
+        if fact.call_id in seen:
+            continue
+        seen.add(fact.call_id)
+        call = runner.turn.calls.get(fact.call_id)
+        name = label(call.name, call.arguments) if call is not None else fact.tool
+        group = {"rerun": "silent", "rerun_not_applied": "silent", "applied": "applied"}
+        labels[group.get(fact.decision, "review")].append(name)
     return RecoveryNotice(
         status="ready",
-        silent_retries=[
-            c.label for c in plan.calls if c.decision in ("rerun", "rerun_not_applied")
-        ],
-        verified_applied=[c.label for c in plan.calls if c.decision == "applied"],
-        pending_review=[c.label for c in plan.calls if c.decision == "interrupted"],
+        silent_retries=labels["silent"],
+        verified_applied=labels["applied"],
+        pending_review=labels["review"],
         dropped_model_calls=plan.dropped_model_calls,
     )
 

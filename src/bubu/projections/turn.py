@@ -17,6 +17,7 @@ from bubu.events import (
     ModelRequest,
     PermissionDecision,
     Record,
+    RecoveryNotice,
     RunStarted,
     SystemNote,
     Text,
@@ -67,6 +68,8 @@ class TurnFold:
     inflight_request: ModelRequest | None = None
     calls: dict[str, CallState] = field(default_factory=dict)
     open_calls: list[str] = field(default_factory=list)
+    unnoticed: list[ToolRecovery] = field(default_factory=list)
+    """Recovery decisions committed since the last recovery notice (what the next one must name)."""
     high_water: int = 0
     _last_invocation: str | None = None
 
@@ -101,6 +104,7 @@ class TurnFold:
                 if st is not None:
                     st.decision = a.permission_decision
             if a.tool_recovery is not None:
+                self.unnoticed.append(a.tool_recovery)
                 st = self.calls.get(a.tool_recovery.call_id)
                 if st is not None:
                     st.recoveries.append(a.tool_recovery)
@@ -121,6 +125,8 @@ class TurnFold:
             self.inflight_request = None
         elif isinstance(n, ModelRequest):
             self.inflight_request = n
+        elif isinstance(n, RecoveryNotice):
+            self.unnoticed = []
 
     def _model(self, r: Record, c: object) -> None:
         inv = r.event.invocation
