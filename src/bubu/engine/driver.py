@@ -545,7 +545,13 @@ class Runner:
         except StorageError:
             if not blobs:
                 raise
-            self.append([self._outcome(c, r, t) for c, r, t in done])
+            inline = [
+                ToolResult(output=r.full.decode("utf-8", "replace"), is_error=r.is_error)
+                if r.full
+                else r
+                for _, r, _ in done
+            ]
+            self.append([self._outcome(c, r, t) for (c, _, t), r in zip(done, inline, strict=True)])
 
     def _run_tools(self, calls: Sequence[CallState]) -> None:
         ready: list[tuple[CallState, Tool, ToolContext, WriteIntent | None]] = []
