@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import signal
 import socket
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
@@ -53,8 +57,6 @@ def url_for(sock: socket.socket, token: str) -> str:
 @pass_ctx
 def ui_cmd(ctx: Ctx, port: int, host: str, no_open: bool) -> None:
     """Serve the web UI: sessions, live transcripts, the recovery notice, approvals."""
-    import uvicorn
-
     from bubu.web import create_app, new_token
 
     store = ctx.store
@@ -77,8 +79,36 @@ def ui_cmd(ctx: Ctx, port: int, host: str, no_open: bool) -> None:
         import webbrowser
 
         webbrowser.open(url)
+    serve(app, sock)
+    click.echo("Bubu UI stopped")
+
+
+def serve(app: Any, sock: socket.socket) -> None:
+    """Run uvicorn on `sock` until Ctrl-C or SIGTERM shuts it down in order (turns this UI runs
+    are suspended); a second signal stops at once."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # The signals are ours: uvicorn would re-raise them after its shutdown, which turns
+            # Ctrl-C into a traceback and a non-zero exit.
+            yield
+
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, ws="none", lifespan="on",
         timeout_graceful_shutdown=2,
     )  # fmt: skip
-    uvicorn.Server(config).run(sockets=[sock])
+    server = Server(config)
+
+    def on_signal(*_: object) -> None:
+        if server.should_exit:
+            server.force_exit = True
+        server.should_exit = True
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,328 @@
+"""The ASGI app: static page, JSON API over the projections, the SSE stream, and the actions.
+
+Handlers are thin: reads go to `views`, actions to the `RunManager`. Every route sits behind the
+access token (`auth.TokenGuard`). Errors a user can hit come back as `{"error": "…"}` with a
+4xx status, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from bubu import clock
+from bubu.engine.driver import owner_id
+from bubu.errors import AppendConflict, BubuError, ConfigError, LeaseError, UnknownSession
+from bubu.events import NoticeDismissed, SystemNote, make
+from bubu.log.store import Store
+from bubu.projections.status import fold_status
+from bubu.web import views
+from bubu.web.auth import TokenGuard
+from bubu.web.runs import HostFactory, RunManager, default_host
+from bubu.web.stream import session_events
+
+STATIC = Path(__file__).parent / "static"
+
+T = TypeVar("T")
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+"""Nothing outside this server may be loaded: no CDN, no inline script."""
+
+
+class StartTask(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The body of a new task."""
+
+    task: str
+    workspace: str
+    model: str = ""
+
+
+class FollowUp(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The body of a follow-up turn."""
+
+    task: str
+
+
+class Decision(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The body of a permission answer."""
+
+    decision: Literal["allow", "deny"]
+
+
+class Done(msgspec.Struct, kw_only=True):
+    """The answer of an action."""
+
+    ok: bool = True
+    session: str | None = None
+    action: str | None = None
+
+
+class Config(msgspec.Struct, kw_only=True):
+    """Defaults for the new-task form."""
+
+    default_model: str
+    default_workspace: str
+    states: list[str]
+
+
+def json(obj: object, status: int = 200) -> Response:
+    """A JSON response from a view."""
+    return Response(views.encode(obj), status_code=status, media_type="application/json")
+
+
+class _Error(msgspec.Struct):
+    error: str
+
+
+def _status_for(e: BubuError) -> int:
+    if isinstance(e, UnknownSession):
+        return 404
+    if isinstance(e, LeaseError):
+        return 409
+    return 400 if isinstance(e, ConfigError) else 500
+
+
+async def _bubu_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, BubuError)
+    return json(_Error(str(exc)), _status_for(exc))
+
+
+async def _bad_body(_: Request, exc: Exception) -> Response:
+    return json(_Error(f"the request body is not valid: {exc}"), 400)
+
+
+async def _body(request: Request, kind: type[T]) -> T:
+    return msgspec.json.decode(await request.body(), type=kind)
+
+
+def create_app(
+    store: Store,
+    *,
+    token: str,
+    host_factory: HostFactory = default_host,
+    recover: bool = True,
+    workspace: str | None = None,
+) -> Starlette:
+    """The web UI over `store`, guarded by `token`; recovers crashed sessions at start if `recover`."""
+    manager = RunManager(store, host_factory=host_factory)
+    index = views.SessionIndex(store, manager)
+    closing = False
+
+    def page(_: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"content-security-policy": CSP})
+
+    def config(_: Request) -> Response:
+        from bubu.cli.agentcmds import default_model
+
+        try:
+            model = default_model()
+        except ConfigError:
+            model = ""
+        return json(
+            Config(
+                default_model=model,
+                default_workspace=workspace or os.getcwd(),
+                states=list(views.STATES),
+            )
+        )
+
+    def sessions(request: Request) -> Response:
+        q = request.query_params
+        return json({"sessions": index.rows(status=q.get("status"), query=q.get("q"))})
+
+    async def start(request: Request) -> Response:
+        body = await _body(request, StartTask)
+        model = body.model.strip()
+        if not model:
+            from bubu.cli.agentcmds import default_model
+
+            model = default_model()
+        info = await _threaded(
+            lambda: manager.start_task(task=body.task, workspace=body.workspace, model=model)
+        )
+        return json(Done(session=info.id, action="start"), 201)
+
+    def session(request: Request) -> Response:
+        info = store.session(request.path_params["sid"])
+        return json(views.detail(index, info))
+
+    def log(request: Request) -> Response:
+        info = store.session(request.path_params["sid"])
+        after = _int(request, "after", 0)
+        limit = min(_int(request, "limit", 500), 5000)
+        records = store.read(info.id, after=after, upto=after + limit)
+        return json(
+            views.LogPage(rows=[views.log_row(r) for r in records], high_water=info.high_water)
+        )
+
+    def event(request: Request) -> Response:
+        info = store.session(request.path_params["sid"])
+        seq = int(request.path_params["seq"])
+        records = store.read(info.id, after=seq - 1, upto=seq)
+        if not records:
+            raise UnknownSession(f"session {info.id} has no event {seq}")
+        return json(records[0])
+
+    def context(request: Request) -> Response:
+        return json(views.context_view(store, store.session(request.path_params["sid"])))
+
+    def result(request: Request) -> Response:
+        info = store.session(request.path_params["sid"])
+        found = views.result_text(store, info, request.path_params["call_id"])
+        if found is None:
+            raise UnknownSession(f"the call {request.path_params['call_id']} has no result yet")
+        text, sha = found
+        offset, limit = _page(request)
+        return json(views.line_page(text, offset=offset, limit=limit, sha256=sha))
+
+    def blob(request: Request) -> Response:
+        sha = request.path_params["sha"]
+        data = store.blob(sha)
+        if data is None:
+            raise UnknownSession(f"no stored result has the hash {sha}")
+        offset, limit = _page(request)
+        return json(
+            views.line_page(data.decode("utf-8", "replace"), offset=offset, limit=limit, sha256=sha)
+        )
+
+    async def follow_up(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        body = await _body(request, FollowUp)
+        await _threaded(lambda: manager.follow_up(sid, body.task))
+        return json(Done(session=sid, action="follow_up"))
+
+    def stop(request: Request) -> Response:
+        sid = store.session(request.path_params["sid"]).id
+        manager.stop(sid)
+        return json(Done(session=sid, action="stop"))
+
+    def resume(request: Request) -> Response:
+        sid = store.session(request.path_params["sid"]).id
+        return json(Done(session=sid, action=manager.resume(sid)))
+
+    def dismiss(request: Request) -> Response:
+        sid = store.session(request.path_params["sid"]).id
+        return json(Done(session=sid, action="dismiss" if dismiss_notice(store, sid) else None))
+
+    async def answer(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        rid = request.path_params["rid"]
+        body = await _body(request, Decision)
+        await _threaded(lambda: manager.answer(store.session(sid).id, rid, body.decision))
+        return json(Done(session=sid, action=body.decision))
+
+    async def stream(request: Request) -> Response:
+        info = await _threaded(lambda: store.session(request.path_params["sid"]))
+        last = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        after = int(last) if last.isdigit() else 0
+        return StreamingResponse(
+            session_events(store, manager, info.id, after, lambda: closing),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        nonlocal closing
+        if recover:
+            manager.recover_at_start()
+        try:
+            yield
+        finally:
+            closing = True
+            await _threaded(manager.shutdown)
+
+    sid = "/api/sessions/{sid}"
+    routes = [
+        Route("/", page),
+        Route("/api/config", config),
+        Route("/api/sessions", sessions),
+        Route("/api/sessions", start, methods=["POST"]),
+        Route(sid, session),
+        Route(sid + "/log", log),
+        Route(sid + "/events/{seq:int}", event),
+        Route(sid + "/context", context),
+        Route(sid + "/calls/{call_id}/result", result),
+        Route(sid + "/stream", stream),
+        Route(sid + "/turns", follow_up, methods=["POST"]),
+        Route(sid + "/stop", stop, methods=["POST"]),
+        Route(sid + "/resume", resume, methods=["POST"]),
+        Route(sid + "/dismiss", dismiss, methods=["POST"]),
+        Route(sid + "/permissions/{rid}", answer, methods=["POST"]),
+        Route("/api/blobs/{sha}", blob),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(TokenGuard, token=token)],
+        exception_handlers={
+            BubuError: _bubu_error,
+            msgspec.DecodeError: _bad_body,
+            msgspec.ValidationError: _bad_body,
+        },
+        lifespan=lifespan,
+    )
+    app.state.manager = manager
+    return app
+
+
+def dismiss_notice(store: Store, session: str) -> bool:
+    """Record the dismissal of the session's recovery notice as `bubu dismiss` does; False if none."""
+    for _ in range(5):
+        st = fold_status(store.read(session))
+        if st.notice_seq is None or st.notice_dismissed:
+            return False
+        from bubu.engine.recovery import lease_is_stale
+
+        free = lease_is_stale(store.current_lease(session), clock.now_ms())
+        lease = store.acquire_lease(session, owner_id(), 10, steal=False) if free else None
+        ev = make(
+            session=session, turn=None, role="system", author="user", ts=clock.now_ms(),
+            content=SystemNote(note=NoticeDismissed(notice_seq=st.notice_seq)), visibility="hidden",
+        )  # fmt: skip
+        try:
+            store.append(session, [ev], expect=store.head(session).high_water, durable=True,
+                         lease=lease)  # fmt: skip
+            return True
+        except (AppendConflict, LeaseError):
+            pass  # a running turn appended in between (or took the lease): read again and retry
+        finally:
+            if lease is not None:
+                store.release_lease(lease)
+    raise LeaseError(f"session {session} kept moving; dismiss the notice again in a moment")
+
+
+def _int(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit():
+        raise ConfigError(f"{name} must be a non-negative whole number, not {raw!r}")
+    return int(raw)
+
+
+def _page(request: Request) -> tuple[int, int]:
+    return max(1, _int(request, "offset", 1)), _int(request, "limit", 200)
+
+
+async def _threaded(fn: Callable[[], T]) -> T:
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(fn)
+
+
+__all__ = ["create_app", "dismiss_notice"]

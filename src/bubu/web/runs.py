@@ -1,0 +1,371 @@
+"""Turns the web UI runs in-process: start, follow up, stop, resume, recover, and live approvals.
+
+Every run goes through the same `Host` / lease machinery as the CLI, in a background thread. A run
+started here asks for permission through the page: the asker blocks on a `threading.Event` keyed
+by the request id until someone clicks Approve or Deny (or the turn is stopped, or the UI shuts
+down, which answers nobody). The streamed draft and the current activity, which the log does not
+hold until the model call is committed, are kept per session for the live view.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from bubu.engine.driver import RunConfig
+from bubu.engine.permissions import Answer, Policy
+from bubu.engine.recovery import needs_recovery, recover_all, recover_session
+from bubu.engine.session import Host, check_task, new_session, resume_turn, start_turn
+from bubu.errors import BubuError, ConfigError
+from bubu.events import PermissionRequest, Record, SystemNote, TurnEnded
+from bubu.log.store import SessionInfo, Store
+from bubu.projections.status import BOUNDARY_KINDS, fold_status
+from bubu.providers import resolve
+from bubu.providers.base import Delta
+
+log = logging.getLogger("bubu.web")
+
+HostFactory = Callable[[Store, str], Host]
+"""Builds a host for a model spec; the manager plugs in its own asker and observer."""
+
+
+def default_host(store: Store, model: str) -> Host:
+    """A host with the built-in tools and the default policy: commands ask through the page."""
+    from bubu.tools import builtin_tools
+
+    return Host(
+        store=store,
+        provider=resolve(model),
+        tools=builtin_tools(),
+        policy=Policy(),
+        config=RunConfig(),
+    )
+
+
+@dataclass(slots=True)
+class Live:
+    """What a running turn shows before it is committed: the streamed draft and the activity."""
+
+    activity: str | None = None
+    draft: str = ""
+    thinking: str = ""
+
+
+@dataclass(slots=True)
+class _Ask:
+    request: PermissionRequest
+    session: str | None
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: Answer | None = None
+
+
+class _PageObserver:
+    """The observer of a host started by the UI: feeds the manager's live state."""
+
+    def __init__(self, manager: RunManager, host: Host) -> None:
+        self.manager = manager
+        self.host = host
+
+    def _session(self) -> str | None:
+        runner = self.host.runner
+        return None if runner is None else runner.session.id
+
+    def on_delta(self, delta: Delta) -> None:
+        """Append a streamed fragment to the draft."""
+        self.manager.update_live(self._session(), delta=delta)
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        """A committed model response replaces the draft; a turn's end clears the activity."""
+        committed = any(r.event.role == "model" for r in records)
+        ended = any(
+            isinstance(r.event.content, SystemNote) and isinstance(r.event.content.note, TurnEnded)
+            for r in records
+        )
+        if committed or ended:
+            self.manager.update_live(self._session(), reset=True, ended=ended)
+
+    def on_activity(self, text: str | None) -> None:
+        """Record what runs now."""
+        self.manager.update_live(self._session(), activity=text, set_activity=True)
+
+
+class RunManager:
+    """The UI's runs: one background thread per session at a time, plus start-up recovery."""
+
+    def __init__(self, store: Store, *, host_factory: HostFactory = default_host) -> None:
+        self.store = store
+        self._factory = host_factory
+        self._lock = threading.RLock()
+        self._hosts: list[Host] = []
+        self._threads: dict[str, threading.Thread] = {}
+        self._recovery: threading.Thread | None = None
+        self._asks: dict[str, _Ask] = {}
+        self._early: dict[str, Answer] = {}
+        self._live: dict[str, Live] = {}
+        self._errors: dict[str, str] = {}
+        self._closing = False
+
+    # -- hosts --------------------------------------------------------------------------------
+
+    def host(self, model: str) -> Host:
+        """A registered host for `model` whose asker is the page and whose observer is live state."""
+        with self._lock:
+            if self._closing:
+                raise ConfigError("the UI is shutting down; start Bubu again to run turns")
+        host = self._factory(self.store, model)
+        host.asker = lambda request: self._ask(host, request)
+        host.observer = _PageObserver(self, host)
+        with self._lock:
+            self._hosts.append(host)
+        return host
+
+    def _drop(self, host: Host) -> None:
+        with self._lock:
+            if host in self._hosts:
+                self._hosts.remove(host)
+
+    def _host_running(self, session: str) -> Host | None:
+        with self._lock:
+            for h in self._hosts:
+                if h.runner is not None and h.runner.session.id == session:
+                    return h
+        return None
+
+    def running_here(self, session: str) -> bool:
+        """True while this UI runs (or is about to run) a turn of the session."""
+        with self._lock:
+            t = self._threads.get(session)
+            return (t is not None and t.is_alive()) or self._host_running(session) is not None
+
+    def error(self, session: str) -> str | None:
+        """The last failure of a UI run of the session that the log could not record, if any."""
+        with self._lock:
+            return self._errors.get(session)
+
+    # -- live state ---------------------------------------------------------------------------
+
+    def update_live(
+        self,
+        session: str | None,
+        *,
+        delta: Delta | None = None,
+        activity: str | None = None,
+        set_activity: bool = False,
+        reset: bool = False,
+        ended: bool = False,
+    ) -> None:
+        """Fold an observer callback into the session's live state."""
+        if session is None:
+            return
+        with self._lock:
+            live = self._live.setdefault(session, Live())
+            if reset:
+                live.draft, live.thinking = "", ""
+            if ended:
+                live.activity = None
+            if set_activity:
+                live.activity = activity
+            if delta is not None:
+                if delta.kind == "text":
+                    live.draft += delta.text
+                else:
+                    live.thinking += delta.text
+
+    def live(self, session: str) -> Live:
+        """A copy of the session's live state."""
+        with self._lock:
+            cur = self._live.get(session)
+            return Live() if cur is None else Live(cur.activity, cur.draft, cur.thinking)
+
+    # -- permissions --------------------------------------------------------------------------
+
+    def _ask(self, host: Host, request: PermissionRequest) -> Answer | None:
+        runner = host.runner
+        ask = _Ask(request=request, session=None if runner is None else runner.session.id)
+        with self._lock:
+            if self._closing:
+                return None
+            early = self._early.pop(request.request_id, None)
+            if early is not None:
+                return early
+            self._asks[request.request_id] = ask
+        if ask.session is not None:
+            self.update_live(ask.session, activity="waiting for your approval", set_activity=True)
+        ask.done.wait()
+        with self._lock:
+            self._asks.pop(request.request_id, None)
+        return ask.answer
+
+    def waiting(self, session: str) -> list[PermissionRequest]:
+        """The permission requests of the session that wait for an answer in this UI."""
+        with self._lock:
+            return [a.request for a in self._asks.values() if a.session == session]
+
+    def answer(self, session: str, request_id: str, decision: Answer) -> None:
+        """Answer a waiting request; an answer that arrives before the asker waits is kept for it."""
+        with self._lock:
+            ask = self._asks.get(request_id)
+            if ask is None:
+                if not self.running_here(session):
+                    raise ConfigError(
+                        f"the permission request {request_id} is not waiting in this UI; "
+                        "answer it where its turn runs"
+                    )
+                self._early[request_id] = decision
+                return
+            ask.answer = decision
+            ask.done.set()
+
+    def _release(self, session: str | None) -> None:
+        """Unblock waiting askers (of one session, or all) with no answer."""
+        with self._lock:
+            for ask in list(self._asks.values()):
+                if session is None or ask.session == session:
+                    ask.answer = None
+                    ask.done.set()
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def start_task(self, *, task: str, workspace: str, model: str) -> SessionInfo:
+        """Create a session in `workspace` and run `task` as its first turn in the background."""
+        check_task(task)
+        host = self.host(model)
+        try:
+            info = new_session(self.store, task=task, workspace=workspace, model=model)
+        except BaseException:
+            self._drop(host)
+            raise
+        self._spawn(info.id, host, lambda: start_turn(host, info, task))
+        return info
+
+    def follow_up(self, session: str, task: str, model: str | None = None) -> None:
+        """Run `task` as a new turn of an idle session."""
+        check_task(task)
+        info = self.store.session(session)
+        state = self._state(info)
+        if state == "open":
+            raise ConfigError(
+                f"session {info.id} has an unfinished turn; stop, resume or recover it first"
+            )
+        host = self.host(self._model(info, model))
+        self._spawn(info.id, host, lambda: start_turn(host, info, task))
+
+    def resume(self, session: str, model: str | None = None) -> str:
+        """Resume a stopped or suspended turn, or recover a crashed one; returns which."""
+        info = self.store.session(session)
+        if self.running_here(info.id):
+            raise ConfigError(f"session {info.id} is already running in this UI")
+        if needs_recovery(self.store, info):
+            host = self.host(self._model(info, model))
+            self._spawn(info.id, host, lambda: recover_session(host, info))
+            return "recover"
+        state = self._state(info)
+        if state not in ("stopped", "suspended"):
+            raise ConfigError(
+                f"session {info.id} has no stopped or suspended turn to resume (it is {state})"
+            )
+        host = self.host(self._model(info, model))
+        self._spawn(info.id, host, lambda: resume_turn(host, info))
+        return "resume"
+
+    def stop(self, session: str) -> None:
+        """Stop the session's running turn (it ends `stopped`; resume continues it)."""
+        host = self._host_running(session)
+        if host is None or host.runner is None:
+            raise ConfigError(
+                f"no turn of session {session} is running in this UI; stop it where it runs (Ctrl-C)"
+            )
+        host.runner.request_stop("stopped")
+        self._release(session)
+
+    def _state(self, info: SessionInfo) -> str:
+        return fold_status(self.store.read(info.id, kinds=BOUNDARY_KINDS)).state
+
+    @staticmethod
+    def _model(info: SessionInfo, model: str | None) -> str:
+        chosen = model or info.model
+        if not chosen:
+            raise ConfigError(f"session {info.id} has no model recorded; give a model spec")
+        return chosen
+
+    def _spawn(self, session: str, host: Host, work: Callable[[], object]) -> None:
+        with self._lock:
+            running = self._threads.get(session)
+            if self._closing or (running is not None and running.is_alive()):
+                self._drop(host)
+                raise ConfigError(
+                    "the UI is shutting down"
+                    if self._closing
+                    else f"session {session} is already running in this UI"
+                )
+            self._errors.pop(session, None)
+            self._live[session] = Live(activity="starting")
+            thread = threading.Thread(
+                target=self._job, args=(session, host, work), name=f"bubu-ui-{session}", daemon=True
+            )
+            self._threads[session] = thread
+            thread.start()
+
+    def _job(self, session: str, host: Host, work: Callable[[], object]) -> None:
+        try:
+            work()
+        except BubuError as e:
+            with self._lock:
+                self._errors[session] = str(e)
+        except Exception as e:  # a bug must not vanish with its thread: show it on the page
+            log.exception("a UI run of %s failed", session)
+            with self._lock:
+                self._errors[session] = f"the run failed unexpectedly: {type(e).__name__}: {e}"
+        finally:
+            self._drop(host)
+            with self._lock:
+                self._live.pop(session, None)
+
+    # -- start-up recovery and shutdown ---------------------------------------------------------
+
+    def recover_at_start(self) -> threading.Thread:
+        """Recover every crashed session in the background (DESIGN §5), as `bubu run` does."""
+        created: list[Host] = []
+
+        def factory(model: str) -> Host:
+            host = self.host(model)
+            created.append(host)
+            return host
+
+        def work() -> None:
+            try:
+                recover_all(self.store, host_factory=factory)
+            except BubuError as e:
+                log.warning("start-up recovery stopped: %s", e)
+            except Exception:
+                log.exception("start-up recovery failed")
+            finally:
+                for h in created:
+                    self._drop(h)
+
+        thread = threading.Thread(target=work, name="bubu-ui-recovery", daemon=True)
+        with self._lock:
+            self._recovery = thread
+        thread.start()
+        return thread
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Suspend every turn this UI runs (flushing their ends) and wait for the threads."""
+        import time
+
+        with self._lock:
+            self._closing = True
+            hosts = list(self._hosts)
+            threads = [*self._threads.values(), *([self._recovery] if self._recovery else [])]
+        for h in hosts:
+            if h.runner is not None:
+                h.runner.request_stop("suspended")
+        self._release(None)
+        deadline = time.monotonic() + timeout_s
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+__all__ = ["HostFactory", "Live", "RunManager", "default_host"]

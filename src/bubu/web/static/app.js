@@ -1,0 +1,625 @@
+// Bubu web UI: plain JavaScript, no build step, no external resources.
+// Views: the sessions list (#/) and a session (#/s/ID) with transcript, raw log and context tabs.
+"use strict";
+
+// ---- helpers -------------------------------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k === "text") el.textContent = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(el.dataset, v);
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+const $ = (sel, root = document) => root.querySelector(sel);
+// replaceChildren turns null into the text "null"; skip empty slots the way h() does.
+const fill = (el, ...kids) => el.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false));
+const fmt = (n) => (n ?? 0).toLocaleString("en-US");
+const short = (n) => (n >= 1e6 ? (n / 1e6).toFixed(1) + "M" : n >= 1e4 ? Math.round(n / 1e3) + "k"
+  : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(n ?? 0));
+
+function ago(ms) {
+  if (!ms) return "—";
+  const s = Math.max(0, (Date.now() - ms) / 1000);
+  if (s < 45) return "just now";
+  if (s < 3600) return Math.round(s / 60) + " min ago";
+  if (s < 86400) return Math.round(s / 3600) + " h ago";
+  return Math.round(s / 86400) + " d ago";
+}
+
+const plural = (n, word) => `${fmt(n)} ${word}${n === 1 ? "" : "s"}`;
+// Long paths and scripted model specs: keep the informative end, the whole value goes in a tooltip.
+const tail = (text, max = 36) => (text && text.length > max ? "…" + text.slice(-(max - 1)) : text || "");
+function shortModel(spec) {
+  if (!spec) return "";
+  const i = spec.indexOf(":");
+  const rest = spec.slice(i + 1);
+  return rest.includes("/") ? spec.slice(0, i + 1) + rest.split("/").pop() : spec;
+}
+
+const STATE_LABEL = { "open turn": "needs recovery" };
+const stateClass = (s) => "state-" + s.replace(/\s+/g, "-");
+
+function badge(state) {
+  return h("span", { class: "badge " + stateClass(state), dataset: { state } },
+    h("span", { class: "dot" }), STATE_LABEL[state] || state);
+}
+
+async function api(path, opts = {}) {
+  const init = { headers: { accept: "application/json" }, credentials: "same-origin", ...opts };
+  if (opts.json !== undefined) {
+    init.method = init.method || "POST";
+    init.headers["content-type"] = "application/json";
+    init.body = JSON.stringify(opts.json);
+  }
+  const resp = await fetch(path, init);
+  const text = await resp.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch { data = null; }
+  if (!resp.ok) throw new Error((data && data.error) || text.trim() || resp.statusText);
+  return data;
+}
+
+function toast(message, kind = "error") {
+  const el = h("div", { class: "toast " + kind, role: "alert", text: message });
+  document.body.append(el);
+  setTimeout(() => el.remove(), 6000);
+}
+
+// The token is in the first URL only; the server has set a cookie, so take it out of the bar.
+if (new URLSearchParams(location.search).has("token")) {
+  history.replaceState(null, "", location.pathname + (location.hash || "#/"));
+}
+
+const app = { config: null, view: null, timer: null, es: null, session: null };
+
+// ---- routing -------------------------------------------------------------------------------
+
+function route() {
+  leave();
+  const m = location.hash.match(/^#\/s\/([^/]+)(?:\/(\w+))?/);
+  if (m) showSession(decodeURIComponent(m[1]), m[2] || "transcript");
+  else showSessions();
+}
+
+function leave() {
+  clearTimeout(app.timer);
+  if (app.es) app.es.close();
+  app.es = null;
+  app.session = null;
+}
+
+// ---- sessions list -------------------------------------------------------------------------
+
+const filters = { q: "", status: "" };
+
+function showSessions() {
+  app.view = "sessions";
+  document.title = "Sessions · Bubu";
+  const search = h("input", { type: "search", id: "search", placeholder: "Search title, workspace, request…",
+    value: filters.q, "aria-label": "Search sessions" });
+  const select = h("select", { id: "status-filter", "aria-label": "Filter by status" },
+    h("option", { value: "", text: "All statuses" }),
+    ...(app.config ? app.config.states : []).map((s) =>
+      h("option", { value: s, text: STATE_LABEL[s] || s, selected: s === filters.status })));
+  let debounce = 0;
+  search.addEventListener("input", () => {
+    clearTimeout(debounce);
+    debounce = setTimeout(() => { filters.q = search.value; loadSessions(); }, 200);
+  });
+  select.addEventListener("change", () => { filters.status = select.value; loadSessions(); });
+  const body = h("tbody", { id: "sessions-body" });
+  fill($("#main"), h("section", { class: "sessions" },
+    h("div", { class: "toolbar" }, h("h1", { text: "Sessions" }), h("span", { class: "spacer" }),
+      search, select, h("span", { id: "sessions-count", class: "muted" })),
+    h("table", { class: "list", id: "sessions" },
+      h("thead", {}, h("tr", {}, ["Status", "Task", "Workspace", "Last activity", "Tokens", "Events"]
+        .map((t) => h("th", { text: t })))),
+      body),
+    h("p", { id: "sessions-empty", class: "empty", hidden: true })));
+  loadSessions();
+}
+
+async function loadSessions() {
+  clearTimeout(app.timer);
+  if (app.view !== "sessions") return;
+  try {
+    const params = new URLSearchParams();
+    if (filters.q) params.set("q", filters.q);
+    if (filters.status) params.set("status", filters.status);
+    const data = await api("/api/sessions?" + params);
+    if (app.view === "sessions") renderSessions(data.sessions);
+  } catch (e) {
+    toast("Could not load the sessions: " + e.message);
+  }
+  if (app.view === "sessions") app.timer = setTimeout(loadSessions, 2000);
+}
+
+function renderSessions(rows) {
+  const body = $("#sessions-body");
+  if (!body) return;
+  fill(body, ...rows.map((s) => {
+    const flags = [];
+    if (s.notice) flags.push(h("span", { class: "flag notice", title: "A recovery notice waits to be dismissed", text: "recovered" }));
+    if (s.pending_permissions) flags.push(h("span", { class: "flag perm", text: "needs approval" }));
+    const link = h("a", { href: "#/s/" + encodeURIComponent(s.id), class: "title", text: s.title });
+    return h("tr", { dataset: { id: s.id }, onclick: (ev) => { if (ev.target.tagName !== "A") location.hash = "#/s/" + s.id; } },
+      h("td", {}, badge(s.status), ...flags),
+      h("td", { class: "task" }, link, h("div", { class: "mono muted small", title: s.model || "", text: s.id + (s.model ? " · " + shortModel(s.model) : "") })),
+      h("td", { class: "mono ws", title: s.workspace, text: tail(s.workspace, 28) }),
+      h("td", { title: s.last_ms ? new Date(s.last_ms).toLocaleString() : "", text: ago(s.last_ms || s.created_ms) }),
+      h("td", { class: "num", title: `${fmt(s.usage.model_calls)} model calls` },
+        `${short(s.usage.input_tokens)} in · ${short(s.usage.output_tokens)} out`),
+      h("td", { class: "num", text: fmt(s.events) }));
+  }));
+  $("#sessions-count").textContent = rows.length === 1 ? "1 session" : `${rows.length} sessions`;
+  const empty = $("#sessions-empty");
+  empty.hidden = rows.length > 0;
+  empty.textContent = filters.q || filters.status ? "No session matches."
+    : "No sessions yet. Start one with New task, or run `bubu demo` in a terminal.";
+}
+
+// ---- new task ------------------------------------------------------------------------------
+
+function openNewTask() {
+  const dlg = $("#new-task");
+  $("#nt-error").hidden = true;
+  if (app.config) {
+    if (!$("#nt-workspace").value) $("#nt-workspace").value = app.config.default_workspace;
+    if (!$("#nt-model").value && app.config.default_model) $("#nt-model").value = app.config.default_model;
+  }
+  dlg.showModal();
+  $("#nt-task").focus();
+}
+
+async function submitNewTask(ev) {
+  ev.preventDefault();
+  const btn = $("#new-task-start");
+  btn.disabled = true;
+  try {
+    const data = await api("/api/sessions", { json: {
+      task: $("#nt-task").value, workspace: $("#nt-workspace").value.trim(), model: $("#nt-model").value.trim() } });
+    $("#new-task").close();
+    $("#nt-task").value = "";
+    location.hash = "#/s/" + data.session;
+  } catch (e) {
+    $("#nt-error").textContent = e.message;
+    $("#nt-error").hidden = false;
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+// ---- session -------------------------------------------------------------------------------
+
+function showSession(sid, tab) {
+  app.view = "session";
+  const s = { sid, tab, detail: null, nodes: new Map(), logRows: null, logLoaded: false, refreshTimer: 0, contextTimer: 0 };
+  app.session = s;
+  const tabs = ["transcript", "log", "context"].map((t) =>
+    h("a", { href: `#/s/${encodeURIComponent(sid)}/${t}`, class: "tab" + (t === tab ? " active" : ""), dataset: { tab: t },
+      text: { transcript: "Transcript", log: "Raw log", context: "Context" }[t] }));
+  fill($("#main"), h("section", { class: "session", dataset: { sid } },
+    h("div", { class: "session-head", id: "session-head" }, h("h1", { text: sid })),
+    h("div", { id: "ui-error", class: "alert", hidden: true }),
+    h("div", { id: "banner" }),
+    h("div", { id: "permissions" }),
+    h("nav", { class: "tabs" }, tabs),
+    h("div", { id: "tab-transcript", class: "tab-body", hidden: tab !== "transcript" },
+      h("div", { id: "items" }), h("div", { id: "live", class: "live", hidden: true })),
+    h("div", { id: "tab-log", class: "tab-body", hidden: tab !== "log" }),
+    h("div", { id: "tab-context", class: "tab-body", hidden: tab !== "context" }),
+    followUpForm(sid)));
+  refresh().then(() => {
+    if (app.session !== s || !s.detail) return;
+    connect(s);
+    if (tab === "log") loadLog(s);
+    if (tab === "context") loadContext(s);
+  });
+}
+
+async function refresh() {
+  const s = app.session;
+  if (!s) return;
+  try {
+    const d = await api("/api/sessions/" + encodeURIComponent(s.sid));
+    if (app.session !== s) return;
+    s.detail = d;
+    renderSession(s);
+  } catch (e) {
+    if (app.session === s && !s.detail) {
+      fill($("#main"), h("section", { class: "session" }, h("h1", { text: "Session not found" }),
+        h("p", { class: "muted", text: e.message }), h("a", { href: "#/", text: "Back to the sessions" })));
+      app.session = null;
+    } else toast(e.message);
+  }
+}
+
+function scheduleRefresh(delay = 120) {
+  const s = app.session;
+  if (!s || s.refreshTimer) return;
+  s.refreshTimer = setTimeout(() => { s.refreshTimer = 0; refresh(); }, delay);
+}
+
+function connect(s) {
+  const es = new EventSource(`/api/sessions/${encodeURIComponent(s.sid)}/stream?after=${s.detail.high_water}`);
+  app.es = es;
+  es.addEventListener("records", (ev) => {
+    const data = JSON.parse(ev.data);
+    appendLogRows(s, data.rows);
+    scheduleRefresh();
+    if (s.tab === "context") { clearTimeout(s.contextTimer); s.contextTimer = setTimeout(() => loadContext(s), 400); }
+  });
+  es.addEventListener("permission_request", () => scheduleRefresh(0));
+  es.addEventListener("live", (ev) => {
+    const live = JSON.parse(ev.data);
+    if (!s.detail) return;
+    const changed = live.running_here !== s.detail.live.running_here;
+    s.detail.live = live;
+    renderLive(s);
+    if (changed) scheduleRefresh(0);
+  });
+}
+
+function renderSession(s) {
+  const d = s.detail;
+  const info = d.session;
+  document.title = info.title + " · Bubu";
+  renderHead(s);
+  const err = $("#ui-error");
+  err.hidden = !d.error;
+  err.textContent = d.error ? "The last run from this page failed: " + d.error : "";
+  renderBanner(s);
+  renderPermissions(s);
+  renderItems(s);
+  renderLive(s);
+  const canFollow = !["running", "open turn", "blocked"].includes(info.status) && !d.live.running_here;
+  $("#follow-up").hidden = !canFollow;
+}
+
+function renderHead(s) {
+  const d = s.detail, info = d.session, u = info.usage;
+  const actions = [];
+  if (d.live.running_here && info.status === "running") {
+    actions.push(h("button", { id: "stop", class: "danger", onclick: () => act(s, "stop") }, "Stop"));
+  }
+  if (!d.live.running_here && (info.status === "stopped" || info.status === "suspended")) {
+    actions.push(h("button", { id: "resume", class: "primary", onclick: () => act(s, "resume") }, "Resume"));
+  }
+  if (!d.live.running_here && info.status === "open turn") {
+    actions.push(h("button", { id: "resume", class: "primary", onclick: () => act(s, "resume") }, "Recover and continue"));
+  }
+  fill($("#session-head"),
+    h("div", { class: "title-row" }, h("h1", { text: info.title }), badge(info.status),
+      h("span", { class: "spacer" }), ...actions),
+    h("div", { class: "meta" },
+      h("span", { class: "mono", text: info.id }),
+      h("span", { class: "mono", title: "Workspace " + info.workspace, text: tail(info.workspace, 48) }),
+      info.model ? h("span", { class: "mono", title: info.model, text: shortModel(info.model) }) : null,
+      h("span", { text: plural(info.turns, "turn") }),
+      h("span", { text: `${plural(u.model_calls, "model call")} · ${fmt(u.input_tokens)} in / ${fmt(u.output_tokens)} out tokens` }),
+      h("span", { text: plural(info.events, "event") })),
+    info.reason && ["failed", "blocked"].includes(info.status) ? h("div", { class: "reason", text: info.reason }) : null);
+}
+
+async function act(s, action, body) {
+  try {
+    await api(`/api/sessions/${encodeURIComponent(s.sid)}/${action}`, { method: "POST", json: body || {} });
+  } catch (e) {
+    toast(e.message);
+  }
+  scheduleRefresh(0);
+}
+
+// ---- recovery notice -----------------------------------------------------------------------
+
+const DECISION_LABEL = { rerun: "re-run silently", rerun_not_applied: "not applied, re-run", applied: "recorded as applied", interrupted: "awaits your review" };
+const MATCH_LABEL = { after: "the file now has the intended content (after-hash)", before: "the file now is as before the write (before-hash)",
+  neither: "the file now matches neither recorded hash", absent: "the file does not exist now" };
+
+function renderBanner(s) {
+  const n = s.detail.notice;
+  const el = $("#banner");
+  if (!n || n.dismissed) { fill(el); return; }
+  const blocked = n.status === "blocked";
+  const lists = [];
+  const item = (label, values, cls) => values.length ? h("li", { class: cls }, h("strong", { text: label + ": " }), values.join(", ")) : null;
+  lists.push(item("Re-run silently", n.silent_retries, "ok"));
+  lists.push(item("Recorded as applied", n.verified_applied, "ok"));
+  lists.push(item("Awaits your review — may or may not have happened", n.pending_review, "needs-review"));
+  if (n.dropped_model_calls) lists.push(h("li", { text: `In-flight model call issued again: ${n.dropped_model_calls}` }));
+  fill(el, h("div", { class: "banner" + (blocked ? " blocked" : ""), id: "recovery-notice", role: "status" },
+    h("div", { class: "banner-head" },
+      h("strong", { text: blocked ? "Recovery blocked" : "Recovered after a crash" }),
+      h("span", { class: "muted", text: blocked ? n.reason : "unfinished task detected, auto-recovered" }),
+      h("span", { class: "spacer" }),
+      h("button", { id: "dismiss", onclick: async (ev) => { ev.target.disabled = true; await act(s, "dismiss"); } }, "Dismiss")),
+    h("ul", {}, lists),
+    n.calls.length ? h("div", { class: "reviews" }, n.calls.map(reviewCard)) : null));
+}
+
+function reviewCard(c) {
+  const open = c.decision === "interrupted";
+  const rows = [h("pre", { class: "json", text: JSON.stringify(c.arguments, null, 2) })];
+  if (c.path) {
+    const sha = (x) => (x ? x.slice(0, 12) : "none");
+    rows.push(h("div", { class: "hashes mono small" },
+      h("span", { text: `before ${sha(c.before_sha256)}` }), h("span", { text: `after ${sha(c.after_sha256)}` }),
+      h("span", { text: `now ${sha(c.current_sha256)}` })));
+    if (c.matches) rows.push(h("div", { class: "match match-" + c.matches, text: MATCH_LABEL[c.matches] }));
+    if (c.diff) rows.push(diffView(c.diff));
+    if (c.diff_note) rows.push(h("div", { class: "muted small", text: c.diff_note }));
+  }
+  return h("details", { class: "review decision-" + c.decision, open },
+    h("summary", {}, h("span", { class: "decision", text: DECISION_LABEL[c.decision] || c.decision }),
+      h("code", { text: c.label }), h("span", { class: "muted small", text: c.reason })),
+    ...rows);
+}
+
+function diffView(text) {
+  return h("pre", { class: "diff" }, text.split("\n").map((line) => {
+    const cls = line.startsWith("+++") || line.startsWith("---") ? "file" : line.startsWith("@@") ? "hunk"
+      : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
+    return h("span", { class: cls, text: line + "\n" });
+  }));
+}
+
+// ---- permissions ---------------------------------------------------------------------------
+
+function renderPermissions(s) {
+  const el = $("#permissions");
+  fill(el, ...s.detail.permissions.map((p) => h("div", { class: "perm", dataset: { request: p.request_id } },
+    h("div", { class: "perm-head" }, h("strong", { text: "Permission needed" }), h("span", { class: "muted", text: p.tool })),
+    h("div", { class: "perm-summary mono", text: p.summary }),
+    p.reason && p.reason !== p.summary.replace(/^run `|`$/g, "") ? h("div", { class: "muted small", text: p.reason }) : null,
+    p.answerable
+      ? h("div", { class: "buttons" },
+        h("button", { class: "primary approve", onclick: (ev) => answer(s, p, "allow", ev) }, "Approve"),
+        h("button", { class: "danger deny", onclick: (ev) => answer(s, p, "deny", ev) }, "Deny"))
+      : h("div", { class: "muted small", text: "Waiting for an answer where this turn runs." }))));
+}
+
+async function answer(s, p, decision, ev) {
+  for (const b of ev.target.parentElement.querySelectorAll("button")) b.disabled = true;
+  try {
+    await api(`/api/sessions/${encodeURIComponent(s.sid)}/permissions/${encodeURIComponent(p.request_id)}`, { json: { decision } });
+  } catch (e) {
+    toast(e.message);
+  }
+  scheduleRefresh(0);
+}
+
+// ---- transcript ----------------------------------------------------------------------------
+
+function renderItems(s) {
+  const d = s.detail;
+  const list = [...d.items.map((it) => ({ key: it.type + ":" + it.seq, order: it.seq, it })),
+    ...d.usage.map((u) => ({ key: "usage:" + u.seq, order: u.seq + 0.5, it: { type: "usage", ...u } }))];
+  list.sort((a, b) => a.order - b.order);
+  const box = $("#items");
+  const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+  const seen = new Set();
+  let prev = null;
+  for (const { key, it } of list) {
+    seen.add(key);
+    const sig = JSON.stringify(it);
+    let node = s.nodes.get(key);
+    if (!node || node.sig !== sig) {
+      const el = renderItem(s, it);
+      if (node) {
+        if (node.el.tagName === "DETAILS") el.open = node.el.open;
+        for (const [i, det] of node.el.querySelectorAll("details").entries()) {
+          const now = el.querySelectorAll("details")[i];
+          if (now) now.open = det.open;
+        }
+        node.el.replaceWith(el);
+      }
+      node = { sig, el };
+      s.nodes.set(key, node);
+    }
+    if (node.el.previousSibling !== prev || node.el.parentNode !== box) {
+      if (prev) prev.after(node.el); else box.prepend(node.el);
+    }
+    prev = node.el;
+  }
+  for (const [key, node] of s.nodes) if (!seen.has(key)) { node.el.remove(); s.nodes.delete(key); }
+  if (nearBottom && s.tab === "transcript" && s.detail.live.running_here) window.scrollTo(0, document.body.scrollHeight);
+}
+
+function renderItem(s, it) {
+  switch (it.type) {
+    case "tool": return toolCard(s, it);
+    case "usage": return h("div", { class: "usage", title: it.model },
+      `model call · ${fmt(it.input_tokens)} in · ${fmt(it.output_tokens)} out`
+      + (it.cache_read_tokens ? ` · ${fmt(it.cache_read_tokens)} cached` : "")
+      + (it.stop_reason ? ` · ${it.stop_reason}` : ""));
+    default: return messageItem(it);
+  }
+}
+
+function messageItem(m) {
+  switch (m.kind) {
+    case "user": return h("div", { class: "msg user", dataset: { seq: m.seq } }, h("div", { class: "who", text: "You" }), h("div", { class: "text", text: m.text }));
+    case "assistant": return h("div", { class: "msg assistant", dataset: { seq: m.seq } }, h("div", { class: "who", text: "Bubu" }), h("div", { class: "text", text: m.text }));
+    case "thinking": return h("details", { class: "thinking", dataset: { seq: m.seq } }, h("summary", { text: "Thinking" }), h("div", { class: "text", text: m.text }));
+    case "error": return h("div", { class: "msg error", dataset: { seq: m.seq }, text: m.text });
+    case "notice": return h("div", { class: "notice-item", dataset: { seq: m.seq }, text: m.text });
+    case "compaction": return h("div", { class: "compaction", dataset: { seq: m.seq } },
+      h("span", { text: `${m.text} · the checkpoint covers events 1–${fmt(m.watermark)}` }));
+    default: return h("div", { class: "note", dataset: { seq: m.seq } }, h("span", { text: m.text }));
+  }
+}
+
+function mainArg(args) {
+  const v = args.command ?? args.path ?? args.pattern ?? args.handle ?? "";
+  return String(v).replace(/\s+/g, " ").slice(0, 120);
+}
+
+function toolCard(s, t) {
+  const status = t.status === "recovered" && t.recovery ? `recovered · ${DECISION_LABEL[t.recovery] || t.recovery}` : t.status;
+  const parts = [h("div", { class: "tool-head" },
+    h("span", { class: "tool-name", text: t.name }), h("code", { class: "tool-arg", text: mainArg(t.arguments) }),
+    h("span", { class: "spacer" }),
+    t.effect ? h("span", { class: "effect", text: t.effect.replace("_", " ") }) : null,
+    t.duration_ms !== null && t.duration_ms !== undefined ? h("span", { class: "muted small", text: t.duration_ms >= 1000 ? (t.duration_ms / 1000).toFixed(1) + " s" : t.duration_ms + " ms" }) : null,
+    h("span", { class: "tool-status", text: status }))];
+  parts.push(h("details", { class: "args" }, h("summary", { text: "arguments" }), h("pre", { class: "json", text: JSON.stringify(t.arguments, null, 2) })));
+  if (t.result_head !== null) {
+    parts.push(h("pre", { class: "result" + (t.is_error ? " err" : ""), text: t.result_head || "(empty)" }));
+    if (t.truncated) {
+      parts.push(h("button", { class: "link open-result", onclick: () => openViewer(s, t) },
+        `Open the whole result (${fmt(t.result_lines)} lines, ${fmt(t.result_chars)} chars)`));
+    }
+  }
+  return h("div", { class: "tool status-" + t.status, dataset: { seq: t.seq, call: t.call_id } }, parts);
+}
+
+function renderLive(s) {
+  const el = $("#live");
+  if (!el || !s.detail) return;
+  const live = s.detail.live;
+  const show = live.running_here && (live.activity || live.draft || live.thinking);
+  el.hidden = !show;
+  if (!show) { fill(el); return; }
+  fill(el,
+    h("div", { class: "activity" }, h("span", { class: "spinner" }), live.activity || "working"),
+    live.thinking ? h("div", { class: "text thinking-draft", text: live.thinking }) : null,
+    live.draft ? h("div", { class: "text", text: live.draft }) : null);
+}
+
+function followUpForm(sid) {
+  const text = h("textarea", { id: "follow-up-text", rows: 2, placeholder: "Ask a follow-up…", required: true });
+  return h("form", { id: "follow-up", class: "follow-up", hidden: true, onsubmit: async (ev) => {
+    ev.preventDefault();
+    const s = app.session;
+    if (!s || !text.value.trim()) return;
+    try {
+      await api(`/api/sessions/${encodeURIComponent(sid)}/turns`, { json: { task: text.value } });
+      text.value = "";
+    } catch (e) { toast(e.message); }
+    scheduleRefresh(0);
+  } }, text, h("button", { class: "primary", type: "submit" }, "Send"));
+}
+
+// ---- raw log -------------------------------------------------------------------------------
+
+async function loadLog(s) {
+  const box = $("#tab-log");
+  fill(box, h("table", { class: "list log" },
+    h("thead", {}, h("tr", {}, ["seq", "kind", "role", "author", "turn", "run", "hash"].map((t) => h("th", { text: t })))),
+    h("tbody", { id: "log-body" })));
+  s.logRows = 0;
+  let after = 0;
+  for (;;) {
+    const page = await api(`/api/sessions/${encodeURIComponent(s.sid)}/log?after=${after}&limit=2000`);
+    if (app.session !== s) return;
+    appendLogRows(s, page.rows, true);
+    if (!page.rows.length || page.rows[page.rows.length - 1].seq >= page.high_water) break;
+    after = page.rows[page.rows.length - 1].seq;
+  }
+  s.logLoaded = true;
+}
+
+function appendLogRows(s, rows, initial = false) {
+  const body = $("#log-body");
+  if (!body || (!s.logLoaded && !initial)) return;
+  for (const r of rows) {
+    if (r.seq <= s.logRows) continue;
+    s.logRows = r.seq;
+    const tr = h("tr", { class: "log-row vis-" + r.visibility, dataset: { seq: r.seq }, onclick: () => toggleEvent(s, tr, r.seq) },
+      h("td", { class: "num", text: r.seq }), h("td", { class: "mono", text: r.kind }), h("td", { text: r.role }),
+      h("td", { text: r.author }), h("td", { class: "mono small", text: (r.turn || "").slice(-8) }),
+      h("td", { class: "mono small", text: (r.run || "").slice(-8) }),
+      h("td", { class: "mono small", title: r.hash, text: r.hash.slice(0, 16) }));
+    body.append(tr);
+  }
+}
+
+async function toggleEvent(s, tr, seq) {
+  const next = tr.nextElementSibling;
+  if (next && next.classList.contains("event-json")) { next.remove(); return; }
+  const ev = await api(`/api/sessions/${encodeURIComponent(s.sid)}/events/${seq}`);
+  tr.after(h("tr", { class: "event-json" }, h("td", { colspan: 7 }, h("pre", { class: "json", text: JSON.stringify(ev, null, 2) }))));
+}
+
+// ---- context -------------------------------------------------------------------------------
+
+async function loadContext(s) {
+  const c = await api(`/api/sessions/${encodeURIComponent(s.sid)}/context`);
+  if (app.session !== s) return;
+  const msg = (m) => {
+    if (m.role === "user") return h("div", { class: "ctx user" }, h("div", { class: "who", text: "user" }), h("div", { class: "text", text: m.text }));
+    if (m.role === "assistant") {
+      return h("div", { class: "ctx assistant" }, h("div", { class: "who", text: "assistant" }), m.parts.map((p) =>
+        p.kind === "text" ? h("div", { class: "text", text: p.text })
+          : p.kind === "thinking" ? h("details", { class: "thinking" }, h("summary", { text: "thinking" }), h("div", { class: "text", text: p.text }))
+            : h("div", { class: "ctx-call" }, h("code", { text: `${p.name}(${JSON.stringify(p.arguments)})` }), h("span", { class: "muted small", text: p.call_id }))));
+    }
+    return h("div", { class: "ctx tool" }, h("div", { class: "who", text: "tool results" }), m.results.map((r) =>
+      h("div", { class: "ctx-result" }, h("div", { class: "muted small", text: `${r.name} · ${r.call_id}${r.is_error ? " · error" : ""}` }),
+        h("pre", { class: "result" + (r.is_error ? " err" : ""), text: r.content }))));
+  };
+  const counts = Object.entries(c.inclusion).sort().map(([k, n]) => `${fmt(n)} ${k}`).join(" · ");
+  fill($("#tab-context"),
+    h("p", { class: "muted" }, `The next model request, projected from events 1–${fmt(c.high_water)}: about ${fmt(c.estimated_tokens)} tokens, digest `,
+      h("code", { title: c.request_digest, text: c.request_digest.slice(0, 16) }), "."),
+    h("p", { class: "muted small", text: "Events: " + counts }),
+    c.checkpoint ? h("div", { class: "compaction" }, h("span", { text: `checkpoint ${c.checkpoint.key} covers events 1–${fmt(c.checkpoint.watermark)}` })) : null,
+    h("details", { class: "ctx-block" }, h("summary", { text: "System prompt" }), h("pre", { class: "text-pre", text: c.system })),
+    h("details", { class: "ctx-block" }, h("summary", { text: `Tools (${c.tools.length})` }),
+      h("ul", { class: "tools" }, c.tools.map((t) => h("li", {}, h("code", { text: t.name }), " — ", t.description)))),
+    h("div", { class: "ctx-messages" }, c.messages.map(msg)));
+}
+
+// ---- result viewer -------------------------------------------------------------------------
+
+const PAGE = 200;
+const viewer = { s: null, t: null, offset: 1, total: 0 };
+
+async function openViewer(s, t) {
+  Object.assign(viewer, { s, t, offset: 1, total: 0 });
+  $("#viewer-title").textContent = `${t.name} ${mainArg(t.arguments)}`.trim();
+  $("#viewer").showModal();
+  await viewerPage(1);
+}
+
+async function viewerPage(offset) {
+  const { s, t } = viewer;
+  try {
+    const p = await api(`/api/sessions/${encodeURIComponent(s.sid)}/calls/${encodeURIComponent(t.call_id)}/result?offset=${offset}&limit=${PAGE}`);
+    viewer.offset = p.offset;
+    viewer.total = p.total_lines;
+    const last = Math.min(p.total_lines, p.offset + p.lines.length - 1);
+    $("#viewer-meta").textContent = `${fmt(p.total_lines)} lines · ${fmt(p.size)} bytes` + (p.sha256 ? ` · sha256 ${p.sha256.slice(0, 12)}` : "");
+    $("#viewer-page").textContent = `lines ${fmt(p.offset)}–${fmt(last)}`;
+    $("#viewer-prev").disabled = p.offset <= 1;
+    $("#viewer-next").disabled = last >= p.total_lines;
+    fill($("#viewer-body"), ...p.lines.map((line, i) =>
+      h("span", { class: "line" }, h("span", { class: "ln", text: p.offset + i }), line + "\n")));
+    $("#viewer-body").scrollTop = 0;
+  } catch (e) { toast(e.message); }
+}
+
+// ---- start ---------------------------------------------------------------------------------
+
+document.addEventListener("DOMContentLoaded", async () => {
+  $("#new-task-open").addEventListener("click", openNewTask);
+  $("#new-task-cancel").addEventListener("click", () => $("#new-task").close());
+  $("#new-task-form").addEventListener("submit", submitNewTask);
+  $("#viewer-close").addEventListener("click", () => $("#viewer").close());
+  $("#viewer-prev").addEventListener("click", () => viewerPage(Math.max(1, viewer.offset - PAGE)));
+  $("#viewer-next").addEventListener("click", () => viewerPage(viewer.offset + PAGE));
+  window.addEventListener("hashchange", route);
+  try { app.config = await api("/api/config"); } catch (e) { toast("Could not load the configuration: " + e.message); }
+  route();
+});

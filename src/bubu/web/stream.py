@@ -1,0 +1,106 @@
+"""Server-sent events: a session's newly committed records, pending permission requests, and the
+live state of a turn this UI runs.
+
+The store is polled from a worker thread every `POLL_S` (`read(after=last_seq)`), so records
+committed by any process — this UI's runs, a `bubu run` in a terminal, a worker — show up. Each
+`records` event carries the last seq as its SSE id, so a reconnecting browser resumes after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+
+import anyio
+import anyio.to_thread
+import msgspec
+
+from bubu.events import Record
+from bubu.log.store import Store
+from bubu.web.runs import RunManager
+from bubu.web.views import LiveView, LogRow, encode, log_row
+
+POLL_S = 0.2
+HEARTBEAT_S = 10.0
+BATCH = 500
+"""The most records one poll reads, so a long log streams in bounded pieces."""
+
+
+class RecordsEvent(msgspec.Struct, kw_only=True):
+    """New rows of the log."""
+
+    rows: list[LogRow]
+    high_water: int
+
+
+class PermissionEvent(msgspec.Struct, kw_only=True):
+    """A permission request was committed."""
+
+    seq: int
+    request_id: str
+    call_id: str
+    tool: str
+    summary: str
+    reason: str
+
+
+def _read(store: Store, session: str, after: int) -> list[Record]:
+    return store.read(session, after=after, upto=after + BATCH)
+
+
+def sse(event: str, data: object, *, id: int | None = None) -> bytes:
+    """One SSE message."""
+    head = f"event: {event}\n" + (f"id: {id}\n" if id is not None else "")
+    return head.encode() + b"data: " + encode(data) + b"\n\n"
+
+
+async def session_events(
+    store: Store,
+    manager: RunManager,
+    session: str,
+    after: int,
+    closing: Callable[[], bool],
+) -> AsyncGenerator[bytes, None]:
+    """Stream the session from seq `after` on until the client goes away or the UI closes."""
+    last = after
+    last_live: LiveView | None = None
+    quiet = 0.0
+    yield b"retry: 1000\n\n"
+    while not closing():
+        records: list[Record] = await anyio.to_thread.run_sync(_read, store, session, last)
+        if records:
+            last = records[-1].seq
+            yield sse(
+                "records",
+                RecordsEvent(rows=[log_row(r) for r in records], high_water=last),
+                id=last,
+            )
+            for r in records:
+                a = r.event.actions
+                if a is not None and (p := a.permission_request) is not None:
+                    yield sse(
+                        "permission_request",
+                        PermissionEvent(
+                            seq=r.seq, request_id=p.request_id, call_id=p.call_id, tool=p.tool,
+                            summary=p.summary, reason=p.reason,
+                        ),
+                    )  # fmt: skip
+            quiet = 0.0
+            if len(records) >= BATCH:
+                continue
+        live = manager.live(session)
+        view = LiveView(
+            running_here=manager.running_here(session), activity=live.activity, draft=live.draft,
+            thinking=live.thinking,
+        )  # fmt: skip
+        if view != last_live:
+            last_live = view
+            yield sse("live", view)
+            quiet = 0.0
+        if quiet >= HEARTBEAT_S:
+            yield b": ping\n\n"
+            quiet = 0.0
+        await anyio.sleep(POLL_S)
+        quiet += POLL_S
+
+
+__all__ = ["PermissionEvent", "RecordsEvent", "session_events", "sse"]

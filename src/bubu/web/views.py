@@ -1,0 +1,497 @@
+"""What the JSON API returns, built from the projections of the log (plus the UI's live state).
+
+Every shape is a msgspec Struct, encoded by `encode`. Session summaries for the list are folded
+incrementally per session (`SessionIndex`), so listing many sessions reads only what is new.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+
+from bubu import clock
+from bubu.engine.driver import Runner
+from bubu.engine.recovery import lease_is_stale
+from bubu.errors import ConfigError
+from bubu.events import (
+    JSON,
+    Compaction,
+    PermissionRequest,
+    Record,
+    SystemNote,
+    Text,
+    kind_of,
+)
+from bubu.log.store import Lease, SessionInfo, Store
+from bubu.projections.context import diagnose
+from bubu.projections.status import Status, fold_status
+from bubu.projections.transcript import Message, ToolCard, transcript
+from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse, ToolSpec
+from bubu.providers.base import Message as ModelMessage
+from bubu.web.notice import NoticeView, notice_view
+from bubu.web.runs import RunManager
+
+State = Literal[
+    "running", "open turn", "idle", "completed", "failed", "stopped", "suspended", "blocked"
+]
+"""A session's state as the page shows it (the vocabulary of `bubu status`)."""
+
+STATES: tuple[State, ...] = (
+    "running", "open turn", "idle", "completed", "failed", "stopped", "suspended", "blocked",
+)  # fmt: skip
+
+HEAD_LINES = 30
+HEAD_CHARS = 4000
+"""A tool result longer than this is cut in the transcript; the paged viewer shows all of it."""
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def encode(obj: object) -> bytes:
+    """JSON bytes of a view (Structs, dataclasses and plain values), keys sorted."""
+    return _encoder.encode(obj)
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    """Token totals."""
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+
+
+class SessionRow(msgspec.Struct, kw_only=True):
+    """One line of the sessions list."""
+
+    id: str
+    title: str
+    workspace: str
+    model: str | None
+    created_ms: int
+    last_ms: int | None
+    events: int
+    status: State
+    reason: str | None
+    turns: int
+    pending_permissions: int
+    notice: bool
+    usage: Usage
+    running_here: bool
+
+
+class MessageItem(msgspec.Struct, kw_only=True, tag="message", tag_field="type"):
+    """A message, thinking, error, note, recovery notice or compaction marker."""
+
+    seq: int
+    kind: Literal["user", "assistant", "thinking", "error", "note", "notice", "compaction"]
+    text: str
+    turn: str | None = None
+    watermark: int | None = None
+
+
+class ToolItem(msgspec.Struct, kw_only=True, tag="tool", tag_field="type"):
+    """A tool card: the call, its status and (the head of) its result."""
+
+    seq: int
+    call_id: str
+    name: str
+    arguments: dict[str, JSON]
+    status: str
+    effect: str | None
+    recovery: str | None
+    is_error: bool
+    duration_ms: int | None
+    result_head: str | None
+    result_lines: int
+    result_chars: int
+    truncated: bool
+    blob: str | None
+
+
+class UsageRow(msgspec.Struct, kw_only=True):
+    """One model call's token usage, at the seq of the response's last event."""
+
+    seq: int
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    estimated_input_tokens: int | None
+    stop_reason: str | None
+
+
+class PermissionView(msgspec.Struct, kw_only=True):
+    """A permission request still waiting for a decision."""
+
+    seq: int
+    request_id: str
+    call_id: str
+    tool: str
+    summary: str
+    reason: str
+    answerable: bool
+
+
+class LiveView(msgspec.Struct, kw_only=True):
+    """What runs now and the model's streamed, not yet committed, text."""
+
+    running_here: bool
+    activity: str | None = None
+    draft: str = ""
+    thinking: str = ""
+
+
+class Detail(msgspec.Struct, kw_only=True):
+    """Everything the session page shows at once."""
+
+    session: SessionRow
+    items: list[MessageItem | ToolItem]
+    usage: list[UsageRow]
+    notice: NoticeView | None
+    permissions: list[PermissionView]
+    live: LiveView
+    error: str | None
+    high_water: int
+
+
+class LogRow(msgspec.Struct, kw_only=True):
+    """A row of the raw log."""
+
+    seq: int
+    hash: str
+    kind: str
+    role: str
+    author: str
+    visibility: str
+    status: str | None
+    turn: str | None
+    run: str | None
+    ts: int
+
+
+class LogPage(msgspec.Struct, kw_only=True):
+    """A page of raw log rows after `after`."""
+
+    rows: list[LogRow]
+    high_water: int
+
+
+class LinePage(msgspec.Struct, kw_only=True):
+    """A page of lines of a (possibly offloaded) tool result."""
+
+    offset: int
+    lines: list[str]
+    total_lines: int
+    size: int
+    sha256: str | None
+
+
+def log_row(r: Record) -> LogRow:
+    """The raw-log row of a record."""
+    ev = r.event
+    return LogRow(
+        seq=r.seq, hash=r.hash, kind=kind_of(ev), role=ev.role, author=ev.author,
+        visibility=ev.visibility, status=ev.status, turn=ev.turn, run=ev.run, ts=ev.ts,
+    )  # fmt: skip
+
+
+def state_of(store: Store, info: SessionInfo, st: Status) -> State:
+    """`running` when the open turn's runner holds a live lease, `open turn` when it died."""
+    if st.state != "open":
+        return st.state
+    stale = lease_is_stale(store.current_lease(info.id), clock.now_ms())
+    return "open turn" if stale else "running"
+
+
+# -- the sessions list ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Summary:
+    high_water: int = 0
+    status: Status = field(default_factory=Status)
+    usage: Usage = field(default_factory=Usage)
+    requests: list[str] = field(default_factory=list)
+
+
+class SessionIndex:
+    """Per-session summaries for the list, folded incrementally from each session's new records."""
+
+    def __init__(self, store: Store, manager: RunManager) -> None:
+        self.store = store
+        self.manager = manager
+        self._lock = threading.Lock()
+        self._cache: dict[str, _Summary] = {}
+
+    def _summary(self, info: SessionInfo) -> _Summary:
+        with self._lock:
+            s = self._cache.setdefault(info.id, _Summary())
+            if info.high_water > s.high_water:
+                new = self.store.read(info.id, after=s.high_water)
+                s.status = fold_status(new, s.status)
+                for r in new:
+                    _count(s.usage, r)
+                    c = r.event.content
+                    if isinstance(c, Text) and r.event.role == "user":
+                        s.requests.append(c.text[:2000].lower())
+                if new:
+                    s.high_water = new[-1].seq
+            return s
+
+    def row(self, info: SessionInfo) -> SessionRow:
+        """The list row of a session."""
+        s = self._summary(info)
+        st = s.status
+        return SessionRow(
+            id=info.id, title=info.title, workspace=info.workspace, model=info.model,
+            created_ms=info.created_ms, last_ms=info.last_ms, events=info.high_water,
+            status=state_of(self.store, info, st), reason=st.reason, turns=st.turns,
+            pending_permissions=len(st.pending_permissions),
+            notice=st.notice_seq is not None and not st.notice_dismissed,
+            usage=msgspec.structs.replace(s.usage), running_here=self.manager.running_here(info.id),
+        )  # fmt: skip
+
+    def rows(self, *, status: str | None = None, query: str | None = None) -> list[SessionRow]:
+        """Sessions, most recently active first, filtered by state and by text."""
+        words = (query or "").lower().split()
+        out = []
+        for info in self.store.sessions():
+            row = self.row(info)
+            if status and row.status != status:
+                continue
+            if words:
+                hay = " ".join(
+                    [info.id, info.title.lower(), info.workspace.lower(), info.model or "",
+                     *self._summary(info).requests]
+                )  # fmt: skip
+                if not all(w in hay for w in words):
+                    continue
+            out.append(row)
+        out.sort(key=lambda r: r.last_ms or r.created_ms, reverse=True)
+        return out
+
+
+def _count(u: Usage, r: Record) -> None:
+    a = r.event.actions
+    if a is not None and a.token_usage is not None:
+        t = a.token_usage
+        u.model_calls += 1
+        u.input_tokens += t.input_tokens
+        u.output_tokens += t.output_tokens
+        u.cache_read_tokens += t.cache_read_tokens
+
+
+# -- the session page ----------------------------------------------------------------------------
+
+
+def detail(index: SessionIndex, info: SessionInfo) -> Detail:
+    """The session page: transcript items, usage per call, notice, pending permissions, live state."""
+    store, manager = index.store, index.manager
+    records = store.read(info.id)
+    st = fold_status(records)
+    compactions = {
+        r.seq: r.event.content.note.watermark
+        for r in records
+        if isinstance(r.event.content, SystemNote) and isinstance(r.event.content.note, Compaction)
+    }
+    items: list[MessageItem | ToolItem] = []
+    for item in transcript(records).items:
+        if isinstance(item, ToolCard):
+            items.append(_tool_item(item))
+        else:
+            items.append(_message_item(item, compactions.get(item.seq)))
+    usage = [
+        UsageRow(
+            seq=r.seq, model=t.model, input_tokens=t.input_tokens, output_tokens=t.output_tokens,
+            cache_read_tokens=t.cache_read_tokens, cache_write_tokens=t.cache_write_tokens,
+            estimated_input_tokens=t.estimated_input_tokens, stop_reason=t.stop_reason,
+        )
+        for r in records
+        if r.event.actions is not None and (t := r.event.actions.token_usage) is not None
+    ]  # fmt: skip
+    notice = None
+    if st.notice is not None and st.notice_seq is not None:
+        notice = notice_view(records, st.notice_seq, st.notice, dismissed=st.notice_dismissed)
+    waiting = {p.request_id for p in manager.waiting(info.id)}
+    running_here = manager.running_here(info.id)
+    requests: dict[str, tuple[int, PermissionRequest]] = {
+        a.permission_request.request_id: (r.seq, a.permission_request)
+        for r in records
+        if (a := r.event.actions) is not None and a.permission_request is not None
+    }
+    state = state_of(store, info, st)
+    permissions = []
+    for rid in st.pending_permissions:
+        seq, req = requests[rid]
+        answerable = rid in waiting or (running_here and rid == st.pending_permissions[-1])
+        if answerable or state == "running":
+            permissions.append(
+                PermissionView(
+                    seq=seq, request_id=rid, call_id=req.call_id, tool=req.tool,
+                    summary=req.summary, reason=req.reason, answerable=answerable,
+                )
+            )  # fmt: skip
+    live = manager.live(info.id)
+    return Detail(
+        session=index.row(info),
+        items=items,
+        usage=usage,
+        notice=notice,
+        permissions=permissions,
+        live=LiveView(
+            running_here=running_here,
+            activity=live.activity,
+            draft=live.draft,
+            thinking=live.thinking,
+        ),
+        error=manager.error(info.id),
+        high_water=records[-1].seq if records else 0,
+    )
+
+
+def _message_item(m: Message, watermark: int | None) -> MessageItem:
+    if watermark is not None:
+        return MessageItem(
+            seq=m.seq, kind="compaction", text=m.text, turn=m.turn, watermark=watermark
+        )
+    return MessageItem(seq=m.seq, kind=m.kind, text=m.text, turn=m.turn)
+
+
+def _tool_item(c: ToolCard) -> ToolItem:
+    result = c.result
+    head: str | None = None
+    lines = chars = 0
+    truncated = False
+    if result is not None:
+        all_lines = result.splitlines()
+        lines, chars = len(all_lines), len(result)
+        head = "\n".join(all_lines[:HEAD_LINES])
+        if len(head) > HEAD_CHARS:
+            head = head[:HEAD_CHARS]
+        truncated = head != result.rstrip("\n") or c.blob is not None
+    return ToolItem(
+        seq=c.seq, call_id=c.call_id, name=c.name, arguments=dict(c.arguments), status=c.status,
+        effect=c.effect, recovery=c.recovery, is_error=c.is_error, duration_ms=c.duration_ms,
+        result_head=head, result_lines=lines, result_chars=chars, truncated=truncated, blob=c.blob,
+    )  # fmt: skip
+
+
+class CheckpointView(msgspec.Struct, kw_only=True):
+    """The compaction checkpoint the next request starts from."""
+
+    key: str
+    watermark: int
+
+
+class ContextView(msgspec.Struct, kw_only=True):
+    """The next model request as the model would see it (what `bubu context` shows)."""
+
+    system: str
+    tools: list[ToolSpec]
+    messages: list[ModelMessage]
+    estimated_tokens: int
+    request_digest: str
+    checkpoint: CheckpointView | None
+    inclusion: dict[str, int]
+    high_water: int
+
+
+class _Inspect:
+    """The session's model as far as projecting a request needs it: its spec and window.
+
+    No provider is built, so inspecting needs no API key and opens no connection."""
+
+    def __init__(self, spec: str) -> None:
+        self._spec = spec
+
+    @property
+    def spec(self) -> str:
+        """The model spec."""
+        return self._spec
+
+    @property
+    def context_window(self) -> int:
+        """A default window; only the compaction budget depends on it."""
+        return 200_000
+
+    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        """Never called: inspecting does not call the model."""
+        raise ConfigError("the web UI only inspects this request; it does not send it")
+
+
+def context_view(store: Store, info: SessionInfo) -> ContextView:
+    """The next request exactly as the runner would build it: checkpoint, placeholders and all."""
+    from bubu.tools import builtin_tools
+
+    # The runner's own projection, with a lease it never uses: nothing is appended or held.
+    inspect = Lease(session=info.id, owner="inspect", epoch=-1, expires_ms=0)
+    runner = Runner(store=store, session=info, provider=_Inspect(info.model or "scripted:-"),
+                    tools=builtin_tools(), lease=inspect)  # fmt: skip
+    request = runner.build_request()
+    digest, estimate = runner.request_digest(request)
+    cp = runner.context.checkpoint
+    counts = Counter[str](inc for _, _, inc, _ in diagnose(store.read(info.id), runner.context))
+    return ContextView(
+        system=request.system,
+        tools=list(request.tools),
+        messages=list(request.messages),
+        estimated_tokens=estimate,
+        request_digest=digest,
+        checkpoint=None if cp is None else CheckpointView(key=cp.key, watermark=cp.watermark),
+        inclusion=dict(counts),
+        high_water=runner.high_water,
+    )
+
+
+def line_page(data: str, *, offset: int, limit: int, sha256: str | None) -> LinePage:
+    """Lines `offset..offset+limit-1` (1-based) of a text."""
+    lines = data.splitlines()
+    start = max(1, offset)
+    return LinePage(
+        offset=start,
+        lines=lines[start - 1 : start - 1 + max(1, min(limit, 2000))],
+        total_lines=len(lines),
+        size=len(data.encode("utf-8", "replace")),
+        sha256=sha256,
+    )
+
+
+def result_text(store: Store, info: SessionInfo, call_id: str) -> tuple[str, str | None] | None:
+    """The whole result of a call (the offloaded bytes when there are any) and its blob hash."""
+    from bubu.events import FunctionResponse
+
+    for r in store.read(info.id, kinds=("function_response",)):
+        c = r.event.content
+        if isinstance(c, FunctionResponse) and c.call_id == call_id:
+            if c.blob is not None:
+                data = store.blob(c.blob.sha256)
+                if data is not None:
+                    return data.decode("utf-8", "replace"), c.blob.sha256
+            return c.result, None
+    return None
+
+
+__all__ = [
+    "STATES",
+    "CheckpointView",
+    "ContextView",
+    "Detail",
+    "LinePage",
+    "LogPage",
+    "LogRow",
+    "SessionIndex",
+    "SessionRow",
+    "context_view",
+    "detail",
+    "encode",
+    "line_page",
+    "log_row",
+    "result_text",
+    "state_of",
+]

@@ -1,0 +1,256 @@
+"""End to end in a real headless Chromium (Debian's `chromium`, driven by Playwright) against a
+real uvicorn server: the sessions list, a session recovered after a SIGKILL with its notice,
+dismissing it, approving a permission request, live updates, and the token.
+
+Screenshots of the main views go to `tmp_path`; set BUBU_SCREENSHOTS=DIR to keep them (the ones in
+docs/screenshots were made with BUBU_SCREENSHOTS=docs/screenshots).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from bubu.log.sqlite import SQLiteStore
+from bubu.projections.status import fold_status
+from bubu.web import create_app
+
+from .scenarios import TOKEN, Crashed, Server, backup, run_scripted, write_script
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+expect.set_options(timeout=15_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """The server under test and what it serves."""
+
+    base: str
+    store: SQLiteStore
+    crashed: Crashed
+    root: Path
+
+    def url(self, fragment: str = "/") -> str:
+        """The page URL with the token, opening `#fragment`."""
+        return f"{self.base}/?token={TOKEN}#{fragment}"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory, crashed: Crashed) -> Iterator[Site]:
+    """A UI over the recovered session plus three finished ones, served by uvicorn on 127.0.0.1."""
+    root = tmp_path_factory.mktemp("site")
+    backup(crashed.recovered_db, root / "bubu.db")
+    store = SQLiteStore(root / "bubu.db")
+    run_scripted(store, root, "cli-tool", "Add a --verbose flag to the command line",
+                 [{"text": "Reading the CLI.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+                  {"text": "The flag is in place and documented."}])  # fmt: skip
+    run_scripted(store, root, "driver", "Upgrade the database driver",
+                 [{"error": {"status": 401, "message": "invalid API key"}}])  # fmt: skip
+    run_scripted(store, root, "numbers", "Print the numbers up to 500",
+                 [{"tool_calls": [{"name": "run_command", "arguments": {"command": "seq 1 500"}}]},
+                  {"text": "Printed them."}])  # fmt: skip
+    app = create_app(store, token=TOKEN, workspace=str(root))
+    try:
+        with Server(app) as server:
+            yield Site(base=server.base, store=store, crashed=crashed, root=root)
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def browser(site: Site) -> Iterator[Browser]:
+    """Headless Chromium (torn down before the server, so no stream stays open)."""
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh browser context and page; the page must not raise a script error."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        yield pg
+    finally:
+        context.close()
+    assert errors == []
+
+
+def shot(page: Page, tmp_path: Path, name: str, *, full_page: bool = False) -> None:
+    """Save a screenshot (kept in BUBU_SCREENSHOTS when set)."""
+    path = tmp_path / name
+    page.screenshot(path=str(path), full_page=full_page)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    keep = os.environ.get("BUBU_SCREENSHOTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(keep) / name)
+
+
+def test_a_request_without_the_token_is_refused(browser: Browser, site: Site) -> None:
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        response = page.goto(site.base + "/")
+        assert response is not None
+        assert response.status == 401
+        expect(page.locator("body")).to_contain_text("needs its access token")
+        assert page.request.get(site.base + "/api/sessions").status == 401
+        wrong = page.goto(site.base + "/?token=not-the-token")
+        assert wrong is not None
+        assert wrong.status == 403
+    finally:
+        context.close()
+
+
+def test_the_sessions_list(page: Page, site: Site, tmp_path: Path) -> None:
+    page.goto(site.url())
+    rows = page.locator("#sessions-body tr")
+    expect(rows).to_have_count(4)
+    crashed = rows.filter(has_text="Fix the greeting")
+    expect(crashed.locator(".badge")).to_have_text("completed")
+    expect(crashed.locator(".flag.notice")).to_have_text("recovered")
+    expect(rows.filter(has_text="Upgrade the database driver").locator(".badge")).to_have_text(
+        "failed"
+    )
+    assert "token=" not in page.url  # the token left the address bar; the cookie carries it
+    shot(page, tmp_path, "sessions.png")
+
+    page.select_option("#status-filter", "failed")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("Upgrade the database driver")
+    page.select_option("#status-filter", "")
+    page.fill("#search", "greeting")
+    expect(rows).to_have_count(1)
+    crashed.locator("a.title").click()
+    expect(page.locator(".session h1")).to_have_text(
+        "Fix the greeting in app.py and write the release notes"
+    )
+
+
+def test_a_recovered_session_shows_the_notice_until_dismissed(
+    page: Page, site: Site, tmp_path: Path
+) -> None:
+    sid = site.crashed.session
+    page.goto(site.url(f"/s/{sid}"))
+    notice = page.locator("#recovery-notice")
+    expect(notice).to_contain_text("Recovered after a crash")
+    expect(notice).to_contain_text("Awaits your review")
+    expect(notice).to_contain_text("run_command sleep 2")
+    write = notice.locator("details.review", has_text="write_file NOTES.md")
+    expect(write).to_contain_text("matches neither recorded hash")
+    expect(write.locator("pre.diff .add")).to_contain_text(["+- Fix the greeting typo."])
+    expect(page.locator(".tool", has_text="sleep 2").locator(".tool-status")).to_have_text(
+        "interrupted"
+    )
+    page.set_viewport_size({"width": 1280, "height": 1180})
+    shot(page, tmp_path, "session-recovery.png")
+    edit = notice.locator("details.review", has_text="edit_file app.py")
+    edit.locator("summary").click()
+    expect(edit).to_contain_text("the file now has the intended content")
+
+    page.click("#dismiss")
+    expect(notice).to_have_count(0)
+    page.reload()
+    expect(page.locator(".note", has_text="recovery notice dismissed")).to_be_visible()
+    expect(page.locator("#recovery-notice")).to_have_count(0)
+    assert fold_status(site.store.read(sid)).notice_dismissed
+
+
+def test_approve_a_permission_request_and_see_the_tool_run(
+    page: Page, site: Site, tmp_path: Path
+) -> None:
+    ws = site.root / "greeter-app"
+    ws.mkdir()
+    spec = write_script(tmp_path / "perm.jsonl", [
+        {"text": "I'll run the greeting script to check its output.",
+         "tool_calls": [{"name": "run_command", "arguments": {"command": "echo hello-from-bubu"}}]},
+        {"text": "It printed the greeting, so the script works."},
+    ])  # fmt: skip
+    page.goto(site.url())
+    page.click("#new-task-open")
+    page.fill("#nt-task", "Check that the greeting script prints its greeting")
+    page.fill("#nt-workspace", str(ws))
+    page.fill("#nt-model", spec)
+    page.click("#new-task-start")
+    card = page.locator(".perm")
+    expect(card).to_contain_text("run `echo hello-from-bubu`")
+    expect(page.locator(".badge").first).to_have_text("running")
+    shot(page, tmp_path, "permission.png")
+
+    card.locator("button.approve").click()
+    tool = page.locator(".tool", has_text="echo hello-from-bubu")
+    expect(tool.locator(".tool-status")).to_have_text("completed")
+    expect(tool.locator("pre.result")).to_contain_text("hello-from-bubu")
+    expect(page.locator(".msg.assistant .text").last).to_have_text(
+        "It printed the greeting, so the script works."
+    )
+    expect(card).to_have_count(0)
+    expect(page.locator(".session-head .badge")).to_have_text("completed")
+
+
+def test_a_running_session_updates_without_a_reload(page: Page, site: Site, tmp_path: Path) -> None:
+    ws = site.root / "slow"
+    ws.mkdir()
+    (ws / "a.txt").write_text("alpha\n")
+    words = " ".join(f"step{i}" for i in range(20))
+    spec = write_script(tmp_path / "slow.jsonl", [
+        {"text": "Reading the file first.", "delay_s": 0.5,
+         "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
+        {"text": f"Now listing the files: {words}", "delay_s": 1.5,
+         "tool_calls": [{"name": "list_files", "arguments": {}}]},
+        {"text": "All done.", "delay_s": 0.3},
+    ])  # fmt: skip
+    page.goto(site.url())
+    made = page.request.post(
+        f"{site.base}/api/sessions",
+        data=json.dumps({"task": "Walk slowly", "workspace": str(ws), "model": spec}),
+        headers={"content-type": "application/json"},
+    )
+    assert made.status == 201, made.text()
+    sid = made.json()["session"]
+    page.goto(f"{site.base}/#/s/{sid}")
+    expect(page.locator(".session-head .badge")).to_have_text("running")
+    page.evaluate("window.__still_the_same_page = true")
+    expect(page.locator("#live")).to_be_visible()
+    expect(page.locator(".msg.assistant .text").last).to_have_text("All done.")
+    expect(page.locator(".session-head .badge")).to_have_text("completed")
+    expect(page.locator(".tool.status-completed")).to_have_count(2)
+    assert page.evaluate("window.__still_the_same_page") is True
+
+    page.click("a.tab[data-tab=log]")
+    expect(page.locator("#log-body tr").last.locator("td").first).to_have_text(
+        str(site.store.head(sid).high_water)
+    )
+
+
+def test_a_large_result_opens_in_the_paged_viewer(page: Page, site: Site) -> None:
+    page.goto(site.url())
+    page.locator("#sessions-body tr", has_text="numbers up to 500").locator("a.title").click()
+    card = page.locator(".tool", has_text="seq 1 500")
+    expect(card.locator("pre.result")).to_contain_text("30")
+    card.locator("button.open-result").click()
+    viewer = page.locator("#viewer")
+    expect(viewer.locator("#viewer-meta")).to_contain_text("501 lines")
+    expect(viewer.locator("#viewer-page")).to_have_text("lines 1–200")
+    viewer.locator("#viewer-next").click()
+    expect(viewer.locator("#viewer-page")).to_have_text("lines 201–400")
+    expect(viewer.locator(".line").first).to_have_text("201201")  # the line number, then the line
+    viewer.locator("#viewer-close").click()
+    expect(viewer).to_be_hidden()

@@ -1,0 +1,83 @@
+"""The SSE stream: committed records (from any writer), permission requests, the live state."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncGenerator
+from pathlib import Path
+
+import anyio
+
+from bubu.events import Actions, Info, PermissionRequest, SystemNote, make
+from bubu.log.sqlite import SQLiteStore
+from bubu.web.runs import RunManager
+from bubu.web.stream import session_events
+
+from .scenarios import run_scripted
+
+
+def parse(chunk: bytes) -> tuple[str | None, str | None, str]:
+    """(event, id, data) of one SSE message."""
+    event = ident = None
+    data = ""
+    for line in chunk.decode().splitlines():
+        key, _, value = line.partition(": ")
+        if key == "event":
+            event = value
+        elif key == "id":
+            ident = value
+        elif key == "data":
+            data = value
+    return event, ident, data
+
+
+def test_the_stream_sends_new_records_permission_requests_and_live_state(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    store = sqlite_store
+    sid = run_scripted(store, tmp_path, "ws", "Say hi", [{"text": "Hi."}])
+    hw = store.head(sid).high_water
+    closing = threading.Event()
+    seen: list[tuple[str | None, str | None, str]] = []
+
+    def append_later() -> None:
+        info = make(session=sid, role="system", author="system", ts=1,
+                    content=SystemNote(note=Info(text="written by another writer")), visibility="hidden")  # fmt: skip
+        ask = make(session=sid, role="system", author="agent", ts=1, actions=Actions(
+            permission_request=PermissionRequest(request_id="perm_1", call_id="call_9", tool="run_command",
+                                                 summary="run `make`", reason="make")))  # fmt: skip
+        store.append(sid, [info], expect=hw)
+        store.append(sid, [ask], expect=hw + 1)
+
+    async def main() -> None:
+        stream = session_events(store, RunManager(store), sid, hw - 2, closing.is_set)
+        with anyio.fail_after(20):
+            await collect(stream)
+
+    async def collect(stream: AsyncGenerator[bytes, None]) -> None:
+        try:
+            async for chunk in stream:
+                if chunk.startswith(b"retry:"):
+                    continue
+                seen.append(parse(chunk))
+                if len(seen) == 2:
+                    threading.Thread(target=append_later).start()
+                if seen[-1][0] == "permission_request":
+                    break
+        finally:
+            await stream.aclose()
+
+    anyio.run(main)
+    kinds = [e for e, _, _ in seen]
+    assert kinds[:2] == ["records", "live"]
+    first = seen[0]
+    assert first[1] == str(hw)
+    assert f'"seq":{hw - 1}' in first[2]
+    assert '"running_here":false' in seen[1][2]
+    later = [s for s in seen[2:] if s[0] == "records"]
+    assert later
+    assert later[-1][1] == str(hw + 2)
+    assert '"kind":"info"' in "".join(s[2] for s in later)
+    assert kinds[-1] == "permission_request"
+    assert '"request_id":"perm_1"' in seen[-1][2]
+    assert '"summary":"run `make`"' in seen[-1][2]
