@@ -105,14 +105,17 @@ class _Note(_Base, frozen=True, kw_only=True, tag_field="note"):
 class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     """A turn opened: the session now has an open turn until a `TurnEnded`.
 
-    The permission policy the user gave the turn (`yes`, `allow_commands`) is recorded so that a
-    recovery after a crash runs under the same policy, not under whatever the next command says.
+    The permission policy the user gave the turn (`yes`, `allow_commands`) and a custom system
+    prompt are recorded so that a recovery after a crash runs the same way, not under whatever the
+    next command says.
     """
 
     model: str
     max_steps: int | None = None
     yes: bool = False
     allow_commands: list[str] = msgspec.field(default_factory=list)
+    system_prompt: str | None = None
+    """A custom system prompt (None: Bubu's own), so a recovered run asks the model the same way."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):

@@ -71,6 +71,15 @@ def model_options(f: Any) -> Any:
                 metavar="TOKENS",
                 help="Extended thinking budget (Anthropic).",
             ),
+            click.option(
+                "--mcp",
+                "mcp",
+                default=None,
+                envvar="BUBU_MCP",
+                metavar="FILE",
+                type=click.Path(dir_okay=False),
+                help="MCP servers to offer tools from (default $BUBU_HOME/mcp.json if present).",
+            ),
             click.option("--yes", is_flag=True, help="Approve every permission request."),
             click.option(
                 "--allow",
@@ -102,7 +111,7 @@ def model_options(f: Any) -> Any:
 
 def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> Host:
     """A Host for the CLI: provider, built-in tools, policy and the terminal as asker."""
-    from bubu.tools import builtin_tools
+    from bubu.tools import host_tools
 
     provider = resolve(
         model,
@@ -113,7 +122,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     return Host(
         store=store,
         provider=provider,
-        tools=builtin_tools(),
+        tools=host_tools(opts.get("mcp")),
         policy=Policy(yes=bool(opts.get("yes")), allow_commands=tuple(opts.get("allow") or ())),
         asker=observer.ask,
         observer=observer,

@@ -78,5 +78,14 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 # Command modules register themselves on `cli` when imported.
-for _module in ("logcmds", "agentcmds", "recovercmds", "democmd", "storecmds", "contextcmd", "uicmd"):
+for _module in (
+    "logcmds",
+    "agentcmds",
+    "recovercmds",
+    "democmd",
+    "storecmds",
+    "contextcmd",
+    "uicmd",
+    "forkcmd",
+):
     importlib.import_module(f"bubu.cli.{_module}")

@@ -142,6 +142,8 @@ class Runner:
     asker: Asker = nobody
     observer: Observer = field(default_factory=NullObserver)
     config: RunConfig = field(default_factory=RunConfig)
+    prompt: str | None = None
+    """A custom system prompt; else the one recorded with the turn; else Bubu's own."""
 
     def __post_init__(self) -> None:
         self.turn = TurnFold()
@@ -154,12 +156,20 @@ class Runner:
         self._stop_event = threading.Event()
         self._pool = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="bubu-tool")
         self._heartbeat: threading.Thread | None = None
-        self.system = system_prompt(self.session.workspace)
         self.tool_specs = tuple(
             ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
             for t in sorted(self.tools.values(), key=lambda t: t.name)
         )
         self._catch_up()
+
+    @property
+    def system(self) -> str:
+        """The system prompt: stable for the session, part of the cacheable prefix."""
+        if self.prompt is not None:
+            return self.prompt
+        if self.turn.system_prompt is not None:
+            return self.turn.system_prompt
+        return system_prompt(self.session.workspace)
 
     @property
     def effective_policy(self) -> Policy:

@@ -82,9 +82,17 @@ def observe(paths: list[str]) -> dict[str, str | None]:
 def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True) -> Recovered:
     """Take the lease, plan, commit the recovery facts and the notice, then continue the turn."""
     store = host.store
-    steal = lease_is_stale(store.current_lease(info.id), clock.now_ms())
+    current = store.current_lease(info.id)
+    steal = lease_is_stale(current, clock.now_ms())
     try:
-        lease = store.acquire_lease(info.id, host.owner, host.config.lease_ttl_s, steal=steal)
+        # Steal only the lease judged dead: another recoverer may have taken it since.
+        lease = store.acquire_lease(
+            info.id,
+            host.owner,
+            host.config.lease_ttl_s,
+            steal=steal,
+            steal_epoch=current.epoch if current is not None else 0,
+        )
     except LeaseError:
         return Recovered(session=info.id, plan=Plan(kind="nothing"), outcome="busy")
     try:
@@ -102,6 +110,7 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         runner = Runner(
             store=store, session=info, provider=host.provider, tools=host.tools, lease=lease,
             policy=host.policy, asker=host.asker, observer=host.observer, config=host.config,
+            prompt=host.prompt,
         )  # fmt: skip
         host.runner = runner
         runner.start_run("recovery")
@@ -150,6 +159,15 @@ def _notice(plan: Plan, runner: Runner) -> RecoveryNotice:
 def _apply(runner: Runner, plan: Plan) -> None:
     """Commit facts and outcomes: proven outcomes in one transaction, re-runs after their fact."""
     calls = runner.turn.calls
+    from bubu.tools.files import stray_temp_files
+
+    for cp in plan.calls:
+        d = calls[cp.call_id].dispatch
+        if cp.effect == "provable_write" and d is not None and d.path:
+            # A kill inside atomic_write leaves its temporary file in the user's workspace.
+            for tmp in stray_temp_files(d.path):
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
     settled: list[Event] = []
     reruns: list[tuple[CallPlan, CallState]] = []
     for cp in plan.calls:

@@ -30,6 +30,8 @@ class Host:
     observer: Observer = field(default_factory=NullObserver)
     config: RunConfig = field(default_factory=RunConfig)
     owner: str = field(default_factory=owner_id)
+    prompt: str | None = None
+    """A custom system prompt (recorded with each turn it starts)."""
     runner: Runner | None = None
 
     @contextmanager
@@ -53,6 +55,7 @@ class Host:
                 asker=self.asker,
                 observer=self.observer,
                 config=self.config,
+                prompt=self.prompt,
             )
             self.runner = runner
             yield runner
@@ -128,4 +131,5 @@ def _turn_started(host: Host, yes: bool = False, allow: tuple[str, ...] = ()) ->
         max_steps=host.config.max_steps,
         yes=host.policy.yes or yes,
         allow_commands=list(dict.fromkeys([*allow, *host.policy.allow_commands])),
+        system_prompt=host.prompt,
     )

@@ -410,7 +410,13 @@ class SQLiteStore(Store):
     # -- leases -----------------------------------------------------------------------------------
 
     def acquire_lease(
-        self, session: str, owner: str, ttl_s: float, *, steal: bool = False
+        self,
+        session: str,
+        owner: str,
+        ttl_s: float,
+        *,
+        steal: bool = False,
+        steal_epoch: int | None = None,
     ) -> Lease:
         now = clock.now_ms()
         with self._lock:
@@ -425,7 +431,8 @@ class SQLiteStore(Store):
                 epoch = 0
                 if row is not None:
                     cur_owner, epoch, expires = str(row[0]), int(row[1]), int(row[2])
-                    if cur_owner and expires > now and cur_owner != owner and not steal:
+                    stealable = steal and steal_epoch in (None, epoch)
+                    if cur_owner and expires > now and cur_owner != owner and not stealable:
                         raise LeaseError(
                             f"session {session} is being run by {cur_owner}; wait for it to "
                             "finish or stop it first"

@@ -157,10 +157,18 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def acquire_lease(
-        self, session: str, owner: str, ttl_s: float, *, steal: bool = False
+        self,
+        session: str,
+        owner: str,
+        ttl_s: float,
+        *,
+        steal: bool = False,
+        steal_epoch: int | None = None,
     ) -> Lease:
         """Take the session's lease (a new epoch). Raises LeaseError if another live owner holds it
-        and `steal` is false. An expired lease is always taken over."""
+        and `steal` is false. An expired lease is always taken over. With `steal_epoch`, a live
+        lease is stolen only while its epoch is still that one (0: no lease yet), so a lease taken
+        by someone else since the caller judged it dead is not."""
 
     @abc.abstractmethod
     def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:

@@ -59,6 +59,7 @@ class TurnFold:
     max_steps: int | None = None
     yes: bool = False
     allow_commands: tuple[str, ...] = ()
+    system_prompt: str | None = None
     run: str | None = None
     runs: int = 0
     steps_in_run: int = 0
@@ -115,6 +116,7 @@ class TurnFold:
             self.turn, self.open, self.end_reason = r.event.turn, True, None
             self.model, self.max_steps = n.model, n.max_steps
             self.yes, self.allow_commands = n.yes, tuple(n.allow_commands)
+            self.system_prompt = n.system_prompt
             self.calls, self.open_calls = {}, []
             self.awaiting_model, self.inflight_request = True, None
         elif isinstance(n, TurnEnded):

@@ -1,13 +1,60 @@
-"""Model providers behind one seam, resolved from a spec like ``anthropic:claude-sonnet-5-5``."""
+"""Model providers behind one seam, resolved from a spec like ``anthropic:claude-sonnet-5-5``.
+
+The part before the colon names a provider registered in the ``bubu.providers`` entry-point group
+(`bubu.plugins`); the built-in ones below are registered through that same seam.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from importlib.metadata import EntryPoint
+from typing import Any
 
 from bubu.errors import ConfigError
 from bubu.providers.base import Provider
 
 PROVIDERS = ("scripted", "openai", "anthropic")
+"""The built-in provider names."""
+
+
+def scripted_provider(model: str, /, *, context_window: int | None = None, **_: Any) -> Provider:
+    """``scripted:PATH``: replay a JSONL script (DESIGN §9)."""
+    from bubu.providers.scripted import ScriptedProvider
+
+    return ScriptedProvider(model, window=context_window or 200_000)
+
+
+def openai_provider(
+    model: str,
+    /,
+    *,
+    base_url: str | None = None,
+    context_window: int | None = None,
+    **_: Any,
+) -> Provider:
+    """``openai:MODEL``: OpenAI or any compatible server (``--base-url`` / OPENAI_BASE_URL)."""
+    from bubu.providers.openai import OpenAIProvider
+
+    url = base_url or os.environ.get("OPENAI_BASE_URL")
+    return OpenAIProvider(model, base_url=url, context_window=context_window)
+
+
+def anthropic_provider(
+    model: str,
+    /,
+    *,
+    base_url: str | None = None,
+    context_window: int | None = None,
+    thinking_budget: int | None = None,
+    **_: Any,
+) -> Provider:
+    """``anthropic:MODEL``: the Anthropic Messages API."""
+    from bubu.providers.anthropic import AnthropicProvider
+
+    return AnthropicProvider(
+        model, base_url=base_url, context_window=context_window, thinking_budget=thinking_budget
+    )
 
 
 def resolve(
@@ -16,27 +63,43 @@ def resolve(
     base_url: str | None = None,
     context_window: int | None = None,
     thinking_budget: int | None = None,
+    entry_points: Iterable[EntryPoint] | None = None,
 ) -> Provider:
-    """The provider for `spec` (``scripted:PATH``, ``openai:MODEL``, ``anthropic:MODEL``)."""
+    """The provider for `spec` (``scripted:PATH``, ``openai:MODEL``, ``anthropic:MODEL``, or
+    ``NAME:MODEL`` of a plugin); options left at None are not passed to the factory."""
+    from bubu.plugins import provider_factory
+
     name, sep, model = spec.partition(":")
-    if not sep or not model:
+    if not sep or not name or not model:
         raise ConfigError(
             f"the model spec {spec!r} is not provider:model; e.g. anthropic:claude-sonnet-5-5, "
             "openai:gpt-5, or scripted:PATH"
         )
-    if name == "scripted":
-        from bubu.providers.scripted import ScriptedProvider
-
-        return ScriptedProvider(model, window=context_window or 200_000)
-    if name == "openai":
-        from bubu.providers.openai import OpenAIProvider
-
-        url = base_url or os.environ.get("OPENAI_BASE_URL")
-        return OpenAIProvider(model, base_url=url, context_window=context_window)
-    if name == "anthropic":
-        from bubu.providers.anthropic import AnthropicProvider
-
-        return AnthropicProvider(
-            model, base_url=base_url, context_window=context_window, thinking_budget=thinking_budget
+    options = {
+        key: value
+        for key, value in (
+            ("base_url", base_url),
+            ("context_window", context_window),
+            ("thinking_budget", thinking_budget),
         )
-    raise ConfigError(f"unknown model provider {name!r}; known: {', '.join(PROVIDERS)}")
+        if value is not None
+    }
+    factory = provider_factory(name, entry_points)
+    provider = factory(model, **options)
+    for attr in ("spec", "context_window", "complete"):
+        if not hasattr(provider, attr):
+            raise ConfigError(
+                f"the model provider {name!r} returned {type(provider).__name__}, which lacks "
+                f"{attr!r}; it is not a Bubu provider (fix or uninstall its plugin)"
+            )
+    return provider
+
+
+__all__ = [
+    "PROVIDERS",
+    "Provider",
+    "anthropic_provider",
+    "openai_provider",
+    "resolve",
+    "scripted_provider",
+]

@@ -7,10 +7,21 @@
 Each tool follows the seam in `bubu.tools.base`: a JSON schema for its arguments, an effect class,
 `permission` (a reason to ask, or None), `prepare` (the `WriteIntent` of a provable write) and
 `run`, which never raises for an ordinary failure.
+
+Tools reach a host through one seam, the ``bubu.tools`` entry-point group (`bubu.plugins`): the
+built-ins are registered there as ``builtin``, next to third-party plugins. `registered_tools` is
+what the CLI offers; `bubu.tools.decorator.tool` turns a function into a tool and
+`bubu.tools.mcp` adapts the tools of MCP servers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from importlib.metadata import EntryPoint
+from typing import get_args
+
+from bubu.errors import ConfigError
+from bubu.events import EffectClass
 from bubu.tools.base import JSON, Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.files import EditFile, ReadFile, WriteFile, atomic_write, file_sha256
 from bubu.tools.results import ReadResult, SearchResult, line_count
@@ -34,9 +45,14 @@ __all__ = [
     "WriteFile",
     "WriteIntent",
     "atomic_write",
+    "builtin_tool_list",
     "builtin_tools",
+    "check_tool",
     "file_sha256",
+    "host_tools",
     "line_count",
+    "registered_tools",
+    "tool_table",
 ]
 
 
@@ -53,3 +69,58 @@ def builtin_tools() -> dict[str, Tool]:
         SearchResult(),
     ]
     return {tool.name: tool for tool in tools}
+
+
+def builtin_tool_list() -> list[Tool]:
+    """The built-in tools as the ``builtin`` registration of the ``bubu.tools`` group."""
+    return list(builtin_tools().values())
+
+
+def check_tool(tool: object, *, where: str) -> None:
+    """Refuse an object that does not declare what the engine needs of a tool (ConfigError)."""
+    missing = [
+        attr
+        for attr in ("name", "description", "parameters", "effect", "permission", "prepare", "run")
+        if not hasattr(tool, attr)
+    ]
+    if missing:
+        raise ConfigError(
+            f"{where} gave {type(tool).__name__}, which lacks {', '.join(missing)}; "
+            "it is not a Bubu tool (see bubu.tools.base.Tool)"
+        )
+    effect = getattr(tool, "effect", None)
+    if effect not in get_args(EffectClass):
+        raise ConfigError(
+            f"{where} gave the tool {getattr(tool, 'name', '?')!r} the effect class {effect!r}; "
+            f"it must be one of {', '.join(get_args(EffectClass))}"
+        )
+
+
+def tool_table(tools: Iterable[Tool], *, where: str = "the tool list") -> dict[str, Tool]:
+    """Tools by name, checked; two tools with one name are a ConfigError."""
+    table: dict[str, Tool] = {}
+    for t in tools:
+        check_tool(t, where=where)
+        if t.name in table:
+            raise ConfigError(f"two tools are named {t.name!r} in {where}; rename one of them")
+        table[t.name] = t
+    return table
+
+
+def registered_tools(entry_points: Iterable[EntryPoint] | None = None) -> dict[str, Tool]:
+    """Every tool registered in the ``bubu.tools`` group (built-ins first), by name."""
+    from bubu.plugins import plugin_tools
+
+    return tool_table(plugin_tools(entry_points), where="the registered tools")
+
+
+def host_tools(
+    mcp: str | None = None, entry_points: Iterable[EntryPoint] | None = None
+) -> dict[str, Tool]:
+    """What a CLI host offers the model: every registered tool, plus the tools of the MCP servers
+    configured in `mcp` (default ``$BUBU_HOME/mcp.json`` when it exists), connected once per
+    process."""
+    from bubu.plugins import plugin_tools
+    from bubu.tools.mcp import connect
+
+    return tool_table([*plugin_tools(entry_points), *connect(mcp)], where="the host's tools")

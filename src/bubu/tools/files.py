@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import tempfile
 from typing import BinaryIO
@@ -229,6 +230,17 @@ def atomic_write(path: str, content: bytes, like: os.stat_result | None) -> None
             os.unlink(tmp)
         raise
     _fsync_dir(directory)
+
+
+def stray_temp_files(path: str) -> list[str]:
+    """Temporary files `atomic_write` left beside `path` because its process was killed mid-write."""
+    directory, base = os.path.split(path)
+    pattern = re.compile(rf"\.{re.escape(base)}\.[a-z0-9_]{{8}}\.tmp")
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return []
+    return [os.path.join(directory, n) for n in names if pattern.fullmatch(n)]
 
 
 class _Write(BuiltinTool):

@@ -1,0 +1,158 @@
+"""`bubu fork SESSION --at SEQ`: a new session whose log begins with a verified copy of a prefix.
+
+The source chain is verified up to SEQ first. Each copied event is re-made for the new session
+with a fresh event id and otherwise unchanged, so seq N of the fork is seq N of the source and
+every seq an event refers to (a dismissed notice, a recovered dispatch) still points at the right
+event. The new session's first event records where it came from (a ``fork`` state delta: source
+session, seq and chain digest at SEQ), and a hidden note after the copy says so to people.
+
+A fork inside an open turn (calls dispatched without outcomes, or a model call in flight) is
+allowed: it starts as an open turn that recovery handles, as after a crash. A fork that would cut
+one model response in two is refused, since the model would be shown half of what it said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import click
+import msgspec
+
+from bubu import clock
+from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.errors import ConfigError, CorruptLog
+from bubu.events import Actions, Event, Info, Record, SystemNote, make
+from bubu.log.store import Store
+from bubu.projections.turn import fold
+
+FORK_KEY = "fork"
+"""The state_delta key, on the new session's first event, that records the source."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fork:
+    """A fork: the new session, the prefix it copies and the state it starts in."""
+
+    session: str
+    source: str
+    seq: int
+    digest: str
+    events: int
+    open_turn: bool
+    dangling_calls: int
+
+
+def _response_bounds(store: Store, session: str, records: list[Record]) -> tuple[int, int] | None:
+    """The first and last seq of the model response that a cut after `records` splits, if any.
+
+    A response is appended in one transaction and its last event carries ``end_invocation``.
+    """
+    last = records[-1].event
+    if last.role != "model" or (last.actions is not None and last.actions.end_invocation):
+        return None
+    first = min(
+        r.seq for r in records if r.event.role == "model" and r.event.invocation == last.invocation
+    )
+    end = records[-1].seq
+    for r in store.read(session, after=end, upto=end + 64):
+        end = r.seq
+        if r.event.actions is not None and r.event.actions.end_invocation:
+            break
+    return first, end
+
+
+def _copy(e: Event, session: str, provenance: dict[str, object] | None) -> Event:
+    """`e` re-made for `session` with a fresh id; the first one also carries the provenance."""
+    actions = e.actions
+    if provenance is not None:
+        base = actions or Actions()
+        delta = {**(base.state_delta or {}), FORK_KEY: provenance}
+        actions = msgspec.structs.replace(base, state_delta=delta)
+    return make(
+        session=session, turn=e.turn, run=e.run, invocation=e.invocation, role=e.role,
+        author=e.author, status=e.status, visibility=e.visibility, ts=e.ts, content=e.content,
+        actions=actions,
+    )  # fmt: skip
+
+
+def fork_session(store: Store, ref: str, at: int) -> Fork:
+    """Copy events 1..`at` of session `ref` into a new session (see the module docstring)."""
+    info = store.session(ref)
+    head = store.head(info.id)
+    if not 1 <= at <= head.high_water:
+        raise ConfigError(
+            f"--at {at} is outside session {info.id}, whose events are 1..{head.high_water}; "
+            "pick a seq in that range (`bubu log` lists them)"
+        )
+    report = store.verify(info.id)
+    if not report.ok and (report.first_bad_seq is None or report.first_bad_seq <= at):
+        raise CorruptLog(
+            f"session {info.id} does not verify up to seq {at} ({report.problem}); nothing was "
+            "copied (fork from an earlier seq)",
+            session=info.id,
+            seq=report.first_bad_seq,
+        )
+    records = store.read(info.id, upto=at)
+    cut = _response_bounds(store, info.id, records)
+    if cut is not None:
+        raise ConfigError(
+            f"seq {at} is inside one model response (seqs {cut[0]}..{cut[1]}); fork at "
+            f"{cut[0] - 1} or {cut[1]} instead"
+        )
+    digest = records[-1].hash
+    provenance: dict[str, object] = {"session": info.id, "seq": at, "digest": digest}
+    new = store.create_session(
+        title=f"fork@{at}: {info.title}"[:160], workspace=info.workspace, model=info.model
+    )
+    copies = [_copy(r.event, new.id, provenance if r.seq == 1 else None) for r in records]
+    note = make(
+        session=new.id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
+        content=SystemNote(note=Info(text=f"forked from {info.id} at seq {at} (digest {digest[:16]}…)")),
+    )  # fmt: skip
+    store.append(new.id, [*copies, note], expect=0, durable=True)
+    turn = fold(records)
+    return Fork(
+        session=new.id,
+        source=info.id,
+        seq=at,
+        digest=digest,
+        events=at + 1,
+        open_turn=turn.open,
+        dangling_calls=len(turn.dangling),
+    )
+
+
+@cli.command("fork")
+@click.argument("session")
+@click.option("--at", "at", type=int, required=True, metavar="SEQ", help="The last seq to copy.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def fork_cmd(ctx: Ctx, /, session: str, at: int, as_json: bool) -> None:
+    """Start a new session from events 1..SEQ of SESSION (verified first) and print its id."""
+    fork = fork_session(ctx.store, session, at)
+    if as_json:
+        emit_json(
+            {
+                "session": fork.session,
+                "source": {"session": fork.source, "seq": fork.seq, "digest": fork.digest},
+                "events": fork.events,
+                "open_turn": fork.open_turn,
+                "dangling_calls": fork.dangling_calls,
+            }
+        )
+        return
+    click.echo(fork.session)
+    if fork.open_turn:
+        calls = (
+            f" with {fork.dangling_calls} dispatched call(s) without an outcome"
+            if fork.dangling_calls
+            else ""
+        )
+        click.echo(
+            f"the fork starts inside an open turn{calls}; `bubu recover {fork.session}` "
+            "continues it, as after a crash",
+            err=True,
+        )
+
+
+__all__ = ["FORK_KEY", "Fork", "fork_session"]

@@ -1,0 +1,320 @@
+"""`@tool`: schemas from type hints, the required effect class, provable writes and results."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pytest
+
+from bubu.errors import ToolError
+from bubu.tools import ToolContext, ToolResult, atomic_write
+from bubu.tools.base import Tool
+from bubu.tools.decorator import FunctionTool, parse_docstring, tool
+
+
+@tool(effect="read_only")
+def search(
+    query: str,
+    *,
+    limit: int = 10,
+    ratio: float = 0.5,
+    exact: bool = False,
+    mode: Literal["fast", "full"] = "fast",
+    tags: list[str] | None = None,
+    weights: dict[str, float] | None = None,
+    note: Annotated[str, "A free-form note."] = "",
+) -> str:
+    """Search the notes.
+
+    Matches are ranked.
+
+    Args:
+        query: What to look for,
+            over two lines.
+        limit (int): At most this many.
+
+    Returns:
+        The matching lines.
+    """
+    return f"{query}|{limit}|{ratio}|{exact}|{mode}|{tags}|{weights}|{note}"
+
+
+def test_the_schema_comes_from_the_type_hints() -> None:
+    props = search.parameters["properties"]
+    assert search.parameters["required"] == ["query"]
+    assert search.parameters["additionalProperties"] is False
+    assert props["query"] == {"type": "string", "description": "What to look for, over two lines."}
+    assert props["limit"] == {"type": "integer", "description": "At most this many."}
+    assert props["ratio"] == {"type": "number"}
+    assert props["exact"] == {"type": "boolean"}
+    assert props["mode"] == {"type": "string", "enum": ["fast", "full"]}
+    assert props["tags"] == {
+        "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]
+    }
+    assert props["weights"]["anyOf"][0] == {
+        "type": "object",
+        "additionalProperties": {"type": "number"},
+    }
+    assert props["note"] == {"type": "string", "description": "A free-form note."}
+
+
+def test_the_docstring_is_the_description_without_its_args_section() -> None:
+    assert (
+        search.description
+        == "Search the notes.\n\nMatches are ranked.\n\nReturns:\n    The matching lines."
+    )
+    assert search.name == "search"
+    assert search.effect == "read_only"
+
+
+def test_a_decorated_function_is_a_tool_and_still_callable() -> None:
+    as_tool: Tool = search  # type-checks against the protocol
+    assert as_tool.name == "search"
+    assert search("x", limit=2) == "x|2|0.5|False|fast|None|None|"
+
+
+def test_parse_docstring_reads_google_style_args() -> None:
+    text, params = parse_docstring(
+        """Do it.
+
+        Arguments:
+            a: First.
+            b (str): Second,
+                continued.
+        Raises:
+            ValueError: never.
+        """
+    )
+    assert params == {"a": "First.", "b": "Second, continued."}
+    assert text == "Do it.\n\nRaises:\n    ValueError: never."
+
+
+def test_the_effect_class_is_required_at_decoration() -> None:
+    with pytest.raises(TypeError, match="required keyword-only argument: 'effect'"):
+        tool(lambda: "x")  # type: ignore[arg-type, call-arg]  # the mistake under test
+    with pytest.raises(TypeError, match="needs an effect class"):
+        tool(search.fn, effect="read_only")  # type: ignore[arg-type]  # the mistake under test
+    with pytest.raises(TypeError, match="required keyword-only argument: 'effect'"):
+        tool()  # type: ignore[call-arg]  # the mistake under test
+    with pytest.raises(TypeError, match="is not one of"):
+        tool(effect="harmless")  # type: ignore[arg-type]  # the mistake under test
+
+
+def test_a_provable_write_must_declare_target_and_content() -> None:
+    with pytest.raises(TypeError, match=r"needs target= .* and content="):
+        tool(effect="provable_write")
+    with pytest.raises(TypeError, match="provable_write' only"):
+        tool(effect="read_only", target=lambda a: "x")
+
+
+def test_unsupported_signatures_fail_at_decoration() -> None:
+    def untyped(x):  # type: ignore[no-untyped-def]  # the mistake under test
+        return x
+
+    def varargs(*xs: str) -> str:
+        return ""
+
+    def objects(x: object) -> str:
+        return ""
+
+    for fn, message in (
+        (untyped, "needs a type hint"),
+        (varargs, "plain or keyword parameter"),
+        (objects, "has no JSON form"),
+    ):
+        with pytest.raises(TypeError, match=message):
+            tool(effect="read_only")(fn)
+    with pytest.raises(TypeError, match="tool name"):
+        tool(effect="read_only", name="two words")(search.fn)
+
+
+def _ctx(ws: Path) -> ToolContext:
+    return ToolContext(workspace=ws)
+
+
+def test_arguments_are_checked_before_the_function_runs(ws: Path) -> None:
+    ctx = _ctx(ws)
+    assert search.run({"query": "q", "mode": "full", "tags": ["a"]}, ctx, None).output == (
+        "q|10|0.5|False|full|['a']|None|"
+    )
+    bad: list[tuple[dict[str, object], str]] = [
+        ({}, "missing required argument query"),
+        ({"query": "q", "other": 1}, "unknown argument 'other'"),
+        ({"query": 3}, "'query' must be string"),
+        ({"query": "q", "limit": True}, "'limit' must be integer"),
+        ({"query": "q", "mode": "slow"}, 'one of "fast", "full"'),
+        ({"query": "q", "tags": ["a", 1]}, "'tags' must be"),
+    ]
+    for args, message in bad:
+        result = search.run(args, ctx, None)
+        assert result.is_error, args
+        assert message in result.output
+    assert search.run({"query": "q", "ratio": 1}, ctx, None).output.startswith("q|10|1|")
+
+
+def test_results_exceptions_and_context(ws: Path) -> None:
+    @tool(effect="side_effecting")
+    def shape(kind: str, ctx: ToolContext) -> object:
+        """Return things of various shapes."""
+        match kind:
+            case "result":
+                return ToolResult(output="custom", is_error=True)
+            case "none":
+                return None
+            case "data":
+                return {"workspace": ctx.workspace.name, "n": [1, 2]}
+            case "tool_error":
+                raise ToolError("a message for the model")
+            case _:
+                raise KeyError(kind)
+
+    ctx = _ctx(ws)
+    assert "ctx" not in shape.parameters["properties"]
+    assert shape.run({"kind": "result"}, ctx, None) == ToolResult(output="custom", is_error=True)
+    assert shape.run({"kind": "none"}, ctx, None) == ToolResult(output="")
+    assert shape.run({"kind": "data"}, ctx, None).output == '{"workspace": "ws", "n": [1, 2]}'
+    assert shape.run({"kind": "tool_error"}, ctx, None) == ToolResult(
+        output="a message for the model", is_error=True
+    )
+    assert shape.run({"kind": "boom"}, ctx, None) == ToolResult(
+        output="shape failed: KeyError: 'boom'", is_error=True
+    )
+
+
+def test_an_async_function_runs_to_completion(ws: Path) -> None:
+    @tool(effect="read_only")
+    async def later(x: int) -> str:
+        """Answer later."""
+        return str(x * 2)
+
+    assert later.run({"x": 21}, _ctx(ws), None).output == "42"
+
+
+def test_permission_asks_for_a_write_outside_and_when_declared(ws: Path) -> None:
+    @tool(
+        effect="side_effecting", permission=lambda a: "it deploys" if a["env"] == "prod" else None
+    )
+    def deploy(env: str) -> str:
+        """Deploy."""
+        return env
+
+    ctx = _ctx(ws)
+    assert deploy.permission({"env": "prod"}, ctx) == "it deploys"
+    assert deploy.permission({"env": "test"}, ctx) is None
+    assert note_tool().permission({"title": "../../x", "text": ""}, ctx) is not None
+    assert note_tool().permission({"title": "x", "text": ""}, ctx) is None
+
+
+# ---- provable writes ----------------------------------------------------------------------------
+
+
+def note_tool(mode: str = "leave", calls: list[str] | None = None) -> FunctionTool[..., Any]:
+    """A provable write of notes/TITLE.md; `mode` says what the function itself does."""
+
+    def body(title: str, text: str, ctx: ToolContext) -> str:
+        """Save a note."""
+        if calls is not None:
+            calls.append(title)
+        path = ctx.workspace / "notes" / f"{title}.md"
+        if mode == "write":
+            atomic_write(str(path), text.encode(), None)
+        elif mode == "wrong":
+            atomic_write(str(path), b"something else", None)
+        elif mode == "fail":
+            raise RuntimeError("disk on fire")
+        return "" if mode == "silent" else f"noted {title}"
+
+    return tool(
+        effect="provable_write",
+        name="note",
+        target=lambda a: f"notes/{a['title']}.md",
+        content=lambda a: a["text"],
+    )(body)
+
+
+def test_prepare_records_the_hashes_before_and_after(ws: Path) -> None:
+    ctx = _ctx(ws)
+    intent = note_tool().prepare({"title": "a", "text": "hello"}, ctx)
+    assert intent is not None
+    assert intent.path == str(ws / "notes" / "a.md")
+    assert intent.before_sha256 is None
+    assert intent.after_sha256 == hashlib.sha256(b"hello").hexdigest()
+    assert intent.content == b"hello"
+    with pytest.raises(ToolError, match="outside the workspace"):
+        note_tool().prepare({"title": "../../escape", "text": ""}, ctx)
+    with pytest.raises(ToolError, match="missing required argument"):
+        note_tool().prepare({"title": "a"}, ctx)
+
+
+@pytest.mark.parametrize("mode", ["leave", "write", "silent"])
+def test_a_provable_write_ends_with_the_declared_content(ws: Path, mode: str) -> None:
+    ctx = _ctx(ws)
+    t = note_tool(mode)
+    args = {"title": "a", "text": "hello"}
+    result = t.run(args, ctx, t.prepare(args, ctx))
+    assert result == ToolResult(output="wrote notes/a.md." if mode == "silent" else "noted a")
+    assert (ws / "notes" / "a.md").read_bytes() == b"hello"
+
+
+def test_a_provable_write_that_strays_or_fails_is_an_error(ws: Path) -> None:
+    ctx = _ctx(ws)
+    args = {"title": "a", "text": "hello"}
+    wrong = note_tool("wrong")
+    result = wrong.run(args, ctx, wrong.prepare(args, ctx))
+    assert result.is_error
+    assert "other than it declared" in result.output
+    (ws / "notes" / "a.md").unlink()
+    failing = note_tool("fail")
+    result = failing.run(args, ctx, failing.prepare(args, ctx))
+    assert result == ToolResult(output="note failed: RuntimeError: disk on fire", is_error=True)
+    assert not (ws / "notes" / "a.md").exists()  # a failed function writes nothing
+
+
+def test_a_provable_write_checks_the_file_again_when_it_runs(ws: Path) -> None:
+    ctx = _ctx(ws)
+    calls: list[str] = []
+    t = note_tool(calls=calls)
+    args = {"title": "a", "text": "hello"}
+    intent = t.prepare(args, ctx)
+    (ws / "notes").mkdir()
+    (ws / "notes" / "a.md").write_text("hello")
+    assert (
+        t.run(args, ctx, intent).output
+        == "notes/a.md already has the intended content; nothing to do."
+    )
+    (ws / "notes" / "a.md").write_text("changed meanwhile")
+    result = t.run(args, ctx, intent)
+    assert result.is_error
+    assert "changed since this call was prepared" in result.output
+    assert calls == []
+
+
+def test_bad_targets_and_failing_declarations_refuse_the_call(ws: Path) -> None:
+    ctx = _ctx(ws)
+    (ws / "notes" / "dir.md").mkdir(parents=True)
+    with pytest.raises(ToolError, match="not a regular file"):
+        note_tool().prepare({"title": "dir", "text": "x"}, ctx)
+    locked = ws / "notes" / "locked.md"
+    locked.write_text("x")
+    locked.chmod(0o444)
+    with pytest.raises(ToolError, match="read-only"):
+        note_tool().prepare({"title": "locked", "text": "y"}, ctx)
+
+    @tool(effect="side_effecting", permission=lambda a: str(1 // 0))
+    def risky() -> str:
+        """Risky."""
+        return "ran"
+
+    with pytest.raises(ToolError, match="permission= declaration failed: ZeroDivisionError"):
+        risky.permission({}, ctx)
+
+    @tool(effect="provable_write", target=lambda a: a["missing"], content=lambda a: b"")
+    def lost(path: str) -> str:
+        """Lost."""
+        return "ran"
+
+    with pytest.raises(ToolError, match="target= declaration failed: KeyError"):
+        lost.prepare({"path": "x"}, ctx)
+    assert lost.permission({"path": "x"}, ctx) is None  # prepare refuses it, so nothing runs
