@@ -131,6 +131,10 @@ class RunStarted(_Note, frozen=True, kw_only=True, tag="run_started"):
     cause: Literal["new", "resume", "recovery"]
     pid: int | None = None
     host: str | None = None
+    owner: str | None = None
+    epoch: int | None = None
+    """The lease (owner, epoch) that fences this run's appends: the epochs of successive runs
+    prove that no two runners ever wrote to the session at once."""
 
 
 class StepLimit(_Note, frozen=True, kw_only=True, tag="step_limit"):

@@ -327,7 +327,8 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
     st = fold_status(records)
     t = transcript(records)
     lease = store.current_lease(info.id)
-    live = not lease_is_stale(lease, clock.now_ms())
+    now = getattr(store, "now_ms", clock.now_ms)()  # a fleet's leases run on the database clock
+    live = not lease_is_stale(lease, now)
     state = (
         "running"
         if st.state == "open" and live

@@ -87,5 +87,6 @@ for _module in (
     "contextcmd",
     "uicmd",
     "forkcmd",
+    "fleetcmds",
 ):
     importlib.import_module(f"bubu.cli.{_module}")

@@ -16,10 +16,12 @@ def line_count(data: bytes) -> int:
     return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
 
 
-def _excerpt(lines: list[bytes], budget: int) -> str:
+def _excerpt(lines: list[bytes], budget: int, *, from_end: bool = False) -> str:
+    # The tail is filled from the last line backwards: the end of an output (the error, the
+    # summary line of a test run) is what must survive the budget.
     out: list[str] = []
     used = 0
-    for ln in lines:
+    for ln in reversed(lines) if from_end else lines:
         text = ln.decode("utf-8", "replace")
         if len(text) > 200:
             text = text[:200] + " …"
@@ -27,7 +29,7 @@ def _excerpt(lines: list[bytes], budget: int) -> str:
             break
         out.append(text)
         used += len(text) + 1
-    return "\n".join(out)
+    return "\n".join(reversed(out) if from_end else out)
 
 
 def placeholder(tool: str, data: bytes, ref: BlobRef, policy: ContextPolicy) -> str:
@@ -38,7 +40,7 @@ def placeholder(tool: str, data: bytes, ref: BlobRef, policy: ContextPolicy) -> 
     n = policy.excerpt_lines
     half = policy.excerpt_bytes // 2
     head = _excerpt(lines[:n], half)
-    tail = _excerpt(lines[-n:], half) if len(lines) > 2 * n else _excerpt(lines[n:], half)
+    tail = _excerpt(lines[-n:] if len(lines) > 2 * n else lines[n:], half, from_end=True)
     return (
         f"[large result of {tool} stored whole: {ref.size:,} bytes, {ref.lines:,} lines, "
         f"sha256 {ref.sha256}]\n"

@@ -20,7 +20,7 @@ class ContextPolicy:
 
     offload_bytes: int = 8192
     hot_steps: int = 1
-    hot_max_bytes: int = 32_768
+    hot_max_bytes: int = 16_384
     compact_at: float = 0.8
     keep_steps: int = 4
     tail_share: float = 0.35

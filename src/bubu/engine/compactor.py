@@ -169,7 +169,10 @@ class Compactor:
         sizes = runner.context.step_sizes()
         if len(sizes) < 2:
             return None
-        budget = self.policy.tail_share * self.window(runner) * BYTES_PER_TOKEN
+        # Sized in the provider's own count: a model that counts more tokens per byte keeps less.
+        budget = (
+            self.policy.tail_share * self.window(runner) * BYTES_PER_TOKEN / self.calibration.factor
+        )
         kept = 0
         used = 0
         for _, size in reversed(sizes):

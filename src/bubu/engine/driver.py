@@ -292,7 +292,15 @@ class Runner:
     ) -> None:
         """Open a new run of the turn (after `prefix`, e.g. the user's request and turn start)."""
         self.run = ids.run_id()
-        started = self.note(RunStarted(cause=cause, pid=os.getpid(), host=socket.gethostname()))
+        started = self.note(
+            RunStarted(
+                cause=cause,
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                owner=self.lease.owner,
+                epoch=self.lease.epoch,
+            )
+        )
         events = [*prefix, started]
         # The prefix may open the turn: stamp every event with the turn and run it belongs to.
         turn = next((e.turn for e in events if e.turn), self.turn.turn)
@@ -418,13 +426,20 @@ class Runner:
     def _call_model(self) -> None:
         request = self.build_request()
         digest, estimate = self.request_digest(request)
-        if self.compactor.over_budget(self, estimate):
+        # Compact until the request fits (a second pass helps when the kept tail was too big).
+        for _ in range(3):
+            if not self.compactor.over_budget(self, estimate):
+                break
+            before = self.context.checkpoint.watermark if self.context.checkpoint else 0
             self.compactor.compact(
                 self,
                 lambda req: self._wait(self._pool.submit(self.provider.complete, req, _ignore)),
             )
             request = self.build_request()
             digest, estimate = self.request_digest(request)
+            after = self.context.checkpoint.watermark if self.context.checkpoint else 0
+            if after == before:
+                break  # nothing more could be folded (or the summary failed: raw history)
         checkpoint = self.context.checkpoint.key if self.context.checkpoint is not None else None
         for attempt in range(1, self.config.model_attempts + 1):
             self.append(

@@ -7,6 +7,7 @@ import os
 import socket
 from collections.abc import Callable, Container
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from bubu import clock, failpoints
@@ -236,6 +237,9 @@ def recover_all(
         if info.id in skip or (only is not None and info.id != only):
             continue
         if not needs_recovery(store, info):
+            continue
+        if not Path(info.workspace).is_dir():
+            # A fleet session whose workspace lives on another machine: its own workers recover it.
             continue
         say = getattr(observer, "line", None)
         try:

@@ -12,12 +12,12 @@ import hashlib
 import math
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
 from bubu.errors import BubuError, CorruptLog, NewerLogError
-from bubu.events import SCHEMA_VERSION, Event
+from bubu.events import SCHEMA_VERSION, Content, Event
 
 GENESIS = bytes(32)
 """The hash before the first event of every session."""
@@ -30,6 +30,7 @@ class InvalidEvent(BubuError):
 _encoder = msgspec.json.Encoder(order="sorted")
 _decoder = msgspec.json.Decoder(Event)
 _generic = msgspec.json.Decoder()
+_KINDS = frozenset(str(c.__struct_config__.tag) for c in get_args(Content))
 
 # Upgraders: UPGRADERS[v] turns a decoded version-v event (a plain dict) into version v+1.
 Upgrader = Callable[[dict[str, Any]], dict[str, Any]]
@@ -52,6 +53,11 @@ def _check_json(value: object, where: str) -> None:
 
 def encode(event: Event) -> bytes:
     """The canonical bytes of `event`; raises InvalidEvent when it cannot be encoded losslessly."""
+    if event.v != SCHEMA_VERSION:
+        # Decoding upgrades every older event, so only a forged or foreign event gets here.
+        raise InvalidEvent(
+            f"an event of schema {event.v} cannot be written by this Bubu (schema {SCHEMA_VERSION})"
+        )
     c = event.content
     arguments = getattr(c, "arguments", None)
     if arguments:
@@ -137,7 +143,8 @@ def _decode_slow(payload: bytes | memoryview, where: str, cause: Exception | Non
         return msgspec.convert(raw, Event)
     except msgspec.ValidationError as e:
         kind = raw.get("content", {}).get("kind") if isinstance(raw.get("content"), dict) else None
-        detail = f"unknown event kind {kind!r}" if cause is not None and kind else str(e)
+        # Only a tag this Bubu does not know is an unknown kind; a known one failed on a field.
+        detail = f"unknown event kind {kind!r}" if kind and kind not in _KINDS else str(e)
         raise CorruptLog(f"the event{where} cannot be read: {detail}") from e
 
 

@@ -27,6 +27,11 @@ def _immutable(table: str) -> tuple[str, ...]:
     )
 
 
+BULK_KINDS = ("text", "thinking", "function_call", "function_response")
+"""The kinds almost every append has; they are read by seq range, never by kind."""
+RARE_KINDS_SQL = "kind NOT IN ('text', 'thinking', 'function_call', 'function_response')"
+"""The partial index's condition; a query must repeat it verbatim for the index to be used."""
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -52,6 +57,16 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE TABLE views(kind TEXT NOT NULL, session TEXT NOT NULL, key TEXT NOT NULL, "
             "source_hw INTEGER NOT NULL, source_digest TEXT NOT NULL, data BLOB NOT NULL, "
             "created_ms INTEGER NOT NULL, PRIMARY KEY (kind, session, key))",
+        ),
+    ),
+    Migration(
+        2,
+        "index kinds only for the rare (boundary) events",
+        (
+            # The bulk kinds make up nearly every append; indexing them by kind costs a b-tree
+            # page per commit and buys nothing (nobody reads "all the text events" by index).
+            "DROP INDEX events_kind",
+            f"CREATE INDEX events_rare_kind ON events(sid, kind, seq) WHERE {RARE_KINDS_SQL}",
         ),
     ),
 )

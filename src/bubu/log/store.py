@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Self
 
 from bubu.events import Event, Record
 
@@ -202,7 +202,7 @@ class Store(abc.ABC):
     def close(self) -> None:
         """Release connections."""
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

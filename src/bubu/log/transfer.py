@@ -22,6 +22,13 @@ class _Header(msgspec.Struct, kw_only=True):
     created_ms: int
     high_water: int
     digest: str
+    blobs: int = 0
+    """How many blob lines follow the header (offloaded results the events refer to)."""
+
+
+class _Blob(msgspec.Struct, kw_only=True):
+    blob: str
+    data: bytes
 
 
 class _Line(msgspec.Struct, kw_only=True):
@@ -34,9 +41,14 @@ _enc = msgspec.json.Encoder(order="sorted")
 
 
 def export_lines(store: Store, info: SessionInfo) -> Iterator[bytes]:
-    """The header line, then `{"event":…,"hash":…,"seq":…}` per event with canonical bytes."""
+    """The header line, one `{"blob":sha,"data":base64}` line per referenced blob, then
+    `{"event":…,"hash":…,"seq":…}` per event with its canonical bytes."""
     records = store.read(info.id)
     head = store.head(info.id)
+    shas = list(
+        dict.fromkeys(b.sha256 for r in records if (b := getattr(r.event.content, "blob", None)))
+    )
+    blobs = [(sha, store.blob(sha)) for sha in shas]
     yield _enc.encode(
         _Header(
             format=EXPORT_FORMAT,
@@ -47,8 +59,12 @@ def export_lines(store: Store, info: SessionInfo) -> Iterator[bytes]:
             created_ms=info.created_ms,
             high_water=head.high_water,
             digest=head.digest,
+            blobs=sum(1 for _, data in blobs if data is not None),
         )
     )
+    for sha, data in blobs:
+        if data is not None:
+            yield _enc.encode(_Blob(blob=sha, data=data))
     for r in records:
         yield b'{"event":' + codec.encode(r.event) + f',"hash":"{r.hash}","seq":{r.seq}}}'.encode()
 
@@ -66,6 +82,16 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
         raise CorruptLog(
             f"unknown export format {header.format!r} (this Bubu reads {EXPORT_FORMAT})"
         )
+    blobs: dict[str, bytes] = {}
+    for n, raw in enumerate(lines[1 : 1 + header.blobs], start=2):
+        try:
+            b = msgspec.json.decode(raw, type=_Blob)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise CorruptLog(f"line {n} is not an exported blob ({e})") from e
+        if codec.sha256_hex(b.data) != b.blob:
+            raise CorruptLog(f"the blob on line {n} does not hash to its name {b.blob[:16]}…")
+        blobs[b.blob] = b.data
+    lines = [lines[0], *lines[1 + header.blobs :]]
     prev = codec.GENESIS
     events = []
     for n, raw in enumerate(lines[1:], start=1):
@@ -86,6 +112,9 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
             raise CorruptLog(
                 f"the event at seq {n} belongs to another session ({ev.session})", seq=n
             )
+        ref = getattr(ev.content, "blob", None)
+        if ref is not None and ref.sha256 not in blobs:
+            raise CorruptLog(f"the event at seq {n} refers to a blob the file does not hold", seq=n)
         events.append(ev)
     if len(events) != header.high_water or prev.hex() != header.digest:
         raise CorruptLog(
@@ -104,7 +133,11 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
         model=header.model,
         session_id=header.session,
     )
-    head = store.append(info.id, events, expect=0, durable=True) if events else store.head(info.id)
+    head = (
+        store.append(info.id, events, expect=0, durable=True, blobs=list(blobs.values()))
+        if events
+        else store.head(info.id)
+    )
     if head.digest != header.digest:
         raise CorruptLog("the imported chain does not match the export (a bug); nothing is lost")
     return info, head

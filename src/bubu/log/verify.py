@@ -46,3 +46,14 @@ def verify_records(
             )
         expected += 1
     return VerifyReport(session=session, ok=True, high_water=len(rows), digest=prev.hex())
+
+
+def verify_blob_refs(payload: bytes) -> list[str]:
+    """The blob hashes an event's canonical bytes refer to (none if the bytes do not decode:
+    the chain check reports a damaged event at its seq)."""
+    try:
+        ev = codec.decode(payload)
+    except BubuError:
+        return []
+    blob = getattr(ev.content, "blob", None)
+    return [] if blob is None else [blob.sha256]

@@ -14,6 +14,7 @@ and the same blobs always give the same request.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -96,6 +97,8 @@ class ContextFold:
     _hot: list[bool] = field(default_factory=list)
     _index: dict[int, int] = field(default_factory=dict)
     _steps: list[int] = field(default_factory=list)
+    _seqs: list[int] = field(default_factory=list)
+    """The first seq of each entry: increasing, so the visible ones are found by bisection."""
 
     def apply(self, r: Record) -> None:
         """Fold one record in."""
@@ -147,6 +150,7 @@ class ContextFold:
         i = len(self.entries)
         self._index[id(entry)] = i
         self.entries.append(entry)
+        self._seqs.append(entry.first_seq)
         self._rendered.append(None)
         self._hot.append(isinstance(entry, _Step))
         if isinstance(entry, _Step):
@@ -166,11 +170,11 @@ class ContextFold:
     def _touch(self, entry: _Step) -> None:
         self._rendered[self._index[id(entry)]] = None
 
-    def _visible(self) -> Iterable[int]:
+    def _visible(self) -> range:
+        # Entries come in seq order: skip the covered ones by bisection, not by looking at each,
+        # so building a request costs what it holds, not the length of the log.
         floor = max(self.omitted_before, self.checkpoint.watermark if self.checkpoint else 0)
-        for i, e in enumerate(self.entries):
-            if e.first_seq > floor:
-                yield i
+        return range(bisect.bisect_right(self._seqs, floor), len(self.entries))
 
     def _render_at(self, i: int) -> _Rendered:
         rendered = self._rendered[i]
@@ -261,9 +265,9 @@ class ContextFold:
     def span_messages(self, after: int, upto: int) -> tuple[Message, ...]:
         """The messages of the entries that start in (after, upto], large results as placeholders."""
         out: list[Message] = []
-        for e in self.entries:
-            if after < e.first_seq <= upto:
-                out.extend(self._render(e, hot=False))
+        lo, hi = bisect.bisect_right(self._seqs, after), bisect.bisect_right(self._seqs, upto)
+        for e in self.entries[lo:hi]:
+            out.extend(self._render(e, hot=False))
         return tuple(out)
 
     def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:

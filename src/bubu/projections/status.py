@@ -15,14 +15,17 @@ from bubu.events import (
     RecoveryNotice,
     RunStarted,
     SystemNote,
+    Text,
     TurnEnded,
     TurnStarted,
 )
 
-State = Literal["idle", "open", "completed", "failed", "stopped", "suspended", "blocked"]
-"""`open` is a turn with no end: running if its runner holds a live lease, crashed otherwise."""
+State = Literal["idle", "queued", "open", "completed", "failed", "stopped", "suspended", "blocked"]
+"""`open` is a turn with no end: running if its runner holds a live lease, crashed otherwise.
+`queued` is a request waiting for a worker to open its turn (`bubu submit`)."""
 
 BOUNDARY_KINDS = (
+    "text",
     "turn_started",
     "turn_ended",
     "run_started",
@@ -56,6 +59,10 @@ def step(s: Status, seq: int, ev: Event) -> Status:
     a = ev.actions
     if a is not None and (a.permission_request is not None or a.permission_decision is not None):
         s = _permissions(s, a.permission_request, a.permission_decision)
+    if isinstance(c, Text) and ev.role == "user" and ev.visibility == "visible":
+        if s.state not in ("open", "blocked"):
+            return replace(s, state="queued", reason=None, last_seq=seq)
+        return replace(s, last_seq=seq)
     if not isinstance(c, SystemNote):
         return replace(s, last_seq=seq)
     n = c.note

@@ -36,12 +36,20 @@ from bubu.web.notice import NoticeView, notice_view
 from bubu.web.runs import RunManager
 
 State = Literal[
-    "running", "open turn", "idle", "completed", "failed", "stopped", "suspended", "blocked"
+    "running",
+    "open turn",
+    "queued",
+    "idle",
+    "completed",
+    "failed",
+    "stopped",
+    "suspended",
+    "blocked",
 ]
 """A session's state as the page shows it (the vocabulary of `bubu status`)."""
 
 STATES: tuple[State, ...] = (
-    "running", "open turn", "idle", "completed", "failed", "stopped", "suspended", "blocked",
+    "running", "open turn", "queued", "idle", "completed", "failed", "stopped", "suspended", "blocked",
 )  # fmt: skip
 
 HEAD_LINES = 30

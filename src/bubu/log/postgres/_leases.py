@@ -7,14 +7,23 @@ old epoch or sees the new one: a runner whose lease was taken over can never wri
 
 from __future__ import annotations
 
+from psycopg import Cursor
+
 from bubu.errors import LeaseError, LeaseLost
-from bubu.log.postgres._connect import Connection
+from bubu.log.postgres._connect import Connection, Row
 from bubu.log.postgres._schema import NOW_MS_SQL
 from bubu.log.store import Lease
 
 
 def acquire(
-    db: Connection, sid: int, session: str, owner: str, ttl_ms: int, *, steal: bool
+    db: Connection,
+    sid: int,
+    session: str,
+    owner: str,
+    ttl_ms: int,
+    *,
+    steal: bool,
+    steal_epoch: int | None = None,
 ) -> Lease:
     """Take the lease with a new epoch (inside the caller's transaction, with the head row locked).
 
@@ -27,7 +36,8 @@ def acquire(
     epoch = 0
     if cur is not None:
         cur_owner, epoch, expires = str(cur[0]), int(cur[1]), int(cur[2])
-        if cur_owner and expires > now and cur_owner != owner and not steal:
+        stealable = steal and steal_epoch in (None, epoch)
+        if cur_owner and expires > now and cur_owner != owner and not stealable:
             raise LeaseError(
                 f"session {session} is being run by {cur_owner}; wait for it to finish or stop "
                 "it first"
@@ -72,7 +82,10 @@ def current(db: Connection, sid: int, session: str) -> Lease | None:
     return Lease(session=session, owner=str(row[0]), epoch=int(row[1]), expires_ms=int(row[2]))
 
 
-def epochs(db: Connection, sids: list[int]) -> dict[int, int]:
-    """The current lease epoch of each of `sids` that has a lease row."""
-    rows = db.execute("SELECT sid, epoch FROM leases WHERE sid = ANY(%s)", [sids])
-    return {int(r[0]): int(r[1]) for r in rows}
+def epochs_of(db: Connection, sessions: list[str]) -> Cursor[Row]:
+    """The query for the current lease epoch, by sid, of each of `sessions` that has a lease row
+    (its cursor: a pipelined append reads it together with its head rows)."""
+    return db.execute(
+        "SELECT l.sid, l.epoch FROM leases l JOIN sessions s ON s.sid = l.sid WHERE s.id = ANY(%s)",
+        [sessions],
+    )

@@ -26,7 +26,7 @@ from bubu.log.store import (
     VerifyReport,
     View,
 )
-from bubu.log.verify import verify_records
+from bubu.log.verify import verify_blob_refs, verify_records
 
 RawRow = tuple[int, bytes, bytes]
 
@@ -179,15 +179,10 @@ class PostgresStore(Store):
 
     @staticmethod
     def _info(row: Row) -> SessionInfo:
-        return SessionInfo(
-            id=str(row[0]),
-            title=str(row[1]),
-            workspace=str(row[2]),
-            created_ms=int(row[3]),
-            model=None if row[4] is None else str(row[4]),
-            high_water=int(row[5]),
-            last_ms=None if row[6] is None else int(row[6]),
-        )
+        sid, title, workspace, created, model, high_water, last = row[:7]
+        return SessionInfo(id=str(sid), title=str(title), workspace=str(workspace),
+                           created_ms=int(created), model=None if model is None else str(model),
+                           high_water=int(high_water), last_ms=None if last is None else int(last))  # fmt: skip
 
     def sessions(self) -> list[SessionInfo]:
         with self._using() as db:
@@ -243,7 +238,9 @@ class PostgresStore(Store):
         committed = False
         failure: BubuError | None = None
         try:
-            with self._using() as db, db.transaction():
+            # Pipelined: the statements before the head rows are read, and those after, each go
+            # to the server in one round trip.
+            with self._using() as db, db.pipeline(), db.transaction():
                 if not sync:
                     # A later synchronous commit flushes this one too (DESIGN §7, adaptive).
                     db.execute("SET LOCAL synchronous_commit TO off")
@@ -267,17 +264,20 @@ class PostgresStore(Store):
 
     def _apply(self, db: Connection, batch: list[_Pending]) -> None:
         # Lock every head row of the batch in sid order: two group commits never deadlock.
+        names = sorted({p.req.session for p in batch})
+        heads = db.execute(
+            "SELECT id, sid, high_water, head FROM sessions WHERE id = ANY(%s) "
+            "ORDER BY sid FOR NO KEY UPDATE",
+            [names],
+        )
+        # A statement after the locks, so it sees a lease taken over while we waited for them.
+        fenced = any(p.req.lease is not None for p in batch)
+        leases = _leases.epochs_of(db, names) if fenced else None
         tips = {
             str(r[0]): _Tip(sid=int(r[1]), high_water=int(r[2]), digest=bytes(r[3]))
-            for r in db.execute(
-                "SELECT id, sid, high_water, head FROM sessions WHERE id = ANY(%s) "
-                "ORDER BY sid FOR NO KEY UPDATE",
-                [sorted({p.req.session for p in batch})],
-            )
+            for r in heads.fetchall()
         }
-        # A statement after the locks, so it sees a lease taken over while we waited for them.
-        fenced = bool(tips) and any(p.req.lease is not None for p in batch)
-        epochs = _leases.epochs(db, [t.sid for t in tips.values()]) if fenced else {}
+        epochs = {int(r[0]): int(r[1]) for r in leases.fetchall()} if leases is not None else {}
         staged = _Staged()
         for p in batch:
             try:
@@ -285,14 +285,11 @@ class PostgresStore(Store):
             except BubuError as e:
                 p.error = e
         if staged.blobs:
+            data = [*staged.blobs.values()]
             db.execute(
                 "INSERT INTO blobs(sha256, size, data) SELECT * FROM "
                 "unnest(%s::text[], %s::bigint[], %s::bytea[]) ON CONFLICT (sha256) DO NOTHING",
-                [
-                    list(staged.blobs),
-                    [len(b) for b in staged.blobs.values()],
-                    [*staged.blobs.values()],
-                ],
+                [list(staged.blobs), [len(b) for b in data], data],
             )
         if staged.seqs:
             # One statement, so the chain trigger checks the whole batch in one pass.
@@ -326,7 +323,9 @@ class PostgresStore(Store):
         last_ts: int | None = None
         for ev in req.events:
             if ev.session != req.session:
-                raise AppendConflict(req.session, req.expect, seq)
+                raise codec.InvalidEvent(
+                    f"an event of session {ev.session} cannot be appended to session {req.session}"
+                )
             payload = codec.encode(ev)
             prev = codec.chain(prev, payload)
             seq += 1
@@ -360,8 +359,11 @@ class PostgresStore(Store):
         self, session: str, after: int, upto: int | None, kinds: Iterable[str] | None
     ) -> list[RawRow]:
         with self._using() as db:
-            query = "SELECT seq, hash, payload FROM events WHERE sid = %s AND seq > %s"
-            args: list[object] = [self._sid(db, session), after]
+            query = (
+                "SELECT seq, hash, payload FROM events "
+                "WHERE sid = (SELECT sid FROM sessions WHERE id = %s) AND seq > %s"
+            )
+            args: list[object] = [session, after]
             if upto is not None:
                 query += " AND seq <= %s"
                 args.append(upto)
@@ -369,6 +371,8 @@ class PostgresStore(Store):
                 query += " AND kind = ANY(%s)"
                 args.append(list(kinds))
             rows = db.execute(query + " ORDER BY seq", args, binary=True).fetchall()
+            if not rows:
+                self._sid(db, session)  # nothing new, or no such session
         return [(int(s), bytes(h), bytes(p)) for s, h, p in rows]
 
     def read(
@@ -413,9 +417,7 @@ class PostgresStore(Store):
         wanted: set[str] = set()
         for _, _, payload in rows:
             if b'"blob":' in payload:
-                blob = getattr(codec.decode(payload).content, "blob", None)
-                if blob is not None:
-                    wanted.add(blob.sha256)
+                wanted.update(verify_blob_refs(payload))
         out = dict.fromkeys(wanted, False)
         if wanted:
             for sha, ok in db.execute(
@@ -436,12 +438,20 @@ class PostgresStore(Store):
     # -- leases -----------------------------------------------------------------------------------
 
     def acquire_lease(
-        self, session: str, owner: str, ttl_s: float, *, steal: bool = False
+        self,
+        session: str,
+        owner: str,
+        ttl_s: float,
+        *,
+        steal: bool = False,
+        steal_epoch: int | None = None,
     ) -> Lease:
         with self._using() as db, db.transaction():
             # The head row lock orders this against in-flight appends (see _leases).
             sid = self._sid(db, session, lock=True)
-            return _leases.acquire(db, sid, session, owner, int(ttl_s * 1000), steal=steal)
+            return _leases.acquire(
+                db, sid, session, owner, int(ttl_s * 1000), steal=steal, steal_epoch=steal_epoch
+            )
 
     def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
         with self._using() as db:

@@ -1,0 +1,186 @@
+"""Commands for a fleet on PostgreSQL: `bubu submit` queues a task, `bubu worker` runs them."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.errors import ConfigError
+from bubu.log.store import SessionInfo, Store
+
+if TYPE_CHECKING:
+    from bubu.engine.worker import Queue
+    from bubu.log.postgres import PostgresStore
+    from bubu.providers.base import Provider
+    from bubu.tools.base import Tool
+
+_NEEDS_PG = (
+    "the fleet needs a PostgreSQL log; pass --db postgresql://… (or set BUBU_DB), "
+    'or run the task here with `bubu run "TASK"`'
+)
+
+
+def fleet_store(ctx: Ctx, db: str | None) -> PostgresStore:
+    """The PostgreSQL store named by the command's --db (else the group's --db / BUBU_DB)."""
+    if db is not None:
+        ctx.db = db
+    if not (ctx.db or "").startswith(("postgresql://", "postgres://")):
+        raise ConfigError(_NEEDS_PG)
+    from bubu.log.postgres import PostgresStore
+
+    store = ctx.store
+    assert isinstance(store, PostgresStore)
+    return store
+
+
+def _db_option(f: Any) -> Any:
+    return click.option(
+        "--db",
+        "db",
+        default=None,
+        metavar="URL",
+        help="The fleet's log: a postgresql:// URL (default: the global --db or BUBU_DB).",
+    )(f)
+
+
+def check_model(spec: str) -> str:
+    """Refuse a model spec that is not `provider:model` (workers resolve it, with the plugins they
+    have); a script's path is made absolute, since workers do not share the submitter's directory."""
+    name, sep, model = spec.partition(":")
+    if not sep or not name or not model:
+        raise ConfigError(
+            f"the model spec {spec!r} is not provider:model; e.g. -m anthropic:claude-sonnet-5-5, "
+            "-m openai:gpt-5 or -m scripted:PATH"
+        )
+    if name == "scripted":
+        return f"scripted:{Path(model).expanduser().resolve()}"
+    return spec
+
+
+@cli.command("submit")
+@click.argument("task")
+@_db_option
+@click.option(
+    "-w", "--workspace", default=".", type=click.Path(file_okay=False), help="The workspace."
+)
+@click.option("-m", "--model", default=None, help="provider:model (default: BUBU_MODEL).")
+@click.option("--yes", is_flag=True, help="Approve every permission request of the task.")
+@click.option("--allow", multiple=True, metavar="PATTERN", help="Allow commands matching PATTERN.")
+@click.option("--max-steps", type=int, default=100, show_default=True, help="Model calls per run.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_ctx
+def submit_cmd(
+    ctx: Ctx,
+    /,
+    task: str,
+    *,
+    db: str | None,
+    workspace: str,
+    model: str | None,
+    yes: bool,
+    allow: tuple[str, ...],
+    max_steps: int,
+    as_json: bool,
+) -> None:
+    """Queue TASK for the fleet's workers and print its session id."""
+    from bubu.cli.agentcmds import default_model
+    from bubu.engine.worker import Submission, submit
+
+    store = fleet_store(ctx, db)
+    spec = check_model(model or default_model())
+    policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps)
+    info = submit(store, task=task, workspace=workspace, model=spec, policy=policy)
+    if as_json:
+        emit_json({"session": info.id, "workspace": info.workspace, "model": spec})
+    else:
+        click.echo(info.id)
+
+
+def equip(info: SessionInfo) -> tuple[Provider, dict[str, Tool]]:
+    """The model recorded with the session, and the built-in tools."""
+    from bubu.providers import resolve
+    from bubu.tools import builtin_tools
+
+    if not info.model:
+        raise ConfigError(f"session {info.id} has no model recorded; it cannot run in the fleet")
+    return resolve(info.model), builtin_tools()
+
+
+def _say(line: str) -> None:
+    click.echo(f"bubu worker {time.strftime('%H:%M:%S')} {line}", err=True)
+
+
+@cli.command("worker")
+@_db_option
+@click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Sessions run at once.")  # fmt: skip
+@click.option("--once", is_flag=True, help="Exit as soon as nothing is claimable.")
+@click.option("--idle-exit", type=float, default=None, metavar="S",
+              help="Exit after S seconds with nothing claimable.")  # fmt: skip
+@click.option("--lease-ttl", type=click.FloatRange(0.5), default=30.0, show_default=True,
+              metavar="S", help="Lease time; a dead worker's sessions wait this long.")  # fmt: skip
+@click.option("--poll", type=click.FloatRange(0.05), default=1.0, show_default=True, metavar="S",
+              help="Seconds between looks for work while idle.")  # fmt: skip
+@click.option("--tool-timeout", type=float, default=600.0, show_default=True,
+              help="Seconds per tool call.")  # fmt: skip
+@pass_ctx
+def worker_cmd(
+    ctx: Ctx,
+    /,
+    *,
+    db: str | None,
+    concurrency: int,
+    once: bool,
+    idle_exit: float | None,
+    lease_ttl: float,
+    poll: float,
+    tool_timeout: float,
+) -> None:
+    """Claim sessions with work (queued tasks, turns whose runner died) and run them.
+
+    SIGTERM or Ctrl-C drains: running turns finish their current step and are handed back to the
+    fleet; a second Ctrl-C stops them at once.
+    """
+    from bubu.engine.driver import RunConfig
+    from bubu.engine.worker import Worker, WorkerConfig
+    from bubu.log.postgres import PostgresStore, WorkQueue
+
+    store = fleet_store(ctx, db)
+    url, where = store.url, f"{store.target.where} schema {store.schema}"
+    ctx.close()
+
+    def open_slot() -> tuple[Store, Queue]:
+        store = PostgresStore(url)
+        return store, WorkQueue(store)
+
+    run = RunConfig(max_steps=None, lease_ttl_s=lease_ttl, tool_timeout_s=tool_timeout)
+    config = WorkerConfig(concurrency=concurrency, once=once, idle_exit_s=idle_exit,
+                          poll_s=poll, run=run)  # fmt: skip
+    worker = Worker(open_slot=open_slot, equip=equip, config=config, log=_say)
+    received = 0
+
+    def on_signal(signum: int, _: object) -> None:
+        nonlocal received
+        received += 1
+        if signum == signal.SIGINT and received > 1:
+            _say("stopping now")
+            worker.halt()
+            return
+        _say("draining: running turns finish their step, then go back to the fleet")
+        worker.drain()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    _say(f"started on {where} (concurrency {concurrency}, lease {lease_ttl:g} s)")
+    try:
+        worker.serve()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    _say(f"stopped after {worker.handled} sessions")
+    sys.exit(130 if received > 1 else 0)

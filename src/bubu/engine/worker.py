@@ -1,0 +1,390 @@
+"""The fleet: submitting tasks to a shared log, and the worker that claims and runs them (DESIGN §7).
+
+`submit` creates a session whose log holds the user's request and the policy it runs under; the
+store's work queue (derived from the log) then lists it as queued. A `Worker` runs `concurrency`
+slots, each with a connection of its own. A slot claims the oldest session with work under a new
+lease epoch, timed by the database clock, that fences every append; the `Runner` renews it by
+heartbeat. A queued request becomes a new turn under its recorded policy; an open turn whose
+runner handed its lease back cleanly is continued; one whose runner died (lease expired) is
+recovered with `recover_session`. Each run start records the lease epoch that fenced it, so the
+log itself shows that no two runners ever ran a session at once.
+
+SIGTERM (or a first Ctrl-C) drains: no new claims, each running turn finishes the step it is in,
+then its lease is released and another worker continues the turn. `halt` stops at once (running
+tools are cancelled and their outcomes recorded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import msgspec
+
+from bubu import clock, ids
+from bubu.engine.driver import RunConfig, Runner, owner_id
+from bubu.engine.recovery import Outcome, recover_session
+from bubu.engine.session import Host, check_task, new_session
+from bubu.errors import BubuError, ConfigError, LeaseLost
+from bubu.events import (
+    Actions,
+    Record,
+    RecoveryNotice,
+    RunStarted,
+    SystemNote,
+    Text,
+    TurnEnded,
+    TurnStarted,
+    make,
+)
+from bubu.log.codec import sanitize_text
+from bubu.log.store import Lease, SessionInfo, Store
+from bubu.projections.turn import fold
+from bubu.providers.base import Delta, Provider
+from bubu.tools.base import Tool
+
+if TYPE_CHECKING:
+    from bubu.log.postgres import Claim
+
+SUBMIT_KEY = "submit"
+"""The state_delta key under which a queued request records its policy."""
+
+REQUEST_KINDS = ("text", "turn_started", "turn_ended")
+"""The event kinds `queued_request` looks at."""
+
+
+class Submission(msgspec.Struct, frozen=True, kw_only=True):
+    """The policy a queued request runs under, recorded with the request in the log."""
+
+    yes: bool = False
+    allow_commands: tuple[str, ...] = ()
+    max_steps: int | None = 100
+
+
+def submit(
+    store: Store,
+    *,
+    task: str,
+    workspace: str | Path,
+    model: str,
+    policy: Submission | None = None,
+) -> SessionInfo:
+    """Create a session whose log holds `task` and its policy: queued for the fleet."""
+    check_task(task)
+    info = new_session(store, task=task, workspace=workspace, model=model)
+    delta = {SUBMIT_KEY: msgspec.to_builtins(policy or Submission())}
+    request = make(session=info.id, turn=ids.turn_id(), role="user", author="user", ts=clock.now_ms(),
+                   content=Text(text=sanitize_text(task)), actions=Actions(state_delta=delta))  # fmt: skip
+    store.append(info.id, [request], expect=0, durable=True)
+    return info
+
+
+def queued_request(records: Sequence[Record]) -> tuple[Record, Submission] | None:
+    """The first user request after the last turn boundary, with the policy it was submitted under
+    (the default, most careful one if it recorded none)."""
+    found: Record | None = None
+    for r in records:
+        c = r.event.content
+        if isinstance(c, SystemNote) and isinstance(c.note, TurnStarted | TurnEnded):
+            found = None
+        elif found is None and isinstance(c, Text) and r.event.role == "user":
+            found = r if r.event.visibility == "visible" else found
+    if found is None:
+        return None
+    actions = found.event.actions
+    raw = (actions.state_delta or {}).get(SUBMIT_KEY) if actions is not None else None
+    try:
+        policy = Submission() if raw is None else msgspec.convert(raw, Submission)
+    except msgspec.ValidationError:
+        policy = Submission()
+    return found, policy
+
+
+def clean_handoff(records: Sequence[Record]) -> bool:
+    """An open turn whose last runner stopped between steps: nothing dispatched is unanswered."""
+    t = fold(records)
+    return t.open and not t.dangling
+
+
+@contextmanager
+def running(host: Host, info: SessionInfo, lease: Lease) -> Iterator[Runner]:
+    """A `Runner` under an already held lease, released when done."""
+    runner = Runner(
+        store=host.store, session=info, provider=host.provider, tools=host.tools, lease=lease,
+        policy=host.policy, asker=host.asker, observer=host.observer, config=host.config,
+        prompt=host.prompt,
+    )  # fmt: skip
+    host.runner = runner
+    try:
+        yield runner
+    finally:
+        host.runner = None
+        with contextlib.suppress(BubuError):
+            host.store.release_lease(runner.lease)
+
+
+def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
+    """Open a turn for the session's queued request under its recorded policy and drive it."""
+    queued = queued_request(host.store.read(info.id, kinds=REQUEST_KINDS))
+    if queued is None:
+        return "nothing"
+    request, policy = queued
+    with running(host, info, lease) as runner:
+        if runner.turn.open:
+            return "nothing"
+        note = TurnStarted(model=host.provider.spec, max_steps=policy.max_steps, yes=policy.yes,
+                           allow_commands=list(policy.allow_commands))  # fmt: skip
+        opened = make(session=info.id, turn=request.event.turn or ids.turn_id(), role="system",
+                      author="system", ts=clock.now_ms(), content=SystemNote(note=note),
+                      visibility="hidden")  # fmt: skip
+        runner.start_run("new", prefix=[opened])
+        return runner.drive()
+
+
+def run_claim(host: Host, claim: Claim) -> Outcome:
+    """Do the work a claim found: a new turn for a queued request, the continuation of a turn
+    handed back cleanly, or the recovery of one whose runner died."""
+    info = claim.session
+    if not Path(info.workspace).is_dir():
+        raise ConfigError(
+            f"the workspace {info.workspace} of session {info.id} does not exist on this machine; "
+            "run the worker where it does"
+        )
+    if claim.state == "queued":
+        return start_queued(host, info, claim.lease)
+    handoff = claim.released and clean_handoff(host.store.read(info.id))
+    if handoff and host.store.verify(info.id).ok:
+        with running(host, info, claim.lease) as runner:
+            runner.start_run("resume")
+            return runner.drive()
+    return recover_session(host, info).outcome
+
+
+class Queue(Protocol):
+    """Where a worker finds work (`bubu.log.postgres.WorkQueue`)."""
+
+    def claim(self, owner: str, ttl_s: float) -> Claim | None:
+        """Take the lease on a session with work, or None."""
+
+    def defer(self, session: str, *, error: str | None = None) -> int:
+        """Put a session off after a failure; returns the delay in ms."""
+
+
+Equip = Callable[[SessionInfo], tuple[Provider, dict[str, Tool]]]
+"""The model and tools a session runs with (from the model recorded with it)."""
+
+Opener = Callable[[], tuple[Store, Queue]]
+"""Opens one slot's own store connection and its queue."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerConfig:
+    """Knobs of a worker."""
+
+    concurrency: int = 1
+    once: bool = False
+    """Exit once nothing is claimable."""
+    idle_exit_s: float | None = None
+    """Exit after this long with nothing claimable."""
+    poll_s: float = 1.0
+    run: RunConfig = field(default_factory=lambda: RunConfig(max_steps=None))
+    """`max_steps=None` so the limit recorded with each turn applies."""
+
+
+class Watch:
+    """The observer of one running turn: when the worker drains, it stops the turn at a safe point
+    (never while a dispatched tool is unanswered) without ending it."""
+
+    def __init__(self, draining: threading.Event) -> None:
+        self.host: Host | None = None
+        self.drained = False
+        self._draining = draining
+        self._lock = threading.Lock()
+        self._phase: Literal["between", "tools", "model"] = "between"
+        self._driving = False
+
+    def _maybe_stop(self, *, runner_thread: bool) -> None:
+        # Off the runner's thread only a model call is safe to cut: it may be about to dispatch.
+        safe = ("between", "model") if runner_thread else ("model",)
+        runner = self.host.runner if self.host is not None else None
+        if self._draining.is_set() and self._driving and self._phase in safe and runner:
+            self.drained = True
+            runner.request_stop("lease_lost")
+
+    def on_delta(self, delta: Delta) -> None:
+        """A model call is streaming: safe to cut when draining."""
+        with self._lock:
+            self._maybe_stop(runner_thread=False)
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        """Track whether a dispatched tool is unanswered, and whether the turn is being driven."""
+        with self._lock:
+            runner = self.host.runner if self.host is not None else None
+            self._phase = "tools" if runner is not None and runner.turn.dangling else "between"
+            for r in records:
+                c = r.event.content
+                if isinstance(c, SystemNote) and (
+                    isinstance(c.note, RecoveryNotice)
+                    or (isinstance(c.note, RunStarted) and c.note.cause != "recovery")
+                ):
+                    self._driving = True
+            self._maybe_stop(runner_thread=True)
+
+    def on_activity(self, text: str | None) -> None:
+        """A model call (or a back-off before one) is starting."""
+        with self._lock:
+            if text == "thinking" or (text or "").startswith("retrying"):
+                self._phase = "model"
+            self._maybe_stop(runner_thread=True)
+
+    def drain(self) -> None:
+        """The worker started draining (called off the runner's thread)."""
+        with self._lock:
+            self._maybe_stop(runner_thread=False)
+
+    def halt(self) -> None:
+        """Stop now: running tools are cancelled and their outcomes recorded; the turn stays open."""
+        runner = self.host.runner if self.host is not None else None
+        if runner is not None:
+            self.drained = True
+            runner.request_stop("lease_lost")
+
+
+class Worker:
+    """Claims sessions with work and runs them, `config.concurrency` at a time."""
+
+    def __init__(
+        self, *, open_slot: Opener, equip: Equip, config: WorkerConfig, log: Callable[[str], None]
+    ) -> None:
+        self.config = config
+        self._open = open_slot
+        self._equip = equip
+        self._log = log
+        self._draining = threading.Event()
+        self._lock = threading.Lock()
+        self._active: dict[int, Watch] = {}
+        self.handled = 0
+
+    @property
+    def draining(self) -> bool:
+        """True once `drain` or `halt` was called."""
+        return self._draining.is_set()
+
+    def serve(self) -> None:
+        """Run the slots until they are done (`once`, idle exit) or drained; call from the main
+        thread, which stays free to handle signals."""
+        slots = [
+            threading.Thread(target=self._slot, args=(n,), name=f"bubu-worker-{n}", daemon=True)
+            for n in range(max(1, self.config.concurrency))
+        ]
+        for t in slots:
+            t.start()
+        while any(t.is_alive() for t in slots):
+            for t in slots:
+                t.join(timeout=0.2)
+
+    def drain(self) -> None:
+        """Claim nothing more; stop each running turn after its current step, handing it back."""
+        self._draining.set()
+        with self._lock:
+            watches = list(self._active.values())
+        for w in watches:
+            w.drain()
+
+    def halt(self) -> None:
+        """Claim nothing more and stop every running turn now (it stays open for another worker)."""
+        self._draining.set()
+        with self._lock:
+            watches = list(self._active.values())
+        for w in watches:
+            w.halt()
+
+    def _slot(self, n: int) -> None:
+        try:
+            store, queue = self._open()
+        except BubuError as e:
+            self._log(f"slot {n} cannot start: {e}")
+            return
+        owner = owner_id()
+        idle_since = time.monotonic()
+        failures = 0
+        try:
+            while not self._draining.is_set():
+                try:
+                    claim = queue.claim(owner, self.config.run.lease_ttl_s)
+                    failures = 0
+                except BubuError as e:
+                    # The database is away: say so, and look again less and less often.
+                    self._log(f"slot {n} cannot claim: {e}")
+                    claim, failures = None, failures + 1
+                if claim is not None:
+                    self._handle(n, store, queue, claim)
+                    idle_since = time.monotonic()
+                    continue
+                idle = time.monotonic() - idle_since
+                if self.config.once or (
+                    self.config.idle_exit_s is not None and idle >= self.config.idle_exit_s
+                ):
+                    return
+                pause = min(30.0, self.config.poll_s * 2 ** min(failures, 10))
+                self._draining.wait(pause * (0.5 + random.random()))
+        finally:
+            store.close()
+
+    def _handle(self, n: int, store: Store, queue: Queue, claim: Claim) -> None:
+        info, lease = claim.session, claim.lease
+        how = "new" if claim.state == "queued" else "continue" if claim.released else "recover"
+        self._log(f"claim {info.id} {how} epoch={lease.epoch} slot={n}")
+        started = time.monotonic()
+        watch = Watch(self._draining)
+        with self._lock:
+            self._active[n] = watch
+        detail = ""
+        result: str
+        try:
+            provider, tools = self._equip(info)
+            host = Host(store=store, provider=provider, tools=tools,
+                        observer=watch, config=self.config.run, owner=lease.owner)  # fmt: skip
+            watch.host = host
+            outcome = run_claim(host, claim)
+            result = outcome if outcome is not None else "released" if watch.drained else "lost"
+        except LeaseLost:
+            result = "lost"
+        except Exception as e:  # one bad session must not take the worker down
+            text = str(e) if isinstance(e, BubuError) else f"{type(e).__name__}: {e}"
+            with contextlib.suppress(BubuError):
+                delay = queue.defer(info.id, error=text)
+                text += f" (retried in {delay / 1000:.0f} s)"
+            result, detail = "error", f" {text}"
+        finally:
+            with self._lock:
+                self._active.pop(n, None)
+            with contextlib.suppress(BubuError):
+                store.release_lease(lease)
+        self.handled += 1
+        took = time.monotonic() - started
+        self._log(f"finish {info.id} {result} epoch={lease.epoch} {took:.1f}s{detail}")
+
+
+__all__ = [
+    "REQUEST_KINDS",
+    "SUBMIT_KEY",
+    "Equip",
+    "Queue",
+    "Submission",
+    "Watch",
+    "Worker",
+    "WorkerConfig",
+    "clean_handoff",
+    "queued_request",
+    "run_claim",
+    "start_queued",
+    "submit",
+]

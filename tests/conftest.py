@@ -1,0 +1,113 @@
+"""Shared fixtures: a `store` for every log backend, and a small event factory.
+
+The `store` fixture is parametrized over the backends (ids `sqlite`, `postgres`), so a test that
+takes it runs once per backend; `-k sqlite` selects the embedded one. The PostgreSQL store is
+imported inside the fixture so the SQLite runs never depend on it; each PostgreSQL test gets a
+fresh schema of its own and drops it afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bubu.events import Actions, Author, Content, Event, Role, Status, Text, Visibility, make
+from bubu.log.sqlite import SQLiteStore
+from bubu.log.store import Store
+
+PG_URL = os.environ.get("BUBU_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+"""The PostgreSQL server the `postgres` backend runs against (trust auth, database `test`)."""
+
+TS = 1_700_000_000_000
+"""A fixed creation time, so events built in tests are reproducible."""
+
+EventFactory = Callable[..., Event]
+
+
+def make_event(
+    session: str,
+    content: Content | None = None,
+    *,
+    role: Role = "user",
+    author: Author = "user",
+    actions: Actions | None = None,
+    ts: int = TS,
+    id: str | None = None,
+    turn: str | None = None,
+    run: str | None = None,
+    invocation: str | None = None,
+    status: Status | None = None,
+    visibility: Visibility = "visible",
+) -> Event:
+    """An event of the current schema for `session`; plain user text unless `content` is given."""
+    if content is None and actions is None:
+        content = Text(text="hello")
+    return make(
+        session=session,
+        role=role,
+        author=author,
+        ts=ts,
+        content=content,
+        actions=actions,
+        id=id,
+        turn=turn,
+        run=run,
+        invocation=invocation,
+        status=status,
+        visibility=visibility,
+    )
+
+
+def open_backend(backend: str, tmp_path: Path) -> tuple[Store, Callable[[], None]]:
+    """A fresh, empty store of `backend` and the function that disposes of it."""
+    if backend == "sqlite":
+        sqlite = SQLiteStore(tmp_path / "bubu.db")
+        return sqlite, sqlite.close
+    # Imported here so the SQLite runs never depend on the PostgreSQL backend.
+    from bubu.log.postgres import PostgresStore
+
+    pg = PostgresStore(PG_URL, schema=f"bubu_test_{uuid.uuid4().hex[:12]}")
+
+    def dispose() -> None:
+        try:
+            pg.drop_schema()
+        finally:
+            pg.close()
+
+    return pg, dispose
+
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """An empty store, once per backend."""
+    opened, dispose = open_backend(str(request.param), tmp_path)
+    try:
+        yield opened
+    finally:
+        dispose()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    """An empty SQLite store in `tmp_path` (for tests that need the file itself)."""
+    opened = SQLiteStore(tmp_path / "bubu.db")
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture(name="make_event")
+def make_event_fixture() -> EventFactory:
+    """The `make_event` helper, for tests that would rather not import from conftest."""
+    return make_event

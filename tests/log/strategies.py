@@ -1,0 +1,218 @@
+"""Hypothesis strategies for the whole event vocabulary, built with `st.builds` over its Structs.
+
+`CONTENT` and `NOTES` are keyed by class so a test can check that every member of the `Content`
+and `Note` unions has a strategy: a kind added to the vocabulary fails that test until it is here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from hypothesis import strategies as st
+
+from bubu.events import (
+    SCHEMA_VERSION as V,
+)
+from bubu.events import (
+    Actions,
+    BlobRef,
+    Compaction,
+    Error,
+    Event,
+    FunctionCall,
+    FunctionResponse,
+    Info,
+    ModelRequest,
+    NoticeDismissed,
+    PermissionDecision,
+    PermissionRequest,
+    RecoveryNotice,
+    RunStarted,
+    StepLimit,
+    SystemNote,
+    Text,
+    Thinking,
+    TokenUsage,
+    ToolDispatch,
+    ToolRecovery,
+    TurnEnded,
+    TurnStarted,
+)
+
+# Any Unicode scalar value UTF-8 can carry (no lone surrogates: those are refused, see bad input).
+texts = st.text(st.characters(codec="utf-8"), max_size=30)
+short = st.text(st.characters(codec="utf-8"), min_size=1, max_size=12)
+opt_texts = st.none() | texts
+ints = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+counts = st.integers(min_value=0, max_value=2**31)
+shas = st.binary(min_size=32, max_size=32).map(bytes.hex)
+opt_shas = st.none() | shas
+
+json_values: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | ints | st.floats(allow_nan=False, allow_infinity=False) | texts,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
+    max_leaves=12,
+)
+json_objects = st.dictionaries(texts, json_values, max_size=5)
+
+NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
+    TurnStarted: st.builds(
+        TurnStarted,
+        model=short,
+        max_steps=st.none() | counts,
+        yes=st.booleans(),
+        allow_commands=st.lists(short, max_size=3),
+    ),
+    TurnEnded: st.builds(
+        TurnEnded,
+        reason=st.sampled_from(["completed", "failed", "stopped", "suspended"]),
+        message=opt_texts,
+    ),
+    RunStarted: st.builds(
+        RunStarted,
+        cause=st.sampled_from(["new", "resume", "recovery"]),
+        pid=st.none() | counts,
+        host=opt_texts,
+    ),
+    StepLimit: st.builds(StepLimit, steps=counts),
+    ModelRequest: st.builds(
+        ModelRequest,
+        model=short,
+        request_digest=shas,
+        estimated_tokens=counts,
+        checkpoint=opt_texts,
+        attempt=st.integers(min_value=1, max_value=9),
+    ),
+    RecoveryNotice: st.builds(
+        RecoveryNotice,
+        status=st.sampled_from(["ready", "blocked"]),
+        silent_retries=st.lists(short, max_size=3),
+        verified_applied=st.lists(short, max_size=3),
+        pending_review=st.lists(short, max_size=3),
+        dropped_model_calls=counts,
+        reason=opt_texts,
+    ),
+    NoticeDismissed: st.builds(NoticeDismissed, notice_seq=counts),
+    Compaction: st.builds(
+        Compaction,
+        checkpoint=opt_texts,
+        watermark=counts,
+        source_digest=shas,
+        ok=st.booleans(),
+        message=opt_texts,
+    ),
+    Info: st.builds(Info, text=texts),
+}
+
+notes = st.one_of(*NOTES.values())
+
+blob_refs = st.builds(BlobRef, sha256=shas, size=counts, lines=counts)
+
+CONTENT: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
+    Text: st.builds(Text, text=texts),
+    Thinking: st.builds(Thinking, text=texts, signature=opt_texts, redacted=opt_texts),
+    FunctionCall: st.builds(
+        FunctionCall,
+        call_id=short,
+        name=short,
+        arguments=json_objects,
+        raw_arguments=opt_texts,
+    ),
+    FunctionResponse: st.builds(
+        FunctionResponse,
+        call_id=short,
+        name=short,
+        result=texts,
+        is_error=st.booleans(),
+        native=json_values,
+        blob=st.none() | blob_refs,
+        duration_ms=st.none() | counts,
+    ),
+    Error: st.builds(
+        Error,
+        error_class=short,
+        message=texts,
+        retryable=st.booleans(),
+        status=st.none() | st.integers(min_value=100, max_value=599),
+    ),
+    SystemNote: st.builds(SystemNote, note=notes),
+}
+
+contents = st.one_of(*CONTENT.values())
+
+ACTIONS: dict[str, st.SearchStrategy[Any]] = {
+    "state_delta": json_objects,
+    "permission_request": st.builds(
+        PermissionRequest, request_id=short, call_id=short, tool=short, summary=texts, reason=texts
+    ),
+    "permission_decision": st.builds(
+        PermissionDecision,
+        request_id=short,
+        call_id=short,
+        decision=st.sampled_from(["allow", "deny"]),
+        by=st.sampled_from(["user", "policy", "flag", "nobody"]),
+        remember=st.booleans(),
+    ),
+    "token_usage": st.builds(
+        TokenUsage,
+        model=short,
+        input_tokens=counts,
+        output_tokens=counts,
+        cache_read_tokens=counts,
+        cache_write_tokens=counts,
+        estimated_input_tokens=st.none() | counts,
+        stop_reason=opt_texts,
+    ),
+    "tool_dispatch": st.builds(
+        ToolDispatch,
+        call_id=short,
+        tool=short,
+        effect=st.sampled_from(["read_only", "provable_write", "side_effecting"]),
+        args_digest=shas,
+        path=opt_texts,
+        before_sha256=opt_shas,
+        after_sha256=opt_shas,
+    ),
+    "tool_recovery": st.builds(
+        ToolRecovery,
+        call_id=short,
+        tool=short,
+        decision=st.sampled_from(["rerun", "applied", "rerun_not_applied", "interrupted"]),
+        reason=texts,
+        dispatch_seq=counts,
+    ),
+    "end_invocation": st.booleans(),
+}
+
+
+@st.composite
+def _actions(draw: st.DrawFn) -> Actions:
+    chosen = draw(st.sets(st.sampled_from(sorted(ACTIONS)), min_size=1))
+    return Actions(**{name: draw(ACTIONS[name]) for name in sorted(chosen)})
+
+
+actions = _actions()
+"""An `Actions` with a non-empty random subset of the action fields set."""
+
+ids = st.none() | st.text("0123456789abcdefghjkmnpqrstvwxyz", min_size=1, max_size=16)
+
+
+def events(session: str = "ses_hypothesis") -> st.SearchStrategy[Event]:
+    """Any event of the current schema for `session`: some content, some actions, or both."""
+    return st.builds(
+        Event,
+        v=st.just(V),
+        id=st.text("0123456789abcdefghjkmnpqrstvwxyz", min_size=1, max_size=20).map("evt_".__add__),
+        session=st.just(session),
+        turn=ids,
+        run=ids,
+        invocation=ids,
+        role=st.sampled_from(["user", "model", "tool", "system"]),
+        author=st.sampled_from(["user", "host", "agent", "tool", "system"]),
+        status=st.none() | st.sampled_from(["completed", "failed", "aborted", "cancelled"]),
+        visibility=st.sampled_from(["visible", "hidden"]),
+        ts=st.integers(min_value=0, max_value=2**48),
+        content=st.none() | contents,
+        actions=st.none() | actions,
+    )
