@@ -5,8 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from bubu import clock
@@ -20,7 +19,7 @@ from bubu.errors import (
     StorageError,
     UnknownSession,
 )
-from bubu.events import Event, Record, kind_of
+from bubu.events import Record, kind_of
 from bubu.log import codec
 from bubu.log.migrations import BULK_KINDS, RARE_KINDS_SQL, SQLITE_MIGRATIONS
 from bubu.log.store import (
@@ -28,6 +27,7 @@ from bubu.log.store import (
     Durability,
     Head,
     Lease,
+    PendingAppend,
     SessionInfo,
     Store,
     VerifyReport,
@@ -36,16 +36,6 @@ from bubu.log.store import (
 from bubu.log.verify import verify_blob_refs, verify_records
 
 BUSY_TIMEOUT_MS = 5000
-
-
-class _Pending:
-    __slots__ = ("done", "error", "req", "result")
-
-    def __init__(self, req: AppendRequest) -> None:
-        self.req = req
-        self.done = False
-        self.result: Head | None = None
-        self.error: BaseException | None = None
 
 
 def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
@@ -83,9 +73,7 @@ class SQLiteStore(Store):
                     f"the directory {parent} for the database does not exist; create it or "
                     "choose another --db"
                 )
-        self._lock = threading.RLock()
-        self._queue: list[_Pending] = []
-        self._qlock = threading.Lock()
+        self._init_group_commit()
         self._sync_full: bool | None = None
         self._sids: dict[str, int] = {}  # session id -> rowid; never changes once created
         self._heads: dict[int, tuple[int, bytes]] = {}  # sid -> (seq, hash) this process wrote
@@ -225,56 +213,17 @@ class SQLiteStore(Store):
             ).fetchall()
         return [self._info(r) for r in rows]
 
-    def session(self, ref: str) -> SessionInfo:
+    def _match_sessions(self, ref: str, like: str) -> list[SessionInfo]:
         with self._lock, self._guard():
             rows = self._db.execute(
                 self._SESSION_SQL + " WHERE s.id = ? OR s.id LIKE ? ESCAPE '\\' LIMIT 3",
-                (ref, ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"),
+                (ref, like),
             ).fetchall()
-        exact = [r for r in rows if r[0] == ref]
-        if exact:
-            return self._info(exact[0])
-        if len(rows) == 1 and ref:
-            return self._info(rows[0])
-        if not rows:
-            raise UnknownSession(f"no session matches {ref!r}; list them with `bubu sessions`")
-        raise UnknownSession(f"{ref!r} matches several sessions; give more of the id")
+        return [self._info(r) for r in rows]
 
     # -- append (group commit) --------------------------------------------------------------------
 
-    def append(
-        self,
-        session: str,
-        events: Sequence[Event],
-        *,
-        expect: int,
-        durable: bool = False,
-        lease: Lease | None = None,
-        blobs: Sequence[bytes] = (),
-    ) -> Head:
-        pending = _Pending(
-            AppendRequest(
-                session=session,
-                events=events,
-                expect=expect,
-                durable=durable,
-                lease=lease,
-                blobs=blobs,
-            )
-        )
-        with self._qlock:
-            self._queue.append(pending)
-        with self._lock:
-            if not pending.done:
-                with self._qlock:
-                    batch, self._queue = self._queue, []
-                self._commit(batch)
-        if pending.error is not None:
-            raise pending.error
-        assert pending.result is not None
-        return pending.result
-
-    def _commit(self, batch: list[_Pending]) -> None:
+    def _commit(self, batch: list[PendingAppend]) -> None:
         db = self._db
         try:
             self._set_sync(self.durability == "full" or any(p.req.durable for p in batch))

@@ -8,10 +8,12 @@ views that can be dropped and rebuilt. One contract test suite runs against ever
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Self
 
+from bubu.errors import UnknownSession
 from bubu.events import Event, Record
 
 Durability = Literal["adaptive", "full"]
@@ -87,10 +89,37 @@ class AppendRequest:
     blobs: Sequence[bytes] = field(default_factory=tuple)
 
 
+class PendingAppend:
+    """An append waiting in the group-commit queue, and what became of it."""
+
+    __slots__ = ("done", "error", "req", "result")
+
+    def __init__(self, req: AppendRequest) -> None:
+        self.req = req
+        self.done = False
+        self.result: Head | None = None
+        self.error: BaseException | None = None
+
+
 class Store(abc.ABC):
-    """The contract every log backend implements."""
+    """The contract every log backend implements.
+
+    `append` is shared: concurrent appends of one process are group-committed — whoever takes the
+    connection first commits everything queued by then in one transaction (`_commit`), and each
+    caller gets its own result or error.
+    """
 
     url: str
+
+    def _init_group_commit(self) -> None:
+        """Set up the queue and locks `append` uses (call from the backend's __init__)."""
+        self._lock = threading.RLock()
+        self._queue: list[PendingAppend] = []
+        self._qlock = threading.Lock()
+
+    @abc.abstractmethod
+    def _commit(self, batch: list[PendingAppend]) -> None:
+        """Commit a batch in one transaction, setting each item's result or error and `done`."""
 
     # -- sessions -------------------------------------------------------------------------------
 
@@ -104,13 +133,25 @@ class Store(abc.ABC):
     def sessions(self) -> list[SessionInfo]:
         """Every session, newest first."""
 
-    @abc.abstractmethod
     def session(self, ref: str) -> SessionInfo:
         """The session with id `ref`, or the only one whose id starts with `ref`."""
+        like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._match_sessions(ref, like)
+        exact = [r for r in rows if r.id == ref]
+        if exact:
+            return exact[0]
+        if len(rows) == 1 and ref:
+            return rows[0]
+        if not rows:
+            raise UnknownSession(f"no session matches {ref!r}; list them with `bubu sessions`")
+        raise UnknownSession(f"{ref!r} matches several sessions; give more of the id")
+
+    @abc.abstractmethod
+    def _match_sessions(self, ref: str, like: str) -> list[SessionInfo]:
+        """Up to 3 sessions whose id is `ref` or matches the LIKE pattern `like` (escape '\\')."""
 
     # -- the log ----------------------------------------------------------------------------------
 
-    @abc.abstractmethod
     def append(
         self,
         session: str,
@@ -127,6 +168,27 @@ class Store(abc.ABC):
         the session's current lease. `blobs` are stored (content-addressed) in the same transaction.
         `durable` asks for a full sync before returning.
         """
+        pending = PendingAppend(
+            AppendRequest(
+                session=session,
+                events=events,
+                expect=expect,
+                durable=durable,
+                lease=lease,
+                blobs=blobs,
+            )
+        )
+        with self._qlock:
+            self._queue.append(pending)
+        with self._lock:
+            if not pending.done:
+                with self._qlock:
+                    batch, self._queue = self._queue, []
+                self._commit(batch)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
 
     @abc.abstractmethod
     def head(self, session: str) -> Head:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -11,7 +10,7 @@ import psycopg
 from psycopg import sql
 
 from bubu.errors import AppendConflict, BubuError, LeaseLost, StorageError, UnknownSession
-from bubu.events import Event, Record, kind_of
+from bubu.events import Record, kind_of
 from bubu.log import codec
 from bubu.log.postgres import _leases
 from bubu.log.postgres._connect import Connection, Row, Target, pg_error
@@ -21,6 +20,7 @@ from bubu.log.store import (
     Durability,
     Head,
     Lease,
+    PendingAppend,
     SessionInfo,
     Store,
     VerifyReport,
@@ -29,16 +29,6 @@ from bubu.log.store import (
 from bubu.log.verify import verify_blob_refs, verify_records
 
 RawRow = tuple[int, bytes, bytes]
-
-
-class _Pending:
-    __slots__ = ("done", "error", "req", "result")
-
-    def __init__(self, req: AppendRequest) -> None:
-        self.req = req
-        self.done = False
-        self.result: Head | None = None
-        self.error: BaseException | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -73,9 +63,7 @@ class PostgresStore(Store):
         self.target = Target.parse(url, schema)
         self.schema = self.target.schema
         self.durability = durability
-        self._lock = threading.RLock()
-        self._queue: list[_Pending] = []
-        self._qlock = threading.Lock()
+        self._init_group_commit()
         self._db: Connection | None = None
         try:
             with self._using() as db:
@@ -189,51 +177,16 @@ class PostgresStore(Store):
             rows = db.execute(self._SESSION_SQL + " ORDER BY created_ms DESC, sid DESC").fetchall()
         return [self._info(r) for r in rows]
 
-    def session(self, ref: str) -> SessionInfo:
-        like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    def _match_sessions(self, ref: str, like: str) -> list[SessionInfo]:
         with self._using() as db:
             rows = db.execute(
                 self._SESSION_SQL + " WHERE id = %s OR id LIKE %s ESCAPE '\\' LIMIT 3", [ref, like]
             ).fetchall()
-        exact = [r for r in rows if r[0] == ref]
-        if exact:
-            return self._info(exact[0])
-        if len(rows) == 1 and ref:
-            return self._info(rows[0])
-        if not rows:
-            raise UnknownSession(f"no session matches {ref!r}; list them with `bubu sessions`")
-        raise UnknownSession(f"{ref!r} matches several sessions; give more of the id")
+        return [self._info(r) for r in rows]
 
     # -- append (group commit) --------------------------------------------------------------------
 
-    def append(
-        self,
-        session: str,
-        events: Sequence[Event],
-        *,
-        expect: int,
-        durable: bool = False,
-        lease: Lease | None = None,
-        blobs: Sequence[bytes] = (),
-    ) -> Head:
-        req = AppendRequest(
-            session=session, events=events, expect=expect, durable=durable, lease=lease, blobs=blobs
-        )
-        pending = _Pending(req)
-        with self._qlock:
-            self._queue.append(pending)
-        # Whoever gets the connection first commits everything queued by then in one transaction.
-        with self._lock:
-            if not pending.done:
-                with self._qlock:
-                    batch, self._queue = self._queue, []
-                self._commit(batch)
-        if pending.error is not None:
-            raise pending.error
-        assert pending.result is not None
-        return pending.result
-
-    def _commit(self, batch: list[_Pending]) -> None:
+    def _commit(self, batch: list[PendingAppend]) -> None:
         sync = self.durability == "full" or any(p.req.durable for p in batch)
         committed = False
         failure: BubuError | None = None
@@ -262,7 +215,7 @@ class PostgresStore(Store):
                     )
                 p.done = True
 
-    def _apply(self, db: Connection, batch: list[_Pending]) -> None:
+    def _apply(self, db: Connection, batch: list[PendingAppend]) -> None:
         # Lock every head row of the batch in sid order: two group commits never deadlock.
         names = sorted({p.req.session for p in batch})
         heads = db.execute(
