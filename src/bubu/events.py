@@ -116,6 +116,8 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     allow_commands: list[str] = msgspec.field(default_factory=list)
     system_prompt: str | None = None
     """A custom system prompt (None: Bubu's own), so a recovered run asks the model the same way."""
+    context_window: int | None = None
+    """A window the user set for this turn (None: the model's own), so budgets stay the same."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):

@@ -127,7 +127,9 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         asker=observer.ask,
         observer=observer,
         config=RunConfig(
-            max_steps=opts.get("max_steps", 100), tool_timeout_s=opts.get("tool_timeout", 600.0)
+            max_steps=opts.get("max_steps", 100),
+            tool_timeout_s=opts.get("tool_timeout", 600.0),
+            context_window=opts.get("context_window"),
         ),
     )
 

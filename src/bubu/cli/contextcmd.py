@@ -10,23 +10,8 @@ import click
 import msgspec
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
-from bubu.engine.driver import RunConfig, Runner
-from bubu.errors import BubuError
-from bubu.log.store import Lease
 from bubu.projections.context import diagnose
-from bubu.providers import resolve
 from bubu.providers.base import AssistantMessage, ToolResultsMessage, UserMessage
-
-
-class _Window:
-    """A stand-in provider when the session's own cannot be built here (no key, no script)."""
-
-    def __init__(self, spec: str, window: int) -> None:
-        self.spec = spec
-        self.context_window = window
-
-    def complete(self, *_: object) -> Any:
-        raise BubuError("inspection only")
 
 
 @cli.command("context")
@@ -40,18 +25,12 @@ class _Window:
 @pass_ctx
 def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | None) -> None:
     """Show the next model request of SESSION and what happened to each event."""
-    from bubu.tools import builtin_tools
+    from bubu.engine.inspect import inspect_runner
 
     store = ctx.store
     info = store.session(session)
     spec = info.model or "scripted:-"
-    try:
-        provider: Any = resolve(spec, context_window=context_window)
-    except BubuError:
-        provider = _Window(spec, context_window or 200_000)
-    inspect = Lease(session=info.id, owner="inspect", epoch=-1, expires_ms=0)
-    runner = Runner(store=store, session=info, provider=provider, tools=builtin_tools(), lease=inspect,
-                    config=RunConfig(context_window=context_window))  # fmt: skip
+    runner = inspect_runner(store, info, context_window=context_window)
     request = runner.build_request()
     digest, estimate = runner.request_digest(request)
     window = runner.compactor.window(runner)

@@ -102,7 +102,11 @@ class Compactor:
 
     def window(self, runner: Runner) -> int:
         """The model's window in tokens."""
-        return runner.config.context_window or runner.provider.context_window
+        return (
+            runner.config.context_window
+            or runner.turn.context_window
+            or runner.provider.context_window
+        )
 
     def over_budget(self, runner: Runner, estimate: int) -> bool:
         """True when the calibrated estimate passes the compaction threshold."""

@@ -14,6 +14,7 @@ from bubu.engine.permissions import Asker, Policy, nobody
 from bubu.errors import BubuError, ConfigError, LeaseError
 from bubu.events import SystemNote, Text, TurnEndReason, TurnStarted, make
 from bubu.log.store import SessionInfo, Store
+from bubu.projections.turn import TurnFold
 from bubu.providers.base import Provider
 from bubu.tools.base import Tool
 
@@ -119,17 +120,20 @@ def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
                 f"(its last turn {'ended ' + t.end_reason if t.end_reason else 'does not exist'})"
             )
         reopened = make(session=session.id, turn=t.turn, role="system", author="system", ts=clock.now_ms(),
-                        content=SystemNote(note=_turn_started(host, t.yes, t.allow_commands)),
+                        content=SystemNote(note=_turn_started(host, t)),
                         visibility="hidden")  # fmt: skip
         runner.start_run("resume", prefix=[reopened])
         return runner.drive()
 
 
-def _turn_started(host: Host, yes: bool = False, allow: tuple[str, ...] = ()) -> TurnStarted:
+def _turn_started(host: Host, previous: TurnFold | None = None) -> TurnStarted:
+    """The turn's recorded settings: the host's, widened by those of the turn it reopens."""
+    p = previous if previous is not None else TurnFold()
     return TurnStarted(
         model=host.provider.spec,
         max_steps=host.config.max_steps,
-        yes=host.policy.yes or yes,
-        allow_commands=list(dict.fromkeys([*allow, *host.policy.allow_commands])),
-        system_prompt=host.prompt,
+        yes=host.policy.yes or p.yes,
+        allow_commands=list(dict.fromkeys([*p.allow_commands, *host.policy.allow_commands])),
+        system_prompt=host.prompt if host.prompt is not None else p.system_prompt,
+        context_window=host.config.context_window or p.context_window,
     )

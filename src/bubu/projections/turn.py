@@ -60,6 +60,7 @@ class TurnFold:
     yes: bool = False
     allow_commands: tuple[str, ...] = ()
     system_prompt: str | None = None
+    context_window: int | None = None
     run: str | None = None
     runs: int = 0
     steps_in_run: int = 0
@@ -117,6 +118,7 @@ class TurnFold:
             self.model, self.max_steps = n.model, n.max_steps
             self.yes, self.allow_commands = n.yes, tuple(n.allow_commands)
             self.system_prompt = n.system_prompt
+            self.context_window = n.context_window
             self.calls, self.open_calls = {}, []
             self.awaiting_model, self.inflight_request = True, None
         elif isinstance(n, TurnEnded):

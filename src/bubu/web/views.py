@@ -14,9 +14,7 @@ from typing import Literal
 import msgspec
 
 from bubu import clock
-from bubu.engine.driver import Runner
 from bubu.engine.recovery import lease_is_stale
-from bubu.errors import ConfigError
 from bubu.events import (
     JSON,
     Compaction,
@@ -26,12 +24,12 @@ from bubu.events import (
     Text,
     kind_of,
 )
-from bubu.log.store import Lease, SessionInfo, Store
+from bubu.log.store import SessionInfo, Store
 from bubu.projections.context import diagnose
 from bubu.projections.status import Status, fold_status
 from bubu.projections.transcript import Message, ToolCard, transcript
-from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse, ToolSpec
 from bubu.providers.base import Message as ModelMessage
+from bubu.providers.base import ToolSpec
 from bubu.web.notice import NoticeView, notice_view
 from bubu.web.runs import RunManager
 
@@ -410,37 +408,11 @@ class ContextView(msgspec.Struct, kw_only=True):
     high_water: int
 
 
-class _Inspect:
-    """The session's model as far as projecting a request needs it: its spec and window.
-
-    No provider is built, so inspecting needs no API key and opens no connection."""
-
-    def __init__(self, spec: str) -> None:
-        self._spec = spec
-
-    @property
-    def spec(self) -> str:
-        """The model spec."""
-        return self._spec
-
-    @property
-    def context_window(self) -> int:
-        """A default window; only the compaction budget depends on it."""
-        return 200_000
-
-    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        """Never called: inspecting does not call the model."""
-        raise ConfigError("the web UI only inspects this request; it does not send it")
-
-
 def context_view(store: Store, info: SessionInfo) -> ContextView:
     """The next request exactly as the runner would build it: checkpoint, placeholders and all."""
-    from bubu.tools import builtin_tools
+    from bubu.engine.inspect import inspect_runner
 
-    # The runner's own projection, with a lease it never uses: nothing is appended or held.
-    inspect = Lease(session=info.id, owner="inspect", epoch=-1, expires_ms=0)
-    runner = Runner(store=store, session=info, provider=_Inspect(info.model or "scripted:-"),
-                    tools=builtin_tools(), lease=inspect)  # fmt: skip
+    runner = inspect_runner(store, info)
     request = runner.build_request()
     digest, estimate = runner.request_digest(request)
     cp = runner.context.checkpoint
