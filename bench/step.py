@@ -3,9 +3,9 @@
 A step is one model response with one tool call (~200 B of arguments) and one tool result
 (~2 KB), driven through the real engine (`Runner`: request note, response append, synced
 dispatch, outcome, folds) with an instant in-process model and a no-op side-effecting tool, so
-that what is measured is everything except model and tool time. The floor is what any durable
-agent must pay at least: one fully synced SQLite transaction (WAL, synchronous=FULL) per step
-holding the same call and result bytes.
+that what is measured is everything except model and tool time. The floor is bench/append.py's
+durable-append floor, measured in the same run: the step's call and result inserted raw into
+SQLite (WAL, synchronous=FULL), each in its own transaction.
 
 Usage: python bench/step.py [--steps N]. Last line: one JSON object.
 """
@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from append import FloorSide, step_events  # type: ignore[import-not-found]  # a sibling script
 from bubu.engine.driver import RunConfig
 from bubu.engine.session import Host, new_session, start_turn
 from bubu.events import EffectClass
+from bubu.log import codec
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.base import (
     DeltaSink,
@@ -51,15 +54,18 @@ class InstantModel:
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         t0 = time.perf_counter()
-        if request.ordinal >= self.steps:
-            out = ModelResponse(
-                parts=(TextPart(text="done"),), usage=Usage(input_tokens=1, output_tokens=1)
+        if request.purpose == "summary":
+            text = (
+                "## Goal\nbench\n## Progress\n"
+                + "step done. " * 40
+                + "\n## Next steps\nmore\n## Critical context\nnone\n"
             )
+            out = ModelResponse(parts=(TextPart(text=text),), usage=Usage(output_tokens=1))
+        elif request.ordinal >= self.steps:
+            out = ModelResponse(parts=(TextPart(text="done"),), usage=Usage(output_tokens=1))
         else:
             call = ToolCallPart(call_id=f"c{request.ordinal}", name="noop", arguments=ARGS)
-            out = ModelResponse(
-                parts=(call,), usage=Usage(input_tokens=1, output_tokens=1), stop_reason="tool_use"
-            )
+            out = ModelResponse(parts=(call,), usage=Usage(output_tokens=1), stop_reason="tool_use")
         self.seconds += time.perf_counter() - t0
         return out
 
@@ -105,23 +111,15 @@ def bubu_steps(tmp: Path, steps: int) -> tuple[float, float]:
 
 
 def floor_steps(tmp: Path, steps: int) -> list[float]:
-    """Per-step seconds of one fully synced raw insert of the same call and result bytes."""
-    db = sqlite3.connect(tmp / "floor.db", isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, payload BLOB)")
-    call = json.dumps({"name": "noop", "arguments": ARGS}).encode()
-    result = json.dumps({"result": RESULT}).encode()
-    out = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        db.execute("BEGIN")
-        db.execute("INSERT INTO t(payload) VALUES (?)", (call,))
-        db.execute("INSERT INTO t(payload) VALUES (?)", (result,))
-        db.execute("COMMIT")
-        out.append(time.perf_counter() - t0)
-    db.close()
-    return out
+    """Per-step seconds of bench/append.py's durable-append floor: the same call and result
+    bytes inserted raw, each in its own fully synced transaction (what any durable agent pays)."""
+    session = "ses_bench"
+    payloads = [tuple(codec.encode(e) for e in step_events(session, n)) for n in range(steps)]
+    floor = FloorSide(tmp / "floor.db", payloads)
+    try:
+        return [floor.step(n) / 1e9 for n in range(steps)]
+    finally:
+        floor.close()
 
 
 def main() -> None:
@@ -135,7 +133,9 @@ def main() -> None:
         per_step, wall = bubu_steps(tmp, steps)
     floor_mean = statistics.fmean(floor)
     print(f"steps: {steps}")
-    print(f"floor (one synced raw transaction per step): mean {floor_mean * 1000:.3f} ms")
+    print(
+        f"floor (bench/append.py: call and result, each a synced raw commit): mean {floor_mean * 1000:.3f} ms"
+    )
     print(
         f"bubu runtime per step (model and tool time removed): {per_step * 1000:.3f} ms  (wall {wall:.2f} s)"
     )

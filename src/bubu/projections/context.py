@@ -18,7 +18,7 @@ import bisect
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -99,6 +99,11 @@ class ContextFold:
     _steps: list[int] = field(default_factory=list)
     _seqs: list[int] = field(default_factory=list)
     """The first seq of each entry: increasing, so the visible ones are found by bisection."""
+    # The visible entries flattened, with a running digest and size after each entry; valid from
+    # _flat_start up to the first entry that changed, so a request extends what the last one built.
+    _flat_start: int = -1
+    _flat: list[Message] = field(default_factory=list)
+    _cum: list[tuple[int, int, Any]] = field(default_factory=list)
 
     def apply(self, r: Record) -> None:
         """Fold one record in."""
@@ -160,7 +165,7 @@ class ContextFold:
                 cold = self._steps[-self.policy.hot_steps - 1]
                 self._hot[cold] = False
                 if any(res.blob for res in self._step(cold).results.values()):
-                    self._rendered[cold] = None
+                    self._invalidate(cold)
 
     def _step(self, i: int) -> _Step:
         e = self.entries[i]
@@ -168,7 +173,33 @@ class ContextFold:
         return e
 
     def _touch(self, entry: _Step) -> None:
-        self._rendered[self._index[id(entry)]] = None
+        self._invalidate(self._index[id(entry)])
+
+    def _invalidate(self, i: int) -> None:
+        self._rendered[i] = None
+        keep = i - self._flat_start
+        if 0 <= keep < len(self._cum):
+            del self._cum[keep:]
+            del self._flat[self._cum[-1][0] if self._cum else 0 :]
+
+    def _build(self) -> tuple[list[Message], int, Any]:
+        """The visible entries' messages, total size and running digest, extended incrementally."""
+        start = self._visible().start
+        if start != self._flat_start:
+            self._flat_start, self._flat, self._cum = start, [], []
+        for i in range(start + len(self._cum), len(self.entries)):
+            r = self._render_at(i)
+            if self._cum:
+                _, size, h = self._cum[-1]
+                h = h.copy()
+            else:
+                size, h = 0, hashlib.sha256()
+            h.update(r.digests)
+            self._flat.extend(r.messages)
+            self._cum.append((len(self._flat), size + r.size, h))
+        if not self._cum:
+            return self._flat, 0, hashlib.sha256()
+        return self._flat, self._cum[-1][1], self._cum[-1][2]
 
     def _visible(self) -> range:
         # Entries come in seq order: skip the covered ones by bisection, not by looking at each,
@@ -237,25 +268,25 @@ class ContextFold:
 
     def messages(self) -> tuple[Message, ...]:
         """The messages of the next request, every call paired with its result."""
-        out = list(self.head())
-        for i in self._visible():
-            out.extend(self._render_at(i).messages)
-        return tuple(out)
+        flat, _, _ = self._build()
+        return (*self.head(), *flat)
 
     def fingerprint(self) -> tuple[str, int]:
-        """A digest naming the exact messages (sha-256 over each message's canonical digest, in
-        order) and their canonical size in bytes; both cost only what changed since last time."""
+        """A digest naming the exact messages and their canonical size in bytes.
+
+        The digest is sha-256 over the digests of the head's messages followed by the running
+        digest of the entries (sha-256 over each message's canonical digest, in order); both cost
+        only what changed since the last request.
+        """
         h = hashlib.sha256()
         size = 0
         for m in self.head():
             data = _encoder.encode(m)
             h.update(hashlib.sha256(data).digest())
             size += len(data)
-        for i in self._visible():
-            r = self._render_at(i)
-            h.update(r.digests)
-            size += r.size
-        return h.hexdigest(), size
+        _, entries_size, entries = self._build()
+        h.update(entries.digest())
+        return h.hexdigest(), size + entries_size
 
     def step_sizes(self, *, include_covered: bool = False) -> list[tuple[int, int]]:
         """(first seq, rendered bytes) of each visible entry (or every entry), oldest first."""
