@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
-from bubu.cli.render import JsonlObserver, TerminalObserver
+from bubu.cli.render import JsonlObserver, TerminalObserver, printable
 from bubu.engine.driver import RunConfig, stop_all
 from bubu.engine.permissions import Policy
 from bubu.engine.session import Host, check_task, new_session, resume_turn, start_turn
@@ -163,10 +163,17 @@ def observer_for(jsonl: bool) -> TerminalObserver | JsonlObserver:
     return JsonlObserver() if jsonl else TerminalObserver()
 
 
-def finish(reason: TurnEndReason | None, observer: Any) -> None:
-    """Close the view and exit with the turn's status."""
+def finish(reason: TurnEndReason | None, observer: Any, session: str | None = None) -> None:
+    """Close the view and exit with the turn's status; say why when the run lost `session`."""
     if isinstance(observer, TerminalObserver):
         observer.close()
+    if reason is None and session is not None:
+        # A run ends without a turn end only when another runner took its lease (it is fenced).
+        click.echo(
+            f"bubu: error: another runner took over session {session} (this run's lease expired "
+            f"or was taken), so this run stopped writing; see `bubu status {session}`",
+            err=True,
+        )
     sys.exit(EXIT.get(reason, 5))
 
 
@@ -214,7 +221,7 @@ def run_cmd(
             banner = f"bubu · {info.id} · {model}"
             observer.line(click.style(banner, dim=True) if observer.color else banner)
         reason = start_turn(host, info, task)
-    finish(reason, observer)
+    finish(reason, observer, info.id)
 
 
 def _latest(store: Store) -> SessionInfo:
@@ -252,7 +259,7 @@ def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
                 observer,
             )
         result = resume_turn(host, info)
-    finish(result, observer)
+    finish(result, observer, info.id)
 
 
 @cli.command("show")
@@ -278,13 +285,13 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
             }
         )
         return
-    click.echo(f"{info.id}  {info.title}\n  workspace {info.workspace}\n")
+    click.echo(f"{info.id}  {printable(info.title)}\n  workspace {printable(info.workspace)}\n")
     for item in t.items:
         if isinstance(item, ToolCard):
             click.echo(f"  ⏺ {item.name} {_args(item.arguments)}  [{item.status}]")
             if item.result is not None:
                 first = (item.result.strip().splitlines() or [""])[0]
-                click.echo(f"    ⎿ {first[:100]}")
+                click.echo(f"    ⎿ {printable(first[:100])}")
         elif isinstance(item, Message):
             if item.kind == "thinking" and not thinking:
                 continue
@@ -297,7 +304,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
                 "notice": "  ┃ ",
             }[item.kind]
             for ln in item.text.splitlines() or [""]:
-                click.echo(prefix + ln)
+                click.echo(prefix + printable(ln))
     click.echo(
         f"\n  {t.model_calls} model calls · {t.input_tokens:,} in / {t.output_tokens:,} out tokens"
     )
@@ -305,7 +312,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
 
 def _args(args: dict[str, object]) -> str:
     main = args.get("command") or args.get("pattern") or args.get("path") or ""
-    text = " ".join(str(main).split())
+    text = " ".join(printable(str(main)).split())
     return text[:80]
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import click
 import msgspec
 
-from bubu import clock
+from bubu import clock, ids
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.errors import ConfigError, CorruptLog
 from bubu.events import Actions, Event, Info, Record, SystemNote, make
@@ -101,15 +101,17 @@ def fork_session(store: Store, ref: str, at: int) -> Fork:
         )
     digest = records[-1].hash
     provenance: dict[str, object] = {"session": info.id, "seq": at, "digest": digest}
-    new = store.create_session(
-        title=f"fork@{at}: {info.title}"[:160], workspace=info.workspace, model=info.model
-    )
-    copies = [_copy(r.event, new.id, provenance if r.seq == 1 else None) for r in records]
+    fork_id = ids.session_id()
+    copies = [_copy(r.event, fork_id, provenance if r.seq == 1 else None) for r in records]
     note = make(
-        session=new.id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
+        session=fork_id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
         content=SystemNote(note=Info(text=f"forked from {info.id} at seq {at} (digest {digest[:16]}…)")),
     )  # fmt: skip
-    store.append(new.id, [*copies, note], expect=0, durable=True)
+    # The session and its copied events in one transaction: never a half-made fork.
+    new = store.create_session(
+        title=f"fork@{at}: {info.title}"[:160], workspace=info.workspace, model=info.model,
+        session_id=fork_id, events=[*copies, note],
+    )  # fmt: skip
     turn = fold(records)
     return Fork(
         session=new.id,

@@ -9,6 +9,7 @@ import click
 import msgspec
 
 from bubu.cli.app import Ctx, cli, emit_json, emit_jsonl, fail, pass_ctx
+from bubu.cli.render import printable
 from bubu.errors import BubuError, CorruptLog
 from bubu.log import codec
 from bubu.log.store import SessionInfo, Store
@@ -52,7 +53,7 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None) -> None:
         click.echo('no sessions yet; start one with `bubu run "TASK"` or try `bubu demo`')
         return
     for r in rows:
-        title = str(r["title"]).replace("\n", " ")
+        title = printable(str(r["title"]).replace("\n", " "))
         if len(title) > 50:
             title = title[:49] + "…"
         click.echo(f"{r['id']}  {r['status']:<10} {r['events']:>6} events  {title}")

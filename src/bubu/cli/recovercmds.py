@@ -37,6 +37,13 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, **opts: Any) ->
             if session:
                 st = fold_status(store.read(info.id))
                 results.append({"session": info.id, "outcome": "nothing", "status": st.state})
+                if isinstance(observer, TerminalObserver):
+                    state = (
+                        "running in another process; wait for it or stop it"
+                        if st.state == "open"
+                        else st.state
+                    )
+                    observer.line(f"nothing to recover: session {info.id} is {state}")
             continue
         model = opts["model"] or info.model
         if not model:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -26,9 +27,24 @@ from bubu.events import (
 from bubu.projections.transcript import notice_text
 from bubu.providers.base import Delta
 
+_CONTROL = re.compile(
+    "[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]"
+)
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: control and bidi characters, which could clear the
+    screen, retitle the window or reorder what is shown, become visible escapes like \\x1b."""
+    return _CONTROL.sub(_escape, text)
+
 
 def _short(value: object, width: int = 70) -> str:
-    text = " ".join(str(value).split())
+    text = " ".join(printable(str(value)).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -77,16 +77,15 @@ def copy_session(src: Store, dst: Store, info: SessionInfo) -> CopyResult:
                 )
             blobs[ref.sha256] = data
     try:
+        # With its events in one transaction: an interrupted copy leaves nothing to skip later.
         dst.create_session(
-            title=info.title, workspace=info.workspace, model=info.model, session_id=sid
-        )
+            title=info.title, workspace=info.workspace, model=info.model, session_id=sid,
+            events=[r.event for r in records], blobs=list(blobs.values()),
+        )  # fmt: skip
     except StorageError:
         if _exists(dst, sid):  # created by someone else in the meantime
             return CopyResult(session=sid, result="skipped", reason="it already exists in DST")
         raise
-    if records:
-        events = [r.event for r in records]
-        dst.append(sid, events, expect=0, durable=True, blobs=list(blobs.values()))
     after = dst.verify(sid)
     if not after.ok or (after.high_water, after.digest) != (before.high_water, before.digest):
         return CopyResult(

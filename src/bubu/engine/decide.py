@@ -42,6 +42,12 @@ class EndTurn:
     step_limit: int | None = None
 
 
+CUT_OFF = (
+    "the model's answer was cut off at its output limit (max_tokens); "
+    'ask it to go on with `bubu run -c "continue"`'
+)
+"""Why a turn that ended on a cut-off answer says so."""
+
 Step: TypeAlias = Idle | CallModel | RunTools | NeedsRecovery | EndTurn
 
 
@@ -59,7 +65,7 @@ def decide(t: TurnFold, *, max_steps: int | None = None) -> Step:
         # Dispatched in this run and still running: the driver is waiting for their outcomes.
         return RunTools(())
     if not t.awaiting_model:
-        return EndTurn("completed")
+        return EndTurn("completed", CUT_OFF if t.cut_off else None)
     limit = max_steps if max_steps is not None else t.max_steps
     if limit is not None and t.steps_in_run >= limit:
         return EndTurn(

@@ -576,7 +576,24 @@ class Runner:
                 else r
                 for _, r, _ in done
             ]
-            self.append([self._outcome(c, r, t) for (c, _, t), r in zip(done, inline, strict=True)])
+            try:
+                self.append(
+                    [self._outcome(c, r, t) for (c, _, t), r in zip(done, inline, strict=True)]
+                )
+            except StorageError:
+                # Not even that fits (a full disk): keep the run going with what the tool kept for
+                # the model, saying what was lost, rather than losing the outcome altogether.
+                cut = [
+                    ToolResult(
+                        output=f"{r.output}\n[the complete output ({len(r.full or b''):,} bytes) "
+                        "could not be stored: the disk is full]",
+                        is_error=r.is_error,
+                    )
+                    for _, r, _ in done
+                ]
+                self.append(
+                    [self._outcome(c, r, t) for (c, _, t), r in zip(done, cut, strict=True)]
+                )
 
     def _run_tools(self, calls: Sequence[CallState]) -> None:
         ready: list[tuple[CallState, Tool, ToolContext, WriteIntent | None]] = []

@@ -112,7 +112,7 @@ def decode(payload: bytes | memoryview, *, seq: int | None = None) -> Event:
     where = f" at seq {seq}" if seq is not None else ""
     try:
         event = _decoder.decode(payload)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, RecursionError) as e:
         return _decode_slow(payload, where, e)
     if event.v != SCHEMA_VERSION:
         return _decode_slow(payload, where, None)
@@ -124,6 +124,10 @@ def _decode_slow(payload: bytes | memoryview, where: str, cause: Exception | Non
         raw = _generic.decode(payload)
     except msgspec.DecodeError as e:
         raise CorruptLog(f"the event{where} is not valid JSON ({e}); the log is damaged") from e
+    except RecursionError as e:  # nesting deeper than any event has: damage, or a hostile file
+        raise CorruptLog(
+            f"the event{where} is nested too deeply to be an event; the log is damaged"
+        ) from e
     if not isinstance(raw, dict) or not isinstance(raw.get("v"), int):
         raise CorruptLog(f"the event{where} has no schema version; the log is damaged")
     version: int = raw["v"]
@@ -144,7 +148,11 @@ def _decode_slow(payload: bytes | memoryview, where: str, cause: Exception | Non
     except msgspec.ValidationError as e:
         kind = raw.get("content", {}).get("kind") if isinstance(raw.get("content"), dict) else None
         # Only a tag this Bubu does not know is an unknown kind; a known one failed on a field.
-        detail = f"unknown event kind {kind!r}" if kind and kind not in _KINDS else str(e)
+        detail = (
+            f"unknown event kind {kind!r}"
+            if isinstance(kind, str) and kind and kind not in _KINDS
+            else str(e)
+        )
         raise CorruptLog(f"the event{where} cannot be read: {detail}") from e
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from bubu import clock
@@ -19,7 +19,7 @@ from bubu.errors import (
     StorageError,
     UnknownSession,
 )
-from bubu.events import Record, kind_of
+from bubu.events import Event, Record, kind_of
 from bubu.log import codec
 from bubu.log.migrations import BULK_KINDS, RARE_KINDS_SQL, SQLITE_MIGRATIONS
 from bubu.log.store import (
@@ -160,7 +160,14 @@ class SQLiteStore(Store):
         return int(row[0])
 
     def create_session(
-        self, *, title: str, workspace: str, model: str | None = None, session_id: str | None = None
+        self,
+        *,
+        title: str,
+        workspace: str,
+        model: str | None = None,
+        session_id: str | None = None,
+        events: Sequence[Event] = (),
+        blobs: Sequence[bytes] = (),
     ) -> SessionInfo:
         from bubu import ids
 
@@ -168,11 +175,27 @@ class SQLiteStore(Store):
         sid = session_id or ids.session_id()
         now = clock.now_ms()
         with self._lock:
+            db = self._db
             try:
-                self._db.execute(
-                    "INSERT INTO sessions(id, title, workspace, model, created_ms) VALUES (?,?,?,?,?)",
-                    (sid, title, workspace, model, now),
-                )
+                self._set_sync(self.durability == "full" or bool(events))
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.execute(
+                        "INSERT INTO sessions(id, title, workspace, model, created_ms) VALUES (?,?,?,?,?)",
+                        (sid, title, workspace, model, now),
+                    )
+                    if events:
+                        first = AppendRequest(session=sid, events=events, expect=0, durable=True,
+                                              lease=None, blobs=blobs)  # fmt: skip
+                        self._append_one(first)
+                    db.execute("COMMIT")
+                except BaseException:
+                    # Nothing of the session exists, so nothing of it may stay cached.
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                    self._sids.pop(sid, None)
+                    self._heads.clear()
+                    raise
             except sqlite3.IntegrityError as e:
                 raise StorageError(f"a session {sid} already exists") from e
             except sqlite3.Error as e:
@@ -183,7 +206,7 @@ class SQLiteStore(Store):
             workspace=workspace,
             created_ms=now,
             model=model,
-            high_water=0,
+            high_water=len(events),
             last_ms=None,
         )
 

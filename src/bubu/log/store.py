@@ -125,9 +125,17 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def create_session(
-        self, *, title: str, workspace: str, model: str | None = None, session_id: str | None = None
+        self,
+        *,
+        title: str,
+        workspace: str,
+        model: str | None = None,
+        session_id: str | None = None,
+        events: Sequence[Event] = (),
+        blobs: Sequence[bytes] = (),
     ) -> SessionInfo:
-        """Create an empty session and return it."""
+        """Create a session and return it. `events` (with their `blobs`) become its first events
+        in the same transaction, fully synced: the session appears complete or not at all."""
 
     @abc.abstractmethod
     def sessions(self) -> list[SessionInfo]:

@@ -76,7 +76,7 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
         raise CorruptLog("the file is empty")
     try:
         header = msgspec.json.decode(lines[0], type=_Header)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
         raise CorruptLog(f"the first line is not a Bubu export header ({e})") from e
     if header.format != EXPORT_FORMAT:
         raise CorruptLog(
@@ -86,7 +86,7 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
     for n, raw in enumerate(lines[1 : 1 + header.blobs], start=2):
         try:
             b = msgspec.json.decode(raw, type=_Blob)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
             raise CorruptLog(f"line {n} is not an exported blob ({e})") from e
         if codec.sha256_hex(b.data) != b.blob:
             raise CorruptLog(f"the blob on line {n} does not hash to its name {b.blob[:16]}…")
@@ -97,7 +97,7 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
     for n, raw in enumerate(lines[1:], start=1):
         try:
             line = msgspec.json.decode(raw, type=_Line)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
             raise CorruptLog(f"line {n + 1} is not an exported event ({e})") from e
         payload = bytes(line.event)
         if line.seq != n:
@@ -127,17 +127,16 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
         pass
     else:
         raise StorageError(f"session {header.session} already exists in this database")
+    # One transaction: a crash leaves the session absent or complete, never half imported.
     info = store.create_session(
         title=header.title,
         workspace=header.workspace,
         model=header.model,
         session_id=header.session,
+        events=events,
+        blobs=list(blobs.values()),
     )
-    head = (
-        store.append(info.id, events, expect=0, durable=True, blobs=list(blobs.values()))
-        if events
-        else store.head(info.id)
-    )
+    head = store.head(info.id)
     if head.digest != header.digest:
         raise CorruptLog("the imported chain does not match the export (a bug); nothing is lost")
     return info, head

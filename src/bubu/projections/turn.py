@@ -67,6 +67,8 @@ class TurnFold:
     model_responses: int = 0
     """Model responses committed in the whole session (the scripted provider's position)."""
     awaiting_model: bool = False
+    cut_off: bool = False
+    """The latest model response stopped at its output limit (max_tokens)."""
     inflight_request: ModelRequest | None = None
     calls: dict[str, CallState] = field(default_factory=dict)
     open_calls: list[str] = field(default_factory=list)
@@ -97,6 +99,8 @@ class TurnFold:
                 if not self.open_calls and self.open:
                     self.awaiting_model = True
         if a is not None:
+            if a.token_usage is not None and ev.role == "model" and ev.turn == self.turn:
+                self.cut_off = a.token_usage.stop_reason == "max_tokens"
             if a.tool_dispatch is not None:
                 st = self.calls.get(a.tool_dispatch.call_id)
                 if st is not None:
@@ -121,6 +125,7 @@ class TurnFold:
             self.context_window = n.context_window
             self.calls, self.open_calls = {}, []
             self.awaiting_model, self.inflight_request = True, None
+            self.cut_off = False
         elif isinstance(n, TurnEnded):
             self.open, self.end_reason, self.awaiting_model = False, n.reason, False
             self.inflight_request = None

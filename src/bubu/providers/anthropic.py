@@ -46,6 +46,7 @@ from bubu.providers.base import (
     ToolSpec,
     Usage,
     UserMessage,
+    parse_arguments,
 )
 
 DEFAULT_CONTEXT_WINDOW = 200_000
@@ -356,11 +357,8 @@ def _finish_block(block: _Block) -> AssistantPart | None:
 def _tool_call(block: _Block, raw: str) -> ToolCallPart:
     if not raw.strip():
         return ToolCallPart(call_id=block.call_id, name=block.name, arguments=dict(block.input))
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError:
-        parsed = None
-    if isinstance(parsed, dict):
+    parsed = parse_arguments(raw)
+    if parsed is not None:
         return ToolCallPart(call_id=block.call_id, name=block.name, arguments=parsed)
     return ToolCallPart(call_id=block.call_id, name=block.name, arguments={}, raw_arguments=raw)
 

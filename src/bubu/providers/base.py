@@ -8,6 +8,8 @@ appends in one transaction. Providers never retry on their own: they raise `Prov
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Protocol
 
 from bubu.messages import (
@@ -47,6 +49,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "UserMessage",
+    "parse_arguments",
 ]
 
 
@@ -66,3 +69,24 @@ class Provider(Protocol):
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Run one model call, streaming deltas to `on_delta`; raise ProviderError on failure."""
         ...
+
+
+def parse_arguments(raw: str) -> dict[str, JSON] | None:
+    """A tool call's argument text as a JSON object, or None when it is not one the log can hold:
+    not JSON, not an object, a number JSON cannot carry (1e999, NaN) or nested beyond parsing."""
+    try:
+        parsed = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} does not fit a double")
+    return value

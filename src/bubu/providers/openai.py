@@ -39,6 +39,7 @@ from bubu.providers.base import (
     ToolSpec,
     Usage,
     UserMessage,
+    parse_arguments,
 )
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -259,11 +260,8 @@ def _tool_call_part(call: _Call) -> ToolCallPart:
     call_id = call.call_id or new_id("call")
     if not raw.strip():
         return ToolCallPart(call_id=call_id, name=call.name, arguments={})
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError:
-        parsed = None
-    if isinstance(parsed, dict):
+    parsed = parse_arguments(raw)
+    if parsed is not None:
         return ToolCallPart(call_id=call_id, name=call.name, arguments=parsed)
     # Kept verbatim so the tool layer can tell the model its arguments were not a JSON object.
     return ToolCallPart(call_id=call_id, name=call.name, arguments={}, raw_arguments=raw)

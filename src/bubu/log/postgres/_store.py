@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -10,7 +10,7 @@ import psycopg
 from psycopg import sql
 
 from bubu.errors import AppendConflict, BubuError, LeaseLost, StorageError, UnknownSession
-from bubu.events import Record, kind_of
+from bubu.events import Event, Record, kind_of
 from bubu.log import codec
 from bubu.log.postgres import _leases
 from bubu.log.postgres._connect import Connection, Row, Target, pg_error
@@ -136,18 +136,32 @@ class PostgresStore(Store):
         return int(row[0])
 
     def create_session(
-        self, *, title: str, workspace: str, model: str | None = None, session_id: str | None = None
+        self,
+        *,
+        title: str,
+        workspace: str,
+        model: str | None = None,
+        session_id: str | None = None,
+        events: Sequence[Event] = (),
+        blobs: Sequence[bytes] = (),
     ) -> SessionInfo:
         from bubu import ids
 
         sid = session_id or ids.session_id()
         with self._using() as db:
             try:
-                row = db.execute(
-                    "INSERT INTO sessions(id, title, workspace, model, created_ms) "
-                    f"VALUES (%s, %s, %s, %s, {NOW_MS_SQL}) RETURNING created_ms",
-                    [sid, codec.sanitize_text(title), workspace, model],
-                ).fetchone()
+                with db.transaction():
+                    row = db.execute(
+                        "INSERT INTO sessions(id, title, workspace, model, created_ms) "
+                        f"VALUES (%s, %s, %s, %s, {NOW_MS_SQL}) RETURNING created_ms",
+                        [sid, codec.sanitize_text(title), workspace, model],
+                    ).fetchone()
+                    if events:
+                        first = PendingAppend(AppendRequest(session=sid, events=events, expect=0,
+                                                            durable=True, lease=None, blobs=blobs))  # fmt: skip
+                        self._apply(db, [first])
+                        if first.error is not None:
+                            raise first.error  # rolls the session back with its events
             except psycopg.errors.UniqueViolation as e:
                 raise StorageError(f"a session {sid} already exists") from e
         assert row is not None
@@ -157,7 +171,7 @@ class PostgresStore(Store):
             workspace=workspace,
             created_ms=int(row[0]),
             model=model,
-            high_water=0,
+            high_water=len(events),
             last_ms=None,
         )
 
