@@ -13,12 +13,19 @@ import pytest
 from bubu.demo import FIX_NEW, FIX_OLD
 
 
-def _bubu(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _bubu(
+    home: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     e = {**os.environ, "BUBU_HOME": str(home), **(env or {})}
     e.pop("BUBU_DB", None)
     e.pop("BUBU_FAILPOINT", None)
     return subprocess.run(
-        [sys.executable, "-m", "bubu", *args], env=e, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "bubu", *args],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -54,7 +61,9 @@ def test_demo_crashes_recovers_and_fixes_the_test(home: Path, tmp_path: Path) ->
     src = (ws / "stats.py").read_text()
     assert FIX_NEW in src
     assert FIX_OLD not in src
-    test = subprocess.run([sys.executable, "-m", "unittest", "-q"], cwd=ws, capture_output=True, check=False)
+    test = subprocess.run(
+        [sys.executable, "-m", "unittest", "-q"], cwd=ws, capture_output=True, check=False
+    )
     assert test.returncode == 0
     # The log verifies and tells the same story.
     row = _session(home)
@@ -70,9 +79,15 @@ def test_demo_crashes_recovers_and_fixes_the_test(home: Path, tmp_path: Path) ->
     assert rec["dismissed"] is False
     # Exactly two runs: the one that was killed and the recovery; the edit was never re-done.
     log = [json.loads(line) for line in _bubu(home, "log", sid, "--jsonl").stdout.splitlines()]
-    runs = [e for e in log if e["event"].get("content", {}).get("note", {}).get("note") == "run_started"]
+    runs = [
+        e for e in log if e["event"].get("content", {}).get("note", {}).get("note") == "run_started"
+    ]
     assert [r["event"]["content"]["note"]["cause"] for r in runs] == ["new", "recovery"]
-    edits = [e for e in log if e["event"].get("actions", {}).get("tool_dispatch", {}).get("tool") == "edit_file"]
+    edits = [
+        e
+        for e in log
+        if e["event"].get("actions", {}).get("tool_dispatch", {}).get("tool") == "edit_file"
+    ]
     assert len(edits) == 1
     # The next commands it suggests exist.
     for cmd in (f"show {sid}", f"log {sid}", "ui"):

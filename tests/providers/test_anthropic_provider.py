@@ -163,7 +163,9 @@ def test_tool_use_is_assembled_from_json_fragments() -> None:
         ),
     )
     assert response.stop_reason == "tool_use"
-    assert response.usage == Usage(input_tokens=472 + 2048, output_tokens=89, cache_write_tokens=2048)
+    assert response.usage == Usage(
+        input_tokens=472 + 2048, output_tokens=89, cache_write_tokens=2048
+    )
 
 
 def test_tool_input_cut_off_by_max_tokens_is_kept_raw() -> None:
@@ -198,7 +200,10 @@ def test_thinking_with_signature_is_kept_and_replayed_byte_for_byte() -> None:
     )
     # message_delta's cumulative counts win over message_start's.
     assert first.usage == Usage(
-        input_tokens=36 + 4096 + 512, output_tokens=211, cache_read_tokens=4096, cache_write_tokens=512
+        input_tokens=36 + 4096 + 512,
+        output_tokens=211,
+        cache_read_tokens=4096,
+        cache_write_tokens=512,
     )
     assert wire.body(0)["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert wire.body(0)["max_tokens"] == 1000 + 2048

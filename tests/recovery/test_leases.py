@@ -121,7 +121,7 @@ def test_a_second_run_on_a_running_session_is_refused(tmp_path: Path) -> None:
         finally:
             store.release_lease(lease)
     assert again.returncode != 0
-    assert "already running elsewhere" in again.stderr
+    assert "is being run by" in again.stderr
     assert session in again.stderr
     assert "Traceback" not in again.stderr
     assert len(again.stderr.strip().splitlines()) == 1, "one sentence, not a dump"

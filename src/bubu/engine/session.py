@@ -11,7 +11,7 @@ from pathlib import Path
 from bubu import clock, ids
 from bubu.engine.driver import NullObserver, Observer, RunConfig, Runner, owner_id
 from bubu.engine.permissions import Asker, Policy, nobody
-from bubu.errors import BubuError, ConfigError, LeaseError
+from bubu.errors import BubuError, ConfigError
 from bubu.events import SystemNote, Text, TurnEndReason, TurnStarted, make
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.turn import TurnFold
@@ -38,12 +38,8 @@ class Host:
     @contextmanager
     def runner_for(self, session: SessionInfo) -> Iterator[Runner]:
         """Hold the session's lease for the duration of a `Runner`."""
-        try:
-            lease = self.store.acquire_lease(session.id, self.owner, self.config.lease_ttl_s)
-        except LeaseError as e:
-            raise LeaseError(
-                f"session {session.id} is already running elsewhere ({e}); wait for it or stop it"
-            ) from e
+        # A held lease raises LeaseError: "session S is being run by OWNER; wait for it …".
+        lease = self.store.acquire_lease(session.id, self.owner, self.config.lease_ttl_s)
         runner: Runner | None = None
         try:
             runner = Runner(
