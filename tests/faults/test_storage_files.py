@@ -227,8 +227,8 @@ def test_an_event_from_a_newer_bubu_is_refused_and_nothing_is_appended(tmp_path:
         ).encode()  # fmt: skip
         digest = codec.chain(bytes.fromhex(head.digest), payload)
         store._db.execute(
-            "INSERT INTO events(sid, seq, kind, payload, hash) "
-            "VALUES ((SELECT sid FROM sessions WHERE id = ?), ?, 'hologram', ?, ?)",
+            "INSERT INTO events(pos, kind, payload, hash) "
+            "VALUES (((SELECT sid FROM sessions WHERE id = ?) << 32) + ?, 'hologram', ?, ?)",
             (sid, head.high_water + 1, payload, digest),
         )
     before, other = snapshot(db, sid), snapshot(db, ids[1])

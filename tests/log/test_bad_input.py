@@ -153,8 +153,8 @@ def _insert_raw(store: SQLiteStore, session: str, payload: bytes) -> int:
     try:
         (sid,) = raw.execute("SELECT sid FROM sessions WHERE id = ?", (session,)).fetchone()
         raw.execute(
-            "INSERT INTO events(sid, seq, kind, payload, hash) VALUES (?,?,?,?,?)",
-            (sid, head.high_water + 1, "hologram", payload, digest),
+            "INSERT INTO events(pos, kind, payload, hash) VALUES (?,?,?,?)",
+            ((sid << 32) | (head.high_water + 1), "hologram", payload, digest),
         )
     finally:
         raw.close()

@@ -363,7 +363,8 @@ def _raw_sqlite_attempts(store: SQLiteStore) -> list[str]:
             refused.append(sql)
         with pytest.raises(sqlite3.DatabaseError, match="gapless"):
             raw.execute(
-                "INSERT INTO events(sid, seq, kind, payload, hash) VALUES (1, 9, 'x', x'00', zeroblob(32))"
+                "INSERT INTO events(pos, kind, payload, hash) "
+                "VALUES ((1 << 32) + 9, 'x', x'00', zeroblob(32))"
             )
     finally:
         raw.close()

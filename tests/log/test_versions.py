@@ -140,8 +140,8 @@ def _raw_insert(path: str, session: str, payloads: list[bytes]) -> None:
             seq += 1
             prev = codec.chain(prev, payload)
             raw.execute(
-                "INSERT INTO events(sid, seq, kind, payload, hash) VALUES (?,?,?,?,?)",
-                (sid, seq, "text", payload, prev),
+                "INSERT INTO events(pos, kind, payload, hash) VALUES (?,?,?,?)",
+                ((sid << 32) | seq, "text", payload, prev),
             )
     finally:
         raw.close()

@@ -32,6 +32,11 @@ BULK_KINDS = ("text", "thinking", "function_call", "function_response")
 RARE_KINDS_SQL = "kind NOT IN ('text', 'thinking', 'function_call', 'function_response')"
 """The partial index's condition; a query must repeat it verbatim for the index to be used."""
 
+SEQ_BITS = 32
+"""An event's row key is `sid << SEQ_BITS | seq`: one b-tree holds every session's events in
+(session, seq) order, so an append writes no separate index (and a session holds up to 2^32 − 1
+events)."""
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -40,14 +45,20 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE TABLE sessions(sid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
             "title TEXT NOT NULL, workspace TEXT NOT NULL, model TEXT, created_ms INTEGER NOT NULL, "
             "last_ms INTEGER)",
-            "CREATE TABLE events(sid INTEGER NOT NULL REFERENCES sessions(sid), "
-            "seq INTEGER NOT NULL CHECK (seq > 0), kind TEXT NOT NULL, payload BLOB NOT NULL, "
-            "hash BLOB NOT NULL CHECK (length(hash) = 32))",
-            "CREATE UNIQUE INDEX events_seq ON events(sid, seq)",
-            "CREATE INDEX events_kind ON events(sid, kind, seq)",
+            # sid and seq are derived from the row key (virtual: they take no space).
+            "CREATE TABLE events(pos INTEGER PRIMARY KEY, kind TEXT NOT NULL, "
+            "payload BLOB NOT NULL, hash BLOB NOT NULL CHECK (length(hash) = 32), "
+            "sid INTEGER GENERATED ALWAYS AS (pos >> 32) VIRTUAL, "
+            "seq INTEGER GENERATED ALWAYS AS (pos & 4294967295) VIRTUAL, "
+            "CHECK ((pos & 4294967295) > 0))",
+            # The bulk kinds make up nearly every append; indexing them by kind would cost a
+            # b-tree page per commit and buy nothing, so only the rare (boundary) kinds are.
+            f"CREATE INDEX events_rare_kind ON events(sid, kind, seq) WHERE {RARE_KINDS_SQL}",
             # Gapless per-session seq, enforced by the database as well as by the code.
             "CREATE TRIGGER events_gapless BEFORE INSERT ON events "
-            "WHEN NEW.seq != coalesce((SELECT max(seq) FROM events WHERE sid = NEW.sid), 0) + 1 "
+            "WHEN NEW.pos != coalesce((SELECT max(pos) FROM events "
+            "WHERE pos > (NEW.pos >> 32) << 32 AND pos < ((NEW.pos >> 32) + 1) << 32), "
+            "(NEW.pos >> 32) << 32) + 1 "
             "BEGIN SELECT RAISE(ABORT, 'bubu: seq must be gapless'); END",
             *_immutable("events"),
             "CREATE TABLE blobs(sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB NOT NULL)",
@@ -57,16 +68,6 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE TABLE views(kind TEXT NOT NULL, session TEXT NOT NULL, key TEXT NOT NULL, "
             "source_hw INTEGER NOT NULL, source_digest TEXT NOT NULL, data BLOB NOT NULL, "
             "created_ms INTEGER NOT NULL, PRIMARY KEY (kind, session, key))",
-        ),
-    ),
-    Migration(
-        2,
-        "index kinds only for the rare (boundary) events",
-        (
-            # The bulk kinds make up nearly every append; indexing them by kind costs a b-tree
-            # page per commit and buys nothing (nobody reads "all the text events" by index).
-            "DROP INDEX events_kind",
-            f"CREATE INDEX events_rare_kind ON events(sid, kind, seq) WHERE {RARE_KINDS_SQL}",
         ),
     ),
 )

@@ -21,7 +21,7 @@ from bubu.errors import (
 )
 from bubu.events import Event, Record, kind_of
 from bubu.log import codec
-from bubu.log.migrations import BULK_KINDS, RARE_KINDS_SQL, SQLITE_MIGRATIONS
+from bubu.log.migrations import BULK_KINDS, RARE_KINDS_SQL, SEQ_BITS, SQLITE_MIGRATIONS
 from bubu.log.store import (
     AppendRequest,
     Durability,
@@ -36,6 +36,10 @@ from bubu.log.store import (
 from bubu.log.verify import verify_blob_refs, verify_records
 
 BUSY_TIMEOUT_MS = 5000
+
+_HEAD_SQL = (
+    "SELECT pos & 4294967295, hash FROM events WHERE pos > ? AND pos < ? ORDER BY pos DESC LIMIT 1"
+)
 
 
 def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
@@ -212,9 +216,11 @@ class SQLiteStore(Store):
 
     _SESSION_SQL = (
         "SELECT s.id, s.title, s.workspace, s.created_ms, s.model, "
-        "coalesce((SELECT max(seq) FROM events e WHERE e.sid = s.sid), 0), "
-        "(SELECT json_extract(CAST(e.payload AS TEXT), '$.ts') FROM events e WHERE e.sid = s.sid "
-        "ORDER BY e.seq DESC LIMIT 1) FROM sessions s"
+        "coalesce((SELECT max(pos) & 4294967295 FROM events e "
+        "WHERE e.pos > s.sid << 32 AND e.pos < (s.sid + 1) << 32), 0), "
+        "(SELECT json_extract(CAST(e.payload AS TEXT), '$.ts') FROM events e "
+        "WHERE e.pos > s.sid << 32 AND e.pos < (s.sid + 1) << 32 ORDER BY e.pos DESC LIMIT 1) "
+        "FROM sessions s"
     )
 
     @staticmethod
@@ -329,11 +335,9 @@ class SQLiteStore(Store):
             payload = codec.encode(ev)
             prev = codec.chain(prev, payload)
             seq += 1
-            rows.append((sid, seq, kind_of(ev), payload, prev))
+            rows.append(((sid << SEQ_BITS) | seq, kind_of(ev), payload, prev))
         try:
-            db.executemany(
-                "INSERT INTO events(sid, seq, kind, payload, hash) VALUES (?,?,?,?,?)", rows
-            )
+            db.executemany("INSERT INTO events(pos, kind, payload, hash) VALUES (?,?,?,?)", rows)
         except sqlite3.IntegrityError as e:
             if "gapless" not in str(e):
                 raise
@@ -343,9 +347,7 @@ class SQLiteStore(Store):
         return Head(high_water=seq, digest=prev.hex())
 
     def _read_head(self, sid: int) -> tuple[int, bytes]:
-        row = self._db.execute(
-            "SELECT seq, hash FROM events WHERE sid=? ORDER BY seq DESC LIMIT 1", (sid,)
-        ).fetchone()
+        row = self._db.execute(_HEAD_SQL, (sid << SEQ_BITS, (sid + 1) << SEQ_BITS)).fetchone()
         return (int(row[0]), bytes(row[1])) if row else (0, codec.GENESIS)
 
     # -- reads ------------------------------------------------------------------------------------
@@ -353,9 +355,7 @@ class SQLiteStore(Store):
     def head(self, session: str) -> Head:
         with self._lock, self._guard():
             sid = self._sid(session)
-            row = self._db.execute(
-                "SELECT seq, hash FROM events WHERE sid=? ORDER BY seq DESC LIMIT 1", (sid,)
-            ).fetchone()
+            row = self._db.execute(_HEAD_SQL, (sid << SEQ_BITS, (sid + 1) << SEQ_BITS)).fetchone()
         if row is None:
             return Head(high_water=0, digest=codec.GENESIS.hex())
         return Head(high_water=int(row[0]), digest=bytes(row[1]).hex())
@@ -371,18 +371,29 @@ class SQLiteStore(Store):
         # events; the partial kind index answers those in microseconds, so name it.
         table = "events INDEXED BY events_rare_kind" if rare else "events"
         # CAST: a row a foreign writer stored as TEXT still reads (and verifies) as bytes.
-        sql = f"SELECT seq, hash, CAST(payload AS BLOB) FROM {table} WHERE sid=? AND seq>?"
-        args: list[object] = [self._sid(session), after]
-        if upto is not None:
-            sql += " AND seq<=?"
-            args.append(upto)
+        sid = self._sid(session)
+        if rare:
+            sql = f"SELECT seq, hash, CAST(payload AS BLOB) FROM {table} WHERE sid=? AND seq>?"
+            args: list[object] = [sid, after]
+            if upto is not None:
+                sql += " AND seq<=?"
+                args.append(upto)
+        else:
+            # A range of the row key: the events of one session, in seq order, straight off the
+            # table's own b-tree.
+            base = sid << SEQ_BITS
+            last = min(upto, (1 << SEQ_BITS) - 1) if upto is not None else (1 << SEQ_BITS) - 1
+            sql = f"SELECT seq, hash, CAST(payload AS BLOB) FROM {table} WHERE pos>? AND pos<=?"
+            args = [base + after, base + last]
         if ks is not None:
             sql += f" AND kind IN ({','.join('?' * len(ks))})"
             args.extend(ks)
             if rare:
                 sql += f" AND {RARE_KINDS_SQL}"  # the partial index's own condition
         try:
-            return self._db.execute(sql + " ORDER BY seq", args).fetchall()
+            return self._db.execute(
+                sql + (" ORDER BY seq" if rare else " ORDER BY pos"), args
+            ).fetchall()
         except sqlite3.Error as e:
             raise _storage_error(self.path, e) from e
 
