@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Literal, TypeAlias
+from typing import Literal, Protocol, TypeAlias, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from bubu.errors import ProviderError
+from bubu.messages import ModelResponse
 
 ErrorClass: TypeAlias = Literal[
     "auth",
@@ -234,3 +236,50 @@ def bad_response_error(vendor: Vendor, detail: str) -> ProviderError:
         retryable=True,
         error_class="bad_response",
     )
+
+
+T = TypeVar("T")
+Stream: TypeAlias = AbstractContextManager[Iterable[T]]
+
+
+class Assembler(Protocol):
+    """Builds a response from a provider's stream items."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether the stream said the response ended."""
+        ...
+
+    def result(self) -> ModelResponse:
+        """The assembled response."""
+        ...
+
+
+def stream_call(
+    vendor: Vendor,
+    *,
+    open_stream: Callable[[], Stream[T]],
+    feed: Callable[[T], None],
+    assembler: Assembler,
+    errors: tuple[type[Exception], ...],
+    convert: Callable[[Exception, bool], ProviderError],
+) -> ModelResponse:
+    """Open a stream, feed each item, and return the response; every failure is a ProviderError.
+
+    The error is raised outside the handler, so no SDK exception (whose request holds the API
+    key) rides along as its __context__.
+    """
+    streaming = False
+    error: ProviderError
+    try:
+        stream = open_stream()
+        streaming = True
+        with stream as items:
+            for item in items:
+                feed(item)
+        if assembler.complete:
+            return assembler.result()
+        error = incomplete_stream_error(vendor)
+    except errors as exc:
+        error = convert(exc, streaming)
+    raise error

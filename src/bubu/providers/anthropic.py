@@ -417,22 +417,14 @@ class AnthropicProvider:
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Stream one Messages API call; raise ProviderError on any failure."""
         assembler = EventAssembler()
-        streaming = False
-        error: ProviderError
-        try:
-            stream = self._open(request)
-            streaming = True
-            with stream:
-                for event in stream:
-                    assembler.feed(event, on_delta)
-            if assembler.complete:
-                return assembler.result()
-            error = _retry.incomplete_stream_error(self._vendor)
-        except (anthropic.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
-            error = self._convert(exc, streaming=streaming)
-        # Raised outside the handler so no SDK exception (whose request holds the key) rides
-        # along as __context__.
-        raise error
+        return _retry.stream_call(
+            self._vendor,
+            open_stream=lambda: self._open(request),
+            feed=lambda event: assembler.feed(event, on_delta),
+            assembler=assembler,
+            errors=(anthropic.APIError, httpx2.HTTPError, json.JSONDecodeError),
+            convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
+        )
 
     def _open(self, request: ModelRequest) -> anthropic.Stream[RawMessageStreamEvent]:
         system = to_system(request.system)

@@ -326,22 +326,14 @@ class OpenAIProvider:
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Stream one Chat Completions call; raise ProviderError on any failure."""
         assembler = ChunkAssembler()
-        streaming = False
-        error: ProviderError
-        try:
-            stream = self._open(request)
-            streaming = True
-            with stream:
-                for chunk in stream:
-                    assembler.feed(chunk, on_delta)
-            if assembler.complete:
-                return assembler.result()
-            error = _retry.incomplete_stream_error(self._vendor)
-        except (openai.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
-            error = self._convert(exc, streaming=streaming)
-        # Raised outside the handler so no SDK exception (whose request holds the key) rides
-        # along as __context__.
-        raise error
+        return _retry.stream_call(
+            self._vendor,
+            open_stream=lambda: self._open(request),
+            feed=lambda chunk: assembler.feed(chunk, on_delta),
+            assembler=assembler,
+            errors=(openai.APIError, httpx2.HTTPError, json.JSONDecodeError),
+            convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
+        )
 
     def _open(self, request: ModelRequest) -> openai.Stream[ChatCompletionChunk]:
         tools = to_tools(request.tools)
