@@ -168,6 +168,11 @@ def _kill_group(pgid: int) -> None:
                 return
             time.sleep(_POLL_S)
         os.killpg(pgid, signal.SIGKILL)
+        # SIGKILL lands when each process is next scheduled; on a loaded machine that takes a
+        # moment, and the result should only say "killed" once they are gone.
+        deadline = clock.monotonic() + 2.0
+        while _group_alive(pgid) and clock.monotonic() < deadline:
+            time.sleep(_POLL_S / 5)
 
 
 def _drain(fd: int, capture: _Capture) -> bool:
