@@ -1,4 +1,4 @@
-"""Three worker processes, thirty scripted sessions, one worker SIGKILLed mid-run (issue 7)."""
+"""Three worker processes, thirty scripted sessions, one worker SIGKILLed mid-run."""
 
 from __future__ import annotations
 

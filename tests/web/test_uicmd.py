@@ -18,7 +18,7 @@ from bubu.projections.status import fold_status
 
 from .scenarios import clean_env, run_scripted, wait_for, write_script
 
-# `uicmd` registers itself on import; the lead lists it in bubu.cli.app so `bubu ui` always has it.
+# `uicmd` registers itself on import; bubu.cli.app imports it, so `bubu ui` always has it.
 UI = "import bubu.cli.uicmd; from bubu.cli import main; main()"
 
 
