@@ -6,7 +6,6 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import click
@@ -397,6 +396,3 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         click.echo("  recovery notice:")
         for ln in notice_text(st.notice).splitlines():
             click.echo("    " + ln)
-
-
-_ = Path

@@ -42,6 +42,12 @@ _HEAD_SQL = (
 )
 
 
+def _int(value: object) -> int:
+    """A column SQLite returned as an integer (or a numeric text from json_extract)."""
+    assert isinstance(value, int | str | float)
+    return int(value)
+
+
 def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
     msg = str(e)
     if isinstance(e, sqlite3.OperationalError) and "locked" in msg:
@@ -229,10 +235,10 @@ class SQLiteStore(Store):
             id=str(row[0]),
             title=str(row[1]),
             workspace=str(row[2]),
-            created_ms=int(row[3]),  # type: ignore[call-overload]
+            created_ms=_int(row[3]),
             model=None if row[4] is None else str(row[4]),
-            high_water=int(row[5]),  # type: ignore[call-overload]
-            last_ms=None if row[6] is None else int(row[6]),  # type: ignore[call-overload]
+            high_water=_int(row[5]),
+            last_ms=None if row[6] is None else _int(row[6]),
         )
 
     def sessions(self) -> list[SessionInfo]:
