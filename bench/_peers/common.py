@@ -170,6 +170,35 @@ class Tally:
             return False
         return True
 
+    def measured(
+        self,
+        *,
+        system: str,
+        path: Path,
+        reload: tuple[float, int],
+        unit: str,
+        base_mb: float,
+        config: str,
+    ) -> Measured:
+        """The run's result, once the reload is checked to give back every item written."""
+        reload_s, items = reload
+        done = len(self.times)
+        expect(items == 2 * done, f"{system} reloaded {items} {unit}, wrote {2 * done}")
+        return Measured(
+            system=system,
+            steps=self.steps,
+            steps_done=done,
+            stopped=self.stopped,
+            step_s=self.times,
+            storage=self.storage,
+            final_bytes=final_bytes(path),
+            reload_s=reload_s,
+            reload_items=items,
+            base_mb=base_mb,
+            peak_mb=rss_mb(),
+            config=config,
+        )
+
 
 def expect(cond: bool, what: str) -> None:
     """Fail the run loudly when a system did not keep what it was given (a broken measurement)."""

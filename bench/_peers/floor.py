@@ -13,8 +13,6 @@ from bench._peers.common import (
     RESULT,
     Measured,
     Tally,
-    expect,
-    final_bytes,
     logical_bytes,
     median_reload,
     rss_mb,
@@ -52,20 +50,12 @@ def run(steps: int, workdir: Path, bound_s: float) -> Measured:
         finally:
             reader.close()
 
-    reload_s, items = median_reload(load)
-    done = len(tally.times)
-    expect(items == 2 * done, f"floor reloaded {items} items, wrote {2 * done}")
-    return Measured(
+    reload = median_reload(load)
+    return tally.measured(
         system="floor",
-        steps=steps,
-        steps_done=done,
-        stopped=tally.stopped,
-        step_s=tally.times,
-        storage=tally.storage,
-        final_bytes=final_bytes(path),
-        reload_s=reload_s,
-        reload_items=items,
+        path=path,
+        reload=reload,
+        unit="items",
         base_mb=base,
-        peak_mb=rss_mb(),
         config=CONFIG,
     )

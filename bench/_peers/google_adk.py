@@ -14,8 +14,6 @@ from bench._peers.common import (
     Measured,
     Tally,
     amedian_reload,
-    expect,
-    final_bytes,
     journal_mode,
     logical_bytes,
     rss_mb,
@@ -77,22 +75,14 @@ def run(steps: int, workdir: Path, bound_s: float) -> Measured:
     url = f"sqlite+aiosqlite:///{path}"
     base = rss_mb()
     tally, session_id = asyncio.run(_persist(steps, url, path, bound_s))
-    reload_s, items = asyncio.run(amedian_reload(lambda: _load(url, session_id)))
-    done = len(tally.times)
-    expect(items == 2 * done, f"google-adk reloaded {items} events, wrote {2 * done}")
+    reload = asyncio.run(amedian_reload(lambda: _load(url, session_id)))
     mode = journal_mode(path)
-    return Measured(
+    return tally.measured(
         system="google-adk",
-        steps=steps,
-        steps_done=done,
-        stopped=tally.stopped,
-        step_s=tally.times,
-        storage=tally.storage,
-        final_bytes=final_bytes(path),
-        reload_s=reload_s,
-        reload_items=items,
+        path=path,
+        reload=reload,
+        unit="events",
         base_mb=base,
-        peak_mb=rss_mb(),
         config=f"DatabaseSessionService defaults on sqlite+aiosqlite: journal_mode={mode}, "
         "synchronous=FULL, two append_event calls per step",
     )

@@ -13,8 +13,6 @@ from bench._peers.common import (
     RESULT,
     Measured,
     Tally,
-    expect,
-    final_bytes,
     journal_mode,
     logical_bytes,
     median_reload,
@@ -78,22 +76,14 @@ def run(steps: int, workdir: Path, bound_s: float) -> Measured:
         finally:
             reader.close()
 
-    reload_s, items = median_reload(load)
-    done = len(tally.times)
-    expect(items == 2 * done, f"langgraph reloaded {items} messages, wrote {2 * done}")
+    reload = median_reload(load)
     mode = journal_mode(path)
-    return Measured(
+    return tally.measured(
         system="langgraph",
-        steps=steps,
-        steps_done=done,
-        stopped=tally.stopped,
-        step_s=tally.times,
-        storage=tally.storage,
-        final_bytes=final_bytes(path),
-        reload_s=reload_s,
-        reload_items=items,
+        path=path,
+        reload=reload,
+        unit="messages",
         base_mb=base,
-        peak_mb=rss_mb(),
         config=f"SqliteSaver defaults: journal_mode={mode}, synchronous=FULL (sqlite3's default), "
         "MessagesState, one invoke (agent node, tools node) per step",
     )

@@ -14,8 +14,6 @@ from bench._peers.common import (
     Measured,
     Tally,
     amedian_reload,
-    expect,
-    final_bytes,
     logical_bytes,
     rss_mb,
 )
@@ -58,20 +56,12 @@ def run(steps: int, workdir: Path, bound_s: float) -> Measured:
     path = workdir / "agents.db"
     base = rss_mb()
     tally = asyncio.run(_persist(steps, path, bound_s))
-    reload_s, items = asyncio.run(amedian_reload(lambda: _load(path)))
-    done = len(tally.times)
-    expect(items == 2 * done, f"openai-agents reloaded {items} items, wrote {2 * done}")
-    return Measured(
+    reload = asyncio.run(amedian_reload(lambda: _load(path)))
+    return tally.measured(
         system="openai-agents",
-        steps=steps,
-        steps_done=done,
-        stopped=tally.stopped,
-        step_s=tally.times,
-        storage=tally.storage,
-        final_bytes=final_bytes(path),
-        reload_s=reload_s,
-        reload_items=items,
+        path=path,
+        reload=reload,
+        unit="items",
         base_mb=base,
-        peak_mb=rss_mb(),
         config=CONFIG,
     )
