@@ -1,55 +1,5 @@
-"""Running `bubu` as a real subprocess for the crash tests (each in a clean environment)."""
+"""Running `bubu` as a real subprocess for the crash tests: the same helpers the engine tests use."""
 
-from __future__ import annotations
+from engine.cli import bubu, bubu_cmd, bubu_env, bubu_json, only_session
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
-from bubu.log.sqlite import SQLiteStore
-
-
-def bubu_cmd(db: Path, *args: str) -> list[str]:
-    """The command line of `bubu --db DB ARGS…`."""
-    return [sys.executable, "-m", "bubu", "--db", str(db), *args]
-
-
-def bubu_env(home: Path, failpoint: str | None = None) -> dict[str, str]:
-    """A clean environment: no inherited database, model or failpoint."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BUBU_")}
-    env["BUBU_HOME"] = str(home)
-    if failpoint is not None:
-        env["BUBU_FAILPOINT"] = failpoint
-    return env
-
-
-def bubu(
-    db: Path, *args: str, failpoint: str | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    """Run `bubu` to its end and capture its output."""
-    return subprocess.run(
-        bubu_cmd(db, *args),
-        env=bubu_env(db.parent, failpoint),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def bubu_json(db: Path, *args: str) -> Any:
-    """Run an inspecting command with JSON output and parse it; it must succeed."""
-    done = bubu(db, *args)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-def only_session(db: Path) -> str:
-    """The id of the one session in the database."""
-    with SQLiteStore(db) as store:
-        (info,) = store.sessions()
-        return info.id
+__all__ = ["bubu", "bubu_cmd", "bubu_env", "bubu_json", "only_session"]
