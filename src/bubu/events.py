@@ -323,9 +323,17 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
     event: Event
 
 
+_PLAIN_KINDS: dict[type, str] = {
+    t: str(t.__struct_config__.tag) for t in (Text, Thinking, FunctionCall, FunctionResponse, Error)
+}
+
+
 def kind_of(event: Event) -> str:
     """A short label for an event: the content kind, the note kind, or the first action."""
     c = event.content
+    kind = _PLAIN_KINDS.get(type(c))  # every append asks: answer the common kinds from a table
+    if kind is not None:
+        return kind
     if isinstance(c, SystemNote):
         return str(type(c.note).__struct_config__.tag)
     if c is not None:

@@ -121,6 +121,38 @@ def test_a_stale_expect_is_an_append_conflict_and_writes_nothing(
     assert [r.event.content for r in store.read(sid)] == [Text(text=f"m{i}") for i in range(3)]
 
 
+def _another_handle(store: Store) -> Store:
+    """A second, independent handle on the same database (as another process would open)."""
+    if isinstance(store, SQLiteStore):
+        return SQLiteStore(store.path)
+    from bubu.log.postgres import PostgresStore
+
+    assert isinstance(store, PostgresStore)
+    return PostgresStore(store.url, schema=store.schema)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_handle_that_did_not_see_another_writer_gets_a_conflict(
+    store: Store, make_event: EventFactory, batch: int
+) -> None:
+    sid = _new(store)
+    store.append(sid, _texts(make_event, sid, 2, "a"), expect=0)
+    with _another_handle(store) as other:
+        assert other.append(sid, _texts(make_event, sid, 1, "b"), expect=2).high_water == 3
+        for durable in (False, True):
+            with pytest.raises(AppendConflict) as e:
+                store.append(sid, _texts(make_event, sid, batch, "c"), expect=2, durable=durable)
+            assert (e.value.expected, e.value.actual) == (2, 3)
+        assert store.append(sid, _texts(make_event, sid, batch, "c"), expect=3).high_water == (
+            3 + batch
+        )
+        assert other.read(sid) == store.read(sid)
+    assert [r.event.content.text for r in store.read(sid)] == [  # type: ignore[union-attr]
+        "a0", "a1", "b0", *(f"c{i}" for i in range(batch))
+    ]  # fmt: skip
+    assert store.verify(sid).ok
+
+
 def test_appending_to_an_unknown_session_is_refused(store: Store, make_event: EventFactory) -> None:
     with pytest.raises(UnknownSession):
         store.append("ses_nope", [make_event("ses_nope")], expect=0)
@@ -237,6 +269,9 @@ def test_a_stolen_lease_fences_the_old_holder(store: Store, make_event: EventFac
     assert b.epoch == a.epoch + 1
     with pytest.raises(LeaseLost, match="taken over"):
         store.append(sid, _texts(make_event, sid, 3), expect=1, lease=a, durable=True)
+    for durable in (False, True):  # one event alone takes the store's shortest path
+        with pytest.raises(LeaseLost, match=f"epoch {a.epoch}, now {b.epoch}"):
+            store.append(sid, [make_event(sid)], expect=1, lease=a, durable=durable)
     assert store.head(sid) == head
     assert len(store.read(sid)) == 1
     with pytest.raises(LeaseLost):
@@ -455,8 +490,9 @@ def test_concurrent_appends_to_own_sessions_all_land(
         assert order == sorted(order)
 
 
+@pytest.mark.parametrize("batch", [1, 2])
 def test_concurrent_writers_of_one_session_conflict_and_retry(
-    store: Store, make_event: EventFactory
+    store: Store, make_event: EventFactory, batch: int
 ) -> None:
     sid = _new(store)
     threads_n, appends_n = 5, 12
@@ -471,7 +507,9 @@ def test_concurrent_writers_of_one_session_conflict_and_retry(
             while done < appends_n:
                 expect = store.head(sid).high_water
                 try:
-                    store.append(sid, _texts(make_event, sid, 2, f"w{n}-{done}-"), expect=expect)
+                    store.append(
+                        sid, _texts(make_event, sid, batch, f"w{n}-{done}-"), expect=expect
+                    )
                 except AppendConflict as e:
                     conflicts.append((expect, e.expected, e.actual))
                     continue
@@ -487,10 +525,10 @@ def test_concurrent_writers_of_one_session_conflict_and_retry(
     assert errors == []
     assert all(sent == reported < actual for sent, reported, actual in conflicts)
     records = store.read(sid)
-    assert [r.seq for r in records] == list(range(1, threads_n * appends_n * 2 + 1))
-    # Each batch of two landed whole and adjacent, never interleaved with another writer's.
+    assert [r.seq for r in records] == list(range(1, threads_n * appends_n * batch + 1))
+    # Each batch landed whole and adjacent, never interleaved with another writer's.
     texts = [r.event.content.text for r in records if isinstance(r.event.content, Text)]
-    for i in range(0, len(texts), 2):
-        assert texts[i].rsplit("-", 1)[0] == texts[i + 1].rsplit("-", 1)[0]
+    for i in range(0, len(texts), batch):
+        assert {t.rsplit("-", 1)[0] for t in texts[i : i + batch]} == {texts[i].rsplit("-", 1)[0]}
     assert len({t.rsplit("-", 1)[0] for t in texts}) == threads_n * appends_n
     assert store.verify(sid).ok

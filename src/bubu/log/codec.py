@@ -17,7 +17,7 @@ from typing import Any, get_args
 import msgspec
 
 from bubu.errors import BubuError, CorruptLog, NewerLogError
-from bubu.events import SCHEMA_VERSION, Content, Event
+from bubu.events import SCHEMA_VERSION, Content, Event, FunctionCall, FunctionResponse
 
 GENESIS = bytes(32)
 """The hash before the first event of every session."""
@@ -38,17 +38,27 @@ UPGRADERS: dict[int, Upgrader] = {}
 
 
 def _check_json(value: object, where: str) -> None:
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidEvent(f"{where} holds a non-finite number ({value}); JSON cannot carry it")
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_json(v, where)
-            if not isinstance(k, str):
-                raise InvalidEvent(f"{where} has a non-string key {k!r}")
-    elif isinstance(value, list | tuple):
-        for v in value:
-            _check_json(v, where)
+    """Refuse what canonical JSON cannot carry losslessly: non-finite numbers, non-string keys.
+
+    Every appended tool call passes through here, so the walk is a loop over a stack with exact
+    type tests first (the common str/int values cost one comparison each)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is str or t is int or t is bool or v is None:
+            continue
+        if t is dict or isinstance(v, dict):
+            assert isinstance(v, dict)
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    raise InvalidEvent(f"{where} has a non-string key {k!r}")
+                stack.append(item)
+        elif t is list or t is tuple or isinstance(v, list | tuple):
+            assert isinstance(v, list | tuple)
+            stack.extend(v)
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise InvalidEvent(f"{where} holds a non-finite number ({v}); JSON cannot carry it")
 
 
 def encode(event: Event) -> bytes:
@@ -58,13 +68,13 @@ def encode(event: Event) -> bytes:
         raise InvalidEvent(
             f"an event of schema {event.v} cannot be written by this Bubu (schema {SCHEMA_VERSION})"
         )
+    # The free-form JSON fields: tool-call arguments, a provider-native result, a state delta.
     c = event.content
-    arguments = getattr(c, "arguments", None)
-    if arguments:
-        _check_json(arguments, "tool-call arguments")
-    native = getattr(c, "native", None)
-    if native is not None:
-        _check_json(native, "a provider-native result")
+    if type(c) is FunctionCall:
+        if c.arguments:
+            _check_json(c.arguments, "tool-call arguments")
+    elif type(c) is FunctionResponse and c.native is not None:
+        _check_json(c.native, "a provider-native result")
     if event.actions is not None and event.actions.state_delta:
         _check_json(event.actions.state_delta, "a state delta")
     try:

@@ -41,6 +41,22 @@ _HEAD_SQL = (
     "SELECT pos & 4294967295, hash FROM events WHERE pos > ? AND pos < ? ORDER BY pos DESC LIMIT 1"
 )
 
+_SEQ_MASK = (1 << SEQ_BITS) - 1
+_BULK = frozenset(BULK_KINDS)
+_INSERT_SQL = "INSERT INTO events(pos, kind, payload, hash) VALUES (?,?,?,?)"
+# The lease check and the insert in one statement: no row is produced unless the epoch holds.
+_INSERT_LEASED_SQL = (
+    "INSERT INTO events(pos, kind, payload, hash) SELECT ?,?,?,? "
+    "WHERE (SELECT epoch FROM leases WHERE sid = ?) = ?"
+)
+
+
+def _lease_lost(session: str, lease: Lease, current: object) -> LeaseLost:
+    return LeaseLost(
+        f"this runner's lease on session {session} was taken over "
+        f"(epoch {lease.epoch}, now {current}); it stopped writing"
+    )
+
 
 def _int(value: object) -> int:
     """A column SQLite returned as an integer (or a numeric text from json_extract)."""
@@ -258,6 +274,81 @@ class SQLiteStore(Store):
 
     # -- append (group commit) --------------------------------------------------------------------
 
+    def append(
+        self,
+        session: str,
+        events: Sequence[Event],
+        *,
+        expect: int,
+        durable: bool = False,
+        lease: Lease | None = None,
+        blobs: Sequence[bytes] = (),
+    ) -> Head:
+        # The usual append — one event of a bulk kind, onto the head this process wrote last,
+        # with no other append in flight — is one INSERT in autocommit: the trigger checks the
+        # seq and the statement's own transaction commits it. Anything else (a rare kind also
+        # writes its rare_kinds row) takes the group-commit path.
+        # (This path is the floor-relative cost bench/append.py measures; keep it lean.)
+        if len(events) == 1 and not blobs and self._lock.acquire(blocking=False):
+            try:
+                sid = self._sids.get(session)
+                head = None if sid is None else self._heads.get(sid)
+                event = events[0]
+                kind = kind_of(event)
+                if (
+                    head is not None
+                    and head[0] == expect
+                    and kind in _BULK
+                    and not self._db.in_transaction
+                ):
+                    assert sid is not None
+                    if event.session != session:
+                        raise codec.InvalidEvent(
+                            f"an event of session {event.session} cannot be appended to "
+                            f"session {session}"
+                        )
+                    payload = codec.encode(event)
+                    seq = expect + 1
+                    digest = codec.chain(head[1], payload)
+                    row = ((sid << SEQ_BITS) | seq, kind, payload, digest)
+                    self._insert_one(session, sid, row, durable, lease)
+                    self._heads[sid] = (seq, digest)
+                    return Head(high_water=seq, digest=digest.hex())
+            finally:
+                self._lock.release()
+        return super().append(
+            session, events, expect=expect, durable=durable, lease=lease, blobs=blobs
+        )
+
+    def _insert_one(
+        self,
+        session: str,
+        sid: int,
+        row: tuple[int, str, bytes, bytes],
+        durable: bool,
+        lease: Lease | None,
+    ) -> None:
+        """Insert one event row in its own transaction, under `lease` if given."""
+        db = self._db
+        try:
+            full = durable or self.durability == "full"
+            if self._sync_full is not full:
+                self._set_sync(full)
+            if lease is None:
+                db.execute(_INSERT_SQL, row)
+            elif db.execute(_INSERT_LEASED_SQL, (*row, sid, lease.epoch)).rowcount != 1:
+                current = db.execute("SELECT epoch FROM leases WHERE sid=?", (sid,)).fetchone()
+                raise _lease_lost(session, lease, None if current is None else current[0])
+        except sqlite3.IntegrityError as e:
+            self._heads.pop(sid, None)
+            if "gapless" not in str(e):
+                raise _storage_error(self.path, e) from e
+            seq = (row[0] & _SEQ_MASK) - 1
+            raise AppendConflict(session, seq, self._read_head(sid)[0]) from e
+        except sqlite3.Error as e:
+            self._heads.clear()
+            raise _storage_error(self.path, e) from e
+
     def _commit(self, batch: list[PendingAppend]) -> None:
         db = self._db
         try:
@@ -314,10 +405,7 @@ class SQLiteStore(Store):
         if req.lease is not None:
             row = db.execute("SELECT epoch FROM leases WHERE sid=?", (sid,)).fetchone()
             if row is None or int(row[0]) != req.lease.epoch:
-                raise LeaseLost(
-                    f"this runner's lease on session {req.session} was taken over "
-                    f"(epoch {req.lease.epoch}, now {None if row is None else row[0]}); it stopped writing"
-                )
+                raise _lease_lost(req.session, req.lease, None if row is None else row[0])
         # The cached head is only a guess (another process may have appended): the gapless
         # trigger refuses the insert if it is stale, and then the database is asked.
         cached = self._heads.get(sid)
@@ -343,7 +431,10 @@ class SQLiteStore(Store):
             seq += 1
             rows.append(((sid << SEQ_BITS) | seq, kind_of(ev), payload, prev))
         try:
-            db.executemany("INSERT INTO events(pos, kind, payload, hash) VALUES (?,?,?,?)", rows)
+            db.executemany(_INSERT_SQL, rows)
+            marks = [(sid, kind, pos & _SEQ_MASK) for pos, kind, _, _ in rows if kind not in _BULK]
+            if marks:
+                db.executemany("INSERT INTO rare_kinds(sid, kind, seq) VALUES (?,?,?)", marks)
         except sqlite3.IntegrityError as e:
             if "gapless" not in str(e):
                 raise
@@ -372,34 +463,33 @@ class SQLiteStore(Store):
         ks = None if kinds is None else list(kinds)
         if ks == []:
             return []
-        rare = ks is not None and not set(ks) & set(BULK_KINDS)
-        # Without statistics the planner prefers the seq index even for a handful of rare
-        # events; the partial kind index answers those in microseconds, so name it.
-        table = "events INDEXED BY events_rare_kind" if rare else "events"
-        # CAST: a row a foreign writer stored as TEXT still reads (and verifies) as bytes.
         sid = self._sid(session)
-        if rare:
-            sql = f"SELECT seq, hash, CAST(payload AS BLOB) FROM {table} WHERE sid=? AND seq>?"
-            args: list[object] = [sid, after]
+        if ks is not None and not set(ks) & _BULK:
+            # Rare kinds only: their seqs from rare_kinds, each row then by its key.
+            sql = (
+                "SELECT e.seq, e.hash, CAST(e.payload AS BLOB) FROM rare_kinds k "
+                "CROSS JOIN events e ON e.pos = (k.sid << 32) | k.seq AND e.kind = k.kind "
+                f"WHERE k.sid=? AND k.kind IN ({','.join('?' * len(ks))}) AND k.seq>?"
+            )
+            args: list[object] = [sid, *ks, after]
             if upto is not None:
-                sql += " AND seq<=?"
+                sql += " AND k.seq<=?"
                 args.append(upto)
+            sql += " ORDER BY k.seq"
         else:
             # A range of the row key: the events of one session, in seq order, straight off the
-            # table's own b-tree.
+            # table's own b-tree. CAST: a row a foreign writer stored as TEXT still reads (and
+            # verifies) as bytes.
             base = sid << SEQ_BITS
-            last = min(upto, (1 << SEQ_BITS) - 1) if upto is not None else (1 << SEQ_BITS) - 1
-            sql = f"SELECT seq, hash, CAST(payload AS BLOB) FROM {table} WHERE pos>? AND pos<=?"
+            last = min(upto, _SEQ_MASK) if upto is not None else _SEQ_MASK
+            sql = "SELECT seq, hash, CAST(payload AS BLOB) FROM events WHERE pos>? AND pos<=?"
             args = [base + after, base + last]
-        if ks is not None:
-            sql += f" AND kind IN ({','.join('?' * len(ks))})"
-            args.extend(ks)
-            if rare:
-                sql += f" AND {RARE_KINDS_SQL}"  # the partial index's own condition
+            if ks is not None:
+                sql += f" AND kind IN ({','.join('?' * len(ks))})"
+                args.extend(ks)
+            sql += " ORDER BY pos"
         try:
-            return self._db.execute(
-                sql + (" ORDER BY seq" if rare else " ORDER BY pos"), args
-            ).fetchall()
+            return self._db.execute(sql, args).fetchall()
         except sqlite3.Error as e:
             raise _storage_error(self.path, e) from e
 
@@ -427,7 +517,38 @@ class SQLiteStore(Store):
         with self._lock, self._guard():
             rows = self._rows(session, 0, None, None)
             refs = self._blob_check(rows)
-        return verify_records(session, rows, refs)
+            sid = self._sid(session)
+            stored = self._db.execute(
+                f"SELECT seq, kind FROM events WHERE pos>? AND pos<? AND {RARE_KINDS_SQL}",
+                (sid << SEQ_BITS, (sid + 1) << SEQ_BITS),
+            ).fetchall()
+            indexed = self._db.execute(
+                "SELECT seq, kind FROM rare_kinds WHERE sid=?", (sid,)
+            ).fetchall()
+        report = verify_records(session, rows, refs)
+        if not report.ok:
+            return report
+        # The rare-kinds index is written by the store, so an event inserted behind its back is
+        # missing from it (and invisible to reads by kind).
+        missing, extra = set(stored) - set(indexed), set(indexed) - set(stored)
+        if not missing and not extra:
+            return report
+        seq, kind = min(missing | extra)
+        problem = (
+            f"the {kind!r} event at seq {seq} is missing from the kind index (rare_kinds): it "
+            "was written behind Bubu's back, and reads by kind do not see it"
+            if (seq, kind) in missing
+            else f"the kind index (rare_kinds) names a {kind!r} event at seq {seq} that the log "
+            "does not hold there: it was written behind Bubu's back"
+        )
+        return VerifyReport(
+            session=session,
+            ok=False,
+            high_water=report.high_water,
+            digest=report.digest,
+            first_bad_seq=seq,
+            problem=problem,
+        )
 
     def _blob_check(self, rows: list[tuple[int, bytes, bytes]]) -> dict[str, bool]:
         """For each blob hash referenced by these rows: does the stored blob hash to it?"""

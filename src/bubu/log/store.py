@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Self
 
+import msgspec
+
 from bubu.errors import UnknownSession
 from bubu.events import Event, Record
 
@@ -21,9 +23,11 @@ Durability = Literal["adaptive", "full"]
 `full`: every append is fully synced."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Head:
-    """A session's high-water and the chain digest at it (the name of a prefix)."""
+class Head(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's high-water and the chain digest at it (the name of a prefix).
+
+    (A Struct rather than a dataclass: every append returns one, and it builds in a quarter of the
+    time.)"""
 
     high_water: int
     digest: str

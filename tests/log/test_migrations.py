@@ -1,0 +1,216 @@
+"""SQLite schema migrations on a real database an older Bubu wrote, and the rare-kinds index.
+
+`tests/fixtures/sqlite_migration1.db` was written by Bubu when the schema had migration 1 only
+(two sessions of `samples.session_events`, one appended whole, one in two batches, with the
+offloaded blob). It is a stored artefact of that version: never regenerate it with newer code.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bubu.errors import AppendConflict
+from bubu.events import Event, Info, SystemNote, Text, kind_of
+from bubu.log import codec
+from bubu.log.migrations import BULK_KINDS, SQLITE_MIGRATIONS
+from bubu.log.sqlite import SQLiteStore
+
+from .samples import BLOB, session_events
+
+EventFactory = Callable[..., Event]
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "sqlite_migration1.db"
+SESSIONS = ("ses_migration1a", "ses_migration1b")
+RARE_SETS = (
+    ["turn_started"],
+    ["run_started", "turn_ended", "recovery_notice"],
+    ["error", "compaction", "model_request"],
+    ["permission_request", "tool_dispatch"],
+)
+
+
+def _copy(tmp_path: Path) -> Path:
+    path = tmp_path / "old.db"
+    shutil.copyfile(FIXTURE, path)
+    return path
+
+
+def _kinds_in(store: SQLiteStore, sid: str) -> list[tuple[int, str]]:
+    return [(r.seq, kind_of(r.event)) for r in store.read(sid)]
+
+
+def test_the_fixture_is_at_migration_1() -> None:
+    raw = sqlite3.connect(f"file:{FIXTURE}?mode=ro", uri=True)
+    try:
+        assert raw.execute("SELECT version FROM bubu_migrations").fetchall() == [(1,)]
+        names = {r[0] for r in raw.execute("SELECT name FROM sqlite_master")}
+        assert "events_rare_kind" in names
+        assert "rare_kinds" not in names
+    finally:
+        raw.close()
+
+
+def test_a_database_at_migration_1_is_upgraded_in_place_and_reads_the_same(
+    tmp_path: Path,
+) -> None:
+    path = _copy(tmp_path)
+    raw = sqlite3.connect(path)
+    before = raw.execute("SELECT pos, kind, payload, hash FROM events ORDER BY pos").fetchall()
+    raw.close()
+
+    with SQLiteStore(path) as store:
+        assert [v for v, _ in store.migrations()] == [m.version for m in SQLITE_MIGRATIONS]
+        for sid in SESSIONS:
+            report = store.verify(sid)
+            assert report.ok, report.problem
+            kinds = _kinds_in(store, sid)
+            assert any(k not in BULK_KINDS for _, k in kinds)
+            for wanted in RARE_SETS:
+                got = [(r.seq, kind_of(r.event)) for r in store.read(sid, kinds=wanted)]
+                assert got == [(s, k) for s, k in kinds if k in wanted]
+                assert got  # the sample session has every kind
+            upto = len(kinds) // 2
+            part = store.read(sid, after=2, upto=upto, kinds=["turn_started", "run_started"])
+            assert [r.seq for r in part] == [
+                s for s, k in kinds if 2 < s <= upto and k in ("turn_started", "run_started")
+            ]
+        assert store.blob(codec.sha256_hex(BLOB)) == BLOB
+
+    raw = sqlite3.connect(path)
+    try:
+        # The migration moved no byte of the log.
+        assert (
+            raw.execute("SELECT pos, kind, payload, hash FROM events ORDER BY pos").fetchall()
+            == before
+        )
+        names = {r[0] for r in raw.execute("SELECT name FROM sqlite_master")}
+        assert "events_rare_kind" not in names
+        assert "rare_kinds" in names
+    finally:
+        raw.close()
+
+
+def test_an_upgraded_database_takes_new_appends_and_is_not_migrated_twice(
+    tmp_path: Path, make_event: EventFactory
+) -> None:
+    path = _copy(tmp_path)
+    sid = SESSIONS[1]
+    with SQLiteStore(path) as store:
+        hw = store.head(sid).high_water
+        infos = [r.seq for r in store.read(sid, kinds=["info"])]
+        assert infos  # the sample session has one already
+        note = make_event(sid, SystemNote(note=Info(text="after the upgrade")))
+        text = make_event(sid, Text(text="and a text"))
+        assert store.append(sid, [note], expect=hw).high_water == hw + 1
+        assert store.append(sid, [text], expect=hw + 1).high_water == hw + 2
+    with SQLiteStore(path) as store:
+        assert [v for v, _ in store.migrations()] == [m.version for m in SQLITE_MIGRATIONS]
+        assert [r.seq for r in store.read(sid, kinds=["info"])] == [*infos, hw + 1]
+        assert store.verify(sid).ok
+
+
+# -- the rare-kinds index ---------------------------------------------------------------------
+
+
+def _insert_behind_the_stores_back(store: SQLiteStore, sid: str, event: Event) -> int:
+    """Append one correctly chained event row with raw SQL (no rare_kinds row)."""
+    head = store.head(sid)
+    payload = codec.encode(event)
+    raw = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        (rowid,) = raw.execute("SELECT sid FROM sessions WHERE id = ?", (sid,)).fetchone()
+        raw.execute(
+            "INSERT INTO events(pos, kind, payload, hash) VALUES (?,?,?,?)",
+            (
+                (rowid << 32) | (head.high_water + 1),
+                kind_of(event),
+                payload,
+                codec.chain(bytes.fromhex(head.digest), payload),
+            ),
+        )
+    finally:
+        raw.close()
+    return head.high_water + 1
+
+
+def test_every_append_path_indexes_the_rare_kinds(sqlite_store: SQLiteStore) -> None:
+    sid = sqlite_store.create_session(title="t", workspace="/w").id
+    events = session_events(sid)
+    hw = 0
+    for i, ev in enumerate(events):  # one at a time: the single-event path and the batch path
+        blobs = [BLOB] if getattr(ev.content, "blob", None) is not None else []
+        hw = sqlite_store.append(sid, [ev], expect=hw, durable=i % 2 == 0, blobs=blobs).high_water
+    other = sqlite_store.create_session(title="u", workspace="/w")
+    sqlite_store.append(other.id, session_events(other.id), expect=0, blobs=[BLOB])
+    for s in (sid, other.id):
+        kinds = _kinds_in(sqlite_store, s)
+        raw = sqlite3.connect(sqlite_store.path)
+        indexed = raw.execute(
+            "SELECT seq, kind FROM rare_kinds WHERE sid = (SELECT sid FROM sessions WHERE id = ?) "
+            "ORDER BY seq",
+            (s,),
+        ).fetchall()
+        raw.close()
+        assert indexed == [(q, k) for q, k in kinds if k not in BULK_KINDS]
+        assert sqlite_store.verify(s).ok
+
+
+def test_a_rare_event_written_behind_the_stores_back_fails_verify_at_its_seq(
+    sqlite_store: SQLiteStore, make_event: EventFactory
+) -> None:
+    sid = sqlite_store.create_session(title="t", workspace="/w").id
+    sqlite_store.append(sid, session_events(sid), expect=0, blobs=[BLOB])
+    assert sqlite_store.verify(sid).ok
+    event = make_event(sid, SystemNote(note=Info(text="smuggled")))
+    seq = _insert_behind_the_stores_back(sqlite_store, sid, event)
+    report = sqlite_store.verify(sid)
+    assert (report.ok, report.first_bad_seq) == (False, seq)
+    assert report.problem is not None
+    assert "rare_kinds" in report.problem
+    assert "'info'" in report.problem
+    # The chain itself is whole: every event still reads, in order.
+    assert sqlite_store.read(sid)[-1].event == event
+
+
+def test_a_stray_rare_kinds_row_fails_verify(
+    sqlite_store: SQLiteStore, make_event: EventFactory
+) -> None:
+    sid = sqlite_store.create_session(title="t", workspace="/w").id
+    texts = [make_event(sid, Text(text=f"t{i}")) for i in range(3)]
+    sqlite_store.append(sid, texts, expect=0)
+    raw = sqlite3.connect(sqlite_store.path, isolation_level=None)
+    raw.execute(
+        "INSERT INTO rare_kinds(sid, kind, seq) "
+        "SELECT sid, 'turn_started', 2 FROM sessions WHERE id = ?",
+        (sid,),
+    )
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        raw.execute("DELETE FROM rare_kinds")
+    raw.close()
+    report = sqlite_store.verify(sid)
+    assert (report.ok, report.first_bad_seq) == (False, 2)
+    assert report.problem is not None
+    assert "names a 'turn_started' event at seq 2" in report.problem
+    # A read by kind is not misled by it.
+    assert sqlite_store.read(sid, kinds=["turn_started"]) == []
+
+
+def test_a_writer_whose_cached_head_went_stale_gets_a_conflict_not_a_fork(
+    sqlite_store: SQLiteStore, make_event: EventFactory
+) -> None:
+    sid = sqlite_store.create_session(title="t", workspace="/w").id
+    sqlite_store.append(sid, [make_event(sid, Text(text="a"))], expect=0)
+    # Another writer appends a bulk event (no rare_kinds row needed): the log stays whole.
+    _insert_behind_the_stores_back(sqlite_store, sid, make_event(sid, Text(text="b")))
+    assert sqlite_store.verify(sid).ok
+    late = make_event(sid, Text(text="late"))
+    with pytest.raises(AppendConflict) as e:
+        sqlite_store.append(sid, [late], expect=1, durable=True)
+    assert (e.value.expected, e.value.actual) == (1, 2)
+    assert [r.event.content for r in sqlite_store.read(sid)] == [Text(text="a"), Text(text="b")]
+    assert sqlite_store.append(sid, [late], expect=2).high_water == 3
+    assert sqlite_store.verify(sid).ok
