@@ -1,4 +1,4 @@
-"""SQLite schema migrations on a real database an older Bubu wrote, and the rare-kinds index.
+"""SQLite schema migrations on a real database an older Bubu wrote, and the kind index.
 
 `tests/fixtures/sqlite_migration1.db` was written by Bubu when the schema had migration 1 only
 (two sessions of `samples.session_events`, one appended whole, one in two batches, with the
@@ -17,17 +17,18 @@ import pytest
 from bubu.errors import AppendConflict
 from bubu.events import Event, Info, SystemNote, Text, kind_of
 from bubu.log import codec
-from bubu.log.migrations import BULK_KINDS, SQLITE_MIGRATIONS
+from bubu.log.migrations import INDEXED_KINDS, SQLITE_MIGRATIONS
 from bubu.log.sqlite import SQLiteStore
 
-from .samples import BLOB, session_events
+from .samples import ACTION_NAMES, BLOB, CONTENT_KINDS, NOTE_KINDS, session_events
 
 EventFactory = Callable[..., Event]
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "sqlite_migration1.db"
 SESSIONS = ("ses_migration1a", "ses_migration1b")
-RARE_SETS = (
+KIND_SETS = (  # indexed kinds alone (read through kind_index), and mixed with others
     ["turn_started"],
     ["run_started", "turn_ended", "recovery_notice"],
+    ["compaction", "info", "permission_decision"],
     ["error", "compaction", "model_request"],
     ["permission_request", "tool_dispatch"],
 )
@@ -49,7 +50,7 @@ def test_the_fixture_is_at_migration_1() -> None:
         assert raw.execute("SELECT version FROM bubu_migrations").fetchall() == [(1,)]
         names = {r[0] for r in raw.execute("SELECT name FROM sqlite_master")}
         assert "events_rare_kind" in names
-        assert "rare_kinds" not in names
+        assert "kind_index" not in names
     finally:
         raw.close()
 
@@ -68,8 +69,8 @@ def test_a_database_at_migration_1_is_upgraded_in_place_and_reads_the_same(
             report = store.verify(sid)
             assert report.ok, report.problem
             kinds = _kinds_in(store, sid)
-            assert any(k not in BULK_KINDS for _, k in kinds)
-            for wanted in RARE_SETS:
+            assert any(k in INDEXED_KINDS for _, k in kinds)
+            for wanted in KIND_SETS:
                 got = [(r.seq, kind_of(r.event)) for r in store.read(sid, kinds=wanted)]
                 assert got == [(s, k) for s, k in kinds if k in wanted]
                 assert got  # the sample session has every kind
@@ -89,7 +90,7 @@ def test_a_database_at_migration_1_is_upgraded_in_place_and_reads_the_same(
         )
         names = {r[0] for r in raw.execute("SELECT name FROM sqlite_master")}
         assert "events_rare_kind" not in names
-        assert "rare_kinds" in names
+        assert "kind_index" in names
     finally:
         raw.close()
 
@@ -113,11 +114,11 @@ def test_an_upgraded_database_takes_new_appends_and_is_not_migrated_twice(
         assert store.verify(sid).ok
 
 
-# -- the rare-kinds index ---------------------------------------------------------------------
+# -- the kind index ---------------------------------------------------------------------------
 
 
 def _insert_behind_the_stores_back(store: SQLiteStore, sid: str, event: Event) -> int:
-    """Append one correctly chained event row with raw SQL (no rare_kinds row)."""
+    """Append one correctly chained event row with raw SQL (no kind_index row)."""
     head = store.head(sid)
     payload = codec.encode(event)
     raw = sqlite3.connect(store.path, isolation_level=None)
@@ -137,7 +138,14 @@ def _insert_behind_the_stores_back(store: SQLiteStore, sid: str, event: Event) -
     return head.high_water + 1
 
 
-def test_every_append_path_indexes_the_rare_kinds(sqlite_store: SQLiteStore) -> None:
+def test_the_indexed_kinds_are_kinds_and_leave_the_per_step_ones_out() -> None:
+    assert set(INDEXED_KINDS) <= CONTENT_KINDS | NOTE_KINDS | ACTION_NAMES
+    # What every agent step writes stays on the one-statement append path.
+    per_step = {"text", "thinking", "function_call", "function_response"}
+    assert not set(INDEXED_KINDS) & (per_step | {"model_request", "tool_dispatch"})
+
+
+def test_every_append_path_indexes_the_indexed_kinds(sqlite_store: SQLiteStore) -> None:
     sid = sqlite_store.create_session(title="t", workspace="/w").id
     events = session_events(sid)
     hw = 0
@@ -150,16 +158,17 @@ def test_every_append_path_indexes_the_rare_kinds(sqlite_store: SQLiteStore) -> 
         kinds = _kinds_in(sqlite_store, s)
         raw = sqlite3.connect(sqlite_store.path)
         indexed = raw.execute(
-            "SELECT seq, kind FROM rare_kinds WHERE sid = (SELECT sid FROM sessions WHERE id = ?) "
+            "SELECT seq, kind FROM kind_index WHERE sid = (SELECT sid FROM sessions WHERE id = ?) "
             "ORDER BY seq",
             (s,),
         ).fetchall()
         raw.close()
-        assert indexed == [(q, k) for q, k in kinds if k not in BULK_KINDS]
+        assert indexed == [(q, k) for q, k in kinds if k in INDEXED_KINDS]
+        assert indexed
         assert sqlite_store.verify(s).ok
 
 
-def test_a_rare_event_written_behind_the_stores_back_fails_verify_at_its_seq(
+def test_an_indexed_event_written_behind_the_stores_back_fails_verify_at_its_seq(
     sqlite_store: SQLiteStore, make_event: EventFactory
 ) -> None:
     sid = sqlite_store.create_session(title="t", workspace="/w").id
@@ -170,13 +179,13 @@ def test_a_rare_event_written_behind_the_stores_back_fails_verify_at_its_seq(
     report = sqlite_store.verify(sid)
     assert (report.ok, report.first_bad_seq) == (False, seq)
     assert report.problem is not None
-    assert "rare_kinds" in report.problem
+    assert "kind_index" in report.problem
     assert "'info'" in report.problem
     # The chain itself is whole: every event still reads, in order.
     assert sqlite_store.read(sid)[-1].event == event
 
 
-def test_a_stray_rare_kinds_row_fails_verify(
+def test_a_stray_kind_index_row_fails_verify(
     sqlite_store: SQLiteStore, make_event: EventFactory
 ) -> None:
     sid = sqlite_store.create_session(title="t", workspace="/w").id
@@ -184,12 +193,12 @@ def test_a_stray_rare_kinds_row_fails_verify(
     sqlite_store.append(sid, texts, expect=0)
     raw = sqlite3.connect(sqlite_store.path, isolation_level=None)
     raw.execute(
-        "INSERT INTO rare_kinds(sid, kind, seq) "
+        "INSERT INTO kind_index(sid, kind, seq) "
         "SELECT sid, 'turn_started', 2 FROM sessions WHERE id = ?",
         (sid,),
     )
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):
-        raw.execute("DELETE FROM rare_kinds")
+        raw.execute("DELETE FROM kind_index")
     raw.close()
     report = sqlite_store.verify(sid)
     assert (report.ok, report.first_bad_seq) == (False, 2)
@@ -204,7 +213,7 @@ def test_a_writer_whose_cached_head_went_stale_gets_a_conflict_not_a_fork(
 ) -> None:
     sid = sqlite_store.create_session(title="t", workspace="/w").id
     sqlite_store.append(sid, [make_event(sid, Text(text="a"))], expect=0)
-    # Another writer appends a bulk event (no rare_kinds row needed): the log stays whole.
+    # Another writer appends an event of a kind that is not indexed: the log stays whole.
     _insert_behind_the_stores_back(sqlite_store, sid, make_event(sid, Text(text="b")))
     assert sqlite_store.verify(sid).ok
     late = make_event(sid, Text(text="late"))

@@ -27,10 +27,24 @@ def _immutable(table: str) -> tuple[str, ...]:
     )
 
 
-BULK_KINDS = ("text", "thinking", "function_call", "function_response")
-"""The kinds almost every append has; they are read by seq range, never by kind. Every other
-(rare) kind — turn and run boundaries, notes, errors — is indexed by kind."""
-RARE_KINDS_SQL = "kind NOT IN ('text', 'thinking', 'function_call', 'function_response')"
+INDEXED_KINDS = (
+    "turn_started",
+    "turn_ended",
+    "run_started",
+    "step_limit",
+    "recovery_notice",
+    "notice_dismissed",
+    "compaction",
+    "info",
+    "error",
+    "permission_request",
+    "permission_decision",
+    "tool_recovery",
+)
+"""The kinds a read may ask for on their own: a few per turn at most, so SQLite indexes them by
+kind (in `kind_index`). Every other kind — text, thinking, calls, results, the per-call
+`model_request` notes and `tool_dispatch` facts — is written every step and read by seq range."""
+INDEXED_KINDS_SQL = "kind IN (" + ", ".join(f"'{k}'" for k in INDEXED_KINDS) + ")"
 
 SEQ_BITS = 32
 """An event's row key is `sid << SEQ_BITS | seq`: one b-tree holds every session's events in
@@ -51,9 +65,9 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             "sid INTEGER GENERATED ALWAYS AS (pos >> 32) VIRTUAL, "
             "seq INTEGER GENERATED ALWAYS AS (pos & 4294967295) VIRTUAL, "
             "CHECK ((pos & 4294967295) > 0))",
-            # The bulk kinds make up nearly every append; indexing them by kind would cost a
-            # b-tree page per commit and buy nothing, so only the rare (boundary) kinds are.
-            f"CREATE INDEX events_rare_kind ON events(sid, kind, seq) WHERE {RARE_KINDS_SQL}",
+            # (Replaced by the kind_index table in migration 2.)
+            "CREATE INDEX events_rare_kind ON events(sid, kind, seq) WHERE kind NOT IN "
+            "('text', 'thinking', 'function_call', 'function_response')",
             # Gapless per-session seq, enforced by the database as well as by the code.
             "CREATE TRIGGER events_gapless BEFORE INSERT ON events "
             "WHEN NEW.pos != coalesce((SELECT max(pos) FROM events "
@@ -72,19 +86,19 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         2,
-        "rare kinds indexed in a table the store writes",
+        "kinds indexed in a table the store writes",
         (
-            # A partial index is evaluated, and its b-tree opened, on every insert, even for the
-            # bulk kinds it never holds: on a synced disk that was a tenth of an append. The store
-            # now writes the rare kinds' (sid, kind, seq) itself, in the append's transaction, so
-            # an append of a bulk kind touches the events b-tree alone. `verify` checks the two
-            # agree.
-            "CREATE TABLE rare_kinds(sid INTEGER NOT NULL, kind TEXT NOT NULL, "
+            # A partial index is evaluated, and its b-tree opened, on every insert, even for rows
+            # it never holds: on a synced disk that was a tenth of an append. The store now writes
+            # (sid, kind, seq) of the indexed kinds itself, in the append's transaction, so an
+            # append of any other kind touches the events b-tree alone. `verify` checks that the
+            # two agree.
+            "CREATE TABLE kind_index(sid INTEGER NOT NULL, kind TEXT NOT NULL, "
             "seq INTEGER NOT NULL, PRIMARY KEY (sid, kind, seq)) WITHOUT ROWID",
-            f"INSERT INTO rare_kinds(sid, kind, seq) SELECT sid, kind, seq FROM events "
-            f"WHERE {RARE_KINDS_SQL}",
+            f"INSERT INTO kind_index(sid, kind, seq) SELECT sid, kind, seq FROM events "
+            f"WHERE {INDEXED_KINDS_SQL}",
             "DROP INDEX events_rare_kind",
-            *_immutable("rare_kinds"),
+            *_immutable("kind_index"),
         ),
     ),
 )

@@ -21,7 +21,7 @@ from bubu.errors import (
 )
 from bubu.events import Event, Record, kind_of
 from bubu.log import codec
-from bubu.log.migrations import BULK_KINDS, RARE_KINDS_SQL, SEQ_BITS, SQLITE_MIGRATIONS
+from bubu.log.migrations import INDEXED_KINDS, INDEXED_KINDS_SQL, SEQ_BITS, SQLITE_MIGRATIONS
 from bubu.log.store import (
     AppendRequest,
     Durability,
@@ -42,7 +42,7 @@ _HEAD_SQL = (
 )
 
 _SEQ_MASK = (1 << SEQ_BITS) - 1
-_BULK = frozenset(BULK_KINDS)
+_INDEXED = frozenset(INDEXED_KINDS)
 _INSERT_SQL = "INSERT INTO events(pos, kind, payload, hash) VALUES (?,?,?,?)"
 # The lease check and the insert in one statement: no row is produced unless the epoch holds.
 _INSERT_LEASED_SQL = (
@@ -284,10 +284,10 @@ class SQLiteStore(Store):
         lease: Lease | None = None,
         blobs: Sequence[bytes] = (),
     ) -> Head:
-        # The usual append — one event of a bulk kind, onto the head this process wrote last,
-        # with no other append in flight — is one INSERT in autocommit: the trigger checks the
-        # seq and the statement's own transaction commits it. Anything else (a rare kind also
-        # writes its rare_kinds row) takes the group-commit path.
+        # The usual append — one event of a kind that is not indexed, onto the head this process
+        # wrote last, with no other append in flight — is one INSERT in autocommit: the trigger
+        # checks the seq and the statement's own transaction commits it. Anything else (an
+        # indexed kind also writes its kind_index row) takes the group-commit path.
         # (This path is the floor-relative cost bench/append.py measures; keep it lean.)
         if len(events) == 1 and not blobs and self._lock.acquire(blocking=False):
             try:
@@ -298,7 +298,7 @@ class SQLiteStore(Store):
                 if (
                     head is not None
                     and head[0] == expect
-                    and kind in _BULK
+                    and kind not in _INDEXED
                     and not self._db.in_transaction
                 ):
                     assert sid is not None
@@ -432,9 +432,9 @@ class SQLiteStore(Store):
             rows.append(((sid << SEQ_BITS) | seq, kind_of(ev), payload, prev))
         try:
             db.executemany(_INSERT_SQL, rows)
-            marks = [(sid, kind, pos & _SEQ_MASK) for pos, kind, _, _ in rows if kind not in _BULK]
+            marks = [(sid, kind, pos & _SEQ_MASK) for pos, kind, _, _ in rows if kind in _INDEXED]
             if marks:
-                db.executemany("INSERT INTO rare_kinds(sid, kind, seq) VALUES (?,?,?)", marks)
+                db.executemany("INSERT INTO kind_index(sid, kind, seq) VALUES (?,?,?)", marks)
         except sqlite3.IntegrityError as e:
             if "gapless" not in str(e):
                 raise
@@ -464,10 +464,10 @@ class SQLiteStore(Store):
         if ks == []:
             return []
         sid = self._sid(session)
-        if ks is not None and not set(ks) & _BULK:
-            # Rare kinds only: their seqs from rare_kinds, each row then by its key.
+        if ks is not None and _INDEXED.issuperset(ks):
+            # Indexed kinds only: their seqs from kind_index, each row then by its key.
             sql = (
-                "SELECT e.seq, e.hash, CAST(e.payload AS BLOB) FROM rare_kinds k "
+                "SELECT e.seq, e.hash, CAST(e.payload AS BLOB) FROM kind_index k "
                 "CROSS JOIN events e ON e.pos = (k.sid << 32) | k.seq AND e.kind = k.kind "
                 f"WHERE k.sid=? AND k.kind IN ({','.join('?' * len(ks))}) AND k.seq>?"
             )
@@ -519,26 +519,26 @@ class SQLiteStore(Store):
             refs = self._blob_check(rows)
             sid = self._sid(session)
             stored = self._db.execute(
-                f"SELECT seq, kind FROM events WHERE pos>? AND pos<? AND {RARE_KINDS_SQL}",
+                f"SELECT seq, kind FROM events WHERE pos>? AND pos<? AND {INDEXED_KINDS_SQL}",
                 (sid << SEQ_BITS, (sid + 1) << SEQ_BITS),
             ).fetchall()
             indexed = self._db.execute(
-                "SELECT seq, kind FROM rare_kinds WHERE sid=?", (sid,)
+                "SELECT seq, kind FROM kind_index WHERE sid=?", (sid,)
             ).fetchall()
         report = verify_records(session, rows, refs)
         if not report.ok:
             return report
-        # The rare-kinds index is written by the store, so an event inserted behind its back is
+        # The kind index is written by the store, so an event inserted behind its back is
         # missing from it (and invisible to reads by kind).
         missing, extra = set(stored) - set(indexed), set(indexed) - set(stored)
         if not missing and not extra:
             return report
         seq, kind = min(missing | extra)
         problem = (
-            f"the {kind!r} event at seq {seq} is missing from the kind index (rare_kinds): it "
+            f"the {kind!r} event at seq {seq} is missing from the kind index (kind_index): it "
             "was written behind Bubu's back, and reads by kind do not see it"
             if (seq, kind) in missing
-            else f"the kind index (rare_kinds) names a {kind!r} event at seq {seq} that the log "
+            else f"the kind index (kind_index) names a {kind!r} event at seq {seq} that the log "
             "does not hold there: it was written behind Bubu's back"
         )
         return VerifyReport(
