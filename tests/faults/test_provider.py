@@ -28,6 +28,7 @@ from .helpers import (
     FAST,
     Watcher,
     bubu,
+    error_line,
     errors,
     kinds,
     make_host,
@@ -258,6 +259,42 @@ def test_a_stalled_stream_times_out_and_is_retried(tmp_path: Path, api: Api) -> 
     assert (err.error_class, err.retryable) == ("timeout", True)
     assert err.message.endswith("timed out; check the network and try again")
     assert turn.answer == ["Answer."]
+
+
+def test_a_stall_longer_than_the_stall_timeout_is_named_and_retried(
+    tmp_path: Path, api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No client of the caller's: the adapter's own timeouts come from BUBU_STALL_TIMEOUT.
+    monkeypatch.setenv("BUBU_STALL_TIMEOUT", "0.5")
+    events = api.text_events("A stream that stops")
+    stalled = Reply(body=(*events[:2], Stall(60.0)))
+    turn = drive(tmp_path, api, [stalled, api.text("Answer.")])
+    assert turn.reason == "completed"
+    (err,) = errors(turn.records)
+    assert (err.error_class, err.retryable) == ("timeout", True)
+    assert "sent nothing for 0.5 s" in err.message
+    assert "--stall-timeout or BUBU_STALL_TIMEOUT" in err.message
+    assert turn.answer == ["Answer."]
+
+
+def test_a_bad_stall_timeout_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    db = tmp_path / "bubu.db"
+    args = ("run", "fix the bug", "-w", str(ws), "-m", "openai:gpt-fault", "--base-url",
+            "http://127.0.0.1:9/v1")  # fmt: skip
+    done = bubu(db, *args, "--stall-timeout", "0")
+    assert done.returncode == 2
+    assert "Invalid value for '--stall-timeout'" in done.stderr
+    done = bubu(db, *args, env={"BUBU_STALL_TIMEOUT": "soon"})
+    assert done.returncode == 2  # a configuration error, as a bad flag is
+    assert error_line(done.stderr) == (
+        "bubu: error: BUBU_STALL_TIMEOUT must be a number of seconds (got 'soon'); "
+        "e.g. BUBU_STALL_TIMEOUT=120"
+    )
+    if db.exists():
+        with SQLiteStore(db) as store:
+            assert store.sessions() == []
 
 
 def test_the_adapters_never_wait_forever_for_a_stalled_stream(api: Api) -> None:

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import httpx2
 import pytest
 
+from bubu.errors import ConfigError
 from bubu.providers._retry import (
     BODY_LIMIT,
+    DEFAULT_STALL_S,
+    STALL_ENV,
     Vendor,
     connection_error,
     display_url,
     retry_after,
     scrub,
+    sdk_timeout,
+    stall_timeout,
     status_error,
+    timeout_error,
 )
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -91,3 +98,69 @@ def test_messages_are_one_sentence_without_secrets() -> None:
         assert "hunter2-long-secret" not in (error.body or "")
         assert "\n" not in text
         assert text.count("; ") == 1
+
+
+# -- the stall timeout ----------------------------------------------------------------------------
+
+
+def test_the_stall_timeout_comes_from_the_flag_then_the_environment_then_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(STALL_ENV, raising=False)
+    assert stall_timeout(None, client_given=False) == DEFAULT_STALL_S
+    assert stall_timeout(None, client_given=True) is None  # the caller's client decides
+    assert stall_timeout(45, client_given=True) == 45
+    monkeypatch.setenv(STALL_ENV, "90")
+    assert stall_timeout(None, client_given=False) == 90
+    assert stall_timeout(None, client_given=True) == 90
+    assert stall_timeout(30, client_given=False) == 30
+
+
+@pytest.mark.parametrize(
+    ("explicit", "env", "message"),
+    [
+        (None, "soon", "BUBU_STALL_TIMEOUT must be a number of seconds (got 'soon')"),
+        (None, "0", "BUBU_STALL_TIMEOUT must be a number of seconds above 0 (got 0)"),
+        (None, "-5", "BUBU_STALL_TIMEOUT must be a number of seconds above 0 (got -5)"),
+        (None, "nan", "BUBU_STALL_TIMEOUT must be a number of seconds above 0 (got nan)"),
+        (0.0, "", "--stall-timeout must be a number of seconds above 0 (got 0)"),
+    ],
+)
+def test_a_bad_stall_timeout_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, explicit: float | None, env: str, message: str
+) -> None:
+    monkeypatch.setenv(STALL_ENV, env)
+    with pytest.raises(ConfigError) as caught:
+        stall_timeout(explicit, client_given=False)
+    assert str(caught.value).startswith(message)
+
+
+def test_a_stall_and_a_slow_connect_are_named_with_their_limits() -> None:
+    request = httpx2.Request("POST", "http://127.0.0.1/v1")
+    timed = Vendor(name="OpenAI", key_env="OPENAI_API_KEY", stall_s=45)
+    read = timeout_error(timed, _wrapped(httpx2.ReadTimeout("timed out", request=request)))
+    assert str(read) == (
+        "OpenAI sent nothing for 45 s, so the request timed out (the stall timeout: "
+        "--stall-timeout or BUBU_STALL_TIMEOUT); check the network and try again"
+    )
+    connect = timeout_error(timed, _wrapped(httpx2.ConnectTimeout("timed out", request=request)))
+    assert (
+        str(connect) == "could not connect to OpenAI within 10 s; check the network and try again"
+    )
+    assert (read.retryable, connect.retryable) == (True, True)
+    assert str(timeout_error(VENDOR, None)) == (
+        "the request to OpenAI timed out; check the network and try again"
+    )
+    assert sdk_timeout(3.0) == httpx2.Timeout(3.0, connect=3.0)
+    assert sdk_timeout(120.0) == httpx2.Timeout(120.0, connect=10.0)
+
+
+def _wrapped(inner: Exception) -> Exception:
+    """`inner` as the cause of an SDK-level error, the way the SDKs raise it."""
+    try:
+        try:
+            raise inner
+        except Exception as e:
+            raise RuntimeError("Request timed out.") from e
+    except RuntimeError as outer:
+        return outer

@@ -71,6 +71,14 @@ def model_options(f: Any) -> Any:
                 help="Extended thinking budget (Anthropic).",
             ),
             click.option(
+                "--stall-timeout",
+                type=click.FloatRange(min=0, min_open=True),
+                default=None,
+                metavar="SECONDS",
+                help="Give up on (and retry) a model call after this long without a byte from "
+                "the server [default: $BUBU_STALL_TIMEOUT, else 600].",
+            ),
+            click.option(
                 "--mcp",
                 "mcp",
                 default=None,
@@ -117,6 +125,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         base_url=opts.get("base_url"),
         context_window=opts.get("context_window"),
         thinking_budget=opts.get("thinking"),
+        stall_timeout=opts.get("stall_timeout"),
     )
     return Host(
         store=store,

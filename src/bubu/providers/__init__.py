@@ -31,13 +31,16 @@ def openai_provider(
     *,
     base_url: str | None = None,
     context_window: int | None = None,
+    stall_timeout: float | None = None,
     **_: Any,
 ) -> Provider:
     """``openai:MODEL``: OpenAI or any compatible server (``--base-url`` / OPENAI_BASE_URL)."""
     from bubu.providers.openai import OpenAIProvider
 
     url = base_url or os.environ.get("OPENAI_BASE_URL")
-    return OpenAIProvider(model, base_url=url, context_window=context_window)
+    return OpenAIProvider(
+        model, base_url=url, context_window=context_window, stall_timeout=stall_timeout
+    )
 
 
 def anthropic_provider(
@@ -47,13 +50,18 @@ def anthropic_provider(
     base_url: str | None = None,
     context_window: int | None = None,
     thinking_budget: int | None = None,
+    stall_timeout: float | None = None,
     **_: Any,
 ) -> Provider:
     """``anthropic:MODEL``: the Anthropic Messages API."""
     from bubu.providers.anthropic import AnthropicProvider
 
     return AnthropicProvider(
-        model, base_url=base_url, context_window=context_window, thinking_budget=thinking_budget
+        model,
+        base_url=base_url,
+        context_window=context_window,
+        thinking_budget=thinking_budget,
+        stall_timeout=stall_timeout,
     )
 
 
@@ -63,6 +71,7 @@ def resolve(
     base_url: str | None = None,
     context_window: int | None = None,
     thinking_budget: int | None = None,
+    stall_timeout: float | None = None,
     entry_points: Iterable[EntryPoint] | None = None,
 ) -> Provider:
     """The provider for `spec` (``scripted:PATH``, ``openai:MODEL``, ``anthropic:MODEL``, or
@@ -81,6 +90,7 @@ def resolve(
             ("base_url", base_url),
             ("context_window", context_window),
             ("thinking_budget", thinking_budget),
+            ("stall_timeout", stall_timeout),
         )
         if value is not None
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
@@ -18,7 +19,9 @@ from email.utils import parsedate_to_datetime
 from typing import Literal, Protocol, TypeAlias, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from bubu.errors import ProviderError
+import httpx2
+
+from bubu.errors import ConfigError, ProviderError
 from bubu.messages import ModelResponse
 
 ErrorClass: TypeAlias = Literal[
@@ -54,11 +57,46 @@ _CONTEXT_HINTS = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Vendor:
-    """Who a provider talks to, as named in messages, and the secrets to keep out of them."""
+    """Who a provider talks to, as named in messages, and the secrets to keep out of them.
+
+    `stall_s` is the stall timeout the calls run under, when Bubu set one (None: the HTTP
+    client's own)."""
 
     name: str
     key_env: str
     secrets: tuple[str, ...] = ()
+    stall_s: float | None = None
+
+
+STALL_ENV = "BUBU_STALL_TIMEOUT"
+DEFAULT_STALL_S = 600.0
+"""Seconds without a byte from the server before a model call is abandoned and retried."""
+CONNECT_S = 10.0
+"""Seconds to wait for a connection."""
+
+
+def stall_timeout(explicit: float | None, *, client_given: bool) -> float | None:
+    """The stall timeout a provider runs with: `explicit` (``--stall-timeout``), else
+    BUBU_STALL_TIMEOUT, else the default — or None when the caller's own HTTP client decides."""
+    value, source = explicit, "--stall-timeout"
+    if value is None and os.environ.get(STALL_ENV, "").strip():
+        raw, source = os.environ[STALL_ENV], STALL_ENV
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(
+                f"{STALL_ENV} must be a number of seconds (got {raw!r}); e.g. {STALL_ENV}=120"
+            ) from None
+    if value is None:
+        return None if client_given else DEFAULT_STALL_S
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{source} must be a number of seconds above 0 (got {value:g})")
+    return value
+
+
+def sdk_timeout(stall: float) -> httpx2.Timeout:
+    """The HTTP timeouts for a stall timeout: any read, write or pool wait, and the connect."""
+    return httpx2.Timeout(stall, connect=min(CONNECT_S, stall))
 
 
 def display_url(url: str) -> str:
@@ -190,12 +228,23 @@ def status_error(
     )
 
 
-def timeout_error(vendor: Vendor) -> ProviderError:
+def timeout_error(vendor: Vendor, exc: BaseException | None = None) -> ProviderError:
     """The request or the stream timed out; worth another attempt."""
+    connecting = False
+    while exc is not None:
+        connecting = connecting or isinstance(exc, httpx2.ConnectTimeout)
+        exc = exc.__cause__ or exc.__context__
+    if vendor.stall_s is None:
+        what = f"the request to {vendor.name} timed out"
+    elif connecting:
+        what = f"could not connect to {vendor.name} within {min(CONNECT_S, vendor.stall_s):g} s"
+    else:
+        what = (
+            f"{vendor.name} sent nothing for {vendor.stall_s:g} s, so the request timed out "
+            f"(the stall timeout: --stall-timeout or {STALL_ENV})"
+        )
     return ProviderError(
-        f"the request to {vendor.name} timed out; check the network and try again",
-        retryable=True,
-        error_class="timeout",
+        f"{what}; check the network and try again", retryable=True, error_class="timeout"
     )
 
 

@@ -377,6 +377,7 @@ class AnthropicProvider:
         base_url: str | None = None,
         http_client: httpx2.Client | None = None,
         context_window: int | None = None,
+        stall_timeout: float | None = None,
         thinking_budget: int | None = None,
     ) -> None:
         base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
@@ -397,11 +398,19 @@ class AnthropicProvider:
         self._model = model
         self._thinking_budget = thinking_budget
         self._context_window = context_window or context_window_for(model)
+        stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
         name = "Anthropic" if official else f"the server at {_retry.display_url(base or '')}"
-        self._vendor = _retry.Vendor(name=name, key_env="ANTHROPIC_API_KEY", secrets=(key,))
+        self._vendor = _retry.Vendor(
+            name=name, key_env="ANTHROPIC_API_KEY", secrets=(key,), stall_s=stall
+        )
         # An explicit key stops the SDK from looking for profiles or tokens elsewhere.
         self._client = anthropic.Anthropic(
-            api_key=key, base_url=base, http_client=http_client, max_retries=0, open_telemetry=False
+            api_key=key,
+            base_url=base,
+            http_client=http_client,
+            max_retries=0,
+            open_telemetry=False,
+            timeout=anthropic.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
         )
 
     @property
@@ -466,7 +475,7 @@ class AnthropicProvider:
                     api_code=error_type,
                 )
             case anthropic.APITimeoutError() | httpx2.TimeoutException():
-                return _retry.timeout_error(vendor)
+                return _retry.timeout_error(vendor, exc)
             case anthropic.APIConnectionError() | httpx2.TransportError():
                 return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
             case _:

@@ -293,6 +293,7 @@ class OpenAIProvider:
         base_url: str | None = None,
         http_client: httpx2.Client | None = None,
         context_window: int | None = None,
+        stall_timeout: float | None = None,
     ) -> None:
         base = base_url or os.environ.get("OPENAI_BASE_URL") or None
         official = base is None or urlsplit(base).hostname == "api.openai.com"
@@ -307,10 +308,17 @@ class OpenAIProvider:
         self._model = model
         self._official = official
         self._context_window = context_window or context_window_for(model)
+        stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
         name = "OpenAI" if official else f"the server at {_retry.display_url(base or '')}"
-        self._vendor = _retry.Vendor(name=name, key_env="OPENAI_API_KEY", secrets=(key,))
+        self._vendor = _retry.Vendor(
+            name=name, key_env="OPENAI_API_KEY", secrets=(key,), stall_s=stall
+        )
         self._client = openai.OpenAI(
-            api_key=key, base_url=base or OPENAI_URL, http_client=http_client, max_retries=0
+            api_key=key,
+            base_url=base or OPENAI_URL,
+            http_client=http_client,
+            max_retries=0,
+            timeout=openai.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
         )
 
     @property
@@ -370,7 +378,7 @@ class OpenAIProvider:
                     api_code=exc.code,
                 )
             case openai.APITimeoutError() | httpx2.TimeoutException():
-                return _retry.timeout_error(vendor)
+                return _retry.timeout_error(vendor, exc)
             case openai.APIConnectionError():
                 return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
             case httpx2.TransportError():
