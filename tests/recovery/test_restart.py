@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bubu.events import NoticeDismissed, Record, SystemNote, kind_of
+from bubu.events import NoticeDismissed, Record, RecoveryNotice, SystemNote, kind_of
 
 from .harness import (
     Scenario,
@@ -163,6 +163,52 @@ def test_a_second_crash_at_the_same_dispatch_is_blocked_not_looped(tmp_path: Pat
     assert quiet.returncode == 0
     assert last_json_document(quiet.stdout) == []
     assert _prefix(read_log(db)) == _prefix(log), "a blocked session is not retried by itself"
+
+
+def test_deaths_during_model_calls_back_to_back_end_blocked_not_looped(tmp_path: Path) -> None:
+    # A model call has no side effect, so a death during one is retried, but not forever: the
+    # run dies at the call, then two recoveries die at it again, and the third stops.
+    db, _, _, session = _crashed(tmp_path, READ, failpoint="mid_model_call")
+    for _ in range(2):
+        again = bubu(db, "recover", "--json", failpoint="mid_model_call")
+        assert again.returncode == -9, again.stdout + again.stderr
+    blocked = bubu(db, "recover", "--json")
+    assert blocked.returncode == 5, blocked.stdout + blocked.stderr
+    (result,) = last_json_document(blocked.stdout)
+    assert (result["outcome"], result["plan"]) == ("blocked", "blocked")
+    status = bubu_json(db, "status", session, "--json")
+    assert status["status"] == "blocked"
+    assert status["recovery"]["reason"] == (
+        "crash loop: the process died during a model call 3 times in a row, with no answer "
+        "committed in between"
+    )
+    assert bubu(db, "verify").returncode == 0
+    log = read_log(db)
+    assert bubu(db, "recover", "--json").returncode == 0
+    assert _prefix(read_log(db)) == _prefix(log), "a blocked session is not retried by itself"
+
+
+def test_a_death_during_a_model_call_after_progress_starts_the_count_again(
+    tmp_path: Path,
+) -> None:
+    db, _, _, session = _crashed(tmp_path, READ, failpoint="mid_model_call")
+    again = bubu(db, "recover", "--json", failpoint="mid_model_call")
+    assert again.returncode == -9, again.stdout + again.stderr
+    # This recovery gets the answer (one tool call) committed, then dies at the next model call:
+    # the third death during a model call, but not the third in a row.
+    progressed = bubu(db, "recover", "--json", failpoint="mid_model_call@2")
+    assert progressed.returncode == -9, progressed.stdout + progressed.stderr
+    done = bubu(db, "recover", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    status = bubu_json(db, "status", session, "--json")
+    assert status["status"] == "completed"
+    assert status["recovery"]["status"] == "ready"
+    notices = [
+        c.note
+        for r in read_log(db)
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, RecoveryNotice)
+    ]
+    assert [n.dropped_model_calls for n in notices] == [1, 1, 1]
 
 
 def test_status_carries_the_notice_until_dismissed(tmp_path: Path) -> None:

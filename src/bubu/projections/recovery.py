@@ -132,6 +132,12 @@ def _decide(
     )
 
 
+MODEL_CRASH_LOOP = 3
+"""Deaths during model calls, back to back with no answer committed, that block a turn. A model
+call has no side effect, so it is retried a few times (a killed machine, an OOM) before Bubu
+stops and waits for a person."""
+
+
 def plan_recovery(
     records: Sequence[Record],
     effects: Mapping[str, EffectClass],
@@ -157,6 +163,13 @@ def plan_recovery(
                 reason=f"crash loop: {label(c.name, c.arguments)} was already recovered once and the "
                 "process died again at the same call",
             )
-    calls = tuple(_decide(c, effects, observed) for c in dangling)
     dropped = 1 if t.inflight_request is not None else 0
+    if dropped and t.dropped_in_a_row + 1 >= MODEL_CRASH_LOOP:
+        return Plan(
+            kind="blocked",
+            turn=t.turn,
+            reason=f"crash loop: the process died during a model call {t.dropped_in_a_row + 1} "
+            "times in a row, with no answer committed in between",
+        )
+    calls = tuple(_decide(c, effects, observed) for c in dangling)
     return Plan(kind="ready", turn=t.turn, calls=calls, dropped_model_calls=dropped)

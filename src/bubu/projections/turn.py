@@ -74,6 +74,9 @@ class TurnFold:
     open_calls: list[str] = field(default_factory=list)
     unnoticed: list[ToolRecovery] = field(default_factory=list)
     """Recovery decisions committed since the last recovery notice (what the next one must name)."""
+    dropped_in_a_row: int = 0
+    """Recoveries of this turn that dropped an in-flight model call, with no model response
+    committed since the first of them: deaths during model calls, back to back."""
     high_water: int = 0
     _last_invocation: str | None = None
 
@@ -126,6 +129,7 @@ class TurnFold:
             self.calls, self.open_calls = {}, []
             self.awaiting_model, self.inflight_request = True, None
             self.cut_off = False
+            self.dropped_in_a_row = 0
         elif isinstance(n, TurnEnded):
             self.open, self.end_reason, self.awaiting_model = False, n.reason, False
             self.inflight_request = None
@@ -136,6 +140,8 @@ class TurnFold:
             self.inflight_request = n
         elif isinstance(n, RecoveryNotice):
             self.unnoticed = []
+            if n.dropped_model_calls:
+                self.dropped_in_a_row += 1
 
     def _model(self, r: Record, c: object) -> None:
         inv = r.event.invocation
@@ -145,6 +151,7 @@ class TurnFold:
             self.steps_in_run += 1
             self.awaiting_model = False
             self.inflight_request = None
+            self.dropped_in_a_row = 0
         if isinstance(c, FunctionCall):
             self.calls[c.call_id] = CallState(
                 call_id=c.call_id,
