@@ -89,7 +89,8 @@ def test_sigterm_during_a_tool_suspends_in_order_and_resume_continues(tmp_path: 
     assert results(records)[-1].is_error
     # The command was cut off by the shutdown: the model is told so when the turn resumes.
     assert results(records)[-1].result == (
-        "(no output)\nstopped by the user; the command and its processes were killed"
+        "(no output)\nstopped by an orderly shutdown of Bubu (SIGTERM); the command and its "
+        "processes were killed"
     )
     assert turn_end(records).reason == "suspended"
     suspended = assert_kept(before, db)

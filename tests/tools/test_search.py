@@ -181,3 +181,6 @@ def test_a_stopped_search_is_an_error_result(
     result = tools["grep"].run({"pattern": "TODO"}, ctx, None)
     assert result.is_error
     assert "stopped by the user" in result.output
+    ctx.stopped_by = lambda: "stopped because another runner took this session over"
+    result = tools["grep"].run({"pattern": "TODO"}, ctx, None)
+    assert "stopped because another runner took this session over" in result.output

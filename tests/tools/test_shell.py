@@ -175,6 +175,25 @@ def test_a_stop_kills_the_command(tools: dict[str, Tool], ws: Path, ctx: ToolCon
     assert not alive(pid)
 
 
+def test_a_stopped_command_says_who_stopped_it(
+    tools: dict[str, Tool], ws: Path, ctx: ToolContext
+) -> None:
+    ctx.stopped_by = lambda: "stopped by an orderly shutdown of Bubu (SIGTERM)"
+    results: list[ToolResult] = []
+    worker = threading.Thread(
+        target=lambda: results.append(run(tools, ctx, "echo $$ > pid; sleep 300"))
+    )
+    worker.start()
+    pid = wait_for(ws / "pid")
+    ctx.cancel.set()
+    worker.join(60)
+    assert [r.output for r in results] == [
+        "(no output)\nstopped by an orderly shutdown of Bubu (SIGTERM); the command and its "
+        "processes were killed"
+    ]
+    assert not alive(pid)
+
+
 def test_a_stop_before_the_start_runs_nothing(
     tools: dict[str, Tool], ws: Path, ctx: ToolContext
 ) -> None:

@@ -66,6 +66,11 @@ from bubu.providers.base import (
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 
 StopReason = Literal["stopped", "suspended", "lease_lost"]
+_STOPPED_BY: dict[StopReason, str] = {
+    "stopped": "stopped by the user",
+    "suspended": "stopped by an orderly shutdown of Bubu (SIGTERM)",
+    "lease_lost": "stopped because another runner took this session over",
+}
 
 
 class Observer(Protocol):
@@ -258,6 +263,10 @@ class Runner:
         if self._stop is None:
             self._stop = reason
         self._stop_event.set()
+
+    def _stopped_by(self) -> str:
+        """Who stopped this run, in the words a cut-off tool result uses."""
+        return _STOPPED_BY[self._stop or "stopped"]
 
     def _check_stop(self) -> None:
         if self._stop is not None:
@@ -524,6 +533,7 @@ class Runner:
             workspace=Path(self.session.workspace),
             timeout_s=self.config.tool_timeout_s,
             cancel=self._stop_event,
+            stopped_by=self._stopped_by,
             outside_allowed=outside_allowed,
             blob=self.read_blob,
         )

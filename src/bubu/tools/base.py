@@ -53,12 +53,15 @@ class ToolContext:
     """What a running tool may use.
 
     `workspace` is resolved; `outside_allowed` holds paths the user allowed outside it;
-    `cancel` is set when the user stops the turn; `blob` reads offloaded results by sha-256.
+    `cancel` is set when the run is stopped, and `stopped_by()` then says who stopped it, in
+    words for the model ("stopped by the user", "stopped by an orderly shutdown" …); `blob` reads
+    offloaded results by sha-256.
     """
 
     workspace: Path
     timeout_s: float = 120.0
     cancel: threading.Event = field(default_factory=threading.Event)
+    stopped_by: Callable[[], str] = lambda: "stopped by the user"
     outside_allowed: bool = False
     blob: Callable[[str], bytes | None] | None = None
 

@@ -350,7 +350,9 @@ class MCPServers:
                 if ctx.cancel.is_set() or waited > ctx.timeout_s + 5:
                     fut.cancel()
                     why = (
-                        "stopped" if ctx.cancel.is_set() else f"timed out after {ctx.timeout_s:g} s"
+                        f"was {ctx.stopped_by()}"
+                        if ctx.cancel.is_set()
+                        else f"timed out after {ctx.timeout_s:g} s"
                     )
                     return ToolResult(output=f"{server}/{tool} {why}", is_error=True)
             except cf.CancelledError:

@@ -121,7 +121,7 @@ def walk_files(ctx: ToolContext, root: str) -> Iterator[str]:
         return
     for dirpath, dirnames, filenames in os.walk(root):
         if ctx.cancel.is_set():
-            raise ToolError("stopped by the user before the search finished")
+            raise ToolError(f"{ctx.stopped_by()} before the search finished")
         dirnames[:] = sorted(d for d in dirnames if d not in JUNK_DIRS)
         for name in sorted(filenames):
             yield os.path.join(dirpath, name)

@@ -256,12 +256,12 @@ def _signal_name(number: int) -> str:
         return ""
 
 
-def _status(done: Completed, timeout_s: float) -> str:
+def _status(done: Completed, timeout_s: float, stopped_by: str) -> str:
     match done.ending:
         case "timed_out":
             return f"timed out after {timeout_s:g}s; the command and its processes were killed"
         case "stopped":
-            return "stopped by the user; the command and its processes were killed"
+            return f"{stopped_by}; the command and its processes were killed"
         case "exited" | "held":
             code = done.returncode
             if code < 0:
@@ -313,7 +313,7 @@ class RunCommand(BuiltinTool):
             raise ToolError("the turn was stopped before the command started; it did not run")
         done = run_shell(command, workspace_root(ctx), timeout_s, ctx.cancel)
         body = done.output.rstrip("\n") if done.total_bytes else "(no output)"
-        status = _status(done, timeout_s)
+        status = _status(done, timeout_s, ctx.stopped_by())
         return ToolResult(
             output=f"{body}\n{status}",
             is_error=done.ending in ("timed_out", "stopped"),
