@@ -105,9 +105,9 @@ class _Note(_Base, frozen=True, kw_only=True, tag_field="note"):
 class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     """A turn opened: the session now has an open turn until a `TurnEnded`.
 
-    The permission policy the user gave the turn (`yes`, `allow_commands`) and a custom system
-    prompt are recorded so that a recovery after a crash runs the same way, not under whatever the
-    next command says.
+    The permission policy the user gave the turn (`yes`, `allow_commands`), a custom system
+    prompt and the MCP configuration are recorded so that a recovery after a crash runs the same
+    way, not under whatever the next command says.
     """
 
     model: str
@@ -118,6 +118,9 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     """A custom system prompt (None: Bubu's own), so a recovered run asks the model the same way."""
     context_window: int | None = None
     """A window the user set for this turn (None: the model's own), so budgets stay the same."""
+    mcp_config: str | None = None
+    """The MCP configuration file the turn's tools came from (its path, never its contents, which
+    may hold credentials), so a recovery offers the same tools."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):

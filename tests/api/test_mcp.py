@@ -30,6 +30,7 @@ from mcp.types import (
 from bubu.api import Agent
 from bubu.engine.permissions import Policy
 from bubu.errors import ConfigError
+from bubu.events import SystemNote
 from bubu.log.sqlite import SQLiteStore
 from bubu.projections.recovery import INTERRUPTED
 from bubu.projections.status import fold_status
@@ -305,6 +306,98 @@ def test_a_crash_reruns_trusted_reads_and_never_untrusted_calls(
     assert notice is not None
     assert notice.silent_retries[0] == "ro__lookup"
     assert notice.pending_review == ["rw__bump"]
+
+
+def _cli(
+    db: Path, home: Path, *args: str, failpoint: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUBU_")}
+    env["BUBU_HOME"] = str(home)
+    if failpoint is not None:
+        env["BUBU_FAILPOINT"] = failpoint
+    return subprocess.run(
+        [sys.executable, "-m", "bubu", "--db", str(db), *args],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _turn_mcp(db: Path) -> list[str | None]:
+    with SQLiteStore(db) as store:
+        (info,) = store.sessions()
+        notes = [r.event.content for r in store.read(info.id, kinds=["turn_started"])]
+    return [n.note.mcp_config for n in notes if isinstance(n, SystemNote)]  # type: ignore[union-attr]
+
+
+def test_a_cli_recovery_offers_the_mcp_servers_the_turn_started_with(
+    web_url: str, tallies: Path, script: Script, tmp_path: Path, ws: Path
+) -> None:
+    model = script(
+        [
+            {"tool_calls": [call("ro__lookup", key="first")]},
+            {"tool_calls": [call("ro__lookup", key="second")]},
+            {"text": "looked up"},
+        ]
+    )
+    home = tmp_path / "home"  # no mcp.json here: only the file given to `run` has the servers
+    home.mkdir()
+    custom = tmp_path / "elsewhere" / "servers.json"
+    custom.parent.mkdir()
+    custom.write_text(json.dumps(_config(web_url, tallies, "cli-")))
+    db = tmp_path / "bubu.db"
+    run = _cli(db, home, "run", "look it up", "-w", str(ws), "-m", model, "--mcp", str(custom),
+               failpoint="mid_tool")  # fmt: skip
+    assert run.returncode == -9, run.stdout + run.stderr
+    assert _turn_mcp(db) == [str(custom.resolve())]
+
+    recovered = _cli(db, home, "recover", "--json")
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    with SQLiteStore(db) as store:
+        (info,) = store.sessions()
+        records = store.read(info.id)
+        assert store.verify(info.id).ok
+    results = [(cs[0].name, cs[0].result) for cs in outcomes(records).values()]
+    assert results == [
+        ("ro__lookup", "the value of first is FIRST"),  # re-run silently, through the same servers
+        ("ro__lookup", "the value of second is SECOND"),
+    ]
+    assert fold_status(records).state == "completed"
+    assert _lines(tallies / "cli-ro.txt").count("lookup second") == 1
+
+
+def test_a_cli_recovery_whose_mcp_file_is_gone_says_so_and_keeps_the_turn(
+    web_url: str, tallies: Path, script: Script, tmp_path: Path, ws: Path
+) -> None:
+    model = script([{"tool_calls": [call("ro__lookup", key="gone")]}, {"text": "done"}])
+    home = tmp_path / "home"
+    home.mkdir()
+    custom = tmp_path / "servers.json"
+    custom.write_text(json.dumps(_config(web_url, tallies, "gone-")))
+    db = tmp_path / "bubu.db"
+    run = _cli(db, home, "run", "look it up", "-w", str(ws), "-m", model, "--mcp", str(custom),
+               failpoint="mid_tool")  # fmt: skip
+    assert run.returncode == -9, run.stdout + run.stderr
+    custom.unlink()
+
+    refused = _cli(db, home, "recover")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"bubu: error: the turn was started with the MCP servers in {custom.resolve()}, which no "
+        "longer exists; restore it, or pass --mcp FILE to continue with other servers"
+    )
+    with SQLiteStore(db) as store:
+        (info,) = store.sessions()
+        assert fold_status(store.read(info.id)).state == "open", "nothing was decided"
+
+    # Naming the servers explicitly is the user's choice, and the turn goes on with them.
+    custom.write_text(json.dumps(_config(web_url, tallies, "gone-")))
+    moved = tmp_path / "moved.json"
+    custom.rename(moved)
+    again = _cli(db, home, "recover", "--mcp", str(moved))
+    assert again.returncode == 0, again.stdout + again.stderr
+    with SQLiteStore(db) as store:
+        (info,) = store.sessions()
+        assert fold_status(store.read(info.id)).state == "completed"
 
 
 # ---- configuration ------------------------------------------------------------------------------

@@ -13,8 +13,11 @@ import pytest
 from bubu.engine.driver import StopReason
 from bubu.engine.permissions import Policy
 from bubu.engine.session import new_session, resume_turn, start_turn
-from bubu.events import TurnEndReason
+from bubu.errors import ConfigError
+from bubu.events import SystemNote, TurnEndReason, TurnStarted
 from bubu.log.sqlite import SQLiteStore
+from bubu.projections.turn import fold
+from bubu.tools import Tool, builtin_tools
 
 from .helpers import (
     call,
@@ -108,3 +111,51 @@ def test_a_stop_while_waiting_for_the_model_ends_the_turn(
     records = sqlite_store.read(info.id)
     assert turn_end(records).reason == "stopped"
     assert not any(r.event.role == "model" for r in records), "a cut-off response is not committed"
+
+
+def test_a_resumed_turn_gets_the_tools_of_the_mcp_file_it_was_started_with(
+    tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [{"tool_calls": [call("run_command", command=SLOW)]}, {"text": "after"}],
+    )
+    servers = tmp_path / "servers.json"
+    servers.write_text("{}")
+    provider = scripted(script)
+    info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
+    host = make_host(sqlite_store, provider, policy=Policy(yes=True))
+    host.mcp_config = str(servers)
+    thread, _ = _in_thread(lambda: start_turn(host, info, "t"))
+    wait_for((ws / "pid.txt").exists, "the command to start")
+    assert host.runner is not None
+    host.runner.request_stop("suspended")
+    thread.join(60)
+
+    asked: list[str] = []
+
+    def load_tools(path: str) -> dict[str, Tool]:
+        asked.append(path)
+        return builtin_tools()
+
+    again = make_host(sqlite_store, scripted(script))  # no MCP file of its own
+    again.load_tools = load_tools
+    assert resume_turn(again, info) == "completed"
+    assert asked == [str(servers)]
+    opened = [
+        c.note
+        for r in sqlite_store.read(info.id, kinds=["turn_started"])
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnStarted)
+    ]
+    assert [n.mcp_config for n in opened] == [str(servers), str(servers)]
+
+    # Tools the user chose (no loader) are kept, and a file that is gone is a clear error.
+    fixed = make_host(sqlite_store, scripted(script))
+    fixed.adopt_turn_tools(fold(sqlite_store.read(info.id)))
+    assert fixed.mcp_config is None
+    servers.unlink()
+    gone = make_host(sqlite_store, scripted(script))
+    gone.load_tools = load_tools
+    with pytest.raises(ConfigError, match=r"servers\.json, which no longer exists; restore it"):
+        gone.adopt_turn_tools(fold(sqlite_store.read(info.id)))
+    assert asked == [str(servers)]

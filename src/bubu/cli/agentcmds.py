@@ -6,6 +6,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -119,6 +120,7 @@ def model_options(f: Any) -> Any:
 def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> Host:
     """A Host for the CLI: provider, built-in tools, policy and the terminal as asker."""
     from bubu.tools import host_tools
+    from bubu.tools.mcp import default_config_path
 
     provider = resolve(
         model,
@@ -127,10 +129,16 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         thinking_budget=opts.get("thinking"),
         stall_timeout=opts.get("stall_timeout"),
     )
+    # An MCP file the user named is their choice; without one, a recovered or resumed turn gets
+    # the servers it was started with (recorded with the turn).
+    chosen = opts.get("mcp")
+    mcp = Path(chosen).expanduser() if chosen else default_config_path()
     return Host(
         store=store,
         provider=provider,
-        tools=host_tools(opts.get("mcp")),
+        tools=host_tools(str(mcp) if mcp is not None else None),
+        mcp_config=str(mcp.resolve()) if mcp is not None else None,
+        load_tools=None if chosen else host_tools,
         policy=Policy(yes=bool(opts.get("yes")), allow_commands=tuple(opts.get("allow") or ())),
         asker=observer.ask,
         observer=observer,

@@ -102,14 +102,17 @@ def submit_cmd(
         click.echo(info.id)
 
 
-def equip(info: SessionInfo) -> tuple[Provider, dict[str, Tool]]:
-    """The model recorded with the session, and the built-in tools."""
+def equip(info: SessionInfo, mcp: str | None = None) -> tuple[Provider, dict[str, Tool]]:
+    """The model recorded with the session, the built-in tools and those of the MCP servers in
+    `mcp` (default ``$BUBU_HOME/mcp.json`` when it exists)."""
     from bubu.providers import resolve
-    from bubu.tools import builtin_tools
+    from bubu.tools import builtin_tools, tool_table
+    from bubu.tools.mcp import connect
 
     if not info.model:
         raise ConfigError(f"session {info.id} has no model recorded; it cannot run in the fleet")
-    return resolve(info.model), builtin_tools()
+    tools = tool_table([*builtin_tools().values(), *connect(mcp)], where="the worker's tools")
+    return resolve(info.model), tools
 
 
 def _say(line: str) -> None:
@@ -129,6 +132,9 @@ def _say(line: str) -> None:
               help="Seconds between looks for work while idle.")  # fmt: skip
 @click.option("--tool-timeout", type=float, default=600.0, show_default=True,
               help="Seconds per tool call.")  # fmt: skip
+@click.option("--mcp", "mcp", default=None, envvar="BUBU_MCP", metavar="FILE",
+              type=click.Path(dir_okay=False),
+              help="MCP servers to offer tools from (default $BUBU_HOME/mcp.json if present).")  # fmt: skip
 @pass_ctx
 def worker_cmd(
     ctx: Ctx,
@@ -141,6 +147,7 @@ def worker_cmd(
     lease_ttl: float,
     poll: float,
     tool_timeout: float,
+    mcp: str | None,
 ) -> None:
     """Claim sessions with work (queued tasks, turns whose runner died) and run them.
 
@@ -162,7 +169,9 @@ def worker_cmd(
     run = RunConfig(max_steps=None, lease_ttl_s=lease_ttl, tool_timeout_s=tool_timeout)
     config = WorkerConfig(concurrency=concurrency, once=once, idle_exit_s=idle_exit,
                           poll_s=poll, run=run)  # fmt: skip
-    worker = Worker(open_slot=open_slot, equip=equip, config=config, log=_say)
+    worker = Worker(
+        open_slot=open_slot, equip=lambda info: equip(info, mcp), config=config, log=_say
+    )
     received = 0
 
     def on_signal(signum: int, _: object) -> None:

@@ -32,7 +32,7 @@ from bubu.projections.recovery import (
     plan_recovery,
 )
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
-from bubu.projections.turn import CallState
+from bubu.projections.turn import CallState, fold
 
 Outcome = TurnEndReason | Literal["blocked", "busy", "nothing"] | None
 
@@ -99,6 +99,7 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
     try:
         records = store.read(info.id)
         report = store.verify(info.id)
+        host.adopt_turn_tools(fold(records))
         effects = {name: t.effect for name, t in host.tools.items()}
         plan = plan_recovery(
             records,

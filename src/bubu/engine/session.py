@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +14,7 @@ from bubu.engine.permissions import Asker, Policy, nobody
 from bubu.errors import BubuError, ConfigError
 from bubu.events import SystemNote, Text, TurnEndReason, TurnStarted, make
 from bubu.log.store import SessionInfo, Store
-from bubu.projections.turn import TurnFold
+from bubu.projections.turn import TurnFold, fold
 from bubu.providers.base import Provider
 from bubu.tools.base import Tool
 
@@ -33,7 +33,26 @@ class Host:
     owner: str = field(default_factory=owner_id)
     prompt: str | None = None
     """A custom system prompt (recorded with each turn it starts)."""
+    mcp_config: str | None = None
+    """The MCP configuration file `tools` came from (recorded with each turn it starts)."""
+    load_tools: Callable[[str], dict[str, Tool]] | None = None
+    """How to build the tools of another MCP configuration, so that a recovered or resumed turn
+    gets the tools it was started with; None when the tools are fixed (the user chose them)."""
     runner: Runner | None = None
+
+    def adopt_turn_tools(self, turn: TurnFold) -> None:
+        """Offer the tools of the MCP configuration `turn` was started with, when it differs
+        from this host's and the host's tools were not chosen explicitly."""
+        wanted = turn.mcp_config
+        if wanted is None or wanted == self.mcp_config or self.load_tools is None:
+            return
+        if not Path(wanted).is_file():
+            raise ConfigError(
+                f"the turn was started with the MCP servers in {wanted}, which no longer exists; "
+                "restore it, or pass --mcp FILE to continue with other servers"
+            )
+        self.tools = self.load_tools(wanted)
+        self.mcp_config = wanted
 
     @contextmanager
     def runner_for(self, session: SessionInfo) -> Iterator[Runner]:
@@ -106,6 +125,7 @@ def start_turn(host: Host, session: SessionInfo, task: str) -> TurnEndReason | N
 
 def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
     """Reopen the last turn if it was stopped or suspended and continue it without new input."""
+    host.adopt_turn_tools(fold(host.store.read(session.id, kinds=("turn_started",))))
     with host.runner_for(session) as runner:
         t = runner.turn
         if t.open:
@@ -132,4 +152,5 @@ def _turn_started(host: Host, previous: TurnFold | None = None) -> TurnStarted:
         allow_commands=list(dict.fromkeys([*p.allow_commands, *host.policy.allow_commands])),
         system_prompt=host.prompt if host.prompt is not None else p.system_prompt,
         context_window=host.config.context_window or p.context_window,
+        mcp_config=host.mcp_config if host.mcp_config is not None else p.mcp_config,
     )

@@ -61,6 +61,7 @@ class TurnFold:
     allow_commands: tuple[str, ...] = ()
     system_prompt: str | None = None
     context_window: int | None = None
+    mcp_config: str | None = None
     run: str | None = None
     runs: int = 0
     steps_in_run: int = 0
@@ -126,6 +127,7 @@ class TurnFold:
             self.yes, self.allow_commands = n.yes, tuple(n.allow_commands)
             self.system_prompt = n.system_prompt
             self.context_window = n.context_window
+            self.mcp_config = n.mcp_config
             self.calls, self.open_calls = {}, []
             self.awaiting_model, self.inflight_request = True, None
             self.cut_off = False
