@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from bubu.engine.worker import REQUEST_KINDS
 from bubu.errors import AppendConflict
-from bubu.events import Event, Info, SystemNote, Text, kind_of
+from bubu.events import Event, Info, SystemNote, Text, Thinking, kind_of
 from bubu.log import codec
 from bubu.log.migrations import INDEXED_KINDS, SQLITE_MIGRATIONS
 from bubu.log.sqlite import SQLiteStore
+from bubu.projections.status import BOUNDARY_KINDS
 
 from .samples import ACTION_NAMES, BLOB, CONTENT_KINDS, NOTE_KINDS, session_events
 
@@ -141,8 +143,10 @@ def _insert_behind_the_stores_back(store: SQLiteStore, sid: str, event: Event) -
 def test_the_indexed_kinds_are_kinds_and_leave_the_per_step_ones_out() -> None:
     assert set(INDEXED_KINDS) <= CONTENT_KINDS | NOTE_KINDS | ACTION_NAMES
     # What every agent step writes stays on the one-statement append path.
-    per_step = {"text", "thinking", "function_call", "function_response"}
-    assert not set(INDEXED_KINDS) & (per_step | {"model_request", "tool_dispatch"})
+    per_step = {"thinking", "function_call", "function_response", "model_request", "tool_dispatch"}
+    assert not set(INDEXED_KINDS) & per_step
+    # What a status, the worker's queue and recovery fold from is read through the index.
+    assert set(BOUNDARY_KINDS) | set(REQUEST_KINDS) <= set(INDEXED_KINDS)
 
 
 def test_every_append_path_indexes_the_indexed_kinds(sqlite_store: SQLiteStore) -> None:
@@ -212,14 +216,17 @@ def test_a_writer_whose_cached_head_went_stale_gets_a_conflict_not_a_fork(
     sqlite_store: SQLiteStore, make_event: EventFactory
 ) -> None:
     sid = sqlite_store.create_session(title="t", workspace="/w").id
-    sqlite_store.append(sid, [make_event(sid, Text(text="a"))], expect=0)
+    sqlite_store.append(sid, [make_event(sid, Thinking(text="a"))], expect=0)
     # Another writer appends an event of a kind that is not indexed: the log stays whole.
-    _insert_behind_the_stores_back(sqlite_store, sid, make_event(sid, Text(text="b")))
+    _insert_behind_the_stores_back(sqlite_store, sid, make_event(sid, Thinking(text="b")))
     assert sqlite_store.verify(sid).ok
-    late = make_event(sid, Text(text="late"))
+    late = make_event(sid, Thinking(text="late"))
     with pytest.raises(AppendConflict) as e:
         sqlite_store.append(sid, [late], expect=1, durable=True)
     assert (e.value.expected, e.value.actual) == (1, 2)
-    assert [r.event.content for r in sqlite_store.read(sid)] == [Text(text="a"), Text(text="b")]
+    assert [r.event.content for r in sqlite_store.read(sid)] == [
+        Thinking(text="a"),
+        Thinking(text="b"),
+    ]
     assert sqlite_store.append(sid, [late], expect=2).high_water == 3
     assert sqlite_store.verify(sid).ok

@@ -128,7 +128,8 @@ def test_without_its_upgrader_an_older_event_is_not_misread() -> None:
 
 
 def _raw_insert(path: str, session: str, payloads: list[bytes]) -> None:
-    """Append rows straight into the file, with a correct chain, as an older Bubu would have."""
+    """Append text rows straight into the file, with a correct chain and their kind_index rows,
+    as a Bubu of an older event schema would have."""
     raw = sqlite3.connect(path, isolation_level=None)
     try:
         (sid,) = raw.execute("SELECT sid FROM sessions WHERE id = ?", (session,)).fetchone()
@@ -143,6 +144,7 @@ def _raw_insert(path: str, session: str, payloads: list[bytes]) -> None:
                 "INSERT INTO events(pos, kind, payload, hash) VALUES (?,?,?,?)",
                 ((sid << 32) | seq, "text", payload, prev),
             )
+            raw.execute("INSERT INTO kind_index(sid, kind, seq) VALUES (?, 'text', ?)", (sid, seq))
     finally:
         raw.close()
 

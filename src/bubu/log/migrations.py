@@ -28,6 +28,7 @@ def _immutable(table: str) -> tuple[str, ...]:
 
 
 INDEXED_KINDS = (
+    "text",
     "turn_started",
     "turn_ended",
     "run_started",
@@ -41,8 +42,9 @@ INDEXED_KINDS = (
     "permission_decision",
     "tool_recovery",
 )
-"""The kinds a read may ask for on their own: a few per turn at most, so SQLite indexes them by
-kind (in `kind_index`). Every other kind — text, thinking, calls, results, the per-call
+"""The kinds a session's status is folded from (`BOUNDARY_KINDS`): user requests, answers and the
+boundaries of turns and runs, a few per turn, so SQLite indexes them by kind (in `kind_index`)
+and a status never scans the log. Every other kind — thinking, calls, results, the per-call
 `model_request` notes and `tool_dispatch` facts — is written every step and read by seq range."""
 INDEXED_KINDS_SQL = "kind IN (" + ", ".join(f"'{k}'" for k in INDEXED_KINDS) + ")"
 
