@@ -26,6 +26,11 @@ def _batch(session: str, rng: random.Random, n: int) -> tuple[list[Event], list[
                 call_id=f"call_{n}_{i}", name="run_command", result="(offloaded)", blob=ref
             )
             blobs.append(data)
+        elif rng.random() < 0.5:
+            # A call's result, inline: alone in its append it takes the one-statement path.
+            content = FunctionResponse(
+                call_id=f"call_{n}_{i}", name="grep", result="y" * rng.randint(0, 3000)
+            )
         else:
             content = Text(text=f"append {n}.{i} " + "x" * rng.randint(0, 3000))
         events.append(make(session=session, role="model", author="agent", ts=n, content=content))
