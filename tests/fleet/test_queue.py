@@ -195,3 +195,26 @@ def test_the_migration_derives_the_queue_from_logs_written_before_it(
         q = WorkQueue(again)
         assert (q.state(queued), q.state(open_), q.state(done)) == ("queued", "open", "idle")
         assert [v for v, _ in again.migrations()] == [1, 2]
+
+
+def test_a_machine_whose_clock_runs_ahead_never_judges_a_live_lease_dead(
+    pg: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bubu import clock
+    from bubu.engine.recovery import needs_recovery, recover_session
+    from bubu.engine.session import Host
+    from bubu.providers.scripted import ScriptedProvider
+
+    info = new(pg)
+    s = info.id
+    add(pg, s, user(s), note(s, TurnStarted(model="m")), note(s, RunStarted(cause="new")))
+    # A worker on another machine holds the lease for 30 s more, by the database's clock.
+    held = pg.acquire_lease(s, "worker-host-b:4242:abc", 30)
+    assert not needs_recovery(pg, info)
+    real = clock.now_ms
+    monkeypatch.setattr(clock, "now_ms", lambda: real() + 120_000)  # this machine: 2 min ahead
+    assert abs(pg.now_ms() - real()) < 5_000, "the database's clock is not this machine's"
+    assert not needs_recovery(pg, info), "the live lease was judged by the local clock"
+    host = Host(store=pg, provider=ScriptedProvider("/dev/null"), tools={})
+    assert recover_session(host, info).outcome == "busy", "a live lease is never stolen"
+    assert pg.current_lease(s) == held

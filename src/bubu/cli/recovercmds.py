@@ -116,4 +116,4 @@ def dismiss_cmd(ctx: Ctx, /, session: str) -> None:
 def _free(store: Any, session: str) -> bool:
     from bubu.engine.recovery import lease_is_stale
 
-    return lease_is_stale(store.current_lease(session), clock.now_ms())
+    return lease_is_stale(store.current_lease(session), store.now_ms())

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from bubu import clock, failpoints
+from bubu import failpoints
 from bubu.engine.driver import Observer, Runner
 from bubu.engine.session import Host
 from bubu.errors import BubuError, LeaseError
@@ -70,7 +70,7 @@ def needs_recovery(store: Store, info: SessionInfo) -> bool:
     st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
     if st.state != "open":
         return False
-    return lease_is_stale(store.current_lease(info.id), clock.now_ms())
+    return lease_is_stale(store.current_lease(info.id), store.now_ms())
 
 
 def observe(paths: list[str]) -> dict[str, str | None]:
@@ -84,7 +84,7 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
     """Take the lease, plan, commit the recovery facts and the notice, then continue the turn."""
     store = host.store
     current = store.current_lease(info.id)
-    steal = lease_is_stale(current, clock.now_ms())
+    steal = lease_is_stale(current, store.now_ms())
     try:
         # Steal only the lease judged dead: another recoverer may have taken it since.
         lease = store.acquire_lease(

@@ -15,6 +15,7 @@ from typing import Literal, Self
 
 import msgspec
 
+from bubu import clock
 from bubu.errors import UnknownSession
 from bubu.events import Event, Record
 
@@ -255,6 +256,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def current_lease(self, session: str) -> Lease | None:
         """The lease row for the session, expired or not, if any."""
+
+    def now_ms(self) -> int:
+        """The clock leases are timed by, in Unix milliseconds: this machine's for an embedded
+        database, the server's for a shared one (so a machine whose clock is off never judges a
+        live lease expired)."""
+        return clock.now_ms()
 
     # -- derived views --------------------------------------------------------------------------
 

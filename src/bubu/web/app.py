@@ -288,7 +288,7 @@ def dismiss_notice(store: Store, session: str) -> bool:
             return False
         from bubu.engine.recovery import lease_is_stale
 
-        free = lease_is_stale(store.current_lease(session), clock.now_ms())
+        free = lease_is_stale(store.current_lease(session), store.now_ms())
         lease = store.acquire_lease(session, owner_id(), 10, steal=False) if free else None
         ev = make(
             session=session, turn=None, role="system", author="user", ts=clock.now_ms(),

@@ -13,7 +13,6 @@ from typing import Literal
 
 import msgspec
 
-from bubu import clock
 from bubu.engine.recovery import lease_is_stale
 from bubu.events import (
     JSON,
@@ -211,7 +210,7 @@ def state_of(store: Store, info: SessionInfo, st: Status) -> State:
     """`running` when the open turn's runner holds a live lease, `open turn` when it died."""
     if st.state != "open":
         return st.state
-    stale = lease_is_stale(store.current_lease(info.id), clock.now_ms())
+    stale = lease_is_stale(store.current_lease(info.id), store.now_ms())
     return "open turn" if stale else "running"
 
 
