@@ -11,7 +11,7 @@ from typing import Any, Literal
 import pytest
 from starlette.testclient import TestClient
 
-from bubu.events import Info, NoticeDismissed, PermissionDecision, SystemNote, make
+from bubu.events import Info, NoticeDismissed, PermissionDecision, SystemNote, TurnStarted, make
 from bubu.log.codec import sha256_hex
 from bubu.log.sqlite import SQLiteStore
 from bubu.projections.status import fold_status
@@ -385,6 +385,32 @@ def test_stop_answers_a_waiting_permission_with_nobody(client: TestClient, tmp_p
     assert tool(d, "run_command")["result_head"] == "not run: the turn was stopped"
 
 
+def test_a_new_task_runs_allow_listed_commands_without_asking(
+    client: TestClient, recovered_store: SQLiteStore, tmp_path: Path
+) -> None:
+    ws = tmp_path / "allowed"
+    ws.mkdir()
+    spec = write_script(tmp_path / "allowed.jsonl", PERMISSION_SCRIPT)
+    r = client.post(
+        "/api/sessions",
+        json={"task": "greet", "workspace": str(ws), "model": spec,
+              "allow_commands": ["echo hello-*", " ", "git status"]},
+    )  # fmt: skip
+    assert r.status_code == 201, r.text
+    sid = str(r.json()["session"])
+    wait_for(lambda: status(client, sid) == "completed", what="the turn to end")
+    d = detail(client, sid)
+    assert tool(d, "run_command")["result_head"].startswith("hello-from-bubu")
+    records = recovered_store.read(sid)
+    assert not any(r.event.actions and r.event.actions.permission_request for r in records)
+    (opened,) = [
+        c.note
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnStarted)
+    ]
+    assert opened.allow_commands == ["echo hello-*", "git status"]  # recorded with the turn
+
+
 def test_bad_requests_get_one_sentence(client: TestClient, tmp_path: Path) -> None:
     def error(r: Any, code: int) -> str:
         assert r.status_code == code, r.text
@@ -405,5 +431,12 @@ def test_bad_requests_get_one_sentence(client: TestClient, tmp_path: Path) -> No
     )
     assert "not valid" in error(client.post("/api/sessions", content=b"{"), 400)
     assert "not valid" in error(client.post("/api/sessions", json={"task": "t", "extra": 1}), 400)
+    assert "not valid" in error(
+        client.post(
+            "/api/sessions",
+            json={"task": "t", "workspace": ws, "model": spec, "allow_commands": "echo *"},
+        ),
+        400,
+    )
     assert "no session" in error(client.get("/api/sessions/ses_nope"), 404)
     assert client.get("/api/sessions").json()["sessions"][0]["title"] == CRASH_TASK

@@ -205,6 +205,29 @@ def test_approve_a_permission_request_and_see_the_tool_run(
     expect(page.locator(".session-head .badge")).to_have_text("completed")
 
 
+def test_a_new_task_with_an_allow_list_runs_the_command_without_asking(
+    page: Page, site: Site, tmp_path: Path
+) -> None:
+    ws = site.root / "allow-listed"
+    ws.mkdir()
+    spec = write_script(tmp_path / "allowed.jsonl", [
+        {"tool_calls": [{"name": "run_command", "arguments": {"command": "echo allowed-run"}}]},
+        {"text": "Ran it without asking."},
+    ])  # fmt: skip
+    page.goto(site.url())
+    page.click("#new-task-open")
+    page.fill("#nt-task", "Run the allowed command")
+    page.fill("#nt-workspace", str(ws))
+    page.fill("#nt-model", spec)
+    page.fill("#nt-allow", "pytest*, echo allowed-*")
+    page.click("#new-task-start")
+    tool = page.locator(".tool", has_text="echo allowed-run")
+    expect(tool.locator(".tool-status")).to_have_text("completed")
+    expect(page.locator(".msg.assistant .text").last).to_have_text("Ran it without asking.")
+    expect(page.locator(".perm")).to_have_count(0)
+    expect(page.locator(".session-head .badge")).to_have_text("completed")
+
+
 def test_a_running_session_updates_without_a_reload(page: Page, site: Site, tmp_path: Path) -> None:
     ws = site.root / "slow"
     ws.mkdir()

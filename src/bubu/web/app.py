@@ -49,6 +49,8 @@ class StartTask(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     task: str
     workspace: str
     model: str = ""
+    allow_commands: list[str] = msgspec.field(default_factory=list)
+    """Shell-style patterns of commands that run without asking (recorded with the turn)."""
 
 
 class FollowUp(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -152,7 +154,12 @@ def create_app(
 
             model = default_model()
         info = await _threaded(
-            lambda: manager.start_task(task=body.task, workspace=body.workspace, model=model)
+            lambda: manager.start_task(
+                task=body.task,
+                workspace=body.workspace,
+                model=model,
+                allow_commands=body.allow_commands,
+            )
         )
         return json(Done(session=info.id, action="start"), 201)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bubu.engine.driver import RunConfig
 from bubu.engine.permissions import Answer, Policy
@@ -228,10 +228,15 @@ class RunManager:
 
     # -- actions ------------------------------------------------------------------------------
 
-    def start_task(self, *, task: str, workspace: str, model: str) -> SessionInfo:
-        """Create a session in `workspace` and run `task` as its first turn in the background."""
+    def start_task(
+        self, *, task: str, workspace: str, model: str, allow_commands: Sequence[str] = ()
+    ) -> SessionInfo:
+        """Create a session in `workspace` and run `task` as its first turn in the background;
+        commands matching `allow_commands` (shell-style patterns) run without asking."""
         check_task(task)
+        patterns = tuple(dict.fromkeys(p.strip() for p in allow_commands if p.strip()))
         host = self.host(model)
+        host.policy = replace(host.policy, allow_commands=(*host.policy.allow_commands, *patterns))
         try:
             info = new_session(self.store, task=task, workspace=workspace, model=model)
         except BaseException:

@@ -187,8 +187,10 @@ async function submitNewTask(ev) {
   const btn = $("#new-task-start");
   btn.disabled = true;
   try {
+    const allow = $("#nt-allow").value.split(/[,\n]/).map((p) => p.trim()).filter(Boolean);
     const data = await api("/api/sessions", { json: {
-      task: $("#nt-task").value, workspace: $("#nt-workspace").value.trim(), model: $("#nt-model").value.trim() } });
+      task: $("#nt-task").value, workspace: $("#nt-workspace").value.trim(), model: $("#nt-model").value.trim(),
+      allow_commands: allow } });
     $("#new-task").close();
     $("#nt-task").value = "";
     location.hash = "#/s/" + data.session;
