@@ -148,6 +148,12 @@ def test_a_second_crash_at_the_same_dispatch_is_blocked_not_looped(tmp_path: Pat
     looped = bubu(db, "recover", "--json", failpoint="mid_tool")
     assert looped.returncode == -9, "the re-run of the read crashed again"
 
+    reason = _recovered_as_blocked(db, session)
+    assert "crash loop" in reason
+
+
+def _recovered_as_blocked(db: Path, session: str) -> str:
+    """Recover: it must end `blocked`, stay so, and not be retried by itself; the reason."""
     blocked = bubu(db, "recover", "--json")
     assert blocked.returncode == 5, blocked.stdout + blocked.stderr
     (result,) = last_json_document(blocked.stdout)
@@ -155,7 +161,6 @@ def test_a_second_crash_at_the_same_dispatch_is_blocked_not_looped(tmp_path: Pat
     status = bubu_json(db, "status", session, "--json")
     assert status["status"] == "blocked"
     assert status["recovery"]["status"] == "blocked"
-    assert "crash loop" in status["recovery"]["reason"]
     assert bubu(db, "verify").returncode == 0
 
     log = read_log(db)
@@ -163,6 +168,7 @@ def test_a_second_crash_at_the_same_dispatch_is_blocked_not_looped(tmp_path: Pat
     assert quiet.returncode == 0
     assert last_json_document(quiet.stdout) == []
     assert _prefix(read_log(db)) == _prefix(log), "a blocked session is not retried by itself"
+    return str(status["recovery"]["reason"])
 
 
 def test_deaths_during_model_calls_back_to_back_end_blocked_not_looped(tmp_path: Path) -> None:
@@ -172,20 +178,10 @@ def test_deaths_during_model_calls_back_to_back_end_blocked_not_looped(tmp_path:
     for _ in range(2):
         again = bubu(db, "recover", "--json", failpoint="mid_model_call")
         assert again.returncode == -9, again.stdout + again.stderr
-    blocked = bubu(db, "recover", "--json")
-    assert blocked.returncode == 5, blocked.stdout + blocked.stderr
-    (result,) = last_json_document(blocked.stdout)
-    assert (result["outcome"], result["plan"]) == ("blocked", "blocked")
-    status = bubu_json(db, "status", session, "--json")
-    assert status["status"] == "blocked"
-    assert status["recovery"]["reason"] == (
+    assert _recovered_as_blocked(db, session) == (
         "crash loop: the process died during a model call 3 times in a row, with no answer "
         "committed in between"
     )
-    assert bubu(db, "verify").returncode == 0
-    log = read_log(db)
-    assert bubu(db, "recover", "--json").returncode == 0
-    assert _prefix(read_log(db)) == _prefix(log), "a blocked session is not retried by itself"
 
 
 def test_a_death_during_a_model_call_after_progress_starts_the_count_again(

@@ -156,7 +156,16 @@ def test_a_daemon_with_its_own_output_is_left_running(
         os.kill(pid, signal.SIGKILL)
 
 
-def test_a_stop_kills_the_command(tools: dict[str, Tool], ws: Path, ctx: ToolContext) -> None:
+@pytest.mark.parametrize(
+    "stopped_by",
+    [None, "stopped by an orderly shutdown of Bubu (SIGTERM)"],
+    ids=["by-the-user", "by-a-shutdown"],
+)
+def test_a_stop_kills_the_command_and_says_who_stopped_it(
+    tools: dict[str, Tool], ws: Path, ctx: ToolContext, stopped_by: str | None
+) -> None:
+    if stopped_by is not None:
+        ctx.stopped_by = lambda: stopped_by
     results: list[ToolResult] = []
     worker = threading.Thread(
         target=lambda: results.append(run(tools, ctx, "echo $$ > pid; echo working; sleep 300"))
@@ -166,30 +175,11 @@ def test_a_stop_kills_the_command(tools: dict[str, Tool], ws: Path, ctx: ToolCon
     ctx.cancel.set()
     worker.join(60)
     assert not worker.is_alive()
+    who = stopped_by or "stopped by the user"
     assert results == [
         ToolResult(
-            output="working\nstopped by the user; the command and its processes were killed",
-            is_error=True,
+            output=f"working\n{who}; the command and its processes were killed", is_error=True
         )
-    ]
-    assert not alive(pid)
-
-
-def test_a_stopped_command_says_who_stopped_it(
-    tools: dict[str, Tool], ws: Path, ctx: ToolContext
-) -> None:
-    ctx.stopped_by = lambda: "stopped by an orderly shutdown of Bubu (SIGTERM)"
-    results: list[ToolResult] = []
-    worker = threading.Thread(
-        target=lambda: results.append(run(tools, ctx, "echo $$ > pid; sleep 300"))
-    )
-    worker.start()
-    pid = wait_for(ws / "pid")
-    ctx.cancel.set()
-    worker.join(60)
-    assert [r.output for r in results] == [
-        "(no output)\nstopped by an orderly shutdown of Bubu (SIGTERM); the command and its "
-        "processes were killed"
     ]
     assert not alive(pid)
 

@@ -173,6 +173,17 @@ def test_a_recovered_session_shows_the_notice_until_dismissed(
     assert fold_status(site.store.read(sid)).notice_dismissed
 
 
+def _new_task(page: Page, site: Site, task: str, ws: Path, spec: str, *, allow: str = "") -> None:
+    """Start a task through the page's new-task form."""
+    page.goto(site.url())
+    page.click("#new-task-open")
+    page.fill("#nt-task", task)
+    page.fill("#nt-workspace", str(ws))
+    page.fill("#nt-model", spec)
+    page.fill("#nt-allow", allow)
+    page.click("#new-task-start")
+
+
 def test_approve_a_permission_request_and_see_the_tool_run(
     page: Page, site: Site, tmp_path: Path
 ) -> None:
@@ -183,12 +194,7 @@ def test_approve_a_permission_request_and_see_the_tool_run(
          "tool_calls": [{"name": "run_command", "arguments": {"command": "echo hello-from-bubu"}}]},
         {"text": "It printed the greeting, so the script works."},
     ])  # fmt: skip
-    page.goto(site.url())
-    page.click("#new-task-open")
-    page.fill("#nt-task", "Check that the greeting script prints its greeting")
-    page.fill("#nt-workspace", str(ws))
-    page.fill("#nt-model", spec)
-    page.click("#new-task-start")
+    _new_task(page, site, "Check that the greeting script prints its greeting", ws, spec)
     card = page.locator(".perm")
     expect(card).to_contain_text("run `echo hello-from-bubu`")
     expect(page.locator(".badge").first).to_have_text("running")
@@ -214,13 +220,7 @@ def test_a_new_task_with_an_allow_list_runs_the_command_without_asking(
         {"tool_calls": [{"name": "run_command", "arguments": {"command": "echo allowed-run"}}]},
         {"text": "Ran it without asking."},
     ])  # fmt: skip
-    page.goto(site.url())
-    page.click("#new-task-open")
-    page.fill("#nt-task", "Run the allowed command")
-    page.fill("#nt-workspace", str(ws))
-    page.fill("#nt-model", spec)
-    page.fill("#nt-allow", "pytest*, echo allowed-*")
-    page.click("#new-task-start")
+    _new_task(page, site, "Run the allowed command", ws, spec, allow="pytest*, echo allowed-*")
     tool = page.locator(".tool", has_text="echo allowed-run")
     expect(tool.locator(".tool-status")).to_have_text("completed")
     expect(page.locator(".msg.assistant .text").last).to_have_text("Ran it without asking.")
