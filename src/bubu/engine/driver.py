@@ -387,7 +387,7 @@ class Runner:
             events.append(
                 self._outcome(
                     c,
-                    ToolResult(output=f"{reason} by the user before it finished", is_error=True),
+                    ToolResult(output=f"{self._stopped_by()} before it finished", is_error=True),
                     None,
                 )
             )

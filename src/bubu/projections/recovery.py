@@ -9,7 +9,8 @@ file hashes observed now (DESIGN §4, §5).
                simply issued again;
     blocked  — the prefix is not trustworthy: a broken chain, a successful outcome without a
                dispatch, two outcomes for one call, or a crash loop (a dispatch already recovered
-               once is dangling again).
+               once is dangling again, or the process died during a model call for the
+               `MODEL_CRASH_LOOP`-th time in a row).
 """
 
 from __future__ import annotations
