@@ -159,3 +159,36 @@ def test_a_resumed_turn_gets_the_tools_of_the_mcp_file_it_was_started_with(
     with pytest.raises(ConfigError, match=r"servers\.json, which no longer exists; restore it"):
         gone.adopt_turn_tools(fold(sqlite_store.read(info.id)))
     assert asked == [str(servers)]
+
+
+def test_a_stop_requested_from_another_process_ends_the_turn_stopped(
+    tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [{"tool_calls": [call("run_command", command=SLOW)]}, {"text": "after"}],
+    )
+    provider = scripted(script)
+    info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
+    host = make_host(sqlite_store, provider, policy=Policy(yes=True))
+    pid_file = ws / "pid.txt"
+    thread, result = _in_thread(lambda: start_turn(host, info, "t"))
+    wait_for(
+        lambda: pid_file.exists() and pid_file.read_text().strip().isdigit(), "the command to start"
+    )
+    with SQLiteStore(sqlite_store.path) as elsewhere:  # another handle, as `bubu stop` opens
+        asked = elsewhere.request_stop(info.id)
+    assert asked is not None
+    assert asked.owner == host.owner
+    thread.join(30)
+
+    assert not thread.is_alive()
+    assert result == ["stopped"]
+    assert not process_alive(int(pid_file.read_text())), "the command's process group was killed"
+    records = sqlite_store.read(info.id)
+    assert turn_end(records).reason == "stopped"
+    ((_, fc),) = calls(records)
+    ((_, out),) = outcomes(records)[fc.call_id]
+    assert out.is_error
+    assert out.result.endswith("stopped by the user; the command and its processes were killed")
+    assert len(provider.requests) == 1, "no model call after the stop"

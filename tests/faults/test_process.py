@@ -106,6 +106,39 @@ def test_sigterm_during_a_tool_suspends_in_order_and_resume_continues(tmp_path: 
     assert_kept(suspended, db)
 
 
+# ---- bubu stop from another process ------------------------------------------------------------
+
+
+def test_bubu_stop_stops_a_turn_running_in_another_process(tmp_path: Path) -> None:
+    db, ws, script = project(tmp_path, GATED)
+    proc = start_bubu(db, "run", "wait for it", "-w", str(ws), "-m", f"scripted:{script}", "--yes")
+    started = ws / "started"
+    wait_for(lambda: started.exists() and started.read_text().strip().isdigit(), "the command")
+    command_pid = int(started.read_text())
+    session = only_session(db)
+
+    stop = bubu(db, "stop", session)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert f"to stop session {session}" in stop.stdout
+    assert stop.stdout.splitlines()[-1] == "● turn stopped: stopped by the user"
+    code, out, err = finish(proc)
+    assert code == 3, out + err  # as Ctrl-C would end it
+    assert "● turn stopped: stopped by the user" in out
+    assert not pid_alive(command_pid), "the command's process group was stopped"
+    records = read(db)
+    assert turn_end(records).reason == "stopped"
+    assert results(records)[-1].is_error
+
+    again = bubu(db, "stop", session)
+    assert again.returncode == 1
+    assert error_line(again.stderr) == (
+        f"bubu: error: nothing is running session {session}; its turn is stopped"
+    )
+    resumed = bubu(db, "resume", session)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "All done." in resumed.stdout
+
+
 # ---- SIGSTOP past the lease, SIGCONT after a takeover ------------------------------------------
 
 

@@ -22,6 +22,7 @@ from bubu.events import (
     make,
 )
 from bubu.log.postgres import PostgresStore, WorkQueue
+from bubu.log.postgres._schema import PG_MIGRATIONS
 from bubu.log.store import SessionInfo
 
 from .proc import PG_URL
@@ -194,7 +195,7 @@ def test_the_migration_derives_the_queue_from_logs_written_before_it(
         assert isinstance(again, PostgresStore)
         q = WorkQueue(again)
         assert (q.state(queued), q.state(open_), q.state(done)) == ("queued", "open", "idle")
-        assert [v for v, _ in again.migrations()] == [1, 2]
+        assert [v for v, _ in again.migrations()] == [m.version for m in PG_MIGRATIONS]
 
 
 def test_a_machine_whose_clock_runs_ahead_never_judges_a_live_lease_dead(

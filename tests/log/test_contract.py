@@ -289,6 +289,31 @@ def test_an_expired_lease_is_taken_over_without_stealing(store: Store) -> None:
     assert (b.owner, b.epoch) == ("runner-b", a.epoch + 1)
 
 
+def test_a_stop_request_reaches_the_live_lease_of_its_epoch_only(store: Store) -> None:
+    sid = _new(store)
+    assert store.request_stop(sid) is None, "nobody runs it: nothing to stop"
+    a = store.acquire_lease(sid, "runner-a", 60)
+    asked = store.request_stop(sid)
+    assert asked is not None
+    assert (asked.owner, asked.epoch, asked.stop_requested) == ("runner-a", a.epoch, True)
+    assert store.current_lease(sid) == asked
+    renewed = store.renew_lease(a, 60)  # renewing does not clear it
+    now = store.current_lease(sid)
+    assert now is not None
+    assert (now.stop_requested, now.expires_ms) == (True, renewed.expires_ms)
+    b = store.acquire_lease(sid, "runner-b", 60, steal=True)  # a new epoch starts without it
+    assert store.current_lease(sid) == b
+    assert not b.stop_requested
+    store.release_lease(b)
+    assert store.request_stop(sid) is None, "a released lease is not asked"
+    c = store.acquire_lease(sid, "runner-c", 0.001)
+    time.sleep(0.02)
+    assert store.request_stop(sid) is None, "nor an expired one"
+    now = store.current_lease(sid)
+    assert now is not None
+    assert (now.epoch, now.stop_requested) == (c.epoch, False)
+
+
 def test_renew_extends_and_release_frees(store: Store) -> None:
     sid = _new(store)
     a = store.acquire_lease(sid, "runner-a", 5)

@@ -114,6 +114,10 @@ def test_an_upgraded_database_takes_new_appends_and_is_not_migrated_twice(
         assert [v for v, _ in store.migrations()] == [m.version for m in SQLITE_MIGRATIONS]
         assert [r.seq for r in store.read(sid, kinds=["info"])] == [*infos, hw + 1]
         assert store.verify(sid).ok
+        lease = store.acquire_lease(sid, "runner-a", 60)  # leases gained stop requests (3)
+        asked = store.request_stop(sid)
+        assert asked is not None
+        assert (asked.epoch, asked.stop_requested) == (lease.epoch, True)
 
 
 # -- the kind index ---------------------------------------------------------------------------

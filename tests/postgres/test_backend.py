@@ -142,6 +142,20 @@ def test_migrations_are_recorded_once(pg: PostgresStore) -> None:
         assert again.migrations() == expected
 
 
+def test_a_schema_from_before_stop_requests_keeps_its_leases(pg: PostgresStore, raw: Raw) -> None:
+    sid = filled(pg)
+    held = pg.acquire_lease(sid, "runner-a", 60)
+    raw.execute("ALTER TABLE leases DROP COLUMN stop_requested")  # as migration 2 left it
+    raw.execute("DELETE FROM bubu_migrations WHERE version = 3")
+    with PostgresStore(PG_URL, schema=pg.schema) as again:
+        assert isinstance(again, PostgresStore)
+        assert [v for v, _ in again.migrations()] == [m.version for m in PG_MIGRATIONS]
+        assert again.current_lease(sid) == held
+        asked = again.request_stop(sid)
+        assert asked is not None
+        assert (asked.epoch, asked.stop_requested) == (held.epoch, True)
+
+
 def test_a_schema_from_a_newer_bubu_is_refused(pg: PostgresStore, raw: Raw) -> None:
     raw.execute("INSERT INTO bubu_migrations(version, name) VALUES (999, 'from the future')")
     with pytest.raises(NewerLogError, match=r"newer Bubu \(migration 999.*upgrade Bubu"):

@@ -411,6 +411,50 @@ def test_a_new_task_runs_allow_listed_commands_without_asking(
     assert opened.allow_commands == ["echo hello-*", "git status"]  # recorded with the turn
 
 
+def test_stop_reaches_a_turn_that_another_process_runs(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    ws = tmp_path / "elsewhere"
+    ws.mkdir()
+    db = tmp_path / "cli.db"
+    spec = write_script(tmp_path / "long.jsonl", [
+        {"tool_calls": [{"name": "run_command", "arguments": {"command": "sleep 60"}}]},
+        {"text": "done"},
+    ])  # fmt: skip
+    proc = subprocess.Popen(
+        bubu(db, "run", "wait a minute", "-w", str(ws), "-m", spec, "--yes"),
+        env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: db.exists() and _running(db), what="the CLI's turn to start its command")
+        with SQLiteStore(db) as store:
+            client = make_client(store)
+            (row,) = client.get("/api/sessions").json()["sessions"]
+            sid = row["id"]
+            assert (row["status"], row["running_here"]) == ("running", False)
+            r = client.post(f"/api/sessions/{sid}/stop")
+            assert r.status_code == 200, r.text
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 3, out + err
+            assert status(client, sid) == "stopped"
+            r = client.post(f"/api/sessions/{sid}/stop")
+            assert r.status_code == 400
+            assert "nothing to stop" in r.json()["error"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def _running(db: Path) -> bool:
+    with SQLiteStore(db) as store:
+        return any(
+            fold_status(store.read(s.id)).state == "open"
+            and any(r.event.actions and r.event.actions.tool_dispatch for r in store.read(s.id))
+            for s in store.sessions()
+        )
+
+
 def test_bad_requests_get_one_sentence(client: TestClient, tmp_path: Path) -> None:
     def error(r: Any, code: int) -> str:
         assert r.status_code == code, r.text

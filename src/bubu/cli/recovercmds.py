@@ -1,21 +1,22 @@
-"""Commands for crashed sessions: recover, dismiss."""
+"""Commands for sessions run elsewhere or crashed: stop, recover, dismiss."""
 
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import click
 
 from bubu import clock
 from bubu.cli.agentcmds import EXIT, make_host, model_options, observer_for, signals
-from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.app import Ctx, cli, emit_json, fail, pass_ctx
 from bubu.cli.render import TerminalObserver
 from bubu.engine.driver import owner_id
 from bubu.engine.recovery import recover_session
 from bubu.errors import ConfigError
 from bubu.events import NoticeDismissed, SystemNote, make
-from bubu.projections.status import fold_status
+from bubu.projections.status import BOUNDARY_KINDS, fold_status
 
 
 @cli.command("recover")
@@ -79,6 +80,35 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, **opts: Any) ->
     if as_json:
         emit_json(results)
     sys.exit(worst)
+
+
+@cli.command("stop")
+@click.argument("session")
+@click.option("--wait", "wait_s", type=click.FloatRange(0), default=30.0, show_default=True,
+              metavar="S", help="Seconds to wait for the turn to end (0: do not wait).")  # fmt: skip
+@pass_ctx
+def stop_cmd(ctx: Ctx, /, session: str, wait_s: float) -> None:
+    """Stop the turn running in another process (a terminal, the web UI, a worker).
+
+    The runner ends the turn `stopped`, as Ctrl-C would; `bubu resume SESSION` continues it.
+    """
+    store = ctx.store
+    info = store.session(session)
+    lease = store.request_stop(info.id)
+    if lease is None:
+        state = fold_status(store.read(info.id)).state
+        hint = " (its runner is gone: `bubu recover` continues it)" if state == "open" else ""
+        fail(f"nothing is running session {info.id}; its turn is {state}{hint}")
+    click.echo(f"asked {lease.owner} to stop session {info.id}")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+        if st.state != "open":
+            click.echo(f"● turn {st.state}" + (f": {st.reason}" if st.reason else ""))
+            return
+        time.sleep(0.1)
+    if wait_s:
+        fail(f"session {info.id} is still running after {wait_s:g} s; see `bubu status {info.id}`")
 
 
 @cli.command("dismiss")

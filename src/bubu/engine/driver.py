@@ -12,6 +12,7 @@ import concurrent.futures as cf
 import os
 import socket
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ from bubu.providers.base import (
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 
 StopReason = Literal["stopped", "suspended", "lease_lost"]
+STOP_POLL_S = 0.5
+"""How often a running turn looks for a stop request from another process."""
 _STOPPED_BY: dict[StopReason, str] = {
     "stopped": "stopped by the user",
     "suspended": "stopped by an orderly shutdown of Bubu (SIGTERM)",
@@ -284,10 +287,19 @@ class Runner:
             self._check_stop()
 
     def _beat(self) -> None:
+        """Renew the lease every third of its time; between renewals, look for a stop request
+        from another process (`bubu stop`, a web UI that does not run this turn)."""
         period = self.config.lease_ttl_s / 3
-        while not self._stop_event.wait(period):
+        due = time.monotonic() + period
+        while not self._stop_event.wait(min(STOP_POLL_S, period)):
             try:
-                self.lease = self.store.renew_lease(self.lease, self.config.lease_ttl_s)
+                if time.monotonic() >= due:
+                    self.lease = self.store.renew_lease(self.lease, self.config.lease_ttl_s)
+                    due = time.monotonic() + period
+                now = self.store.current_lease(self.session.id)
+                if now is not None and now.epoch == self.lease.epoch and now.stop_requested:
+                    self.request_stop("stopped")
+                    return
             except LeaseLost:
                 self.request_stop("lease_lost")
                 return

@@ -103,4 +103,9 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             *_immutable("kind_index"),
         ),
     ),
+    Migration(
+        3,
+        "stop requests on leases",
+        ("ALTER TABLE leases ADD COLUMN stop_requested INTEGER NOT NULL DEFAULT 0",),
+    ),
 )

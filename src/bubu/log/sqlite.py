@@ -58,6 +58,12 @@ def _lease_lost(session: str, lease: Lease, current: object) -> LeaseLost:
     )
 
 
+def _lease(session: str, row: tuple[object, ...]) -> Lease:
+    """A Lease from an (owner, epoch, expires_ms, stop_requested) row."""
+    return Lease(session=session, owner=str(row[0]), epoch=_int(row[1]), expires_ms=_int(row[2]),
+                 stop_requested=bool(row[3]))  # fmt: skip
+
+
 def _int(value: object) -> int:
     """A column SQLite returned as an integer (or a numeric text from json_extract)."""
     assert isinstance(value, int | str | float)
@@ -608,7 +614,7 @@ class SQLiteStore(Store):
                 db.execute(
                     "INSERT INTO leases(sid, owner, epoch, expires_ms) VALUES (?,?,?,?) "
                     "ON CONFLICT(sid) DO UPDATE SET owner=excluded.owner, epoch=excluded.epoch, "
-                    "expires_ms=excluded.expires_ms",
+                    "expires_ms=excluded.expires_ms, stop_requested=0",
                     (sid, owner, lease.epoch, lease.expires_ms),
                 )
                 db.execute("COMMIT")
@@ -645,11 +651,30 @@ class SQLiteStore(Store):
         with self._lock, self._guard():
             sid = self._sid(session)
             row = self._db.execute(
-                "SELECT owner, epoch, expires_ms FROM leases WHERE sid=?", (sid,)
+                "SELECT owner, epoch, expires_ms, stop_requested FROM leases WHERE sid=?", (sid,)
             ).fetchone()
-        if row is None:
-            return None
-        return Lease(session=session, owner=str(row[0]), epoch=int(row[1]), expires_ms=int(row[2]))
+        return None if row is None else _lease(session, row)
+
+    def request_stop(self, session: str) -> Lease | None:
+        with self._lock, self._guard():
+            sid = self._sid(session)
+            db = self._db
+            # One transaction, not UPDATE … RETURNING: the SQLite of older systems lacks it.
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                flagged = db.execute(
+                    "UPDATE leases SET stop_requested=1 WHERE sid=? AND owner!='' AND expires_ms>?",
+                    (sid, clock.now_ms()),
+                ).rowcount
+                row = db.execute(
+                    "SELECT owner, epoch, expires_ms, stop_requested FROM leases WHERE sid=?",
+                    (sid,),
+                ).fetchone()
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return _lease(session, row) if flagged and row is not None else None
 
     # -- views ------------------------------------------------------------------------------------
 

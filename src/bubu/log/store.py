@@ -49,12 +49,16 @@ class SessionInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Lease:
-    """The right to append to a session, fenced by `epoch`."""
+    """The right to append to a session, fenced by `epoch`.
+
+    `stop_requested`: someone asked the holder of this epoch to stop (`Store.request_stop`); a
+    new epoch starts without it."""
 
     session: str
     owner: str
     epoch: int
     expires_ms: int
+    stop_requested: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,6 +260,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def current_lease(self, session: str) -> Lease | None:
         """The lease row for the session, expired or not, if any."""
+
+    @abc.abstractmethod
+    def request_stop(self, session: str) -> Lease | None:
+        """Ask the runner holding the session's live lease to stop its turn (it checks about every
+        half second, then ends the turn `stopped`); the lease asked, or None when no live lease
+        is held. The request belongs to that epoch only."""
 
     def now_ms(self) -> int:
         """The clock leases are timed by, in Unix milliseconds: this machine's for an embedded

@@ -276,14 +276,15 @@ class RunManager:
         return "resume"
 
     def stop(self, session: str) -> None:
-        """Stop the session's running turn (it ends `stopped`; resume continues it)."""
+        """Stop the session's running turn (it ends `stopped`; resume continues it), here or in
+        whichever process runs it (that runner sees the request within a second)."""
         host = self._host_running(session)
-        if host is None or host.runner is None:
-            raise ConfigError(
-                f"no turn of session {session} is running in this UI; stop it where it runs (Ctrl-C)"
-            )
-        host.runner.request_stop("stopped")
-        self._release(session)
+        if host is not None and host.runner is not None:
+            host.runner.request_stop("stopped")
+            self._release(session)
+            return
+        if self.store.request_stop(session) is None:
+            raise ConfigError(f"no turn of session {session} is running; there is nothing to stop")
 
     def _state(self, info: SessionInfo) -> str:
         return fold_status(self.store.read(info.id, kinds=BOUNDARY_KINDS)).state

@@ -46,7 +46,7 @@ def acquire(
     db.execute(
         "INSERT INTO leases(sid, owner, epoch, expires_ms) VALUES (%s, %s, %s, %s) "
         "ON CONFLICT (sid) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
-        "expires_ms = excluded.expires_ms",
+        "expires_ms = excluded.expires_ms, stop_requested = false",
         [sid, owner, lease.epoch, lease.expires_ms],
     )
     return lease
@@ -76,10 +76,25 @@ def release(db: Connection, sid: int, lease: Lease) -> None:
 
 def current(db: Connection, sid: int, session: str) -> Lease | None:
     """The session's lease row, expired or not, if any."""
-    row = db.execute("SELECT owner, epoch, expires_ms FROM leases WHERE sid = %s", [sid]).fetchone()
-    if row is None:
-        return None
-    return Lease(session=session, owner=str(row[0]), epoch=int(row[1]), expires_ms=int(row[2]))
+    row = db.execute(
+        "SELECT owner, epoch, expires_ms, stop_requested FROM leases WHERE sid = %s", [sid]
+    ).fetchone()
+    return None if row is None else _lease(session, row)
+
+
+def request_stop(db: Connection, sid: int, session: str) -> Lease | None:
+    """Flag the live lease (by the server's clock) as asked to stop; the lease, or None."""
+    row = db.execute(
+        f"UPDATE leases SET stop_requested = true WHERE sid = %s AND owner <> '' "
+        f"AND expires_ms > {NOW_MS_SQL} RETURNING owner, epoch, expires_ms, stop_requested",
+        [sid],
+    ).fetchone()
+    return None if row is None else _lease(session, row)
+
+
+def _lease(session: str, row: Row) -> Lease:
+    return Lease(session=session, owner=str(row[0]), epoch=int(row[1]), expires_ms=int(row[2]),
+                 stop_requested=bool(row[3]))  # fmt: skip
 
 
 def epochs_of(db: Connection, sessions: list[str]) -> Cursor[Row]:

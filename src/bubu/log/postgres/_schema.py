@@ -231,6 +231,11 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             _WORK_BACKFILL,
         ),
     ),
+    Migration(
+        3,
+        "stop requests on leases",
+        ("ALTER TABLE leases ADD COLUMN stop_requested boolean NOT NULL DEFAULT false",),
+    ),
 )
 
 

@@ -432,6 +432,10 @@ class PostgresStore(Store):
         with self._using() as db:
             return _leases.current(db, self._sid(db, session), session)
 
+    def request_stop(self, session: str) -> Lease | None:
+        with self._using() as db:
+            return _leases.request_stop(db, self._sid(db, session), session)
+
     # -- views ------------------------------------------------------------------------------------
 
     def put_view(self, view: View) -> None:

@@ -292,7 +292,8 @@ function renderSession(s) {
 function renderHead(s) {
   const d = s.detail, info = d.session, u = info.usage;
   const actions = [];
-  if (d.live.running_here && info.status === "running") {
+  if (info.status === "running") {
+    // A turn run elsewhere (a terminal, a worker) is asked to stop through its lease.
     actions.push(h("button", { id: "stop", class: "danger", onclick: () => act(s, "stop") }, "Stop"));
   }
   if (!d.live.running_here && (info.status === "stopped" || info.status === "suspended")) {
