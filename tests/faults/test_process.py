@@ -139,6 +139,22 @@ def test_bubu_stop_stops_a_turn_running_in_another_process(tmp_path: Path) -> No
     assert "All done." in resumed.stdout
 
 
+def test_bubu_stop_on_a_crashed_turn_says_nobody_runs_it(tmp_path: Path) -> None:
+    db, ws, script = project(tmp_path, "echo hi")
+    run = bubu(db, "run", "crash", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
+               env={"BUBU_FAILPOINT": "mid_tool"})  # fmt: skip
+    assert run.returncode == -9, run.stdout + run.stderr
+    session = only_session(db)
+    before = snapshot(db)
+    stop = bubu(db, "stop", session, "--wait", "5")
+    assert stop.returncode == 1, stop.stdout + stop.stderr
+    assert error_line(stop.stderr) == (
+        f"bubu: error: nothing is running session {session}; its turn is open (its runner is "
+        "gone: `bubu recover` continues it)"
+    )
+    assert_kept(before, db)
+
+
 # ---- SIGSTOP past the lease, SIGCONT after a takeover ------------------------------------------
 
 

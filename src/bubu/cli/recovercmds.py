@@ -94,7 +94,8 @@ def stop_cmd(ctx: Ctx, /, session: str, wait_s: float) -> None:
     """
     store = ctx.store
     info = store.session(session)
-    lease = store.request_stop(info.id)
+    # A lease whose process is gone (on this machine) has nobody to hear the request.
+    lease = None if _free(store, info.id) else store.request_stop(info.id)
     if lease is None:
         state = fold_status(store.read(info.id)).state
         hint = " (its runner is gone: `bubu recover` continues it)" if state == "open" else ""
