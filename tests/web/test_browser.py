@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,16 @@ from bubu.log.sqlite import SQLiteStore
 from bubu.projections.status import fold_status
 from bubu.web import create_app
 
-from .scenarios import TOKEN, Crashed, Server, backup, run_scripted, write_script
+from .scenarios import (
+    TOKEN,
+    Crashed,
+    Server,
+    backup,
+    bubu,
+    clean_env,
+    run_scripted,
+    write_script,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -226,6 +236,38 @@ def test_a_new_task_with_an_allow_list_runs_the_command_without_asking(
     expect(page.locator(".msg.assistant .text").last).to_have_text("Ran it without asking.")
     expect(page.locator(".perm")).to_have_count(0)
     expect(page.locator(".session-head .badge")).to_have_text("completed")
+
+
+def test_stop_on_the_page_stops_a_turn_run_by_the_cli(
+    page: Page, site: Site, tmp_path: Path
+) -> None:
+    ws = site.root / "cli-run"
+    ws.mkdir()
+    spec = write_script(tmp_path / "cli.jsonl", [
+        {"text": "Waiting on the slow job.",
+         "tool_calls": [{"name": "run_command", "arguments": {"command": "sleep 60"}}]},
+        {"text": "done"},
+    ])  # fmt: skip
+    proc = subprocess.Popen(
+        bubu(site.root / "bubu.db", "run", "Wait for the slow job", "-w", str(ws), "-m", spec,
+             "--yes"),
+        env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        page.goto(site.url())
+        row = page.locator("#sessions-body tr", has_text="Wait for the slow job")
+        expect(row.locator(".badge")).to_have_text("running")
+        row.locator("a.title").click()
+        expect(page.locator(".tool", has_text="sleep 60")).to_be_visible()
+        page.click("#stop")
+        expect(page.locator(".session-head .badge")).to_have_text("stopped")
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 3, out + err  # the CLI's turn ended as Ctrl-C would end it
+        assert "● turn stopped: stopped by the user" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def test_a_running_session_updates_without_a_reload(page: Page, site: Site, tmp_path: Path) -> None:
