@@ -3,43 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
-from bubu.events import FunctionResponse, Record, ToolRecovery, kind_of
-from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse, Provider
+from bubu.events import FunctionResponse, Record, ToolRecovery
+from engine.helpers import Recording, call, kinds
 
-
-def call(name: str, **arguments: object) -> dict[str, object]:
-    """One scripted tool call."""
-    return {"name": name, "arguments": arguments}
-
-
-@dataclass
-class Recording:
-    """A provider that keeps every request before passing it on."""
-
-    inner: Provider
-    requests: list[ModelRequest] = field(default_factory=list)
-
-    @property
-    def spec(self) -> str:
-        """The wrapped provider's spec."""
-        return self.inner.spec
-
-    @property
-    def context_window(self) -> int:
-        """The wrapped provider's window."""
-        return self.inner.context_window
-
-    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        """Record the request, then answer as the wrapped provider does."""
-        self.requests.append(request)
-        return self.inner.complete(request, on_delta)
-
-
-def kinds(records: Iterable[Record]) -> list[str]:
-    """The kind label of each record."""
-    return [kind_of(r.event) for r in records]
+__all__ = ["Recording", "call", "kinds", "outcomes", "recoveries"]
 
 
 def outcomes(records: Iterable[Record]) -> dict[str, list[FunctionResponse]]:

@@ -13,8 +13,7 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,15 +21,18 @@ from typing import Any
 from bubu.engine.driver import RunConfig
 from bubu.engine.permissions import Policy
 from bubu.engine.session import Host
-from bubu.events import Error, FunctionResponse, Record, SystemNote, TurnEnded, kind_of
+from bubu.events import Error, FunctionResponse, Record
 from bubu.log.migrations import SQLITE_MIGRATIONS
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.store import Store
 from bubu.providers.base import Delta, Provider
 from bubu.tools import builtin_tools
+from engine.helpers import call, kinds, turn_end, wait_for, write_script
 
 CHILD = Path(__file__).with_name("child.py")
 """The CLI with test hooks (short leases, a disk that fills up)."""
+
+__all__ = ["call", "kinds", "turn_end", "wait_for", "write_script"]  # and what is defined below
 
 FAST = RunConfig(backoff_s=0.001, backoff_max_s=0.01, tool_timeout_s=30.0, model_attempts=3)
 """Retries that do not wait, and a bounded number of them."""
@@ -135,26 +137,6 @@ def assert_no_traceback(output: str) -> None:
     assert "Exception in thread" not in output, output
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Poll until `predicate` holds; fail naming `what` if it never does (a hang, not a timing)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.01)
-
-
-def write_script(path: Path, lines: Iterable[Mapping[str, object]]) -> Path:
-    """A scripted model file, one JSON response per line."""
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return path
-
-
-def call(name: str, **arguments: object) -> dict[str, object]:
-    """One scripted tool call."""
-    return {"name": name, "arguments": arguments}
-
-
 # ---- proving nothing committed was lost --------------------------------------------------------
 
 
@@ -215,20 +197,6 @@ def read(db: Path, session: str | None = None) -> list[Record]:
 
 
 # ---- what a log says ---------------------------------------------------------------------------
-
-
-def kinds(records: Iterable[Record]) -> list[str]:
-    """The kind of each record, in seq order."""
-    return [kind_of(r.event) for r in records]
-
-
-def turn_end(records: Sequence[Record]) -> TurnEnded:
-    """The last turn_ended note."""
-    for r in reversed(records):
-        c = r.event.content
-        if isinstance(c, SystemNote) and isinstance(c.note, TurnEnded):
-            return c.note
-    raise AssertionError("no turn_ended in the log")
 
 
 def results(records: Iterable[Record]) -> list[FunctionResponse]:

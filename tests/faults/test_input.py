@@ -9,7 +9,6 @@ import json
 import os
 import pty
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,9 @@ from bubu.engine.session import new_session, start_turn
 from bubu.errors import ConfigError
 from bubu.events import Text
 from bubu.log.sqlite import SQLiteStore
-from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse, UserMessage
+from bubu.providers.base import UserMessage
 from bubu.providers.scripted import ScriptedProvider
+from engine.helpers import Recording
 
 from .helpers import (
     assert_kept,
@@ -84,29 +84,6 @@ def test_an_empty_task_on_an_existing_session_appends_nothing(
     assert snapshot(db) == before
 
 
-@dataclass
-class Seen:
-    """A scripted model that keeps what it was asked."""
-
-    inner: ScriptedProvider
-    requests: list[ModelRequest] = field(default_factory=list)
-
-    @property
-    def spec(self) -> str:
-        """The wrapped spec."""
-        return self.inner.spec
-
-    @property
-    def context_window(self) -> int:
-        """The wrapped window."""
-        return self.inner.context_window
-
-    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        """Keep the request, answer from the script."""
-        self.requests.append(request)
-        return self.inner.complete(request, on_delta)
-
-
 def test_a_10_mb_task_is_refused_and_nothing_is_appended(project: tuple[Path, Path, Path]) -> None:
     # A command line cannot carry 10 MB (the kernel caps one argument at 128 KB), so this is the
     # path of the Python API and the web UI, which share the check.
@@ -141,7 +118,7 @@ CONTROL = "fix\x1b[2J\x1b]0;pwned\x07 the\rbug\x08\x7f\u202e\x00 end\x9b31m"
 def test_control_characters_are_stored_and_sent_exactly(project: tuple[Path, Path, Path]) -> None:
     db, ws, script = project
     with SQLiteStore(db) as store:
-        provider = Seen(ScriptedProvider(str(script)))
+        provider = Recording(ScriptedProvider(str(script)))
         info = new_session(store, task=CONTROL, workspace=ws, model=provider.spec)
         assert start_turn(make_host(store, provider), info, CONTROL) == "completed"
         assert store.verify(info.id).ok
