@@ -65,13 +65,13 @@ def test_bubu_ui_prints_a_tokened_url_refuses_without_it_and_suspends_on_ctrl_c(
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        m = re.fullmatch(r"Bubu UI: (http://127\.0\.0\.1:\d+)/\?token=([\w-]{20,})\n", first)
+        m = re.fullmatch(r"Bubu UI: (http://127\.0\.0\.1:\d+)/#token=([\w-]{20,})\n", first)
         assert m, first
         base, token = m.groups()
         assert status_of(f"{base}/api/sessions") == 401
-        assert status_of(f"{base}/api/sessions?token=not-it") == 403
+        assert status_of(f"{base}/api/sessions?token={token}") == 401  # only the header counts
         assert [s["id"] for s in api(f"{base}/api/sessions", token)["sessions"]] == [sid]
-        with urllib.request.urlopen(f"{base}/?token={token}", timeout=10) as r:
+        with urllib.request.urlopen(f"{base}/", timeout=10) as r:
             assert b"/static/app.js" in r.read()
         task = {"task": "go slowly", "workspace": str(tmp_path / "ws"), "model": slow}
         running = api(f"{base}/api/sessions", token, task)["session"]
@@ -116,6 +116,6 @@ def test_the_url_names_the_bound_address() -> None:
 
     sock = bind("127.0.0.1", 0)
     try:
-        assert url_for(sock, "tok") == f"http://127.0.0.1:{sock.getsockname()[1]}/?token=tok"
+        assert url_for(sock, "tok") == f"http://127.0.0.1:{sock.getsockname()[1]}/#token=tok"
     finally:
         sock.close()
