@@ -92,6 +92,8 @@ def test_the_page_shell_loads_without_the_token_and_holds_no_secret(
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["referrer-policy"] == "no-referrer"
     assert anon.get("/static/app.js").status_code == 200
+    old = anon.get("/", headers={"cookie": f"bubu_token_{PORT}=an-old-token"})
+    assert old.headers["set-cookie"].startswith(f'bubu_token_{PORT}=""; expires=')  # removed
 
 
 @pytest.mark.parametrize("path", ["/api/config", "/api/sessions", "/api/sessions/{sid}",
@@ -160,7 +162,9 @@ def test_a_request_from_another_site_or_port_is_refused(
     for site in ("same-site", "cross-site"):
         r = client.get(f"/api/sessions/{sid}", headers={"sec-fetch-site": site})
         assert r.status_code == 403, site
-    assert client.get(f"/api/sessions/{sid}", headers={"sec-fetch-site": "same-origin"}).is_success
+    own = client.get(f"/api/sessions/{sid}", headers={"sec-fetch-site": "same-origin"})
+    assert own.is_success
+    assert own.headers["cache-control"] == "no-store"
     assert client.get(f"/api/sessions/{sid}").json()["notice"]["dismissed"] is False
     ok = client.post(f"/api/sessions/{sid}/dismiss", headers={"origin": BASE})
     assert ok.status_code == 200

@@ -88,8 +88,11 @@ class Config(msgspec.Struct, kw_only=True):
 
 
 def json(obj: object, status: int = 200) -> Response:
-    """A JSON response from a view."""
-    return Response(views.encode(obj), status_code=status, media_type="application/json")
+    """A JSON response from a view (never cached: transcripts are as private as the token)."""
+    return Response(
+        views.encode(obj), status_code=status, media_type="application/json",
+        headers={"cache-control": "no-store"},
+    )  # fmt: skip
 
 
 class _Error(msgspec.Struct):
@@ -133,8 +136,12 @@ def create_app(
     index = views.SessionIndex(store, manager)
     closing = False
 
-    def page(_: Request) -> Response:
-        return FileResponse(STATIC / "index.html", headers=SHELL_HEADERS)
+    def page(request: Request) -> Response:
+        response = FileResponse(STATIC / "index.html", headers=SHELL_HEADERS)
+        for name in request.cookies:
+            if name.startswith("bubu_token_"):  # set by older versions; it grants nothing now
+                response.delete_cookie(name)
+        return response
 
     def config(_: Request) -> Response:
         from bubu.cli.agentcmds import default_model

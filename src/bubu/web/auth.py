@@ -140,7 +140,7 @@ def _same_origin(conn: HTTPConnection) -> bool:
         return True  # not a browser, or a same-origin request that omits it
     if origin == "null":
         return False
-    return origin.lower() in (f"http://{conn.headers.get('host', '').lower()}",)
+    return origin.lower() == f"http://{conn.headers.get('host', '').lower()}"
 
 
 __all__ = ["LOOPBACK", "TokenGuard", "new_token", "split_host"]
