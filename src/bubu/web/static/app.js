@@ -66,7 +66,8 @@ const TOKEN_KEY = "bubu-token";
 function takeToken() {
   const query = new URLSearchParams(location.search);
   const m = location.hash.match(/^#token=([^&]*)/);
-  const given = (m && decodeURIComponent(m[1])) || query.get("token");
+  let given = query.get("token");
+  try { if (m) given = decodeURIComponent(m[1]); } catch { given = null; } // a mangled fragment
   if (query.has("token") || m) {
     query.delete("token");
     const rest = query.toString();
@@ -107,7 +108,7 @@ function toast(message, kind = "error") {
   setTimeout(() => el.remove(), 6000);
 }
 
-const app = { config: null, view: null, timer: null, es: null, session: null };
+const app = { config: null, view: null, timer: null, stream: null, session: null };
 
 // ---- routing -------------------------------------------------------------------------------
 
@@ -120,8 +121,8 @@ function route() {
 
 function leave() {
   clearTimeout(app.timer);
-  if (app.es) app.es.abort();
-  app.es = null;
+  if (app.stream) app.stream.abort();
+  app.stream = null;
   app.session = null;
 }
 
@@ -298,7 +299,7 @@ function connect(s) {
     },
   };
   const ctl = new AbortController();
-  app.es = ctl;
+  app.stream = ctl;
   streamEvents(`/api/sessions/${encodeURIComponent(s.sid)}/stream`, s.detail.high_water, handlers, ctl.signal);
 }
 
