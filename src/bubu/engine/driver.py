@@ -40,6 +40,7 @@ from bubu.events import (
     Record,
     Role,
     RunStarted,
+    SandboxMode,
     StepLimit,
     SystemNote,
     Text,
@@ -64,6 +65,7 @@ from bubu.providers.base import (
     ThinkingPart,
     ToolSpec,
 )
+from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 
 StopReason = Literal["stopped", "suspended", "lease_lost"]
@@ -187,7 +189,16 @@ class Runner:
             allow_commands=tuple(
                 dict.fromkeys([*self.policy.allow_commands, *self.turn.allow_commands])
             ),
+            sandbox=self.sandbox_mode[0],
+            network=self.sandbox_mode[1],
+            sandboxed=sandbox.confinement(*self.sandbox_mode) is not None,
         )
+
+    @property
+    def sandbox_mode(self) -> tuple[SandboxMode, bool]:
+        """The sandbox mode and network flag of the turn: recorded with it, else the host's."""
+        t, p = self.turn, self.policy
+        return sandbox.turn_mode(t.sandbox, t.network, p.sandbox, p.network)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -548,6 +559,7 @@ class Runner:
             stopped_by=self._stopped_by,
             outside_allowed=outside_allowed,
             blob=self.read_blob,
+            sandbox=sandbox.confinement(*self.sandbox_mode),
         )
 
     def read_blob(self, handle: str) -> bytes | None:
