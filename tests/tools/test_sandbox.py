@@ -310,3 +310,23 @@ def test_a_recovered_turn_keeps_its_recorded_mode(tmp_path: Path) -> None:
     assert "Read-only file system" in result.result, result.result
     assert (ws / "a.txt").read_text() == "alpha\n"
     assert [t.sandbox for t in _turns(db)] == ["read-only"]
+
+
+def test_a_sandboxed_command_dies_with_a_killed_runner(tmp_path: Path) -> None:
+    db, ws, script = _project(tmp_path, "touch started; sleep 1; touch late")
+    proc = subprocess.Popen(
+        bubu_cmd(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}"),
+        env=bubu_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (ws / "started").exists():
+            assert time.monotonic() < deadline, "the command never started"
+            assert proc.poll() is None, "bubu ended before the command started"
+            time.sleep(0.02)
+    finally:
+        proc.kill()
+        proc.wait()
+    time.sleep(1.5)
+    assert not (ws / "late").exists(), "the sandbox died with the runner (--die-with-parent)"
