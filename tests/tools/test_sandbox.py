@@ -65,6 +65,13 @@ def test_the_workspace_is_writable_and_nothing_outside_it(
     assert not home.exists()
     assert "Read-only file system" in run(tools, ctx, f"touch {home}")
     assert "Read-only file system" in run(tools, ctx, "touch /usr/bubu-was-here")
+    # Not even as root: the command has no capabilities to undo the read-only binds.
+    remount = run(tools, ctx, f"mount -o remount,bind,rw / ; touch {home}")
+    assert "Read-only file system" in remount, remount
+    assert not home.exists()
+    assert (
+        run(tools, ctx, "grep CapEff /proc/self/status") == "CapEff:\t0000000000000000\nexit code 0"
+    )
 
 
 def test_the_workspace_is_seen_at_its_real_path(
@@ -98,6 +105,9 @@ def test_git_and_bubu_stay_read_only_in_workspace_write(tools: dict[str, Tool], 
         "echo 'model = \"x\"' > .bubu/config.toml",
         "mv .git elsewhere",
         "rm -rf .git",
+        "umount .git && touch .git/hooks/pre-commit",
+        "mount -o remount,bind,rw .git && touch .git/hooks/pre-commit",
+        "unshare -rm sh -c 'umount .git || mount -o remount,bind,rw .git; touch .git/hooks/x'",
     ):
         out = run(tools, ctx, attack)
         assert "exit code 0" not in out, (attack, out)

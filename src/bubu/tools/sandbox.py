@@ -5,7 +5,8 @@ A confined command sees the whole filesystem read-only, a fresh ``/dev`` and ``/
 read-only in ``read-only`` — except the workspace's ``.git`` and ``.bubu``, which stay read-only
 because hooks and configuration there run code later, outside the sandbox. Every namespace is
 unshared (the network too unless allowed), the command gets its own PID namespace, dies with its
-runner, and runs in a new terminal session so it cannot push keystrokes into the user's terminal.
+runner, runs in a new terminal session so it cannot push keystrokes into the user's terminal, and
+has no capabilities, so it cannot undo the mounts even when Bubu runs as root.
 
 Whether bubblewrap works is probed once per process. Where it does not (macOS, a container without
 user namespaces), `confinement` says so once on stderr and returns None: the caller then asks for
@@ -75,7 +76,10 @@ def bwrap_binary() -> str | None:
 
 
 def _base_args(binary: str, network: bool, root: str = "--ro-bind") -> list[str]:
-    args = [binary, "--die-with-parent", "--new-session", "--unshare-all", "--unshare-pid"]
+    # Run by root, bubblewrap leaves the command its capabilities, with which it could unmount
+    # the read-only binds or remount / writable: --cap-drop ALL takes them away for every user.
+    args = [binary, "--die-with-parent", "--new-session", "--unshare-all", "--unshare-pid",
+            "--cap-drop", "ALL"]  # fmt: skip
     if network:
         args.append("--share-net")
     return [*args, root, "/", "/", "--dev", "/dev", "--proc", "/proc",
