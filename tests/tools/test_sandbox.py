@@ -340,3 +340,21 @@ def test_a_sandboxed_command_dies_with_a_killed_runner(tmp_path: Path) -> None:
         proc.wait()
     time.sleep(1.5)
     assert not (ws / "late").exists(), "the sandbox died with the runner (--die-with-parent)"
+
+
+def test_a_resumed_turn_keeps_its_mode_unless_another_is_given(tmp_path: Path) -> None:
+    db, ws, script = _project(tmp_path, "touch one", "touch two", "touch three")
+    first = bubu(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox",
+                 "read-only", "--max-steps", "1")  # fmt: skip
+    assert first.returncode == 3, first.stderr  # stopped at the step limit
+    session = only_session(db)
+    resumed = bubu(db, "resume", session, "--max-steps", "1")
+    assert resumed.returncode == 3, resumed.stderr
+    again = bubu(db, "resume", session, "--sandbox", "workspace-write")
+    assert again.returncode == 0, again.stderr
+    assert [t.sandbox for t in _turns(db)] == ["read-only", "read-only", "workspace-write"]
+    one, two, three = _results(db)
+    assert "Read-only file system" in one.result
+    assert "Read-only file system" in two.result
+    assert three.result == "(no output)\nexit code 0"
+    assert sorted(p.name for p in ws.iterdir()) == ["three"]

@@ -487,3 +487,28 @@ def test_bad_requests_get_one_sentence(client: TestClient, tmp_path: Path) -> No
     )
     assert "no session" in error(client.get("/api/sessions/ses_nope"), 404)
     assert client.get("/api/sessions").json()["sessions"][0]["title"] == CRASH_TASK
+
+
+def test_a_new_task_runs_its_commands_in_the_sandbox_it_names(
+    client: TestClient, recovered_store: SQLiteStore, tmp_path: Path
+) -> None:
+    script = [{"tool_calls": [{"name": "run_command", "arguments": {"command": "touch x"}}]},
+              {"text": "done"}]  # fmt: skip
+    sid = start(client, tmp_path, "boxed", script, sandbox="read-only", network=True)
+    wait_for(lambda: status(client, sid) == "completed", what="the turn to end")
+    d = detail(client, sid)
+    assert "Read-only file system" in tool(d, "run_command")["result_head"]
+    records = recovered_store.read(sid)
+    assert not any(r.event.actions and r.event.actions.permission_request for r in records)
+    (opened,) = [
+        c.note
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnStarted)
+    ]
+    assert (opened.sandbox, opened.network) == ("read-only", True)
+    bad = client.post(
+        "/api/sessions",
+        json={"task": "t", "workspace": str(tmp_path), "model": "scripted:x", "sandbox": "lax"},
+    )
+    assert bad.status_code == 400
+    assert "not valid" in bad.json()["error"]
