@@ -492,8 +492,10 @@ def test_bad_requests_get_one_sentence(client: TestClient, tmp_path: Path) -> No
 def test_a_new_task_runs_its_commands_in_the_sandbox_it_names(
     client: TestClient, recovered_store: SQLiteStore, tmp_path: Path
 ) -> None:
-    script = [{"tool_calls": [{"name": "run_command", "arguments": {"command": "touch x"}}]},
-              {"text": "done"}]  # fmt: skip
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "run_command", "arguments": {"command": "touch x"}}]},
+        {"text": "done"},
+    ]
     sid = start(client, tmp_path, "boxed", script, sandbox="read-only", network=True)
     wait_for(lambda: status(client, sid) == "completed", what="the turn to end")
     d = detail(client, sid)
