@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bubu.errors import ConfigError
-from bubu.events import FunctionResponse, PermissionDecision, SystemNote, TurnStarted
+from bubu.events import FunctionResponse, Info, PermissionDecision, SystemNote, TurnStarted
 from bubu.log.sqlite import SQLiteStore
 from bubu.tools import ToolContext, ToolResult
 from bubu.tools.base import Tool
@@ -303,6 +303,15 @@ def test_where_bwrap_cannot_run_it_says_so_once_and_asks(tmp_path: Path) -> None
         "each command will ask for approval"
     ]
     assert [(d.decision, d.by) for d in _decisions(db)] == [("deny", "nobody")] * 2
+    with SQLiteStore(db) as store:
+        facts = [
+            c.note.text
+            for r in store.read(only_session(db))
+            if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, Info)
+        ]
+    assert facts == [
+        f"no sandbox for commands: {tmp_path / 'no-bwrap'} does not exist; each one asks"
+    ]
     assert not (ws / "one.txt").exists()
     assert not (ws / "two.txt").exists()
 

@@ -35,6 +35,7 @@ from bubu.events import (
     Event,
     FunctionCall,
     FunctionResponse,
+    Info,
     PermissionDecision,
     PermissionRequest,
     Record,
@@ -338,6 +339,11 @@ class Runner:
         turn = next((e.turn for e in events if e.turn), self.turn.turn)
         events = [self._stamp(e, turn) for e in events]
         self.append(events, durable=True)
+        mode, network = self.sandbox_mode
+        if mode != "off" and sandbox.confinement(mode, network) is None:
+            # The log says why this run's commands ask although the turn wants a sandbox.
+            why = sandbox.unavailable()
+            self.append([self.note(Info(text=f"no sandbox for commands: {why}; each one asks"))])
 
     def _stamp(self, e: Event, turn: str | None) -> Event:
         return make(
