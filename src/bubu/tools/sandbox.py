@@ -95,7 +95,7 @@ def _probe(binary: str | None) -> str | None:
         return "bubblewrap (bwrap) is not installed"
     try:
         done = subprocess.run(
-            [*_base_args(binary, network=False), "--", "true"],
+            [*_base_args(binary, network=False), "--chdir", "/", "--", "true"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
