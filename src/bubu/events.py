@@ -23,6 +23,7 @@ Status = Literal["completed", "failed", "aborted", "cancelled"]
 Visibility = Literal["visible", "hidden"]
 EffectClass = Literal["read_only", "provable_write", "side_effecting"]
 TurnEndReason = Literal["completed", "failed", "stopped", "suspended"]
+SandboxMode = Literal["workspace-write", "read-only", "off"]
 
 JSON: TypeAlias = Any
 """An arbitrary JSON value (tool arguments, provider-native payloads). Finite numbers only."""
@@ -121,6 +122,10 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     mcp_config: str | None = None
     """The MCP configuration file the turn's tools came from (its path, never its contents, which
     may hold credentials), so a recovery offers the same tools."""
+    sandbox: SandboxMode | None = None
+    """How the turn's commands are confined (None: recorded before there was a sandbox)."""
+    network: bool = False
+    """Whether the turn's sandboxed commands may use the network."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):

@@ -48,7 +48,9 @@ def test_a_submitted_task_runs_on_a_worker_under_the_policy_it_was_submitted_wit
     model = write_script(
         tmp_path / "script.jsonl", [command("echo ran >> counter"), {"text": "done"}]
     )
-    flags = {"allowed": ["--allow", "echo *"], "yes": ["--yes"], "plain": []}
+    off = ["--sandbox", "off"]  # where commands ask; "sandboxed" needs no approval
+    flags = {"allowed": ["--allow", "echo *", *off], "yes": ["--yes", *off], "plain": off,
+             "sandboxed": []}  # fmt: skip
     sessions = {}
     for name, extra in flags.items():
         ws = workspace(tmp_path, name)
@@ -56,7 +58,7 @@ def test_a_submitted_task_runs_on_a_worker_under_the_policy_it_was_submitted_wit
             tmp_path, "submit", "count once", "--db", url, "-w", str(ws), "-m", model, *extra
         )
         sessions[name] = out.strip()
-    assert WorkQueue(pg).counts() == {"queued": 3}
+    assert WorkQueue(pg).counts() == {"queued": 4}
     worker = WorkerProc(tmp_path, url, "--once")
     assert worker.wait() == 0
     for name, sid in sessions.items():
@@ -72,6 +74,9 @@ def test_a_submitted_task_runs_on_a_worker_under_the_policy_it_was_submitted_wit
     assert [(d.decision, d.by) for d in decisions(pg, sessions["yes"])] == [("allow", "flag")]
     assert not turn_started(pg, sessions["plain"]).yes
     assert [(d.decision, d.by) for d in decisions(pg, sessions["plain"])] == [("deny", "nobody")]
+    assert turn_started(pg, sessions["plain"]).sandbox == "off"
+    assert turn_started(pg, sessions["sandboxed"]).sandbox == "workspace-write"
+    assert decisions(pg, sessions["sandboxed"]) == []
     lines = worker.lines()
     for sid in sessions.values():
         assert any(f"claim {sid} new epoch=1" in ln for ln in lines), lines

@@ -369,13 +369,16 @@ PERMISSION_SCRIPT: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 
-def start(client: TestClient, tmp_path: Path, name: str, lines: list[dict[str, Any]]) -> str:
-    """Start a task through the API in a fresh workspace; the session id."""
+def start(
+    client: TestClient, tmp_path: Path, name: str, lines: list[dict[str, Any]], **more: Any
+) -> str:
+    """Start a task through the API in a fresh workspace (`more`: other fields of the body);
+    the session id."""
     ws = tmp_path / name
     ws.mkdir()
     spec = write_script(tmp_path / f"{name}.jsonl", lines)
     r = client.post(
-        "/api/sessions", json={"task": f"task {name}", "workspace": str(ws), "model": spec}
+        "/api/sessions", json={"task": f"task {name}", "workspace": str(ws), "model": spec, **more}
     )
     assert r.status_code == 201, r.text
     return str(r.json()["session"])
@@ -399,7 +402,7 @@ def test_a_permission_request_waits_for_the_page(
     decision: Literal["allow", "deny"],
     card: str,
 ) -> None:
-    sid = start(client, tmp_path, "perm", PERMISSION_SCRIPT)
+    sid = start(client, tmp_path, "perm", PERMISSION_SCRIPT, sandbox="off")
     wait_for(lambda: bool(pending(client, sid)), what="the permission request")
     req = pending(client, sid)[0]
     assert (req["tool"], req["summary"]) == ("run_command", "run `echo hello-from-bubu`")
@@ -451,7 +454,7 @@ def test_follow_up_stop_and_resume(client: TestClient, tmp_path: Path) -> None:
 
 
 def test_stop_answers_a_waiting_permission_with_nobody(client: TestClient, tmp_path: Path) -> None:
-    sid = start(client, tmp_path, "waiting", PERMISSION_SCRIPT)
+    sid = start(client, tmp_path, "waiting", PERMISSION_SCRIPT, sandbox="off")
     wait_for(lambda: bool(pending(client, sid)), what="the permission request")
     client.post(f"/api/sessions/{sid}/stop")
     wait_for(lambda: status(client, sid) == "stopped", what="the stop")
@@ -469,7 +472,7 @@ def test_a_new_task_runs_allow_listed_commands_without_asking(
     spec = write_script(tmp_path / "allowed.jsonl", PERMISSION_SCRIPT)
     r = client.post(
         "/api/sessions",
-        json={"task": "greet", "workspace": str(ws), "model": spec,
+        json={"task": "greet", "workspace": str(ws), "model": spec, "sandbox": "off",
               "allow_commands": ["echo hello-*", " ", "git status"]},
     )  # fmt: skip
     assert r.status_code == 201, r.text
@@ -560,3 +563,30 @@ def test_bad_requests_get_one_sentence(client: TestClient, tmp_path: Path) -> No
     )
     assert "no session" in error(client.get("/api/sessions/ses_nope"), 404)
     assert client.get("/api/sessions").json()["sessions"][0]["title"] == CRASH_TASK
+
+
+def test_a_new_task_runs_its_commands_in_the_sandbox_it_names(
+    client: TestClient, recovered_store: SQLiteStore, tmp_path: Path
+) -> None:
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "run_command", "arguments": {"command": "touch x"}}]},
+        {"text": "done"},
+    ]
+    sid = start(client, tmp_path, "boxed", script, sandbox="read-only", network=True)
+    wait_for(lambda: status(client, sid) == "completed", what="the turn to end")
+    d = detail(client, sid)
+    assert "Read-only file system" in tool(d, "run_command")["result_head"]
+    records = recovered_store.read(sid)
+    assert not any(r.event.actions and r.event.actions.permission_request for r in records)
+    (opened,) = [
+        c.note
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnStarted)
+    ]
+    assert (opened.sandbox, opened.network) == ("read-only", True)
+    bad = client.post(
+        "/api/sessions",
+        json={"task": "t", "workspace": str(tmp_path), "model": "scripted:x", "sandbox": "lax"},
+    )
+    assert bad.status_code == 400
+    assert "not valid" in bad.json()["error"]

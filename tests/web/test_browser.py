@@ -186,14 +186,18 @@ def test_a_recovered_session_shows_the_notice_until_dismissed(
     assert fold_status(site.store.read(sid)).notice_dismissed
 
 
-def _new_task(page: Page, site: Site, task: str, ws: Path, spec: str, *, allow: str = "") -> None:
-    """Start a task through the page's new-task form."""
+def _new_task(
+    page: Page, site: Site, task: str, ws: Path, spec: str, *, allow: str = "", sandbox: str = ""
+) -> None:
+    """Start a task through the page's new-task form (`sandbox`: a mode to pick, else the default)."""
     page.goto(site.url())
     page.click("#new-task-open")
     page.fill("#nt-task", task)
     page.fill("#nt-workspace", str(ws))
     page.fill("#nt-model", spec)
     page.fill("#nt-allow", allow)
+    if sandbox:
+        page.select_option("#nt-sandbox", sandbox)
     page.click("#new-task-start")
 
 
@@ -207,7 +211,9 @@ def test_approve_a_permission_request_and_see_the_tool_run(
          "tool_calls": [{"name": "run_command", "arguments": {"command": "echo hello-from-bubu"}}]},
         {"text": "It printed the greeting, so the script works."},
     ])  # fmt: skip
-    _new_task(page, site, "Check that the greeting script prints its greeting", ws, spec)
+    _new_task(
+        page, site, "Check that the greeting script prints its greeting", ws, spec, sandbox="off"
+    )
     card = page.locator(".perm")
     expect(card).to_contain_text("run `echo hello-from-bubu`")
     expect(page.locator(".badge").first).to_have_text("running")
@@ -233,7 +239,8 @@ def test_a_new_task_with_an_allow_list_runs_the_command_without_asking(
         {"tool_calls": [{"name": "run_command", "arguments": {"command": "echo allowed-run"}}]},
         {"text": "Ran it without asking."},
     ])  # fmt: skip
-    _new_task(page, site, "Run the allowed command", ws, spec, allow="pytest*, echo allowed-*")
+    _new_task(page, site, "Run the allowed command", ws, spec, allow="pytest*, echo allowed-*",
+              sandbox="off")  # fmt: skip
     tool = page.locator(".tool", has_text="echo allowed-run")
     expect(tool.locator(".tool-status")).to_have_text("completed")
     expect(page.locator(".msg.assistant .text").last).to_have_text("Ran it without asking.")

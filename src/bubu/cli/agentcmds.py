@@ -45,6 +45,13 @@ def default_model() -> str:
     )
 
 
+def sandbox_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    """Check a --sandbox value before anything runs: a one-line error names the valid modes."""
+    from bubu.tools.sandbox import parse_mode
+
+    return None if value is None else parse_mode(value)
+
+
 def model_options(f: Any) -> Any:
     """The options shared by every command that calls a model."""
     for opt in reversed(
@@ -97,6 +104,16 @@ def model_options(f: Any) -> Any:
                 help="Allow commands matching PATTERN.",
             ),
             click.option(
+                "--sandbox",
+                default=None,
+                envvar="BUBU_SANDBOX",
+                metavar="workspace-write|read-only|off",
+                callback=sandbox_option,
+                help="Confine commands: workspace writable (default), nothing writable, or no "
+                "sandbox (commands ask).",
+            ),
+            click.option("--network", is_flag=True, help="Let sandboxed commands use the network."),
+            click.option(
                 "--max-steps", type=int, default=100, show_default=True, help="Model calls per run."
             ),
             click.option(
@@ -139,7 +156,12 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         tools=host_tools(str(mcp) if mcp is not None else None),
         mcp_config=str(mcp.resolve()) if mcp is not None else None,
         load_tools=None if chosen else host_tools,
-        policy=Policy(yes=bool(opts.get("yes")), allow_commands=tuple(opts.get("allow") or ())),
+        policy=Policy(
+            yes=bool(opts.get("yes")),
+            allow_commands=tuple(opts.get("allow") or ()),
+            sandbox=opts.get("sandbox"),
+            network=bool(opts.get("network")),
+        ),
         asker=observer.ask,
         observer=observer,
         config=RunConfig(

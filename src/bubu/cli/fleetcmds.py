@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bubu.cli.agentcmds import sandbox_option
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.term import echo
 from bubu.errors import ConfigError
+from bubu.events import SandboxMode
 from bubu.log.store import SessionInfo, Store
 
 if TYPE_CHECKING:
@@ -73,6 +75,9 @@ def check_model(spec: str) -> str:
 @click.option("-m", "--model", default=None, help="provider:model (default: BUBU_MODEL).")
 @click.option("--yes", is_flag=True, help="Approve every permission request of the task.")
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Allow commands matching PATTERN.")
+@click.option("--sandbox", default=None, envvar="BUBU_SANDBOX", metavar="workspace-write|read-only|off",
+              callback=sandbox_option, help="Confine the task's commands (default workspace-write).")  # fmt: skip
+@click.option("--network", is_flag=True, help="Let the task's sandboxed commands use the network.")
 @click.option("--max-steps", type=int, default=100, show_default=True, help="Model calls per run.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
@@ -86,6 +91,8 @@ def submit_cmd(
     model: str | None,
     yes: bool,
     allow: tuple[str, ...],
+    sandbox: SandboxMode | None,
+    network: bool,
     max_steps: int,
     as_json: bool,
 ) -> None:
@@ -95,7 +102,8 @@ def submit_cmd(
 
     store = fleet_store(ctx, db)
     spec = check_model(model or default_model())
-    policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps)
+    policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps,
+                        sandbox=sandbox or "workspace-write", network=network)  # fmt: skip
     info = submit(store, task=task, workspace=workspace, model=spec, policy=policy)
     if as_json:
         emit_json({"session": info.id, "workspace": info.workspace, "model": spec})

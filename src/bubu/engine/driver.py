@@ -35,11 +35,13 @@ from bubu.events import (
     Event,
     FunctionCall,
     FunctionResponse,
+    Info,
     PermissionDecision,
     PermissionRequest,
     Record,
     Role,
     RunStarted,
+    SandboxMode,
     StepLimit,
     SystemNote,
     Text,
@@ -64,6 +66,7 @@ from bubu.providers.base import (
     ThinkingPart,
     ToolSpec,
 )
+from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 
 StopReason = Literal["stopped", "suspended", "lease_lost"]
@@ -187,7 +190,16 @@ class Runner:
             allow_commands=tuple(
                 dict.fromkeys([*self.policy.allow_commands, *self.turn.allow_commands])
             ),
+            sandbox=self.sandbox_mode[0],
+            network=self.sandbox_mode[1],
+            sandboxed=sandbox.confinement(*self.sandbox_mode) is not None,
         )
+
+    @property
+    def sandbox_mode(self) -> tuple[SandboxMode, bool]:
+        """The sandbox mode and network flag of the turn: recorded with it, else the host's."""
+        t, p = self.turn, self.policy
+        return sandbox.turn_mode(t.sandbox, t.network, p.sandbox, p.network)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -327,6 +339,11 @@ class Runner:
         turn = next((e.turn for e in events if e.turn), self.turn.turn)
         events = [self._stamp(e, turn) for e in events]
         self.append(events, durable=True)
+        mode, network = self.sandbox_mode
+        if mode != "off" and sandbox.confinement(mode, network) is None:
+            # The log says why this run's commands ask although the turn wants a sandbox.
+            why = sandbox.unavailable()
+            self.append([self.note(Info(text=f"no sandbox for commands: {why}; each one asks"))])
 
     def _stamp(self, e: Event, turn: str | None) -> Event:
         return make(
@@ -548,6 +565,7 @@ class Runner:
             stopped_by=self._stopped_by,
             outside_allowed=outside_allowed,
             blob=self.read_blob,
+            sandbox=sandbox.confinement(*self.sandbox_mode),
         )
 
     def read_blob(self, handle: str) -> bytes | None:

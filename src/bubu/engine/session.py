@@ -17,6 +17,7 @@ from bubu.log.store import SessionInfo, Store
 from bubu.projections.turn import TurnFold, fold
 from bubu.providers.base import Provider
 from bubu.tools.base import Tool
+from bubu.tools.sandbox import DEFAULT_MODE
 
 
 @dataclass(kw_only=True)
@@ -153,4 +154,7 @@ def _turn_started(host: Host, previous: TurnFold | None = None) -> TurnStarted:
         system_prompt=host.prompt if host.prompt is not None else p.system_prompt,
         context_window=host.config.context_window or p.context_window,
         mcp_config=host.mcp_config if host.mcp_config is not None else p.mcp_config,
+        # A mode chosen now wins; else the reopened turn's; the network only ever widens.
+        sandbox=host.policy.sandbox or p.sandbox or DEFAULT_MODE,
+        network=host.policy.network or (host.policy.sandbox is None and p.network),
     )

@@ -38,6 +38,7 @@ from bubu.events import (
     Record,
     RecoveryNotice,
     RunStarted,
+    SandboxMode,
     SystemNote,
     Text,
     TurnEnded,
@@ -49,6 +50,7 @@ from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.turn import fold
 from bubu.providers.base import Delta, Provider
 from bubu.tools.base import Tool
+from bubu.tools.sandbox import DEFAULT_MODE
 
 if TYPE_CHECKING:
     from bubu.log.postgres import Claim
@@ -66,6 +68,8 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     yes: bool = False
     allow_commands: tuple[str, ...] = ()
     max_steps: int | None = 100
+    sandbox: SandboxMode = DEFAULT_MODE
+    network: bool = False
 
 
 def submit(
@@ -140,7 +144,8 @@ def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
         if runner.turn.open:
             return "nothing"
         note = TurnStarted(model=host.provider.spec, max_steps=policy.max_steps, yes=policy.yes,
-                           allow_commands=list(policy.allow_commands))  # fmt: skip
+                           allow_commands=list(policy.allow_commands), sandbox=policy.sandbox,
+                           network=policy.network)  # fmt: skip
         opened = make(session=info.id, turn=request.event.turn or ids.turn_id(), role="system",
                       author="system", ts=clock.now_ms(), content=SystemNote(note=note),
                       visibility="hidden")  # fmt: skip

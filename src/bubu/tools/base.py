@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeAlias
 
 from bubu.events import EffectClass
+from bubu.tools.sandbox import Sandbox
 
 JSON: TypeAlias = Any
 
@@ -64,6 +65,8 @@ class ToolContext:
     stopped_by: Callable[[], str] = lambda: "stopped by the user"
     outside_allowed: bool = False
     blob: Callable[[str], bytes | None] | None = None
+    sandbox: Sandbox | None = None
+    """The operating-system sandbox commands run in (None: unconfined)."""
 
 
 class Tool(Protocol):

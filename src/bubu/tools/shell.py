@@ -25,6 +25,7 @@ from bubu import clock
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+from bubu.tools.sandbox import Sandbox, wrap
 from bubu.tools.workspace import (
     Args,
     BuiltinTool,
@@ -188,11 +189,18 @@ def _drain(fd: int, capture: _Capture) -> bool:
     return False
 
 
-def run_shell(command: str, cwd: str, timeout_s: float, cancel: threading.Event) -> Completed:
-    """Run `command` and wait for it, its timeout, or `cancel`; the group is killed when needed."""
+def run_shell(
+    command: str,
+    cwd: str,
+    timeout_s: float,
+    cancel: threading.Event,
+    sandbox: Sandbox | None = None,
+) -> Completed:
+    """Run `command` (in `sandbox` unless None) and wait for it, its timeout, or `cancel`; the
+    group is killed when needed."""
     try:
         proc = subprocess.Popen(
-            [_shell(), "-c", command],
+            wrap([_shell(), "-c", command], cwd, sandbox),
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -311,7 +319,7 @@ class RunCommand(BuiltinTool):
         timeout_s = min(args.number("timeout_s", ctx.timeout_s), MAX_TIMEOUT_S)
         if ctx.cancel.is_set():
             raise ToolError("the turn was stopped before the command started; it did not run")
-        done = run_shell(command, workspace_root(ctx), timeout_s, ctx.cancel)
+        done = run_shell(command, workspace_root(ctx), timeout_s, ctx.cancel, ctx.sandbox)
         body = done.output.rstrip("\n") if done.total_bytes else "(no output)"
         status = _status(done, timeout_s, ctx.stopped_by())
         return ToolResult(

@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from bubu import clock
 from bubu.engine.driver import owner_id
 from bubu.errors import AppendConflict, BubuError, ConfigError, LeaseError, UnknownSession
-from bubu.events import NoticeDismissed, SystemNote, make
+from bubu.events import NoticeDismissed, SandboxMode, SystemNote, make
 from bubu.log.store import Store
 from bubu.projections.status import fold_status
 from bubu.web import views
@@ -57,6 +57,9 @@ class StartTask(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     model: str = ""
     allow_commands: list[str] = msgspec.field(default_factory=list)
     """Shell-style patterns of commands that run without asking (recorded with the turn)."""
+    sandbox: SandboxMode | None = None
+    """How the task's commands are confined (None: workspace-write); recorded with the turn."""
+    network: bool = False
 
 
 class FollowUp(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -175,6 +178,8 @@ def create_app(
                 workspace=body.workspace,
                 model=model,
                 allow_commands=body.allow_commands,
+                sandbox=body.sandbox,
+                network=body.network,
             )
         )
         return json(Done(session=info.id, action="start"), 201)

@@ -217,7 +217,7 @@ async function submitNewTask(ev) {
     const allow = $("#nt-allow").value.split(/[,\n]/).map((p) => p.trim()).filter(Boolean);
     const data = await api("/api/sessions", { json: {
       task: $("#nt-task").value, workspace: $("#nt-workspace").value.trim(), model: $("#nt-model").value.trim(),
-      allow_commands: allow } });
+      allow_commands: allow, sandbox: $("#nt-sandbox").value, network: $("#nt-network").checked } });
     $("#new-task").close();
     $("#nt-task").value = "";
     location.hash = "#/s/" + data.session;
