@@ -121,6 +121,9 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     mcp_config: str | None = None
     """The MCP configuration file the turn's tools came from (its path, never its contents, which
     may hold credentials), so a recovery offers the same tools."""
+    pass_env: list[str] = msgspec.field(default_factory=list)
+    """The secret environment variables the user passed on to commands (``--env NAME``): names
+    only, never values, so a recovered turn passes on the same ones."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):

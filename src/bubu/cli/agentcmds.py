@@ -45,6 +45,24 @@ def default_model() -> str:
     )
 
 
+def _env_names(_: click.Context, param: click.Parameter, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Check each --env NAME: a variable name, set in the environment."""
+    import os
+
+    from bubu.secrets import check_name
+
+    for name in names:
+        try:
+            check_name(name)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param=param) from None
+        if name not in os.environ:
+            raise click.BadParameter(
+                f"{name} is not set in the environment; export it first", param=param
+            )
+    return tuple(dict.fromkeys(names))
+
+
 def model_options(f: Any) -> Any:
     """The options shared by every command that calls a model."""
     for opt in reversed(
@@ -97,6 +115,15 @@ def model_options(f: Any) -> Any:
                 help="Allow commands matching PATTERN.",
             ),
             click.option(
+                "--env",
+                "pass_env",
+                multiple=True,
+                metavar="NAME",
+                callback=_env_names,
+                help="Pass the secret environment variable NAME on to commands and MCP servers "
+                "(its value is still redacted in the log).",
+            ),
+            click.option(
                 "--max-steps", type=int, default=100, show_default=True, help="Model calls per run."
             ),
             click.option(
@@ -133,13 +160,18 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     # the servers it was started with (recorded with the turn).
     chosen = opts.get("mcp")
     mcp = Path(chosen).expanduser() if chosen else default_config_path()
+    pass_env: tuple[str, ...] = tuple(opts.get("pass_env") or ())
     return Host(
         store=store,
         provider=provider,
-        tools=host_tools(str(mcp) if mcp is not None else None),
+        tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env),
         mcp_config=str(mcp.resolve()) if mcp is not None else None,
-        load_tools=None if chosen else host_tools,
-        policy=Policy(yes=bool(opts.get("yes")), allow_commands=tuple(opts.get("allow") or ())),
+        load_tools=None if chosen else lambda path: host_tools(path, pass_env=pass_env),
+        policy=Policy(
+            yes=bool(opts.get("yes")),
+            allow_commands=tuple(opts.get("allow") or ()),
+            pass_env=pass_env,
+        ),
         asker=observer.ask,
         observer=observer,
         config=RunConfig(

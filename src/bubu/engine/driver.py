@@ -51,7 +51,7 @@ from bubu.events import (
     make,
 )
 from bubu.events import ModelRequest as ModelRequestNote
-from bubu.log import codec
+from bubu.log import codec, redact
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
 from bubu.projections.turn import CallState, TurnFold
@@ -187,6 +187,7 @@ class Runner:
             allow_commands=tuple(
                 dict.fromkeys([*self.policy.allow_commands, *self.turn.allow_commands])
             ),
+            pass_env=tuple(dict.fromkeys([*self.policy.pass_env, *self.turn.pass_env])),
         )
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -548,6 +549,7 @@ class Runner:
             stopped_by=self._stopped_by,
             outside_allowed=outside_allowed,
             blob=self.read_blob,
+            pass_env=self.effective_policy.pass_env,
         )
 
     def read_blob(self, handle: str) -> bytes | None:
@@ -568,6 +570,8 @@ class Runner:
         duration = None if started is None else int((clock.monotonic() - started) * 1000)
         text = codec.sanitize_text(result.output)
         data = result.full if result.full is not None else text.encode("utf-8")
+        # Before the placeholder's excerpt cuts a line (and a secret in it) short.
+        data = redact.data(data)
         # A page of an offloaded result is never offloaded again.
         offload = offload and call.name not in ("read_result", "search_result")
         placed = offload_result(call.name, data, self.config.context) if offload else None

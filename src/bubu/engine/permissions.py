@@ -26,6 +26,8 @@ class Policy:
 
     yes: bool = False
     allow_commands: tuple[str, ...] = ()
+    pass_env: tuple[str, ...] = ()
+    """Secret environment variables passed on to commands by name (``--env``)."""
 
     def allowed_without_asking(self, tool: str, command: str | None) -> bool:
         """True when a call that needs permission is pre-approved by an allow-list pattern."""

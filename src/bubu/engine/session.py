@@ -153,4 +153,5 @@ def _turn_started(host: Host, previous: TurnFold | None = None) -> TurnStarted:
         system_prompt=host.prompt if host.prompt is not None else p.system_prompt,
         context_window=host.config.context_window or p.context_window,
         mcp_config=host.mcp_config if host.mcp_config is not None else p.mcp_config,
+        pass_env=list(dict.fromkeys([*p.pass_env, *host.policy.pass_env])),
     )

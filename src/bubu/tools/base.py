@@ -64,6 +64,8 @@ class ToolContext:
     stopped_by: Callable[[], str] = lambda: "stopped by the user"
     outside_allowed: bool = False
     blob: Callable[[str], bytes | None] | None = None
+    pass_env: tuple[str, ...] = ()
+    """Secret environment variables a command may see all the same (``--env NAME``)."""
 
 
 class Tool(Protocol):
