@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bubu.log import codec
+from bubu.log.sqlite import SQLiteStore
+from bubu.log.transfer import export_lines
 from engine.cli import bubu_cmd, bubu_env, only_session
 from engine.helpers import call, write_script
 
@@ -32,27 +35,36 @@ def run(
     )
 
 
-def assert_no_secret(db: Path, sid: str) -> str:
+def assert_no_secret(db: Path, sid: str, *, cli: bool = True) -> str:
     """Neither value is in `bubu log --jsonl`, `bubu export`, any blob or the database files;
-    the log verifies. Returns the JSONL log."""
-    log = run(db, "log", sid, "--jsonl")
-    assert log.returncode == 0, log.stderr
-    export = run(db, "export", sid)
-    assert export.returncode == 0, export.stderr
-    verify = run(db, "verify", sid)
-    assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert verify.stdout.startswith("ok"), verify.stdout
+    the log verifies. Returns the JSONL log. (`cli=False`: the same, read in-process.)"""
+    if cli:
+        log = run(db, "log", sid, "--jsonl")
+        assert log.returncode == 0, log.stderr
+        export = run(db, "export", sid)
+        assert export.returncode == 0, export.stderr
+        verify = run(db, "verify", sid)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert verify.stdout.startswith("ok"), verify.stdout
+        log_text, export_text = log.stdout, export.stdout
+    else:
+        with SQLiteStore(db) as store:
+            assert store.verify(sid).ok
+            log_text = "".join(
+                f'{{"event":{codec.encode(r.event).decode()}}}\n' for r in store.read(sid)
+            )
+            export_text = b"\n".join(export_lines(store, store.session(sid))).decode()
     with sqlite3.connect(db) as conn:
         blobs = [bytes(r[0]) for r in conn.execute("SELECT data FROM blobs")]
     files = [f.read_bytes() for f in db.parent.glob(db.name + "*")]
     forms = [KEY, TOKEN, json.dumps(TOKEN)[1:-1], "svc/tok", "Q4r8T2w6"]
-    for where, text in [("log", log.stdout), ("export", export.stdout)]:
+    for where, text in [("log", log_text), ("export", export_text)]:
         for form in forms:
             assert form not in text, (where, form)
     for data in blobs + files:
         for form in forms:
             assert form.encode() not in data
-    return log.stdout
+    return log_text
 
 
 def test_commands_do_not_see_keys_and_nothing_they_print_is_logged(tmp_path: Path) -> None:
@@ -63,7 +75,7 @@ def test_commands_do_not_see_keys_and_nothing_they_print_is_logged(tmp_path: Pat
     (ws / "config.json").write_text(json.dumps({"api_key": KEY, "token": TOKEN}) + "\n")
     script = write_script(tmp_path / "model.jsonl", [
         {"tool_calls": [call("run_command", command="env | grep -i -e key -e token; echo \"[$OPENAI_API_KEY]\"")]},
-        {"tool_calls": [call("run_command", command="for i in $(seq 3000); do cat config.json; done")]},
+        {"tool_calls": [call("run_command", command="yes \"$(cat config.json)\" | head -n 3000")]},
         {"thinking": f"the key is {KEY}", "text": f"found {KEY} and {TOKEN}",
          "tool_calls": [call("run_command", command=f"echo {KEY} | wc -c")]},
         {"text": "done"},
