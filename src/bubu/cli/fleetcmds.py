@@ -63,6 +63,18 @@ def check_model(spec: str) -> str:
     return spec
 
 
+def _env_names(_: click.Context, param: click.Parameter, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Check each --env NAME (set in the workers' environment, so not looked up here)."""
+    from bubu.secrets import check_name
+
+    for name in names:
+        try:
+            check_name(name)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param=param) from None
+    return tuple(dict.fromkeys(names))
+
+
 @cli.command("submit")
 @click.argument("task")
 @_db_option
@@ -72,6 +84,8 @@ def check_model(spec: str) -> str:
 @click.option("-m", "--model", default=None, help="provider:model (default: BUBU_MODEL).")
 @click.option("--yes", is_flag=True, help="Approve every permission request of the task.")
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Allow commands matching PATTERN.")
+@click.option("--env", "pass_env", multiple=True, metavar="NAME", callback=_env_names,
+              help="Pass the worker's secret variable NAME on to the task's commands.")  # fmt: skip
 @click.option("--max-steps", type=int, default=100, show_default=True, help="Model calls per run.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
@@ -85,6 +99,7 @@ def submit_cmd(
     model: str | None,
     yes: bool,
     allow: tuple[str, ...],
+    pass_env: tuple[str, ...],
     max_steps: int,
     as_json: bool,
 ) -> None:
@@ -94,7 +109,7 @@ def submit_cmd(
 
     store = fleet_store(ctx, db)
     spec = check_model(model or default_model())
-    policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps)
+    policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps, pass_env=pass_env)
     info = submit(store, task=task, workspace=workspace, model=spec, policy=policy)
     if as_json:
         emit_json({"session": info.id, "workspace": info.workspace, "model": spec})

@@ -66,6 +66,8 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     yes: bool = False
     allow_commands: tuple[str, ...] = ()
     max_steps: int | None = 100
+    pass_env: tuple[str, ...] = ()
+    """Secret variables of the worker's environment passed on to commands (names only)."""
 
 
 def submit(
@@ -140,7 +142,8 @@ def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
         if runner.turn.open:
             return "nothing"
         note = TurnStarted(model=host.provider.spec, max_steps=policy.max_steps, yes=policy.yes,
-                           allow_commands=list(policy.allow_commands))  # fmt: skip
+                           allow_commands=list(policy.allow_commands),
+                           pass_env=list(policy.pass_env))  # fmt: skip
         opened = make(session=info.id, turn=request.event.turn or ids.turn_id(), role="system",
                       author="system", ts=clock.now_ms(), content=SystemNote(note=note),
                       visibility="hidden")  # fmt: skip
