@@ -251,3 +251,17 @@ def test_an_export_holding_a_secret_of_this_environment_is_refused(
         with pytest.raises(StorageError, match="value of OPENAI_API_KEY"):
             import_lines(dst, lines)
         assert dst.sessions() == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['p"a/ss\\word123', "ünïcödé-pässwörd", "a b+c/d=e%f&g", "!!!!!!!!!!", "tab\there\nnewline"],
+)
+def test_every_form_of_any_value_is_found_in_an_event(value: str, make_event: EventFactory) -> None:
+    """Whatever characters a value holds, each form of it inside an event is replaced (the quick
+    pre-check of an event's bytes never misses one)."""
+    secrets.reset({"ODD_TOKEN": value})
+    for form in redact.variants(value):
+        (ev,), _ = redact.scrub([make_event("ses_x", Text(text=f"before {form} after"))])
+        assert isinstance(ev.content, Text)
+        assert ev.content.text == "before [redacted:ODD_TOKEN] after", form

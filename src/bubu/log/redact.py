@@ -47,6 +47,18 @@ def variants(value: str) -> list[str]:
     return sorted(forms, key=len, reverse=True)
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]+")
+"""Characters that JSON escaping and percent-encoding leave as they are."""
+
+
+def _cores(value: str) -> list[bytes]:
+    runs = _PLAIN.findall(value)
+    core = max(runs, key=len) if runs else ""
+    if len(core) >= 6:
+        return [core.encode()]
+    return [_encoder.encode(f)[1:-1] for f in variants(value)]
+
+
 @dataclass(frozen=True, slots=True)
 class Redactor:
     """The compiled patterns of one set of secrets."""
@@ -58,6 +70,9 @@ class Redactor:
     bytes_re: re.Pattern[bytes]
     probes: dict[bytes, str]
     """Each form as it appears inside the canonical bytes of an event -> the variable's name."""
+    cores: tuple[bytes, ...]
+    """What `hits` looks for: per secret, its longest run of characters no escaping changes
+    (so it is inside every form), else all its forms. One search per secret and event."""
 
     @classmethod
     def build(cls, found: Sequence[secrets.Secret], version: int) -> Redactor:
@@ -74,6 +89,7 @@ class Redactor:
             text_re=re.compile("|".join(map(re.escape, forms))),
             bytes_re=re.compile(b"|".join(re.escape(f.encode("utf-8", "replace")) for f in forms)),
             probes={_encoder.encode(f)[1:-1]: names[f] for f in reversed(forms)},
+            cores=tuple(dict.fromkeys(c for s in found for c in _cores(s.value))),
         )
 
     def text(self, text: str) -> str:
@@ -87,8 +103,8 @@ class Redactor:
         )
 
     def hits(self, payload: bytes) -> bool:
-        """Whether the canonical bytes of an event hold a secret."""
-        return any(p in payload for p in self.probes)
+        """Whether the canonical bytes of an event may hold a secret (never a false no)."""
+        return any(c in payload for c in self.cores)
 
     def found(self, payload: bytes) -> str | None:
         """The name of a secret the canonical bytes of an event (or a blob) hold, if any."""
@@ -99,18 +115,19 @@ class Redactor:
         return None if m is None else self.names[m.group().decode("utf-8", "replace")]
 
 
-_cache: list[Redactor | None] = [None]
+_cache: tuple[int, Redactor | None] = (-1, None)
 
 
 def current() -> Redactor | None:
-    """The redactor of this process's secrets, or None when there are none."""
-    found = secrets.known()
-    if not found:
-        return None
+    """The redactor of this process's secrets, or None when there are none (every append asks,
+    so the answer is cached until the set of secrets changes)."""
+    global _cache
     version = secrets.version()
-    cached = _cache[0]
-    if cached is None or cached.version != version:
-        cached = _cache[0] = Redactor.build(found, version)
+    seen, cached = _cache
+    if seen != version:
+        found = secrets.known()
+        cached = Redactor.build(found, version) if found else None
+        _cache = (version, cached)
     return cached
 
 
