@@ -166,3 +166,32 @@ def test_help_lists_env() -> None:
     out = subprocess.run([sys.executable, "-m", "bubu", "run", "--help"], capture_output=True,
                          text=True, check=True).stdout  # fmt: skip
     assert "--env NAME" in out
+
+
+def test_a_recovered_turn_passes_on_the_names_it_was_started_with(tmp_path: Path) -> None:
+    """A run started with --env dies (SIGKILL before its second model call); `bubu recover`
+    without --env gives the continued turn's command the same variable."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "expected").write_text(TOKEN)
+    check = 'test "$MY_SERVICE_TOKEN" = "$(cat expected)" && echo SEEN; echo "[$OPENAI_API_KEY]"'
+    script = write_script(tmp_path / "model.jsonl", [
+        {"tool_calls": [call("run_command", command="echo first")]},
+        {"tool_calls": [call("run_command", command=check)]},
+        {"text": "done"},
+    ])  # fmt: skip
+    db = tmp_path / "b.db"
+    died = run(db, "run", "use it", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
+               "--env", "MY_SERVICE_TOKEN", env={"BUBU_FAILPOINT": "before_model_call@2"})  # fmt: skip
+    assert died.returncode == -9, died.stderr
+    sid = only_session(db)
+    done = run(db, "recover", sid, "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = assert_no_secret(db, sid, cli=False)
+    results = [
+        json.loads(line)["event"]["content"]["result"]
+        for line in log.splitlines()
+        if '"function_response"' in line
+    ]
+    assert "SEEN" in results[-1]
+    assert "[]" in results[-1]
