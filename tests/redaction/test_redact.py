@@ -265,3 +265,64 @@ def test_every_form_of_any_value_is_found_in_an_event(value: str, make_event: Ev
         (ev,), _ = redact.scrub([make_event("ses_x", Text(text=f"before {form} after"))])
         assert isinstance(ev.content, Text)
         assert ev.content.text == "before [redacted:ODD_TOKEN] after", form
+
+
+def test_the_process_that_runs_commands_is_not_dumpable(tmp_path: Path) -> None:
+    """Before the first command starts, Bubu's own /proc/PID/environ (which still holds every
+    withheld variable) is closed to the user's other processes: PR_GET_DUMPABLE answers 0."""
+    import subprocess
+    import sys
+
+    code = (
+        "import ctypes, threading; from bubu.tools.shell import run_shell\n"
+        "libc = ctypes.CDLL(None)\n"
+        "before = libc.prctl(3, 0, 0, 0, 0)\n"
+        f"run_shell('true', {str(tmp_path)!r}, 30, threading.Event())\n"
+        "print(before, libc.prctl(3, 0, 0, 0, 0))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "0"]
+
+
+_PROC_ATTACK = """
+import subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import secrets_module as s
+read = ["bash", "-c", "tr '\\\\0' '\\\\n' < /proc/$PPID/environ | grep ^X_TOKEN="]
+if sys.argv[2] == "hardened":
+    s.harden_process()
+done = subprocess.run(read, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+print(done.stdout.strip() or done.stderr.strip())
+"""
+
+
+def test_a_command_cannot_read_a_withheld_secret_from_its_parent() -> None:
+    """The attack: a command without the variable reads it from /proc/$PPID/environ, Bubu's own
+    environment. Run as an ordinary user (nobody, when the suite runs as root): it works against an
+    unprotected parent and is refused by a hardened one."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    src = Path(secrets.__file__)
+    where = Path(tempfile.mkdtemp(prefix="bubu-proc-"))
+    try:
+        where.chmod(0o755)
+        shutil.copy(src, where / "secrets_module.py")
+        (where / "secrets_module.py").chmod(0o644)
+        python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+        as_user = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        prefix = as_user if os.geteuid() == 0 else []
+        env = {"PATH": "/usr/bin:/bin", "X_TOKEN": "value-read-from-the-parent"}
+        out = {
+            mode: subprocess.run(
+                [*prefix, python, "-c", _PROC_ATTACK, str(where), mode],
+                env=env, cwd="/", capture_output=True, text=True, timeout=60, check=True,
+            ).stdout.strip()
+            for mode in ("plain", "hardened")
+        }  # fmt: skip
+    finally:
+        shutil.rmtree(where)
+    assert out["plain"] == "X_TOKEN=value-read-from-the-parent"
+    assert "Permission denied" in out["hardened"]
