@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.envopt import ENV_HELP, env_names
 from bubu.cli.render import JsonlObserver, TerminalObserver, printable
 from bubu.engine.driver import RunConfig, stop_all
 from bubu.engine.permissions import Policy
@@ -43,24 +44,6 @@ def default_model() -> str:
         "no model given: pass -m provider:model (e.g. -m anthropic:claude-sonnet-5-5, "
         "-m openai:gpt-5, -m scripted:FILE) or set BUBU_MODEL; try `bubu demo` for a run without a key"
     )
-
-
-def _env_names(_: click.Context, param: click.Parameter, names: tuple[str, ...]) -> tuple[str, ...]:
-    """Check each --env NAME: a variable name, set in the environment."""
-    import os
-
-    from bubu.secrets import check_name
-
-    for name in names:
-        try:
-            check_name(name)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param=param) from None
-        if name not in os.environ:
-            raise click.BadParameter(
-                f"{name} is not set in the environment; export it first", param=param
-            )
-    return tuple(dict.fromkeys(names))
 
 
 def model_options(f: Any) -> Any:
@@ -119,9 +102,8 @@ def model_options(f: Any) -> Any:
                 "pass_env",
                 multiple=True,
                 metavar="NAME",
-                callback=_env_names,
-                help="Pass the secret environment variable NAME on to commands and MCP servers "
-                "(its value is still redacted in the log).",
+                callback=env_names(must_be_set=True),
+                help=ENV_HELP,
             ),
             click.option(
                 "--max-steps", type=int, default=100, show_default=True, help="Model calls per run."

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.envopt import env_names
 from bubu.errors import ConfigError
 from bubu.log.store import SessionInfo, Store
 
@@ -63,18 +64,6 @@ def check_model(spec: str) -> str:
     return spec
 
 
-def _env_names(_: click.Context, param: click.Parameter, names: tuple[str, ...]) -> tuple[str, ...]:
-    """Check each --env NAME (set in the workers' environment, so not looked up here)."""
-    from bubu.secrets import check_name
-
-    for name in names:
-        try:
-            check_name(name)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param=param) from None
-    return tuple(dict.fromkeys(names))
-
-
 @cli.command("submit")
 @click.argument("task")
 @_db_option
@@ -84,7 +73,7 @@ def _env_names(_: click.Context, param: click.Parameter, names: tuple[str, ...])
 @click.option("-m", "--model", default=None, help="provider:model (default: BUBU_MODEL).")
 @click.option("--yes", is_flag=True, help="Approve every permission request of the task.")
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Allow commands matching PATTERN.")
-@click.option("--env", "pass_env", multiple=True, metavar="NAME", callback=_env_names,
+@click.option("--env", "pass_env", multiple=True, metavar="NAME", callback=env_names(must_be_set=False),
               help="Pass the worker's secret variable NAME on to the task's commands.")  # fmt: skip
 @click.option("--max-steps", type=int, default=100, show_default=True, help="Model calls per run.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
