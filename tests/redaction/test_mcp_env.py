@@ -10,7 +10,8 @@ import pytest
 
 from bubu import secrets
 from bubu.log import redact
-from bubu.tools.mcp import _expand
+from bubu.tools import ToolContext
+from bubu.tools.mcp import MCPServers, _expand, load_config
 from engine.cli import only_session
 from engine.helpers import call, write_script
 
@@ -58,22 +59,17 @@ def test_a_server_that_echoes_its_environment_and_arguments(tmp_path: Path) -> N
     assert echoed == "received: the key [redacted:OPENAI_API_KEY]"
 
 
-def test_env_passes_a_secret_on_to_a_server(tmp_path: Path) -> None:
-    """`--env OPENAI_API_KEY` gives a stdio server the key; the log still shows only its marker."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    script = write_script(tmp_path / "model.jsonl", [
-        {"tool_calls": [call("sec__environment")]},
-        {"text": "done"},
-    ])  # fmt: skip
-    db = tmp_path / "b.db"
-    done = run(db, "run", "ask the server", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-               "--mcp", str(_config(tmp_path)), "--env", "OPENAI_API_KEY")  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    log = assert_no_secret(db, only_session(db), cli=False)
-    env = json.loads(_results(log)[0])
-    assert env["OPENAI_API_KEY"] == "[redacted:OPENAI_API_KEY]"
-    assert "MY_SERVICE_TOKEN" not in env
+def test_env_passes_a_secret_on_to_a_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server started with `pass_env` (what `--env OPENAI_API_KEY` gives it) sees the key, which
+    the server of the run above (started without) did not."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    ctx = ToolContext(workspace=tmp_path, timeout_s=30)
+    with MCPServers(load_config(_config(tmp_path)), pass_env=("OPENAI_API_KEY",)) as servers:
+        (tool,) = [t for t in servers.tools() if t.remote == "environment"]
+        env = json.loads(tool.run({}, ctx, None).output)
+    assert env["OPENAI_API_KEY"] == KEY
 
 
 def test_header_credentials_are_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
