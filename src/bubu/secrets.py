@@ -19,13 +19,13 @@ from the environment once, when first needed, and only ever held in memory.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
-import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from bubu.hardening import harden_process
 
 MIN_SECRET_CHARS = 8
 """Values shorter than this are withheld but not redacted: ``1`` or ``yes`` would shred the log."""
@@ -156,29 +156,6 @@ def withheld(name: str) -> bool:
     return is_secret_name(name) or name in _registry.names()
 
 
-_PR_SET_DUMPABLE = 4
-_PR_GET_DUMPABLE = 3
-_hardened = [False]
-
-
-def harden_process() -> bool:
-    """Make this process's memory and ``/proc/PID/environ`` unreadable to the user's other
-    processes (PR_SET_DUMPABLE 0, as ssh-agent does): a command withheld from a secret cannot
-    read it from its parent instead. Linux only, once; True when the process is protected."""
-    if _hardened[0]:
-        return True
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        ok = bool(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
-        ok = ok and bool(libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
-    _hardened[0] = ok
-    return ok
-
-
 def command_env(
     pass_on: Iterable[str] = (), environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -186,7 +163,7 @@ def command_env(
     variables, except those named in `pass_on`. A secret seen here for the first time (set after
     start-up) is registered, so its value is redacted like the others; and the process is
     hardened first (`harden_process`), so the command cannot read the secret from its parent."""
-    harden_process()
+    harden_process(is_secret=withheld)
     env = os.environ if environ is None else environ
     keep = frozenset(pass_on)
     out: dict[str, str] = {}
@@ -202,7 +179,7 @@ def command_env(
 def passed_on(pass_on: Iterable[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables of `pass_on` that are set in `environ` (default the process's), by name
     (for an MCP server about to start: the process is hardened first)."""
-    harden_process()
+    harden_process(is_secret=withheld)
     env = os.environ if environ is None else environ
     return {name: env[name] for name in pass_on if name in env}
 
@@ -213,7 +190,6 @@ __all__ = [
     "Secret",
     "check_name",
     "command_env",
-    "harden_process",
     "is_secret_name",
     "known",
     "passed_on",

@@ -287,10 +287,10 @@ def test_the_process_that_runs_commands_is_not_dumpable(tmp_path: Path) -> None:
 _PROC_ATTACK = """
 import subprocess, sys
 sys.path.insert(0, sys.argv[1])
-import secrets_module as s
+import hardening_module as h
 read = ["bash", "-c", "tr '\\\\0' '\\\\n' < /proc/$PPID/environ | grep ^X_TOKEN="]
 if sys.argv[2] == "hardened":
-    s.harden_process()
+    h.harden_process(is_secret=lambda name: name == "X_TOKEN")
 done = subprocess.run(read, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
 print(done.stdout.strip() or done.stderr.strip())
 """
@@ -298,31 +298,38 @@ print(done.stdout.strip() or done.stderr.strip())
 
 def test_a_command_cannot_read_a_withheld_secret_from_its_parent() -> None:
     """The attack: a command without the variable reads it from /proc/$PPID/environ, Bubu's own
-    environment. Run as an ordinary user (nobody, when the suite runs as root): it works against an
-    unprotected parent and is refused by a hardened one."""
+    environment. As an ordinary user (nobody, when the suite runs as root) it works against an
+    unprotected parent and is refused by a hardened one; as root it finds the value wiped."""
     import shutil
     import subprocess
     import sys
     import tempfile
 
-    src = Path(secrets.__file__)
+    from bubu import hardening
+
     where = Path(tempfile.mkdtemp(prefix="bubu-proc-"))
     try:
         where.chmod(0o755)
-        shutil.copy(src, where / "secrets_module.py")
-        (where / "secrets_module.py").chmod(0o644)
+        shutil.copy(hardening.__file__, where / "hardening_module.py")
+        (where / "hardening_module.py").chmod(0o644)
         python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
         as_user = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-        prefix = as_user if os.geteuid() == 0 else []
+        user = as_user if os.geteuid() == 0 else []
         env = {"PATH": "/usr/bin:/bin", "X_TOKEN": "value-read-from-the-parent"}
         out = {
-            mode: subprocess.run(
+            (who, mode): subprocess.run(
                 [*prefix, python, "-c", _PROC_ATTACK, str(where), mode],
                 env=env, cwd="/", capture_output=True, text=True, timeout=60, check=True,
             ).stdout.strip()
+            for who, prefix in (("user", user), ("self", []))
             for mode in ("plain", "hardened")
         }  # fmt: skip
     finally:
         shutil.rmtree(where)
-    assert out["plain"] == "X_TOKEN=value-read-from-the-parent"
-    assert "Permission denied" in out["hardened"]
+    assert out["user", "plain"] == "X_TOKEN=value-read-from-the-parent"
+    assert out["self", "plain"] == "X_TOKEN=value-read-from-the-parent"
+    assert "Permission denied" in out["user", "hardened"]
+    if os.geteuid() == 0:  # root may read any /proc: it finds the value gone
+        assert out["self", "hardened"] == "X_TOKEN="
+    else:
+        assert "Permission denied" in out["self", "hardened"]
