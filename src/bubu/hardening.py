@@ -8,7 +8,8 @@ needs its key). Two holes are closed before the first command or MCP server star
   are readable by root only;
 - root reads them anyway: so the secrets' values are also wiped from the block of memory
   ``/proc/PID/environ`` shows (the strings the kernel placed at exec). Python has its own copy
-  (``os.environ``) and every command gets an explicit environment, so nothing needs those bytes.
+  (``os.environ``), and the C environment is pointed at fresh copies first, so nothing needs
+  those bytes.
 """
 
 from __future__ import annotations
@@ -53,12 +54,15 @@ def _wipe_environ_block(is_secret: Callable[[str], bool]) -> None:
     block = Path("/proc/self/environ").read_bytes()
     if not start or end - start != len(block) or ctypes.string_at(start, len(block)) != block:
         return
+    libc = ctypes.CDLL(None, use_errno=True)
     offset = 0
     for entry in block.split(b"\0"):
         name, eq, value = entry.partition(b"=")
-        if eq and value and is_secret(name.decode("utf-8", "replace")):
-            at = start + offset + len(name) + 1
-            ctypes.memset(at, 0, len(value))
+        # A fresh copy first: the C environment (getenv, a child started without an explicit
+        # environment) keeps the value; only the block the kernel shows loses it.
+        secret = eq and value and is_secret(name.decode("utf-8", "replace"))
+        if secret and libc.setenv(name, value, 1) == 0:
+            ctypes.memset(start + offset + len(name) + 1, 0, len(value))
         offset += len(entry) + 1
 
 

@@ -292,6 +292,8 @@ read = ["bash", "-c", "tr '\\\\0' '\\\\n' < /proc/$PPID/environ | grep ^X_TOKEN=
 if sys.argv[2] == "hardened":
     h.harden_process(is_secret=lambda name: name == "X_TOKEN")
 done = subprocess.run(read, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+inherited = subprocess.run(["sh", "-c", "echo $X_TOKEN"], capture_output=True, text=True)
+assert inherited.stdout.strip() == "value-read-from-the-parent", inherited
 print(done.stdout.strip() or done.stderr.strip())
 """
 
