@@ -50,7 +50,7 @@ def main() -> None:
 
         series: dict[str, Callable[[], object]] = {
             "tool_off": lambda: run_shell("true", ws, 30, cancel),
-            "tool_sandboxed": lambda: run_shell("true", ws, 30, cancel, box),
+            "tool_sandboxed": lambda: run_shell("true", ws, 30, cancel, sandbox=box),
             "bare_true": spawn(bare),
             "bare_bwrap_true": spawn(boxed),
         }

@@ -126,6 +126,9 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     """How the turn's commands are confined (None: recorded before there was a sandbox)."""
     network: bool = False
     """Whether the turn's sandboxed commands may use the network."""
+    pass_env: list[str] = msgspec.field(default_factory=list)
+    """The secret environment variables the user passed on to commands (``--env NAME``): names
+    only, never values, so a recovered turn passes on the same ones."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):

@@ -107,12 +107,14 @@ def test_status_show_sessions_verify_and_the_ui_read_a_postgresql_log(
         assert ui.stdout is not None
         first = ui.stdout.readline()
         assert first.startswith("Bubu UI: http://"), first + (ui.stderr.read() if ui.stderr else "")
-        base = first.split(": ", 1)[1].strip()
-        with httpx.Client(timeout=30) as http:
-            listing = http.get(base.replace("/?", "/api/sessions?"))
+        origin, token = first.split(": ", 1)[1].strip().split("/#token=")
+        with httpx.Client(
+            base_url=origin, headers={"authorization": f"Bearer {token}"}, timeout=30
+        ) as http:
+            listing = http.get("/api/sessions")
             assert listing.status_code == 200, listing.text
             assert [s["id"] for s in listing.json()["sessions"]] == [sid]
-            detail = http.get(base.replace("/?", f"/api/sessions/{sid}?"))
+            detail = http.get(f"/api/sessions/{sid}")
             assert detail.status_code == 200, detail.text
             assert sid in detail.text
             assert "say hello" in detail.text

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.envopt import ENV_HELP, env_names
 from bubu.cli.render import JsonlObserver, TerminalObserver, printable
 from bubu.engine.driver import RunConfig, stop_all
 from bubu.engine.permissions import Policy
@@ -114,6 +115,14 @@ def model_options(f: Any) -> Any:
             ),
             click.option("--network", is_flag=True, help="Let sandboxed commands use the network."),
             click.option(
+                "--env",
+                "pass_env",
+                multiple=True,
+                metavar="NAME",
+                callback=env_names(must_be_set=True),
+                help=ENV_HELP,
+            ),
+            click.option(
                 "--max-steps", type=int, default=100, show_default=True, help="Model calls per run."
             ),
             click.option(
@@ -150,17 +159,19 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     # the servers it was started with (recorded with the turn).
     chosen = opts.get("mcp")
     mcp = Path(chosen).expanduser() if chosen else default_config_path()
+    pass_env: tuple[str, ...] = tuple(opts.get("pass_env") or ())
     return Host(
         store=store,
         provider=provider,
-        tools=host_tools(str(mcp) if mcp is not None else None),
+        tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env),
         mcp_config=str(mcp.resolve()) if mcp is not None else None,
-        load_tools=None if chosen else host_tools,
+        load_tools=None if chosen else lambda path: host_tools(path, pass_env=pass_env),
         policy=Policy(
             yes=bool(opts.get("yes")),
             allow_commands=tuple(opts.get("allow") or ()),
             sandbox=opts.get("sandbox"),
             network=bool(opts.get("network")),
+            pass_env=pass_env,
         ),
         asker=observer.ask,
         observer=observer,

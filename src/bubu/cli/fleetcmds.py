@@ -12,6 +12,7 @@ import click
 
 from bubu.cli.agentcmds import sandbox_option
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.envopt import env_names
 from bubu.cli.term import echo
 from bubu.errors import ConfigError
 from bubu.events import SandboxMode
@@ -78,6 +79,8 @@ def check_model(spec: str) -> str:
 @click.option("--sandbox", default=None, envvar="BUBU_SANDBOX", metavar="workspace-write|read-only|off",
               callback=sandbox_option, help="Confine the task's commands (default workspace-write).")  # fmt: skip
 @click.option("--network", is_flag=True, help="Let the task's sandboxed commands use the network.")
+@click.option("--env", "pass_env", multiple=True, metavar="NAME", callback=env_names(must_be_set=False),
+              help="Pass the worker's secret variable NAME on to the task's commands.")  # fmt: skip
 @click.option("--max-steps", type=int, default=100, show_default=True, help="Model calls per run.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
@@ -93,6 +96,7 @@ def submit_cmd(
     allow: tuple[str, ...],
     sandbox: SandboxMode | None,
     network: bool,
+    pass_env: tuple[str, ...],
     max_steps: int,
     as_json: bool,
 ) -> None:
@@ -103,7 +107,7 @@ def submit_cmd(
     store = fleet_store(ctx, db)
     spec = check_model(model or default_model())
     policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps,
-                        sandbox=sandbox or "workspace-write", network=network)  # fmt: skip
+                        sandbox=sandbox or "workspace-write", network=network, pass_env=pass_env)  # fmt: skip
     info = submit(store, task=task, workspace=workspace, model=spec, policy=policy)
     if as_json:
         emit_json({"session": info.id, "workspace": info.workspace, "model": spec})

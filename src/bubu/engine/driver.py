@@ -53,7 +53,7 @@ from bubu.events import (
     make,
 )
 from bubu.events import ModelRequest as ModelRequestNote
-from bubu.log import codec
+from bubu.log import codec, redact
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
 from bubu.projections.turn import CallState, TurnFold
@@ -193,6 +193,7 @@ class Runner:
             sandbox=self.sandbox_mode[0],
             network=self.sandbox_mode[1],
             sandboxed=sandbox.confinement(*self.sandbox_mode) is not None,
+            pass_env=tuple(dict.fromkeys([*self.policy.pass_env, *self.turn.pass_env])),
         )
 
     @property
@@ -566,6 +567,7 @@ class Runner:
             outside_allowed=outside_allowed,
             blob=self.read_blob,
             sandbox=sandbox.confinement(*self.sandbox_mode),
+            pass_env=self.effective_policy.pass_env,
         )
 
     def read_blob(self, handle: str) -> bytes | None:
@@ -586,6 +588,8 @@ class Runner:
         duration = None if started is None else int((clock.monotonic() - started) * 1000)
         text = codec.sanitize_text(result.output)
         data = result.full if result.full is not None else text.encode("utf-8")
+        # Before the placeholder's excerpt cuts a line (and a secret in it) short.
+        data = redact.data(data)
         # A page of an offloaded result is never offloaded again.
         offload = offload and call.name not in ("read_result", "search_result")
         placed = offload_result(call.name, data, self.config.context) if offload else None

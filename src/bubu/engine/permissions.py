@@ -31,6 +31,8 @@ class Policy:
     network: bool = False
     sandboxed: bool = False
     """Whether commands really run confined (the mode is not off and bubblewrap works here)."""
+    pass_env: tuple[str, ...] = ()
+    """Secret environment variables passed on to commands by name (``--env``)."""
 
     def allowed_without_asking(self, tool: str, command: str | None) -> bool:
         """True when a call that needs permission is pre-approved by an allow-list pattern."""

@@ -70,6 +70,8 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     max_steps: int | None = 100
     sandbox: SandboxMode = DEFAULT_MODE
     network: bool = False
+    pass_env: tuple[str, ...] = ()
+    """Secret variables of the worker's environment passed on to commands (names only)."""
 
 
 def submit(
@@ -145,7 +147,8 @@ def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
             return "nothing"
         note = TurnStarted(model=host.provider.spec, max_steps=policy.max_steps, yes=policy.yes,
                            allow_commands=list(policy.allow_commands), sandbox=policy.sandbox,
-                           network=policy.network)  # fmt: skip
+                           network=policy.network,
+                           pass_env=list(policy.pass_env))  # fmt: skip
         opened = make(session=info.id, turn=request.event.turn or ids.turn_id(), role="system",
                       author="system", ts=clock.now_ms(), content=SystemNote(note=note),
                       visibility="hidden")  # fmt: skip

@@ -65,6 +65,7 @@ class TurnFold:
     mcp_config: str | None = None
     sandbox: SandboxMode | None = None
     network: bool = False
+    pass_env: tuple[str, ...] = ()
     run: str | None = None
     runs: int = 0
     steps_in_run: int = 0
@@ -132,6 +133,7 @@ class TurnFold:
             self.context_window = n.context_window
             self.mcp_config = n.mcp_config
             self.sandbox, self.network = n.sandbox, n.network
+            self.pass_env = tuple(n.pass_env)
             self.calls, self.open_calls = {}, []
             self.awaiting_model, self.inflight_request = True, None
             self.cut_off = False

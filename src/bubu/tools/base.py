@@ -67,6 +67,8 @@ class ToolContext:
     blob: Callable[[str], bytes | None] | None = None
     sandbox: Sandbox | None = None
     """The operating-system sandbox commands run in (None: unconfined)."""
+    pass_env: tuple[str, ...] = ()
+    """Secret environment variables a command may see all the same (``--env NAME``)."""
 
 
 class Tool(Protocol):

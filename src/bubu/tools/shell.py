@@ -18,12 +18,14 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from bubu import clock
 from bubu.errors import ToolError
 from bubu.events import EffectClass
+from bubu.secrets import command_env
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
 from bubu.tools.sandbox import Sandbox, wrap
 from bubu.tools.workspace import (
@@ -194,14 +196,18 @@ def run_shell(
     cwd: str,
     timeout_s: float,
     cancel: threading.Event,
+    *,
     sandbox: Sandbox | None = None,
+    pass_env: Sequence[str] = (),
 ) -> Completed:
     """Run `command` (in `sandbox` unless None) and wait for it, its timeout, or `cancel`; the
-    group is killed when needed."""
+    group is killed when needed.
+    Secret variables are withheld from its environment unless named in `pass_env`."""
     try:
         proc = subprocess.Popen(
             wrap([_shell(), "-c", command], cwd, sandbox),
             cwd=cwd,
+            env=command_env(pass_env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -319,7 +325,14 @@ class RunCommand(BuiltinTool):
         timeout_s = min(args.number("timeout_s", ctx.timeout_s), MAX_TIMEOUT_S)
         if ctx.cancel.is_set():
             raise ToolError("the turn was stopped before the command started; it did not run")
-        done = run_shell(command, workspace_root(ctx), timeout_s, ctx.cancel, ctx.sandbox)
+        done = run_shell(
+            command,
+            workspace_root(ctx),
+            timeout_s,
+            ctx.cancel,
+            sandbox=ctx.sandbox,
+            pass_env=ctx.pass_env,
+        )
         body = done.output.rstrip("\n") if done.total_bytes else "(no output)"
         status = _status(done, timeout_s, ctx.stopped_by())
         return ToolResult(
