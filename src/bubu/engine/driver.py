@@ -548,6 +548,7 @@ class Runner:
             stopped_by=self._stopped_by,
             outside_allowed=outside_allowed,
             blob=self.read_blob,
+            marker=f"{self.session.id}/{self.run}/{call.call_id}",
         )
 
     def read_blob(self, handle: str) -> bytes | None:

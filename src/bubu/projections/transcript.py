@@ -166,6 +166,8 @@ def notice_text(n: RecoveryNotice) -> str:
         )
     if n.dropped_model_calls:
         lines.append(f"in-flight model call issued again: {n.dropped_model_calls}")
+    if n.leftovers:
+        lines.append("left running by the crashed run: " + "; ".join(n.leftovers))
     return "\n".join(lines)
 
 

@@ -64,6 +64,9 @@ class ToolContext:
     stopped_by: Callable[[], str] = lambda: "stopped by the user"
     outside_allowed: bool = False
     blob: Callable[[str], bytes | None] | None = None
+    marker: str = ""
+    """``session/run/call``: put in the environment of the processes the call starts
+    (``BUBU_CALL``), so that recovery can find what a dead run left running."""
 
 
 class Tool(Protocol):
