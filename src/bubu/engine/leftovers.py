@@ -38,8 +38,8 @@ class Leftovers:
         n = self.killed.get(call_id, 0)
         if n:
             return (
-                f" {_processes(n)} of it were still running after the crash and were killed "
-                "before this result was written; nothing it started is running now."
+                " Still running after the crash, and killed before this result was written: "
+                f"{_processes(n)} it started. Nothing it started is running now."
             )
         return ""
 

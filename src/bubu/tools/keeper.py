@@ -171,6 +171,10 @@ def main(argv: list[str]) -> int:
     """Start the command in argv[2:] in directory argv[1] for the runner whose pid is argv[0]."""
     global _tree_pgid
     parent, cwd, command = int(argv[0]), argv[1], argv[3:]
+    # The command must not hold these: the runner reads the end of fd 4 as the keeper's end.
+    for fd in (CTL_FD, STATUS_FD):
+        with contextlib.suppress(OSError):
+            os.set_inheritable(fd, False)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
