@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +23,14 @@ COMMAND = (
     "echo $$ > started; sleep 300"
 )
 """A background child and a setsid one that each write a second later, unless killed first."""
+GATED_LATE = (
+    "import pathlib, time\n"
+    "for _ in range(1500):\n"
+    "    if pathlib.Path('go').exists(): break\n"
+    "    time.sleep(0.02)\n"
+    "pathlib.Path('late.txt').write_text('late')\n"
+)
+"""One process that writes once the test lets it go (or after 30 s)."""
 
 
 def _none_marked(session: str) -> None:
@@ -70,30 +79,35 @@ def test_recovery_kills_a_leftover_of_the_dead_run_before_it_says_interrupted(
     marker = f"{session}/{call_record.event.run}/{call_record.event.content.call_id}"
 
     # What a keeper that was itself killed would leave: marked, but nobody's descendant.
-    def start(marker: str, command: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(["sh", "-c", command], cwd=ws, start_new_session=True,
+    def start(marker: str, program: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", program], cwd=ws, start_new_session=True,
                                 env={**os.environ, proctree.MARKER_VAR: marker})  # fmt: skip
 
-    leftover = start(marker, LATE)  # sh and its sleep: 2 processes
-    other = start("ses_other/run_other/call_other", "sleep 30")  # a live runner's, elsewhere
-    started = time.monotonic()
+    # It writes once the test lets it go (so a slow start of `bubu recover` changes nothing).
+    leftover = start(marker, GATED_LATE)
+    other = start(
+        "ses_other/run_other/call_other", GATED_LATE.replace("late.txt", "other.txt")
+    )  # a live runner's, elsewhere
     try:
         recovered = bubu(db, "recover")
         assert recovered.returncode == 0, recovered.stdout + recovered.stderr
         assert leftover.wait(timeout=5) == -9
-        assert other.poll() is None, "another session's process was touched"
+        (ws / "go").touch()
+        assert other.wait(timeout=30) == 0, "another session's process was touched"
     finally:
+        (ws / "go").touch()
         other.kill()
         other.wait()
         leftover.kill()
         leftover.wait()
-    _never_written(ws, started)
+    assert not (ws / "late.txt").exists()
+    assert (ws / "other.txt").exists()
     records = read(db)
     (result,) = results(records)
     assert result.is_error
     assert result.result == (
         INTERRUPTED + " Still running after the crash, and killed before this result was "
-        "written: 2 processes it started. Nothing it started is running now."
+        "written: 1 process it started. Nothing it started is running now."
     )
     (notice,) = [
         n
@@ -101,6 +115,6 @@ def test_recovery_kills_a_leftover_of_the_dead_run_before_it_says_interrupted(
         if isinstance(c := r.event.content, SystemNote) and isinstance(n := c.note, RecoveryNotice)
     ]
     assert notice.leftovers == [
-        "run_command echo $$ > started; sleep 300: 2 processes still running, killed"
+        "run_command echo $$ > started; sleep 300: 1 process still running, killed"
     ]
     assert "left running by the crashed run: run_command" in recovered.stdout

@@ -86,7 +86,7 @@ def test_a_keeper_killed_from_outside_still_leaves_nothing(
     worker.start()
     pid = wait_for(ws / "setsid_child")
     (keeper,) = [
-        p for p in proctree.marked(lambda m: m == ctx.marker) if b"keeper.py" in _cmdline(p)
+        p for p in proctree.marked(lambda m: m == ctx.marker) if b"import keeper" in _cmdline(p)
     ]
     os.kill(keeper, signal.SIGKILL)
     worker.join(10)
@@ -187,10 +187,28 @@ def _gone(pids: list[int], marker: str) -> None:
 def test_a_keeper_whose_runner_died_before_it_was_armed_starts_nothing(ws: Path) -> None:
     # Its parent (the pid it is told) is not its real parent: the runner is already gone.
     done = subprocess.run(
-        [sys.executable, "-I", "-S", proctree.KEEPER, "1", str(ws), "--", "touch", "ran"],
+        proctree.keeper_argv("1", str(ws), "--", "touch", "ran"),
         check=False,
         pass_fds=(),
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0
     assert not (ws / "ran").exists()
+
+
+def test_an_orphan_of_the_command_is_adopted_by_its_keeper(
+    tools: dict[str, Tool], ws: Path
+) -> None:
+    # The subreaper, not the marker search, is what holds it: its parent is the keeper, not init.
+    ctx = ToolContext(workspace=ws, marker="ses_o/run_o/call_o")
+    command = (
+        "(setsid sleep 300 > /dev/null 2>&1 & echo $! > pid); sleep 0.1; cat /proc/$(cat pid)/stat"
+    )
+    result = run(tools, ctx, command)
+    stat = result.output.splitlines()[0]
+    parent = int(stat[stat.rfind(")") + 2 :].split()[1])
+    try:
+        assert b"import keeper" in _cmdline(parent)
+        assert proctree.marked(lambda m: m == ctx.marker) == {}, "own background trees are spared"
+    finally:
+        os.kill(int((ws / "pid").read_text()), signal.SIGKILL)

@@ -1,4 +1,4 @@
-"""The keeper of one command's process tree: the runner's direct child, run by path (``python -I -S``).
+"""The keeper of one command's process tree: the runner's direct child (``python -I -S``).
 
 It makes itself a child subreaper, so every descendant of the command — ``setsid`` and
 double-forked ones included — stays in its tree instead of escaping to init. It starts the
@@ -16,12 +16,21 @@ background processes remain), ``error ERRNO PATH`` (the command could not be sta
 
 from __future__ import annotations
 
-import contextlib
+# Every import here is start-up time paid by every command: `_signal` and `_ctypes` are the C
+# modules under `signal` (which imports enum) and `ctypes` (which builds every C type); together
+# the two wrappers would cost about as much as the interpreter's own start.
+import _ctypes
 import os
 import select
-import signal
 import sys
 import time
+
+TYPE_CHECKING = False  # typing costs start-up time; type checkers read this as True
+
+if TYPE_CHECKING:
+    import signal
+else:
+    import _signal as signal
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -34,22 +43,43 @@ _dying = False
 _tree_pgid = 0  # the command's process group: what is killed where /proc cannot be read
 
 
+class _ULong(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "L"
+
+
+class _Int(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "i"
+
+
+class _CFunction(_ctypes.CFuncPtr):
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _Int
+
+
+class _Libc:
+    """What ctypes' C core needs of a library: its handle."""
+
+    def __init__(self) -> None:
+        self._handle = _ctypes.dlopen(None, os.RTLD_NOW)  # type: ignore[arg-type]
+
+
 def _prctl(option: int, value: int) -> bool:
+    """prctl(2) from libc, through ctypes' C core."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0) == 0)
-    except (OSError, AttributeError):
+        prctl = _CFunction(("prctl", _Libc()))  # type: ignore[arg-type]
+        prctl.argtypes = (_Int, _ULong, _ULong, _ULong, _ULong)
+        return bool(prctl(option, value, 0, 0, 0) == 0)
+    except (OSError, AttributeError, TypeError):
         return False
 
 
 def _say(line: str) -> None:
-    # A runner that is gone cannot read it; the tree is killed all the same.
-    with contextlib.suppress(OSError):
+    try:  # noqa: SIM105 (contextlib costs start-up time)
         os.write(STATUS_FD, (line + "\n").encode())
+    except OSError:
+        pass  # a runner that is gone cannot read it; the tree is killed all the same
 
 
 def _children(pid: int) -> list[int]:
@@ -158,8 +188,10 @@ def kill_tree(main: int, grace: float) -> int:
 
 
 def _signal(pid: int, sig: int) -> None:
-    with contextlib.suppress(OSError):  # gone already
+    try:  # noqa: SIM105 (contextlib costs start-up time)
         os.kill(pid, sig)
+    except OSError:
+        pass  # gone already
 
 
 def _on_term(signum: int, frame: object) -> None:
@@ -173,8 +205,10 @@ def main(argv: list[str]) -> int:
     parent, cwd, command = int(argv[0]), argv[1], argv[3:]
     # The command must not hold these: the runner reads the end of fd 4 as the keeper's end.
     for fd in (CTL_FD, STATUS_FD):
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 (contextlib costs start-up time)
             os.set_inheritable(fd, False)
+        except OSError:
+            pass  # not open: started by hand, without a runner
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
@@ -249,5 +283,10 @@ def main(argv: list[str]) -> int:
                 _say(f"lingering {len(left)}")
 
 
+def run() -> None:
+    """The entry point: exit without the interpreter's finalization (it only costs time here)."""
+    os._exit(main(sys.argv[1:]))
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run()
