@@ -15,6 +15,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ ANSWER_S = 10.0
 
 _lingering: dict[int, tuple[int, str]] = {}
 """Keepers of commands that ended but left background processes: pid → (control fd, marker)."""
+_lingering_lock = threading.Lock()  # commands of one response run on several threads
 
 
 @dataclass(slots=True, kw_only=True)
@@ -124,7 +126,8 @@ class Tree:
         self._answer(ANSWER_S, lambda: self.lingering)
         if self.lingering:
             os.close(self.status)
-            _lingering[self.keeper] = (self.ctl, self.marker)
+            with _lingering_lock:
+                _lingering[self.keeper] = (self.ctl, self.marker)
             return
         self._close(wait=self.ended)
 
@@ -137,7 +140,8 @@ class Tree:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.keeper, 0)
         elif not _reaped(self.keeper):
-            _lingering[self.keeper] = (-1, "")  # reaped later; its marker is not spared
+            with _lingering_lock:
+                _lingering[self.keeper] = (-1, "")  # reaped later; its marker is not spared
 
 
 def _reaped(pid: int) -> bool:
@@ -149,18 +153,19 @@ def _reaped(pid: int) -> bool:
 
 
 def _reap_lingering() -> None:
-    for pid, (ctl, _) in list(_lingering.items()):
-        if _reaped(pid):
-            del _lingering[pid]
-            if ctl >= 0:
-                with contextlib.suppress(OSError):
+    with _lingering_lock:
+        for pid, (ctl, _) in list(_lingering.items()):
+            if _reaped(pid):
+                del _lingering[pid]
+                if ctl >= 0:
                     os.close(ctl)
 
 
 def own_markers() -> set[str]:
     """Markers of this process's own background trees, which a search must never kill."""
     _reap_lingering()
-    return {marker for _, marker in _lingering.values()}
+    with _lingering_lock:
+        return {marker for _, marker in _lingering.values()}
 
 
 def _high(fd: int) -> int:
