@@ -118,3 +118,18 @@ def test_recovery_kills_a_leftover_of_the_dead_run_before_it_says_interrupted(
         "run_command echo $$ > started; sleep 300: 1 process still running, killed"
     ]
     assert "left running by the crashed run: run_command" in recovered.stdout
+
+
+def test_a_leftover_that_could_not_be_killed_is_said_so() -> None:
+    from bubu.engine.leftovers import Leftovers
+
+    found = Leftovers(killed={"c1": 2}, alive=[4242])
+    assert found.sentence("c1") == (
+        " Some processes of the crashed run could not be confirmed dead and may still be running "
+        "(pids 4242)."
+    )
+    assert found.lines(lambda call: f"run_command #{call}") == [
+        "run_command #c1: 2 processes still running, killed",
+        "1 process could not be confirmed dead: 4242",
+    ]
+    assert Leftovers().sentence("c1") == ""

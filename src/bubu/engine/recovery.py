@@ -121,8 +121,10 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         runner.start_run("recovery")
         if plan.kind == "blocked":
             runner.append(
-                [runner.note(RecoveryNotice(status="blocked", reason=plan.reason))], durable=True
-            )
+                [runner.note(RecoveryNotice(status="blocked", reason=plan.reason,
+                                            leftovers=leftovers.lines(lambda c: _label_of(runner, c))))],
+                durable=True,
+            )  # fmt: skip
             return Recovered(session=info.id, plan=plan, outcome="blocked")
 
         def apply() -> None:

@@ -154,7 +154,8 @@ class Transcript:
 def notice_text(n: RecoveryNotice) -> str:
     """The recovery notice as a person reads it."""
     if n.status == "blocked":
-        return f"recovery blocked: {n.reason}"
+        killed = "".join(f"\nleft running by the crashed run: {line}" for line in n.leftovers)
+        return f"recovery blocked: {n.reason}{killed}"
     lines = ["unfinished task detected, auto-recovering"]
     if n.silent_retries:
         lines.append("re-run silently: " + ", ".join(n.silent_retries))
