@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from bubu.engine.leftovers import Leftovers
 from bubu.events import FunctionCall, RecoveryNotice, SystemNote
 from bubu.projections.recovery import INTERRUPTED
 from bubu.tools import proctree
@@ -121,8 +122,6 @@ def test_recovery_kills_a_leftover_of_the_dead_run_before_it_says_interrupted(
 
 
 def test_a_leftover_that_could_not_be_killed_is_said_so() -> None:
-    from bubu.engine.leftovers import Leftovers
-
     found = Leftovers(killed={"c1": 2}, alive=[4242])
     assert found.sentence("c1") == (
         " Some processes of the crashed run could not be confirmed dead and may still be running "
