@@ -99,7 +99,9 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         return Recovered(session=info.id, plan=Plan(kind="nothing"), outcome="busy")
     try:
         # Before any result is written: nothing of the dead run may still be acting on the world.
-        leftovers = stop_leftovers(info.id)
+        # Only an open turn has a dead run (a closed one may have a live runner's background jobs).
+        st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+        leftovers = stop_leftovers(info.id) if st.state == "open" else Leftovers()
         records = store.read(info.id)
         report = store.verify(info.id)
         host.adopt_turn_tools(fold(records))
