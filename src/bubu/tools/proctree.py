@@ -32,10 +32,9 @@ KEEPER = str(Path(__file__).with_name("keeper.py"))
 
 def keeper_argv(*args: str) -> list[str]:
     """The command line of a keeper: imported rather than run as a script, so that its compiled
-    form is cached; isolated (-I) and without site (-S), so that it starts in a few milliseconds."""
-    boot = (
-        f"import sys; sys.path.insert(0, {str(Path(KEEPER).parent)!r}); import keeper; keeper.run()"
-    )
+    form is cached (its directory last on the path: it must not shadow the standard library);
+    isolated (-I) and without site (-S), so that it starts in a few milliseconds."""
+    boot = f"import sys; sys.path.append({str(Path(KEEPER).parent)!r}); import keeper; keeper.run()"
     return [sys.executable, "-I", "-S", "-c", boot, *args]
 
 
