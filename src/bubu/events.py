@@ -175,6 +175,8 @@ class RecoveryNotice(_Note, frozen=True, kw_only=True, tag="recovery_notice"):
     pending_review: list[str] = msgspec.field(default_factory=list)
     dropped_model_calls: int = 0
     reason: str | None = None
+    leftovers: list[str] = msgspec.field(default_factory=list)
+    """Processes of the dead run that were still running and were killed (one line each)."""
 
 
 class NoticeDismissed(_Note, frozen=True, kw_only=True, tag="notice_dismissed"):

@@ -414,6 +414,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "silent_retries": n.silent_retries,
             "verified_applied": n.verified_applied,
             "pending_review": n.pending_review,
+            "leftovers": n.leftovers,
             "reason": n.reason,
             "dismissed": st.notice_dismissed,
             "seq": st.notice_seq,

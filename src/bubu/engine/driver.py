@@ -568,6 +568,7 @@ class Runner:
             blob=self.read_blob,
             sandbox=sandbox.confinement(*self.sandbox_mode),
             pass_env=self.effective_policy.pass_env,
+            marker=f"{self.session.id}/{self.run}/{call.call_id}",
         )
 
     def read_blob(self, handle: str) -> bytes | None:

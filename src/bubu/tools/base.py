@@ -69,6 +69,9 @@ class ToolContext:
     """The operating-system sandbox commands run in (None: unconfined)."""
     pass_env: tuple[str, ...] = ()
     """Secret environment variables a command may see all the same (``--env NAME``)."""
+    marker: str = ""
+    """``session/run/call``: put in the environment of the processes the call starts
+    (``BUBU_CALL``), so that recovery can find what a dead run left running."""
 
 
 class Tool(Protocol):

@@ -407,6 +407,7 @@ function renderBanner(s) {
   lists.push(item("Re-run silently", n.silent_retries, "ok"));
   lists.push(item("Recorded as applied", n.verified_applied, "ok"));
   lists.push(item("Awaits your review — may or may not have happened", n.pending_review, "needs-review"));
+  lists.push(item("Left running by the crashed run, and killed", n.leftovers || [], "ok"));
   if (n.dropped_model_calls) lists.push(h("li", { text: `In-flight model call issued again: ${n.dropped_model_calls}` }));
   fill(el, h("div", { class: "banner" + (blocked ? " blocked" : ""), id: "recovery-notice", role: "status" },
     h("div", { class: "banner-head" },
