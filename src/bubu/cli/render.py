@@ -12,7 +12,7 @@ from typing import TextIO
 import click
 
 from bubu.cli.app import emit_jsonl
-from bubu.engine.permissions import Answer
+from bubu.engine.permissions import Answer, asked_command, one_line, show_command
 from bubu.events import (
     Error,
     FunctionCall,
@@ -220,11 +220,28 @@ class TerminalObserver:
             if self._in_text:
                 self.out.write("\n")
                 self._in_text = False
-            ok = click.confirm(
-                self._style(f"? allow {request.summary}", bold=True) + f" ({request.reason})",
-                default=False,
-            )
+            for line in prompt_lines(request):
+                self.out.write(self._style(line, fg="yellow") if line.startswith("!") else line)
+                self.out.write("\n")
+            ok = click.confirm(self._style("? allow it", bold=True), default=False)
         return "allow" if ok else "deny"
+
+
+def prompt_lines(request: PermissionRequest) -> list[str]:
+    """What a person reads before answering a request: a command exactly, line by line (each
+    newline marked ⏎, invisible characters shown), why it asks, and for a protected path that
+    nothing but this answer approves it."""
+    command = asked_command(request)
+    if command is None:
+        head = [f"? {one_line(request.summary)}"]
+    else:
+        lines = show_command(command)
+        count = f" ({len(lines)} lines)" if len(lines) > 1 else ""
+        head = [f"? run this command{count}:", *(f"  │ {ln}" for ln in lines)]
+    reason = request.reason.strip()
+    if reason and reason != (command or "").strip():
+        head.append(f"  {one_line(reason)}" if not request.protected else f"! {one_line(reason)}")
+    return head
 
 
 class JsonlObserver:
