@@ -83,10 +83,14 @@ def parse(command: str) -> CommandLine:
         walk.node(tree.root_node)
     except _Refused as e:
         return CommandLine(refusal=str(e))
+    except RecursionError:
+        return CommandLine(refusal="it is nested too deeply")
     return CommandLine(commands=tuple(walk.commands), writes=tuple(walk.writes))
 
 
 def _odd_character(command: str) -> str | None:
+    if "\\\t" in command:
+        return "an escaped tab"
     for ch in command:
         if ch in "\n\t":
             continue
@@ -117,6 +121,10 @@ _WORDS = frozenset(
         "brace_expression",
     }
 )
+_BARE = frozenset(
+    {"word", "number", "simple_expansion", "expansion", "variable_name", "brace_expression"}
+)
+"""Word kinds in which bash never sees a line break (outside quotes a newline ends a word)."""
 _WORD_TOKENS = frozenset({'"', "$", "${", "}", "{", "..", "="})
 _WHY = {
     "command_substitution": "it runs a command substitution",
@@ -156,11 +164,23 @@ class _Walk:
         if n.is_error or n.is_missing or n.type == "ERROR":
             raise self.refuse(n, "the shell parser cannot read it")
         t = n.type
-        if t in _GROUPS or t == "redirected_statement":
+        if t == "redirected_statement":
+            kids = n.children
+            for a, b in zip(kids, kids[1:], strict=False):
+                self.blanks(a.end_byte, b.start_byte, n)
+            self.children(n, _GROUP_TOKENS)
+        elif t in _GROUPS:
             self.children(n, _GROUP_TOKENS)
         elif t == "compound_statement":
             if not n.children or n.children[0].type != "{":
                 raise self.refuse(n, "it uses arithmetic `(( … ))`, which can run code")
+            # `{}` or `{x` is a word to bash, not a group.
+            if not n.named_children or self.src[n.start_byte + 1 : n.start_byte + 2] not in (
+                b" ",
+                b"\t",
+                b"\n",
+            ):
+                raise self.refuse(n, "the parser and bash may split it differently")
             self.children(n, _GROUP_TOKENS)
         elif t == "command":
             self.command(n)
@@ -174,7 +194,22 @@ class _Walk:
         elif t == "herestring_redirect":
             self.children(n, frozenset({"<<<"}), words=True)
         elif t == "comment":
-            pass
+            # bash starts a comment only where a word could start; `{#x` is a word to bash.
+            before = self.src[n.start_byte - 1 : n.start_byte] if n.start_byte else b" "
+            joined = self.src[max(n.start_byte - 2, 0) : n.start_byte] == b"\\\n"
+            if joined or before not in (
+                b" ",
+                b"\t",
+                b"\n",
+                b";",
+                b"&",
+                b"|",
+                b"(",
+                b")",
+                b"<",
+                b">",
+            ):
+                raise self.refuse(n, "the parser and bash may split it differently")
         elif t == "test_command" and n.children and n.children[0].type == "[":
             self.scan(n)  # `[ … ]` is the command `[`; `[[ … ]]` is refused below
             self.commands.append(SimpleCommand(text=self.text(n), name="[", assigns=False))
@@ -201,7 +236,17 @@ class _Walk:
             elif c.type not in tokens:
                 raise self.refuse(n, f"it uses `{c.type}`, which the allow-list does not judge")
 
+    def blanks(self, start: int, end: int, n: tree_sitter.Node) -> None:
+        """Between two words of one command bash allows only blanks and backslash-newlines;
+        anything else means tree-sitter and bash may not agree where the command ends."""
+        gap = self.src[start:end].replace(b"\\\n", b"")
+        if gap.strip(b" \t"):
+            raise self.refuse(n, "the parser and bash may split it differently")
+
     def command(self, n: tree_sitter.Node) -> None:
+        kids = n.children
+        for a, b in zip(kids, kids[1:], strict=False):
+            self.blanks(a.end_byte, b.start_byte, n)
         parts: list[str] = []
         name: str | None = None
         assigns = False
@@ -242,6 +287,8 @@ class _Walk:
         if t not in _WORDS and t != "variable_assignment":
             self.node(n)  # a substitution or another construct: refused with its reason
             return
+        if t in _BARE and b"\n" in self.src[n.start_byte : n.end_byte]:
+            raise self.refuse(n, "the parser and bash may split it differently")
         for c in n.children:
             if c.is_named:
                 self.word(c)
@@ -249,6 +296,9 @@ class _Walk:
                 raise self.refuse(n, f"it uses `{c.type}` in an unusual place")
 
     def file_redirect(self, n: tree_sitter.Node) -> None:
+        fd = next((c for c in n.children if c.type == "file_descriptor"), None)
+        if fd is not None and not self.text(fd).isdigit():
+            raise self.refuse(n, "the parser and bash may split it differently")
         op = next((c.type for c in n.children if not c.is_named), "")
         dests = [c for c in n.children if c.is_named and c.type != "file_descriptor"]
         for d in dests:
@@ -267,7 +317,16 @@ class _Walk:
 
     def heredoc(self, n: tree_sitter.Node) -> None:
         start = next((c for c in n.children if c.type == "heredoc_start"), None)
-        quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
+        end = next((c for c in n.children if c.type == "heredoc_end"), None)
+        # Only plain delimiters (EOF, 'EOF', "EOF", \EOF): where a fancier one ends, tree-sitter
+        # and bash can disagree, and what bash then reads after it runs as commands.
+        word = "" if start is None else self.text(start)
+        quoted = len(word) > 1 and (word[0] == word[-1] in "'\"" or word[0] == "\\")
+        core = (word[1:-1] if word[0] != "\\" else word[1:]) if quoted else word
+        if not core or not all(ch.isascii() and (ch.isalnum() or ch in "_.-") for ch in core):
+            raise self.refuse(n, "its here-document has an unusual delimiter")
+        if end is None or self.text(end) != core:
+            raise self.refuse(n, "its here-document does not end with its delimiter")
         for c in n.children:
             if c.type == "heredoc_body":
                 body = self.text(c)

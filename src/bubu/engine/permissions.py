@@ -83,15 +83,17 @@ class Policy:
         patterns = tuple(p.strip() for p in self.allow_commands if p.strip())
         if not patterns:
             return Verdict(allowed=False)
-        cmd = command.strip()
-        if any(cmd == p and not _GLOB & set(p) for p in patterns):
+        # Only blanks are trimmed: bash reads a carriage return or a form feed as part of a word.
+        if any(command.strip(" \t\n") == p and not _GLOB & set(p) for p in patterns):
             return Verdict(allowed=True)  # the user wrote out this very line
         if shutil.which("bash") is None:
             # run_command falls back to /bin/sh, whose grammar is not the one parsed here.
             return Verdict(allowed=False, why="there is no bash to parse the line for")
-        line = commandline.parse(cmd)
+        line = commandline.parse(command)
         if line.refusal is not None:
             return Verdict(allowed=False, why=f"the allow-list does not judge it: {line.refusal}")
+        if not line.commands:
+            return Verdict(allowed=False, why="there is no command in it")
         for c in line.commands:
             if not any(_approves(p, c) for p in patterns):
                 return Verdict(allowed=False, why=f"`{c.text}` {_unmatched(c)}")
