@@ -207,9 +207,9 @@ def test_the_reason_names_the_part_that_is_not_covered(tmp_path: Path) -> None:
     verdict = PYTEST.check_command("pytest -q; touch pwned", cwd=str(tmp_path))
     assert verdict.why == "`touch pwned` matches no --allow pattern"
     verdict = PYTEST.check_command("pytest $(touch pwned)", cwd=str(tmp_path))
-    assert verdict.why is not None and "command substitution" in verdict.why
+    assert "command substitution" in (verdict.why or "")
     verdict = PYTEST.check_command("pytest > /etc/passwd", cwd=str(tmp_path))
-    assert verdict.why is not None and "outside the workspace" in verdict.why
+    assert "outside the workspace" in (verdict.why or "")
 
 
 def test_a_command_is_shown_line_by_line_with_its_newlines_marked() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 from functools import cache
+from itertools import pairwise
 
 import tree_sitter
 import tree_sitter_bash
@@ -166,7 +167,7 @@ class _Walk:
         t = n.type
         if t == "redirected_statement":
             kids = n.children
-            for a, b in zip(kids, kids[1:], strict=False):
+            for a, b in pairwise(kids):
                 self.blanks(a.end_byte, b.start_byte, n)
             self.children(n, _GROUP_TOKENS)
         elif t in _GROUPS:
@@ -245,7 +246,7 @@ class _Walk:
 
     def command(self, n: tree_sitter.Node) -> None:
         kids = n.children
-        for a, b in zip(kids, kids[1:], strict=False):
+        for a, b in pairwise(kids):
             self.blanks(a.end_byte, b.start_byte, n)
         parts: list[str] = []
         name: str | None = None
