@@ -6,8 +6,8 @@ An allow-list pattern approves one *simple command*, never a whole line: the lin
 (`bubu.engine.commandline`) and each of its simple commands must match a pattern on its own,
 every file it redirects output to must lie inside the workspace (``/dev/null`` is fine) and not
 be protected, and nothing may run that the parse does not show (substitutions, here-documents
-that expand, constructs it does not judge); otherwise the whole line asks. A pattern with no
-wildcard also approves exactly that line as written.
+that expand, constructs it does not judge); otherwise the whole line asks. A pattern that is
+character for character the whole line also approves it, as the user wrote it out.
 
 A wildcard cannot reach past the program it names: a command that starts with an assignment
 (``FOO=1 pytest``) or whose program runs other programs (``bash -c``, ``env``, ``xargs``,
@@ -46,7 +46,6 @@ WRAPPERS = frozenset(
 
 _CWD_CHANGERS = frozenset({"cd", "pushd", "popd"})
 _DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
-_GLOB = frozenset("*?[")
 
 
 def nobody(_: PermissionRequest) -> Answer | None:
@@ -84,7 +83,7 @@ class Policy:
         if not patterns:
             return Verdict(allowed=False)
         # Only blanks are trimmed: bash reads a carriage return or a form feed as part of a word.
-        if any(command.strip(" \t\n") == p and not _GLOB & set(p) for p in patterns):
+        if command.strip(" \t\n") in patterns:
             return Verdict(allowed=True)  # the user wrote out this very line
         if shutil.which("bash") is None:
             # run_command falls back to /bin/sh, whose grammar is not the one parsed here.
