@@ -15,6 +15,7 @@ from bubu.engine.commandline import parse
 from bubu.engine.permissions import Policy, show_command
 
 PYTEST = Policy(allow_commands=("pytest*",))
+ANY = Policy(allow_commands=("*",))
 
 ATTACKS = [
     "pytest -q; rm -rf x",
@@ -184,6 +185,8 @@ def test_without_a_workspace_only_dev_null_is_a_safe_output() -> None:
         (("*pytest*",), "bash -c 'pytest; rm -rf x'", False),
         (("*pytest*",), "PATH=/tmp/evil pytest", False),
         (("*",), "X=1", False),
+        (("*",), "coproc rm -rf x", False),
+        (("*",), "time rm -rf x", False),
         (("bash -c *",), "bash -c 'make test'", True),  # named on purpose
         (("env *",), "env FOO=1 make", True),
         (("FOO=1 pytest*",), "FOO=1 pytest -q", True),
@@ -228,7 +231,8 @@ def test_a_command_is_shown_line_by_line_with_its_newlines_marked() -> None:
 _FRAGMENTS = [
     "pytest", " ", " -q", ";", "\n", "&&", "||", "&", "|", "'", '"', "\\", "$", "$'", '$"', "`",
     "#", "(", ")", "{", "}", "<<", "<<-", "'EOF'", "EOF", "\nEOF\n", "touch pwned", "echo", "x",
-    "\t", "${x}", "=", "!", "*", ">", "2>&1", "<", "$(", "\\\n", "\r",
+    "\t", "${x}", "=", "!", "*", ">", "2>&1", "<", "$(", "\\\n", "\r", "coproc ", "time ",
+    "then ", "do ", "done", "if ", "fi", "{ ", " }", "[[ ", " ]]", "case ", " in ", "esac",
 ]  # fmt: skip
 
 
@@ -257,16 +261,24 @@ def _bash_runs(command: str, where: Path) -> list[str]:
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(st.lists(st.sampled_from(_FRAGMENTS), min_size=1, max_size=12).map("".join))
+@given(
+    st.tuples(st.sampled_from(["pytest", ""]), st.lists(st.sampled_from(_FRAGMENTS), max_size=12))
+    .map(lambda t: t[0] + "".join(t[1]))
+    .filter(bool)
+)
 def test_what_a_pattern_approves_is_all_that_bash_runs(tmp_path: Path, command: str) -> None:
-    """For every line the allow-list approves under `pytest*`, real bash runs only pytest."""
+    """For every line the allow-list approves under `pytest*`, real bash runs only pytest; under
+    `*`, only the commands the parse showed."""
     where = tmp_path / "run"
     where.mkdir(exist_ok=True)
-    if not PYTEST.check_command(command, cwd=str(where)).allowed:
-        return
-    ran = _bash_runs(command, where)
-    assert all(r.startswith("pytest") for r in ran), (command, ran)
-    assert not (where / "pwned").exists(), command
+    if PYTEST.check_command(command, cwd=str(where)).allowed:
+        ran = _bash_runs(command, where)
+        assert all(r.startswith("pytest") for r in ran), (command, ran)
+        assert not (where / "pwned").exists(), command
+    if ANY.check_command(command, cwd=str(where)).allowed:
+        # Under `*` bash may run no more commands than the parse showed for judging.
+        ran = _bash_runs(command, where)
+        assert len(ran) <= len(parse(command).commands), (command, ran)
 
 
 def test_the_bash_judge_sees_what_is_chained(tmp_path: Path) -> None:

@@ -40,6 +40,9 @@ WRAPPERS = frozenset(
         *("env", "xargs", "nohup", "nice", "ionice", "timeout", "time", "setsid", "stdbuf"),
         *("sudo", "doas", "su", "runuser", "chroot", "unshare", "nsenter", "flock", "watch"),
         *("strace", "ltrace", "parallel", "script", "taskset", "chrt", "enable"),
+        # Reserved words the parser may read as a program's name: `coproc rm x` runs `rm x`.
+        *("coproc", "select", "function", "if", "then", "else", "elif", "fi", "case", "esac"),
+        *("for", "while", "until", "do", "done", "in", "{", "}", "[[", "]]", "!"),
     }
 )
 """Programs that run another program named in their arguments; a wildcard never approves them."""
