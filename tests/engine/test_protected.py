@@ -3,6 +3,10 @@ chained one: real `bubu run` processes with a scripted model and no terminal."""
 
 from __future__ import annotations
 
+import os
+import pty
+import select
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +16,7 @@ from bubu.events import FunctionResponse, PermissionDecision, PermissionRequest
 from bubu.log.sqlite import SQLiteStore
 from bubu.tools.protected import protected_reason
 
-from .cli import bubu, only_session
+from .cli import bubu, bubu_cmd, bubu_env, only_session
 from .helpers import call, write_script
 
 FSMONITOR = '[core]\n\tfsmonitor = "touch pwned-by-git"\n'
@@ -170,3 +174,57 @@ def test_an_allow_listed_redirection_into_a_protected_file_asks(tmp_path: Path) 
     policy = Policy(allow_commands=("echo *",))
     assert not policy.check_command("echo x >> .git/config", cwd=str(tmp_path)).allowed
     assert policy.check_command("echo x >> notes.txt", cwd=str(tmp_path)).allowed
+
+
+def _on_a_terminal(
+    tmp_path: Path, ws: Path, calls: list[dict[str, object]], answer: bytes, *flags: str
+) -> str:
+    """Run `bubu run` on a pseudo-terminal, answer its one prompt, return what it printed."""
+    script = write_script(tmp_path / "s.jsonl", [{"tool_calls": calls}, {"text": "done"}])
+    db = tmp_path / "bubu.db"
+    main, side = pty.openpty()
+    proc = subprocess.Popen(
+        bubu_cmd(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", *flags),
+        env={**bubu_env(tmp_path), "TERM": "dumb", "NO_COLOR": "1"}, stdin=side, stdout=side, stderr=side,
+    )  # fmt: skip
+    os.close(side)
+    out, answered = b"", False
+    try:
+        while True:
+            ready, _, _ = select.select([main], [], [], 60)
+            assert ready, f"bubu printed nothing for a minute: {out!r}"
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the terminal closed: bubu exited
+                break
+            if not chunk:
+                break
+            out += chunk
+            if not answered and b"? allow it" in out:
+                os.write(main, answer)
+                answered = True
+    finally:
+        proc.wait(timeout=60)
+        os.close(main)
+    assert answered, out
+    return out.decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def test_the_terminal_prompt_shows_the_chained_line(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shown = _on_a_terminal(
+        tmp_path, ws, [call("run_command", command="pytest -q\ntouch pwned")], b"n\n",
+        "--allow", "pytest*",
+    )  # fmt: skip
+    assert "? run this command (2 lines):\n  │ pytest -q⏎\n  │ touch pwned\n" in shown
+    assert "`touch pwned` matches no --allow pattern" in shown
+    assert not (ws / "pwned").exists()
+
+
+def test_a_person_on_the_terminal_can_approve_a_protected_write(tmp_path: Path, repo: Path) -> None:
+    shown = _on_a_terminal(
+        tmp_path, repo, [call("write_file", path=".envrc", content="use nix\n")], b"y\n", "--yes"
+    )
+    assert "! .envrc is a protected path" in shown
+    assert (repo / ".envrc").read_text() == "use nix\n"
