@@ -304,7 +304,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
     click.echo(f"{info.id}  {printable(info.title)}\n  workspace {printable(info.workspace)}\n")
     for item in t.items:
         if isinstance(item, ToolCard):
-            click.echo(f"  ⏺ {item.name} {_args(item.arguments)}  [{item.status}]")
+            click.echo(f"  ⏺ {printable(item.name)} {_args(item.arguments)}  [{item.status}]")
             if item.result is not None:
                 first = (item.result.strip().splitlines() or [""])[0]
                 click.echo(f"    ⎿ {printable(first[:100])}")
@@ -402,7 +402,7 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     usage: Any = d["usage"]
     click.echo(f"{info.id}  {d['status']}  ({d['turns']} turns, {d['events']} events)")
     if d["reason"]:
-        click.echo(f"  {d['reason']}")
+        click.echo(f"  {printable(str(d['reason']))}")
     click.echo(
         f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens"
     )
@@ -411,5 +411,5 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         st = fold_status(ctx.store.read(info.id))
         assert st.notice is not None
         click.echo("  recovery notice:")
-        for ln in notice_text(st.notice).splitlines():
+        for ln in printable(notice_text(st.notice)).splitlines():
             click.echo("    " + ln)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.term import echo
 from bubu.errors import ConfigError
 from bubu.log.store import SessionInfo, Store
 
@@ -116,7 +117,7 @@ def equip(info: SessionInfo, mcp: str | None = None) -> tuple[Provider, dict[str
 
 
 def _say(line: str) -> None:
-    click.echo(f"bubu worker {time.strftime('%H:%M:%S')} {line}", err=True)
+    echo(f"bubu worker {time.strftime('%H:%M:%S')} {line}", err=True)
 
 
 @cli.command("worker")

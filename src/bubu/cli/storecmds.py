@@ -16,6 +16,7 @@ from typing import Literal
 import click
 
 from bubu.cli.app import cli, emit_json, fail
+from bubu.cli.term import echo
 from bubu.errors import BubuError, StorageError, UnknownSession
 from bubu.log import codec, open_store
 from bubu.log.store import SessionInfo, Store
@@ -152,7 +153,7 @@ def copy_store_cmd(src: str, dst: str, refs: tuple[str, ...], as_json: bool) -> 
                 digest = (r.digest or "")[:16]
                 click.echo(f"copied   {r.session}  {r.high_water} events  {digest}")
             else:
-                click.echo(f"{r.result:<8} {r.session}  {r.reason}")
+                echo(f"{r.result:<8} {r.session}  {r.reason}")
         if not results:
             click.echo("no sessions to copy")
     if not ok:

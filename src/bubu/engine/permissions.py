@@ -184,7 +184,7 @@ def _visible(line: str) -> str:
     return "".join(out)
 
 
-def one_line(text: str) -> str:
+def visible_line(text: str) -> str:
     """Text shown on one line, newlines marked ⏎ and invisible characters shown."""
     return "".join(show_command(text))
 
