@@ -70,22 +70,22 @@ def test_an_edit_that_plants_core_fsmonitor_is_not_made(
     assert (decision.decision, decision.by) == ("deny", "nobody")
 
 
-@pytest.mark.parametrize(
-    "path",
-    [".bashrc", ".envrc", ".bubu/x", ".GIT/config", "sub/.git/hooks/post-checkout", "link"],
-)
-def test_protected_writes_are_denied_without_a_person(
-    tmp_path: Path, repo: Path, path: str
-) -> None:
+PROTECTED = [".bashrc", ".envrc", ".bubu/x", ".GIT/config", "sub/.git/hooks/post-checkout", "link"]
+
+
+def test_protected_writes_are_denied_without_a_person(tmp_path: Path, repo: Path) -> None:
     (repo / "link").symlink_to(repo / ".git" / "config")
     before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
     results, requests, _ = _bubu_run(
-        tmp_path, repo, [call("write_file", path=path, content="touch pwned\n")], "--yes"
-    )
-    (result,) = results
-    assert result.is_error
-    assert "protected path" in result.result
-    assert [r.protected for r in requests] == [True]
+        tmp_path, repo,
+        [call("write_file", path=path, content="touch pwned\n") for path in PROTECTED],
+        "--yes",
+    )  # fmt: skip
+    assert len(results) == len(PROTECTED)
+    for path, result in zip(PROTECTED, results, strict=True):
+        assert result.is_error, path
+        assert "protected path" in result.result, path
+    assert [r.protected for r in requests] == [True] * len(PROTECTED)
     after = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
     assert after == before, "nothing was written"
 
