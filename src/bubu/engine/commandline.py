@@ -122,6 +122,8 @@ _WORDS = frozenset(
         "brace_expression",
     }
 )
+_BLANK = (b" ", b"\t", b"\n")
+_METACHARACTERS = (b";", b"&", b"|", b"(", b")", b"<", b">")
 _BARE = frozenset(
     {"word", "number", "simple_expansion", "expansion", "variable_name", "brace_expression"}
 )
@@ -176,11 +178,7 @@ class _Walk:
             if not n.children or n.children[0].type != "{":
                 raise self.refuse(n, "it uses arithmetic `(( … ))`, which can run code")
             # `{}` or `{x` is a word to bash, not a group.
-            if not n.named_children or self.src[n.start_byte + 1 : n.start_byte + 2] not in (
-                b" ",
-                b"\t",
-                b"\n",
-            ):
+            if not n.named_children or self.src[n.start_byte + 1 : n.start_byte + 2] not in _BLANK:
                 raise self.refuse(n, "the parser and bash may split it differently")
             self.children(n, _GROUP_TOKENS)
         elif t == "command":
@@ -198,20 +196,11 @@ class _Walk:
             # bash starts a comment only where a word could start; `{#x` is a word to bash.
             before = self.src[n.start_byte - 1 : n.start_byte] if n.start_byte else b" "
             joined = self.src[max(n.start_byte - 2, 0) : n.start_byte] == b"\\\n"
-            if joined or before not in (
-                b" ",
-                b"\t",
-                b"\n",
-                b";",
-                b"&",
-                b"|",
-                b"(",
-                b")",
-                b"<",
-                b">",
-            ):
+            if joined or (before not in _BLANK and before not in _METACHARACTERS):
                 raise self.refuse(n, "the parser and bash may split it differently")
         elif t == "test_command" and n.children and n.children[0].type == "[":
+            if b"\n" in self.src[n.start_byte : n.end_byte]:
+                raise self.refuse(n, "the parser and bash may split it differently")
             self.scan(n)  # `[ … ]` is the command `[`; `[[ … ]]` is refused below
             self.commands.append(SimpleCommand(text=self.text(n), name="[", assigns=False))
         elif t in _WORDS:
