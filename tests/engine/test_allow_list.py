@@ -254,8 +254,13 @@ def _bash_runs(command: str, where: Path) -> list[str]:
     )  # fmt: skip
     seen = trace.read_bytes().split(b"\0") if trace.exists() else []
     ran = [s.decode("utf-8", "replace") for s in seen if s][1:]  # [0] is the eval itself
-    # A line of nothing but redirections (`2>&1`, `> out`) runs no program.
-    return [r for r in ran if not r.lstrip("0123456789").startswith((">", "<", "&>"))]
+    # A line of nothing but redirections (`2>&1`, `> out`) runs no program; after a lone `!`
+    # bash names the trap's own command.
+    return [
+        r
+        for r in ran
+        if not r.lstrip("0123456789").startswith((">", "<", "&>")) and not r.startswith("printf ")
+    ]
 
 
 @settings(
