@@ -121,6 +121,31 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     mcp_config: str | None = None
     """The MCP configuration file the turn's tools came from (its path, never its contents, which
     may hold credentials), so a recovery offers the same tools."""
+    base_url: str | None = None
+    """The model server the turn talked to (None: the provider's official API), without any
+    credentials in it, so a recovery asks the same server and never another one."""
+    stall_timeout: float | None = None
+    """Seconds without a byte from the server before a model call is retried (None: default)."""
+    thinking_budget: int | None = None
+    """The extended-thinking budget in tokens (None: no thinking)."""
+    tool_timeout: float | None = None
+    """Seconds per tool call (None: the default)."""
+
+
+class SessionStarted(_Note, frozen=True, kw_only=True, tag="session_started"):
+    """The session's own facts, under the hash chain: the workspace its tools act in, its title
+    and model, and where it came from. The latest one holds; an import or a fork appends one with
+    its origin, and a session that was imported or forked is never continued by itself."""
+
+    workspace: str
+    title: str
+    model: str | None = None
+    origin: Literal["new", "import", "fork"] = "new"
+    source: str | None = None
+    """The session it was copied from (import, fork)."""
+    source_seq: int | None = None
+    source_digest: str | None = None
+    """The source's chain digest at `source_seq`, the last event copied."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):
@@ -140,6 +165,9 @@ class RunStarted(_Note, frozen=True, kw_only=True, tag="run_started"):
     epoch: int | None = None
     """The lease (owner, epoch) that fences this run's appends: the epochs of successive runs
     prove that no two runners ever wrote to the session at once."""
+    proc_start: str | None = None
+    """When the process `pid` started (boot id and start ticks, where the system tells), so a
+    later process that reuses the pid is not taken for this run's."""
 
 
 class StepLimit(_Note, frozen=True, kw_only=True, tag="step_limit"):
@@ -193,6 +221,7 @@ class Info(_Note, frozen=True, kw_only=True, tag="info"):
 
 Note: TypeAlias = (
     TurnStarted
+    | SessionStarted
     | TurnEnded
     | RunStarted
     | StepLimit

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
-from collections.abc import Callable, Container
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from bubu import failpoints
-from bubu.engine.driver import Observer, Runner
+from bubu.engine.driver import Runner
+from bubu.engine.scope import acting_info, lease_is_stale
 from bubu.engine.session import Host
 from bubu.errors import BubuError, LeaseError
 from bubu.events import (
@@ -22,7 +20,7 @@ from bubu.events import (
     ToolRecovery,
     TurnEndReason,
 )
-from bubu.log.store import Lease, SessionInfo, Store
+from bubu.log.store import SessionInfo, Store
 from bubu.projections.recovery import (
     INTERRUPTED,
     CallPlan,
@@ -44,25 +42,6 @@ class Recovered:
     session: str
     plan: Plan
     outcome: Outcome
-
-
-def lease_is_stale(lease: Lease | None, now_ms: int) -> bool:
-    """True when nobody holds the lease: never taken, released, expired, or its process is dead."""
-    if lease is None or not lease.owner or lease.expires_ms <= now_ms:
-        return True
-    host, _, rest = lease.owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host == socket.gethostname() and pid_text.isdigit():
-        pid = int(pid_text)
-        if pid == os.getpid():
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-    return False
 
 
 def needs_recovery(store: Store, info: SessionInfo) -> bool:
@@ -109,8 +88,10 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         )
         if plan.kind == "nothing":
             return Recovered(session=info.id, plan=plan, outcome="nothing")
+        # The workspace the chain records, never the header's (an export can edit the header).
+        acting, _ = acting_info(store, info)
         runner = Runner(
-            store=store, session=info, provider=host.provider, tools=host.tools, lease=lease,
+            store=store, session=acting, provider=host.provider, tools=host.tools, lease=lease,
             policy=host.policy, asker=host.asker, observer=host.observer, config=host.config,
             prompt=host.prompt,
         )  # fmt: skip
@@ -224,34 +205,4 @@ def _response(runner: Runner, call: CallState, text: str, is_error: bool) -> Eve
     )  # fmt: skip
 
 
-def recover_all(
-    store: Store,
-    *,
-    host_factory: Callable[[str], Host],
-    observer: Observer | None = None,
-    skip: Container[str] = (),
-    only: str | None = None,
-) -> dict[str, Outcome]:
-    """Recover and continue every session with an open turn and a free lease (or just `only`)."""
-    results: dict[str, Outcome] = {}
-    for info in store.sessions():
-        if info.id in skip or (only is not None and info.id != only):
-            continue
-        if not needs_recovery(store, info):
-            continue
-        if not Path(info.workspace).is_dir():
-            # A fleet session whose workspace lives on another machine: its own workers recover it.
-            continue
-        say = getattr(observer, "line", None)
-        try:
-            host = host_factory(info.model or "scripted:/dev/null")
-            if say is not None:
-                say(f"recovering {info.id} ({info.title[:50].rstrip()})")
-            results[info.id] = recover_session(host, info).outcome
-        except BubuError as e:
-            # One session that cannot be recovered here (its model is unavailable, say) must not
-            # stop the others, nor the command the user asked for.
-            if say is not None:
-                say(f"could not recover {info.id}: {e}")
-            results[info.id] = None
-    return results
+__all__ = ["Outcome", "Recovered", "lease_is_stale", "needs_recovery", "observe", "recover_session"]

@@ -11,8 +11,10 @@ from pathlib import Path
 from bubu import clock, ids
 from bubu.engine.driver import NullObserver, Observer, RunConfig, Runner, owner_id
 from bubu.engine.permissions import Asker, Policy, nobody
+from bubu.engine.scope import acting_info, lease_is_stale
+from bubu.engine.settings import ModelSettings, public_url
 from bubu.errors import BubuError, ConfigError
-from bubu.events import SystemNote, Text, TurnEndReason, TurnStarted, make
+from bubu.events import SessionStarted, SystemNote, Text, TurnEndReason, TurnStarted, make
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.turn import TurnFold, fold
 from bubu.providers.base import Provider
@@ -38,6 +40,8 @@ class Host:
     load_tools: Callable[[str], dict[str, Tool]] | None = None
     """How to build the tools of another MCP configuration, so that a recovered or resumed turn
     gets the tools it was started with; None when the tools are fixed (the user chose them)."""
+    model_settings: ModelSettings = field(default_factory=ModelSettings)
+    """How `provider` was built besides its spec (recorded with each turn it starts)."""
     runner: Runner | None = None
 
     def adopt_turn_tools(self, turn: TurnFold) -> None:
@@ -57,13 +61,21 @@ class Host:
     @contextmanager
     def runner_for(self, session: SessionInfo) -> Iterator[Runner]:
         """Hold the session's lease for the duration of a `Runner`."""
-        # A held lease raises LeaseError: "session S is being run by OWNER; wait for it …".
-        lease = self.store.acquire_lease(session.id, self.owner, self.config.lease_ttl_s)
+        # A held lease raises LeaseError: "session S is being run by OWNER; wait for it …". A
+        # lease whose process died on this host is held by nobody: take it at once.
+        current = self.store.current_lease(session.id)
+        dead = current is not None and lease_is_stale(current, self.store.now_ms())
+        lease = self.store.acquire_lease(
+            session.id, self.owner, self.config.lease_ttl_s, steal=dead,
+            steal_epoch=current.epoch if dead and current is not None else None,
+        )  # fmt: skip
         runner: Runner | None = None
         try:
+            # The workspace and title the chain records, not the header (which it does not cover).
+            acting, _ = acting_info(self.store, session)
             runner = Runner(
                 store=self.store,
-                session=session,
+                session=acting,
                 provider=self.provider,
                 tools=self.tools,
                 lease=lease,
@@ -83,11 +95,19 @@ class Host:
 
 def new_session(store: Store, *, task: str, workspace: str | Path, model: str) -> SessionInfo:
     """Create a session for `task` in `workspace` (which must exist)."""
+    from bubu.log.codec import sanitize_text
+
     ws = Path(workspace).expanduser().resolve()
     if not ws.is_dir():
         raise ConfigError(f"the workspace {ws} is not a directory; create it or pass -w DIR")
-    title = " ".join(task.split())[:120] or "(empty task)"
-    return store.create_session(title=title, workspace=str(ws), model=model)
+    title = sanitize_text(" ".join(task.split())[:120] or "(empty task)")
+    sid = ids.session_id()
+    # The session's own facts go under the hash chain, in the transaction that creates it.
+    facts = make(session=sid, role="system", author="system", ts=clock.now_ms(), visibility="hidden",
+                 content=SystemNote(note=SessionStarted(workspace=str(ws), title=title, model=model)))  # fmt: skip
+    return store.create_session(
+        title=title, workspace=str(ws), model=model, session_id=sid, events=[facts]
+    )
 
 
 def check_task(task: str) -> str:
@@ -103,8 +123,15 @@ def check_task(task: str) -> str:
     return task
 
 
-def start_turn(host: Host, session: SessionInfo, task: str) -> TurnEndReason | None:
-    """Append the user's request, open a turn and drive it to its end."""
+def start_turn(
+    host: Host,
+    session: SessionInfo,
+    task: str,
+    *,
+    committed: Callable[[], None] | None = None,
+) -> TurnEndReason | None:
+    """Append the user's request, open a turn and drive it to its end; `committed` is called once
+    the request is durable, before the first step (what it raises is not the turn's concern)."""
     check_task(task)
     from bubu.log.codec import sanitize_text
 
@@ -120,6 +147,9 @@ def start_turn(host: Host, session: SessionInfo, task: str) -> TurnEndReason | N
         opened = make(session=session.id, turn=turn, role="system", author="system", ts=now,
                       content=SystemNote(note=_turn_started(host)), visibility="hidden")  # fmt: skip
         runner.start_run("new", prefix=[request, opened])
+        if committed is not None:
+            with contextlib.suppress(Exception):
+                committed()
         return runner.drive()
 
 
@@ -145,12 +175,17 @@ def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
 def _turn_started(host: Host, previous: TurnFold | None = None) -> TurnStarted:
     """The turn's recorded settings: the host's, widened by those of the turn it reopens."""
     p = previous if previous is not None else TurnFold()
+    ms = host.model_settings
     return TurnStarted(
         model=host.provider.spec,
-        max_steps=host.config.max_steps,
+        max_steps=host.config.max_steps if host.config.max_steps is not None else p.max_steps,
         yes=host.policy.yes or p.yes,
         allow_commands=list(dict.fromkeys([*p.allow_commands, *host.policy.allow_commands])),
         system_prompt=host.prompt if host.prompt is not None else p.system_prompt,
         context_window=host.config.context_window or p.context_window,
         mcp_config=host.mcp_config if host.mcp_config is not None else p.mcp_config,
+        base_url=public_url(getattr(host.provider, "base_url", None) or ms.base_url),
+        stall_timeout=ms.stall_timeout,
+        thinking_budget=ms.thinking_budget,
+        tool_timeout=host.config.tool_timeout_s,
     )

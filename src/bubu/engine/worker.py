@@ -31,6 +31,7 @@ import msgspec
 from bubu import clock, ids
 from bubu.engine.driver import RunConfig, Runner, owner_id
 from bubu.engine.recovery import Outcome, recover_session
+from bubu.engine.scope import acting_info
 from bubu.engine.session import Host, check_task, new_session
 from bubu.errors import BubuError, ConfigError, LeaseLost
 from bubu.events import (
@@ -82,7 +83,7 @@ def submit(
     delta = {SUBMIT_KEY: msgspec.to_builtins(policy or Submission())}
     request = make(session=info.id, turn=ids.turn_id(), role="user", author="user", ts=clock.now_ms(),
                    content=Text(text=sanitize_text(task)), actions=Actions(state_delta=delta))  # fmt: skip
-    store.append(info.id, [request], expect=0, durable=True)
+    store.append(info.id, [request], expect=info.high_water, durable=True)
     return info
 
 
@@ -150,8 +151,14 @@ def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
 
 def run_claim(host: Host, claim: Claim) -> Outcome:
     """Do the work a claim found: a new turn for a queued request, the continuation of a turn
-    handed back cleanly, or the recovery of one whose runner died."""
-    info = claim.session
+    handed back cleanly, or the recovery of one whose runner died (never of a session that was
+    imported or forked: the user continues those explicitly)."""
+    info, facts = acting_info(host.store, claim.session)
+    if facts.adopted and claim.state != "queued":
+        raise ConfigError(
+            f"session {info.id} was {facts.describe()}, so its unfinished turn is continued only "
+            f"explicitly: `bubu recover {info.id}`"
+        )
     if not Path(info.workspace).is_dir():
         raise ConfigError(
             f"the workspace {info.workspace} of session {info.id} does not exist on this machine; "
