@@ -26,20 +26,29 @@ from bubu.projections.status import BOUNDARY_KINDS, fold_status
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
-def proc_start(pid: int) -> str | None:
-    """When process `pid` started, as ``BOOT_ID:TICKS`` (Linux), or None where unknown."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (field 3 on), or None."""
     try:
-        boot = _BOOT_ID.read_text().strip()
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: count from the last ")".
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return f"{boot}:{fields[19]}" if len(fields) > 19 else None
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def proc_start(pid: int) -> str | None:
+    """When process `pid` started, as ``BOOT_ID:TICKS`` (Linux), or None where unknown."""
+    fields = _stat(pid)
+    try:
+        boot = _BOOT_ID.read_text().strip()
+    except OSError:
+        return None
+    return f"{boot}:{fields[19]}" if fields is not None and len(fields) > 19 else None
 
 
 def pid_alive(pid: int, started: str | None = None) -> bool:
-    """Whether process `pid` of this host is running (and, given `started`, is that process)."""
+    """Whether process `pid` of this host is running (and, given `started`, is that process);
+    a zombie, dead but not yet reaped by its parent, is not."""
     if pid == os.getpid():
         return started is None or started == proc_start(pid)
     try:
@@ -48,6 +57,9 @@ def pid_alive(pid: int, started: str | None = None) -> bool:
         return False
     except PermissionError:
         pass  # another user's process: alive
+    fields = _stat(pid)
+    if fields is not None and fields[0] in ("Z", "X"):
+        return False
     if started is not None:
         now = proc_start(pid)
         return now is None or now == started
