@@ -130,12 +130,17 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     """The extended-thinking budget in tokens (None: no thinking)."""
     tool_timeout: float | None = None
     """Seconds per tool call (None: the default)."""
+    workspace: str | None = None
+    """The session's workspace, where this turn's tools act: under the chain, unlike the sessions
+    table (None: an older Bubu, whose table alone says)."""
+    title: str | None = None
+    """The session's title as this turn knew it (None: an older Bubu)."""
 
 
 class SessionStarted(_Note, frozen=True, kw_only=True, tag="session_started"):
-    """The session's own facts, under the hash chain: the workspace its tools act in, its title
-    and model, and where it came from. The latest one holds; an import or a fork appends one with
-    its origin, and a session that was imported or forked is never continued by itself."""
+    """The session's own facts where it was copied (an import, a fork), under the hash chain: its
+    workspace, title and model, and where it came from. A session that was imported or forked is
+    never continued by itself. (A session's own turns record its workspace and title too.)"""
 
     workspace: str
     title: str

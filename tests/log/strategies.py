@@ -68,6 +68,8 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         stall_timeout=st.none() | st.floats(min_value=0.001, max_value=1e6),
         thinking_budget=st.none() | counts,
         tool_timeout=st.none() | st.floats(min_value=0.001, max_value=1e6),
+        workspace=opt_texts,
+        title=opt_texts,
     ),
     TurnEnded: st.builds(
         TurnEnded,

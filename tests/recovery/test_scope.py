@@ -152,7 +152,7 @@ def test_a_fork_inside_a_turn_is_continued_only_when_named(tmp_path: Path) -> No
             for r in store.read(forked)
             if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, SessionStarted)
         ]
-    assert [n.origin for n in notes] == ["new", "fork"]
+    assert [n.origin for n in notes] == ["fork"]
     assert counter_lines(a.counter) == ["ran"], "the original's command was never re-run"
 
 
@@ -251,3 +251,25 @@ def test_run_c_after_a_crash_here_says_the_turn_is_unfinished_not_leased(tmp_pat
     assert done.returncode == 2
     assert "is being run by" not in done.stderr
     assert f"session {a.session} has an unfinished turn" in done.stderr
+
+
+def test_the_ui_start_up_continues_only_what_died_here(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from bubu.web.runs import RunManager
+
+    elsewhere = _crash(tmp_path / "src")
+    export = tmp_path / "a.jsonl"
+    export.write_text(bubu(elsewhere.db, "export", elsewhere.session).stdout)
+    mine = _crash(tmp_path / "mine")
+    assert bubu(mine.db, "import", str(export)).returncode == 0
+    with SQLiteStore(mine.db) as store:
+        manager = RunManager(store)
+        try:
+            manager.recover_at_start().join(60)
+        finally:
+            manager.shutdown()
+    assert _state(mine.db, mine.session) == "completed"
+    assert _state(mine.db, elsewhere.session) == "open"
+    (warning,) = [r.getMessage() for r in caplog.records if elsewhere.session in r.getMessage()]
+    assert "was imported; it is not continued by itself" in warning

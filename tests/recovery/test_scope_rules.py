@@ -140,7 +140,7 @@ def test_an_imported_or_forked_session_waits_for_the_user(
     store.append(info.id, [_note(info.id, again, turn=None)], expect=store.head(info.id).high_water)
     (found,) = scan(store)
     assert found.verdict == "adopted"
-    assert found.reason == f"{'imported' if origin == 'import' else 'forked'} from ses_src"
+    assert found.reason == ("imported" if origin == "import" else "forked from ses_src")
 
 
 def test_the_chain_not_the_header_says_where_a_session_acts(store: SQLiteStore, ws: Path) -> None:

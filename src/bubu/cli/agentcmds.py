@@ -234,8 +234,6 @@ def run_cmd(
         model = opts["model"] or default_model()
         host = make_host(store, model, opts, observer)  # a bad model spec creates no session
         info = new_session(store, task=task, workspace=workspace, model=model)
-        if isinstance(observer, JsonlObserver):
-            observer.on_records(store.read(info.id))  # the session's facts, committed with it
     with signals(host):
         if isinstance(observer, TerminalObserver):
             banner = f"bubu · {info.id} · {model}"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from bubu.engine.scope import Found, scan
+from bubu.engine.scope import scan
 from bubu.log.store import Store
 
 FAILPOINT_ENV = "BUBU_FAILPOINT"
@@ -65,23 +65,6 @@ def say(text: str) -> None:
     click.echo(f"bubu: {text}", err=True)
 
 
-def _skipped(f: Found) -> str:
-    sid = f.session.id
-    if f.verdict == "adopted":
-        return (
-            f"session {sid} has an unfinished turn but was {f.reason}; it is not continued by "
-            f"itself: `bubu recover {sid}` continues it"
-        )
-    if f.verdict == "no_server":
-        return (
-            f"session {sid} has an unfinished turn, but {f.reason}; "
-            f"`bubu recover {sid} --base-url URL` continues it"
-        )
-    if f.verdict == "no_workspace":
-        return f"session {sid} has an unfinished turn, but {f.reason}; it is left as it is"
-    return f"could not look at session {sid} for recovery: {f.reason}"
-
-
 def continue_crashed(store: Store, db: str | None, *, skip: Container[str] = ()) -> None:
     """Continue every session whose runner died on this host in the background, and say what
     was found, one line each; never raises."""
@@ -93,7 +76,7 @@ def continue_crashed(store: Store, db: str | None, *, skip: Container[str] = ())
     for f in found:
         sid = f.session.id
         if f.verdict != "recover":
-            say(_skipped(f))
+            say(f.advice())
             continue
         try:
             pid, log = spawn_recovery(db, sid)

@@ -112,6 +112,23 @@ class Found:
     verdict: Verdict
     reason: str = ""
 
+    def advice(self) -> str:
+        """One line for a session that is left to the user: what it is and how to continue it."""
+        sid = self.session.id
+        if self.verdict == "adopted":
+            return (
+                f"session {sid} has an unfinished turn but was {self.reason}; it is not "
+                f"continued by itself: `bubu recover {sid}` (or Resume in the UI) continues it"
+            )
+        if self.verdict == "no_server":
+            return (
+                f"session {sid} has an unfinished turn, but {self.reason}; "
+                f"`bubu recover {sid} --base-url URL` continues it"
+            )
+        if self.verdict == "no_workspace":
+            return f"session {sid} has an unfinished turn, but {self.reason}; it is left as it is"
+        return f"could not look at session {sid} for recovery: {self.reason}"
+
 
 def classify(store: Store, info: SessionInfo) -> Found:
     """Whether this host should continue `info` by itself (verdict ``recover``), and if not why."""

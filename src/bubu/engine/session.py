@@ -14,7 +14,7 @@ from bubu.engine.permissions import Asker, Policy, nobody
 from bubu.engine.scope import acting_info, lease_is_stale
 from bubu.engine.settings import ModelSettings, public_url
 from bubu.errors import BubuError, ConfigError
-from bubu.events import SessionStarted, SystemNote, Text, TurnEndReason, TurnStarted, make
+from bubu.events import SystemNote, Text, TurnEndReason, TurnStarted, make
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.turn import TurnFold, fold
 from bubu.providers.base import Provider
@@ -95,19 +95,11 @@ class Host:
 
 def new_session(store: Store, *, task: str, workspace: str | Path, model: str) -> SessionInfo:
     """Create a session for `task` in `workspace` (which must exist)."""
-    from bubu.log.codec import sanitize_text
-
     ws = Path(workspace).expanduser().resolve()
     if not ws.is_dir():
         raise ConfigError(f"the workspace {ws} is not a directory; create it or pass -w DIR")
-    title = sanitize_text(" ".join(task.split())[:120] or "(empty task)")
-    sid = ids.session_id()
-    # The session's own facts go under the hash chain, in the transaction that creates it.
-    facts = make(session=sid, role="system", author="system", ts=clock.now_ms(), visibility="hidden",
-                 content=SystemNote(note=SessionStarted(workspace=str(ws), title=title, model=model)))  # fmt: skip
-    return store.create_session(
-        title=title, workspace=str(ws), model=model, session_id=sid, events=[facts]
-    )
+    title = " ".join(task.split())[:120] or "(empty task)"
+    return store.create_session(title=title, workspace=str(ws), model=model)
 
 
 def check_task(task: str) -> str:
@@ -145,7 +137,8 @@ def start_turn(
         request = make(session=session.id, turn=turn, role="user", author="user", ts=now,
                        content=Text(text=sanitize_text(task)))  # fmt: skip
         opened = make(session=session.id, turn=turn, role="system", author="system", ts=now,
-                      content=SystemNote(note=_turn_started(host)), visibility="hidden")  # fmt: skip
+                      content=SystemNote(note=_turn_started(host, runner.session)),
+                      visibility="hidden")  # fmt: skip
         runner.start_run("new", prefix=[request, opened])
         if committed is not None:
             with contextlib.suppress(Exception):
@@ -166,14 +159,17 @@ def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
                 f"(its last turn {'ended ' + t.end_reason if t.end_reason else 'does not exist'})"
             )
         reopened = make(session=session.id, turn=t.turn, role="system", author="system", ts=clock.now_ms(),
-                        content=SystemNote(note=_turn_started(host, t)),
+                        content=SystemNote(note=_turn_started(host, runner.session, t)),
                         visibility="hidden")  # fmt: skip
         runner.start_run("resume", prefix=[reopened])
         return runner.drive()
 
 
-def _turn_started(host: Host, previous: TurnFold | None = None) -> TurnStarted:
-    """The turn's recorded settings: the host's, widened by those of the turn it reopens."""
+def _turn_started(
+    host: Host, session: SessionInfo, previous: TurnFold | None = None
+) -> TurnStarted:
+    """The turn's recorded settings: the host's, widened by those of the turn it reopens; and the
+    session's workspace and title, so that the chain, not the sessions table, says where it acts."""
     p = previous if previous is not None else TurnFold()
     ms = host.model_settings
     return TurnStarted(
@@ -188,4 +184,6 @@ def _turn_started(host: Host, previous: TurnFold | None = None) -> TurnStarted:
         stall_timeout=ms.stall_timeout,
         thinking_budget=ms.thinking_budget,
         tool_timeout=host.config.tool_timeout_s,
+        workspace=session.workspace,
+        title=session.title,
     )

@@ -83,7 +83,7 @@ def submit(
     delta = {SUBMIT_KEY: msgspec.to_builtins(policy or Submission())}
     request = make(session=info.id, turn=ids.turn_id(), role="user", author="user", ts=clock.now_ms(),
                    content=Text(text=sanitize_text(task)), actions=Actions(state_delta=delta))  # fmt: skip
-    store.append(info.id, [request], expect=info.high_water, durable=True)
+    store.append(info.id, [request], expect=0, durable=True)
     return info
 
 
@@ -141,7 +141,8 @@ def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
         if runner.turn.open:
             return "nothing"
         note = TurnStarted(model=host.provider.spec, max_steps=policy.max_steps, yes=policy.yes,
-                           allow_commands=list(policy.allow_commands))  # fmt: skip
+                           allow_commands=list(policy.allow_commands),
+                           workspace=runner.session.workspace, title=runner.session.title)  # fmt: skip
         opened = make(session=info.id, turn=request.event.turn or ids.turn_id(), role="system",
                       author="system", ts=clock.now_ms(), content=SystemNote(note=note),
                       visibility="hidden")  # fmt: skip

@@ -1,11 +1,13 @@
 """A session's own facts (workspace, title, model, origin) as its hash chain records them.
 
 The sessions table is a header that the chain does not cover: an export's header can be edited
-without breaking a hash. What acts — recovery, resume, a new turn — takes the workspace and the
-model from the latest `session_started` note instead.
+without breaking a hash. What acts — recovery, resume, a new turn — takes the workspace from the
+chain instead: each turn records the session's workspace and title in its `turn_started` note, and
+an import or a fork appends a `session_started` note with the copy's facts and its origin. The
+latest of these holds; the origin, once imported or forked, stays.
 
-A session written before that note existed (a *legacy* session) has only its header. The header is
-then trusted as far as the database it sits in: a session created here is as trustworthy as the
+A session written before these fields existed (a *legacy* session) has only its header. The header
+is then trusted as far as the database it sits in: a session created here is as trustworthy as the
 rest of this database. A legacy session that was forked carries the fork's state delta on its
 first event and counts as forked; a legacy export cannot be checked against its chain, so import
 warns that its workspace comes from the file's header alone, and marks the session imported.
@@ -17,11 +19,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from bubu.events import Record, SessionStarted, SystemNote
+from bubu.events import Record, SessionStarted, SystemNote, TurnStarted
 
 Origin = Literal["new", "import", "fork"]
 
-FACT_KINDS = ("session_started",)
+FACT_KINDS = ("turn_started", "session_started")
 """The event kinds the facts are folded from."""
 
 LEGACY_FORK_KEY = "fork"
@@ -35,11 +37,15 @@ class SessionFacts:
     workspace: str
     title: str
     model: str | None
+    """The session's model where its chain names one (an import or a fork), else the header's."""
     origin: Origin
     """Sticky: once imported or forked, always so, whatever a later note says."""
     source: str | None = None
     chained: bool = True
     """False for a legacy session: the facts are the header's."""
+    title_known: bool = True
+    model_known: bool = True
+    """Whether the title and the model come from the chain (else from the header)."""
 
     @property
     def adopted(self) -> bool:
@@ -47,9 +53,10 @@ class SessionFacts:
         return self.origin != "new"
 
     def describe(self) -> str:
-        """`imported from S` / `forked from S`, for the one line that says it was skipped."""
-        verb = "imported" if self.origin == "import" else "forked"
-        return f"{verb} from {self.source}" if self.source else verb
+        """`imported` / `forked from S`, for the one line that says it was skipped."""
+        if self.origin == "import":
+            return "imported"
+        return f"forked from {self.source}" if self.source else "forked"
 
 
 def fold_facts(
@@ -63,15 +70,22 @@ def fold_facts(
     """The facts from the `session_started` records in `notes`, falling back on the header
     (`workspace`, `title`, `model`) when there are none; `first` is the session's seq-1 record,
     which marks a legacy fork."""
-    latest: SessionStarted | None = None
+    chained: tuple[str, str | None, str | None, bool] | None = None
+    """(workspace, title, model, model_known) of the latest note that states them."""
     origin: Origin = "new"
     source: str | None = None
     for r in notes:
         c = r.event.content
-        if isinstance(c, SystemNote) and isinstance(c.note, SessionStarted):
-            latest = c.note
-            if c.note.origin != "new":
-                origin, source = c.note.origin, c.note.source
+        if not isinstance(c, SystemNote):
+            continue
+        n = c.note
+        if isinstance(n, SessionStarted):
+            chained = (n.workspace, n.title, n.model, True)
+            if n.origin != "new":
+                origin, source = n.origin, n.source
+        elif isinstance(n, TurnStarted) and n.workspace is not None:
+            known = chained is not None and chained[3]
+            chained = (n.workspace, n.title, chained[2] if known and chained else None, known)
     if first is not None and origin == "new":
         a = first.event.actions
         delta = a.state_delta if a is not None else None
@@ -79,17 +93,20 @@ def fold_facts(
         if isinstance(fork, dict):
             origin = "fork"
             source = str(fork.get("session")) if fork.get("session") else None
-    if latest is None:
+    if chained is None:
         return SessionFacts(
             workspace=workspace, title=title, model=model, origin=origin, source=source,
             chained=False,
         )  # fmt: skip
+    ws, chained_title, chained_model, model_known = chained
     return SessionFacts(
-        workspace=latest.workspace,
-        title=latest.title,
-        model=latest.model,
+        workspace=ws,
+        title=chained_title if chained_title is not None else title,
+        model=chained_model if model_known else model,
         origin=origin,
         source=source,
+        title_known=chained_title is not None,
+        model_known=model_known,
     )
 
 
@@ -97,14 +114,13 @@ def disagreement(facts: SessionFacts, *, workspace: str, title: str, model: str 
     """What a header says differently from the chained facts ('' when it agrees)."""
     if not facts.chained:
         return ""
+    checks = [("workspace", workspace, facts.workspace, True),
+              ("title", title, facts.title, facts.title_known),
+              ("model", model, facts.model, facts.model_known)]  # fmt: skip
     wrong = [
         f"{name} {given!r} (the chain says {chained!r})"
-        for name, given, chained in (
-            ("workspace", workspace, facts.workspace),
-            ("title", title, facts.title),
-            ("model", model, facts.model),
-        )
-        if given != chained
+        for name, given, chained, known in checks
+        if known and given != chained
     ]
     return ", ".join(wrong)
 

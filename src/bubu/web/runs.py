@@ -382,8 +382,7 @@ class RunManager:
             for f in found:
                 sid = f.session.id
                 if f.verdict != "recover":
-                    log.warning("not continuing session %s by itself: %s %s", sid, f.verdict,
-                                f.reason)  # fmt: skip
+                    log.warning("%s", f.advice())
                     continue
                 try:
                     host, info = self._continuing(f.session, None)
