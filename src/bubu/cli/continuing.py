@@ -16,7 +16,7 @@ from click.core import ParameterSource
 from bubu.cli.agentcmds import default_model, make_host
 from bubu.engine.scope import acting_info
 from bubu.engine.session import Host
-from bubu.engine.settings import continuing_opts, last_turn
+from bubu.engine.settings import continuing_opts, imported_server, last_turn
 from bubu.errors import ConfigError
 from bubu.log.store import SessionInfo, Store
 
@@ -35,14 +35,17 @@ def continuing_host(
 ) -> tuple[Host, SessionInfo, str]:
     """A host for another run of `info` (a `new_turn`, or the continuation of its latest one),
     the session as its chain records it, and the model spec."""
-    acting, _ = acting_info(store, info)
+    acting, facts = acting_info(store, info)
     if not Path(acting.workspace).is_dir():
         raise ConfigError(
             f"the workspace {acting.workspace} of session {acting.id} is not a directory on this "
             "machine; restore it to continue the session"
         )
     note = last_turn(store, acting.id)
-    merged = continuing_opts(opts, explicit_flags(), note, new_turn=new_turn)
+    explicit = explicit_flags()
+    if facts.origin == "import" and "base_url" not in explicit:
+        imported_server(note, acting.id)
+    merged = continuing_opts(opts, explicit, note, new_turn=new_turn)
     model = merged.get("model") or acting.model or default_model()
     return make_host(store, model, merged, observer), acting, model
 

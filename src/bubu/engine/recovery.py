@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from bubu import failpoints
@@ -89,7 +89,9 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         if plan.kind == "nothing":
             return Recovered(session=info.id, plan=plan, outcome="nothing")
         # The workspace the chain records, never the header's (an export can edit the header).
-        acting, _ = acting_info(store, info)
+        acting, facts = acting_info(store, info)
+        if facts.origin == "import":
+            plan = _not_on_an_imports_word(plan)
         runner = Runner(
             store=store, session=acting, provider=host.provider, tools=host.tools, lease=lease,
             policy=host.policy, asker=host.asker, observer=host.observer, config=host.config,
@@ -115,6 +117,18 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         host.runner = None
         with contextlib.suppress(BubuError):
             store.release_lease(held)
+
+
+def _not_on_an_imports_word(plan: Plan) -> Plan:
+    """An imported log proves nothing about this machine's files: a write it says is unapplied
+    is not written again silently, it is left for review like a command."""
+    calls = tuple(
+        replace(c, decision="interrupted", reason="an imported log's write is not re-run")
+        if c.effect == "provable_write" and c.decision == "rerun_not_applied"
+        else c
+        for c in plan.calls
+    )
+    return replace(plan, calls=calls)
 
 
 def _notice(plan: Plan, runner: Runner) -> RecoveryNotice:

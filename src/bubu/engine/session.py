@@ -148,7 +148,9 @@ def start_turn(
 
 def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
     """Reopen the last turn if it was stopped or suspended and continue it without new input."""
-    host.adopt_turn_tools(fold(host.store.read(session.id, kinds=("turn_started",))))
+    host.adopt_turn_tools(
+        fold(host.store.read(session.id, kinds=("turn_started", "session_started")))
+    )
     with host.runner_for(session) as runner:
         t = runner.turn
         if t.open:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from bubu.errors import ConfigError
 from bubu.events import SystemNote, TurnStarted
 from bubu.log.store import Store
 
@@ -79,6 +80,23 @@ def server_unknown(note: TurnStarted) -> bool:
     return note.base_url is None and note.model.partition(":")[0] in SERVER_PROVIDERS
 
 
+OFFICIAL_HOSTS = frozenset({"api.openai.com", "api.anthropic.com"})
+
+
+def imported_server(note: TurnStarted | None, session: str) -> None:
+    """Refuse to call the server an imported turn names, unless it is a vendor's official API:
+    the log was written elsewhere, and this machine's key would go with the call."""
+    if note is None or note.base_url is None:
+        return
+    if urlsplit(note.base_url).hostname in OFFICIAL_HOSTS:
+        return
+    raise ConfigError(
+        f"session {session} was imported and its turn asked the server {note.base_url}, which "
+        "Bubu does not call on an imported log's word; pass --base-url URL to say which server "
+        "continues it"
+    )
+
+
 def resolve_options(note: TurnStarted) -> dict[str, Any]:
     """The `bubu.providers.resolve` keywords that rebuild the provider `note` recorded."""
     return {
@@ -136,6 +154,7 @@ __all__ = [
     "ModelSettings",
     "continuing_opts",
     "env_stall_timeout",
+    "imported_server",
     "last_turn",
     "public_url",
     "recorded_model_settings",

@@ -21,7 +21,12 @@ from bubu.engine.permissions import Answer, Policy
 from bubu.engine.recovery import needs_recovery, recover_session
 from bubu.engine.scope import acting_info, scan
 from bubu.engine.session import Host, check_task, new_session, resume_turn, start_turn
-from bubu.engine.settings import last_turn, recorded_model_settings, resolve_options
+from bubu.engine.settings import (
+    imported_server,
+    last_turn,
+    recorded_model_settings,
+    resolve_options,
+)
 from bubu.errors import BubuError, ConfigError
 from bubu.events import PermissionRequest, Record, SystemNote, TurnEnded, TurnStarted
 from bubu.log.store import SessionInfo, Store
@@ -321,13 +326,15 @@ class RunManager:
     ) -> tuple[Host, SessionInfo]:
         """A host for another run of `info` with the settings its latest turn recorded (a model
         chosen on the page replaces them), and the session as its chain records it."""
-        acting, _ = acting_info(self.store, info)
+        acting, facts = acting_info(self.store, info)
         if not Path(acting.workspace).is_dir():
             raise ConfigError(
                 f"the workspace {acting.workspace} of session {acting.id} is not a directory "
                 "on this machine; restore it to continue the session"
             )
         note = last_turn(self.store, acting.id)
+        if facts.origin == "import":
+            imported_server(note, acting.id)
         chosen = model or (note.model if note is not None else None) or acting.model
         if not chosen:
             raise ConfigError(f"session {info.id} has no model recorded; give a model spec")
