@@ -221,7 +221,7 @@ def run_cmd(
 ) -> None:
     """Run TASK as a new turn (in a new session unless --session or -c)."""
     store = ctx.store
-    from bubu.cli.background import continue_crashed
+    from bubu.cli.background import Finder
     from bubu.cli.continuing import continuing_host
 
     observer = observer_for(opts["jsonl"])
@@ -240,9 +240,9 @@ def run_cmd(
             observer.line(click.style(banner, dim=True) if observer.color else banner)
         # Other sessions' crashes are looked at once this task is durable, and continued in
         # processes of their own: never in this one's way.
-        reason = start_turn(
-            host, info, task, committed=lambda: continue_crashed(store, ctx.db, skip={info.id})
-        )
+        finder = Finder(store, ctx.db, skip={info.id})
+        reason = start_turn(host, info, task, committed=finder.start)
+    finder.join()
     finish(reason, observer, info.id)
 
 

@@ -1,7 +1,7 @@
 """Start-up recovery for `bubu run`: crashed sessions of this host continue in the background.
 
 The user's own command comes first: its task is committed before anything else looks at other
-sessions, and nothing found there runs in its process. Each session whose runner died on this host
+sessions (in a thread beside the user's turn), and nothing found there runs in its process. Each session whose runner died on this host
 is continued by a detached `bubu recover SESSION` (its own process group, so a Ctrl-C in the
 terminal does not reach it), writing to a log file under ``$BUBU_HOME/logs/``; the command says so
 in one line on stderr. A session that is not continued by itself (imported, forked, its workspace
@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Container
 from pathlib import Path
@@ -89,4 +90,24 @@ def continue_crashed(store: Store, db: str | None, *, skip: Container[str] = ())
         )
 
 
-__all__ = ["continue_crashed", "logs_dir", "spawn_recovery"]
+class Finder:
+    """`continue_crashed` in a thread of its own, so that looking through many sessions does not
+    hold up the user's first step; `join` before exiting lets it finish what it started."""
+
+    def __init__(self, store: Store, db: str | None, *, skip: Container[str] = ()) -> None:
+        self._thread = threading.Thread(
+            target=continue_crashed, args=(store, db), kwargs={"skip": skip},
+            name="bubu-find-crashed", daemon=True,
+        )  # fmt: skip
+
+    def start(self) -> None:
+        """Start looking (call once the user's own task is durable)."""
+        self._thread.start()
+
+    def join(self, timeout_s: float = 60.0) -> None:
+        """Wait for the look to end, if it started (bounded: the user's command is done)."""
+        if self._thread.ident is not None:
+            self._thread.join(timeout_s)
+
+
+__all__ = ["Finder", "continue_crashed", "logs_dir", "spawn_recovery"]
