@@ -122,8 +122,9 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     """The MCP configuration file the turn's tools came from (its path, never its contents, which
     may hold credentials), so a recovery offers the same tools."""
     base_url: str | None = None
-    """The model server the turn talked to (None: the provider's official API), without any
-    credentials in it, so a recovery asks the same server and never another one."""
+    """The model server the turn talked to (its official API included), without any credentials
+    in it, so a recovery asks the same server and never another one (None: a provider with no
+    server, or an older Bubu)."""
     stall_timeout: float | None = None
     """Seconds without a byte from the server before a model call is retried (None: default)."""
     thinking_budget: int | None = None
@@ -135,22 +136,6 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     table (None: an older Bubu, whose table alone says)."""
     title: str | None = None
     """The session's title as this turn knew it (None: an older Bubu)."""
-
-
-class SessionStarted(_Note, frozen=True, kw_only=True, tag="session_started"):
-    """The session's own facts where it was copied (an import, a fork), under the hash chain: its
-    workspace, title and model, and where it came from. A session that was imported or forked is
-    never continued by itself. (A session's own turns record its workspace and title too.)"""
-
-    workspace: str
-    title: str
-    model: str | None = None
-    origin: Literal["new", "import", "fork"] = "new"
-    source: str | None = None
-    """The session it was copied from (import, fork)."""
-    source_seq: int | None = None
-    source_digest: str | None = None
-    """The source's chain digest at `source_seq`, the last event copied."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):
@@ -224,9 +209,24 @@ class Info(_Note, frozen=True, kw_only=True, tag="info"):
     text: str
 
 
+class SessionStarted(_Note, frozen=True, kw_only=True, tag="session_started"):
+    """The session's own facts where it was copied (an import, a fork), under the hash chain: its
+    workspace, title and model, and where it came from. A session that was imported or forked is
+    never continued by itself. (A session's own turns record its workspace and title too.)"""
+
+    workspace: str
+    title: str
+    model: str | None = None
+    origin: Literal["new", "import", "fork"] = "new"
+    source: str | None = None
+    """The session it was copied from (import, fork)."""
+    source_seq: int | None = None
+    source_digest: str | None = None
+    """The source's chain digest at `source_seq`, the last event copied."""
+
+
 Note: TypeAlias = (
     TurnStarted
-    | SessionStarted
     | TurnEnded
     | RunStarted
     | StepLimit
@@ -235,6 +235,7 @@ Note: TypeAlias = (
     | NoticeDismissed
     | Compaction
     | Info
+    | SessionStarted
 )
 
 
