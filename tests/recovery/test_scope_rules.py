@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from bubu import clock
-from bubu.engine.scope import Found, classify, pid_alive, proc_start, scan
+from bubu.engine.scope import (
+    Found,
+    classify,
+    holder_gone,
+    lease_is_stale,
+    pid_alive,
+    proc_start,
+    scan,
+)
 from bubu.engine.session import new_session
 from bubu.events import Actions, Event, RunStarted, SessionStarted, SystemNote, Text, TurnStarted
 from bubu.events import make as make_event
@@ -183,3 +191,25 @@ def test_a_missing_workspace_is_said_not_guessed(store: SQLiteStore, ws: Path) -
     (found,) = scan(store)
     assert isinstance(found, Found)
     assert found.verdict == "no_workspace"
+
+
+def test_a_live_lease_of_a_reused_pid_is_held_by_nobody(store: SQLiteStore, ws: Path) -> None:
+    info = _session(store, ws)
+    with subprocess.Popen(["sleep", "30"]) as other:
+        try:
+            start = proc_start(other.pid)
+            assert start is not None
+            boot, _, ticks = start.rpartition(":")
+            owner = f"{HERE}:{other.pid}:abcdef"
+            run = RunStarted(cause="new", pid=other.pid, host=HERE, owner=owner,
+                             proc_start=f"{boot}:{int(ticks) - 1}")  # fmt: skip
+            store.append(info.id, [_note(info.id, run)], expect=0)
+            lease = store.acquire_lease(info.id, owner, 30)
+            # Not expired, and its pid answers: but that pid is a later process than the run's.
+            assert not lease_is_stale(lease, store.now_ms())
+            assert holder_gone(store, info.id, lease)
+            same = RunStarted(cause="new", pid=other.pid, host=HERE, owner=owner, proc_start=start)
+            store.append(info.id, [_note(info.id, same)], expect=1)
+            assert not holder_gone(store, info.id, lease)
+        finally:
+            other.kill()

@@ -9,7 +9,7 @@ from typing import Literal
 
 from bubu import failpoints
 from bubu.engine.driver import Runner
-from bubu.engine.scope import acting_info, lease_is_stale
+from bubu.engine.scope import acting_info, holder_gone, lease_is_stale
 from bubu.engine.session import Host
 from bubu.errors import BubuError, LeaseError
 from bubu.events import (
@@ -49,7 +49,7 @@ def needs_recovery(store: Store, info: SessionInfo) -> bool:
     st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
     if st.state != "open":
         return False
-    return lease_is_stale(store.current_lease(info.id), store.now_ms())
+    return holder_gone(store, info.id, store.current_lease(info.id))
 
 
 def observe(paths: list[str]) -> dict[str, str | None]:
@@ -63,7 +63,7 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
     """Take the lease, plan, commit the recovery facts and the notice, then continue the turn."""
     store = host.store
     current = store.current_lease(info.id)
-    steal = lease_is_stale(current, store.now_ms())
+    steal = holder_gone(store, info.id, current)
     try:
         # Steal only the lease judged dead: another recoverer may have taken it since.
         lease = store.acquire_lease(

@@ -78,6 +78,24 @@ def lease_is_stale(lease: Lease | None, now_ms: int) -> bool:
     return False
 
 
+def holder_gone(store: Store, session: str, lease: Lease | None) -> bool:
+    """`lease_is_stale`, and also when the lease's process on this host is another one now (its
+    pid reused): the run that took the lease recorded when its process started."""
+    if lease_is_stale(lease, store.now_ms()):
+        return True
+    assert lease is not None
+    if lease.owner.partition(":")[0] != socket.gethostname():
+        return False
+    for r in reversed(store.read(session, kinds=("run_started",))):
+        c = r.event.content
+        if isinstance(c, SystemNote) and isinstance(c.note, RunStarted):
+            n = c.note
+            if n.owner != lease.owner:
+                return False
+            return n.pid is not None and not pid_alive(n.pid, n.proc_start)
+    return False
+
+
 def session_facts(store: Store, info: SessionInfo) -> SessionFacts:
     """The session's own facts from its chain (its header's for a legacy session)."""
     return fold_facts(
@@ -135,7 +153,7 @@ def classify(store: Store, info: SessionInfo) -> Found:
     records = store.read(info.id, kinds=BOUNDARY_KINDS)
     if fold_status(records).state != "open":
         return Found(session=info, verdict="idle")
-    if not lease_is_stale(store.current_lease(info.id), store.now_ms()):
+    if not holder_gone(store, info.id, store.current_lease(info.id)):
         return Found(session=info, verdict="running")
     acting, facts = acting_info(store, info)
     if facts.adopted:
@@ -190,6 +208,7 @@ __all__ = [
     "Verdict",
     "acting_info",
     "classify",
+    "holder_gone",
     "lease_is_stale",
     "pid_alive",
     "proc_start",

@@ -11,7 +11,7 @@ from pathlib import Path
 from bubu import clock, ids
 from bubu.engine.driver import NullObserver, Observer, RunConfig, Runner, owner_id
 from bubu.engine.permissions import Asker, Policy, nobody
-from bubu.engine.scope import acting_info, lease_is_stale
+from bubu.engine.scope import acting_info, holder_gone
 from bubu.engine.settings import ModelSettings, public_url
 from bubu.errors import BubuError, ConfigError
 from bubu.events import SystemNote, Text, TurnEndReason, TurnStarted, make
@@ -64,7 +64,7 @@ class Host:
         # A held lease raises LeaseError: "session S is being run by OWNER; wait for it …". A
         # lease whose process died on this host is held by nobody: take it at once.
         current = self.store.current_lease(session.id)
-        dead = current is not None and lease_is_stale(current, self.store.now_ms())
+        dead = current is not None and holder_gone(self.store, session.id, current)
         lease = self.store.acquire_lease(
             session.id, self.owner, self.config.lease_ttl_s, steal=dead,
             steal_epoch=current.epoch if dead and current is not None else None,
