@@ -129,6 +129,21 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     pass_env: list[str] = msgspec.field(default_factory=list)
     """The secret environment variables the user passed on to commands (``--env NAME``): names
     only, never values, so a recovered turn passes on the same ones."""
+    base_url: str | None = None
+    """The model server the turn talked to (its official API included), without any credentials
+    in it, so a recovery asks the same server and never another one (None: a provider with no
+    server, or an older Bubu)."""
+    stall_timeout: float | None = None
+    """Seconds without a byte from the server before a model call is retried (None: default)."""
+    thinking_budget: int | None = None
+    """The extended-thinking budget in tokens (None: no thinking)."""
+    tool_timeout: float | None = None
+    """Seconds per tool call (None: the default)."""
+    workspace: str | None = None
+    """The session's workspace, where this turn's tools act: under the chain, unlike the sessions
+    table (None: an older Bubu, whose table alone says)."""
+    title: str | None = None
+    """The session's title as this turn knew it (None: an older Bubu)."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):
@@ -148,6 +163,9 @@ class RunStarted(_Note, frozen=True, kw_only=True, tag="run_started"):
     epoch: int | None = None
     """The lease (owner, epoch) that fences this run's appends: the epochs of successive runs
     prove that no two runners ever wrote to the session at once."""
+    proc_start: str | None = None
+    """When the process `pid` started (boot id and start ticks, where the system tells), so a
+    later process that reuses the pid is not taken for this run's."""
 
 
 class StepLimit(_Note, frozen=True, kw_only=True, tag="step_limit"):
@@ -201,6 +219,22 @@ class Info(_Note, frozen=True, kw_only=True, tag="info"):
     text: str
 
 
+class SessionStarted(_Note, frozen=True, kw_only=True, tag="session_started"):
+    """The session's own facts where it was copied (an import, a fork), under the hash chain: its
+    workspace, title and model, and where it came from. A session that was imported or forked is
+    never continued by itself. (A session's own turns record its workspace and title too.)"""
+
+    workspace: str
+    title: str
+    model: str | None = None
+    origin: Literal["new", "import", "fork"] = "new"
+    source: str | None = None
+    """The session it was copied from (import, fork)."""
+    source_seq: int | None = None
+    source_digest: str | None = None
+    """The source's chain digest at `source_seq`, the last event copied."""
+
+
 Note: TypeAlias = (
     TurnStarted
     | TurnEnded
@@ -211,6 +245,7 @@ Note: TypeAlias = (
     | NoticeDismissed
     | Compaction
     | Info
+    | SessionStarted
 )
 
 

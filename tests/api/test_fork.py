@@ -16,7 +16,7 @@ from bubu.api import Agent
 from bubu.cli.app import cli
 from bubu.cli.forkcmd import FORK_KEY, fork_session  # importing it registers `bubu fork`
 from bubu.errors import ConfigError, CorruptLog
-from bubu.events import Info, Record, SystemNote
+from bubu.events import Info, Record, SessionStarted, SystemNote
 from bubu.log.sqlite import SQLiteStore
 
 from .conftest import Script
@@ -54,10 +54,15 @@ def test_a_fork_copies_the_prefix_into_a_new_session(script: Script, db: Path, w
         assert store.verify(fork.session).ok
         assert store.head(source).high_water == len(src)  # the source is untouched
     assert (fork.source, fork.seq, fork.digest) == (source, at, src[at - 1].hash)
-    assert (fork.events, fork.open_turn, fork.dangling_calls) == (at + 1, False, 0)
+    assert (fork.events, fork.open_turn, fork.dangling_calls) == (at + 2, False, 0)
     assert info.workspace == str(ws)
     assert info.title == f"fork@{at}: write b"
-    assert len(copy) == at + 1
+    assert len(copy) == at + 2
+    facts = copy[-2].event.content
+    assert isinstance(facts, SystemNote)
+    assert isinstance(facts.note, SessionStarted)
+    assert (facts.note.origin, facts.note.source, facts.note.source_seq) == ("fork", source, at)
+    assert (facts.note.workspace, facts.note.title) == (str(ws), info.title)
     for old, new in zip(src[:at], copy, strict=False):
         assert new.seq == old.seq
         assert new.event.session == fork.session
@@ -175,7 +180,7 @@ def test_the_command_prints_the_new_session(script: Script, db: Path, ws: Path) 
     assert out == {
         "session": out["session"],
         "source": {"session": source, "seq": inside, "digest": records[inside - 1].hash},
-        "events": inside + 1,
+        "events": inside + 2,
         "open_turn": True,
         "dangling_calls": 1,
     }

@@ -151,3 +151,29 @@ def test_a_session_the_worker_cannot_run_is_put_off_not_lost(
     assert queue.waiting() == [sid]
     assert queue.claim("someone", 30) is None  # deferred
     assert json.loads(bubu_ok(tmp_path, "--db", url, "status", sid, "--json"))["events"] == 1
+
+
+def test_a_worker_leaves_an_imported_open_turn_to_the_user(
+    tmp_path: Path, url: str, pg: PostgresStore
+) -> None:
+    ws = workspace(tmp_path, "ws")
+    spec = write_script(tmp_path / "s.jsonl", [command("echo ran"), {"text": "done"}])
+    local = tmp_path / "local.db"
+    env = {**clean_env(tmp_path), "BUBU_FAILPOINT": "mid_tool"}
+    crashed = subprocess.run([*BUBU, "--db", str(local), "run", "x", "-w", str(ws), "-m", spec,
+                              "--yes"], env=env, capture_output=True, text=True, timeout=120,
+                             check=False)  # fmt: skip
+    assert crashed.returncode == -9, crashed.stderr
+    (sid,) = [s["id"] for s in bubu_json(tmp_path, "--db", str(local), "sessions", "--json")]
+    export = tmp_path / "x.jsonl"
+    export.write_text(bubu_ok(tmp_path, "--db", str(local), "export", sid))
+    bubu_ok(tmp_path, "--db", url, "import", str(export))
+    worker = WorkerProc(tmp_path, url, "--once")
+    assert worker.wait() == 0
+    (line,) = [ln for ln in worker.lines() if "finish" in ln]
+    assert f"finish {sid} error" in line
+    assert (
+        f"was imported, so its unfinished turn is continued only explicitly: `bubu recover {sid}`"
+        in line
+    )
+    assert fold_status(pg.read(sid)).state == "open"

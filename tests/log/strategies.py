@@ -29,6 +29,7 @@ from bubu.events import (
     PermissionRequest,
     RecoveryNotice,
     RunStarted,
+    SessionStarted,
     StepLimit,
     SystemNote,
     Text,
@@ -63,6 +64,12 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         max_steps=st.none() | counts,
         yes=st.booleans(),
         allow_commands=st.lists(short, max_size=3),
+        base_url=opt_texts,
+        stall_timeout=st.none() | st.floats(min_value=0.001, max_value=1e6),
+        thinking_budget=st.none() | counts,
+        tool_timeout=st.none() | st.floats(min_value=0.001, max_value=1e6),
+        workspace=opt_texts,
+        title=opt_texts,
     ),
     TurnEnded: st.builds(
         TurnEnded,
@@ -74,6 +81,7 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         cause=st.sampled_from(["new", "resume", "recovery"]),
         pid=st.none() | counts,
         host=opt_texts,
+        proc_start=opt_texts,
     ),
     StepLimit: st.builds(StepLimit, steps=counts),
     ModelRequest: st.builds(
@@ -103,6 +111,16 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         message=opt_texts,
     ),
     Info: st.builds(Info, text=texts),
+    SessionStarted: st.builds(
+        SessionStarted,
+        workspace=texts,
+        title=texts,
+        model=opt_texts,
+        origin=st.sampled_from(["new", "import", "fork"]),
+        source=opt_texts,
+        source_seq=st.none() | counts,
+        source_digest=opt_shas,
+    ),
 }
 
 notes = st.one_of(*NOTES.values())

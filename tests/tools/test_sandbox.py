@@ -359,7 +359,7 @@ def test_a_resumed_turn_keeps_its_mode_unless_another_is_given(tmp_path: Path) -
     session = only_session(db)
     resumed = bubu(db, "resume", session, "--max-steps", "1")
     assert resumed.returncode == 3, resumed.stderr
-    again = bubu(db, "resume", session, "--sandbox", "workspace-write")
+    again = bubu(db, "resume", session, "--sandbox", "workspace-write", "--max-steps", "5")
     assert again.returncode == 0, again.stderr
     assert [t.sandbox for t in _turns(db)] == ["read-only", "read-only", "workspace-write"]
     one, two, three = _results(db)

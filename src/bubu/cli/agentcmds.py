@@ -160,9 +160,17 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     chosen = opts.get("mcp")
     mcp = Path(chosen).expanduser() if chosen else default_config_path()
     pass_env: tuple[str, ...] = tuple(opts.get("pass_env") or ())
+    from bubu.engine.settings import ModelSettings, env_stall_timeout
+
     return Host(
         store=store,
         provider=provider,
+        model_settings=ModelSettings(
+            base_url=opts.get("base_url"),
+            context_window=opts.get("context_window"),
+            thinking_budget=opts.get("thinking"),
+            stall_timeout=opts.get("stall_timeout") or env_stall_timeout(),
+        ),
         tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env),
         mcp_config=str(mcp.resolve()) if mcp is not None else None,
         load_tools=None if chosen else lambda path: host_tools(path, pass_env=pass_env),
@@ -246,30 +254,28 @@ def run_cmd(
 ) -> None:
     """Run TASK as a new turn (in a new session unless --session or -c)."""
     store = ctx.store
-    from bubu.engine.recovery import recover_all
+    from bubu.cli.background import Finder
+    from bubu.cli.continuing import continuing_host
 
     observer = observer_for(opts["jsonl"])
     check_task(task)
     info: SessionInfo
     if session_ref or cont:
         info = store.session(session_ref) if session_ref else _latest(store)
-        model = opts["model"] or info.model or default_model()
-        host = make_host(store, model, opts, observer)
+        host, info, model = continuing_host(store, info, opts, observer, new_turn=True)
     else:
         model = opts["model"] or default_model()
         host = make_host(store, model, opts, observer)  # a bad model spec creates no session
         info = new_session(store, task=task, workspace=workspace, model=model)
     with signals(host):
-        recover_all(
-            store,
-            host_factory=lambda m: make_host(store, m, opts, observer),
-            observer=observer,
-            skip={info.id},
-        )
         if isinstance(observer, TerminalObserver):
             banner = f"bubu · {info.id} · {model}"
             observer.line(click.style(banner, dim=True) if observer.color else banner)
-        reason = start_turn(host, info, task)
+        # Other sessions' crashes are looked at once this task is durable, and continued in
+        # processes of their own: never in this one's way.
+        finder = Finder(store, ctx.db, skip={info.id})
+        reason = start_turn(host, info, task, committed=finder.start)
+    finder.join()
     finish(reason, observer, info.id)
 
 
@@ -287,22 +293,17 @@ def _latest(store: Store) -> SessionInfo:
 def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
     """Continue a stopped or suspended turn (a crashed one is recovered by `bubu recover`)."""
     store = ctx.store
-    info = store.session(session)
-    model = opts["model"] or info.model or default_model()
-    observer = observer_for(opts["jsonl"])
-    host = make_host(store, model, opts, observer)
-    from bubu.engine.recovery import recover_all
+    from bubu.cli.continuing import continuing_host
+    from bubu.engine.recovery import needs_recovery, recover_session
 
+    info = store.session(session)
+    observer = observer_for(opts["jsonl"])
+    # The turn's own recorded settings, changed only by the flags given here.
+    host, info, _ = continuing_host(store, info, opts, observer)
     with signals(host):
         # A crashed turn is recovered (and continued) rather than resumed.
-        recovered = recover_all(
-            store,
-            host_factory=lambda m: make_host(store, m, opts, observer),
-            observer=observer,
-            only=info.id,
-        )
-        if info.id in recovered:
-            outcome = recovered[info.id]
+        if needs_recovery(store, info):
+            outcome = recover_session(host, info).outcome
             finish(
                 outcome if outcome in ("completed", "failed", "stopped", "suspended") else None,
                 observer,
@@ -379,7 +380,7 @@ def _session_json(info: SessionInfo) -> dict[str, object]:
 def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
     """The status of a session as `bubu status --json` prints it."""
     from bubu import clock
-    from bubu.engine.recovery import lease_is_stale
+    from bubu.engine.scope import lease_is_stale
 
     records = store.read(info.id)
     st = fold_status(records)

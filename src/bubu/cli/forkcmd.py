@@ -4,10 +4,12 @@ The source chain is verified up to SEQ first. Each copied event is re-made for t
 with a fresh event id and otherwise unchanged, so seq N of the fork is seq N of the source and
 every seq an event refers to (a dismissed notice, a recovered dispatch) still points at the right
 event. The new session's first event records where it came from (a ``fork`` state delta: source
-session, seq and chain digest at SEQ), and a hidden note after the copy says so to people.
+session, seq and chain digest at SEQ), a hidden note after the copy says so to people, and a
+``session_started`` note records the fork's own facts (workspace, title, model, origin ``fork``).
 
 A fork inside an open turn (calls dispatched without outcomes, or a model call in flight) is
-allowed: it starts as an open turn that recovery handles, as after a crash. A fork that would cut
+allowed: it starts as an open turn that recovery handles, as after a crash — but only when the
+user asks (`bubu recover FORK`): a forked session is never continued by itself. A fork that would cut
 one model response in two is refused, since the model would be shown half of what it said.
 """
 
@@ -20,8 +22,10 @@ import msgspec
 
 from bubu import clock, ids
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.engine.scope import acting_info
 from bubu.errors import ConfigError, CorruptLog
-from bubu.events import Actions, Event, Info, Record, SystemNote, make
+from bubu.events import Actions, Event, Info, Record, SessionStarted, SystemNote, make
+from bubu.log.codec import sanitize_text
 from bubu.log.store import Store
 from bubu.projections.turn import fold
 
@@ -107,10 +111,20 @@ def fork_session(store: Store, ref: str, at: int) -> Fork:
         session=fork_id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
         content=SystemNote(note=Info(text=f"forked from {info.id} at seq {at} (digest {digest[:16]}…)")),
     )  # fmt: skip
+    # The fork's own facts, under its chain; a forked session is never continued by itself.
+    source, _ = acting_info(store, info)
+    title = sanitize_text(f"fork@{at}: {source.title}"[:160])
+    facts = make(
+        session=fork_id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
+        content=SystemNote(note=SessionStarted(
+            workspace=source.workspace, title=title, model=source.model, origin="fork",
+            source=info.id, source_seq=at, source_digest=digest,
+        )),
+    )  # fmt: skip
     # The session and its copied events in one transaction: never a half-made fork.
     new = store.create_session(
-        title=f"fork@{at}: {info.title}"[:160], workspace=info.workspace, model=info.model,
-        session_id=fork_id, events=[*copies, note],
+        title=title, workspace=source.workspace, model=source.model,
+        session_id=fork_id, events=[*copies, facts, note],
     )  # fmt: skip
     turn = fold(records)
     return Fork(
@@ -118,7 +132,7 @@ def fork_session(store: Store, ref: str, at: int) -> Fork:
         source=info.id,
         seq=at,
         digest=digest,
-        events=at + 1,
+        events=at + 2,
         open_turn=turn.open,
         dangling_calls=len(turn.dangling),
     )
@@ -151,8 +165,8 @@ def fork_cmd(ctx: Ctx, /, session: str, at: int, as_json: bool) -> None:
             else ""
         )
         click.echo(
-            f"the fork starts inside an open turn{calls}; `bubu recover {fork.session}` "
-            "continues it, as after a crash",
+            f"the fork starts inside an open turn{calls}; it is not continued by itself: "
+            f"`bubu recover {fork.session}` continues it, as after a crash",
             err=True,
         )
 

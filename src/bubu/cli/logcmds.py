@@ -144,3 +144,22 @@ def import_cmd(ctx: Ctx, file: str, as_json: bool) -> None:
         emit_jsonl({"session": info.id, "high_water": head.high_water, "digest": head.digest})
     else:
         click.echo(f"imported {info.id}: {head.high_water} events, digest {head.digest[:16]}")
+    _import_notes(ctx.store, info, head.high_water)
+
+
+def _import_notes(store: Store, info: SessionInfo, copied: int) -> None:
+    """Say, on stderr, what an import leaves to the user: a workspace only the header vouches
+    for, and an unfinished turn that waits for an explicit `bubu recover`."""
+    if not store.read(info.id, upto=copied, kinds=("session_started",)):
+        click.echo(
+            f"bubu: the export predates chained session facts, so its workspace "
+            f"{printable(info.workspace)} is the file header's word alone",
+            err=True,
+        )
+    if fold_status(store.read(info.id, kinds=BOUNDARY_KINDS)).state == "open":
+        click.echo(
+            f"bubu: session {info.id} has an unfinished turn; an imported session is not "
+            f"continued by itself: `bubu recover {info.id}` continues it in "
+            f"{printable(info.workspace)}",
+            err=True,
+        )

@@ -9,13 +9,13 @@ from typing import Any
 import click
 
 from bubu import clock
-from bubu.cli.agentcmds import EXIT, make_host, model_options, observer_for, signals
+from bubu.cli.agentcmds import EXIT, model_options, observer_for, signals
 from bubu.cli.app import Ctx, cli, emit_json, fail, pass_ctx
 from bubu.cli.render import TerminalObserver
-from bubu.cli.term import echo, one_line
+from bubu.cli.term import echo
 from bubu.engine.driver import owner_id
 from bubu.engine.recovery import recover_session
-from bubu.errors import ConfigError
+from bubu.errors import BubuError
 from bubu.events import NoticeDismissed, SystemNote, make
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
 
@@ -26,8 +26,14 @@ from bubu.projections.status import BOUNDARY_KINDS, fold_status
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
 @pass_ctx
 def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, **opts: Any) -> None:
-    """Recover every session with an unfinished turn (or just SESSION) and continue it to its end."""
+    """Recover every session with an unfinished turn (or just SESSION) and continue it to its end.
+
+    Each continues with the settings its turn recorded (model, server, limits); a flag given
+    here changes that setting. An imported or forked session is recovered only when named."""
+    from bubu.cli.background import say
+    from bubu.cli.continuing import continuing_host, recover_line
     from bubu.engine.recovery import needs_recovery
+    from bubu.engine.scope import session_facts
 
     store = ctx.store
     targets = [store.session(session)] if session else store.sessions()
@@ -47,12 +53,26 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, **opts: Any) ->
                     )
                     observer.line(f"nothing to recover: session {info.id} is {state}")
             continue
-        model = opts["model"] or info.model
-        if not model:
-            raise ConfigError(f"session {info.id} has no model recorded; pass -m provider:model")
-        host = make_host(store, model, opts, observer)
+        facts = session_facts(store, info)
+        if facts.adopted and not session:
+            say(
+                f"skipped session {info.id}: it was {facts.describe()}, so it is continued only "
+                f"when named: `bubu recover {info.id}`"
+            )
+            results.append({"session": info.id, "outcome": "skipped", "reason": facts.describe()})
+            continue
+        try:
+            host, acting, _ = continuing_host(store, info, opts, observer)
+        except BubuError as e:
+            if session:
+                raise
+            # One session that cannot be continued here must not stop the others.
+            say(f"could not recover session {info.id}: {e}")
+            results.append({"session": info.id, "outcome": "error", "reason": str(e)})
+            worst = max(worst, 1)
+            continue
         if isinstance(observer, TerminalObserver):
-            observer.line(f"recovering {info.id}: {one_line(info.title, 60)}")
+            observer.line(recover_line(acting, facts.describe() if facts.adopted else None))
         with signals(host):
             rec = recover_session(host, info)
         code = 5 if rec.outcome in ("blocked", "busy") else EXIT.get(rec.outcome, 0)
@@ -146,6 +166,6 @@ def dismiss_cmd(ctx: Ctx, /, session: str) -> None:
 
 
 def _free(store: Any, session: str) -> bool:
-    from bubu.engine.recovery import lease_is_stale
+    from bubu.engine.scope import lease_is_stale
 
     return lease_is_stale(store.current_lease(session), store.now_ms())

@@ -9,6 +9,7 @@ and tools run in worker threads so that a stop (Ctrl-C, SIGTERM, a lost lease) i
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import os
 import socket
 import threading
@@ -334,6 +335,7 @@ class Runner:
                 host=socket.gethostname(),
                 owner=self.lease.owner,
                 epoch=self.lease.epoch,
+                proc_start=_start_of(os.getpid()),
             )
         )
         events = [*prefix, started]
@@ -813,6 +815,14 @@ def stop_all(reason: StopReason) -> bool:
     for r in runners:
         r.request_stop(reason)
     return bool(runners)
+
+
+@functools.cache
+def _start_of(pid: int) -> str | None:
+    # Keyed by pid: a forked child is another process.
+    from bubu.engine.scope import proc_start
+
+    return proc_start(pid)
 
 
 def _ignore(_: Delta) -> None:

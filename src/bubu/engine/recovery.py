@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
-from collections.abc import Callable, Container
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from bubu import failpoints
-from bubu.engine.driver import Observer, Runner
+from bubu.engine.driver import Runner
 from bubu.engine.leftovers import Leftovers, stop_leftovers
+from bubu.engine.scope import acting_info, holder_gone, lease_is_stale
 from bubu.engine.session import Host
 from bubu.errors import BubuError, LeaseError
 from bubu.events import (
@@ -23,7 +21,7 @@ from bubu.events import (
     ToolRecovery,
     TurnEndReason,
 )
-from bubu.log.store import Lease, SessionInfo, Store
+from bubu.log.store import SessionInfo, Store
 from bubu.projections.recovery import (
     INTERRUPTED,
     CallPlan,
@@ -47,31 +45,12 @@ class Recovered:
     outcome: Outcome
 
 
-def lease_is_stale(lease: Lease | None, now_ms: int) -> bool:
-    """True when nobody holds the lease: never taken, released, expired, or its process is dead."""
-    if lease is None or not lease.owner or lease.expires_ms <= now_ms:
-        return True
-    host, _, rest = lease.owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host == socket.gethostname() and pid_text.isdigit():
-        pid = int(pid_text)
-        if pid == os.getpid():
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-    return False
-
-
 def needs_recovery(store: Store, info: SessionInfo) -> bool:
     """An open turn whose runner is gone (and that is not already blocked)."""
     st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
     if st.state != "open":
         return False
-    return lease_is_stale(store.current_lease(info.id), store.now_ms())
+    return holder_gone(store, info.id, store.current_lease(info.id))
 
 
 def observe(paths: list[str]) -> dict[str, str | None]:
@@ -85,7 +64,7 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
     """Take the lease, plan, commit the recovery facts and the notice, then continue the turn."""
     store = host.store
     current = store.current_lease(info.id)
-    steal = lease_is_stale(current, store.now_ms())
+    steal = holder_gone(store, info.id, current)
     try:
         # Steal only the lease judged dead: another recoverer may have taken it since.
         lease = store.acquire_lease(
@@ -114,8 +93,12 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         )
         if plan.kind == "nothing":
             return Recovered(session=info.id, plan=plan, outcome="nothing")
+        # The workspace the chain records, never the header's (an export can edit the header).
+        acting, facts = acting_info(store, info)
+        if facts.origin == "import":
+            plan = _not_on_an_imports_word(plan)
         runner = Runner(
-            store=store, session=info, provider=host.provider, tools=host.tools, lease=lease,
+            store=store, session=acting, provider=host.provider, tools=host.tools, lease=lease,
             policy=host.policy, asker=host.asker, observer=host.observer, config=host.config,
             prompt=host.prompt,
         )  # fmt: skip
@@ -141,6 +124,18 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         host.runner = None
         with contextlib.suppress(BubuError):
             store.release_lease(held)
+
+
+def _not_on_an_imports_word(plan: Plan) -> Plan:
+    """An imported log proves nothing about this machine's files: a write it says is unapplied
+    is not written again silently, it is left for review like a command."""
+    calls = tuple(
+        replace(c, decision="interrupted", reason="an imported log's write is not re-run")
+        if c.effect == "provable_write" and c.decision == "rerun_not_applied"
+        else c
+        for c in plan.calls
+    )
+    return replace(plan, calls=calls)
 
 
 def _notice(plan: Plan, runner: Runner, leftovers: Leftovers) -> RecoveryNotice:
@@ -238,34 +233,4 @@ def _response(runner: Runner, call: CallState, text: str, is_error: bool) -> Eve
     )  # fmt: skip
 
 
-def recover_all(
-    store: Store,
-    *,
-    host_factory: Callable[[str], Host],
-    observer: Observer | None = None,
-    skip: Container[str] = (),
-    only: str | None = None,
-) -> dict[str, Outcome]:
-    """Recover and continue every session with an open turn and a free lease (or just `only`)."""
-    results: dict[str, Outcome] = {}
-    for info in store.sessions():
-        if info.id in skip or (only is not None and info.id != only):
-            continue
-        if not needs_recovery(store, info):
-            continue
-        if not Path(info.workspace).is_dir():
-            # A fleet session whose workspace lives on another machine: its own workers recover it.
-            continue
-        say = getattr(observer, "line", None)
-        try:
-            host = host_factory(info.model or "scripted:/dev/null")
-            if say is not None:
-                say(f"recovering {info.id} ({info.title[:50].rstrip()})")
-            results[info.id] = recover_session(host, info).outcome
-        except BubuError as e:
-            # One session that cannot be recovered here (its model is unavailable, say) must not
-            # stop the others, nor the command the user asked for.
-            if say is not None:
-                say(f"could not recover {info.id}: {e}")
-            results[info.id] = None
-    return results
+__all__ = ["Outcome", "Recovered", "lease_is_stale", "needs_recovery", "observe", "recover_session"]

@@ -11,6 +11,8 @@ from pathlib import Path
 from bubu import clock, ids
 from bubu.engine.driver import NullObserver, Observer, RunConfig, Runner, owner_id
 from bubu.engine.permissions import Asker, Policy, nobody
+from bubu.engine.scope import acting_info, holder_gone
+from bubu.engine.settings import ModelSettings, public_url
 from bubu.errors import BubuError, ConfigError
 from bubu.events import SystemNote, Text, TurnEndReason, TurnStarted, make
 from bubu.log.store import SessionInfo, Store
@@ -39,6 +41,8 @@ class Host:
     load_tools: Callable[[str], dict[str, Tool]] | None = None
     """How to build the tools of another MCP configuration, so that a recovered or resumed turn
     gets the tools it was started with; None when the tools are fixed (the user chose them)."""
+    model_settings: ModelSettings = field(default_factory=ModelSettings)
+    """How `provider` was built besides its spec (recorded with each turn it starts)."""
     runner: Runner | None = None
 
     def adopt_turn_tools(self, turn: TurnFold) -> None:
@@ -58,13 +62,21 @@ class Host:
     @contextmanager
     def runner_for(self, session: SessionInfo) -> Iterator[Runner]:
         """Hold the session's lease for the duration of a `Runner`."""
-        # A held lease raises LeaseError: "session S is being run by OWNER; wait for it …".
-        lease = self.store.acquire_lease(session.id, self.owner, self.config.lease_ttl_s)
+        # A held lease raises LeaseError: "session S is being run by OWNER; wait for it …". A
+        # lease whose process died on this host is held by nobody: take it at once.
+        current = self.store.current_lease(session.id)
+        dead = current is not None and holder_gone(self.store, session.id, current)
+        lease = self.store.acquire_lease(
+            session.id, self.owner, self.config.lease_ttl_s, steal=dead,
+            steal_epoch=current.epoch if dead and current is not None else None,
+        )  # fmt: skip
         runner: Runner | None = None
         try:
+            # The workspace and title the chain records, not the header (which it does not cover).
+            acting, _ = acting_info(self.store, session)
             runner = Runner(
                 store=self.store,
-                session=session,
+                session=acting,
                 provider=self.provider,
                 tools=self.tools,
                 lease=lease,
@@ -104,8 +116,15 @@ def check_task(task: str) -> str:
     return task
 
 
-def start_turn(host: Host, session: SessionInfo, task: str) -> TurnEndReason | None:
-    """Append the user's request, open a turn and drive it to its end."""
+def start_turn(
+    host: Host,
+    session: SessionInfo,
+    task: str,
+    *,
+    committed: Callable[[], None] | None = None,
+) -> TurnEndReason | None:
+    """Append the user's request, open a turn and drive it to its end; `committed` is called once
+    the request is durable, before the first step (what it raises is not the turn's concern)."""
     check_task(task)
     from bubu.log.codec import sanitize_text
 
@@ -119,14 +138,20 @@ def start_turn(host: Host, session: SessionInfo, task: str) -> TurnEndReason | N
         request = make(session=session.id, turn=turn, role="user", author="user", ts=now,
                        content=Text(text=sanitize_text(task)))  # fmt: skip
         opened = make(session=session.id, turn=turn, role="system", author="system", ts=now,
-                      content=SystemNote(note=_turn_started(host)), visibility="hidden")  # fmt: skip
+                      content=SystemNote(note=_turn_started(host, runner.session)),
+                      visibility="hidden")  # fmt: skip
         runner.start_run("new", prefix=[request, opened])
+        if committed is not None:
+            with contextlib.suppress(Exception):
+                committed()
         return runner.drive()
 
 
 def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
     """Reopen the last turn if it was stopped or suspended and continue it without new input."""
-    host.adopt_turn_tools(fold(host.store.read(session.id, kinds=("turn_started",))))
+    host.adopt_turn_tools(
+        fold(host.store.read(session.id, kinds=("turn_started", "session_started")))
+    )
     with host.runner_for(session) as runner:
         t = runner.turn
         if t.open:
@@ -137,18 +162,22 @@ def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
                 f"(its last turn {'ended ' + t.end_reason if t.end_reason else 'does not exist'})"
             )
         reopened = make(session=session.id, turn=t.turn, role="system", author="system", ts=clock.now_ms(),
-                        content=SystemNote(note=_turn_started(host, t)),
+                        content=SystemNote(note=_turn_started(host, runner.session, t)),
                         visibility="hidden")  # fmt: skip
         runner.start_run("resume", prefix=[reopened])
         return runner.drive()
 
 
-def _turn_started(host: Host, previous: TurnFold | None = None) -> TurnStarted:
-    """The turn's recorded settings: the host's, widened by those of the turn it reopens."""
+def _turn_started(
+    host: Host, session: SessionInfo, previous: TurnFold | None = None
+) -> TurnStarted:
+    """The turn's recorded settings: the host's, widened by those of the turn it reopens; and the
+    session's workspace and title, so that the chain, not the sessions table, says where it acts."""
     p = previous if previous is not None else TurnFold()
+    ms = host.model_settings
     return TurnStarted(
         model=host.provider.spec,
-        max_steps=host.config.max_steps,
+        max_steps=host.config.max_steps if host.config.max_steps is not None else p.max_steps,
         yes=host.policy.yes or p.yes,
         allow_commands=list(dict.fromkeys([*p.allow_commands, *host.policy.allow_commands])),
         system_prompt=host.prompt if host.prompt is not None else p.system_prompt,
@@ -158,4 +187,10 @@ def _turn_started(host: Host, previous: TurnFold | None = None) -> TurnStarted:
         sandbox=host.policy.sandbox or p.sandbox or DEFAULT_MODE,
         network=host.policy.network or (host.policy.sandbox is None and p.network),
         pass_env=list(dict.fromkeys([*p.pass_env, *host.policy.pass_env])),
+        base_url=public_url(getattr(host.provider, "base_url", None) or ms.base_url),
+        stall_timeout=ms.stall_timeout,
+        thinking_budget=ms.thinking_budget,
+        tool_timeout=host.config.tool_timeout_s,
+        workspace=session.workspace,
+        title=session.title,
     )

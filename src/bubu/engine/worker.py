@@ -31,6 +31,7 @@ import msgspec
 from bubu import clock, ids
 from bubu.engine.driver import RunConfig, Runner, owner_id
 from bubu.engine.recovery import Outcome, recover_session
+from bubu.engine.scope import acting_info
 from bubu.engine.session import Host, check_task, new_session
 from bubu.errors import BubuError, ConfigError, LeaseLost
 from bubu.events import (
@@ -148,7 +149,8 @@ def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
         note = TurnStarted(model=host.provider.spec, max_steps=policy.max_steps, yes=policy.yes,
                            allow_commands=list(policy.allow_commands), sandbox=policy.sandbox,
                            network=policy.network,
-                           pass_env=list(policy.pass_env))  # fmt: skip
+                           pass_env=list(policy.pass_env),
+                           workspace=runner.session.workspace, title=runner.session.title)  # fmt: skip
         opened = make(session=info.id, turn=request.event.turn or ids.turn_id(), role="system",
                       author="system", ts=clock.now_ms(), content=SystemNote(note=note),
                       visibility="hidden")  # fmt: skip
@@ -158,8 +160,14 @@ def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
 
 def run_claim(host: Host, claim: Claim) -> Outcome:
     """Do the work a claim found: a new turn for a queued request, the continuation of a turn
-    handed back cleanly, or the recovery of one whose runner died."""
-    info = claim.session
+    handed back cleanly, or the recovery of one whose runner died (never of a session that was
+    imported or forked: the user continues those explicitly)."""
+    info, facts = acting_info(host.store, claim.session)
+    if facts.adopted and claim.state != "queued":
+        raise ConfigError(
+            f"session {info.id} was {facts.describe()}, so its unfinished turn is continued only "
+            f"explicitly: `bubu recover {info.id}`"
+        )
     if not Path(info.workspace).is_dir():
         raise ConfigError(
             f"the workspace {info.workspace} of session {info.id} does not exist on this machine; "

@@ -6,9 +6,12 @@ from collections.abc import Iterator, Sequence
 
 import msgspec
 
+from bubu import clock
 from bubu.errors import CorruptLog, StorageError, UnknownSession
+from bubu.events import Event, Record, SessionStarted, SystemNote, make
 from bubu.log import codec, redact
 from bubu.log.store import Head, SessionInfo, Store
+from bubu.projections.origin import SessionFacts, disagreement, fold_facts
 
 EXPORT_FORMAT = "bubu-session/1"
 
@@ -121,6 +124,7 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
             f"the file is truncated or altered: the header promises {header.high_water} events "
             f"ending in {header.digest[:16]}…, the file holds {len(events)}"
         )
+    facts = imported_facts(events, header)
     try:
         store.session(header.session)
     except UnknownSession:
@@ -133,16 +137,42 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
             f"the file holds the value of {leaked}, a secret of this environment that Bubu keeps "
             f"out of its logs; unset {leaked} to import it as it is"
         )
+    # Where it came from, as a chained fact after the copy: an imported session is continued
+    # only when the user runs it explicitly.
+    origin = make(
+        session=header.session, role="system", author="host", ts=clock.now_ms(),
+        visibility="hidden", content=SystemNote(note=SessionStarted(
+            workspace=facts.workspace, title=facts.title, model=facts.model, origin="import",
+            source=header.session, source_seq=header.high_water, source_digest=header.digest,
+        )),
+    )  # fmt: skip
     # One transaction: a crash leaves the session absent or complete, never half imported.
     info = store.create_session(
-        title=header.title,
-        workspace=header.workspace,
-        model=header.model,
+        title=facts.title,
+        workspace=facts.workspace,
+        model=facts.model,
         session_id=header.session,
-        events=events,
+        events=[*events, origin],
         blobs=list(blobs.values()),
     )
-    head = store.head(info.id)
-    if head.digest != header.digest:
+    copied = store.read(info.id, after=header.high_water - 1, upto=header.high_water)
+    if header.high_water and (not copied or copied[-1].hash != header.digest):
         raise CorruptLog("the imported chain does not match the export (a bug); nothing is lost")
-    return info, head
+    return info, Head(high_water=header.high_water, digest=header.digest)
+
+
+def imported_facts(events: Sequence[Event], header: _Header) -> SessionFacts:
+    """The facts the export's chain records; refuses a header that says otherwise (the header
+    is outside the chain, so an edit there breaks no hash)."""
+    records = [Record(seq=n, hash="", event=e) for n, e in enumerate(events, start=1)]
+    facts = fold_facts(
+        records, workspace=header.workspace, title=header.title, model=header.model,
+        first=records[0] if records else None,
+    )  # fmt: skip
+    wrong = disagreement(facts, workspace=header.workspace, title=header.title, model=header.model)
+    if wrong:
+        raise CorruptLog(
+            f"the header does not match the session's chained facts: it gives {wrong}; the "
+            "header was edited"
+        )
+    return facts

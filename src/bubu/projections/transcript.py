@@ -16,6 +16,7 @@ from bubu.events import (
     Record,
     RecoveryNotice,
     RunStarted,
+    SessionStarted,
     StepLimit,
     SystemNote,
     Text,
@@ -145,6 +146,9 @@ class Transcript:
                 )
             case Info(text=t):
                 text = t
+            case SessionStarted(origin="import", workspace=ws):
+                # (A fork says so in its own note, which people have always read.)
+                text = f"imported here; it continues only when run explicitly (workspace {ws})"
             case _:
                 text = None
         if text:

@@ -20,6 +20,7 @@ from bubu.events import (
     RecoveryNotice,
     RunStarted,
     SandboxMode,
+    SessionStarted,
     SystemNote,
     Text,
     ToolDispatch,
@@ -138,6 +139,14 @@ class TurnFold:
             self.awaiting_model, self.inflight_request = True, None
             self.cut_off = False
             self.dropped_in_a_row = 0
+        elif isinstance(n, SessionStarted) and n.origin == "import":
+            # An imported log's word grants nothing here: the importer's own flags decide what
+            # its turn may do without asking, how its commands are confined, which secrets they
+            # see and which MCP servers it gets.
+            self.yes, self.allow_commands, self.mcp_config = False, (), None
+            self.sandbox, self.network, self.pass_env = None, False, ()
+            for call in self.calls.values():
+                call.decision = None  # asked again, of the importer
         elif isinstance(n, TurnEnded):
             self.open, self.end_reason, self.awaiting_model = False, n.reason, False
             self.inflight_request = None

@@ -54,6 +54,8 @@ DEFAULT_CONTEXT_WINDOW = 200_000
 # Every Claude model documented so far has a 200k window by default (1M needs a beta header).
 CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (("claude-", 200_000),)
 MIN_THINKING_BUDGET = 1024
+ANTHROPIC_URL = "https://api.anthropic.com"
+"""The official API (what the SDK calls when no base URL is given)."""
 _EPHEMERAL: CacheControlEphemeralParam = {"type": "ephemeral"}
 # Breakpoints on the newest user turns: the last one is written, the one before is read back
 # even when a step added more blocks than the API's cache lookback reaches.
@@ -398,6 +400,7 @@ class AnthropicProvider:
                 f"(got {thinking_budget}); raise it or leave thinking off"
             )
         self._model = model
+        self._base_url = base or ANTHROPIC_URL
         self._thinking_budget = thinking_budget
         self._context_window = context_window or context_window_for(model)
         stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
@@ -419,6 +422,11 @@ class AnthropicProvider:
     def spec(self) -> str:
         """The model spec, e.g. ``anthropic:claude-sonnet-4-5``."""
         return f"anthropic:{self._model}"
+
+    @property
+    def base_url(self) -> str:
+        """The server the calls go to (recorded with each turn, so a recovery asks the same)."""
+        return self._base_url
 
     @property
     def context_window(self) -> int:

@@ -309,6 +309,7 @@ class OpenAIProvider:
             key = PLACEHOLDER_KEY
         self._model = model
         self._official = official
+        self._base_url = base or OPENAI_URL
         self._context_window = context_window or context_window_for(model)
         stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
         name = "OpenAI" if official else f"the server at {_retry.display_url(base or '')}"
@@ -327,6 +328,11 @@ class OpenAIProvider:
     def spec(self) -> str:
         """The model spec, e.g. ``openai:gpt-4.1``."""
         return f"openai:{self._model}"
+
+    @property
+    def base_url(self) -> str:
+        """The server the calls go to (recorded with each turn, so a recovery asks the same)."""
+        return self._base_url
 
     @property
     def context_window(self) -> int:

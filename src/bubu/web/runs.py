@@ -13,13 +13,22 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
 
 from bubu.engine.driver import RunConfig
 from bubu.engine.permissions import Answer, Policy
-from bubu.engine.recovery import needs_recovery, recover_all, recover_session
+from bubu.engine.recovery import needs_recovery, recover_session
+from bubu.engine.scope import acting_info, scan
 from bubu.engine.session import Host, check_task, new_session, resume_turn, start_turn
+from bubu.engine.settings import (
+    imported_server,
+    last_turn,
+    recorded_model_settings,
+    resolve_options,
+)
 from bubu.errors import BubuError, ConfigError
-from bubu.events import PermissionRequest, Record, SandboxMode, SystemNote, TurnEnded
+from bubu.events import PermissionRequest, Record, SandboxMode, SystemNote, TurnEnded, TurnStarted
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.providers import resolve
@@ -27,20 +36,39 @@ from bubu.providers.base import Delta
 
 log = logging.getLogger("bubu.web")
 
-HostFactory = Callable[[Store, str], Host]
-"""Builds a host for a model spec; the manager plugs in its own asker and observer."""
+
+class HostFactory(Protocol):
+    """Builds a host for a model spec (with the settings a turn `recorded`, when it continues
+    one); the manager plugs in its own asker and observer."""
+
+    def __call__(
+        self, store: Store, model: str, /, *, recorded: TurnStarted | None = None,
+        new_turn: bool = False,
+    ) -> Host: ...  # fmt: skip
 
 
-def default_host(store: Store, model: str) -> Host:
-    """A host with the built-in tools and the default policy: commands ask through the page."""
+def default_host(
+    store: Store, model: str, /, *, recorded: TurnStarted | None = None, new_turn: bool = False
+) -> Host:
+    """A host with the built-in tools and the default policy: commands ask through the page.
+    A turn's `recorded` settings rebuild its provider (its server, window, timeouts) and, unless
+    this is a `new_turn`, its limits."""
     from bubu.tools import builtin_tools
 
+    if recorded is None or recorded.model != model:
+        return Host(store=store, provider=resolve(model), tools=builtin_tools(), policy=Policy(),
+                    config=RunConfig())  # fmt: skip
+    options = resolve_options(recorded)
+    config = RunConfig(context_window=recorded.context_window)
+    if not new_turn:
+        config = replace(config, max_steps=None, tool_timeout_s=recorded.tool_timeout or 600.0)
     return Host(
         store=store,
-        provider=resolve(model),
+        provider=resolve(model, **options),
         tools=builtin_tools(),
         policy=Policy(),
-        config=RunConfig(),
+        config=config,
+        model_settings=recorded_model_settings(recorded),
     )
 
 
@@ -109,12 +137,15 @@ class RunManager:
 
     # -- hosts --------------------------------------------------------------------------------
 
-    def host(self, model: str) -> Host:
-        """A registered host for `model` whose asker is the page and whose observer is live state."""
+    def host(
+        self, model: str, *, recorded: TurnStarted | None = None, new_turn: bool = False
+    ) -> Host:
+        """A registered host for `model` whose asker is the page and whose observer is live state
+        (built with the settings a turn `recorded`, when it continues one)."""
         with self._lock:
             if self._closing:
                 raise ConfigError("the UI is shutting down; start Bubu again to run turns")
-        host = self._factory(self.store, model)
+        host = self._factory(self.store, model, recorded=recorded, new_turn=new_turn)
         host.asker = lambda request: self._ask(host, request)
         host.observer = _PageObserver(self, host)
         with self._lock:
@@ -265,7 +296,7 @@ class RunManager:
             raise ConfigError(
                 f"session {info.id} has an unfinished turn; stop, resume or recover it first"
             )
-        host = self.host(self._model(info, model))
+        host, info = self._continuing(info, model, new_turn=True)
         self._spawn(info.id, host, lambda: start_turn(host, info, task))
 
     def resume(self, session: str, model: str | None = None) -> str:
@@ -274,7 +305,8 @@ class RunManager:
         if self.running_here(info.id):
             raise ConfigError(f"session {info.id} is already running in this UI")
         if needs_recovery(self.store, info):
-            host = self.host(self._model(info, model))
+            # Pressed by the user: an imported or forked session is continued too.
+            host, info = self._continuing(info, model)
             self._spawn(info.id, host, lambda: recover_session(host, info))
             return "recover"
         state = self._state(info)
@@ -282,7 +314,7 @@ class RunManager:
             raise ConfigError(
                 f"session {info.id} has no stopped or suspended turn to resume (it is {state})"
             )
-        host = self.host(self._model(info, model))
+        host, info = self._continuing(info, model)
         self._spawn(info.id, host, lambda: resume_turn(host, info))
         return "resume"
 
@@ -300,12 +332,24 @@ class RunManager:
     def _state(self, info: SessionInfo) -> str:
         return fold_status(self.store.read(info.id, kinds=BOUNDARY_KINDS)).state
 
-    @staticmethod
-    def _model(info: SessionInfo, model: str | None) -> str:
-        chosen = model or info.model
+    def _continuing(
+        self, info: SessionInfo, model: str | None, *, new_turn: bool = False
+    ) -> tuple[Host, SessionInfo]:
+        """A host for another run of `info` with the settings its latest turn recorded (a model
+        chosen on the page replaces them), and the session as its chain records it."""
+        acting, facts = acting_info(self.store, info)
+        if not Path(acting.workspace).is_dir():
+            raise ConfigError(
+                f"the workspace {acting.workspace} of session {acting.id} is not a directory "
+                "on this machine; restore it to continue the session"
+            )
+        note = last_turn(self.store, acting.id)
+        if facts.origin == "import":
+            imported_server(note, acting.id)
+        chosen = model or (note.model if note is not None else None) or acting.model
         if not chosen:
             raise ConfigError(f"session {info.id} has no model recorded; give a model spec")
-        return chosen
+        return self.host(chosen, recorded=note, new_turn=new_turn), acting
 
     def _spawn(self, session: str, host: Host, work: Callable[[], object]) -> None:
         with self._lock:
@@ -343,24 +387,34 @@ class RunManager:
     # -- start-up recovery and shutdown ---------------------------------------------------------
 
     def recover_at_start(self) -> threading.Thread:
-        """Recover every crashed session in the background (DESIGN §5), as `bubu run` does."""
-        created: list[Host] = []
-
-        def factory(model: str) -> Host:
-            host = self.host(model)
-            created.append(host)
-            return host
+        """Continue, in the background, the sessions whose runner died on this host (each with
+        its own recorded settings), as `bubu run` does; the rest are left alone, and an imported
+        or forked one is only logged (the page's Resume button continues it)."""
 
         def work() -> None:
             try:
-                recover_all(self.store, host_factory=factory)
-            except BubuError as e:
-                log.warning("start-up recovery stopped: %s", e)
+                found = scan(self.store)
             except Exception:
-                log.exception("start-up recovery failed")
-            finally:
-                for h in created:
-                    self._drop(h)
+                log.exception("start-up recovery could not look at the sessions")
+                return
+            for f in found:
+                sid = f.session.id
+                if f.verdict != "recover":
+                    log.warning("%s", f.advice())
+                    continue
+                try:
+                    host, info = self._continuing(f.session, None)
+                except Exception as e:  # one bad session must not stop the others
+                    log.warning("could not recover session %s: %s", sid, e)
+                    continue
+                try:
+                    recover_session(host, info)
+                except BubuError as e:
+                    log.warning("could not recover session %s: %s", sid, e)
+                except Exception:
+                    log.exception("the recovery of session %s failed", sid)
+                finally:
+                    self._drop(host)
 
         thread = threading.Thread(target=work, name="bubu-ui-recovery", daemon=True)
         with self._lock:

@@ -1,0 +1,60 @@
+"""Hosts for another run of an existing session: its chained facts and its recorded settings.
+
+A session's workspace and model come from its chain (`bubu.engine.scope.acting_info`), and its
+provider settings from its latest turn (`bubu.engine.settings`); a flag the user gave on the
+command line (or through its environment variable) changes that one setting, nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from bubu.cli.agentcmds import default_model, make_host
+from bubu.engine.scope import acting_info
+from bubu.engine.session import Host
+from bubu.engine.settings import continuing_opts, imported_server, last_turn
+from bubu.errors import ConfigError
+from bubu.log.store import SessionInfo, Store
+
+
+def explicit_flags() -> set[str]:
+    """The options of the running command that the user gave (not defaults)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return set()
+    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return {name for name in ctx.params if ctx.get_parameter_source(name) in given}
+
+
+def continuing_host(
+    store: Store, info: SessionInfo, opts: dict[str, Any], observer: Any, *, new_turn: bool = False
+) -> tuple[Host, SessionInfo, str]:
+    """A host for another run of `info` (a `new_turn`, or the continuation of its latest one),
+    the session as its chain records it, and the model spec."""
+    acting, facts = acting_info(store, info)
+    if not Path(acting.workspace).is_dir():
+        raise ConfigError(
+            f"the workspace {acting.workspace} of session {acting.id} is not a directory on this "
+            "machine; restore it to continue the session"
+        )
+    note = last_turn(store, acting.id)
+    explicit = explicit_flags()
+    if facts.origin == "import" and "base_url" not in explicit:
+        imported_server(note, acting.id)
+    merged = continuing_opts(opts, explicit, note, new_turn=new_turn)
+    model = merged.get("model") or acting.model or default_model()
+    return make_host(store, model, merged, observer), acting, model
+
+
+def recover_line(info: SessionInfo, origin: str | None) -> str:
+    """The line that opens a recovery: which session, in which workspace, and where it came
+    from when it was imported or forked (the user is continuing it explicitly)."""
+    came = f" ({origin})" if origin else ""
+    return f"recovering {info.id}{came} in {info.workspace}: {info.title[:60]}"
+
+
+__all__ = ["continuing_host", "explicit_flags", "recover_line"]
