@@ -11,6 +11,7 @@ reports such a path as a reason to ask; `run` refuses it unless the user allowed
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Iterator, Mapping
@@ -20,6 +21,7 @@ from typing import BinaryIO
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+from bubu.tools.guard import Escape, Root, resolve_beneath
 
 SNIFF_BYTES = 8192
 """How much of a file is read to decide whether it is binary (a NUL byte means binary)."""
@@ -52,8 +54,7 @@ def workspace_root(ctx: ToolContext) -> str:
     return os.path.realpath(ctx.workspace)
 
 
-def resolve(ctx: ToolContext, raw: str) -> str:
-    """`raw` resolved against the workspace, following symlinks (also a dangling final one)."""
+def _check_raw(raw: str) -> None:
     if not raw:
         raise ToolError("the path is empty; give a path relative to the workspace")
     if "\0" in raw:
@@ -62,7 +63,112 @@ def resolve(ctx: ToolContext, raw: str) -> str:
         raw.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as err:
         raise ToolError("the path contains a lone surrogate character; give a plain path") from err
-    return os.path.realpath(os.path.join(workspace_root(ctx), raw))
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A path the model gave, ready to open beneath `root` (see `bubu.tools.guard`).
+
+    `rel` is what to walk from the root; `resolved` is where it leads now, relative to the root;
+    `inside` says whether the root is the workspace (else it is ``/``, the user having allowed a
+    path outside).
+    """
+
+    raw: str
+    root: Root
+    rel: str
+    resolved: str
+    inside: bool
+
+    @property
+    def path(self) -> str:
+        """The resolved absolute path (what a dispatch records and recovery hashes)."""
+        return self.root.absolute(self.resolved)
+
+    def shown(self, sub: str = "") -> str:
+        """How a path at or below the target is shown to the model."""
+        rel = (
+            self.resolved if not sub else sub if self.resolved == "." else f"{self.resolved}/{sub}"
+        )
+        return rel if self.inside else self.root.absolute(rel)
+
+    def walked(self, rel: str) -> str:
+        """The root-relative path to walk for `rel` below the target."""
+        return rel if self.resolved == "." else f"{self.resolved}/{rel}"
+
+
+def _relative(ctx: ToolContext, raw: str, root: str) -> str | None:
+    """`raw` relative to the workspace, or None when it is absolute and elsewhere."""
+    if not os.path.isabs(raw):
+        return raw
+    for base in (root, os.path.abspath(ctx.workspace)):
+        if raw == base or raw.startswith(base.rstrip(os.sep) + os.sep):
+            return raw[len(base) :].lstrip(os.sep) or "."
+    return None
+
+
+def _outside(ctx: ToolContext, raw: str) -> str:
+    return f"{raw} is outside the workspace ({os.path.realpath(os.path.join(workspace_root(ctx), raw))})"
+
+
+@contextlib.contextmanager
+def beneath(ctx: ToolContext, raw: str) -> Iterator[Target]:
+    """Open the workspace and resolve `raw` beneath it, for the duration of one tool call.
+
+    A path that leads out (``..``, an absolute path elsewhere, a symlink pointing out) raises
+    ToolError, unless the user allowed it for this call: then it is resolved from ``/``.
+    """
+    _check_raw(raw)
+    with Root.open(workspace_root(ctx)) as root:
+        target = _inside(ctx, raw, root)
+        if target is not None:
+            yield target
+            return
+        if not ctx.outside_allowed:
+            raise ToolError(
+                f"{_outside(ctx, raw)}; use a path inside the workspace or ask the user to allow it"
+            )
+        with Root.open(os.sep) as top:
+            rel = os.path.join(root.path, raw).lstrip(os.sep) or "."
+            yield Target(
+                raw=raw, root=top, rel=rel, resolved=resolve_beneath(top, rel), inside=False
+            )
+
+
+def _inside(ctx: ToolContext, raw: str, root: Root) -> Target | None:
+    rel = _relative(ctx, raw, root.path)
+    if rel is None:
+        return None
+    try:
+        resolved = resolve_beneath(root, rel)
+    except Escape:
+        return None
+    return Target(raw=raw, root=root, rel=rel, resolved=resolved, inside=True)
+
+
+def resolved_relative(ctx: ToolContext, raw: str) -> str | None:
+    """Where `raw` leads now, relative to the workspace ("." for the workspace itself), symlinks
+    inside it resolved; None when it leads out. Raises ToolError for a malformed path."""
+    _check_raw(raw)
+    with Root.open(workspace_root(ctx)) as root:
+        rel = _relative(ctx, raw, root.path)
+        if rel is None:
+            return None
+        try:
+            return resolve_beneath(root, rel)
+        except Escape:
+            return None
+
+
+def resolve(ctx: ToolContext, raw: str) -> str:
+    """`raw` resolved against the workspace: beneath it when it stays inside, else as the
+    operating system resolves it (the absolute result is only shown, never opened)."""
+    _check_raw(raw)
+    rel = resolved_relative(ctx, raw)
+    if rel is None:
+        return os.path.realpath(os.path.join(workspace_root(ctx), raw))
+    root = workspace_root(ctx)
+    return root if rel == "." else os.path.join(root, rel)
 
 
 def is_inside(ctx: ToolContext, resolved: str) -> bool:
@@ -72,25 +178,22 @@ def is_inside(ctx: ToolContext, resolved: str) -> bool:
 
 
 def outside_reason(ctx: ToolContext, raw: str) -> str | None:
-    """Why `raw` needs permission (it resolves outside the workspace), or None."""
+    """Why `raw` needs permission (it leads outside the workspace), or None."""
     try:
-        resolved = resolve(ctx, raw)
-    except ToolError:
+        _check_raw(raw)
+        inside = resolved_relative(ctx, raw) is not None
+    except (ToolError, OSError):
         return None  # run() reports the bad path; nothing to ask about
-    if is_inside(ctx, resolved) or ctx.outside_allowed:
+    if inside or ctx.outside_allowed:
         return None
-    return f"{raw} is outside the workspace ({resolved})"
+    return _outside(ctx, raw)
 
 
 def guard(ctx: ToolContext, raw: str) -> str:
-    """The resolved path for `raw`; raises ToolError when it is outside and that is not allowed."""
-    resolved = resolve(ctx, raw)
-    if not is_inside(ctx, resolved) and not ctx.outside_allowed:
-        raise ToolError(
-            f"{raw} is outside the workspace ({resolved}); "
-            "use a path inside the workspace or ask the user to allow it"
-        )
-    return resolved
+    """The resolved absolute path for `raw`; raises ToolError when it is outside and that is not
+    allowed. Only for code that opens by name; the built-in tools open beneath a descriptor."""
+    with beneath(ctx, raw) as t:
+        return t.path
 
 
 def display(ctx: ToolContext, resolved: str) -> str:
