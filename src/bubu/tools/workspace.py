@@ -327,6 +327,17 @@ class BuiltinTool:
         raw = args.get(self.path_arg) if self.path_arg else None
         return outside_reason(ctx, raw) if isinstance(raw, str) else None
 
+    def touches(self, args: dict[str, JSON], ctx: ToolContext) -> str | None:
+        """The resolved path this call reads or writes (None without one), so that calls of one
+        response on the same file run one after the other."""
+        raw = args.get(self.path_arg, ".") if self.path_arg else None
+        if not isinstance(raw, str):
+            return None
+        try:
+            return resolve(ctx, raw)
+        except (ToolError, OSError):
+            return None
+
     def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
         """Only provable writes prepare an intent."""
         return None
