@@ -15,7 +15,8 @@ import pytest
 
 from bubu.events import FunctionCall, FunctionResponse, Record, ToolDispatch
 
-from .harness import Scenario, baseline, bubu, check, crash_and_recover, lay_out, read_log, run_all
+from .harness import Scenario, baseline, check, crash_and_recover, lay_out, read_log, run_all
+from .proc import bubu
 
 THREE_EDITS = Scenario(
     name="three edits",
