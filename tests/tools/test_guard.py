@@ -113,6 +113,18 @@ def _swapper(ws: Path, outside: Path, stop: threading.Event, swaps: list[int]) -
         swaps[0] += 1
 
 
+RACE_ERRORS = (
+    "is outside the workspace (",
+    "does not exist; use ",
+    "changed since this call was prepared",
+    "was just replaced by a symlink",
+    "now resolves to",
+    "was not written: its directory changed",
+    "was not found in d/t.txt",  # the other edit's text: the file was edited (inside)
+)
+"""What a call that lost the race may say: a clear sentence, never a traceback."""
+
+
 def _outside_state(outside: Path) -> dict[str, str]:
     return {
         str(p.relative_to(outside)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -131,8 +143,8 @@ def test_a_directory_swapped_for_a_symlink_never_leads_a_tool_out(
     calls: list[tuple[str, dict[str, JSON]]] = [
         ("write_file", {"path": "d/t.txt", "content": "inside\n"}),
         ("write_file", {"path": "d/new.txt", "content": "PWNED\n"}),
-        ("edit_file", {"path": "d/t.txt", "old": "inside", "new": "inside"}),
-        ("edit_file", {"path": "d/t.txt", "old": "\n", "new": "\n", "replace_all": True}),
+        ("edit_file", {"path": "d/t.txt", "old": "inside", "new": "INSIDE"}),
+        ("edit_file", {"path": "d/t.txt", "old": "INSIDE", "new": "inside"}),
         ("read_file", {"path": "d/t.txt"}),
         ("list_files", {"path": "d"}),
         ("grep", {"pattern": "SEC.ET|sec.et", "path": "d"}),
@@ -157,6 +169,8 @@ def test_a_directory_swapped_for_a_symlink_never_leads_a_tool_out(
                 assert "secret" not in result.output, (name, result.output)
                 assert "PWNED" not in (outside / "t.txt").read_text()
                 seen.setdefault(name, set()).add(result.is_error)
+                if result.is_error:
+                    assert any(e in result.output for e in RACE_ERRORS), result.output
     finally:
         stop.set()
         swapper.join()
@@ -166,6 +180,7 @@ def test_a_directory_swapped_for_a_symlink_never_leads_a_tool_out(
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt", "t.txt"]
     # The race really was run: each tool named both worked and was refused.
     assert seen["write_file"] == seen["read_file"] == seen["list_files"] == {True, False}
+    assert (ws / "d" / "t.txt").read_text() in ("inside\n", "INSIDE\n")
 
 
 def test_a_refused_symlink_says_why(

@@ -348,7 +348,14 @@ class _Write(BuiltinTool):
                     raise ToolError(
                         f"{raw} changed since this call was prepared; read it again and retry"
                     )
-                atomic_write_at(loc.fd, loc.name, intent.content, like)
+                try:
+                    atomic_write_at(loc.fd, loc.name, intent.content, like)
+                except FileNotFoundError as err:
+                    # Its temporary file (or the directory) was removed under it by someone else.
+                    raise ToolError(
+                        f"{raw} was not written: its directory changed while it was being "
+                        "written; look at it again and retry"
+                    ) from err
         return ToolResult(output=self.summary(raw, intent))
 
     def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:

@@ -118,6 +118,16 @@ def _readlink(name: str, dir_fd: int) -> str | None:
         raise
 
 
+def _not_a_dir(name: str, dir_fd: int) -> bool:
+    """Whether `name` is now something a walk cannot go through: a file, a device … (not a
+    directory, a symlink, or nothing, which a new look resolves)."""
+    try:
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return False
+    return not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+
+
 class _Walk:
     """The state of one walk: the directories opened so far (root first) and their names."""
 
@@ -126,6 +136,7 @@ class _Walk:
         self.fds: list[int] = []
         self.names: list[str] = []
         self.links = 0
+        self.retries = 0
 
     @property
     def here(self) -> int:
@@ -144,7 +155,7 @@ class _Walk:
         if not self.names:
             if self.root.path == os.sep:
                 return  # ".." of the filesystem root is the root, as for the kernel
-            raise Escape("the path climbs above the workspace with '..'")
+            raise Escape("the path climbs above the workspace with '..'", target="..")
         os.close(self.fds.pop())
         self.names.pop()
 
@@ -216,9 +227,14 @@ def _walk(root: Root, rel: str, *, follow: bool, create: bool) -> tuple[_Walk, s
                 if err.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
                     raise
                 target = _readlink(part, w.here)
-                if target is None:
+                if target is not None:
+                    todo = [*w.link(part, target), *todo]
+                    continue
+                if _not_a_dir(part, w.here) or w.retries >= MAX_LINKS:
                     raise NotADirectoryError(errno.ENOTDIR, "not a directory", w.rel(part)) from err
-                todo = [*w.link(part, target), *todo]
+                # The symlink became a directory again, or went away, meanwhile: look anew.
+                w.retries += 1
+                todo = [part, *todo]
                 continue
             w.fds.append(fd)
             w.names.append(part)

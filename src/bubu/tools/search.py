@@ -136,6 +136,10 @@ def walk_files(ctx: ToolContext, t: Target) -> Iterator[Found]:
     with locate(t.root, t.rel) as loc:
         try:
             fd = os.open(loc.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=loc.fd)
+        except FileNotFoundError:
+            raise ToolError(
+                f"{t.raw} does not exist; use list_files to find the right path"
+            ) from None
         except OSError as err:
             if err.errno not in (errno.ENOTDIR, errno.ELOOP):
                 raise
@@ -170,7 +174,7 @@ def _existing(ctx: ToolContext, raw: str | None) -> Iterator[Target]:
         try:
             with locate(t.root, t.rel) as loc:
                 os.stat(loc.name, dir_fd=loc.fd, follow_symlinks=False)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise ToolError(
                 f"{raw} does not exist; use list_files to find the right path"
             ) from None

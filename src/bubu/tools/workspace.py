@@ -107,8 +107,16 @@ def _relative(ctx: ToolContext, raw: str, root: str) -> str | None:
     return None
 
 
+def _outside_path(ctx: ToolContext, raw: str) -> str:
+    where = os.path.join(workspace_root(ctx), raw)
+    try:
+        return os.path.realpath(where)  # only shown: it may race with a change, nothing opens it
+    except OSError:
+        return os.path.normpath(where)
+
+
 def _outside(ctx: ToolContext, raw: str) -> str:
-    return f"{raw} is outside the workspace ({os.path.realpath(os.path.join(workspace_root(ctx), raw))})"
+    return f"{raw} is outside the workspace ({_outside_path(ctx, raw)})"
 
 
 @contextlib.contextmanager
@@ -146,6 +154,15 @@ def _inside(ctx: ToolContext, raw: str, root: Root) -> Target | None:
     return Target(raw=raw, root=root, rel=rel, resolved=resolved, inside=True)
 
 
+def escape_text(raw: str, err: Escape) -> str:
+    """The error a tool gives for a path that a walk found leading out of the workspace."""
+    why = f"the symlink {err.link} points to {err.target}" if err.link else "'..' climbs above it"
+    return (
+        f"{raw} is outside the workspace ({why}); Bubu does not follow a path out of the "
+        "workspace, nothing was done"
+    )
+
+
 def resolved_relative(ctx: ToolContext, raw: str) -> str | None:
     """Where `raw` leads now, relative to the workspace ("." for the workspace itself), symlinks
     inside it resolved; None when it leads out. Raises ToolError for a malformed path."""
@@ -166,7 +183,7 @@ def resolve(ctx: ToolContext, raw: str) -> str:
     _check_raw(raw)
     rel = resolved_relative(ctx, raw)
     if rel is None:
-        return os.path.realpath(os.path.join(workspace_root(ctx), raw))
+        return _outside_path(ctx, raw)
     root = workspace_root(ctx)
     return root if rel == "." else os.path.join(root, rel)
 
@@ -348,6 +365,12 @@ class BuiltinTool:
         """Check the arguments and execute; failures become error results the model sees."""
         try:
             return self.execute(Args.check(self.parameters, args), ctx, intent)
+        except Escape as err:
+            # Met mid-walk: the path changed into a way out after it was resolved inside.
+            raw = args.get(self.path_arg) if self.path_arg else None
+            return ToolResult(
+                output=escape_text(raw if isinstance(raw, str) else ".", err), is_error=True
+            )
         except ToolError as err:
             return ToolResult(output=str(err), is_error=True)
         except OSError as err:
