@@ -4,6 +4,11 @@ A provable write is split in two (DESIGN §4): `prepare` reads the file and comp
 will be written, with the sha-256 before and after, so the dispatch can record them; `run` then
 writes exactly that content atomically (temporary file, fsync, rename, fsync of the directory),
 so the file is only ever *before* or *after* and recovery can tell which with `file_sha256`.
+
+Every file is opened beneath the workspace descriptor (`bubu.tools.guard`); a write resolves its
+directory once, then checks the hash, creates the temporary file, renames and fsyncs relative to
+that directory's descriptor, holding the file's write lock (`bubu.tools.writelock`) from the check
+to the rename, so no other Bubu writer comes in between.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Search tools: list_files (glob) and grep (Python regex over text files), both read only.
 
-Both walk the workspace in a fixed order, skip version-control, cache and package directories
-(`JUNK_DIRS`), never follow a symlinked directory, and cap what they return, saying so.
+Both walk the workspace in a fixed order from directory descriptors (`bubu.tools.guard`), skip
+version-control, cache and package directories (`JUNK_DIRS`), never enter a symlinked directory,
+open files without following a symlink out, and cap what they return, saying so.
 """
 
 from __future__ import annotations

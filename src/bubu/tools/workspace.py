@@ -1,9 +1,11 @@
 """What every built-in tool shares: the workspace guard, argument checks and bounded text.
 
-The guard resolves a path the model gave relative to the workspace, following symlinks, so a
-``..``, an absolute path or a symlink that leads out is seen for what it is: outside. `permission`
-reports such a path as a reason to ask; `run` refuses it unless the user allowed it
-(`ToolContext.outside_allowed`).
+The guard resolves a path the model gave beneath the workspace's directory descriptor
+(`bubu.tools.guard`): symlinks that stay inside are followed, and a ``..``, an absolute path or a
+symlink that leads out is seen for what it is: outside. `permission` reports such a path as a
+reason to ask; `run` refuses it unless the user allowed it (`ToolContext.outside_allowed`), and
+then it is resolved from ``/``. `resolved_relative` is the workspace-relative path a call really
+reaches, for checks on where inside the workspace it lands.
 
 `BuiltinTool.run` checks the arguments against the tool's JSON schema and turns `ToolError` and
 `OSError` into an error result, so a bad call is something the model sees, never an exception.
@@ -394,12 +396,6 @@ def os_error_text(err: OSError) -> str:
 def is_binary(head: bytes) -> bool:
     """Whether a file's first bytes say it is binary (it contains a NUL byte)."""
     return b"\0" in head
-
-
-def sniff(path: str) -> bytes:
-    """The first bytes of a file, for `is_binary`."""
-    with open(path, "rb") as f:
-        return f.read(SNIFF_BYTES)
 
 
 def drop_partial_utf8(data: bytes) -> bytes:
