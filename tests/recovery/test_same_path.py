@@ -150,3 +150,40 @@ def test_the_recovered_second_edit_was_proven_not_applied(tmp_path: Path) -> Non
     ]
     assert decisions == ["rerun_not_applied"]
     assert (o.files["a.txt"]) == b"ONE\nTWO\nTHREE\n"
+
+
+def test_recovery_never_follows_a_directory_swapped_for_a_symlink_out(tmp_path: Path) -> None:
+    scenario = Scenario(
+        name="write in a directory",
+        lines=[
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "d/a.txt", "content": "x"}}
+                ]
+            },
+            {"text": "done"},
+        ],
+        files={},
+    )
+    p = lay_out(tmp_path, scenario)
+    (p.ws / "d").mkdir()
+    (p.ws / "d" / "a.txt").write_text("old\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.txt").write_text("old\n")  # the very content the dispatch recorded as before
+    (outside / ".a.txt.abcd1234.tmp").write_text("not Bubu's")
+    run = bubu(p.db, *p.run_args(scenario), failpoint="after_dispatch")
+    assert run.returncode == -9
+    (p.ws / "d" / "a.txt").unlink()
+    (p.ws / "d").rmdir()
+    (p.ws / "d").symlink_to(outside)  # while Bubu is dead
+    rec = bubu(p.db, "recover", "--json")
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    decisions = [
+        r.event.actions.tool_recovery.decision
+        for r in read_log(p.db)
+        if r.event.actions is not None and r.event.actions.tool_recovery is not None
+    ]
+    assert decisions == ["interrupted"]
+    assert sorted(x.name for x in outside.iterdir()) == [".a.txt.abcd1234.tmp", "a.txt"]
+    assert (outside / "a.txt").read_text() == "old\n"

@@ -26,7 +26,7 @@ from typing import BinaryIO
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
-from bubu.tools.guard import fsync_dir, locate, open_beneath
+from bubu.tools.guard import Escape, Located, Root, fsync_dir, locate, open_beneath
 from bubu.tools.workspace import (
     SNIFF_BYTES,
     Args,
@@ -66,6 +66,69 @@ def file_sha256(path: str | os.PathLike[str]) -> str | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     return h.hexdigest()
+
+
+UNREACHABLE = "unreachable: the path now leads out of the workspace"
+"""What `sha256_beneath` reports for a file a symlink now leads out to: it matches no hash."""
+
+
+@contextlib.contextmanager
+def _dir_beneath(workspace: str, path: str) -> Iterator[Located | None]:
+    """The directory holding `path` (absolute) opened beneath `workspace` when it lies inside,
+    else by name; None when it does not exist. Raises Escape when it now leads out."""
+    root_path = os.path.realpath(workspace)
+    rel = os.path.relpath(path, root_path)
+    try:
+        if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+            root, rel = Root.open(os.sep), path.lstrip(os.sep)
+        else:
+            root = Root.open(root_path)
+    except OSError:
+        yield None
+        return
+    with root:
+        try:
+            loc = locate(root, rel)
+        except (FileNotFoundError, NotADirectoryError):
+            yield None
+            return
+        with loc:
+            yield loc
+
+
+def sha256_beneath(workspace: str, path: str) -> str | None:
+    """`file_sha256` of a dispatched write's target, opened beneath the workspace: what recovery
+    compares with the recorded hashes (`UNREACHABLE` when a symlink now leads out)."""
+    try:
+        with _dir_beneath(workspace, path) as loc:
+            if loc is None:
+                return None
+            try:
+                fd = os.open(loc.name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=loc.fd)
+            except FileNotFoundError:
+                return None
+            with os.fdopen(fd, "rb") as f:
+                h = hashlib.sha256()
+                while chunk := f.read(_HASH_CHUNK):
+                    h.update(chunk)
+                return h.hexdigest()
+    except Escape:
+        return UNREACHABLE
+    except OSError as err:
+        return UNREACHABLE if err.errno == errno.ELOOP else f"unreadable: {os_error_text(err)}"
+
+
+def remove_stray_temp_files(workspace: str, path: str) -> None:
+    """Remove the temporary files a killed `atomic_write` left beside `path`, in the directory
+    found beneath the workspace (never through a symlink leading out)."""
+    pattern = re.compile(rf"\.{re.escape(os.path.basename(path))}\.[a-z0-9_]{{8}}\.tmp")
+    with contextlib.suppress(OSError, Escape), _dir_beneath(workspace, path) as loc:
+        if loc is None:
+            return
+        for name in os.listdir(loc.fd):
+            if pattern.fullmatch(name):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=loc.fd)
 
 
 # ---- read_file ----------------------------------------------------------------------------------
