@@ -271,3 +271,14 @@ def test_writers_in_two_processes_lose_no_update(ws: Path) -> None:
         applied += int(out)
     assert applied > 0
     assert int((ws / "n.txt").read_text()) == applied
+
+
+def test_an_escape_names_the_symlink_that_leads_out(ws: Path, outside: Path, root: Root) -> None:
+    (ws / "d").mkdir()
+    (ws / "d" / "back").symlink_to("../../outside")
+    with pytest.raises(Escape) as caught:
+        resolve_beneath(root, "d/back/secret.txt")
+    assert (caught.value.link, caught.value.target) == ("d/back", "../../outside")
+    with pytest.raises(Escape) as caught:
+        resolve_beneath(root, "d/../..")
+    assert caught.value.link is None

@@ -137,6 +137,7 @@ class _Walk:
         self.names: list[str] = []
         self.links = 0
         self.retries = 0
+        self.via: tuple[str, str] | None = None  # the last symlink followed, and its target
 
     @property
     def here(self) -> int:
@@ -155,6 +156,13 @@ class _Walk:
         if not self.names:
             if self.root.path == os.sep:
                 return  # ".." of the filesystem root is the root, as for the kernel
+            if self.via is not None:
+                link, target = self.via
+                raise Escape(
+                    f"the symlink {link} points outside the workspace ({target})",
+                    link=link,
+                    target=target,
+                )
             raise Escape("the path climbs above the workspace with '..'", target="..")
         os.close(self.fds.pop())
         self.names.pop()
@@ -162,6 +170,7 @@ class _Walk:
     def link(self, name: str, target: str) -> list[str]:
         """The parts to walk instead of the symlink `name`, resolved beneath the root."""
         self.links += 1
+        self.via = (self.rel(name), target)
         if self.links > MAX_LINKS:
             raise OSError(errno.ELOOP, "too many levels of symbolic links", self.rel(name))
         if os.path.isabs(target):
