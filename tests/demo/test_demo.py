@@ -52,7 +52,7 @@ def test_demo_crashes_recovers_and_fixes_the_test(home: Path, tmp_path: Path) ->
     # The kill was real and recovery happened without new input.
     assert "killed with SIGKILL" in text
     assert "unfinished task detected, auto-recovering" in text
-    assert "re-run silently: read_file stats.py" in text
+    assert "re-run silently: read_file test_stats.py" in text
     assert "recorded as applied: edit_file stats.py" in text
     assert "awaiting your review (may or may not have happened): run_command" in text
     assert "check_style.py" in text.split("awaiting your review", 1)[1].splitlines()[0]
@@ -73,7 +73,7 @@ def test_demo_crashes_recovers_and_fixes_the_test(home: Path, tmp_path: Path) ->
     status = json.loads(_bubu(home, "status", sid, "--json").stdout)
     rec = status["recovery"]
     assert rec["status"] == "ready"
-    assert rec["silent_retries"] == ["read_file stats.py"]
+    assert rec["silent_retries"] == ["read_file test_stats.py"]
     assert rec["verified_applied"] == ["edit_file stats.py"]
     assert len(rec["pending_review"]) == 1
     assert rec["dismissed"] is False

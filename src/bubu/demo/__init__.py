@@ -100,7 +100,7 @@ def script(crash: bool) -> list[dict[str, object]]:
          "delay_s": 0.3,
          "tool_calls": [
              {"name": "edit_file", "arguments": {"path": "stats.py", "old": FIX_OLD, "new": FIX_NEW}},
-             {"name": "read_file", "arguments": {"path": "stats.py"}},
+             {"name": "read_file", "arguments": {"path": "test_stats.py"}},
              {"name": "run_command", "arguments": {"command": style}},
          ]},
         {"text": after,

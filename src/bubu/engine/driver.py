@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -26,6 +27,7 @@ from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
 from bubu.engine.compactor import Compactor
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
+from bubu.engine.lanes import Admitted, Lanes
 from bubu.engine.permissions import Answer, Asker, Policy, nobody
 from bubu.engine.prompt import system_prompt
 from bubu.errors import AppendConflict, BubuError, LeaseLost, ProviderError, StorageError, ToolError
@@ -646,10 +648,18 @@ class Runner:
     def _run_tools(self, calls: Sequence[CallState]) -> None:
         ready: list[tuple[CallState, Tool, ToolContext, WriteIntent | None]] = []
         early: list[Event] = []
+        # Calls on a file that an earlier call of this response writes wait for it (lanes.py).
+        lanes = Lanes.of(calls, self.tools, self.context_for)
         for call in calls:
+            if lanes.must_wait(call):
+                admitted = self._prepare(call, early, with_intent=False)
+                if admitted is not None:
+                    lanes.queue(admitted[:3])
+                continue
             prepared = self._prepare(call, early)
             if prepared is not None:
                 ready.append(prepared)
+                lanes.started(call)
         if early:
             self.append(early)
         if not ready:
@@ -662,17 +672,27 @@ class Runner:
         failpoints.hit("before_dispatch")
         self.append(dispatches, durable=any(t.effect != "read_only" for _, t, _, _ in ready))
         failpoints.hit("after_dispatch")
-        self.execute(ready)
+        self.execute(ready, lanes)
 
     def execute(
-        self, ready: Sequence[tuple[CallState, Tool, ToolContext, WriteIntent | None]]
+        self,
+        ready: Sequence[tuple[CallState, Tool, ToolContext, WriteIntent | None]],
+        lanes: Lanes | None = None,
     ) -> None:
-        """Run dispatched calls concurrently and commit each outcome as it arrives."""
+        """Run dispatched calls concurrently and commit each outcome as it arrives; a call
+        waiting in `lanes` for one that finished is then prepared, dispatched and started."""
         futures: dict[cf.Future[ToolResult], tuple[CallState, float]] = {}
-        for call, tool, ctx, intent in ready:
+
+        def submit(
+            call: CallState, tool: Tool, ctx: ToolContext, intent: WriteIntent | None
+        ) -> cf.Future[ToolResult]:
             self.observer.on_activity(f"{tool.name}")
             fut = self._pool.submit(_run_tool, tool, call.arguments, ctx, intent)
             futures[fut] = (call, clock.monotonic())
+            return fut
+
+        for item in ready:
+            submit(*item)
         first = next(iter(futures))
         # Let the first call get going, so that a crash here leaves it genuinely mid-way.
         cf.wait([first], timeout=0.3)
@@ -685,8 +705,43 @@ class Runner:
             failpoints.hit("after_tool")
             self.commit_outcomes([(futures[f][0], f.result(), futures[f][1]) for f in done])
             failpoints.hit("after_outcome")
+            if lanes is None or self._stop is not None:
+                continue  # a stopped turn dispatches nothing more; its waiting calls are "not run"
+            for f in done:
+                following = self._next_in_lane(lanes.after(futures[f][0]))
+                if following is not None:
+                    pending.add(submit(*following))
         self.observer.on_activity(None)
         self._check_stop()
+
+    def _next_in_lane(
+        self, waiting: deque[Admitted]
+    ) -> tuple[CallState, Tool, ToolContext, WriteIntent | None] | None:
+        """Prepare and dispatch the next waiting call on a file, now that the one before it has
+        its outcome: its intent is computed from the file as that call left it."""
+        early: list[Event] = []
+        while waiting:
+            call, tool, ctx = waiting.popleft()
+            intent = None
+            if tool.effect == "provable_write":
+                try:
+                    intent = tool.prepare(call.arguments, ctx)
+                except ToolError as e:
+                    early.append(
+                        self._outcome(call, ToolResult(output=str(e), is_error=True), None)
+                    )
+                    continue
+            if early:
+                self.append(early)
+            dispatch = self.event("system", "system", actions=Actions(tool_dispatch=self._dispatch_fact(call, tool, intent)),
+                                  invocation=call.invocation)  # fmt: skip
+            failpoints.hit("before_dispatch")
+            self.append([dispatch], durable=tool.effect != "read_only")
+            failpoints.hit("after_dispatch")
+            return call, tool, ctx, intent
+        if early:
+            self.append(early)
+        return None
 
     def _dispatch_fact(
         self, call: CallState, tool: Tool, intent: WriteIntent | None
@@ -700,7 +755,7 @@ class Runner:
         )  # fmt: skip
 
     def _prepare(
-        self, call: CallState, early: list[Event]
+        self, call: CallState, early: list[Event], *, with_intent: bool = True
     ) -> tuple[CallState, Tool, ToolContext, WriteIntent | None] | None:
         """Resolve the tool, ask permission, compute a write's intent; or queue an error outcome."""
         tool = self.tools.get(call.name)
@@ -736,7 +791,7 @@ class Runner:
                 return None
             ctx = self.context_for(call, outside_allowed=True)
         intent = None
-        if tool.effect == "provable_write":
+        if tool.effect == "provable_write" and with_intent:
             try:
                 intent = tool.prepare(call.arguments, ctx)
             except ToolError as e:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -53,11 +52,13 @@ def needs_recovery(store: Store, info: SessionInfo) -> bool:
     return holder_gone(store, info.id, store.current_lease(info.id))
 
 
-def observe(paths: list[str]) -> dict[str, str | None]:
-    """The sha-256 of each file now (None when it does not exist)."""
-    from bubu.tools.files import file_sha256
+def observe(paths: list[str], workspace: str | None = None) -> dict[str, str | None]:
+    """The sha-256 of each file now (None when it does not exist), opened beneath `workspace`."""
+    from bubu.tools.files import file_sha256, sha256_beneath
 
-    return {p: file_sha256(p) for p in paths}
+    if workspace is None:
+        return {p: file_sha256(p) for p in paths}
+    return {p: sha256_beneath(workspace, p) for p in paths}
 
 
 def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True) -> Recovered:
@@ -88,7 +89,7 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         plan = plan_recovery(
             records,
             effects,
-            observe(paths_to_observe(records)),
+            observe(paths_to_observe(records), info.workspace),
             chain_problem=None if report.ok else report.problem,
         )
         if plan.kind == "nothing":
@@ -169,15 +170,13 @@ def _label_of(runner: Runner, call_id: str) -> str:
 def _apply(runner: Runner, plan: Plan, leftovers: Leftovers) -> None:
     """Commit facts and outcomes: proven outcomes in one transaction, re-runs after their fact."""
     calls = runner.turn.calls
-    from bubu.tools.files import stray_temp_files
+    from bubu.tools.files import remove_stray_temp_files
 
     for cp in plan.calls:
         d = calls[cp.call_id].dispatch
         if cp.effect == "provable_write" and d is not None and d.path:
             # A kill inside atomic_write leaves its temporary file in the user's workspace.
-            for tmp in stray_temp_files(d.path):
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+            remove_stray_temp_files(runner.session.workspace, d.path)
     settled: list[Event] = []
     reruns: list[tuple[CallPlan, CallState]] = []
     for cp in plan.calls:

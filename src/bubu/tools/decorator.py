@@ -49,8 +49,8 @@ from typing import (
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
-from bubu.tools.files import atomic_write, file_sha256
-from bubu.tools.workspace import guard, os_error_text, outside_reason
+from bubu.tools.files import atomic_write, file_sha256, locked_path
+from bubu.tools.workspace import guard, os_error_text, outside_reason, resolve
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -350,23 +350,36 @@ class FunctionTool(Generic[P, R]):
         path = guard(ctx, raw)
         if path != intent.path:
             raise ToolError(f"{raw} now resolves to {path}, not {intent.path}; nothing was written")
-        now = file_sha256(path)
-        if now == intent.after_sha256:
-            return ToolResult(output=f"{raw} already has the intended content; nothing to do.")
-        if now != intent.before_sha256:
-            raise ToolError(f"{raw} changed since this call was prepared; read it again and retry")
-        result = _result(self._call(checked, ctx), self.name)
-        if result.is_error:
-            return result
-        now = file_sha256(path)
-        if now == intent.before_sha256:
-            atomic_write(path, intent.content, os.stat(path) if now is not None else None)
-        elif now != intent.after_sha256:
-            raise ToolError(
-                f"{self.name} left {raw} with content other than it declared (content=); "
-                "the write cannot be proven, inspect the file"
-            )
+        # The check, the function and the fallback write hold the file against other Bubu writes.
+        with locked_path(path, ctx):
+            now = file_sha256(path)
+            if now == intent.after_sha256:
+                return ToolResult(output=f"{raw} already has the intended content; nothing to do.")
+            if now != intent.before_sha256:
+                raise ToolError(
+                    f"{raw} changed since this call was prepared; read it again and retry"
+                )
+            result = _result(self._call(checked, ctx), self.name)
+            if result.is_error:
+                return result
+            now = file_sha256(path)
+            if now == intent.before_sha256:
+                atomic_write(path, intent.content, os.stat(path) if now is not None else None)
+            elif now != intent.after_sha256:
+                raise ToolError(
+                    f"{self.name} left {raw} with content other than it declared (content=); "
+                    "the write cannot be proven, inspect the file"
+                )
         return result if result.output else ToolResult(output=f"wrote {raw}.")
+
+    def touches(self, args: dict[str, JSON], ctx: ToolContext) -> str | None:
+        """The resolved target of a provable write, so calls on one file run in order."""
+        if self._target is None:
+            return None
+        try:
+            return resolve(ctx, _declared(self._target, self.check(args), "target"))
+        except (ToolError, OSError):
+            return None
 
 
 def _check_target(raw: str, path: str) -> None:

@@ -4,32 +4,42 @@ A provable write is split in two (DESIGN §4): `prepare` reads the file and comp
 will be written, with the sha-256 before and after, so the dispatch can record them; `run` then
 writes exactly that content atomically (temporary file, fsync, rename, fsync of the directory),
 so the file is only ever *before* or *after* and recovery can tell which with `file_sha256`.
+
+Every file is opened beneath the workspace descriptor (`bubu.tools.guard`); a write resolves its
+directory once, then checks the hash, creates the temporary file, renames and fsyncs relative to
+that directory's descriptor, holding the file's write lock (`bubu.tools.writelock`) from the check
+to the rename, so no other Bubu writer comes in between.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
+import secrets
 import stat
-import tempfile
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+from bubu.tools.guard import Escape, Located, Root, fsync_dir, locate, open_beneath
 from bubu.tools.workspace import (
+    SNIFF_BYTES,
     Args,
     BuiltinTool,
+    Target,
+    beneath,
     cut_line,
-    guard,
     is_binary,
     iter_lines,
     os_error_text,
     schema,
-    sniff,
 )
+from bubu.tools.writelock import write_lock
 
 READ_LIMIT = 2000
 """Lines read_file shows when no limit is given."""
@@ -56,6 +66,69 @@ def file_sha256(path: str | os.PathLike[str]) -> str | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     return h.hexdigest()
+
+
+UNREACHABLE = "unreachable: the path now leads out of the workspace"
+"""What `sha256_beneath` reports for a file a symlink now leads out to: it matches no hash."""
+
+
+@contextlib.contextmanager
+def _dir_beneath(workspace: str, path: str) -> Iterator[Located | None]:
+    """The directory holding `path` (absolute) opened beneath `workspace` when it lies inside,
+    else by name; None when it does not exist. Raises Escape when it now leads out."""
+    root_path = os.path.realpath(workspace)
+    rel = os.path.relpath(path, root_path)
+    try:
+        if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+            root, rel = Root.open(os.sep), path.lstrip(os.sep)
+        else:
+            root = Root.open(root_path)
+    except OSError:
+        yield None
+        return
+    with root:
+        try:
+            loc = locate(root, rel)
+        except (FileNotFoundError, NotADirectoryError):
+            yield None
+            return
+        with loc:
+            yield loc
+
+
+def sha256_beneath(workspace: str, path: str) -> str | None:
+    """`file_sha256` of a dispatched write's target, opened beneath the workspace: what recovery
+    compares with the recorded hashes (`UNREACHABLE` when a symlink now leads out)."""
+    try:
+        with _dir_beneath(workspace, path) as loc:
+            if loc is None:
+                return None
+            try:
+                fd = os.open(loc.name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=loc.fd)
+            except FileNotFoundError:
+                return None
+            with os.fdopen(fd, "rb") as f:
+                h = hashlib.sha256()
+                while chunk := f.read(_HASH_CHUNK):
+                    h.update(chunk)
+                return h.hexdigest()
+    except Escape:
+        return UNREACHABLE
+    except OSError as err:
+        return UNREACHABLE if err.errno == errno.ELOOP else f"unreadable: {os_error_text(err)}"
+
+
+def remove_stray_temp_files(workspace: str, path: str) -> None:
+    """Remove the temporary files a killed `atomic_write` left beside `path`, in the directory
+    found beneath the workspace (never through a symlink leading out)."""
+    pattern = re.compile(rf"\.{re.escape(os.path.basename(path))}\.[a-z0-9_]{{8}}\.tmp")
+    with contextlib.suppress(OSError, Escape), _dir_beneath(workspace, path) as loc:
+        if loc is None:
+            return
+        for name in os.listdir(loc.fd):
+            if pattern.fullmatch(name):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=loc.fd)
 
 
 # ---- read_file ----------------------------------------------------------------------------------
@@ -85,31 +158,27 @@ class ReadFile(BuiltinTool):
         raw = args.text("path")
         offset = args.integer("offset", 1, minimum=1)
         limit = args.integer("limit", READ_LIMIT, minimum=1)
-        path = guard(ctx, raw)
-        if os.path.isdir(path):
-            raise ToolError(f"{raw} is a directory; use list_files to see what it holds")
-        if not os.path.exists(path):
-            raise ToolError(f"{raw} does not exist; use list_files to find the right path")
-        st = os.stat(path)
-        # Opening a FIFO or a device could wait forever or never end.
-        if not stat.S_ISREG(st.st_mode):
-            raise ToolError(f"{raw} is not a regular file; it cannot be read")
-        size = st.st_size
-        if is_binary(sniff(path)):
-            return ToolResult(output=f"{raw} is a binary file ({size:,} bytes); it is not shown.")
-        shown: list[str] = []
-        used = total = 0
-        with open(path, "rb") as f:
-            for n, (head, length) in enumerate(iter_lines(f, LINE_CHARS), start=1):
-                total = n
-                if n < offset:
-                    continue
-                line = f"{n:6}\t{cut_line(head, length, LINE_CHARS)}"
-                shown.append(line)
-                used += len(line) + 1
-                if len(shown) >= limit or used >= READ_MAX_CHARS:
-                    total += _count_rest(f)
-                    break
+        with beneath(ctx, raw) as t:
+            try:
+                fd = open_beneath(t.root, t.rel, os.O_RDONLY | os.O_NONBLOCK)
+            except FileNotFoundError:
+                raise ToolError(
+                    f"{raw} does not exist; use list_files to find the right path"
+                ) from None
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                if stat.S_ISDIR(st.st_mode):
+                    raise ToolError(f"{raw} is a directory; use list_files to see what it holds")
+                # Reading a FIFO or a device could wait forever or never end.
+                raise ToolError(f"{raw} is not a regular file; it cannot be read")
+            with os.fdopen(fd, "rb") as f:
+                if is_binary(f.read(SNIFF_BYTES)):
+                    return ToolResult(
+                        output=f"{raw} is a binary file ({st.st_size:,} bytes); it is not shown."
+                    )
+                f.seek(0)
+                shown, total = _numbered(f, offset, limit)
         if total == 0:
             return ToolResult(output=f"{raw} is empty.")
         if offset > total:
@@ -120,6 +189,24 @@ class ReadFile(BuiltinTool):
             return ToolResult(output=body)
         more = f"; next: offset={last + 1}" if last < total else "; end of file"
         return ToolResult(output=f"{body}\n(lines {offset:,}–{last:,} of {total:,}{more})")
+
+
+def _numbered(f: BinaryIO, offset: int, limit: int) -> tuple[list[str], int]:
+    """The numbered lines from `offset` (at most `limit` of them, and `READ_MAX_CHARS`), and how
+    many lines the file has."""
+    shown: list[str] = []
+    used = total = 0
+    for n, (head, length) in enumerate(iter_lines(f, LINE_CHARS), start=1):
+        total = n
+        if n < offset:
+            continue
+        line = f"{n:6}\t{cut_line(head, length, LINE_CHARS)}"
+        shown.append(line)
+        used += len(line) + 1
+        if len(shown) >= limit or used >= READ_MAX_CHARS:
+            total += _count_rest(f)
+            break
+    return shown, total
 
 
 def _count_rest(f: BinaryIO) -> int:
@@ -137,31 +224,46 @@ def _count_rest(f: BinaryIO) -> int:
 _WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 
 
-def _check_writable(raw: str, path: str) -> os.stat_result | None:
-    """The existing file's status, to keep its mode (None when absent); raise if not writable."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
+def _check_writable(raw: str, st: os.stat_result) -> None:
+    """Raise ToolError unless `st` is a regular file this process may write."""
     if stat.S_ISDIR(st.st_mode):
         raise ToolError(f"{raw} is a directory; give the path of a file")
     if not stat.S_ISREG(st.st_mode):
         raise ToolError(f"{raw} is not a regular file; it cannot be written")
-    # os.access alone says yes to root; a file without any write bit is read-only on purpose.
-    if not st.st_mode & _WRITE_BITS or not os.access(path, os.W_OK):
+    # Root may write anything, but a file without any write bit is read-only on purpose.
+    uid = os.geteuid()
+    if uid == 0:
+        bits = _WRITE_BITS
+    elif st.st_uid == uid:
+        bits = stat.S_IWUSR
+    elif st.st_gid == os.getegid() or st.st_gid in os.getgroups():
+        bits = stat.S_IWGRP
+    else:
+        bits = stat.S_IWOTH
+    if not st.st_mode & bits:
         raise ToolError(
             f"{raw} is read-only; it was not changed (ask the user to make it writable)"
         )
-    return st
 
 
-def _read_current(raw: str, path: str) -> bytes | None:
-    _check_writable(raw, path)
+def _read_fd(raw: str, fd: int) -> tuple[bytes, os.stat_result]:
+    """The whole content of an open file that is to be replaced, and its status."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        st = os.fstat(fd)
+        _check_writable(raw, st)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        return f.read(), st
+
+
+def _read_current(raw: str, t: Target) -> bytes | None:
+    try:
+        fd = open_beneath(t.root, t.rel, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
+    return _read_fd(raw, fd)[0]
 
 
 def _intent(path: str, before: bytes | None, after: bytes) -> WriteIntent:
@@ -182,14 +284,6 @@ def _umask() -> int:
     return 0o022
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _make_parents(directory: str) -> None:
     """Create missing parent directories, syncing each new entry into its parent."""
     missing: list[str] = []
@@ -199,19 +293,28 @@ def _make_parents(directory: str) -> None:
         d = os.path.dirname(d)
     for new in reversed(missing):
         os.mkdir(new)
-        _fsync_dir(os.path.dirname(new))
+        parent = os.open(os.path.dirname(new), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fsync_dir(parent)
+        finally:
+            os.close(parent)
 
 
-def atomic_write(path: str, content: bytes, like: os.stat_result | None) -> None:
-    """Replace `path` with `content` so that it is always wholly before or wholly after.
+def atomic_write_at(dir_fd: int, name: str, content: bytes, like: os.stat_result | None) -> None:
+    """Replace the file `name` of the directory `dir_fd` with `content`, wholly or not at all.
 
-    Writes a temporary file in the same directory, fsyncs it, renames it over the target and
-    fsyncs the directory. The new file keeps the mode (and, when allowed, the owner) of `like`,
-    the file it replaces; without one it is made as `open` would make it.
+    Writes a temporary file in that directory, fsyncs it, renames it over the target and fsyncs
+    the directory, all relative to `dir_fd`. The new file keeps the mode (and, when allowed, the
+    owner) of `like`, the file it replaces; without one it is made as `open` would make it.
     """
-    directory = os.path.dirname(path)
-    _make_parents(directory)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
@@ -224,12 +327,38 @@ def atomic_write(path: str, content: bytes, like: os.stat_result | None) -> None
                     os.fchown(f.fileno(), like.st_uid, like.st_gid)
                 os.fchmod(f.fileno(), stat.S_IMODE(like.st_mode))
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
-    _fsync_dir(directory)
+    fsync_dir(dir_fd)
+
+
+def atomic_write(path: str, content: bytes, like: os.stat_result | None) -> None:
+    """Replace `path` with `content` so that it is always wholly before or wholly after (see
+    `atomic_write_at`); missing parent directories are created."""
+    directory, name = os.path.split(os.path.abspath(path))
+    _make_parents(directory)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        atomic_write_at(dir_fd, name, content, like)
+    finally:
+        os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def locked_path(path: str, ctx: ToolContext) -> Iterator[None]:
+    """Hold `path` against every other Bubu write (`bubu.tools.writelock`) while a tool that
+    writes by name checks and replaces it; missing parent directories are created."""
+    directory, name = os.path.split(os.path.abspath(path))
+    _make_parents(directory)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        with write_lock(dir_fd, name, cancel=ctx.cancel, shown=path):
+            yield
+    finally:
+        os.close(dir_fd)
 
 
 def stray_temp_files(path: str) -> list[str]:
@@ -243,6 +372,22 @@ def stray_temp_files(path: str) -> list[str]:
     return [os.path.join(directory, n) for n in names if pattern.fullmatch(n)]
 
 
+def _current_at(raw: str, dir_fd: int, name: str) -> tuple[str | None, os.stat_result | None]:
+    """The hash and status of the file `name` in `dir_fd` now (None, None when absent)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None, None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ToolError(
+                f"{raw} was just replaced by a symlink; nothing was written, read it again"
+            ) from err
+        raise
+    data, st = _read_fd(raw, fd)
+    return hashlib.sha256(data).hexdigest(), st
+
+
 class _Write(BuiltinTool):
     """What write_file and edit_file share: performing a prepared intent."""
 
@@ -253,17 +398,32 @@ class _Write(BuiltinTool):
             intent = self.prepare(dict(args.values), ctx)
             assert intent is not None
         raw = args.text("path")
-        # Checked again at write time: the path may have been swapped for a symlink since prepare.
-        path = guard(ctx, raw)
-        if path != intent.path:
-            raise ToolError(f"{raw} now resolves to {path}, not {intent.path}; nothing was written")
-        like = _check_writable(raw, path)
-        now = file_sha256(path)
-        if now == intent.after_sha256:
-            return ToolResult(output=f"{raw} already has the intended content; nothing to do.")
-        if now != intent.before_sha256:
-            raise ToolError(f"{raw} changed since this call was prepared; read it again and retry")
-        atomic_write(path, intent.content, like)
+        # Resolved again at write time, beneath the workspace: the path may have been swapped for
+        # a symlink since prepare, and the directory found now is the one written through.
+        with beneath(ctx, raw) as t, locate(t.root, t.rel, create=True) as loc:
+            path = t.root.absolute(loc.rel)
+            if path != intent.path:
+                raise ToolError(
+                    f"{raw} now resolves to {path}, not {intent.path}; nothing was written"
+                )
+            with write_lock(loc.fd, loc.name, cancel=ctx.cancel, shown=raw):
+                now, like = _current_at(raw, loc.fd, loc.name)
+                if now == intent.after_sha256:
+                    return ToolResult(
+                        output=f"{raw} already has the intended content; nothing to do."
+                    )
+                if now != intent.before_sha256:
+                    raise ToolError(
+                        f"{raw} changed since this call was prepared; read it again and retry"
+                    )
+                try:
+                    atomic_write_at(loc.fd, loc.name, intent.content, like)
+                except FileNotFoundError as err:
+                    # Its temporary file (or the directory) was removed under it by someone else.
+                    raise ToolError(
+                        f"{raw} was not written: its directory changed while it was being "
+                        "written; look at it again and retry"
+                    ) from err
         return ToolResult(output=self.summary(raw, intent))
 
     def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
@@ -307,9 +467,9 @@ class WriteFile(_Write):
     def plan(self, args: Args, ctx: ToolContext) -> WriteIntent:
         """Resolve the target and hash it as it is now and as it will be."""
         raw = args.text("path")
-        path = guard(ctx, raw)
-        before = _read_current(raw, path)
-        return _intent(path, before, _encode(args.text("content")))
+        with beneath(ctx, raw) as t:
+            before = _read_current(raw, t)
+            return _intent(t.path, before, _encode(args.text("content")))
 
     def summary(self, raw: str, intent: WriteIntent) -> str:
         verb = "created" if intent.before_sha256 is None else "replaced"
@@ -355,8 +515,9 @@ class EditFile(_Write):
             raise ToolError("old is empty; give the exact text to replace, or use write_file")
         if old == new:
             raise ToolError("old and new are the same; there is nothing to change")
-        path = guard(ctx, raw)
-        before = _read_current(raw, path)
+        with beneath(ctx, raw) as t:
+            before = _read_current(raw, t)
+            path = t.path
         if before is None:
             raise ToolError(f"{raw} does not exist; use write_file to create it")
         found = _occurrences(before, old)

@@ -1,32 +1,36 @@
 """Search tools: list_files (glob) and grep (Python regex over text files), both read only.
 
-Both walk the workspace in a fixed order, skip version-control, cache and package directories
-(`JUNK_DIRS`), never follow a symlinked directory, and cap what they return, saying so.
+Both walk the workspace in a fixed order from directory descriptors (`bubu.tools.guard`), skip
+version-control, cache and package directories (`JUNK_DIRS`), never enter a symlinked directory,
+open files without following a symlink out, and cap what they return, saying so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import heapq
 import os
 import re
-import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import ToolContext, ToolResult, WriteIntent
+from bubu.tools.guard import Escape, is_regular, locate, open_beneath
+from bubu.tools.guard import walk_files as walk_beneath
 from bubu.tools.workspace import (
     JUNK_DIRS,
+    SNIFF_BYTES,
     Args,
     BuiltinTool,
+    Target,
+    beneath,
     decode,
-    display,
-    guard,
     is_binary,
-    is_inside,
     iter_lines,
     schema,
-    sniff,
 )
 
 LIST_MAX = 1000
@@ -114,36 +118,68 @@ def _matcher(pattern: str) -> tuple[re.Pattern[str], bool]:
         raise ToolError(f"the glob {pattern!r} is not valid ({err}); fix its brackets") from err
 
 
-def walk_files(ctx: ToolContext, root: str) -> Iterator[str]:
-    """Paths of the files under `root` in a fixed order; junk and symlinked directories skipped."""
-    if not os.path.isdir(root):
-        yield root
-        return
-    for dirpath, dirnames, filenames in os.walk(root):
-        if ctx.cancel.is_set():
-            raise ToolError(f"{ctx.stopped_by()} before the search finished")
-        dirnames[:] = sorted(d for d in dirnames if d not in JUNK_DIRS)
-        for name in sorted(filenames):
-            yield os.path.join(dirpath, name)
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A file met by a walk: its directory's descriptor (valid until the next one), its name,
+    its path below the walk's start, the root-relative path that reaches it, and how it is
+    shown to the model."""
+
+    dir_fd: int
+    name: str
+    rel: str
+    walk: str
+    shown: str
 
 
-def _selected(ctx: ToolContext, root: str, pattern: str | None) -> Iterator[str]:
-    """The files under `root` that the glob selects."""
+def walk_files(ctx: ToolContext, t: Target) -> Iterator[Found]:
+    """The files at or under the target in a fixed order; junk and symlinked directories
+    skipped, every directory opened beneath the one before without following a symlink."""
+    with locate(t.root, t.rel) as loc:
+        try:
+            fd = os.open(loc.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=loc.fd)
+        except FileNotFoundError:
+            raise ToolError(
+                f"{t.raw} does not exist; use list_files to find the right path"
+            ) from None
+        except OSError as err:
+            if err.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            # A single file (or one just swapped for a symlink: opened beneath the root below).
+            name = os.path.basename(loc.rel)
+            yield Found(dir_fd=loc.fd, name=loc.name, rel=name, walk=t.rel, shown=t.shown())
+            return
+    try:
+        for dir_fd, name, rel in walk_beneath(fd, "", JUNK_DIRS):
+            if ctx.cancel.is_set():
+                raise ToolError(f"{ctx.stopped_by()} before the search finished")
+            yield Found(dir_fd=dir_fd, name=name, rel=rel, walk=t.walked(rel), shown=t.shown(rel))
+    finally:
+        os.close(fd)
+
+
+def _selected(ctx: ToolContext, t: Target, pattern: str | None) -> Iterator[Found]:
+    """The files under the target that the glob selects."""
     matcher = _matcher(pattern) if pattern else None
-    for path in walk_files(ctx, root):
+    for found in walk_files(ctx, t):
         if matcher is not None:
             regex, name_only = matcher
-            rel = os.path.basename(path) if name_only else os.path.relpath(path, root)
-            if not regex.match(rel.replace(os.sep, "/")):
+            rel = found.name if name_only else found.rel
+            if not regex.match(rel):
                 continue
-        yield path
+        yield found
 
 
-def _existing(ctx: ToolContext, raw: str | None) -> str:
-    path = guard(ctx, raw or ".")
-    if not os.path.exists(path):
-        raise ToolError(f"{raw} does not exist; use list_files to find the right path")
-    return path
+@contextlib.contextmanager
+def _existing(ctx: ToolContext, raw: str | None) -> Iterator[Target]:
+    with beneath(ctx, raw or ".") as t:
+        try:
+            with locate(t.root, t.rel) as loc:
+                os.stat(loc.name, dir_fd=loc.fd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ToolError(
+                f"{raw} does not exist; use list_files to find the right path"
+            ) from None
+        yield t
 
 
 class ListFiles(BuiltinTool):
@@ -167,18 +203,18 @@ class ListFiles(BuiltinTool):
     )
 
     def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        root = _existing(ctx, args.opt_text("path"))
         pattern = args.opt_text("pattern")
         total = 0
 
-        def shown() -> Iterator[str]:
+        def shown(t: Target) -> Iterator[str]:
             nonlocal total
-            for path in _selected(ctx, root, pattern):
+            for found in _selected(ctx, t, pattern):
                 total += 1
-                yield display(ctx, path)
+                yield found.shown
 
-        # nsmallest keeps memory bounded by the cap, however many files match.
-        paths = heapq.nsmallest(LIST_MAX, shown())
+        with _existing(ctx, args.opt_text("path")) as t:
+            # nsmallest keeps memory bounded by the cap, however many files match.
+            paths = heapq.nsmallest(LIST_MAX, shown(t))
         if not paths:
             return ToolResult(output="no files match" + (f" {pattern}" if pattern else ""))
         body = "\n".join(paths)
@@ -216,22 +252,22 @@ class Grep(BuiltinTool):
                 f"the pattern is not a valid Python regex ({err}); escape special characters "
                 "with a backslash"
             ) from err
-        root = _existing(ctx, args.opt_text("path"))
         lines: list[str] = []
         used = files = 0
         full = False
-        for path in _selected(ctx, root, args.opt_text("glob")):
-            hit = False
-            for line in _grep_file(ctx, path, regex):
-                lines.append(line)
-                used += len(line) + 1
-                hit = True
-                if len(lines) >= GREP_MAX_MATCHES or used >= GREP_MAX_CHARS:
-                    full = True
+        with _existing(ctx, args.opt_text("path")) as t:
+            for found in _selected(ctx, t, args.opt_text("glob")):
+                hit = False
+                for line in _grep_file(t, found, regex):
+                    lines.append(line)
+                    used += len(line) + 1
+                    hit = True
+                    if len(lines) >= GREP_MAX_MATCHES or used >= GREP_MAX_CHARS:
+                        full = True
+                        break
+                files += hit
+                if full:
                     break
-            files += hit
-            if full:
-                break
         if not lines:
             return ToolResult(output=f"no matches for {pattern}")
         if full:
@@ -243,24 +279,42 @@ class Grep(BuiltinTool):
         return ToolResult(output="\n".join([*lines, tail]))
 
 
-def _grep_file(ctx: ToolContext, path: str, regex: re.Pattern[str]) -> Iterator[str]:
+def _grep_file(t: Target, found: Found, regex: re.Pattern[str]) -> Iterator[str]:
     """The file's matching lines as `path:line:text`; nothing for binary or unreadable files."""
-    real = os.path.realpath(path)
-    if not is_inside(ctx, real) and not ctx.outside_allowed:
-        return  # a symlink leading out of the workspace: not ours to read
-    name = display(ctx, path)
     try:
-        # Only regular files: opening a FIFO would wait forever for a writer.
-        if not stat.S_ISREG(os.stat(real).st_mode) or is_binary(sniff(real)):
-            return
-        with open(real, "rb") as f:
-            for n, (head, _) in enumerate(iter_lines(f, GREP_LINE_BYTES), start=1):
-                text = decode(head)
-                found = regex.search(text)
-                if found is not None:
-                    yield f"{name}:{n}:{_window(text, found.start())}"
+        fd = _open_found(t, found)
     except OSError:
         return  # unreadable files are skipped, as grep -s does
+    except Escape:
+        return  # a symlink leading out of the workspace: not ours to read
+    # Only regular files: reading a FIFO would wait forever for a writer.
+    if not is_regular(fd):
+        os.close(fd)
+        return
+    with os.fdopen(fd, "rb") as f:
+        try:
+            if is_binary(f.read(SNIFF_BYTES)):
+                return
+            f.seek(0)
+            for n, (head, _) in enumerate(iter_lines(f, GREP_LINE_BYTES), start=1):
+                text = decode(head)
+                match = regex.search(text)
+                if match is not None:
+                    yield f"{found.shown}:{n}:{_window(text, match.start())}"
+        except OSError:
+            return
+
+
+def _open_found(t: Target, found: Found) -> int:
+    """Open a file met by the walk; a symlink is resolved beneath the root (Escape if it leads
+    out)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK
+    try:
+        return os.open(found.name, flags | os.O_NOFOLLOW, dir_fd=found.dir_fd)
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            raise
+    return open_beneath(t.root, found.walk, flags)
 
 
 def _window(text: str, at: int) -> str:

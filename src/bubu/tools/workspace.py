@@ -1,9 +1,11 @@
 """What every built-in tool shares: the workspace guard, argument checks and bounded text.
 
-The guard resolves a path the model gave relative to the workspace, following symlinks, so a
-``..``, an absolute path or a symlink that leads out is seen for what it is: outside. `permission`
-reports such a path as a reason to ask; `run` refuses it unless the user allowed it
-(`ToolContext.outside_allowed`).
+The guard resolves a path the model gave beneath the workspace's directory descriptor
+(`bubu.tools.guard`): symlinks that stay inside are followed, and a ``..``, an absolute path or a
+symlink that leads out is seen for what it is: outside. `permission` reports such a path as a
+reason to ask; `run` refuses it unless the user allowed it (`ToolContext.outside_allowed`), and
+then it is resolved from ``/``. `resolved_relative` is the workspace-relative path a call really
+reaches, for checks on where inside the workspace it lands.
 
 `BuiltinTool.run` checks the arguments against the tool's JSON schema and turns `ToolError` and
 `OSError` into an error result, so a bad call is something the model sees, never an exception.
@@ -11,6 +13,7 @@ reports such a path as a reason to ask; `run` refuses it unless the user allowed
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Iterator, Mapping
@@ -20,6 +23,7 @@ from typing import BinaryIO
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+from bubu.tools.guard import Escape, Root, resolve_beneath
 
 SNIFF_BYTES = 8192
 """How much of a file is read to decide whether it is binary (a NUL byte means binary)."""
@@ -52,8 +56,7 @@ def workspace_root(ctx: ToolContext) -> str:
     return os.path.realpath(ctx.workspace)
 
 
-def resolve(ctx: ToolContext, raw: str) -> str:
-    """`raw` resolved against the workspace, following symlinks (also a dangling final one)."""
+def _check_raw(raw: str) -> None:
     if not raw:
         raise ToolError("the path is empty; give a path relative to the workspace")
     if "\0" in raw:
@@ -62,7 +65,129 @@ def resolve(ctx: ToolContext, raw: str) -> str:
         raw.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as err:
         raise ToolError("the path contains a lone surrogate character; give a plain path") from err
-    return os.path.realpath(os.path.join(workspace_root(ctx), raw))
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A path the model gave, ready to open beneath `root` (see `bubu.tools.guard`).
+
+    `rel` is what to walk from the root; `resolved` is where it leads now, relative to the root;
+    `inside` says whether the root is the workspace (else it is ``/``, the user having allowed a
+    path outside).
+    """
+
+    raw: str
+    root: Root
+    rel: str
+    resolved: str
+    inside: bool
+
+    @property
+    def path(self) -> str:
+        """The resolved absolute path (what a dispatch records and recovery hashes)."""
+        return self.root.absolute(self.resolved)
+
+    def shown(self, sub: str = "") -> str:
+        """How a path at or below the target is shown to the model."""
+        rel = (
+            self.resolved if not sub else sub if self.resolved == "." else f"{self.resolved}/{sub}"
+        )
+        return rel if self.inside else self.root.absolute(rel)
+
+    def walked(self, rel: str) -> str:
+        """The root-relative path to walk for `rel` below the target."""
+        return rel if self.resolved == "." else f"{self.resolved}/{rel}"
+
+
+def _relative(ctx: ToolContext, raw: str, root: str) -> str | None:
+    """`raw` relative to the workspace, or None when it is absolute and elsewhere."""
+    if not os.path.isabs(raw):
+        return raw
+    for base in (root, os.path.abspath(ctx.workspace)):
+        if raw == base or raw.startswith(base.rstrip(os.sep) + os.sep):
+            return raw[len(base) :].lstrip(os.sep) or "."
+    return None
+
+
+def _outside_path(ctx: ToolContext, raw: str) -> str:
+    where = os.path.join(workspace_root(ctx), raw)
+    try:
+        return os.path.realpath(where)  # only shown: it may race with a change, nothing opens it
+    except OSError:
+        return os.path.normpath(where)
+
+
+def _outside(ctx: ToolContext, raw: str) -> str:
+    return f"{raw} is outside the workspace ({_outside_path(ctx, raw)})"
+
+
+@contextlib.contextmanager
+def beneath(ctx: ToolContext, raw: str) -> Iterator[Target]:
+    """Open the workspace and resolve `raw` beneath it, for the duration of one tool call.
+
+    A path that leads out (``..``, an absolute path elsewhere, a symlink pointing out) raises
+    ToolError, unless the user allowed it for this call: then it is resolved from ``/``.
+    """
+    _check_raw(raw)
+    with Root.open(workspace_root(ctx)) as root:
+        target = _inside(ctx, raw, root)
+        if target is not None:
+            yield target
+            return
+        if not ctx.outside_allowed:
+            raise ToolError(
+                f"{_outside(ctx, raw)}; use a path inside the workspace or ask the user to allow it"
+            )
+        with Root.open(os.sep) as top:
+            rel = os.path.join(root.path, raw).lstrip(os.sep) or "."
+            yield Target(
+                raw=raw, root=top, rel=rel, resolved=resolve_beneath(top, rel), inside=False
+            )
+
+
+def _inside(ctx: ToolContext, raw: str, root: Root) -> Target | None:
+    rel = _relative(ctx, raw, root.path)
+    if rel is None:
+        return None
+    try:
+        resolved = resolve_beneath(root, rel)
+    except Escape:
+        return None
+    return Target(raw=raw, root=root, rel=rel, resolved=resolved, inside=True)
+
+
+def escape_text(raw: str, err: Escape) -> str:
+    """The error a tool gives for a path that a walk found leading out of the workspace."""
+    why = f"the symlink {err.link} points to {err.target}" if err.link else "'..' climbs above it"
+    return (
+        f"{raw} is outside the workspace ({why}); Bubu does not follow a path out of the "
+        "workspace, nothing was done"
+    )
+
+
+def resolved_relative(ctx: ToolContext, raw: str) -> str | None:
+    """Where `raw` leads now, relative to the workspace ("." for the workspace itself), symlinks
+    inside it resolved; None when it leads out. Raises ToolError for a malformed path."""
+    _check_raw(raw)
+    with Root.open(workspace_root(ctx)) as root:
+        rel = _relative(ctx, raw, root.path)
+        if rel is None:
+            return None
+        try:
+            return resolve_beneath(root, rel)
+        except Escape:
+            return None
+
+
+def resolve(ctx: ToolContext, raw: str) -> str:
+    """`raw` resolved against the workspace: beneath it when it stays inside, else as the
+    operating system resolves it (the absolute result is only shown, never opened)."""
+    _check_raw(raw)
+    rel = resolved_relative(ctx, raw)
+    if rel is None:
+        return _outside_path(ctx, raw)
+    root = workspace_root(ctx)
+    return root if rel == "." else os.path.join(root, rel)
 
 
 def is_inside(ctx: ToolContext, resolved: str) -> bool:
@@ -72,25 +197,22 @@ def is_inside(ctx: ToolContext, resolved: str) -> bool:
 
 
 def outside_reason(ctx: ToolContext, raw: str) -> str | None:
-    """Why `raw` needs permission (it resolves outside the workspace), or None."""
+    """Why `raw` needs permission (it leads outside the workspace), or None."""
     try:
-        resolved = resolve(ctx, raw)
-    except ToolError:
+        _check_raw(raw)
+        inside = resolved_relative(ctx, raw) is not None
+    except (ToolError, OSError):
         return None  # run() reports the bad path; nothing to ask about
-    if is_inside(ctx, resolved) or ctx.outside_allowed:
+    if inside or ctx.outside_allowed:
         return None
-    return f"{raw} is outside the workspace ({resolved})"
+    return _outside(ctx, raw)
 
 
 def guard(ctx: ToolContext, raw: str) -> str:
-    """The resolved path for `raw`; raises ToolError when it is outside and that is not allowed."""
-    resolved = resolve(ctx, raw)
-    if not is_inside(ctx, resolved) and not ctx.outside_allowed:
-        raise ToolError(
-            f"{raw} is outside the workspace ({resolved}); "
-            "use a path inside the workspace or ask the user to allow it"
-        )
-    return resolved
+    """The resolved absolute path for `raw`; raises ToolError when it is outside and that is not
+    allowed. Only for code that opens by name; the built-in tools open beneath a descriptor."""
+    with beneath(ctx, raw) as t:
+        return t.path
 
 
 def display(ctx: ToolContext, resolved: str) -> str:
@@ -224,6 +346,17 @@ class BuiltinTool:
         raw = args.get(self.path_arg) if self.path_arg else None
         return outside_reason(ctx, raw) if isinstance(raw, str) else None
 
+    def touches(self, args: dict[str, JSON], ctx: ToolContext) -> str | None:
+        """The resolved path this call reads or writes (None without one), so that calls of one
+        response on the same file run one after the other."""
+        raw = args.get(self.path_arg, ".") if self.path_arg else None
+        if not isinstance(raw, str):
+            return None
+        try:
+            return resolve(ctx, raw)
+        except (ToolError, OSError):
+            return None
+
     def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
         """Only provable writes prepare an intent."""
         return None
@@ -234,6 +367,12 @@ class BuiltinTool:
         """Check the arguments and execute; failures become error results the model sees."""
         try:
             return self.execute(Args.check(self.parameters, args), ctx, intent)
+        except Escape as err:
+            # Met mid-walk: the path changed into a way out after it was resolved inside.
+            raw = args.get(self.path_arg) if self.path_arg else None
+            return ToolResult(
+                output=escape_text(raw if isinstance(raw, str) else ".", err), is_error=True
+            )
         except ToolError as err:
             return ToolResult(output=str(err), is_error=True)
         except OSError as err:
@@ -257,12 +396,6 @@ def os_error_text(err: OSError) -> str:
 def is_binary(head: bytes) -> bool:
     """Whether a file's first bytes say it is binary (it contains a NUL byte)."""
     return b"\0" in head
-
-
-def sniff(path: str) -> bytes:
-    """The first bytes of a file, for `is_binary`."""
-    with open(path, "rb") as f:
-        return f.read(SNIFF_BYTES)
 
 
 def drop_partial_utf8(data: bytes) -> bytes:
