@@ -67,7 +67,7 @@ class Server:
 def is_summary(body: dict[str, Any]) -> bool:
     """True for a compaction request (its system prompt is the summarizer's)."""
     msgs = body.get("messages") or [{}]
-    return msgs[0].get("role") == "system" and msgs[0].get("content") == SUMMARY_SYSTEM
+    return bool(msgs[0].get("role") == "system" and msgs[0].get("content") == SUMMARY_SYSTEM)
 
 
 def user_text(body: dict[str, Any]) -> str:
