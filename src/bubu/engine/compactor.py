@@ -101,11 +101,11 @@ class Compactor:
         """Fold a record in: facts, calibration, and checkpoints recorded in the log."""
         self.facts.apply(r)
         a, c = r.event.actions, r.event.content
-        if a is not None and a.token_usage is not None:
+        n = c.note if isinstance(c, SystemNote) else None
+        # Turn calls only: a compaction cut short (a fork, a crash) must resume with the same
+        # calibration it started with, so that it cuts the same chunks.
+        if a is not None and a.token_usage is not None and not isinstance(n, SummaryChunk):
             self.calibration.apply(a.token_usage)
-        if not isinstance(c, SystemNote):
-            return
-        n = c.note
         if isinstance(n, CheckpointBody):
             self._bodies[n.key] = (r.seq, n)
         elif isinstance(n, SummaryChunk):
