@@ -18,7 +18,8 @@ KEYS = {
     "newest_step_tokens", "tokens_per_step", "tokens_per_step_raw", "tokens_total",
     "tokens_total_raw", "build_ms", "build_messages", "build_early_step", "build_late_step",
     "build_ratio", "step_ms_early", "step_ms_late", "output_bytes", "log_bytes", "log_over_output",
-    "blob_bytes", "event_bytes", "verified", "policy", "wall_s", "load_avg_1m",
+    "blob_bytes", "event_bytes", "verified", "policy", "wall_s", "load_avg_1m", "goal_share",
+    "summary_calls",
 }  # fmt: skip
 
 
@@ -40,6 +41,9 @@ def test_a_small_long_session_stays_in_budget_and_keeps_every_byte() -> None:
     assert r["max_request_estimate"] <= r["budget_tokens"] * 1.01
     assert r["compactions"] >= 2
     assert r["failed_compactions"] == 0
+    # Every request held every line of the user's goal; each compaction made at least one call.
+    assert r["goal_share"] == 1.0
+    assert r["summary_calls"] >= r["compactions"]
     assert r["output_bytes"] == r["blob_bytes"] == 60 * 20_000
     assert r["log_bytes"] > r["output_bytes"]
     assert r["verified"]
