@@ -353,3 +353,22 @@ def _call(runner: Runner, request: ModelRequest) -> ModelResponse:
     if isinstance(result, BaseException):
         raise result
     return result
+
+
+def compact_now(runner: Runner) -> Compaction | None:
+    """Build a checkpoint now, whatever the budget says (`bubu compact`): the same summary,
+    validation and fallback as before a model call. Returns the compaction note it committed, or
+    None when there was nothing to fold (fewer than two steps after the last checkpoint)."""
+    beat = threading.Thread(target=runner._beat, name="bubu-lease", daemon=True)
+    beat.start()
+    start = runner.high_water
+    try:
+        runner.compactor.compact(runner)
+    finally:
+        runner._stop_event.set()
+    notes = [
+        c.note
+        for r in runner.store.read(runner.session.id, after=start, kinds=("compaction",))
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, Compaction)
+    ]
+    return notes[-1] if notes else None
