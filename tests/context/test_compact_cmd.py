@@ -17,7 +17,7 @@ def test_compact_builds_a_checkpoint_now_and_the_next_request_uses_it(tmp_path: 
     ws.mkdir()
     for i in range(6):
         (ws / f"f{i}.txt").write_text(f"file {i} holds ITEM-{i:04d}\n" * 400)
-    lines = [
+    lines: list[dict[str, object]] = [
         {"tool_calls": [{"name": "read_file", "arguments": {"path": f"f{i}.txt"}}]}
         for i in range(6)
     ]
