@@ -11,7 +11,15 @@ from typing import Any, Literal
 import pytest
 from starlette.testclient import TestClient
 
-from bubu.events import Info, NoticeDismissed, PermissionDecision, SystemNote, TurnStarted, make
+from bubu.events import (
+    Compaction,
+    Info,
+    NoticeDismissed,
+    PermissionDecision,
+    SystemNote,
+    TurnStarted,
+    make,
+)
 from bubu.log.codec import sha256_hex
 from bubu.log.sqlite import SQLiteStore
 from bubu.projections.status import fold_status
@@ -560,3 +568,30 @@ def test_bad_requests_get_one_sentence(client: TestClient, tmp_path: Path) -> No
     )
     assert "no session" in error(client.get("/api/sessions/ses_nope"), 404)
     assert client.get("/api/sessions").json()["sessions"][0]["title"] == CRASH_TASK
+
+
+def test_compact_builds_a_checkpoint_of_a_finished_session(
+    client: TestClient, recovered_store: SQLiteStore, tmp_path: Path
+) -> None:
+    steps = [{"tool_calls": [{"name": "list_files", "arguments": {}}]} for _ in range(6)]
+    sid = start(client, tmp_path, "compact", [*steps, {"text": "Listed."}])
+    wait_for(lambda: status(client, sid) == "completed", what="the turn")
+
+    r = client.post(f"/api/sessions/{sid}/compact")
+    assert r.status_code == 200, r.text
+    assert r.json()["action"] == "compact"
+
+    def compacted() -> list[Compaction]:
+        return [
+            n
+            for r in recovered_store.read(sid, kinds=("compaction",))
+            if isinstance(n := getattr(r.event.content, "note", None), Compaction)
+        ]
+
+    wait_for(lambda: bool(compacted()), what="the checkpoint")
+    (note,) = compacted()
+    assert note.ok
+    assert note.checkpoint is not None
+    context = client.get(f"/api/sessions/{sid}/context").json()
+    assert context["checkpoint"]["key"] == note.checkpoint
+    assert detail(client, sid)["session"]["status"] == "completed"

@@ -359,11 +359,15 @@ def compact_now(runner: Runner) -> Compaction | None:
     """Build a checkpoint now, whatever the budget says (`bubu compact`): the same summary,
     validation and fallback as before a model call. Returns the compaction note it committed, or
     None when there was nothing to fold (fewer than two steps after the last checkpoint)."""
+    from bubu.engine.driver import _Stop
+
     beat = threading.Thread(target=runner._beat, name="bubu-lease", daemon=True)
     beat.start()
     start = runner.high_water
     try:
         runner.compactor.compact(runner)
+    except _Stop:
+        return None  # stopped: whatever was committed stays, the summary is retried later
     finally:
         runner._stop_event.set()
     notes = [
