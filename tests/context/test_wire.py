@@ -27,9 +27,14 @@ import pytest
 
 from bubu.cli.forkcmd import fork_session
 from bubu.context.compaction import VIEW_KIND
+from bubu.engine.driver import RunConfig
 from bubu.engine.inspect import inspect_runner
+from bubu.engine.session import Host
+from bubu.errors import ProviderError
 from bubu.events import CheckpointBody, TurnEnded
 from bubu.log.sqlite import SQLiteStore
+from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse
+from bubu.tools import builtin_tools
 
 from .helpers import compactions, model_requests, notes
 from .wire import KEY, Answer, Call, Hold, Server, Text, good_summary, headings_only, serve
@@ -270,3 +275,42 @@ def test_a_fork_before_any_model_call_rebuilds_the_digest_that_call_recorded(
             runner = inspect_runner(store, store.session(fork.session), context_window=int(WINDOW))
             digest, _ = runner.request_digest(runner.build_request())
             assert digest == note.request_digest, seq
+
+
+class _Refuses:
+    """The session's model as far as the fork needs it: it records nothing and answers nothing."""
+
+    spec = "openai:gpt-compact"
+    context_window = int(WINDOW)
+
+    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        raise ProviderError("not sent: the test only compares what would be", status=503)
+
+
+def test_a_fork_in_the_middle_of_a_compaction_sends_the_next_summary_request(
+    ran: Ran, tmp_path: Path
+) -> None:
+    db = ran.copy(tmp_path)
+    with SQLiteStore(db) as store:
+        records = store.read(ran.sid)
+        summaries = {
+            n.request_digest: (s, n) for s, n in model_requests(records) if n.purpose == "summary"
+        }
+        calls = max((n.calls for _, n in compactions(records)), key=len)
+        assert len(calls) >= 3
+        # The first part of a compaction, a part in its middle (the fork must go on from the
+        # answers already in the log), and its last part.
+        for seq, note in (
+            summaries[calls[0]],
+            summaries[calls[len(calls) // 2]],
+            summaries[calls[-1]],
+        ):
+            fork = fork_session(store, ran.sid, seq - 1)
+            info = store.session(fork.session)
+            host = Host(store=store, provider=_Refuses(), tools=builtin_tools(),
+                        config=RunConfig(context_window=int(WINDOW)))  # fmt: skip
+            with host.runner_for(info) as runner:
+                runner.compactor.compact(runner)
+            sent = [n for s, n in model_requests(store.read(info.id)) if s > seq - 1]
+            assert sent
+            assert (sent[0].purpose, sent[0].request_digest) == ("summary", note.request_digest)
