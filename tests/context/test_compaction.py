@@ -170,15 +170,14 @@ PROMPT_ECHO = "\n\n".join(
     f"{s}\nWhat remains, in order, as concrete actions. Be specific and complete." for s in SECTIONS
 )
 
-NO_GOAL = "\n\n".join(
-    [
-        "## Goal\nRefactor the billing module and publish the wheel to the registry.",
-        *(
-            f"{s}\nThe parser module was rewritten; pytest reported green afterwards."
-            for s in SECTIONS[1:]
-        ),
-    ]
+NO_GOAL = (
+    "## Goal\nRefactor the billing module and publish the wheel to the registry.\n\n"
+    "## Progress\nThe parser module was rewritten; pytest reported green afterwards.\n\n"
+    "## Next steps\nTag release v2.1 and upload it with twine.\n\n"
+    "## Critical context\nThe registry token lives in CI secrets, never in the repository.\n"
 )
+"""A specific summary of some other task: it does not carry this session's request."""
+
 
 BAD: list[tuple[str, Summarizer, str]] = [
     (

@@ -209,8 +209,11 @@ _STOP = frozenset(
     ]
 )
 _PROMPT_WORDS = frozenset(w.lower() for w in _WORD.findall(SUMMARY_SYSTEM + INSTRUCTION))
-MIN_OWN_WORDS = 3
-"""Words of its own (not the prompt's, not stop words, not numbers or times) each section needs."""
+MIN_OWN_WORDS = 1
+"""Words of its own (not the prompt's, not stop words, not numbers or times) each section needs:
+"Nothing remains; all done." passes, headings with timestamps or the prompt echoed back do not."""
+MIN_OWN_TOTAL = 15
+"""Distinct words of its own the whole summary needs (a real summary names files, commands …)."""
 
 
 def terms(text: str) -> list[str]:
@@ -247,14 +250,20 @@ def validate(summary: str, goal: str | None) -> str | None:
     if missing:
         return f"the summary lacks the sections {', '.join(missing)}"
     heads = {w.lower() for s in SECTIONS for w in _WORD.findall(s)}
+    everything: set[str] = set()
     for s in SECTIONS:
         own = [w for w in terms(found[s]) if w not in _PROMPT_WORDS and w not in heads]
-        # The goal may be short ("fix the build"): it must carry the request, checked below.
-        if len(own) < (1 if s == SECTIONS[0] and goal else MIN_OWN_WORDS):
+        everything.update(own)
+        if len(own) < MIN_OWN_WORDS:
             return (
                 f"the summary's {s[3:]} section says nothing of its own (only the prompt's words, "
                 "headings or numbers)"
             )
+    if len(everything) < MIN_OWN_TOTAL:
+        return (
+            f"the summary says too little of its own ({len(everything)} distinct words beyond "
+            f"the prompt's, at least {MIN_OWN_TOTAL} needed)"
+        )
     if goal and not carries(found[SECTIONS[0]], goal):
         return "the summary's Goal section does not carry the user's request"
     return None
