@@ -8,6 +8,7 @@ every request it receives and answers summary requests with a valid four-section
 
 Reported, against a baseline from the same run where there is one:
 - the largest request (the engine's own estimate, and canonical bytes / 4) against the budget;
+- the share of requests holding every line of the user's goal (target 100%);
 - the mean share of each request's messages (canonical JSON) that is a byte-identical prefix of
   the previous request's, outside compaction steps (target >= 95%);
 - tokens sent per step with offload and compaction, and without (every message raw, whole);
@@ -64,7 +65,10 @@ from bubu.tools.base import ToolContext, ToolResult, WriteIntent
 OUTPUT_BYTES = 20_000
 """What `noise` prints per step (10,000 steps: 200 MB)."""
 
-TASK = "Run the noise tool once per step until told to stop, keeping every output retrievable."
+TASK = (
+    "Run the noise tool once per step until told to stop.\n"
+    "Keep every output retrievable: never re-run a step to see its output again."
+)
 
 REPS = 101
 """Builds timed at each measured step; the fastest is reported (on a shared machine, other
@@ -105,6 +109,8 @@ class Ledger:
     """Messages in that request, by step."""
     late: int | None = None
     """The late step whose request has as many messages as the early one's (same size, long log)."""
+    goal_kept: list[bool] = field(default_factory=list)
+    """For each turn request: is every line of the user's goal in it?"""
 
 
 class NoiseTool:
@@ -196,6 +202,10 @@ class InstantModel:
             )
         n = request.ordinal
         self.ledger.arrivals.append(time.perf_counter())
+        said = [m.text for m in request.messages if isinstance(m, UserMessage)]
+        self.ledger.goal_kept.append(
+            all(any(line in t for t in said) for line in TASK.splitlines() if line.strip())
+        )
         size = self._measure(request)
         self._maybe_time_build(n, len(request.messages))
         if n >= self.steps:
@@ -325,6 +335,8 @@ def run(steps: int, window: int, policy: ContextPolicy, tmp: Path) -> dict[str, 
         "within_budget": max([*ledger.sent, *ledger.summary_bytes]) // 4 <= budget,
         "compactions": len(cps),
         "failed_compactions": sum(1 for c in cps if not c.ok),
+        "goal_share": round(sum(ledger.goal_kept) / max(len(ledger.goal_kept), 1), 4),
+        "summary_calls": len(ledger.summary_bytes),
         "prefix_share_mean": round(statistics.fmean(steady), 4),
         "prefix_share_p10": round(sorted(steady)[len(steady) // 10], 4),
         "prefix_share_mean_all": round(statistics.fmean(s for s, _ in ledger.shares), 4),
@@ -368,8 +380,10 @@ def report(r: dict[str, Any]) -> None:
         f"largest request: {r['max_request_tokens']:,} tokens as the model counts them (the "
         f"engine's estimate before calibration: {r['max_request_estimate']:,}) of a budget of "
         f"{r['budget_tokens']:,}: " + ("within" if r["within_budget"] else "OVER"),
-        f"compactions: {r['compactions']} ({r['failed_compactions']} failed); largest summary "
-        f"request {r['max_summary_request_tokens']:,} tokens",
+        f"compactions: {r['compactions']} ({r['failed_compactions']} failed) in "
+        f"{r['summary_calls']:,} summarizer calls (each reads its span whole, in chunks); largest "
+        f"summary request {r['max_summary_request_tokens']:,} tokens",
+        f"requests holding every line of the user's goal: {r['goal_share']:.2%}  (target 100%)",
         f"prefix share of the previous request: mean {share:.2%} outside compaction steps "
         f"(p10 {p10:.2%}; {everything:.2%} with them)  (target >= 95%)",
         f"past the shared prefix per step: {r['uncached_tokens_per_step']:,} tokens, of which the "

@@ -182,6 +182,8 @@ class ModelRequest(_Note, frozen=True, kw_only=True, tag="model_request"):
     estimated_tokens: int
     checkpoint: str | None = None
     attempt: int = 1
+    purpose: Literal["turn", "summary"] = "turn"
+    """"summary" for a call that builds a compaction checkpoint (traced like any other call)."""
 
 
 class RecoveryNotice(_Note, frozen=True, kw_only=True, tag="recovery_notice"):
@@ -211,6 +213,45 @@ class Compaction(_Note, frozen=True, kw_only=True, tag="compaction"):
     source_digest: str
     ok: bool = True
     message: str | None = None
+    body_digest: str | None = None
+    """The sha-256 of the `checkpoint` note committed with this one (what the view caches)."""
+    chunks: int = 0
+    """Summarizer calls the span took (it is summarized in chunks that fit the window)."""
+    calls: list[str] = msgspec.field(default_factory=list)
+    """The request digests of the summarizer calls that built the checkpoint, in order."""
+
+
+class CheckpointBody(_Note, frozen=True, kw_only=True, tag="checkpoint"):
+    """A checkpoint's text, committed with its `compaction` note: the log, not the view, holds it.
+
+    `summarized_upto` is the watermark of the newest valid model summary folded in; when it is below
+    `watermark` (a failed summary) the fact sheet alone covers the events in between.
+    """
+
+    key: str
+    watermark: int
+    source_digest: str
+    summary: str
+    facts: str
+    model: str = ""
+    prompt_version: str = ""
+    previous: str | None = None
+    covered_bytes: int = 0
+    summarized_upto: int = 0
+    chunks: int = 0
+    calls: list[str] = msgspec.field(default_factory=list)
+
+
+class SummaryChunk(_Note, frozen=True, kw_only=True, tag="summary_chunk"):
+    """The answer of one summarizer call: chunk `chunk` of `chunks` of events `start+1..watermark`,
+    folded with everything before it (the call's token usage rides on the same event)."""
+
+    request_digest: str
+    start: int
+    watermark: int
+    chunk: int
+    chunks: int
+    text: str
 
 
 class Info(_Note, frozen=True, kw_only=True, tag="info"):
@@ -246,6 +287,8 @@ Note: TypeAlias = (
     | Compaction
     | Info
     | SessionStarted
+    | CheckpointBody
+    | SummaryChunk
 )
 
 

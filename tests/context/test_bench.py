@@ -18,13 +18,14 @@ KEYS = {
     "newest_step_tokens", "tokens_per_step", "tokens_per_step_raw", "tokens_total",
     "tokens_total_raw", "build_ms", "build_messages", "build_early_step", "build_late_step",
     "build_ratio", "step_ms_early", "step_ms_late", "output_bytes", "log_bytes", "log_over_output",
-    "blob_bytes", "event_bytes", "verified", "policy", "wall_s", "load_avg_1m",
+    "blob_bytes", "event_bytes", "verified", "policy", "wall_s", "load_avg_1m", "goal_share",
+    "summary_calls",
 }  # fmt: skip
 
 
 def test_a_small_long_session_stays_in_budget_and_keeps_every_byte() -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--steps", "60", "--window", "20000"],
+        [sys.executable, str(BENCH), "--steps", "80", "--window", "20000"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -32,7 +33,7 @@ def test_a_small_long_session_stays_in_budget_and_keeps_every_byte() -> None:
     r = json.loads(last)
 
     assert set(r) == KEYS
-    assert text[0].startswith("steps: 60;")
+    assert text[0].startswith("steps: 80;")
     assert r["budget_tokens"] == 15_000
     assert r["within_budget"]
     assert r["max_request_tokens"] <= r["budget_tokens"]
@@ -40,14 +41,17 @@ def test_a_small_long_session_stays_in_budget_and_keeps_every_byte() -> None:
     assert r["max_request_estimate"] <= r["budget_tokens"] * 1.01
     assert r["compactions"] >= 2
     assert r["failed_compactions"] == 0
-    assert r["output_bytes"] == r["blob_bytes"] == 60 * 20_000
+    # Every request held every line of the user's goal; each compaction made at least one call.
+    assert r["goal_share"] == 1.0
+    assert r["summary_calls"] >= r["compactions"]
+    assert r["output_bytes"] == r["blob_bytes"] == 80 * 20_000
     assert r["log_bytes"] > r["output_bytes"]
     assert r["verified"]
     assert 0 < r["prefix_share_mean"] <= 1
     assert r["newest_step_tokens"] <= r["uncached_tokens_per_step"]
     assert r["tokens_per_step"] * 10 < r["tokens_per_step_raw"]
-    assert r["build_early_step"] == 30
-    assert r["build_messages"][str(r["build_late_step"])] == r["build_messages"]["30"]
+    assert r["build_early_step"] == 40
+    assert r["build_messages"][str(r["build_late_step"])] == r["build_messages"]["40"]
 
 
 def test_policy_overrides_reach_the_engine() -> None:

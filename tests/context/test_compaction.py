@@ -13,9 +13,11 @@ from bubu.context.compaction import (
     SECTIONS,
     SUMMARY_SYSTEM,
     VIEW_KIND,
-    CheckpointData,
+    body_digest,
 )
 from bubu.errors import ProviderError
+from bubu.events import CheckpointBody, SummaryChunk
+from bubu.log.codec import sha256_hex
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.base import AssistantMessage, ModelRequest, ModelResponse, ToolCallPart
 
@@ -26,6 +28,7 @@ from .helpers import (
     digest_at,
     model_requests,
     noisy_turn,
+    notes,
     summary_text,
     texts,
 )
@@ -61,31 +64,44 @@ def test_a_checkpoint_is_stored_with_its_provenance_and_every_later_call_names_i
     cps = compactions(records)
     assert len(cps) == 2
     assert all(n.ok and n.checkpoint is not None for _, n in cps)
+    bodies = dict(notes(records, CheckpointBody))
+    chunks = [n for _, n in notes(records, SummaryChunk)]
     previous = None
-    for _, n in cps:
+    for seq, n in cps:
         assert n.checkpoint is not None
-        view = sqlite_store.get_view(VIEW_KIND, info.id, n.checkpoint)
-        assert view is not None
-        assert (view.source_high_water, view.source_digest) == (n.watermark, n.source_digest)
-        assert n.source_digest == digest_at(sqlite_store, info.id, n.watermark)
-        data = msgspec.json.decode(view.data, type=CheckpointData)
-        assert (data.key, data.watermark, data.source_digest) == (
+        # The checkpoint's text is an event committed with its note, right before it.
+        body = bodies[seq - 1]
+        assert (body.key, body.watermark, body.source_digest) == (
             n.checkpoint,
             n.watermark,
             n.source_digest,
         )
-        assert (data.model, data.prompt_version, data.previous) == (
+        assert n.body_digest == body_digest(body)
+        assert n.source_digest == digest_at(sqlite_store, info.id, n.watermark)
+        assert (body.model, body.prompt_version, body.previous) == (
             provider.spec,
             PROMPT_VERSION,
             previous,
         )
-        assert all(s in data.summary for s in SECTIONS)
-        assert data.facts.startswith("## Facts from the log (exact)\nGoal: make noise")
-        assert data.covered_bytes > 0
+        assert body.summarized_upto == body.watermark
+        assert all(s in body.summary for s in SECTIONS)
+        assert body.facts.startswith("## Facts from the log (exact)\nGoal: make noise")
+        assert body.covered_bytes > 0
+        # It names the summarizer calls that built it: one traced call per chunk.
+        assert body.chunks == n.chunks == len(body.calls) >= 1
+        assert body.calls == n.calls
+        mine = [c for c in chunks if c.watermark == n.watermark]
+        assert [c.request_digest for c in mine] == body.calls
+        assert mine[-1].text == body.summary
+        # The view is a cache of the event and carries the digest of what it caches.
+        view = sqlite_store.get_view(VIEW_KIND, info.id, n.checkpoint)
+        assert view is not None
+        assert view.source_digest == n.body_digest == sha256_hex(view.data)
+        assert view.source_high_water == seq - 1
         previous = n.checkpoint
 
     # Every model call after a compaction names the checkpoint it was given; none before the first.
-    calls = model_requests(records)
+    calls = [(s, n) for s, n in model_requests(records) if n.purpose == "turn"]
     for seq, note in calls:
         before = [n.checkpoint for s, n in cps if s < seq]
         assert note.checkpoint == (before[-1] if before else None)
@@ -101,7 +117,8 @@ def test_the_next_request_is_the_summary_then_the_raw_tail(
     ((_, cp),) = compactions(sqlite_store.read(info.id))
     turns = provider.turns()
     i = next(i for i, r in enumerate(provider.requests) if r.purpose == "summary")
-    before, after = provider.requests[i - 1], provider.requests[i + 1]
+    before = provider.requests[i - 1]
+    after = next(r for r in provider.requests[i:] if r.purpose == "turn")
 
     head = texts(after.messages)[0]
     assert head.startswith(f"[Summary of this session's events 1–{cp.watermark};")
@@ -120,23 +137,25 @@ def test_the_summary_request_folds_the_previous_summary_and_only_the_new_events(
 ) -> None:
     info, provider = noisy_turn(tmp_path, sqlite_store, steps=24)
     (_, first), (_, second) = compactions(sqlite_store.read(info.id))
-    one, two = provider.summaries()
-    assert (one.system, one.tools, two.system, two.tools) == (
-        SUMMARY_SYSTEM,
-        (),
-        SUMMARY_SYSTEM,
-        (),
-    )
-    text_a, text_b = texts(one.messages)[0], texts(two.messages)[0]
-    assert "# Previous summary" not in text_a
-    assert text_b.startswith(
+    summaries = provider.summaries()
+    assert len(summaries) == first.chunks + second.chunks
+    one, two = summaries[: first.chunks], summaries[first.chunks :]
+    assert all((r.system, r.tools) == (SUMMARY_SYSTEM, ()) for r in summaries)
+    text_a = [texts(r.messages)[0] for r in one]
+    text_b = [texts(r.messages)[0] for r in two]
+    assert "# Previous summary" not in text_a[0]
+    # Chunks after the first fold the answer to the one before, in order.
+    for i, t in enumerate(text_a[1:] + text_b[1:]):
+        assert t.startswith("# Previous summary\n## Goal"), i
+    assert text_b[0].startswith(
         f"# Previous summary\n[Summary of this session's events 1–{first.watermark};"
     )
-    history_b = text_b.rsplit("# History since then\n", 1)[1]
+    history_a = "".join(t.rsplit("# History since then", 1)[1] for t in text_a)
+    history_b = "".join(t.rsplit("# History since then", 1)[1] for t in text_b)
     # The second span holds only steps after the first watermark (emit keys are per step).
-    assert '{"key":"k0"}' in text_a
+    assert '{"key":"k0"}' in history_a
     assert '{"key":"k0"}' not in history_b
-    assert "## Facts from the log (exact)" in text_b
+    assert all("# Facts from the log (exact)\nGoal: make noise" in t for t in text_a + text_b)
     assert second.watermark > first.watermark
 
 
@@ -144,7 +163,21 @@ def _raises(request: ModelRequest) -> ModelResponse:
     raise ProviderError("the summarizer is overloaded", status=529, retryable=True)
 
 
-FOUR_TINY = "\n".join(f"{s}\nx" for s in SECTIONS)
+HEADINGS_ONLY = "\n".join(f"{s}\n2024-05-01 12:00:00 — 13:05" for s in SECTIONS) + "\n" * 200
+"""What a small model once sent: the prompt's headings and invented timestamps, nothing else."""
+
+PROMPT_ECHO = "\n\n".join(
+    f"{s}\nWhat remains, in order, as concrete actions. Be specific and complete." for s in SECTIONS
+)
+
+NO_GOAL = (
+    "## Goal\nRefactor the billing module and publish the wheel to the registry.\n\n"
+    "## Progress\nThe parser module was rewritten; pytest reported green afterwards.\n\n"
+    "## Next steps\nTag release v2.1 and upload it with twine.\n\n"
+    "## Critical context\nThe registry token lives in CI secrets, never in the repository.\n"
+)
+"""A specific summary of some other task: it does not carry this session's request."""
+
 
 BAD: list[tuple[str, Summarizer, str]] = [
     (
@@ -152,13 +185,19 @@ BAD: list[tuple[str, Summarizer, str]] = [
         summary_text("All good, carry on. " * 40),
         "the summary lacks the sections ## Goal",
     ),
-    ("too_short", summary_text(FOUR_TINY), f"the summary is {len(FOUR_TINY)} characters for"),
+    ("headings_only", summary_text(HEADINGS_ONLY), "the summary's Goal section says nothing"),
+    ("prompt_echo", summary_text(PROMPT_ECHO), "the summary's Goal section says nothing"),
+    (
+        "no_goal",
+        summary_text(NO_GOAL),
+        "the summary's Goal section does not carry the user's request",
+    ),
     ("provider_error", _raises, "the summarizer failed: the summarizer is overloaded"),
 ]
 
 
 @pytest.mark.parametrize(("summarize", "why"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
-def test_a_summary_that_fails_validation_is_noted_and_the_raw_tail_is_used(
+def test_a_summary_that_fails_validation_keeps_the_goal_and_the_facts(
     tmp_path: Path, sqlite_store: SQLiteStore, summarize: Summarizer, why: str
 ) -> None:
     info, provider = noisy_turn(tmp_path, sqlite_store, steps=16, model_kw={"summarize": summarize})
@@ -166,23 +205,29 @@ def test_a_summary_that_fails_validation_is_noted_and_the_raw_tail_is_used(
 
     cps = compactions(records)
     assert cps
-    for _, n in cps:
-        assert (n.ok, n.checkpoint) == (False, None)
+    bodies = dict(notes(records, CheckpointBody))
+    for seq, n in cps:
+        assert n.ok is False
         assert n.message is not None
         assert n.message.startswith(why)
-        assert n.message.endswith("; using the raw history")
+        assert "kept the last valid checkpoint and the fact sheet" in n.message
         assert n.source_digest == digest_at(sqlite_store, info.id, n.watermark)
-    # Nothing was stored, no call claims a checkpoint, and no fragment is passed off as a summary.
-    assert sqlite_store.drop_views(info.id) == 0
-    assert all(n.checkpoint is None for _, n in model_requests(records))
+        # A fallback checkpoint: no model summary, the deterministic fact sheet for the rest.
+        body = bodies[seq - 1]
+        assert (body.key, body.summary, body.summarized_upto) == (n.checkpoint, "", 0)
+        assert body.facts.startswith("## Facts from the log (exact)\nGoal: make noise")
+    # Each failure is retried at the next compaction, never passed off as a summary.
+    assert len(provider.summaries()) >= len(cps)
     i = next(i for i, r in enumerate(provider.requests) if r.purpose == "summary")
-    after = provider.requests[i + 1]
+    after = next(r for r in provider.requests[i:] if r.purpose == "turn")
     head = texts(after.messages)[0]
-    assert head.startswith(f"[Events 1–{cps[0][1].watermark} of this session are not shown")
-    assert "could not be summarized" in head
-    assert not any(
-        "carry on" in t or t.startswith("## Goal")
-        for r in provider.turns()
-        for t in texts(r.messages)
-    )
+    assert head.startswith(f"[Events 1–{cps[0][1].watermark} of this session are not shown raw.")
+    assert "could not be summarized yet" in head
+    assert "Goal: make noise" in head
+    for r in provider.turns():
+        assert any("make noise" in t for t in texts(r.messages))
+        assert not any("carry on" in t or t.startswith("## Goal") for t in texts(r.messages))
     assert _raw_tail(after)
+    # Calls after the fallback name it: the log says what the model was given.
+    calls = [(s, n) for s, n in model_requests(records) if n.purpose == "turn"]
+    assert calls[-1][1].checkpoint == cps[-1][1].checkpoint

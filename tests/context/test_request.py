@@ -184,6 +184,8 @@ def test_a_provider_counting_twice_the_estimate_makes_compaction_come_earlier(
     # The last call before the summary was just under half the threshold; the next would pass it.
     last = calls[first - 1][1].estimated_tokens
     half = min(0.8 * window, window - window // 4) / 2
-    assert 0.9 * half < last <= half
+    # The calibrated factor is a hair under 2 (the estimate also counts the request's header),
+    # so the last call may pass exactly half by that hair.
+    assert 0.9 * half < last <= 1.005 * half
     # Without the factor the same history grew past that size and never needed a summary.
     assert max(n.estimated_tokens for _, n in runs[0.0][1]) > 1.2 * half

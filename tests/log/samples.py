@@ -13,6 +13,7 @@ from bubu.events import (
     Actions,
     Author,
     BlobRef,
+    CheckpointBody,
     Compaction,
     Content,
     Error,
@@ -30,6 +31,7 @@ from bubu.events import (
     RunStarted,
     Status,
     StepLimit,
+    SummaryChunk,
     SystemNote,
     Text,
     Thinking,
@@ -44,10 +46,10 @@ from bubu.log import codec
 
 CONTENT_KINDS = frozenset(str(c.__struct_config__.tag) for c in get_args(Content))
 NOTE_KINDS = frozenset(str(n.__struct_config__.tag) for n in get_args(Note))
-LATER_NOTE_KINDS = frozenset({"session_started"})
-"""Note kinds added to schema 1 after its fixture was released (with defaults everywhere, so
-older logs decode unchanged); the codec round-trip properties cover them."""
 ACTION_NAMES = frozenset(Actions.__struct_fields__)
+LATER_NOTE_KINDS = frozenset({"checkpoint", "summary_chunk", "session_started"})
+"""Note kinds added to schema 1 after its fixture was written: all their fields but the ones
+they are built from have defaults, and older logs (the fixture) simply do not hold them."""
 
 BLOB = ("line of tool output that was too long to keep inline\n" * 400).encode()
 """The offloaded bytes the sample function_response refers to."""
@@ -295,4 +297,10 @@ def session_events(
         status="completed",
         hidden=True,
     )
+    # Kinds added to schema 1 after its fixture was written (LATER_NOTE_KINDS).
+    add("system", "system", note(note=SummaryChunk(request_digest="ef" * 32, start=0, watermark=10,
+        chunk=1, chunks=1, text="## Goal\nWrite hello.py")), run_id=run2, hidden=True)  # fmt: skip
+    add("system", "system", note(note=CheckpointBody(key="ckpt_2", watermark=10,
+        source_digest="cd" * 32, summary="## Goal\nWrite hello.py", facts="## Facts",
+        summarized_upto=10, chunks=1, calls=["ef" * 32])), run_id=run2, hidden=True)  # fmt: skip
     return events

@@ -28,6 +28,7 @@ EXPECTED = {
     "run_command": ("side_effecting", ["command"], {"command", "timeout_s"}),
     "read_result": ("read_only", ["handle"], {"handle", "offset", "limit"}),
     "search_result": ("read_only", ["handle", "pattern"], {"handle", "pattern"}),
+    "inspect_result": ("read_only", ["handle"], {"handle"}),
 }
 
 

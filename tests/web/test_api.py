@@ -11,7 +11,15 @@ from typing import Any, Literal
 import pytest
 from starlette.testclient import TestClient
 
-from bubu.events import Info, NoticeDismissed, PermissionDecision, SystemNote, TurnStarted, make
+from bubu.events import (
+    Compaction,
+    Info,
+    NoticeDismissed,
+    PermissionDecision,
+    SystemNote,
+    TurnStarted,
+    make,
+)
 from bubu.log.codec import sha256_hex
 from bubu.log.sqlite import SQLiteStore
 from bubu.projections.status import fold_status
@@ -590,3 +598,30 @@ def test_a_new_task_runs_its_commands_in_the_sandbox_it_names(
     )
     assert bad.status_code == 400
     assert "not valid" in bad.json()["error"]
+
+
+def test_compact_builds_a_checkpoint_of_a_finished_session(
+    client: TestClient, recovered_store: SQLiteStore, tmp_path: Path
+) -> None:
+    steps = [{"tool_calls": [{"name": "list_files", "arguments": {}}]} for _ in range(6)]
+    sid = start(client, tmp_path, "compact", [*steps, {"text": "Listed."}])
+    wait_for(lambda: status(client, sid) == "completed", what="the turn")
+
+    r = client.post(f"/api/sessions/{sid}/compact")
+    assert r.status_code == 200, r.text
+    assert r.json()["action"] == "compact"
+
+    def compacted() -> list[Compaction]:
+        return [
+            n
+            for r in recovered_store.read(sid, kinds=("compaction",))
+            if isinstance(n := getattr(r.event.content, "note", None), Compaction)
+        ]
+
+    wait_for(lambda: bool(compacted()), what="the checkpoint")
+    (note,) = compacted()
+    assert note.ok
+    assert note.checkpoint is not None
+    context = client.get(f"/api/sessions/{sid}/context").json()
+    assert context["checkpoint"]["key"] == note.checkpoint
+    assert detail(client, sid)["session"]["status"] == "completed"

@@ -90,5 +90,6 @@ for _module in (
     "uicmd",
     "forkcmd",
     "fleetcmds",
+    "compactcmd",
 ):
     importlib.import_module(f"bubu.cli.{_module}")

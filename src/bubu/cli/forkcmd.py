@@ -24,7 +24,16 @@ from bubu import clock, ids
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.engine.scope import acting_info
 from bubu.errors import ConfigError, CorruptLog
-from bubu.events import Actions, Event, Info, Record, SessionStarted, SystemNote, make
+from bubu.events import (
+    Actions,
+    CheckpointBody,
+    Event,
+    Info,
+    Record,
+    SessionStarted,
+    SystemNote,
+    make,
+)
 from bubu.log.codec import sanitize_text
 from bubu.log.store import Store
 from bubu.projections.turn import fold
@@ -102,6 +111,13 @@ def fork_session(store: Store, ref: str, at: int) -> Fork:
         raise ConfigError(
             f"seq {at} is inside one model response (seqs {cut[0]}..{cut[1]}); fork at "
             f"{cut[0] - 1} or {cut[1]} instead"
+        )
+    last = records[-1].event.content
+    if isinstance(last, SystemNote) and isinstance(last.note, CheckpointBody):
+        # The checkpoint and its compaction note are one transaction: never half of it.
+        raise ConfigError(
+            f"seq {at} is a checkpoint whose compaction note follows at {at + 1}; fork at "
+            f"{at - 1} or {at + 1} instead"
         )
     digest = records[-1].hash
     provenance: dict[str, object] = {"session": info.id, "seq": at, "digest": digest}

@@ -45,8 +45,9 @@ def placeholder(tool: str, data: bytes, ref: BlobRef, policy: ContextPolicy) -> 
         f"[large result of {tool} stored whole: {ref.size:,} bytes, {ref.lines:,} lines, "
         f"sha256 {ref.sha256}]\n"
         f"handle: {ref.sha256}\n"
-        "Page through it with read_result{handle, offset, limit} or search it with "
-        "search_result{handle, pattern}; do not re-run the tool to see it again.\n"
+        "See its structure with inspect_result{handle}, page through it with "
+        "read_result{handle, offset, limit} or search it with search_result{handle, pattern}; "
+        "do not re-run the tool to see it again.\n"
         f"--- first lines ---\n{head}\n" + (f"--- last lines ---\n{tail}\n" if tail else "")
     )
 

@@ -475,10 +475,7 @@ class Runner:
             if not self.compactor.over_budget(self, estimate):
                 break
             before = self.context.checkpoint.watermark if self.context.checkpoint else 0
-            self.compactor.compact(
-                self,
-                lambda req: self._wait(self._pool.submit(self.provider.complete, req, _ignore)),
-            )
+            self.compactor.compact(self)
             request = self.build_request()
             digest, estimate = self.request_digest(request)
             after = self.context.checkpoint.watermark if self.context.checkpoint else 0

@@ -15,8 +15,9 @@ A tool result may say that a call was interrupted by a crash and may or may not 
 When it does, inspect the workspace (read the file, check the state) before deciding whether to
 retry; never assume it succeeded or failed.
 
-Large tool results may be replaced by a placeholder with a handle; page through them with
-read_result and search_result instead of re-running the tool.
+Large tool results may be replaced by a placeholder with a handle; look at their structure with
+inspect_result and page through them with read_result and search_result instead of re-running
+the tool.
 
 When the task is done, finish with a short summary of what changed and how you verified it.
 """

@@ -33,7 +33,7 @@ from bubu.log.store import (
     VerifyReport,
     View,
 )
-from bubu.log.verify import verify_blob_refs, verify_records
+from bubu.log.verify import CHECKPOINT_VIEW, verify_blob_refs, verify_records, verify_views
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -531,7 +531,9 @@ class SQLiteStore(Store):
             indexed = self._db.execute(
                 "SELECT seq, kind FROM kind_index WHERE sid=?", (sid,)
             ).fetchall()
-        report = verify_records(session, rows, refs)
+        report = verify_views(
+            verify_records(session, rows, refs), rows, lambda key: self._cached(session, key)
+        )
         if not report.ok:
             return report
         # The kind index is written by the store, so an event inserted behind its back is
@@ -675,6 +677,10 @@ class SQLiteStore(Store):
                 db.execute("ROLLBACK")
                 raise
         return _lease(session, row) if flagged and row is not None else None
+
+    def _cached(self, session: str, key: str) -> tuple[str, bytes] | None:
+        view = self.get_view(CHECKPOINT_VIEW, session, key)
+        return None if view is None else (view.source_digest, view.data)
 
     # -- views ------------------------------------------------------------------------------------
 

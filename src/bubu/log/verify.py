@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bubu.errors import BubuError
 from bubu.log import codec
@@ -57,3 +57,45 @@ def verify_blob_refs(payload: bytes) -> list[str]:
         return []
     blob = getattr(ev.content, "blob", None)
     return [] if blob is None else [blob.sha256]
+
+
+CHECKPOINT_VIEW = "checkpoint"
+"""The kind of the derived views that cache checkpoint events."""
+
+
+def verify_views(
+    report: VerifyReport,
+    rows: Sequence[tuple[int, bytes, bytes]],
+    get_view: Callable[[str], tuple[str, bytes] | None],
+) -> VerifyReport:
+    """Check the checkpoint views against the log they cache: each compaction note names the
+    digest of its checkpoint event, and a view under that key must hold exactly those bytes.
+
+    `get_view(key)` gives a stored view's (source digest, data), or None. A missing view is fine
+    (it is rebuilt from the event); one that differs was changed behind Bubu's back.
+    """
+    if not report.ok:
+        return report
+    for seq, _, payload in rows:
+        if b'"note":"compaction"' not in payload or b'"body_digest":' not in payload:
+            continue
+        note = getattr(codec.decode(payload, seq=seq).content, "note", None)
+        key, want = getattr(note, "checkpoint", None), getattr(note, "body_digest", None)
+        if not key or not want:
+            continue
+        view = get_view(key)
+        if view is None:
+            continue
+        digest, data = view
+        if digest != want or codec.sha256_hex(data) != want:
+            return VerifyReport(
+                session=report.session,
+                ok=False,
+                high_water=report.high_water,
+                digest=report.digest,
+                first_bad_seq=seq,
+                problem=f"the checkpoint view {key} differs from the checkpoint event the "
+                f"compaction note at seq {seq} names (changed behind Bubu's back); Bubu ignores "
+                "it and rebuilds it from the log",
+            )
+    return report

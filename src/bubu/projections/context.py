@@ -219,7 +219,7 @@ class ContextFold:
             )
         return rendered
 
-    def _render(self, e: _User | _Step, hot: bool) -> tuple[Message, ...]:
+    def _render(self, e: _User | _Step, hot: bool, *, whole: bool = False) -> tuple[Message, ...]:
         if isinstance(e, _User):
             return (e.message,)
         parts = tuple(
@@ -227,18 +227,17 @@ class ContextFold:
         )
         if not parts:
             return ()
-        results = tuple(self._result(e.results[c], hot) for c in e.calls if c in e.results)
+        results = tuple(
+            self._result(e.results[c], hot, whole=whole) for c in e.calls if c in e.results
+        )
         if results:
             return (AssistantMessage(parts=parts), ToolResultsMessage(results=results))
         return (AssistantMessage(parts=parts),)
 
-    def _result(self, res: _Result, hot: bool) -> ToolResultPart:
-        if (
-            res.blob is None
-            or not hot
-            or res.size > self.policy.hot_max_bytes
-            or self.blobs is None
-        ):
+    def _result(self, res: _Result, hot: bool, *, whole: bool = False) -> ToolResultPart:
+        if res.blob is None or self.blobs is None:
+            return res.part
+        if not whole and (not hot or res.size > self.policy.hot_max_bytes):
             return res.part
         data = self.blobs(res.blob)
         if data is None:
@@ -294,11 +293,12 @@ class ContextFold:
         return [(self.entries[i].first_seq, self._render_at(i).size) for i in idx]
 
     def span_messages(self, after: int, upto: int) -> tuple[Message, ...]:
-        """The messages of the entries that start in (after, upto], large results as placeholders."""
+        """The messages of the entries that start in (after, upto], every offloaded result read
+        whole from the blob store (what a summarizer must see), not its placeholder."""
         out: list[Message] = []
         lo, hi = bisect.bisect_right(self._seqs, after), bisect.bisect_right(self._seqs, upto)
         for e in self.entries[lo:hi]:
-            out.extend(self._render(e, hot=False))
+            out.extend(self._render(e, hot=False, whole=True))
         return tuple(out)
 
     def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:

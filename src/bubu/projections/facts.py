@@ -68,7 +68,7 @@ class Facts:
         out = ["## Facts from the log (exact)"]
         out.append(f"Goal: {self.goal or '(none)'}")
         for q in self.requests[-5:]:
-            out.append(f"Later request: {q[:500]}")
+            out.append(f"Later request: {q[:2000]}")
         if self.files:
             out.append("Files changed (path, sha-256 now):")
             out += [f"- {p} {sha[:16]}" for p, sha in sorted(self.files.items())]

@@ -8,7 +8,8 @@ file hashes observed now (DESIGN §4, §5).
                result (side effects, and writes whose file is neither); an in-flight model call is
                simply issued again;
     blocked  — the prefix is not trustworthy: a broken chain, a successful outcome without a
-               dispatch, two outcomes for one call, or a crash loop (a dispatch already recovered
+               dispatch, two outcomes for one call, a recovery fact naming a call that was never
+               made or contradicting its dispatch, or a crash loop (a dispatch already recovered
                once is dangling again, or the process died during a model call for the
                `MODEL_CRASH_LOOP`-th time in a row).
 """
@@ -19,7 +20,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from bubu.events import EffectClass, FunctionCall, FunctionResponse, Record, RecoveryDecision
+from bubu.events import (
+    EffectClass,
+    FunctionCall,
+    FunctionResponse,
+    Record,
+    RecoveryDecision,
+    ToolDispatch,
+    ToolRecovery,
+)
 from bubu.projections.turn import CallState, fold
 
 PlanKind = Literal["nothing", "ready", "blocked"]
@@ -78,12 +87,18 @@ def _integrity(records: Sequence[Record]) -> str | None:
     calls: set[str] = set()
     dispatched: set[str] = set()
     answered: set[str] = set()
+    dispatches: dict[int, ToolDispatch] = {}
     for r in records:
         c, a = r.event.content, r.event.actions
         if isinstance(c, FunctionCall):
             calls.add(c.call_id)
         if a is not None and a.tool_dispatch is not None:
             dispatched.add(a.tool_dispatch.call_id)
+            dispatches[r.seq] = a.tool_dispatch
+        if a is not None and a.tool_recovery is not None:
+            problem = _recovery_fact(a.tool_recovery, r.seq, calls, dispatches)
+            if problem is not None:
+                return problem
         if isinstance(c, FunctionResponse):
             if c.call_id in answered:
                 return f"two outcomes for the call {c.call_id} (seq {r.seq})"
@@ -92,6 +107,29 @@ def _integrity(records: Sequence[Record]) -> str | None:
             if not c.is_error and c.call_id not in dispatched:
                 return f"an outcome without a dispatch for the call {c.call_id} (seq {r.seq})"
             answered.add(c.call_id)
+    return None
+
+
+def _recovery_fact(
+    f: ToolRecovery, seq: int, calls: set[str], dispatches: Mapping[int, ToolDispatch]
+) -> str | None:
+    """Why a committed recovery decision cannot be trusted, or None: it must name a call that was
+    made, the dispatch it was decided from, and a decision that dispatch allows."""
+    where = f"the recovery fact at seq {seq}"
+    if f.call_id not in calls:
+        return f"{where} names a call that was never made ({f.call_id})"
+    d = dispatches.get(f.dispatch_seq)
+    if d is None or d.call_id != f.call_id:
+        return f"{where} names seq {f.dispatch_seq} as the dispatch of {f.call_id}, which it is not"
+    if d.tool != f.tool:
+        return f"{where} says {f.call_id} was {f.tool}, its dispatch says {d.tool}"
+    proven = d.effect == "provable_write" and bool(d.path and d.after_sha256)
+    if f.decision == "rerun" and d.effect != "read_only":
+        return f"{where} re-runs {f.call_id}, but its dispatch is {d.effect}, not read-only"
+    if f.decision in ("applied", "rerun_not_applied") and not proven:
+        return (
+            f"{where} says {f.call_id} was {f.decision}, but its dispatch is not a provable write"
+        )
     return None
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bubu.events import (
+    CheckpointBody,
     Compaction,
     Error,
     FunctionCall,
@@ -18,6 +19,7 @@ from bubu.events import (
     RunStarted,
     SessionStarted,
     StepLimit,
+    SummaryChunk,
     SystemNote,
     Text,
     Thinking,
@@ -142,13 +144,17 @@ class Transcript:
                 text = "recovery notice dismissed"
             case Compaction(watermark=w, ok=ok):
                 text = (
-                    f"context compacted through seq {w}" if ok else f"compaction failed at seq {w}"
+                    f"context compacted through seq {w}"
+                    if ok
+                    else f"summary failed at seq {w}: the fact sheet covers it until a retry"
                 )
             case Info(text=t):
                 text = t
             case SessionStarted(origin="import", workspace=ws):
                 # (A fork says so in its own note, which people have always read.)
                 text = f"imported here; it continues only when run explicitly (workspace {ws})"
+            case CheckpointBody() | SummaryChunk():
+                text = None  # the compaction note that follows is the marker people see
             case _:
                 text = None
         if text:

@@ -21,6 +21,7 @@ from bubu.events import (
     RunStarted,
     SandboxMode,
     SessionStarted,
+    SummaryChunk,
     SystemNote,
     Text,
     ToolDispatch,
@@ -155,6 +156,8 @@ class TurnFold:
             self.inflight_request = None
         elif isinstance(n, ModelRequest):
             self.inflight_request = n
+        elif isinstance(n, SummaryChunk):
+            self.inflight_request = None  # the summarizer call it answers is over
         elif isinstance(n, RecoveryNotice):
             self.unnoticed = []
             if n.dropped_model_calls:

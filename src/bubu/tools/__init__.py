@@ -1,6 +1,7 @@
 """Bubu's built-in tools and their registry (DESIGN §4, §9).
 
-    read_file, list_files, grep, read_result, search_result    read_only
+    read_file, list_files, grep, read_result, search_result,
+    inspect_result                                             read_only
     write_file, edit_file                                      provable_write
     run_command                                                side_effecting
 
@@ -24,6 +25,7 @@ from bubu.errors import ConfigError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.files import EditFile, ReadFile, WriteFile, atomic_write, file_sha256
+from bubu.tools.inspect_result import InspectResult
 from bubu.tools.results import ReadResult, SearchResult, line_count
 from bubu.tools.search import Grep, ListFiles
 from bubu.tools.shell import RunCommand
@@ -34,6 +36,7 @@ __all__ = [
     "BuiltinTool",
     "EditFile",
     "Grep",
+    "InspectResult",
     "ListFiles",
     "ReadFile",
     "ReadResult",
@@ -67,6 +70,7 @@ def builtin_tools() -> dict[str, Tool]:
         RunCommand(),
         ReadResult(),
         SearchResult(),
+        InspectResult(),
     ]
     return {tool.name: tool for tool in tools}
 

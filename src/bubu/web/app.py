@@ -242,6 +242,10 @@ def create_app(
         sid = store.session(request.path_params["sid"]).id
         return json(Done(session=sid, action=manager.resume(sid)))
 
+    def compact(request: Request) -> Response:
+        sid = store.session(request.path_params["sid"]).id
+        return json(Done(session=sid, action=manager.compact(sid)))
+
     def dismiss(request: Request) -> Response:
         sid = store.session(request.path_params["sid"]).id
         return json(Done(session=sid, action="dismiss" if dismiss_notice(store, sid) else None))
@@ -290,6 +294,7 @@ def create_app(
         Route(sid + "/stop", stop, methods=["POST"]),
         Route(sid + "/resume", resume, methods=["POST"]),
         Route(sid + "/dismiss", dismiss, methods=["POST"]),
+        Route(sid + "/compact", compact, methods=["POST"]),
         Route(sid + "/permissions/{rid}", answer, methods=["POST"]),
         Route("/api/blobs/{sha}", blob),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

@@ -318,6 +318,22 @@ class RunManager:
         self._spawn(info.id, host, lambda: resume_turn(host, info))
         return "resume"
 
+    def compact(self, session: str) -> str:
+        """Build a compaction checkpoint now, in the background (as `bubu compact` does)."""
+        from bubu.engine.compactor import compact_now
+
+        info = self.store.session(session)
+        if self.running_here(info.id) or self._state(info) == "running":
+            raise ConfigError(f"session {info.id} is running; compact it once its turn ends")
+        host, info = self._continuing(info, None)
+
+        def work() -> None:
+            with host.runner_for(info) as runner:
+                compact_now(runner)
+
+        self._spawn(info.id, host, work)
+        return "compact"
+
     def stop(self, session: str) -> None:
         """Stop the session's running turn (it ends `stopped`; resume continues it), here or in
         whichever process runs it (that runner sees the request within a second)."""

@@ -26,7 +26,7 @@ from bubu.log.store import (
     VerifyReport,
     View,
 )
-from bubu.log.verify import verify_blob_refs, verify_records
+from bubu.log.verify import CHECKPOINT_VIEW, verify_blob_refs, verify_records, verify_views
 
 RawRow = tuple[int, bytes, bytes]
 
@@ -365,7 +365,9 @@ class PostgresStore(Store):
             head = self.head(session)
             rows = self._rows(session, 0, None, None)
             blobs_ok = self._blob_check(db, rows)
-        report = verify_records(session, rows, blobs_ok)
+        report = verify_views(
+            verify_records(session, rows, blobs_ok), rows, lambda key: self._cached(session, key)
+        )
         if report.ok and (report.high_water, report.digest) != (head.high_water, head.digest):
             return VerifyReport(
                 session=session,
@@ -435,6 +437,10 @@ class PostgresStore(Store):
     def request_stop(self, session: str) -> Lease | None:
         with self._using() as db:
             return _leases.request_stop(db, self._sid(db, session), session)
+
+    def _cached(self, session: str, key: str) -> tuple[str, bytes] | None:
+        view = self.get_view(CHECKPOINT_VIEW, session, key)
+        return None if view is None else (view.source_digest, view.data)
 
     # -- views ------------------------------------------------------------------------------------
 

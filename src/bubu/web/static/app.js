@@ -366,6 +366,9 @@ function renderHead(s) {
   if (!d.live.running_here && (info.status === "stopped" || info.status === "suspended")) {
     actions.push(h("button", { id: "resume", class: "primary", onclick: () => act(s, "resume") }, "Resume"));
   }
+  if (!d.live.running_here && info.status !== "running" && info.status !== "open turn") {
+    actions.push(h("button", { id: "compact", title: "Summarize the older events into a checkpoint now", onclick: () => act(s, "compact") }, "Compact"));
+  }
   if (!d.live.running_here && info.status === "open turn") {
     actions.push(h("button", { id: "resume", class: "primary", onclick: () => act(s, "resume") }, "Recover and continue"));
   }
