@@ -225,10 +225,12 @@ def test_server_errors_past_the_last_attempt_fail_the_turn(tmp_path: Path, api: 
     assert turn.reason == "failed"
     assert _shape(turn) == [*["model_request", "error"] * 3, "turn_ended"]
     end = turn_end(turn.records)
-    assert end.message == errors(turn.records)[-1].message
+    assert end.cause == "provider_unavailable", "a transient give-up is not a hard failure"
     assert end.message is not None
+    assert errors(turn.records)[-1].message in end.message
     assert "returned a server error (503" in end.message
-    assert end.message.endswith("try again later")
+    assert end.message.startswith("gave up waiting for the provider after 3 attempts")
+    assert end.message.endswith("continues the turn")
 
 
 # ---- broken streams ----------------------------------------------------------------------------
