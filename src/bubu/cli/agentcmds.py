@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.longrun import budget_json, longrun_options, waiting_json, waiting_line
 from bubu.cli.render import JsonlObserver, TerminalObserver, printable
 from bubu.engine.driver import RunConfig, stop_all
 from bubu.engine.permissions import Policy
@@ -19,12 +20,15 @@ from bubu.engine.session import Host, check_task, new_session, resume_turn, star
 from bubu.errors import ConfigError
 from bubu.events import TurnEndReason
 from bubu.log.store import SessionInfo, Store
+from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import fold_status
 from bubu.projections.transcript import Message, ToolCard, notice_text, transcript
 from bubu.providers import resolve
 
 EXIT = {"completed": 0, "failed": 1, "stopped": 3, "suspended": 4, None: 5}
 """Exit status by how the turn ended (5: the run lost its lease or was blocked)."""
+EXIT_UNAVAILABLE = 75
+"""Exit status of a turn that gave up waiting for its provider (EX_TEMPFAIL: try again later)."""
 
 DEFAULT_MODEL_ENV = "BUBU_MODEL"
 
@@ -96,9 +100,7 @@ def model_options(f: Any) -> Any:
                 metavar="PATTERN",
                 help="Allow commands matching PATTERN.",
             ),
-            click.option(
-                "--max-steps", type=int, default=100, show_default=True, help="Model calls per run."
-            ),
+            *longrun_options(),
             click.option(
                 "--tool-timeout",
                 type=float,
@@ -131,6 +133,10 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     )
     # An MCP file the user named is their choice; without one, a recovered or resumed turn gets
     # the servers it was started with (recorded with the turn).
+    fallbacks = {
+        spec: resolve(spec, stall_timeout=opts.get("stall_timeout"))
+        for spec in opts.get("fallback_model") or ()
+    }
     chosen = opts.get("mcp")
     mcp = Path(chosen).expanduser() if chosen else default_config_path()
     return Host(
@@ -142,8 +148,13 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         policy=Policy(yes=bool(opts.get("yes")), allow_commands=tuple(opts.get("allow") or ())),
         asker=observer.ask,
         observer=observer,
+        fallbacks=fallbacks,
         config=RunConfig(
-            max_steps=opts.get("max_steps", 100),
+            max_steps=opts.get("max_steps"),
+            retry_for_s=opts.get("retry_for"),
+            fallback_models=tuple(fallbacks),
+            token_limit=opts.get("max_tokens"),
+            time_limit_s=opts.get("max_time"),
             tool_timeout_s=opts.get("tool_timeout", 600.0),
             context_window=opts.get("context_window"),
         ),
@@ -190,7 +201,19 @@ def finish(reason: TurnEndReason | None, observer: Any, session: str | None = No
             f"or was taken), so this run stopped writing; see `bubu status {session}`",
             err=True,
         )
+    if reason == "failed" and session is not None and _gave_up_waiting(session):
+        sys.exit(EXIT_UNAVAILABLE)
     sys.exit(EXIT.get(reason, 5))
+
+
+def _gave_up_waiting(session: str) -> bool:
+    """Whether the session's last turn ended because its provider stayed unavailable."""
+    ctx = click.get_current_context(silent=True)
+    state = ctx.find_object(Ctx) if ctx is not None else None
+    if state is None:
+        return False
+    turn = fold_longrun(state.store.read(session, kinds=("turn_started", "turn_ended")))
+    return turn.end_cause == "provider_unavailable"
 
 
 @cli.command("run")
@@ -374,6 +397,11 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
         },
         "recovery": None,
     }
+    lr = fold_longrun(records)
+    waiting = lr.waiting() if state == "running" else None
+    out["cause"] = lr.end_cause if not lr.open else None
+    out["waiting"] = waiting_json(waiting, clock.now_ms()) if waiting is not None else None
+    out["turn"] = budget_json(lr, clock.now_ms()) if lr.turn is not None else None
     if st.notice is not None:
         n = st.notice
         out["recovery"] = {
@@ -403,6 +431,14 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     click.echo(f"{info.id}  {d['status']}  ({d['turns']} turns, {d['events']} events)")
     if d["reason"]:
         click.echo(f"  {d['reason']}")
+    if d["waiting"] is not None:
+        lr = fold_longrun(ctx.store.read(info.id))
+        w = lr.waiting()
+        if w is not None:
+            from bubu import clock
+
+            click.echo(f"  {waiting_line(w, clock.now_ms())}")
+            click.echo(f"    last error: {printable(w.message)}")
     click.echo(
         f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens"
     )

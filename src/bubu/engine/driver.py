@@ -38,10 +38,10 @@ from bubu.events import (
     Event,
     FunctionCall,
     FunctionResponse,
+    ModelSwitch,
     PermissionDecision,
     PermissionRequest,
     Record,
-    ModelSwitch,
     Role,
     RunStarted,
     StepLimit,
@@ -379,9 +379,7 @@ class Runner:
                             self._call_model()
                         case RunTools(calls=calls):
                             self._run_tools(calls)
-                        case EndTurn(
-                            reason=reason, message=message, step_limit=limit, cause=cause
-                        ):
+                        case EndTurn(reason=reason, message=message, step_limit=limit, cause=cause):
                             notes = [self.note(StepLimit(steps=limit))] if limit else []
                             self.end_turn(reason, message, extra=notes, cause=cause)
                         case NeedsRecovery():
@@ -545,7 +543,11 @@ class Runner:
             # Never wait past the turn's time limit: the loop stops the turn there instead.
             left_ms = lr.time_limit_s * 1000 - lr.running_ms(now)
             delay = min(delay, max(0.0, left_ms / 1000))
-        events = [self.event("system", "system", msgspec.structs.replace(error, retry_in_ms=round(delay * 1000)))]
+        events = [
+            self.event(
+                "system", "system", msgspec.structs.replace(error, retry_in_ms=round(delay * 1000))
+            )
+        ]
         if plan.switched:
             events.append(self.note(ModelSwitch(
                 from_model=self.provider.spec, to_model=plan.model, failures=lr.streak_on_model + 1,
@@ -837,7 +839,9 @@ def stop_all(reason: StopReason) -> bool:
     return bool(runners)
 
 
-def _gave_up(e: ProviderError, attempts: int, waited_s: float, horizon_s: float, session: str) -> str:
+def _gave_up(
+    e: ProviderError, attempts: int, waited_s: float, horizon_s: float, session: str
+) -> str:
     """Why a turn stopped waiting for its provider, and how to go on."""
     return (
         f"gave up waiting for the provider after {attempts} attempts over {format_duration(waited_s)} "

@@ -142,7 +142,7 @@ def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
         return reopen_turn(host, runner)
 
 
-def resumable(reason: TurnEndReason | None, cause: EndCause | None) -> bool:
+def resumable(reason: str | None, cause: EndCause | None) -> bool:
     """Whether a turn that ended so may be continued: stopped, suspended, or failed only because
     the provider stayed unavailable."""
     return reason in ("stopped", "suspended") or (

@@ -44,6 +44,8 @@ class Waiting:
     error_class: str
     message: str
     status: int | None
+    in_flight: bool = False
+    """The next attempt has been made and has not answered yet."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +83,8 @@ class LongRunFold:
     last_error: Error | None = None
     last_error_ms: int | None = None
     last_attempt: int = 0
+    retrying: bool = False
+    """An attempt was made after the last failure and has not answered yet."""
     model: str | None = None
     """The model in use now; None until a turn starts."""
     end_cause: EndCause | None = None
@@ -103,6 +107,7 @@ class LongRunFold:
                 self.open, self.end_cause = False, n.cause
             elif isinstance(n, ModelRequest):
                 self.last_attempt = n.attempt
+                self.retrying = self.last_error is not None
             elif isinstance(n, ModelSwitch):
                 self.model, self.streak_on_model = n.to_model, 0
         elif isinstance(c, Error) and ev.turn == self.turn and self.open:
@@ -111,6 +116,7 @@ class LongRunFold:
             self.streak += 1
             self.streak_on_model += 1
             self.last_error, self.last_error_ms = c, ev.ts
+            self.retrying = False
         a = ev.actions
         if ev.role == "model" and ev.turn == self.turn and self.open:
             if ev.invocation != self._last_invocation:
@@ -161,7 +167,8 @@ class LongRunFold:
         if not self.open or e is None or e.retry_in_ms is None or self.last_error_ms is None:
             return None
         return Waiting(
-            attempt=self.last_attempt,
+            attempt=self.last_attempt - 1 if self.retrying else self.last_attempt,
+            in_flight=self.retrying,
             next_at_ms=self.last_error_ms + e.retry_in_ms,
             since_ms=self.since_ms if self.since_ms is not None else self.last_error_ms,
             model=self.model or self.primary or "",
