@@ -421,7 +421,8 @@ def test_an_invalid_api_key_fails_the_turn_with_a_clear_message(tmp_path: Path, 
     (err,) = errors(turn.records)
     assert (err.error_class, err.status, err.retryable) == ("auth", 401, False)
     assert err.message == (
-        f"the API key was rejected by the server at {api.base(turn.server.url)} (401); "
+        f"the API key was rejected by the server at {api.base(turn.server.url)} "
+        "(401: Incorrect API key provided: ***.); "
         f"check {api.key_env}"
     )
     assert turn_end(turn.records).message == err.message
@@ -436,8 +437,11 @@ def test_an_invalid_api_key_through_the_cli(tmp_path: Path) -> None:
         done = bubu(db, "run", "fix the bug", "-w", str(ws), "-m", "openai:gpt-fault",
                     "--base-url", url, env={"OPENAI_API_KEY": OPENAI_KEY})  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
-    message = f"the API key was rejected by the server at {url} (401); check OPENAI_API_KEY"
-    assert f"! auth: {message}" in done.stdout
+    message = (
+        f"the API key was rejected by the server at {url} "
+        "(401: Incorrect API key provided: ***.); check OPENAI_API_KEY"
+    )
+    assert f"! auth: {message[:80]}" in done.stdout  # the error line is cut to its width
     assert f"● turn failed: {message}" in done.stdout
     assert OPENAI_KEY not in done.stdout + done.stderr
     assert server.headers[0]["authorization"] == f"Bearer {OPENAI_KEY}"

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from bubu.engine.backoff import DEFAULT_RETRY_FOR_S
 from bubu.errors import ConfigError
 from bubu.projections.longrun import LongRunFold, Waiting, format_duration
 
@@ -161,7 +162,7 @@ def budget_json(f: LongRunFold, now_ms: int) -> dict[str, object]:
         "max_tokens": f.token_limit,
         "running_s": round(f.running_ms(now_ms) / 1000, 1),
         "max_time_s": f.time_limit_s,
-        "retry_for_s": f.retry_for_s,
+        "retry_for_s": f.retry_for_s if f.retry_for_s is not None else DEFAULT_RETRY_FOR_S,
         "fallback_models": list(f.fallbacks),
         "model": f.model,
     }
