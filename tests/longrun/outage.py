@@ -44,6 +44,7 @@ class OutageServer:
 
     url: str
     down_until: float = 0.0
+    pending: float | None = None
     status: int = 503
     retry_after: str | None = "1"
     message: str = "The service is temporarily unavailable."
@@ -54,15 +55,16 @@ class OutageServer:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def outage(self, seconds: float, *, status: int = 503, retry_after: str | None = "1") -> None:
-        """Refuse every call for the next `seconds` with `status` (and `Retry-After`)."""
+        """Refuse every call with `status` (and `Retry-After`) for `seconds`, counted from the
+        next call (so a slow process start does not eat into the outage)."""
         with self.lock:
-            self.down_until = time.monotonic() + seconds
+            self.pending, self.down_until = seconds, 0.0
             self.status, self.retry_after = status, retry_after
 
     def recover(self) -> None:
         """End the outage now."""
         with self.lock:
-            self.down_until = 0.0
+            self.pending, self.down_until = None, 0.0
 
     def refused(self) -> int:
         """How many calls were refused so far."""
@@ -114,6 +116,8 @@ def serve_outages() -> Iterator[OutageServer]:
             )
             model = str(body.get("model", ""))
             with srv.lock:
+                if srv.pending is not None:
+                    srv.down_until, srv.pending = time.monotonic() + srv.pending, None
                 down = time.monotonic() < srv.down_until or model in srv.down_models
                 status = srv.status if down else 200
                 retry_after = srv.retry_after
