@@ -44,6 +44,9 @@ from bubu.log import codec
 
 CONTENT_KINDS = frozenset(str(c.__struct_config__.tag) for c in get_args(Content))
 NOTE_KINDS = frozenset(str(n.__struct_config__.tag) for n in get_args(Note))
+LATER_NOTE_KINDS = frozenset({"model_switch"})
+"""Note kinds added to schema 1 after its fixture was released (with defaults everywhere, so
+older logs decode unchanged); the codec round-trip properties cover them."""
 ACTION_NAMES = frozenset(Actions.__struct_fields__)
 
 BLOB = ("line of tool output that was too long to keep inline\n" * 400).encode()

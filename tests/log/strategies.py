@@ -24,6 +24,7 @@ from bubu.events import (
     FunctionResponse,
     Info,
     ModelRequest,
+    ModelSwitch,
     NoticeDismissed,
     PermissionDecision,
     PermissionRequest,
@@ -63,11 +64,17 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         max_steps=st.none() | counts,
         yes=st.booleans(),
         allow_commands=st.lists(short, max_size=3),
+        retry_for_s=st.none() | st.floats(min_value=0.001, max_value=1e7),
+        fallback_models=st.lists(short, max_size=2),
+        token_limit=st.none() | counts,
+        time_limit_s=st.none() | st.floats(min_value=0.001, max_value=1e7),
     ),
     TurnEnded: st.builds(
         TurnEnded,
         reason=st.sampled_from(["completed", "failed", "stopped", "suspended"]),
         message=opt_texts,
+        cause=st.none()
+        | st.sampled_from(["provider_unavailable", "max_steps", "max_tokens", "max_time"]),
     ),
     RunStarted: st.builds(
         RunStarted,
@@ -76,6 +83,9 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         host=opt_texts,
     ),
     StepLimit: st.builds(StepLimit, steps=counts),
+    ModelSwitch: st.builds(
+        ModelSwitch, from_model=short, to_model=short, failures=counts, reason=texts
+    ),
     ModelRequest: st.builds(
         ModelRequest,
         model=short,
@@ -135,6 +145,7 @@ CONTENT: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         message=texts,
         retryable=st.booleans(),
         status=st.none() | st.integers(min_value=100, max_value=599),
+        retry_in_ms=st.none() | counts,
     ),
     SystemNote: st.builds(SystemNote, note=notes),
 }
