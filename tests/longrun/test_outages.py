@@ -65,7 +65,9 @@ def _notes(records: list[Record], kind: type) -> list[Any]:
 
 
 def _end(records: list[Record]) -> TurnEnded:
-    return _notes(records, TurnEnded)[-1]
+    end = _notes(records, TurnEnded)[-1]
+    assert isinstance(end, TurnEnded)
+    return end
 
 
 @pytest.mark.parametrize("api", ["openai", pytest.param("anthropic", marks=pytest.mark.slow)])

@@ -24,7 +24,8 @@ import msgspec
 from bubu import clock, failpoints, ids
 from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
-from bubu.engine.backoff import DEFAULT_RETRY_FOR_S, WAIT_CAP_S, GiveUp, plan_retry
+from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
+from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.compactor import Compactor
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.permissions import Answer, Asker, Policy, nobody
@@ -34,11 +35,9 @@ from bubu.events import (
     Actions,
     Content,
     EndCause,
-    Error,
     Event,
     FunctionCall,
     FunctionResponse,
-    ModelSwitch,
     PermissionDecision,
     PermissionRequest,
     Record,
@@ -58,7 +57,7 @@ from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log import codec
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
-from bubu.projections.longrun import LongRunFold, format_duration
+from bubu.projections.longrun import LongRunFold
 from bubu.projections.turn import CallState, TurnFold
 from bubu.providers.base import (
     Delta,
@@ -503,10 +502,8 @@ class Runner:
 
     def _select_model(self) -> None:
         """Use the provider of the model the log says the turn is on (a fallback, or the primary)."""
-        # The primary is this host's provider, even where the turn recorded another spec (a model
-        # given on resume, a fork run with another model).
-        want = self.longrun.model
-        if want is None or want in (self.longrun.primary, self._primary.spec):
+        want = wanted_model(self.longrun, self._primary.spec)
+        if want is None:
             self.provider = self._primary
         elif want != self.provider.spec:
             if want not in self.fallbacks:
@@ -517,44 +514,24 @@ class Runner:
 
     def _failed_attempt(self, e: ProviderError, attempt: int) -> None:
         """Record a failed attempt; end the turn, or wait (interruptibly) before the next one."""
-        error = Error(error_class=e.error_class, message=str(e), retryable=e.retryable, status=e.status)  # fmt: skip
-        if not e.retryable:
-            self.append([self.event("system", "system", error)])
-            self.end_turn("failed", str(e))
-            return
-        lr, now = self.longrun, clock.now_ms()
-        horizon = lr.retry_for_s or self.config.retry_for_s or DEFAULT_RETRY_FOR_S
-        plan = plan_retry(
-            attempt=attempt, retry_after_s=e.retry_after,
-            since_ms=lr.since_ms if lr.streak and lr.since_ms is not None else now, now_ms=now,
-            retry_for_s=horizon, chain=tuple(dict.fromkeys([self._primary.spec, *lr.fallbacks])),
-            model=self.provider.spec,
-            failures_on_model=lr.streak_on_model + 1, rand=random.random,
-            base_s=self.config.backoff_s, cap_s=self.config.backoff_max_s,
-            max_attempts=self.config.model_attempts,
+        c = self.config
+        then = after_failure(
+            e, attempt=attempt, fold=self.longrun, primary=self._primary.spec,
+            knobs=Knobs(retry_for_s=c.retry_for_s, base_s=c.backoff_s, cap_s=c.backoff_max_s,
+                        max_attempts=c.model_attempts),
+            current=self.provider.spec, now_ms=clock.now_ms(), session=self.session.id,
+            rand=random.random,
         )  # fmt: skip
-        if isinstance(plan, GiveUp):
-            self.append([self.event("system", "system", error)])
-            self.end_turn("failed", _gave_up(e, attempt, plan.waited_s, horizon, self.session.id),
-                          cause="provider_unavailable")  # fmt: skip
+        events = [self.event("system", "system", then.error)]
+        if isinstance(then, End):
+            self.append(events)
+            self.end_turn("failed", then.message, cause=then.cause)
             return
-        delay = plan.delay_s
-        if lr.time_limit_s is not None:
-            # Never wait past the turn's time limit: the loop stops the turn there instead.
-            left_ms = lr.time_limit_s * 1000 - lr.running_ms(now)
-            delay = min(delay, max(0.0, left_ms / 1000))
-        events = [
-            self.event(
-                "system", "system", msgspec.structs.replace(error, retry_in_ms=round(delay * 1000))
-            )
-        ]
-        if plan.switched:
-            events.append(self.note(ModelSwitch(
-                from_model=self.provider.spec, to_model=plan.model, failures=lr.streak_on_model + 1,
-                reason=f"{e.error_class}: {e}")))  # fmt: skip
+        if then.switch is not None:
+            events.append(self.note(then.switch))
         self.append(events)
-        self.observer.on_activity(f"retrying in {delay:.1f}s ({e.error_class})")
-        self._sleep(delay)
+        self.observer.on_activity(f"retrying in {then.delay_s:.1f}s ({e.error_class})")
+        self._sleep(then.delay_s)
 
     def _complete(self, request: ModelRequest) -> ModelResponse:
         fired = False
@@ -837,17 +814,6 @@ def stop_all(reason: StopReason) -> bool:
     for r in runners:
         r.request_stop(reason)
     return bool(runners)
-
-
-def _gave_up(
-    e: ProviderError, attempts: int, waited_s: float, horizon_s: float, session: str
-) -> str:
-    """Why a turn stopped waiting for its provider, and how to go on."""
-    return (
-        f"gave up waiting for the provider after {attempts} attempts over {format_duration(waited_s)} "
-        f"(the retry horizon is {format_duration(horizon_s)}, --retry-for); the last error: {e}; "
-        f"`bubu resume {session}` continues the turn"
-    )
 
 
 def _ignore(_: Delta) -> None:
