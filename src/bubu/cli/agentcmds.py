@@ -275,7 +275,8 @@ def _latest(store: Store) -> SessionInfo:
 @model_options
 @pass_ctx
 def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
-    """Continue a stopped or suspended turn (a crashed one is recovered by `bubu recover`)."""
+    """Continue a stopped or suspended turn, or one that gave up waiting for its provider (a
+    crashed one is recovered by `bubu recover`); limits given here replace the turn's."""
     store = ctx.store
     info = store.session(session)
     model = opts["model"] or info.model or default_model()
