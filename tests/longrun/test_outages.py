@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from bubu.cli import cli
 from bubu.cli.agentcmds import status_dict
+from bubu.errors import ConfigError
 from bubu.events import Error, ModelRequest, ModelSwitch, Record, SystemNote, TurnEnded
 from bubu.log.sqlite import SQLiteStore
 from bubu.projections.transcript import transcript
@@ -274,15 +277,25 @@ def test_a_fallback_model_takes_over_from_a_failing_primary(
         ("--fallback-model", "gpt-4o", "--fallback-model must be provider:model"),
     ],
 )
-def test_bad_values_are_one_line_errors_before_anything_is_written(
+def test_bad_values_are_refused_before_anything_is_written(
     tmp_path: Path, ws: Path, flag: str, value: str, message: str
 ) -> None:
     db = tmp_path / "bubu.db"
-    done = bubu(db, "run", "x", "-w", str(ws), "-m", "openai:gpt-x", flag, value, env=ENV)
+    args = ["--db", str(db), "run", "x", "-w", str(ws), "-m", "scripted:/dev/null", flag, value]
+    result = CliRunner().invoke(cli, args)
+    assert isinstance(result.exception, ConfigError), result.output
+    assert message in str(result.exception)
+    assert "\n" not in str(result.exception)
+    if db.exists():
+        with SQLiteStore(db) as store:
+            assert store.sessions() == [], "nothing was written"
+
+
+def test_a_bad_value_is_one_line_and_exit_status_2(tmp_path: Path, ws: Path) -> None:
+    db = tmp_path / "bubu.db"
+    done = bubu(db, "run", "x", "-w", str(ws), "-m", "openai:gpt-x", "--max-steps", "0", env=ENV)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert message in error_line(done.stderr)
-    assert len(done.stderr.strip().splitlines()) == 1
-    assert not db.exists() or bubu(db, "sessions", "--json").stdout.strip() == "[]"
+    assert done.stderr == ("bubu: error: --max-steps must be a whole number above zero, not '0'\n")
 
 
 @pytest.mark.slow
