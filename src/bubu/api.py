@@ -368,7 +368,8 @@ class Agent:
             self._mcp = mcp
         else:
             config = mcp if isinstance(mcp, MCPConfig) else load_config(mcp)
-            self._mcp, self._owns_mcp = MCPServers(config, where=str(mcp)), True
+            servers = MCPServers(config, where=str(mcp), pass_env=self.policy.pass_env)
+            self._mcp, self._owns_mcp = servers, True
         self._mcp.start()
         return list(self._mcp.tools())
 

@@ -26,6 +26,7 @@ TurnEndReason = Literal["completed", "failed", "stopped", "suspended"]
 EndCause = Literal["provider_unavailable", "max_steps", "max_tokens", "max_time"]
 """Why a turn that can be resumed ended: the provider stayed unavailable (reason `failed`), or a
 limit of the turn was reached (reason `stopped`)."""
+SandboxMode = Literal["workspace-write", "read-only", "off"]
 
 JSON: TypeAlias = Any
 """An arbitrary JSON value (tool arguments, provider-native payloads). Finite numbers only."""
@@ -136,6 +137,13 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     """Total tokens (in + out) the turn may use from this start on (None: no limit)."""
     time_limit_s: float | None = None
     """Seconds the turn may run, summed over its runs, from this start on (None: no limit)."""
+    sandbox: SandboxMode | None = None
+    """How the turn's commands are confined (None: recorded before there was a sandbox)."""
+    network: bool = False
+    """Whether the turn's sandboxed commands may use the network."""
+    pass_env: list[str] = msgspec.field(default_factory=list)
+    """The secret environment variables the user passed on to commands (``--env NAME``): names
+    only, never values, so a recovered turn passes on the same ones."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):
@@ -193,6 +201,8 @@ class RecoveryNotice(_Note, frozen=True, kw_only=True, tag="recovery_notice"):
     pending_review: list[str] = msgspec.field(default_factory=list)
     dropped_model_calls: int = 0
     reason: str | None = None
+    leftovers: list[str] = msgspec.field(default_factory=list)
+    """Processes of the dead run that were still running and were killed (one line each)."""
 
 
 class NoticeDismissed(_Note, frozen=True, kw_only=True, tag="notice_dismissed"):

@@ -210,7 +210,8 @@ def _start_slow(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
         [{"tool_calls": [call("run_command", command=SLOW)]}, {"text": "after the command"}],
     )
     proc = subprocess.Popen(
-        bubu_cmd(db, "run", "slow", "-w", str(ws), "-m", f"scripted:{script}", "--allow", SLOW),
+        bubu_cmd(db, "run", "slow", "-w", str(ws), "-m", f"scripted:{script}", "--allow", SLOW,
+                 "--sandbox", "off"),
         env=bubu_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         stdin=subprocess.DEVNULL,
     )  # fmt: skip

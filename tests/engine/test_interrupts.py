@@ -57,7 +57,9 @@ def test_a_stop_kills_the_running_command_and_ends_the_turn(
     )
     provider = scripted(script)
     info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
-    host = make_host(sqlite_store, provider, policy=Policy(yes=True))
+    host = make_host(
+        sqlite_store, provider, policy=Policy(yes=True, sandbox="off")
+    )  # pids of the host
     pid_file = ws / "pid.txt"
 
     thread, result = _in_thread(lambda: start_turn(host, info, "t"))
@@ -124,7 +126,9 @@ def test_a_resumed_turn_gets_the_tools_of_the_mcp_file_it_was_started_with(
     servers.write_text("{}")
     provider = scripted(script)
     info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
-    host = make_host(sqlite_store, provider, policy=Policy(yes=True))
+    host = make_host(
+        sqlite_store, provider, policy=Policy(yes=True, sandbox="off")
+    )  # pids of the host
     host.mcp_config = str(servers)
     thread, _ = _in_thread(lambda: start_turn(host, info, "t"))
     wait_for((ws / "pid.txt").exists, "the command to start")
@@ -170,7 +174,9 @@ def test_a_stop_requested_from_another_process_ends_the_turn_stopped(
     )
     provider = scripted(script)
     info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
-    host = make_host(sqlite_store, provider, policy=Policy(yes=True))
+    host = make_host(
+        sqlite_store, provider, policy=Policy(yes=True, sandbox="off")
+    )  # pids of the host
     pid_file = ws / "pid.txt"
     thread, result = _in_thread(lambda: start_turn(host, info, "t"))
     wait_for(

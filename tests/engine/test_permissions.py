@@ -3,6 +3,7 @@ workspace ask, every request and decision is an event, and nobody answering mean
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,10 @@ def _run(
 
     provider = scripted(script)
     info = new_session(store, task="t", workspace=ws, model=provider.spec)
-    host = make_host(store, provider, policy=policy, asker=asker)
+    # Outside the sandbox, where commands ask (a sandboxed command needs no approval).
+    host = make_host(
+        store, provider, policy=replace(policy or Policy(), sandbox="off"), asker=asker
+    )
     assert start_turn(host, info, "t") == "completed"
     return store.read(info.id), asked
 

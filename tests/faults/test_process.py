@@ -71,7 +71,8 @@ def pid_alive(pid: int) -> bool:
 
 def test_sigterm_during_a_tool_suspends_in_order_and_resume_continues(tmp_path: Path) -> None:
     db, ws, script = project(tmp_path, GATED)
-    proc = start_bubu(db, "run", "wait for it", "-w", str(ws), "-m", f"scripted:{script}", "--yes")
+    proc = start_bubu(db, "run", "wait for it", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
+                      "--sandbox", "off")  # fmt: skip
     started = ws / "started"
     wait_for(lambda: started.exists() and started.read_text().strip().isdigit(), "the command")
     command_pid = int(started.read_text())
@@ -111,7 +112,8 @@ def test_sigterm_during_a_tool_suspends_in_order_and_resume_continues(tmp_path: 
 
 def test_bubu_stop_stops_a_turn_running_in_another_process(tmp_path: Path) -> None:
     db, ws, script = project(tmp_path, GATED)
-    proc = start_bubu(db, "run", "wait for it", "-w", str(ws), "-m", f"scripted:{script}", "--yes")
+    proc = start_bubu(db, "run", "wait for it", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
+                      "--sandbox", "off")  # fmt: skip
     started = ws / "started"
     wait_for(lambda: started.exists() and started.read_text().strip().isdigit(), "the command")
     command_pid = int(started.read_text())

@@ -60,7 +60,7 @@ def test_a_full_disk_fails_the_run_clearly_and_recovery_continues(tmp_path: Path
         [{"tool_calls": [call("run_command", command=fill)]}, {"text": "Carrying on."}],
     )
     db = tmp_path / "bubu.db"
-    done = bubu(db, "run", "fill the disk", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
+    done = bubu(db, "run", "fill the disk", "-w", str(ws), "-m", f"scripted:{script}", "--yes", "--sandbox", "off",
                 hooked=True, env={"FAULT_DISK_FULL": str(flag)})  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     assert error_line(done.stderr) == (
@@ -103,7 +103,8 @@ def test_a_full_disk_while_offloading_never_leaves_a_dangling_blob(tmp_path: Pat
     with FillableStore(tmp_path / "bubu.db", flag=str(flag), room=20) as store:
         provider = ScriptedProvider(str(script))
         info = new_session(store, task="count", workspace=ws, model=provider.spec)
-        reason = start_turn(make_host(store, provider, policy=Policy(yes=True)), info, "count")
+        policy = Policy(yes=True, sandbox="off")  # the flag is a file outside the workspace
+        reason = start_turn(make_host(store, provider, policy=policy), info, "count")
         assert reason == "completed"
         assert store.verify(info.id).ok, "no dangling blob reference"
         (result,) = results(store.read(info.id))

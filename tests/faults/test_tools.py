@@ -36,7 +36,9 @@ from .helpers import (
     write_script,
 )
 
-YES = Policy(yes=True)
+YES = Policy(yes=True, sandbox="off")
+"""Unconfined: these tests follow the command's processes by their pids (tests/tools/test_sandbox.py
+covers the sandbox)."""
 
 
 @pytest.fixture

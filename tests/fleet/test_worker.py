@@ -48,7 +48,9 @@ def test_a_submitted_task_runs_on_a_worker_under_the_policy_it_was_submitted_wit
     model = write_script(
         tmp_path / "script.jsonl", [command("echo ran >> counter"), {"text": "done"}]
     )
-    flags = {"allowed": ["--allow", "echo *"], "yes": ["--yes"], "plain": []}
+    off = ["--sandbox", "off"]  # where commands ask; "sandboxed" needs no approval
+    flags = {"allowed": ["--allow", "echo *", *off], "yes": ["--yes", *off], "plain": off,
+             "sandboxed": []}  # fmt: skip
     sessions = {}
     for name, extra in flags.items():
         ws = workspace(tmp_path, name)
@@ -56,7 +58,7 @@ def test_a_submitted_task_runs_on_a_worker_under_the_policy_it_was_submitted_wit
             tmp_path, "submit", "count once", "--db", url, "-w", str(ws), "-m", model, *extra
         )
         sessions[name] = out.strip()
-    assert WorkQueue(pg).counts() == {"queued": 3}
+    assert WorkQueue(pg).counts() == {"queued": 4}
     worker = WorkerProc(tmp_path, url, "--once")
     assert worker.wait() == 0
     for name, sid in sessions.items():
@@ -72,6 +74,9 @@ def test_a_submitted_task_runs_on_a_worker_under_the_policy_it_was_submitted_wit
     assert [(d.decision, d.by) for d in decisions(pg, sessions["yes"])] == [("allow", "flag")]
     assert not turn_started(pg, sessions["plain"]).yes
     assert [(d.decision, d.by) for d in decisions(pg, sessions["plain"])] == [("deny", "nobody")]
+    assert turn_started(pg, sessions["plain"]).sandbox == "off"
+    assert turn_started(pg, sessions["sandboxed"]).sandbox == "workspace-write"
+    assert decisions(pg, sessions["sandboxed"]) == []
     lines = worker.lines()
     for sid in sessions.values():
         assert any(f"claim {sid} new epoch=1" in ln for ln in lines), lines
@@ -102,12 +107,14 @@ def test_status_show_sessions_verify_and_the_ui_read_a_postgresql_log(
         assert ui.stdout is not None
         first = ui.stdout.readline()
         assert first.startswith("Bubu UI: http://"), first + (ui.stderr.read() if ui.stderr else "")
-        base = first.split(": ", 1)[1].strip()
-        with httpx.Client(timeout=30) as http:
-            listing = http.get(base.replace("/?", "/api/sessions?"))
+        origin, token = first.split(": ", 1)[1].strip().split("/#token=")
+        with httpx.Client(
+            base_url=origin, headers={"authorization": f"Bearer {token}"}, timeout=30
+        ) as http:
+            listing = http.get("/api/sessions")
             assert listing.status_code == 200, listing.text
             assert [s["id"] for s in listing.json()["sessions"]] == [sid]
-            detail = http.get(base.replace("/?", f"/api/sessions/{sid}?"))
+            detail = http.get(f"/api/sessions/{sid}")
             assert detail.status_code == 200, detail.text
             assert sid in detail.text
             assert "say hello" in detail.text

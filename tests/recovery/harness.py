@@ -83,7 +83,18 @@ class Project:
     def run_args(self, scenario: Scenario) -> list[str]:
         """The `bubu run` arguments for the scenario."""
         allow = [a for pattern in scenario.allow for a in ("--allow", pattern)]
-        return ["run", "do it", "-w", str(self.ws), "-m", f"scripted:{self.script}", *allow]
+        # Unconfined: the scenarios count side effects through files outside the workspace.
+        return [
+            "run",
+            "do it",
+            "-w",
+            str(self.ws),
+            "-m",
+            f"scripted:{self.script}",
+            "--sandbox",
+            "off",
+            *allow,
+        ]
 
 
 def lay_out(root: Path, scenario: Scenario) -> Project:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +16,7 @@ from bubu.log.codec import sha256_hex
 from bubu.log.sqlite import SQLiteStore
 from bubu.projections.status import fold_status
 from bubu.web import create_app
+from bubu.web.auth import BAD_TOKEN, FOREIGN_ORIGIN, NO_TOKEN, NOT_A_HEADER, split_host
 
 from .scenarios import (
     CRASH_TASK,
@@ -33,6 +34,9 @@ from .scenarios import (
 )
 
 AUTH = {"authorization": f"Bearer {TOKEN}"}
+PORT = 8642
+BASE = f"http://127.0.0.1:{PORT}"
+"""Where the test client says the UI is bound (the ASGI scope's server)."""
 
 ClientFactory = Callable[..., TestClient]
 
@@ -42,9 +46,11 @@ def make_client(tmp_path: Path) -> Iterator[ClientFactory]:
     """Clients over an app on a store, lifespan running; closed at the end of the test."""
     opened: list[TestClient] = []
 
-    def make(store: SQLiteStore, *, auth: bool = True, recover: bool = False) -> TestClient:
-        app = create_app(store, token=TOKEN, recover=recover, workspace=str(tmp_path))
-        client = TestClient(app, headers=AUTH if auth else {})
+    def make(
+        store: SQLiteStore, *, auth: bool = True, recover: bool = False, hosts: Sequence[str] = ()
+    ) -> TestClient:
+        app = create_app(store, token=TOKEN, recover=recover, workspace=str(tmp_path), hosts=hosts)
+        client = TestClient(app, base_url=BASE, headers=AUTH if auth else {})
         client.__enter__()
         opened.append(client)
         return client
@@ -75,32 +81,102 @@ def tool(d: Any, name: str) -> Any:
 # -- the token --------------------------------------------------------------------------------
 
 
-def test_requests_without_the_token_are_refused(
-    make_client: ClientFactory, recovered_store: SQLiteStore, crashed: Crashed
+def test_the_page_shell_loads_without_the_token_and_holds_no_secret(
+    make_client: ClientFactory, recovered_store: SQLiteStore
 ) -> None:
     anon = make_client(recovered_store, auth=False)
-    for path in ("/", "/api/sessions", f"/api/sessions/{crashed.session}", "/static/app.js"):
-        r = anon.get(path)
-        assert r.status_code == 401, path
-        assert "access token" in r.text
-    assert anon.get("/api/sessions?token=wrong").status_code == 403
-    assert anon.get("/api/sessions", headers={"authorization": "Bearer wrong"}).status_code == 403
-    assert anon.post(f"/api/sessions/{crashed.session}/dismiss").status_code == 401
-    assert not fold_status(recovered_store.read(crashed.session)).notice_dismissed
-
     page = anon.get(f"/?token={TOKEN}")
     assert page.status_code == 200
-    assert "bubu_token_" in page.headers["set-cookie"]
+    assert "set-cookie" not in page.headers  # no cookie: browsers send cookies to every port
+    assert TOKEN not in page.text
     assert "default-src 'self'" in page.headers["content-security-policy"]
-    assert anon.get("/api/sessions").status_code == 200  # the cookie alone now suffices
+    assert page.headers["referrer-policy"] == "no-referrer"
+    assert anon.get("/static/app.js").status_code == 200
+    old = anon.get("/", headers={"cookie": f"bubu_token_{PORT}=an-old-token"})
+    assert old.headers["set-cookie"].startswith(f'bubu_token_{PORT}=""; expires=')  # removed
 
 
-def test_a_state_change_from_another_site_is_refused(client: TestClient, crashed: Crashed) -> None:
-    r = client.post(
-        f"/api/sessions/{crashed.session}/dismiss", headers={"origin": "http://evil.example"}
-    )
-    assert r.status_code == 403
-    assert client.get(f"/api/sessions/{crashed.session}").json()["notice"]["dismissed"] is False
+@pytest.mark.parametrize("path", ["/api/config", "/api/sessions", "/api/sessions/{sid}",
+                                  "/api/sessions/{sid}/stream", "/api/sessions/{sid}/context"])  # fmt: skip
+def test_every_api_read_needs_the_bearer_header(
+    make_client: ClientFactory, recovered_store: SQLiteStore, crashed: Crashed, path: str
+) -> None:
+    anon = make_client(recovered_store, auth=False)
+    url = path.format(sid=crashed.session)
+    none = anon.get(url)
+    assert (none.status_code, none.json()) == (401, {"error": NO_TOKEN})
+    wrong = anon.get(url, headers={"authorization": "Bearer not-the-token"})
+    assert (wrong.status_code, wrong.json()) == (403, {"error": BAD_TOKEN})
+    for tried in (anon.get(url + f"?token={TOKEN}"),
+                  anon.get(url, headers={"cookie": f"bubu_token_{PORT}={TOKEN}"})):  # fmt: skip
+        assert (tried.status_code, tried.json()) == (401, {"error": NOT_A_HEADER})
+
+
+def test_the_token_as_a_cookie_does_not_change_anything(
+    make_client: ClientFactory, recovered_store: SQLiteStore, crashed: Crashed
+) -> None:
+    """What another local server could replay if a cookie carried the token: it is refused."""
+    anon = make_client(recovered_store, auth=False)
+    cookie = {"cookie": f"bubu_token_{PORT}={TOKEN}", "origin": BASE}
+    assert anon.post(f"/api/sessions/{crashed.session}/dismiss", headers=cookie).status_code == 401
+    body = {"task": "rm -rf ~", "workspace": "/tmp", "model": "scripted:-"}
+    assert anon.post("/api/sessions", json=body, headers=cookie).status_code == 401
+    assert not fold_status(recovered_store.read(crashed.session)).notice_dismissed
+    assert [s.id for s in recovered_store.sessions()] == [crashed.session]
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["evil.example:8642", "evil.example", f"127.0.0.1:{PORT + 1}", "127.0.0.2:8642",
+     "localhost.evil.example:8642", "[::1", "127.0.0.1:x", ""],
+)  # fmt: skip
+def test_a_request_naming_another_host_is_refused(client: TestClient, host: str) -> None:
+    """DNS rebinding: a name the attacker points at 127.0.0.1 reaches nothing, not even the page."""
+    for path in ("/api/sessions", "/", "/static/app.js"):
+        r = client.get(path, headers={"host": host})
+        assert r.status_code == 421, (host, path)
+        assert r.json()["error"].startswith("This request named the host")
+
+
+@pytest.mark.parametrize("host", [f"127.0.0.1:{PORT}", f"localhost:{PORT}", f"[::1]:{PORT}",
+                                  f"LOCALHOST:{PORT}"])  # fmt: skip
+def test_the_loopback_names_of_the_bound_port_are_accepted(client: TestClient, host: str) -> None:
+    assert client.get("/api/sessions", headers={"host": host}).status_code == 200
+
+
+def test_another_host_given_to_bubu_ui_is_accepted(
+    make_client: ClientFactory, recovered_store: SQLiteStore
+) -> None:
+    c = make_client(recovered_store, hosts=["devbox.lan"])
+    assert c.get("/api/sessions", headers={"host": f"devbox.lan:{PORT}"}).status_code == 200
+    assert c.get("/api/sessions", headers={"host": f"other.lan:{PORT}"}).status_code == 421
+
+
+def test_a_request_from_another_site_or_port_is_refused(
+    client: TestClient, crashed: Crashed
+) -> None:
+    sid = crashed.session
+    for origin in ("http://evil.example", f"http://127.0.0.1:{PORT + 1}", "null"):
+        r = client.post(f"/api/sessions/{sid}/dismiss", headers={"origin": origin})
+        assert (r.status_code, r.json()) == (403, {"error": FOREIGN_ORIGIN}), origin
+    for site in ("same-site", "cross-site"):
+        r = client.get(f"/api/sessions/{sid}", headers={"sec-fetch-site": site})
+        assert r.status_code == 403, site
+    own = client.get(f"/api/sessions/{sid}", headers={"sec-fetch-site": "same-origin"})
+    assert own.is_success
+    assert own.headers["cache-control"] == "no-store"
+    assert client.get(f"/api/sessions/{sid}").json()["notice"]["dismissed"] is False
+    ok = client.post(f"/api/sessions/{sid}/dismiss", headers={"origin": BASE})
+    assert ok.status_code == 200
+
+
+def test_host_headers_are_split_like_a_server_would() -> None:
+    assert split_host("127.0.0.1:8642") == ("127.0.0.1", 8642)
+    assert split_host("[::1]:8642") == ("::1", 8642)
+    assert split_host("Localhost") == ("localhost", 80)
+    assert split_host("[::1]") == ("::1", 80)
+    for bad in ("", ":80", "[::1]x", "[::1", "host:port", "host:123456"):
+        assert split_host(bad) is None, bad
 
 
 # -- reading ----------------------------------------------------------------------------------
@@ -293,13 +369,16 @@ PERMISSION_SCRIPT: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 
-def start(client: TestClient, tmp_path: Path, name: str, lines: list[dict[str, Any]]) -> str:
-    """Start a task through the API in a fresh workspace; the session id."""
+def start(
+    client: TestClient, tmp_path: Path, name: str, lines: list[dict[str, Any]], **more: Any
+) -> str:
+    """Start a task through the API in a fresh workspace (`more`: other fields of the body);
+    the session id."""
     ws = tmp_path / name
     ws.mkdir()
     spec = write_script(tmp_path / f"{name}.jsonl", lines)
     r = client.post(
-        "/api/sessions", json={"task": f"task {name}", "workspace": str(ws), "model": spec}
+        "/api/sessions", json={"task": f"task {name}", "workspace": str(ws), "model": spec, **more}
     )
     assert r.status_code == 201, r.text
     return str(r.json()["session"])
@@ -323,7 +402,7 @@ def test_a_permission_request_waits_for_the_page(
     decision: Literal["allow", "deny"],
     card: str,
 ) -> None:
-    sid = start(client, tmp_path, "perm", PERMISSION_SCRIPT)
+    sid = start(client, tmp_path, "perm", PERMISSION_SCRIPT, sandbox="off")
     wait_for(lambda: bool(pending(client, sid)), what="the permission request")
     req = pending(client, sid)[0]
     assert (req["tool"], req["summary"]) == ("run_command", "run `echo hello-from-bubu`")
@@ -375,7 +454,7 @@ def test_follow_up_stop_and_resume(client: TestClient, tmp_path: Path) -> None:
 
 
 def test_stop_answers_a_waiting_permission_with_nobody(client: TestClient, tmp_path: Path) -> None:
-    sid = start(client, tmp_path, "waiting", PERMISSION_SCRIPT)
+    sid = start(client, tmp_path, "waiting", PERMISSION_SCRIPT, sandbox="off")
     wait_for(lambda: bool(pending(client, sid)), what="the permission request")
     client.post(f"/api/sessions/{sid}/stop")
     wait_for(lambda: status(client, sid) == "stopped", what="the stop")
@@ -393,7 +472,7 @@ def test_a_new_task_runs_allow_listed_commands_without_asking(
     spec = write_script(tmp_path / "allowed.jsonl", PERMISSION_SCRIPT)
     r = client.post(
         "/api/sessions",
-        json={"task": "greet", "workspace": str(ws), "model": spec,
+        json={"task": "greet", "workspace": str(ws), "model": spec, "sandbox": "off",
               "allow_commands": ["echo hello-*", " ", "git status"]},
     )  # fmt: skip
     assert r.status_code == 201, r.text
@@ -484,3 +563,30 @@ def test_bad_requests_get_one_sentence(client: TestClient, tmp_path: Path) -> No
     )
     assert "no session" in error(client.get("/api/sessions/ses_nope"), 404)
     assert client.get("/api/sessions").json()["sessions"][0]["title"] == CRASH_TASK
+
+
+def test_a_new_task_runs_its_commands_in_the_sandbox_it_names(
+    client: TestClient, recovered_store: SQLiteStore, tmp_path: Path
+) -> None:
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "run_command", "arguments": {"command": "touch x"}}]},
+        {"text": "done"},
+    ]
+    sid = start(client, tmp_path, "boxed", script, sandbox="read-only", network=True)
+    wait_for(lambda: status(client, sid) == "completed", what="the turn to end")
+    d = detail(client, sid)
+    assert "Read-only file system" in tool(d, "run_command")["result_head"]
+    records = recovered_store.read(sid)
+    assert not any(r.event.actions and r.event.actions.permission_request for r in records)
+    (opened,) = [
+        c.note
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnStarted)
+    ]
+    assert (opened.sandbox, opened.network) == ("read-only", True)
+    bad = client.post(
+        "/api/sessions",
+        json={"task": "t", "workspace": str(tmp_path), "model": "scripted:x", "sandbox": "lax"},
+    )
+    assert bad.status_code == 400
+    assert "not valid" in bad.json()["error"]

@@ -37,6 +37,14 @@ def status_of(url: str) -> int:
         return int(e.code)
 
 
+def raw_get(port: int, host: str, token: str) -> bytes:
+    """The head of the answer to a GET of /api/sessions naming `host`, as a DNS-rebound page would."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"GET /api/sessions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+                  "Connection: close\r\n\r\n".encode())  # fmt: skip
+        return s.recv(64)
+
+
 def api(url: str, token: str, body: object | None = None) -> Any:
     """GET (or POST `body` to) the API with the bearer token; the decoded JSON."""
     req = urllib.request.Request(
@@ -65,13 +73,16 @@ def test_bubu_ui_prints_a_tokened_url_refuses_without_it_and_suspends_on_ctrl_c(
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        m = re.fullmatch(r"Bubu UI: (http://127\.0\.0\.1:\d+)/\?token=([\w-]{20,})\n", first)
+        m = re.fullmatch(r"Bubu UI: (http://127\.0\.0\.1:\d+)/#token=([\w-]{20,})\n", first)
         assert m, first
         base, token = m.groups()
         assert status_of(f"{base}/api/sessions") == 401
-        assert status_of(f"{base}/api/sessions?token=not-it") == 403
+        assert status_of(f"{base}/api/sessions?token={token}") == 401  # only the header counts
         assert [s["id"] for s in api(f"{base}/api/sessions", token)["sessions"]] == [sid]
-        with urllib.request.urlopen(f"{base}/?token={token}", timeout=10) as r:
+        port = base.rsplit(":", 1)[1]
+        assert raw_get(int(port), f"evil.example:{port}", token).startswith(b"HTTP/1.1 421 ")
+        assert raw_get(int(port), f"localhost:{port}", token).startswith(b"HTTP/1.1 200 ")
+        with urllib.request.urlopen(f"{base}/", timeout=10) as r:
             assert b"/static/app.js" in r.read()
         task = {"task": "go slowly", "workspace": str(tmp_path / "ws"), "model": slow}
         running = api(f"{base}/api/sessions", token, task)["session"]
@@ -116,6 +127,6 @@ def test_the_url_names_the_bound_address() -> None:
 
     sock = bind("127.0.0.1", 0)
     try:
-        assert url_for(sock, "tok") == f"http://127.0.0.1:{sock.getsockname()[1]}/?token=tok"
+        assert url_for(sock, "tok") == f"http://127.0.0.1:{sock.getsockname()[1]}/#token=tok"
     finally:
         sock.close()

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.envopt import ENV_HELP, env_names
 from bubu.cli.longrun import budget_json, longrun_options, waiting_json, waiting_line
 from bubu.cli.render import JsonlObserver, TerminalObserver, printable
 from bubu.engine.driver import RunConfig, stop_all
@@ -47,6 +48,13 @@ def default_model() -> str:
         "no model given: pass -m provider:model (e.g. -m anthropic:claude-sonnet-5-5, "
         "-m openai:gpt-5, -m scripted:FILE) or set BUBU_MODEL; try `bubu demo` for a run without a key"
     )
+
+
+def sandbox_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    """Check a --sandbox value before anything runs: a one-line error names the valid modes."""
+    from bubu.tools.sandbox import parse_mode
+
+    return None if value is None else parse_mode(value)
 
 
 def model_options(f: Any) -> Any:
@@ -100,6 +108,24 @@ def model_options(f: Any) -> Any:
                 metavar="PATTERN",
                 help="Allow commands matching PATTERN.",
             ),
+            click.option(
+                "--sandbox",
+                default=None,
+                envvar="BUBU_SANDBOX",
+                metavar="workspace-write|read-only|off",
+                callback=sandbox_option,
+                help="Confine commands: workspace writable (default), nothing writable, or no "
+                "sandbox (commands ask).",
+            ),
+            click.option("--network", is_flag=True, help="Let sandboxed commands use the network."),
+            click.option(
+                "--env",
+                "pass_env",
+                multiple=True,
+                metavar="NAME",
+                callback=env_names(must_be_set=True),
+                help=ENV_HELP,
+            ),
             *longrun_options(),
             click.option(
                 "--tool-timeout",
@@ -139,13 +165,20 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     }
     chosen = opts.get("mcp")
     mcp = Path(chosen).expanduser() if chosen else default_config_path()
+    pass_env: tuple[str, ...] = tuple(opts.get("pass_env") or ())
     return Host(
         store=store,
         provider=provider,
-        tools=host_tools(str(mcp) if mcp is not None else None),
+        tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env),
         mcp_config=str(mcp.resolve()) if mcp is not None else None,
-        load_tools=None if chosen else host_tools,
-        policy=Policy(yes=bool(opts.get("yes")), allow_commands=tuple(opts.get("allow") or ())),
+        load_tools=None if chosen else lambda path: host_tools(path, pass_env=pass_env),
+        policy=Policy(
+            yes=bool(opts.get("yes")),
+            allow_commands=tuple(opts.get("allow") or ()),
+            sandbox=opts.get("sandbox"),
+            network=bool(opts.get("network")),
+            pass_env=pass_env,
+        ),
         asker=observer.ask,
         observer=observer,
         fallbacks=fallbacks,
@@ -328,7 +361,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
     click.echo(f"{info.id}  {printable(info.title)}\n  workspace {printable(info.workspace)}\n")
     for item in t.items:
         if isinstance(item, ToolCard):
-            click.echo(f"  ⏺ {item.name} {_args(item.arguments)}  [{item.status}]")
+            click.echo(f"  ⏺ {printable(item.name)} {_args(item.arguments)}  [{item.status}]")
             if item.result is not None:
                 first = (item.result.strip().splitlines() or [""])[0]
                 click.echo(f"    ⎿ {printable(first[:100])}")
@@ -410,6 +443,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "silent_retries": n.silent_retries,
             "verified_applied": n.verified_applied,
             "pending_review": n.pending_review,
+            "leftovers": n.leftovers,
             "reason": n.reason,
             "dismissed": st.notice_dismissed,
             "seq": st.notice_seq,
@@ -431,7 +465,7 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     usage: Any = d["usage"]
     click.echo(f"{info.id}  {d['status']}  ({d['turns']} turns, {d['events']} events)")
     if d["reason"]:
-        click.echo(f"  {d['reason']}")
+        click.echo(f"  {printable(str(d['reason']))}")
     if d["waiting"] is not None:
         lr = fold_longrun(ctx.store.read(info.id))
         w = lr.waiting()
@@ -448,5 +482,5 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         st = fold_status(ctx.store.read(info.id))
         assert st.notice is not None
         click.echo("  recovery notice:")
-        for ln in notice_text(st.notice).splitlines():
+        for ln in printable(notice_text(st.notice)).splitlines():
             click.echo("    " + ln)

@@ -73,7 +73,9 @@ def emit_jsonl(obj: Any) -> None:
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print `bubu: error: message` on stderr and exit with `code`."""
-    click.echo(f"bubu: error: {message}", err=True)
+    from bubu.cli.term import printable  # messages can quote a model's or a server's words
+
+    click.echo(f"bubu: error: {printable(message)}", err=True)
     sys.exit(code)
 
 

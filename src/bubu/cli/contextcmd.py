@@ -10,6 +10,7 @@ import click
 import msgspec
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.term import one_line
 from bubu.projections.context import diagnose
 from bubu.providers.base import AssistantMessage, ToolResultsMessage, UserMessage
 
@@ -60,7 +61,7 @@ def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | 
         f"{info.id} · next request {digest[:16]} · ~{calibrated:,} of {out['budget']:,} tokens (window {window:,})"
     )
     if cp is not None:
-        click.echo(f"checkpoint {cp.key} covers events 1–{cp.watermark}")
+        click.echo(f"checkpoint {_short(cp.key, 80)} covers events 1–{cp.watermark}")
     click.echo("events: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     click.echo(
         f"\n[system + {len(request.tools)} tools: stable prefix, {len(request.system):,} chars]"
@@ -72,18 +73,17 @@ def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | 
             click.echo(f"\nMODEL {' · '.join(_part(p) for p in m.parts)}")
         elif isinstance(m, ToolResultsMessage):
             for r in m.results:
-                click.echo(f"  ← {r.name}: {_short(r.content, 90)}")
+                click.echo(f"  ← {_short(r.name, 40)}: {_short(r.content, 90)}")
 
 
 def _short(text: str, n: int = 140) -> str:
-    one = " ".join(text.split())
-    return one if len(one) <= n else one[: n - 1] + "…"
+    return one_line(text, n)
 
 
 def _part(p: Any) -> str:
     kind = getattr(p, "kind", "")
     if kind == "tool_call":
-        return f"call {p.name}"
+        return f"call {_short(p.name, 40)}"
     if kind == "thinking":
         return "(thinking)"
     return _short(getattr(p, "text", ""), 80)

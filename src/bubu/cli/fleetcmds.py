@@ -10,8 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bubu.cli.agentcmds import sandbox_option
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.envopt import env_names
+from bubu.cli.term import echo
 from bubu.errors import ConfigError
+from bubu.events import SandboxMode
 from bubu.log.store import SessionInfo, Store
 
 if TYPE_CHECKING:
@@ -80,6 +84,11 @@ def _longrun(f: Any) -> Any:
 @click.option("-m", "--model", default=None, help="provider:model (default: BUBU_MODEL).")
 @click.option("--yes", is_flag=True, help="Approve every permission request of the task.")
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Allow commands matching PATTERN.")
+@click.option("--sandbox", default=None, envvar="BUBU_SANDBOX", metavar="workspace-write|read-only|off",
+              callback=sandbox_option, help="Confine the task's commands (default workspace-write).")  # fmt: skip
+@click.option("--network", is_flag=True, help="Let the task's sandboxed commands use the network.")
+@click.option("--env", "pass_env", multiple=True, metavar="NAME", callback=env_names(must_be_set=False),
+              help="Pass the worker's secret variable NAME on to the task's commands.")  # fmt: skip
 @_longrun
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
@@ -93,6 +102,9 @@ def submit_cmd(
     model: str | None,
     yes: bool,
     allow: tuple[str, ...],
+    sandbox: SandboxMode | None,
+    network: bool,
+    pass_env: tuple[str, ...],
     max_steps: int | None,
     as_json: bool,
     retry_for: float | None = None,
@@ -106,8 +118,9 @@ def submit_cmd(
 
     store = fleet_store(ctx, db)
     spec = check_model(model or default_model())
-    policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps, retry_for_s=retry_for,
-                        fallback_models=tuple(check_model(m) for m in fallback_model),
+    policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps,
+                        sandbox=sandbox or "workspace-write", network=network, pass_env=pass_env,
+                        retry_for_s=retry_for, fallback_models=tuple(check_model(m) for m in fallback_model),
                         token_limit=max_tokens, time_limit_s=max_time)  # fmt: skip
     info = submit(store, task=task, workspace=workspace, model=spec, policy=policy)
     if as_json:
@@ -130,7 +143,7 @@ def equip(info: SessionInfo, mcp: str | None = None) -> tuple[Provider, dict[str
 
 
 def _say(line: str) -> None:
-    click.echo(f"bubu worker {time.strftime('%H:%M:%S')} {line}", err=True)
+    echo(f"bubu worker {time.strftime('%H:%M:%S')} {line}", err=True)
 
 
 @cli.command("worker")

@@ -9,7 +9,7 @@ import click
 import msgspec
 
 from bubu.cli.app import Ctx, cli, emit_json, emit_jsonl, fail, pass_ctx
-from bubu.cli.render import printable
+from bubu.cli.term import echo, printable
 from bubu.errors import BubuError, CorruptLog
 from bubu.log import codec
 from bubu.log.store import SessionInfo, Store
@@ -104,7 +104,7 @@ def verify_cmd(ctx: Ctx, session: str | None, as_json: bool) -> None:
             if r.ok:
                 click.echo(f"ok    {r.session}  {r.high_water} events  {r.digest[:16]}")
             else:
-                click.echo(f"BAD   {r.session}  at seq {r.first_bad_seq}: {r.problem}")
+                echo(f"BAD   {r.session}  at seq {r.first_bad_seq}: {r.problem}")
         if db_ok != "ok":
             click.echo(f"BAD   database: {db_ok}")
         if not reports:

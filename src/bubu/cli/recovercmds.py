@@ -12,6 +12,7 @@ from bubu import clock
 from bubu.cli.agentcmds import EXIT, make_host, model_options, observer_for, signals
 from bubu.cli.app import Ctx, cli, emit_json, fail, pass_ctx
 from bubu.cli.render import TerminalObserver
+from bubu.cli.term import echo, one_line
 from bubu.engine.driver import owner_id
 from bubu.engine.recovery import recover_session
 from bubu.errors import ConfigError
@@ -51,7 +52,7 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, **opts: Any) ->
             raise ConfigError(f"session {info.id} has no model recorded; pass -m provider:model")
         host = make_host(store, model, opts, observer)
         if isinstance(observer, TerminalObserver):
-            observer.line(f"recovering {info.id}: {info.title[:60]}")
+            observer.line(f"recovering {info.id}: {one_line(info.title, 60)}")
         with signals(host):
             rec = recover_session(host, info)
         code = 5 if rec.outcome in ("blocked", "busy") else EXIT.get(rec.outcome, 0)
@@ -100,12 +101,12 @@ def stop_cmd(ctx: Ctx, /, session: str, wait_s: float) -> None:
         state = fold_status(store.read(info.id)).state
         hint = " (its runner is gone: `bubu recover` continues it)" if state == "open" else ""
         fail(f"nothing is running session {info.id}; its turn is {state}{hint}")
-    click.echo(f"asked {lease.owner} to stop session {info.id}")
+    echo(f"asked {lease.owner} to stop session {info.id}")
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
         if st.state != "open":
-            click.echo(f"● turn {st.state}" + (f": {st.reason}" if st.reason else ""))
+            echo(f"● turn {st.state}" + (f": {st.reason}" if st.reason else ""))
             return
         time.sleep(0.1)
     if wait_s:

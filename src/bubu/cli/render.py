@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
@@ -12,6 +11,7 @@ from typing import TextIO
 import click
 
 from bubu.cli.app import emit_jsonl
+from bubu.cli.term import one_line, printable, styled
 from bubu.engine.permissions import Answer
 from bubu.events import (
     Error,
@@ -29,32 +29,16 @@ from bubu.projections.longrun import LongRunFold
 from bubu.projections.transcript import notice_text, switch_text
 from bubu.providers.base import Delta
 
-_CONTROL = re.compile(
-    "[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]"
-)
-
-
-def _escape(m: re.Match[str]) -> str:
-    code = ord(m.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """`text` safe to print on a terminal: control and bidi characters, which could clear the
-    screen, retitle the window or reorder what is shown, become visible escapes like \\x1b."""
-    return _CONTROL.sub(_escape, text)
-
 
 def _short(value: object, width: int = 70) -> str:
-    text = " ".join(printable(str(value)).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return one_line(str(value), width)
 
 
 def call_label(c: FunctionCall) -> str:
     """A one-line label for a tool call."""
     a = c.arguments
     main = a.get("command") or a.get("pattern") or a.get("path") or a.get("handle") or ""
-    return f"{c.name} {_short(main)}".rstrip()
+    return f"{_short(c.name, 40)} {_short(main)}".rstrip()
 
 
 def result_label(c: FunctionResponse) -> str:
@@ -84,6 +68,7 @@ class TerminalObserver:
         self.steps = 0
         self.tokens = 0
         self._in_text = False
+        self._cr = False
         self._last_kind = "text"
         self._status_shown = False
         self.longrun = LongRunFold()
@@ -119,7 +104,11 @@ class TerminalObserver:
 
         elapsed = int(time.monotonic() - self.started)
         waiting = self.longrun.waiting()
-        what = waiting_line(waiting, clock.now_ms()) if waiting else self.activity or "working"
+        what = (
+            waiting_line(waiting, clock.now_ms())
+            if waiting
+            else one_line(self.activity or "working", 60)
+        )
         return f"  ◦ step {self.steps} · {what} · {self.tokens:,} tokens · {elapsed // 60}:{elapsed % 60:02d}"
 
     def _tick(self) -> None:
@@ -128,13 +117,11 @@ class TerminalObserver:
                 self._draw_status()
 
     def line(self, text: str) -> None:
-        """Print a full line above the status line."""
+        """Print a full line above the status line; only colours survive of any escape in it."""
         with self._lock:
             self._clear_status()
-            if self._in_text:
-                self.out.write("\n")
-                self._in_text = False
-            self.out.write(text + "\n")
+            self._end_text()
+            self.out.write(styled(text) + "\n")
             self._draw_status()
             self.out.flush()
 
@@ -143,10 +130,14 @@ class TerminalObserver:
         self._done.set()
         with self._lock:
             self._clear_status()
-            if self._in_text:
-                self.out.write("\n")
-                self._in_text = False
+            self._end_text()
             self.out.flush()
+
+    def _end_text(self) -> None:
+        if self._in_text:
+            self.out.write("\n")
+            self._in_text = False
+        self._cr = False
 
     # -- Observer ---------------------------------------------------------------------------------
 
@@ -156,13 +147,14 @@ class TerminalObserver:
             return
         with self._lock:
             self._clear_status()
-            text = (
-                delta.text
-                if delta.kind == "text"
-                else self._style(delta.text, dim=True, italic=True)
-            )
             if self._in_text and delta.kind != self._last_kind:
                 self.out.write("\n")
+                self._cr = False
+            # A CR-LF may be split across two deltas: hold a trailing CR until the next one.
+            raw = ("\r" if self._cr else "") + delta.text
+            self._cr = raw.endswith("\r")
+            safe = printable(raw[:-1] if self._cr else raw)
+            text = safe if delta.kind == "text" else self._style(safe, dim=True, italic=True)
             self._last_kind = delta.kind
             self.out.write(text)
             self._in_text = True
@@ -184,10 +176,9 @@ class TerminalObserver:
                 self.tokens += a.token_usage.input_tokens + a.token_usage.output_tokens
                 if self._in_text:
                     with self._lock:
-                        self.out.write("\n")
-                        self._in_text = False
+                        self._end_text()
             if isinstance(c, Text) and ev.role == "model" and c.text and not self._streamed_any(c):
-                self.line(c.text)
+                self.line(printable(c.text))
             elif isinstance(c, FunctionCall):
                 self.line(self._style("⏺ ", fg="cyan") + call_label(c))
             elif isinstance(c, FunctionResponse):
@@ -197,7 +188,9 @@ class TerminalObserver:
                 self.line(mark + result_label(c))
             elif isinstance(c, Error):
                 self.line(
-                    self._style(f"  ! {c.error_class}: {_short(c.message, 100)}", fg="yellow")
+                    self._style(
+                        f"  ! {_short(c.error_class, 40)}: {_short(c.message, 100)}", fg="yellow"
+                    )
                 )
             elif isinstance(c, SystemNote) and isinstance(c.note, ModelSwitch):
                 self.line(self._style(f"  ⇄ {switch_text(c.note)}", fg="yellow"))
@@ -208,7 +201,7 @@ class TerminalObserver:
                 colour = {"completed": "green", "failed": "red"}.get(n.reason, "yellow")
                 self.line(
                     self._style(f"● turn {n.reason}", fg=colour, bold=True)
-                    + (f": {n.message}" if n.message else "")
+                    + (f": {printable(n.message)}" if n.message else "")
                 )
 
     def _streamed_any(self, _: Text) -> bool:
@@ -219,7 +212,7 @@ class TerminalObserver:
     def notice(self, n: RecoveryNotice, session: str) -> None:
         """Print the recovery notice as a framed block."""
         colour = "red" if n.status == "blocked" else "yellow"
-        lines = notice_text(n).splitlines()
+        lines = printable(notice_text(n)).splitlines()
         self.line(self._style("┌ " + lines[0], fg=colour, bold=True))
         for ln in lines[1:]:
             self.line(self._style("│ ", fg=colour) + ln)
@@ -231,11 +224,10 @@ class TerminalObserver:
             return None
         with self._lock:
             self._clear_status()
-            if self._in_text:
-                self.out.write("\n")
-                self._in_text = False
+            self._end_text()
             ok = click.confirm(
-                self._style(f"? allow {request.summary}", bold=True) + f" ({request.reason})",
+                self._style(f"? allow {printable(request.summary)}", bold=True)
+                + f" ({printable(request.reason)})",
                 default=False,
             )
         return "allow" if ok else "deny"
@@ -258,3 +250,12 @@ class JsonlObserver:
     def ask(self, request: PermissionRequest) -> Answer | None:
         """Nobody answers in JSONL mode."""
         return None
+
+
+__all__ = [
+    "JsonlObserver",
+    "TerminalObserver",
+    "call_label",
+    "printable",  # re-exported: it lives in bubu.cli.term, commands import it from here too
+    "result_label",
+]

@@ -16,8 +16,9 @@ from typing import Literal
 import click
 
 from bubu.cli.app import cli, emit_json, fail
+from bubu.cli.term import echo
 from bubu.errors import BubuError, StorageError, UnknownSession
-from bubu.log import codec, open_store
+from bubu.log import codec, open_store, redact
 from bubu.log.store import SessionInfo, Store
 
 Outcome = Literal["copied", "skipped", "refused", "failed"]
@@ -76,6 +77,14 @@ def copy_session(src: Store, dst: Store, info: SessionInfo) -> CopyResult:
                     session=sid, result="refused", reason=f"blob {ref.sha256[:12]}… is missing"
                 )
             blobs[ref.sha256] = data
+    leaked = redact.found_in([r.event for r in records], list(blobs.values()))
+    if leaked is not None:
+        return CopyResult(
+            session=sid,
+            result="refused",
+            reason=f"it holds the value of {leaked}, a secret of this environment that Bubu keeps "
+            f"out of its logs; unset {leaked} to copy it as it is",
+        )
     try:
         # With its events in one transaction: an interrupted copy leaves nothing to skip later.
         dst.create_session(
@@ -152,7 +161,7 @@ def copy_store_cmd(src: str, dst: str, refs: tuple[str, ...], as_json: bool) -> 
                 digest = (r.digest or "")[:16]
                 click.echo(f"copied   {r.session}  {r.high_water} events  {digest}")
             else:
-                click.echo(f"{r.result:<8} {r.session}  {r.reason}")
+                echo(f"{r.result:<8} {r.session}  {r.reason}")
         if not results:
             click.echo("no sessions to copy")
     if not ok:

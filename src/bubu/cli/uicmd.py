@@ -42,10 +42,10 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def url_for(sock: socket.socket, token: str) -> str:
-    """The URL to open, token included."""
+    """The URL to open, the token in its fragment: a browser never sends that part to a server."""
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/?token={token}"
+    return f"http://{shown}:{port}/#token={token}"
 
 
 @cli.command("ui")
@@ -63,7 +63,7 @@ def ui_cmd(ctx: Ctx, port: int, host: str, no_open: bool) -> None:
     token = new_token()
     sock = bind(host, port)
     url = url_for(sock, token)
-    app = create_app(store, token=token)
+    app = create_app(store, token=token, hosts=[host])
     click.echo(f"Bubu UI: {url}")
     click.echo(
         f"  log {store.url} · crashed sessions are recovered in the background · Ctrl-C stops"

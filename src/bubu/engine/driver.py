@@ -38,11 +38,13 @@ from bubu.events import (
     Event,
     FunctionCall,
     FunctionResponse,
+    Info,
     PermissionDecision,
     PermissionRequest,
     Record,
     Role,
     RunStarted,
+    SandboxMode,
     StepLimit,
     SystemNote,
     Text,
@@ -54,7 +56,7 @@ from bubu.events import (
     make,
 )
 from bubu.events import ModelRequest as ModelRequestNote
-from bubu.log import codec
+from bubu.log import codec, redact
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
 from bubu.projections.longrun import LongRunFold
@@ -68,6 +70,7 @@ from bubu.providers.base import (
     ThinkingPart,
     ToolSpec,
 )
+from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 
 StopReason = Literal["stopped", "suspended", "lease_lost"]
@@ -201,7 +204,17 @@ class Runner:
             allow_commands=tuple(
                 dict.fromkeys([*self.policy.allow_commands, *self.turn.allow_commands])
             ),
+            sandbox=self.sandbox_mode[0],
+            network=self.sandbox_mode[1],
+            sandboxed=sandbox.confinement(*self.sandbox_mode) is not None,
+            pass_env=tuple(dict.fromkeys([*self.policy.pass_env, *self.turn.pass_env])),
         )
+
+    @property
+    def sandbox_mode(self) -> tuple[SandboxMode, bool]:
+        """The sandbox mode and network flag of the turn: recorded with it, else the host's."""
+        t, p = self.turn, self.policy
+        return sandbox.turn_mode(t.sandbox, t.network, p.sandbox, p.network)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -342,6 +355,11 @@ class Runner:
         turn = next((e.turn for e in events if e.turn), self.turn.turn)
         events = [self._stamp(e, turn) for e in events]
         self.append(events, durable=True)
+        mode, network = self.sandbox_mode
+        if mode != "off" and sandbox.confinement(mode, network) is None:
+            # The log says why this run's commands ask although the turn wants a sandbox.
+            why = sandbox.unavailable()
+            self.append([self.note(Info(text=f"no sandbox for commands: {why}; each one asks"))])
 
     def _stamp(self, e: Event, turn: str | None) -> Event:
         return make(
@@ -593,6 +611,9 @@ class Runner:
             stopped_by=self._stopped_by,
             outside_allowed=outside_allowed,
             blob=self.read_blob,
+            sandbox=sandbox.confinement(*self.sandbox_mode),
+            pass_env=self.effective_policy.pass_env,
+            marker=f"{self.session.id}/{self.run}/{call.call_id}",
         )
 
     def read_blob(self, handle: str) -> bytes | None:
@@ -613,6 +634,8 @@ class Runner:
         duration = None if started is None else int((clock.monotonic() - started) * 1000)
         text = codec.sanitize_text(result.output)
         data = result.full if result.full is not None else text.encode("utf-8")
+        # Before the placeholder's excerpt cuts a line (and a secret in it) short.
+        data = redact.data(data)
         # A page of an offloaded result is never offloaded again.
         offload = offload and call.name not in ("read_result", "search_result")
         placed = offload_result(call.name, data, self.config.context) if offload else None

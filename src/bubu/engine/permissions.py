@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from bubu.events import PermissionRequest
+from bubu.events import PermissionRequest, SandboxMode
 
 Answer = Literal["allow", "deny"]
 Asker = Callable[[PermissionRequest], Answer | None]
@@ -26,10 +26,19 @@ class Policy:
 
     yes: bool = False
     allow_commands: tuple[str, ...] = ()
+    sandbox: SandboxMode | None = None
+    """The sandbox mode chosen for commands (None: the turn's recorded one, else the default)."""
+    network: bool = False
+    sandboxed: bool = False
+    """Whether commands really run confined (the mode is not off and bubblewrap works here)."""
+    pass_env: tuple[str, ...] = ()
+    """Secret environment variables passed on to commands by name (``--env``)."""
 
     def allowed_without_asking(self, tool: str, command: str | None) -> bool:
         """True when a call that needs permission is pre-approved by an allow-list pattern."""
         if tool != "run_command" or command is None:
             return False
+        if self.sandboxed:  # confined by the operating system: nothing to approve
+            return True
         cmd = command.strip()
         return any(fnmatch.fnmatchcase(cmd, pat) or cmd == pat for pat in self.allow_commands)

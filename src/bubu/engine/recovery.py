@@ -12,6 +12,7 @@ from typing import Literal
 
 from bubu import failpoints
 from bubu.engine.driver import Observer, Runner
+from bubu.engine.leftovers import Leftovers, stop_leftovers
 from bubu.engine.session import Host
 from bubu.errors import BubuError, LeaseError
 from bubu.events import (
@@ -97,6 +98,10 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
     except LeaseError:
         return Recovered(session=info.id, plan=Plan(kind="nothing"), outcome="busy")
     try:
+        # Before any result is written: nothing of the dead run may still be acting on the world.
+        # Only an open turn has a dead run (a closed one may have a live runner's background jobs).
+        st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+        leftovers = stop_leftovers(info.id) if st.state == "open" else Leftovers()
         records = store.read(info.id)
         report = store.verify(info.id)
         host.adopt_turn_tools(fold(records))
@@ -118,14 +123,16 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         runner.start_run("recovery")
         if plan.kind == "blocked":
             runner.append(
-                [runner.note(RecoveryNotice(status="blocked", reason=plan.reason))], durable=True
-            )
+                [runner.note(RecoveryNotice(status="blocked", reason=plan.reason,
+                                            leftovers=leftovers.lines(lambda c: _label_of(runner, c))))],
+                durable=True,
+            )  # fmt: skip
             return Recovered(session=info.id, plan=plan, outcome="blocked")
 
         def apply() -> None:
-            _apply(runner, plan)
+            _apply(runner, plan, leftovers)
             failpoints.hit("mid_recovery")
-            runner.append([runner.note(_notice(plan, runner))], durable=True)
+            runner.append([runner.note(_notice(plan, runner, leftovers))], durable=True)
 
         outcome = runner.drive(apply, continue_turn=continue_turn)
         return Recovered(session=info.id, plan=plan, outcome=outcome)
@@ -136,7 +143,7 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
             store.release_lease(held)
 
 
-def _notice(plan: Plan, runner: Runner) -> RecoveryNotice:
+def _notice(plan: Plan, runner: Runner, leftovers: Leftovers) -> RecoveryNotice:
     """The notice names every recovery decision committed since the last notice: this plan's, and
     those of an earlier recovery that died before it could show its own."""
     labels: dict[str, list[str]] = {"silent": [], "applied": [], "review": []}
@@ -155,10 +162,16 @@ def _notice(plan: Plan, runner: Runner) -> RecoveryNotice:
         verified_applied=labels["applied"],
         pending_review=labels["review"],
         dropped_model_calls=plan.dropped_model_calls,
+        leftovers=leftovers.lines(lambda c: _label_of(runner, c)),
     )
 
 
-def _apply(runner: Runner, plan: Plan) -> None:
+def _label_of(runner: Runner, call_id: str) -> str:
+    call = runner.turn.calls.get(call_id)
+    return call_id if call is None else label(call.name, call.arguments)
+
+
+def _apply(runner: Runner, plan: Plan, leftovers: Leftovers) -> None:
     """Commit facts and outcomes: proven outcomes in one transaction, re-runs after their fact."""
     calls = runner.turn.calls
     from bubu.tools.files import stray_temp_files
@@ -185,7 +198,8 @@ def _apply(runner: Runner, plan: Plan) -> None:
                 )
             )
         elif cp.decision == "interrupted":
-            settled.append(_response(runner, call, INTERRUPTED, True))
+            said = leftovers.sentence(cp.call_id) if cp.tool == "run_command" else ""
+            settled.append(_response(runner, call, INTERRUPTED + said, True))
         else:
             reruns.append((cp, call))
     if settled:

@@ -18,6 +18,7 @@ from bubu.projections.longrun import LongRunFold
 from bubu.projections.turn import TurnFold, fold
 from bubu.providers.base import Provider
 from bubu.tools.base import Tool
+from bubu.tools.sandbox import DEFAULT_MODE
 
 
 @dataclass(kw_only=True)
@@ -181,4 +182,8 @@ def _turn_started(
         system_prompt=host.prompt if host.prompt is not None else p.system_prompt,
         context_window=host.config.context_window or p.context_window,
         mcp_config=host.mcp_config if host.mcp_config is not None else p.mcp_config,
+        # A mode chosen now wins; else the reopened turn's; the network only ever widens.
+        sandbox=host.policy.sandbox or p.sandbox or DEFAULT_MODE,
+        network=host.policy.network or (host.policy.sandbox is None and p.network),
+        pass_env=list(dict.fromkeys([*p.pass_env, *host.policy.pass_env])),
     )

@@ -38,6 +38,7 @@ from bubu.events import (
     Record,
     RecoveryNotice,
     RunStarted,
+    SandboxMode,
     SystemNote,
     Text,
     TurnEnded,
@@ -49,6 +50,7 @@ from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.turn import fold
 from bubu.providers.base import Delta, Provider
 from bubu.tools.base import Tool
+from bubu.tools.sandbox import DEFAULT_MODE
 
 if TYPE_CHECKING:
     from bubu.log.postgres import Claim
@@ -70,6 +72,10 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     fallback_models: tuple[str, ...] = ()
     token_limit: int | None = None
     time_limit_s: float | None = None
+    sandbox: SandboxMode = DEFAULT_MODE
+    network: bool = False
+    pass_env: tuple[str, ...] = ()
+    """Secret variables of the worker's environment passed on to commands (names only)."""
 
 
 def submit(
@@ -144,9 +150,10 @@ def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
         if runner.turn.open:
             return "nothing"
         note = TurnStarted(model=host.provider.spec, max_steps=policy.max_steps, yes=policy.yes,
-                           allow_commands=list(policy.allow_commands), retry_for_s=policy.retry_for_s,
-                           fallback_models=list(policy.fallback_models), token_limit=policy.token_limit,
-                           time_limit_s=policy.time_limit_s)  # fmt: skip
+                           allow_commands=list(policy.allow_commands), sandbox=policy.sandbox,
+                           network=policy.network, pass_env=list(policy.pass_env),
+                           retry_for_s=policy.retry_for_s, fallback_models=list(policy.fallback_models),
+                           token_limit=policy.token_limit, time_limit_s=policy.time_limit_s)  # fmt: skip
         opened = make(session=info.id, turn=request.event.turn or ids.turn_id(), role="system",
                       author="system", ts=clock.now_ms(), content=SystemNote(note=note),
                       visibility="hidden")  # fmt: skip

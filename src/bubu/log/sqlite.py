@@ -191,15 +191,15 @@ class SQLiteStore(Store):
         self._sids[session] = int(row[0])
         return int(row[0])
 
-    def create_session(
+    def _create_session(
         self,
         *,
         title: str,
         workspace: str,
-        model: str | None = None,
-        session_id: str | None = None,
-        events: Sequence[Event] = (),
-        blobs: Sequence[bytes] = (),
+        model: str | None,
+        session_id: str | None,
+        events: Sequence[Event],
+        blobs: Sequence[bytes],
     ) -> SessionInfo:
         from bubu import ids
 
@@ -280,15 +280,15 @@ class SQLiteStore(Store):
 
     # -- append (group commit) --------------------------------------------------------------------
 
-    def append(
+    def _append(
         self,
         session: str,
         events: Sequence[Event],
         *,
         expect: int,
-        durable: bool = False,
-        lease: Lease | None = None,
-        blobs: Sequence[bytes] = (),
+        durable: bool,
+        lease: Lease | None,
+        blobs: Sequence[bytes],
     ) -> Head:
         # The usual append — one event of a kind that is not indexed, onto the head this process
         # wrote last, with no other append in flight — is one INSERT in autocommit: the trigger
@@ -322,7 +322,7 @@ class SQLiteStore(Store):
                     return Head(high_water=seq, digest=digest.hex())
             finally:
                 self._lock.release()
-        return super().append(
+        return super()._append(
             session, events, expect=expect, durable=durable, lease=lease, blobs=blobs
         )
 

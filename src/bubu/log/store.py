@@ -18,6 +18,7 @@ import msgspec
 from bubu import clock
 from bubu.errors import UnknownSession
 from bubu.events import Event, Record
+from bubu.log import redact
 
 Durability = Literal["adaptive", "full"]
 """`adaptive`: appends marked durable are fully synced, others ride on the next synced commit.
@@ -132,7 +133,6 @@ class Store(abc.ABC):
 
     # -- sessions -------------------------------------------------------------------------------
 
-    @abc.abstractmethod
     def create_session(
         self,
         *,
@@ -144,7 +144,26 @@ class Store(abc.ABC):
         blobs: Sequence[bytes] = (),
     ) -> SessionInfo:
         """Create a session and return it. `events` (with their `blobs`) become its first events
-        in the same transaction, fully synced: the session appears complete or not at all."""
+        in the same transaction, fully synced: the session appears complete or not at all.
+        Secret values in the title, the events and the blobs are redacted first."""
+        events, blobs = redact.scrub(events, blobs)
+        return self._create_session(
+            title=redact.text(title), workspace=workspace, model=model, session_id=session_id,
+            events=events, blobs=blobs,
+        )  # fmt: skip
+
+    @abc.abstractmethod
+    def _create_session(
+        self,
+        *,
+        title: str,
+        workspace: str,
+        model: str | None,
+        session_id: str | None,
+        events: Sequence[Event],
+        blobs: Sequence[bytes],
+    ) -> SessionInfo:
+        """`create_session`, with the secrets already redacted."""
 
     @abc.abstractmethod
     def sessions(self) -> list[SessionInfo]:
@@ -183,8 +202,26 @@ class Store(abc.ABC):
 
         Raises AppendConflict when the head is not `expect`, LeaseLost when `lease` is no longer
         the session's current lease. `blobs` are stored (content-addressed) in the same transaction.
-        `durable` asks for a full sync before returning.
+        `durable` asks for a full sync before returning. Secret values are redacted first
+        (`bubu.log.redact`), so the chain is computed over the redacted bytes.
         """
+        events, blobs = redact.scrub(events, blobs)
+        return self._append(
+            session, events, expect=expect, durable=durable, lease=lease, blobs=blobs
+        )
+
+    def _append(
+        self,
+        session: str,
+        events: Sequence[Event],
+        *,
+        expect: int,
+        durable: bool,
+        lease: Lease | None,
+        blobs: Sequence[bytes],
+    ) -> Head:
+        """`append` with the secrets already redacted: group-committed with whatever else is
+        queued (a backend may override it with a faster path)."""
         pending = PendingAppend(
             AppendRequest(
                 session=session,

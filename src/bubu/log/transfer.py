@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 import msgspec
 
 from bubu.errors import CorruptLog, StorageError, UnknownSession
-from bubu.log import codec
+from bubu.log import codec, redact
 from bubu.log.store import Head, SessionInfo, Store
 
 EXPORT_FORMAT = "bubu-session/1"
@@ -127,6 +127,12 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
         pass
     else:
         raise StorageError(f"session {header.session} already exists in this database")
+    leaked = redact.found_in(events, list(blobs.values()))
+    if leaked is not None:
+        raise StorageError(
+            f"the file holds the value of {leaked}, a secret of this environment that Bubu keeps "
+            f"out of its logs; unset {leaked} to import it as it is"
+        )
     # One transaction: a crash leaves the session absent or complete, never half imported.
     info = store.create_session(
         title=header.title,

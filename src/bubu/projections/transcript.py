@@ -171,7 +171,8 @@ def switch_text(n: ModelSwitch) -> str:
 def notice_text(n: RecoveryNotice) -> str:
     """The recovery notice as a person reads it."""
     if n.status == "blocked":
-        return f"recovery blocked: {n.reason}"
+        killed = "".join(f"\nleft running by the crashed run: {line}" for line in n.leftovers)
+        return f"recovery blocked: {n.reason}{killed}"
     lines = ["unfinished task detected, auto-recovering"]
     if n.silent_retries:
         lines.append("re-run silently: " + ", ".join(n.silent_retries))
@@ -183,6 +184,8 @@ def notice_text(n: RecoveryNotice) -> str:
         )
     if n.dropped_model_calls:
         lines.append(f"in-flight model call issued again: {n.dropped_model_calls}")
+    if n.leftovers:
+        lines.append("left running by the crashed run: " + "; ".join(n.leftovers))
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ from bubu.events import (
     Record,
     RecoveryNotice,
     RunStarted,
+    SandboxMode,
     SystemNote,
     Text,
     ToolDispatch,
@@ -62,6 +63,9 @@ class TurnFold:
     system_prompt: str | None = None
     context_window: int | None = None
     mcp_config: str | None = None
+    sandbox: SandboxMode | None = None
+    network: bool = False
+    pass_env: tuple[str, ...] = ()
     run: str | None = None
     runs: int = 0
     steps_in_run: int = 0
@@ -128,6 +132,8 @@ class TurnFold:
             self.system_prompt = n.system_prompt
             self.context_window = n.context_window
             self.mcp_config = n.mcp_config
+            self.sandbox, self.network = n.sandbox, n.network
+            self.pass_env = tuple(n.pass_env)
             self.calls, self.open_calls = {}, []
             self.awaiting_model, self.inflight_request = True, None
             self.cut_off = False

@@ -30,6 +30,7 @@ from anthropic.types import (
     ToolResultBlockParam,
 )
 
+from bubu import secrets
 from bubu.errors import ConfigError, ProviderError
 from bubu.providers import _retry
 from bubu.providers.base import (
@@ -383,6 +384,7 @@ class AnthropicProvider:
         base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
         official = base is None or urlsplit(base).hostname == "api.anthropic.com"
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        secrets.register("ANTHROPIC_API_KEY", key)  # the key in use is kept out of the log
         if not key:
             if official:
                 raise ConfigError(

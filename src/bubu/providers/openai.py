@@ -22,6 +22,7 @@ from openai.types.chat import (
 )
 from openai.types.completion_usage import CompletionUsage
 
+from bubu import secrets
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
 from bubu.providers import _retry
@@ -298,6 +299,7 @@ class OpenAIProvider:
         base = base_url or os.environ.get("OPENAI_BASE_URL") or None
         official = base is None or urlsplit(base).hostname == "api.openai.com"
         key = api_key or os.environ.get("OPENAI_API_KEY")
+        secrets.register("OPENAI_API_KEY", key)  # the key in use is kept out of the log
         if not key:
             if official:
                 raise ConfigError(

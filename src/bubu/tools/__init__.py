@@ -16,7 +16,7 @@ what the CLI offers; `bubu.tools.decorator.tool` turns a function into a tool an
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from importlib.metadata import EntryPoint
 from typing import get_args
 
@@ -115,12 +115,15 @@ def registered_tools(entry_points: Iterable[EntryPoint] | None = None) -> dict[s
 
 
 def host_tools(
-    mcp: str | None = None, entry_points: Iterable[EntryPoint] | None = None
+    mcp: str | None = None,
+    entry_points: Iterable[EntryPoint] | None = None,
+    pass_env: Sequence[str] = (),
 ) -> dict[str, Tool]:
     """What a CLI host offers the model: every registered tool, plus the tools of the MCP servers
     configured in `mcp` (default ``$BUBU_HOME/mcp.json`` when it exists), connected once per
-    process."""
+    process, with the secret variables `pass_env` passed on to them."""
     from bubu.plugins import plugin_tools
     from bubu.tools.mcp import connect
 
-    return tool_table([*plugin_tools(entry_points), *connect(mcp)], where="the host's tools")
+    tools = [*plugin_tools(entry_points), *connect(mcp, pass_env)]
+    return tool_table(tools, where="the host's tools")

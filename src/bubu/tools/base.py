@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeAlias
 
 from bubu.events import EffectClass
+from bubu.tools.sandbox import Sandbox
 
 JSON: TypeAlias = Any
 
@@ -64,6 +65,13 @@ class ToolContext:
     stopped_by: Callable[[], str] = lambda: "stopped by the user"
     outside_allowed: bool = False
     blob: Callable[[str], bytes | None] | None = None
+    sandbox: Sandbox | None = None
+    """The operating-system sandbox commands run in (None: unconfined)."""
+    pass_env: tuple[str, ...] = ()
+    """Secret environment variables a command may see all the same (``--env NAME``)."""
+    marker: str = ""
+    """``session/run/call``: put in the environment of the processes the call starts
+    (``BUBU_CALL``), so that recovery can find what a dead run left running."""
 
 
 class Tool(Protocol):

@@ -33,13 +33,14 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from bubu import secrets
 from bubu.errors import ConfigError, ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
@@ -140,8 +141,26 @@ def _leaf(e: BaseException) -> BaseException:
     return e
 
 
-def _expand(values: Mapping[str, str]) -> dict[str, str]:
-    return {k: os.path.expandvars(v) for k, v in values.items()}
+_REF = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+_AUTH_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
+def _expand(values: Mapping[str, str], *, server: str | None = None) -> dict[str, str]:
+    """`$VAR` expanded in each value. For `server`'s headers, every variable they expand and the
+    credential an auth header holds are secrets, kept out of the log like the environment's."""
+    out = {k: os.path.expandvars(v) for k, v in values.items()}
+    if server is not None:
+        for key, template in values.items():
+            for m in _REF.finditer(template):
+                name = m.group(1) or m.group(2)
+                secrets.register(name, os.environ.get(name))
+            words = out[key].split()
+            if words and (
+                key.lower() in _AUTH_HEADERS or secrets.is_secret_name(key.replace("-", "_"))
+            ):
+                label = re.sub(r"\W", "_", f"mcp_{server}_{key}").upper()
+                secrets.register(label, words[-1])
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,9 +174,17 @@ class _Listed:
 class MCPServers:
     """Connections to the configured servers, on one asyncio loop in a background thread."""
 
-    def __init__(self, config: MCPConfig, *, where: str = "the MCP configuration") -> None:
+    def __init__(
+        self,
+        config: MCPConfig,
+        *,
+        where: str = "the MCP configuration",
+        pass_env: Sequence[str] = (),
+    ) -> None:
         self.config = config
         self.where = where
+        self.pass_env = tuple(pass_env)
+        """Secret variables passed on to stdio servers by name (``--env``)."""
         self._servers = config.all()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -248,15 +275,19 @@ class MCPServers:
             import httpx2
 
             http = httpx2.AsyncClient(
-                headers=_expand(server.headers), timeout=httpx2.Timeout(30.0, read=300.0)
+                headers=_expand(server.headers, server=name),
+                timeout=httpx2.Timeout(30.0, read=300.0),
             )
             stack.push_async_callback(http.aclose)
             return streamable_http_client(server.url, http_client=http)
         argv = server.argv
         log = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115  # closed in close()
         self._logs[name] = log
+        # The SDK adds only a few harmless variables (PATH, HOME …) to this: a server sees the
+        # secrets its own `env` names and those passed on with --env, no others.
+        env = {**secrets.passed_on(self.pass_env), **_expand(server.env)}
         params = StdioServerParameters(
-            command=argv[0], args=argv[1:], env=_expand(server.env) or None, cwd=server.cwd
+            command=argv[0], args=argv[1:], env=env or None, cwd=server.cwd
         )
         return stdio_client(params, errlog=log)
 
@@ -456,17 +487,18 @@ _open: dict[str, MCPServers] = {}
 _open_lock = threading.Lock()
 
 
-def connect(path: str | Path | None = None) -> list[MCPTool]:
+def connect(path: str | Path | None = None, pass_env: Sequence[str] = ()) -> list[MCPTool]:
     """The tools of the servers in `path` (default `default_config_path`, none if absent),
-    connected once per process and closed when it exits; for the CLI's hosts."""
+    connected once per process and closed when it exits; for the CLI's hosts. `pass_env`: secret
+    variables passed on to the servers by name."""
     chosen = Path(path).expanduser() if path is not None else default_config_path()
     if chosen is None:
         return []
-    key = str(chosen.resolve())
+    key = str(chosen.resolve()) + "\0" + ",".join(sorted(pass_env))
     with _open_lock:
         servers = _open.get(key)
         if servers is None:
-            servers = MCPServers(load_config(chosen), where=str(chosen))
+            servers = MCPServers(load_config(chosen), where=str(chosen), pass_env=pass_env)
             servers.start()
             _open[key] = servers
     return servers.tools()

@@ -1,30 +1,34 @@
-"""run_command: a shell command in the workspace, in its own process group, with bounded output.
+"""run_command: a shell command in the workspace, its whole process tree held, with bounded output.
 
-The command runs under ``bash -c`` (``sh -c`` when there is no bash) with stdin from /dev/null, in
-a new session so that the whole group — background children included — can be signalled. On a
-timeout or a stop the group gets SIGTERM, then SIGKILL after a short grace, so a command that
-ignores SIGTERM still dies. Output (stdout and stderr merged) is read as it comes and only its head
-and tail are kept, so memory stays bounded whatever the command prints.
+The command runs under ``bash -c`` (``sh -c`` when there is no bash) with stdin from /dev/null,
+below a keeper process (`bubu.tools.proctree`) that holds its whole tree — ``setsid`` and
+double-forked children included — and kills it when the runner dies, even by SIGKILL. On a
+timeout or a stop the tree gets SIGTERM, then SIGKILL after a short grace, so a command that
+ignores SIGTERM still dies; "killed" is said only once every process of it is confirmed gone.
+Every process carries ``BUBU_CALL=session/run/call`` in its environment, so that recovery can find
+what a dead run left behind. Output (stdout and stderr merged) is read as it comes and only its
+head and tail are kept, so memory stays bounded whatever the command prints.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import selectors
 import shutil
 import signal
-import subprocess
 import tempfile
 import threading
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bubu import clock
+from bubu import clock, ids
 from bubu.errors import ToolError
 from bubu.events import EffectClass
+from bubu.secrets import command_env
+from bubu.tools import proctree
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+from bubu.tools.sandbox import Sandbox, wrap
 from bubu.tools.workspace import (
     Args,
     BuiltinTool,
@@ -54,7 +58,7 @@ _POLL_S = 0.05
 _READS_PER_TURN = 16  # a firehose must not keep the loop from checking the clock and the stop flag
 _CHUNK = 1 << 16
 
-Ending = Literal["exited", "timed_out", "stopped", "held"]
+Ending = Literal["exited", "timed_out", "stopped", "held", "lost"]
 
 
 @dataclass(slots=True)
@@ -118,61 +122,12 @@ class Completed:
     total_bytes: int
     full: bytes | None = None
     """Every byte, when the output was cut and is at most FULL_BYTES (for offloading)."""
+    left: int = 0
+    """Processes of the command that were to be killed but could not be confirmed dead."""
 
 
 def _shell() -> str:
     return shutil.which("bash") or "/bin/sh"
-
-
-def _exited(pid: int) -> bool:
-    """Whether the process has exited, without reaping it (so its pid, the group id, stays ours)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of the group is still running (zombies do not count)."""
-    if not os.path.isdir("/proc/self"):
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    with os.scandir("/proc") as entries:
-        for entry in entries:
-            if entry.name.isdigit() and _in_group(entry.name, pgid):
-                return True
-    return False
-
-
-def _in_group(pid: str, pgid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    # The fields after the command name, which is in parentheses and may contain anything.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X")
-
-
-def _kill_group(pgid: int) -> None:
-    """SIGTERM the group, then SIGKILL whatever is still alive after the grace."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-        deadline = clock.monotonic() + KILL_GRACE_S
-        while clock.monotonic() < deadline:
-            if not _group_alive(pgid):
-                return
-            time.sleep(_POLL_S)
-        os.killpg(pgid, signal.SIGKILL)
-        # SIGKILL lands when each process is next scheduled; on a loaded machine that takes a
-        # moment, and the result should only say "killed" once they are gone.
-        deadline = clock.monotonic() + 2.0
-        while _group_alive(pgid) and clock.monotonic() < deadline:
-            time.sleep(_POLL_S / 5)
 
 
 def _drain(fd: int, capture: _Capture) -> bool:
@@ -188,34 +143,87 @@ def _drain(fd: int, capture: _Capture) -> bool:
     return False
 
 
-def run_shell(command: str, cwd: str, timeout_s: float, cancel: threading.Event) -> Completed:
-    """Run `command` and wait for it, its timeout, or `cancel`; the group is killed when needed."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Spawn:
+    """What is started for a command: its argv, directory and environment."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+
+
+def spawn_spec(
+    command: str,
+    cwd: str,
+    marker: str,
+    *,
+    sandbox: Sandbox | None = None,
+    pass_env: Sequence[str] = (),
+) -> Spawn:
+    """The one place a command's argv, directory and environment are built: the argv wrapped in
+    `sandbox` unless None, secret variables withheld unless named in `pass_env`, the marker set
+    last so that no filter drops it."""
+    env = command_env(pass_env)
+    env[proctree.MARKER_VAR] = marker
+    return Spawn(argv=wrap([_shell(), "-c", command], cwd, sandbox), cwd=cwd, env=env)
+
+
+def run_shell(
+    command: str,
+    cwd: str,
+    timeout_s: float,
+    cancel: threading.Event,
+    *,
+    marker: str = "",
+    sandbox: Sandbox | None = None,
+    pass_env: Sequence[str] = (),
+) -> Completed:
+    """Run `command` (in `sandbox` unless None) and wait for it, its timeout, or `cancel`; the
+    tree is killed when needed.
+
+    `marker` (``session/run/call``) is put in the environment of every process of the command.
+    Secret variables are withheld from its environment unless named in `pass_env`.
+    """
+    spec = spawn_spec(
+        command,
+        cwd,
+        marker or f"-/-/{ids.new_id('cmd')}",
+        sandbox=sandbox,
+        pass_env=pass_env,
+    )
+    out_r, out_w = os.pipe()
     try:
-        proc = subprocess.Popen(
-            [_shell(), "-c", command],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except UnicodeEncodeError as err:
-        raise ToolError("the command contains characters that cannot be passed to a shell") from err
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
+        tree = proctree.start(spec.argv, cwd=spec.cwd, env=spec.env, output=out_w)
+    except BaseException:
+        os.close(out_r)
+        raise
+    finally:
+        os.close(out_w)
+    fd = out_r
     os.set_blocking(fd, False)
     capture = _Capture()
     ending: Ending = "exited"
     deadline = clock.monotonic() + timeout_s
     exited_at: float | None = None
     pipe_open = True
+    keeper_open = True
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
+        sel.register(tree.status, selectors.EVENT_READ)
         while True:
             now = clock.monotonic()
-            if exited_at is None and _exited(proc.pid):
+            if tree.error is not None:
+                os.close(fd)
+                tree.kill(0)
+                capture.full()  # closes its spool
+                number, _, path = tree.error.partition(" ")
+                raise OSError(int(number), os.strerror(int(number)), path)
+            if exited_at is None and tree.returncode is not None:
                 exited_at = now
             if exited_at is not None and not pipe_open:
+                break
+            if exited_at is None and not keeper_open:
+                ending = "lost"  # the keeper was killed from outside: find the tree by its marker
                 break
             if cancel.is_set():
                 ending = "stopped"
@@ -227,25 +235,34 @@ def run_shell(command: str, cwd: str, timeout_s: float, cancel: threading.Event)
                 ending = "held"  # a background process inherited the output and keeps it open
                 break
             wait = min(_POLL_S, deadline - now)
-            if not pipe_open:
-                cancel.wait(wait)
-            elif sel.select(wait):
-                pipe_open = not _drain(fd, capture)
-        if ending != "exited":
-            _kill_group(proc.pid)
-            # Whatever was written before the kill; bounded, in case something escaped the group.
+            for key, _ in sel.select(wait):
+                if key.fd == fd:
+                    pipe_open = not _drain(fd, capture)
+                    if not pipe_open:
+                        sel.unregister(fd)
+                elif not tree.read_status():
+                    keeper_open = False
+                    sel.unregister(tree.status)
+            if not pipe_open and not keeper_open:
+                cancel.wait(wait)  # nothing left to select on but the clock and the stop flag
+        left = 0
+        if ending == "exited":
+            tree.finish()
+        else:
+            left = tree.kill(0 if ending == "lost" else KILL_GRACE_S)
+            # Whatever was written before the kill; bounded, in case something escaped the tree.
             end = clock.monotonic() + _POLL_S * 4
             while pipe_open and clock.monotonic() < end:
-                if sel.select(_POLL_S):
+                if any(key.fd == fd for key, _ in sel.select(_POLL_S)):
                     pipe_open = not _drain(fd, capture)
-    proc.stdout.close()
-    returncode = proc.wait()
+    os.close(fd)
     return Completed(
         ending=ending,
-        returncode=returncode,
+        returncode=tree.returncode if tree.returncode is not None else -signal.SIGKILL,
         output=capture.text(),
         total_bytes=capture.total,
         full=capture.full(),
+        left=left,
     )
 
 
@@ -256,19 +273,35 @@ def _signal_name(number: int) -> str:
         return ""
 
 
+def _killed(left: int) -> str:
+    if not left:
+        return "the command and its processes were killed"
+    some = "1 of its processes" if left == 1 else f"{left} of its processes"
+    return f"the command was killed, but {some} could not be confirmed dead and may still run"
+
+
 def _status(done: Completed, timeout_s: float, stopped_by: str) -> str:
     match done.ending:
         case "timed_out":
-            return f"timed out after {timeout_s:g}s; the command and its processes were killed"
+            return f"timed out after {timeout_s:g}s; {_killed(done.left)}"
         case "stopped":
-            return f"{stopped_by}; the command and its processes were killed"
+            return f"{stopped_by}; {_killed(done.left)}"
+        case "lost":
+            return (
+                f"the process that held the command was killed from outside; {_killed(done.left)}"
+            )
         case "exited" | "held":
             code = done.returncode
             if code < 0:
                 text = f"killed by signal {-code}{_signal_name(-code)}"
             else:
                 text = f"exit code {code}"
-            if done.ending == "held":
+            if done.ending == "held" and done.left:
+                text += (
+                    "; background processes kept the output open; "
+                    f"{done.left} of them could not be confirmed dead and may still run"
+                )
+            elif done.ending == "held":
                 text += "; background processes kept the output open and were stopped"
             return text
 
@@ -311,11 +344,19 @@ class RunCommand(BuiltinTool):
         timeout_s = min(args.number("timeout_s", ctx.timeout_s), MAX_TIMEOUT_S)
         if ctx.cancel.is_set():
             raise ToolError("the turn was stopped before the command started; it did not run")
-        done = run_shell(command, workspace_root(ctx), timeout_s, ctx.cancel)
+        done = run_shell(
+            command,
+            workspace_root(ctx),
+            timeout_s,
+            ctx.cancel,
+            marker=ctx.marker,
+            sandbox=ctx.sandbox,
+            pass_env=ctx.pass_env,
+        )
         body = done.output.rstrip("\n") if done.total_bytes else "(no output)"
         status = _status(done, timeout_s, ctx.stopped_by())
         return ToolResult(
             output=f"{body}\n{status}",
-            is_error=done.ending in ("timed_out", "stopped"),
+            is_error=done.ending in ("timed_out", "stopped", "lost"),
             full=None if done.full is None else done.full + f"\n{status}\n".encode(),
         )

@@ -1,14 +1,14 @@
 """The ASGI app: static page, JSON API over the projections, the SSE stream, and the actions.
 
-Handlers are thin: reads go to `views`, actions to the `RunManager`. Every route sits behind the
-access token (`auth.TokenGuard`). Errors a user can hit come back as `{"error": "…"}` with a
+Handlers are thin: reads go to `views`, actions to the `RunManager`. Every route sits behind
+`auth.TokenGuard`: the `Host` check for all, the bearer token for the API. Errors a user can hit come back as `{"error": "…"}` with a
 4xx status, never as a traceback.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from bubu import clock
 from bubu.engine.driver import owner_id
 from bubu.errors import AppendConflict, BubuError, ConfigError, LeaseError, UnknownSession
-from bubu.events import NoticeDismissed, SystemNote, make
+from bubu.events import NoticeDismissed, SandboxMode, SystemNote, make
 from bubu.log.store import Store
 from bubu.projections.status import fold_status
 from bubu.web import views
@@ -42,6 +42,12 @@ CSP = (
 )
 """Nothing outside this server may be loaded: no CDN, no inline script."""
 
+SHELL_HEADERS = {
+    "content-security-policy": CSP,
+    "referrer-policy": "no-referrer",  # the URL may still carry the token when the page loads
+    "cache-control": "no-store",
+}
+
 
 class StartTask(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The body of a new task."""
@@ -51,6 +57,9 @@ class StartTask(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     model: str = ""
     allow_commands: list[str] = msgspec.field(default_factory=list)
     """Shell-style patterns of commands that run without asking (recorded with the turn)."""
+    sandbox: SandboxMode | None = None
+    """How the task's commands are confined (None: workspace-write); recorded with the turn."""
+    network: bool = False
 
 
 class FollowUp(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -82,8 +91,11 @@ class Config(msgspec.Struct, kw_only=True):
 
 
 def json(obj: object, status: int = 200) -> Response:
-    """A JSON response from a view."""
-    return Response(views.encode(obj), status_code=status, media_type="application/json")
+    """A JSON response from a view (never cached: transcripts are as private as the token)."""
+    return Response(
+        views.encode(obj), status_code=status, media_type="application/json",
+        headers={"cache-control": "no-store"},
+    )  # fmt: skip
 
 
 class _Error(msgspec.Struct):
@@ -118,14 +130,21 @@ def create_app(
     host_factory: HostFactory = default_host,
     recover: bool = True,
     workspace: str | None = None,
+    hosts: Sequence[str] = (),
 ) -> Starlette:
-    """The web UI over `store`, guarded by `token`; recovers crashed sessions at start if `recover`."""
+    """The web UI over `store`, guarded by `token`; recovers crashed sessions at start if `recover`.
+
+    `hosts` are names the UI answers to besides loopback and the address it is bound to."""
     manager = RunManager(store, host_factory=host_factory)
     index = views.SessionIndex(store, manager)
     closing = False
 
-    def page(_: Request) -> Response:
-        return FileResponse(STATIC / "index.html", headers={"content-security-policy": CSP})
+    def page(request: Request) -> Response:
+        response = FileResponse(STATIC / "index.html", headers=SHELL_HEADERS)
+        for name in request.cookies:
+            if name.startswith("bubu_token_"):  # set by older versions; it grants nothing now
+                response.delete_cookie(name)
+        return response
 
     def config(_: Request) -> Response:
         from bubu.cli.agentcmds import default_model
@@ -159,6 +178,8 @@ def create_app(
                 workspace=body.workspace,
                 model=model,
                 allow_commands=body.allow_commands,
+                sandbox=body.sandbox,
+                network=body.network,
             )
         )
         return json(Done(session=info.id, action="start"), 201)
@@ -275,7 +296,7 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(TokenGuard, token=token)],
+        middleware=[Middleware(TokenGuard, token=token, hosts=hosts)],
         exception_handlers={
             BubuError: _bubu_error,
             msgspec.DecodeError: _bad_body,

@@ -68,6 +68,7 @@ class NoticeView(msgspec.Struct, kw_only=True):
     reason: str | None
     dismissed: bool
     calls: list[CallReview]
+    leftovers: list[str] = msgspec.field(default_factory=list)
 
 
 def notice_view(
@@ -127,6 +128,7 @@ def notice_view(
         reason=notice.reason,
         dismissed=dismissed,
         calls=reviews,
+        leftovers=list(notice.leftovers),
     )
 
 

@@ -26,7 +26,7 @@ from bubu.engine.session import (
     start_turn,
 )
 from bubu.errors import BubuError, ConfigError
-from bubu.events import PermissionRequest, Record, SystemNote, TurnEnded
+from bubu.events import PermissionRequest, Record, SandboxMode, SystemNote, TurnEnded
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
@@ -237,14 +237,25 @@ class RunManager:
     # -- actions ------------------------------------------------------------------------------
 
     def start_task(
-        self, *, task: str, workspace: str, model: str, allow_commands: Sequence[str] = ()
+        self,
+        *,
+        task: str,
+        workspace: str,
+        model: str,
+        allow_commands: Sequence[str] = (),
+        sandbox: SandboxMode | None = None,
+        network: bool = False,
     ) -> SessionInfo:
         """Create a session in `workspace` and run `task` as its first turn in the background;
-        commands matching `allow_commands` (shell-style patterns) run without asking."""
+        commands matching `allow_commands` (shell-style patterns) run without asking, and so do
+        commands confined by `sandbox` (default workspace-write)."""
         check_task(task)
         patterns = tuple(dict.fromkeys(p.strip() for p in allow_commands if p.strip()))
         host = self.host(model)
         host.policy = replace(host.policy, allow_commands=(*host.policy.allow_commands, *patterns))
+        if sandbox is not None or network:
+            host.policy = replace(host.policy, sandbox=sandbox or host.policy.sandbox,
+                                  network=network)  # fmt: skip
         try:
             info = new_session(self.store, task=task, workspace=workspace, model=model)
         except BaseException:

@@ -135,15 +135,15 @@ class PostgresStore(Store):
             raise self._unknown(session)
         return int(row[0])
 
-    def create_session(
+    def _create_session(
         self,
         *,
         title: str,
         workspace: str,
-        model: str | None = None,
-        session_id: str | None = None,
-        events: Sequence[Event] = (),
-        blobs: Sequence[bytes] = (),
+        model: str | None,
+        session_id: str | None,
+        events: Sequence[Event],
+        blobs: Sequence[bytes],
     ) -> SessionInfo:
         from bubu import ids
 

@@ -55,8 +55,40 @@ function badge(state) {
     h("span", { class: "dot" }), STATE_LABEL[state] || state);
 }
 
+// ---- the access token ----------------------------------------------------------------------
+// `bubu ui` prints a URL ending in #token=…. The token lives in this tab's memory and in
+// sessionStorage (per origin, port included, so no other local server can read it) and goes out
+// only as the Authorization header, which a browser never adds by itself. No cookie carries it:
+// browsers send cookies to every port of 127.0.0.1.
+
+const TOKEN_KEY = "bubu-token";
+
+function takeToken() {
+  const query = new URLSearchParams(location.search);
+  const m = location.hash.match(/^#token=([^&]*)/);
+  let given = query.get("token");
+  try { if (m) given = decodeURIComponent(m[1]); } catch { given = null; } // a mangled fragment
+  if (query.has("token") || m) {
+    query.delete("token");
+    const rest = query.toString();
+    history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + (m ? "#/" : location.hash || "#/"));
+  }
+  try {
+    if (given) sessionStorage.setItem(TOKEN_KEY, given);
+    return given || sessionStorage.getItem(TOKEN_KEY) || "";
+  } catch {
+    return given || ""; // storage disabled: the token lasts as long as this page
+  }
+}
+
+const TOKEN = takeToken();
+
+function authHeaders(extra = {}) {
+  return TOKEN ? { ...extra, authorization: "Bearer " + TOKEN } : { ...extra };
+}
+
 async function api(path, opts = {}) {
-  const init = { headers: { accept: "application/json" }, credentials: "same-origin", ...opts };
+  const init = { credentials: "omit", ...opts, headers: authHeaders({ accept: "application/json" }) };
   if (opts.json !== undefined) {
     init.method = init.method || "POST";
     init.headers["content-type"] = "application/json";
@@ -76,12 +108,7 @@ function toast(message, kind = "error") {
   setTimeout(() => el.remove(), 6000);
 }
 
-// The token is in the first URL only; the server has set a cookie, so take it out of the bar.
-if (new URLSearchParams(location.search).has("token")) {
-  history.replaceState(null, "", location.pathname + (location.hash || "#/"));
-}
-
-const app = { config: null, view: null, timer: null, es: null, session: null };
+const app = { config: null, view: null, timer: null, stream: null, session: null };
 
 // ---- routing -------------------------------------------------------------------------------
 
@@ -94,8 +121,8 @@ function route() {
 
 function leave() {
   clearTimeout(app.timer);
-  if (app.es) app.es.close();
-  app.es = null;
+  if (app.stream) app.stream.abort();
+  app.stream = null;
   app.session = null;
 }
 
@@ -190,7 +217,7 @@ async function submitNewTask(ev) {
     const allow = $("#nt-allow").value.split(/[,\n]/).map((p) => p.trim()).filter(Boolean);
     const data = await api("/api/sessions", { json: {
       task: $("#nt-task").value, workspace: $("#nt-workspace").value.trim(), model: $("#nt-model").value.trim(),
-      allow_commands: allow } });
+      allow_commands: allow, sandbox: $("#nt-sandbox").value, network: $("#nt-network").checked } });
     $("#new-task").close();
     $("#nt-task").value = "";
     location.hash = "#/s/" + data.session;
@@ -253,24 +280,64 @@ function scheduleRefresh(delay = 120) {
   s.refreshTimer = setTimeout(() => { s.refreshTimer = 0; refresh(); }, delay);
 }
 
+// The live stream is read with fetch rather than EventSource, because EventSource cannot send
+// the Authorization header. It reconnects after the last seq it saw, as EventSource would.
 function connect(s) {
-  const es = new EventSource(`/api/sessions/${encodeURIComponent(s.sid)}/stream?after=${s.detail.high_water}`);
-  app.es = es;
-  es.addEventListener("records", (ev) => {
-    const data = JSON.parse(ev.data);
-    appendLogRows(s, data.rows);
-    scheduleRefresh();
-    if (s.tab === "context") { clearTimeout(s.contextTimer); s.contextTimer = setTimeout(() => loadContext(s), 400); }
-  });
-  es.addEventListener("permission_request", () => scheduleRefresh(0));
-  es.addEventListener("live", (ev) => {
-    const live = JSON.parse(ev.data);
-    if (!s.detail) return;
-    const changed = live.running_here !== s.detail.live.running_here;
-    s.detail.live = live;
-    renderLive(s);
-    if (changed) scheduleRefresh(0);
-  });
+  const handlers = {
+    records: (data) => {
+      appendLogRows(s, data.rows);
+      scheduleRefresh();
+      if (s.tab === "context") { clearTimeout(s.contextTimer); s.contextTimer = setTimeout(() => loadContext(s), 400); }
+    },
+    permission_request: () => scheduleRefresh(0),
+    live: (live) => {
+      if (!s.detail) return;
+      const changed = live.running_here !== s.detail.live.running_here;
+      s.detail.live = live;
+      renderLive(s);
+      if (changed) scheduleRefresh(0);
+    },
+  };
+  const ctl = new AbortController();
+  app.stream = ctl;
+  streamEvents(`/api/sessions/${encodeURIComponent(s.sid)}/stream`, s.detail.high_water, handlers, ctl.signal);
+}
+
+async function streamEvents(path, after, handlers, signal) {
+  let last = after, retry = 1000;
+  while (!signal.aborted) {
+    try {
+      const resp = await fetch(`${path}?after=${last}`, { headers: authHeaders({ accept: "text/event-stream" }), credentials: "omit", signal });
+      if (resp.status === 401 || resp.status === 403 || resp.status === 404) return;
+      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          const msg = { event: "message", data: [], id: null };
+          for (const line of buf.slice(0, cut).split("\n")) {
+            const i = line.indexOf(":");
+            const key = i < 0 ? line : line.slice(0, i);
+            const value = i < 0 ? "" : line.slice(i + 1).replace(/^ /, "");
+            if (key === "event") msg.event = value;
+            else if (key === "data") msg.data.push(value);
+            else if (key === "id") msg.id = value;
+            else if (key === "retry" && /^\d+$/.test(value)) retry = Number(value);
+          }
+          buf = buf.slice(cut + 2);
+          if (msg.id !== null && /^\d+$/.test(msg.id)) last = Number(msg.id);
+          const handle = handlers[msg.event];
+          if (handle && msg.data.length) handle(JSON.parse(msg.data.join("\n")));
+        }
+      }
+    } catch (e) {
+      if (signal.aborted) return;
+    }
+    await new Promise((done) => setTimeout(done, retry));
+  }
 }
 
 function renderSession(s) {
@@ -357,6 +424,7 @@ function renderBanner(s) {
   lists.push(item("Re-run silently", n.silent_retries, "ok"));
   lists.push(item("Recorded as applied", n.verified_applied, "ok"));
   lists.push(item("Awaits your review — may or may not have happened", n.pending_review, "needs-review"));
+  lists.push(item("Left running by the crashed run, and killed", n.leftovers || [], "ok"));
   if (n.dropped_model_calls) lists.push(h("li", { text: `In-flight model call issued again: ${n.dropped_model_calls}` }));
   fill(el, h("div", { class: "banner" + (blocked ? " blocked" : ""), id: "recovery-notice", role: "status" },
     h("div", { class: "banner-head" },
@@ -640,6 +708,12 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("#viewer-prev").addEventListener("click", () => viewerPage(Math.max(1, viewer.offset - PAGE)));
   $("#viewer-next").addEventListener("click", () => viewerPage(viewer.offset + PAGE));
   window.addEventListener("hashchange", route);
-  try { app.config = await api("/api/config"); } catch (e) { toast("Could not load the configuration: " + e.message); }
+  try {
+    app.config = await api("/api/config");
+  } catch (e) {
+    // Without a good token nothing else can load: say so in the page instead of a string of toasts.
+    fill($("#main"), h("section", { class: "locked", id: "locked" }, h("h1", { text: "Bubu" }), h("p", { text: e.message })));
+    return;
+  }
   route();
 });

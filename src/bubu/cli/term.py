@@ -1,0 +1,64 @@
+"""Text that is safe to print on a terminal: the one place where terminal escapes are neutralised.
+
+A model's text, a command's output, a file name or a session title can hold bytes a terminal
+obeys: OSC 52 writes the clipboard, OSC 0 retitles the window, OSC 8 hides a link behind other
+text, CSI clears the screen or moves the cursor, a lone carriage return or backspaces overwrite
+what was shown, and bidi controls reorder it. Everything the CLI prints passes through
+`printable`, which turns each such character into a visible escape (ESC becomes the four
+characters `\\x1b`), so a person sees that something was there and the terminal obeys nothing.
+Newlines and tabs stay; a CR-LF line end becomes a newline.
+
+Because the ESC byte itself (or the C1 introducer) is replaced, a sequence split across two
+streamed pieces is neutralised too: each piece can be passed through on its own. JSON output
+(`--json`, `--jsonl`) is not altered: JSON escapes control characters by itself.
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+_CONTROLS = (
+    "\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f"  # C0 (but tab and newline), DEL, C1 (U+009B is a CSI)
+    "\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069"  # bidi marks, embeddings, isolates
+    "\\ud800-\\udfff"  # lone surrogates (undecodable bytes): unprintable, and would raise
+)
+_CONTROL = re.compile(f"[{_CONTROLS}]")
+_CONTROL_OR_SGR = re.compile(f"(\\x1b\\[[0-9;]*m)|[{_CONTROLS}]")
+"""SGR (colour and weight, what `click.style` writes) is the one sequence `styled` keeps."""
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _escape_unless_sgr(m: re.Match[str]) -> str:
+    return m.group() if m.group(1) else _escape(m)
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: every control, escape and bidi character becomes a
+    visible escape like `\\x1b`; newlines and tabs stay (a CR-LF becomes a newline)."""
+    return _CONTROL.sub(_escape, text.replace("\r\n", "\n"))
+
+
+def styled(text: str) -> str:
+    """Like `printable`, but colours and weights (SGR, as `click.style` writes them) survive:
+    the last gate before a line of our own making, whose untrusted parts were made `printable`."""
+    return _CONTROL_OR_SGR.sub(_escape_unless_sgr, text.replace("\r\n", "\n"))
+
+
+def one_line(text: str, width: int | None = None) -> str:
+    """`text` made printable on one line, runs of whitespace folded, cut to `width` with `…`."""
+    flat = " ".join(printable(text).split())
+    return flat if width is None or len(flat) <= width else flat[: width - 1] + "…"
+
+
+def echo(text: str = "", *, err: bool = False) -> None:
+    """`click.echo` of `text` made printable: for lines that carry no styling of their own."""
+    click.echo(printable(text), err=err)
+
+
+__all__ = ["echo", "one_line", "printable", "styled"]

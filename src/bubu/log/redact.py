@@ -1,0 +1,218 @@
+"""Keep secret values out of the log: every event and blob is scrubbed before it is appended.
+
+The store calls `scrub` on whatever it is about to append (`Store.append`, `Store.create_session`),
+so the canonical bytes, and the hash chain over them, only ever hold ``[redacted:NAME]`` where a
+secret's value was. A value is found as it is, JSON-escaped (once or twice, with or without
+``\\/`` and ``\\uXXXX`` escapes) and percent-encoded; a value transformed otherwise (base64,
+reversed, split across lines) is not recognised. The secrets are those of `bubu.secrets`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+import msgspec
+
+from bubu import secrets
+from bubu.events import BlobRef, Event, FunctionResponse
+from bubu.log import codec
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def marker(name: str) -> str:
+    """What stands in the log for the value of the secret variable `name`."""
+    return f"[redacted:{name}]"
+
+
+def _escapes(value: str) -> set[str]:
+    return {
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        value.replace("/", "\\/"),
+        json.dumps(value)[1:-1].replace("/", "\\/"),
+    }
+
+
+def variants(value: str) -> list[str]:
+    """The forms in which `value` is recognised, longest first."""
+    forms = {value, quote(value, safe=""), quote_plus(value)}
+    for _ in range(2):  # a JSON text inside a JSON string inside an event
+        forms |= {e for f in list(forms) for e in _escapes(f)}
+    return sorted(forms, key=len, reverse=True)
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]+")
+"""Characters that JSON escaping and percent-encoding leave as they are."""
+
+
+def _cores(value: str) -> list[bytes]:
+    runs = _PLAIN.findall(value)
+    core = max(runs, key=len) if runs else ""
+    if len(core) >= 6:
+        return [core.encode()]
+    return [_encoder.encode(f)[1:-1] for f in variants(value)]
+
+
+@dataclass(frozen=True, slots=True)
+class Redactor:
+    """The compiled patterns of one set of secrets."""
+
+    version: int
+    names: dict[str, str]
+    """Each recognised form of a value -> the variable's name."""
+    text_re: re.Pattern[str]
+    bytes_re: re.Pattern[bytes]
+    probes: dict[bytes, str]
+    """Each form as it appears inside the canonical bytes of an event -> the variable's name."""
+    cores: tuple[bytes, ...]
+    """What `hits` looks for: per secret, its longest run of characters no escaping changes
+    (so it is inside every form), else all its forms. One search per secret and event."""
+
+    @classmethod
+    def build(cls, found: Sequence[secrets.Secret], version: int) -> Redactor:
+        """The redactor of `found` (one alternation, longest form first, so a secret that
+        contains another is replaced whole)."""
+        names: dict[str, str] = {}
+        for s in sorted(found, key=lambda s: len(s.value), reverse=True):
+            for form in variants(s.value):
+                names.setdefault(form, s.name)
+        forms = sorted(names, key=len, reverse=True)
+        return cls(
+            version=version,
+            names=names,
+            text_re=re.compile("|".join(map(re.escape, forms))),
+            bytes_re=re.compile(b"|".join(re.escape(f.encode("utf-8", "replace")) for f in forms)),
+            probes={_encoder.encode(f)[1:-1]: names[f] for f in reversed(forms)},
+            cores=tuple(dict.fromkeys(c for s in found for c in _cores(s.value))),
+        )
+
+    def text(self, text: str) -> str:
+        """`text` with every secret replaced by its marker."""
+        return self.text_re.sub(lambda m: marker(self.names[m.group()]), text)
+
+    def data(self, data: bytes) -> bytes:
+        """`data` (a blob, any bytes) with every secret replaced by its marker."""
+        return self.bytes_re.sub(
+            lambda m: marker(self.names[m.group().decode("utf-8", "replace")]).encode(), data
+        )
+
+    def hits(self, payload: bytes) -> bool:
+        """Whether the canonical bytes of an event may hold a secret (never a false no)."""
+        return any(c in payload for c in self.cores)
+
+    def found(self, payload: bytes) -> str | None:
+        """The name of a secret the canonical bytes of an event (or a blob) hold, if any."""
+        for probe, name in self.probes.items():
+            if probe in payload:
+                return name
+        m = self.bytes_re.search(payload)
+        return None if m is None else self.names[m.group().decode("utf-8", "replace")]
+
+
+_cache: tuple[int, Redactor | None] = (-1, None)
+
+
+def current() -> Redactor | None:
+    """The redactor of this process's secrets, or None when there are none (every append asks,
+    so the answer is cached until the set of secrets changes)."""
+    global _cache
+    version = secrets.version()
+    seen, cached = _cache
+    if seen != version:
+        found = secrets.known()
+        cached = Redactor.build(found, version) if found else None
+        _cache = (version, cached)
+    return cached
+
+
+def text(value: str) -> str:
+    """`value` with every secret replaced by its marker."""
+    r = current()
+    return value if r is None else r.text(value)
+
+
+def data(value: bytes) -> bytes:
+    """Bytes (a tool's whole output, a blob) with every secret replaced by its marker."""
+    r = current()
+    return value if r is None else r.data(value)
+
+
+_FIXED = frozenset(
+    {"kind", "note", "role", "author", "status", "visibility", "effect", "decision", "by", "cause"}
+)
+"""Fields of a closed vocabulary: left alone by the careful walk, in case a "secret" is one of
+their words (a password that is ``completed`` must not make every event unreadable)."""
+
+
+def found_in(events: Sequence[Event], blobs: Sequence[bytes] = ()) -> str | None:
+    """The name of a secret whose value `events` or `blobs` hold, or None: a log written
+    elsewhere (or before) is refused rather than silently altered on its way in."""
+    r = current()
+    if r is None:
+        return None
+    for payload in [*(codec.encode(ev) for ev in events), *blobs]:
+        name = r.found(bytes(payload))
+        if name is not None:
+            return name
+    return None
+
+
+def _walk(r: Redactor, value: Any, *, careful: bool = False) -> Any:
+    if isinstance(value, str):
+        return r.text(value)
+    if isinstance(value, dict):
+        if careful:
+            return {k: v if k in _FIXED else _walk(r, v, careful=True) for k, v in value.items()}
+        return {r.text(k) if isinstance(k, str) else k: _walk(r, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_walk(r, v, careful=careful) for v in value]
+    return value
+
+
+def _event(r: Redactor, ev: Event, renamed: dict[str, BlobRef]) -> Event:
+    c = ev.content
+    if renamed and isinstance(c, FunctionResponse) and c.blob is not None:
+        new = renamed.get(c.blob.sha256)
+        if new is not None:
+            # The placeholder names the blob by its hash: name the scrubbed bytes instead.
+            result = c.result.replace(c.blob.sha256, new.sha256)
+            c = msgspec.structs.replace(c, blob=new, result=result)
+            ev = msgspec.structs.replace(ev, content=c)
+    if not r.hits(codec.encode(ev)):
+        return ev
+    raw = msgspec.to_builtins(ev)
+    try:
+        return msgspec.convert(_walk(r, raw), Event)
+    except msgspec.ValidationError:
+        return msgspec.convert(_walk(r, raw, careful=True), Event)
+
+
+def _lines(data: bytes) -> int:
+    return data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+
+
+def scrub(events: Sequence[Event], blobs: Sequence[bytes] = ()) -> tuple[list[Event], list[bytes]]:
+    """The events and blobs of one append with every secret value replaced by its marker; a
+    scrubbed blob is stored under its new hash, and the events that refer to it say so."""
+    r = current()
+    if r is None:
+        return list(events), list(blobs)
+    renamed: dict[str, BlobRef] = {}
+    clean: list[bytes] = []
+    for blob in blobs:
+        scrubbed = r.data(bytes(blob))
+        if scrubbed != blob:
+            renamed[codec.sha256_hex(bytes(blob))] = BlobRef(
+                sha256=codec.sha256_hex(scrubbed), size=len(scrubbed), lines=_lines(scrubbed)
+            )
+        clean.append(scrubbed)
+    return [_event(r, ev, renamed) for ev in events], clean
+
+
+__all__ = ["Redactor", "current", "data", "found_in", "marker", "scrub", "text", "variants"]

@@ -1,0 +1,180 @@
+"""The operating-system sandbox of commands: bubblewrap on Linux.
+
+A confined command sees the whole filesystem read-only, a fresh ``/dev`` and ``/proc``, a private
+``/tmp`` (``TMPDIR``), and the workspace at its real path — writable in ``workspace-write``,
+read-only in ``read-only`` — except the workspace's ``.git`` and ``.bubu``, which stay read-only
+because hooks and configuration there run code later, outside the sandbox. Every namespace is
+unshared (the network too unless allowed), the command gets its own PID namespace, dies with its
+runner, runs in a new terminal session so it cannot push keystrokes into the user's terminal, and
+has no capabilities, so it cannot undo the mounts even when Bubu runs as root.
+
+Whether bubblewrap works is probed once per process. Where it does not (macOS, a container without
+user namespaces), `confinement` says so once on stderr and returns None: the caller then asks for
+each command as it would with ``--sandbox off``; a command never runs unconfined silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from bubu.errors import ConfigError
+from bubu.events import SandboxMode
+
+Confined = Literal["workspace-write", "read-only"]
+"""The modes that confine a command."""
+
+MODES: tuple[SandboxMode, ...] = get_args(SandboxMode)
+DEFAULT_MODE: SandboxMode = "workspace-write"
+"""The mode of a turn whose user chose none."""
+
+BWRAP_ENV = "BUBU_BWRAP"
+"""Names the bubblewrap binary (default: ``bwrap`` on PATH); tests point it at a missing one."""
+
+PROBE_TIMEOUT_S = 5.0
+"""How long the probe waits for bubblewrap to start and run ``true``."""
+
+READ_ONLY_DIRS = (".git", ".bubu")
+"""Workspace entries kept read-only even in workspace-write: what they hold runs code later."""
+
+SANDBOX_TMP = "/tmp"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sandbox:
+    """How a command is confined: the mode and whether it may use the network."""
+
+    mode: Confined
+    network: bool = False
+    bwrap: str = "bwrap"
+
+
+def parse_mode(text: str) -> SandboxMode:
+    """The sandbox mode named by `text`; a ConfigError naming the valid ones otherwise."""
+    value = text.strip().lower()
+    for mode in MODES:
+        if value == mode:
+            return mode
+    raise ConfigError(
+        f"unknown sandbox mode {text!r}; use --sandbox workspace-write, read-only or off"
+    )
+
+
+def bwrap_binary() -> str | None:
+    """The bubblewrap binary to use: $BUBU_BWRAP, else ``bwrap`` on PATH (None if there is none)."""
+    named = os.environ.get(BWRAP_ENV)
+    if named:
+        return named
+    return shutil.which("bwrap")
+
+
+def _base_args(binary: str, network: bool, root: str = "--ro-bind") -> list[str]:
+    # Run by root, bubblewrap leaves the command its capabilities, with which it could unmount
+    # the read-only binds or remount / writable: --cap-drop ALL takes them away for every user.
+    args = [binary, "--die-with-parent", "--new-session", "--unshare-all", "--unshare-pid",
+            "--cap-drop", "ALL"]  # fmt: skip
+    if network:
+        args.append("--share-net")
+    return [*args, root, "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--tmpfs", SANDBOX_TMP, "--setenv", "TMPDIR", SANDBOX_TMP]  # fmt: skip
+
+
+@functools.cache
+def _probe(binary: str | None) -> str | None:
+    """None when `binary` can start a sandbox like the ones commands get; else why not."""
+    if not sys.platform.startswith("linux"):
+        return f"bubblewrap runs only on Linux, not {sys.platform}"
+    if binary is None:
+        return "bubblewrap (bwrap) is not installed"
+    try:
+        done = subprocess.run(
+            [*_base_args(binary, network=False), "--chdir", "/", "--", "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except FileNotFoundError:
+        return f"{binary} does not exist"
+    except PermissionError:
+        return f"{binary} cannot be executed"
+    except OSError as e:
+        return f"{binary} cannot be started ({e.strerror})"
+    except subprocess.TimeoutExpired:
+        return f"{binary} did not start a sandbox within {PROBE_TIMEOUT_S:g}s"
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"{binary} cannot start a sandbox here ({said[-1] if said else f'exit code {done.returncode}'})"
+    return None
+
+
+def unavailable() -> str | None:
+    """Why commands cannot be sandboxed in this process, or None when they can (probed once)."""
+    return _probe(bwrap_binary())
+
+
+_told: set[str] = set()
+_told_lock = threading.Lock()
+
+
+def _tell_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def confinement(
+    mode: SandboxMode, network: bool, say: Callable[[str], None] = _tell_stderr
+) -> Sandbox | None:
+    """The sandbox a command of a turn in `mode` runs in, or None when it runs unconfined (mode
+    off, or bubblewrap unavailable: said once per process through `say`; such commands ask)."""
+    if mode == "off":
+        return None
+    why = unavailable()
+    if why is not None:
+        with _told_lock:
+            first = why not in _told
+            _told.add(why)
+        if first:
+            say(f"bubu: no sandbox for commands: {why}; each command will ask for approval")
+        return None
+    return Sandbox(mode=mode, network=network, bwrap=bwrap_binary() or "bwrap")
+
+
+def wrap(
+    argv: Sequence[str], cwd: str, sandbox: Sandbox | None, workspace: str | None = None
+) -> list[str]:
+    """`argv` as run in `sandbox` from `cwd`, with `workspace` (default `cwd`) bound in it;
+    unchanged when `sandbox` is None."""
+    if sandbox is None:
+        return list(argv)
+    # The real path, so the command sees the workspace where it really is (a symlink to it from
+    # elsewhere would be read-only inside: only the real path is bound).
+    ws = os.path.realpath(workspace if workspace is not None else cwd)
+    kind = "--bind" if sandbox.mode == "workspace-write" else "--ro-bind"
+    if ws == "/":  # bound after /dev, /proc and /tmp it would hide them
+        args = _base_args(sandbox.bwrap, sandbox.network, root=kind)
+    else:
+        args = [*_base_args(sandbox.bwrap, sandbox.network), kind, ws, ws]
+    if sandbox.mode == "workspace-write":
+        for name in READ_ONLY_DIRS:
+            inner = os.path.join(ws, name)
+            if os.path.lexists(inner) and not os.path.islink(inner):
+                args += ["--ro-bind", inner, inner]
+    return [*args, "--chdir", os.path.realpath(cwd), "--", *argv]
+
+
+def turn_mode(
+    recorded: SandboxMode | None, recorded_network: bool, chosen: SandboxMode | None, network: bool
+) -> tuple[SandboxMode, bool]:
+    """The mode and network flag a turn runs under: those recorded with it (so a recovered or
+    resumed turn keeps them), else those the host chose, else the default."""
+    if recorded is not None:
+        return recorded, recorded_network
+    return chosen or DEFAULT_MODE, network
