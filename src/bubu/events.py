@@ -263,6 +263,8 @@ class PermissionRequest(_Base, frozen=True, kw_only=True):
     tool: str
     summary: str
     reason: str
+    protected: bool = False
+    """The call writes a protected path: only a person's answer approves it, never `--yes`."""
 
 
 class PermissionDecision(_Base, frozen=True, kw_only=True):

@@ -37,7 +37,11 @@ class Checked:
                 calls[c.call_id] = str(c.arguments["command"])
             elif isinstance(c, FunctionResponse) and c.call_id in calls:
                 outcome[c.call_id] = (
-                    "interrupted" if c.result == INTERRUPTED else "error" if c.is_error else "ok"
+                    "interrupted"
+                    if c.result.startswith(INTERRUPTED)
+                    else "error"
+                    if c.is_error
+                    else "ok"
                 )
         return {cid: (cmd, outcome.get(cid)) for cid, cmd in calls.items()}
 

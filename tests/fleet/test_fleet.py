@@ -44,7 +44,7 @@ def test_a_fleet_survives_a_worker_killed_mid_run(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:
     model = write_script(tmp_path / "script.jsonl", SCRIPT)
-    policy = Submission(allow_commands=("echo *",))
+    policy = Submission(allow_commands=("echo *", "sleep *"))
     sessions: dict[str, Path] = {}
     for n in range(SESSIONS):
         ws = tmp_path / f"ws{n:02}"

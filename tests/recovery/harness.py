@@ -82,7 +82,15 @@ class Project:
 
     def run_args(self, scenario: Scenario) -> list[str]:
         """The `bubu run` arguments for the scenario."""
-        allow = [a for pattern in scenario.allow for a in ("--allow", pattern)]
+        # A wildcard pattern never approves output outside the workspace, and the counted
+        # commands write the counter there: each command is allowed as its exact line.
+        exact = [
+            str(c["arguments"]["command"]).replace(COUNTER, str(self.counter))
+            for line in scenario.lines
+            for c in line.get("tool_calls", [])
+            if c.get("name") == "run_command"
+        ]
+        allow = [a for pattern in (*scenario.allow, *exact) for a in ("--allow", pattern)]
         # Unconfined: the scenarios count side effects through files outside the workspace.
         return [
             "run",

@@ -215,7 +215,7 @@ def test_approve_a_permission_request_and_see_the_tool_run(
         page, site, "Check that the greeting script prints its greeting", ws, spec, sandbox="off"
     )
     card = page.locator(".perm")
-    expect(card).to_contain_text("run `echo hello-from-bubu`")
+    expect(card.locator(".perm-command li")).to_have_text(["echo hello-from-bubu"])
     expect(page.locator(".badge").first).to_have_text("running")
     shot(page, tmp_path, "permission.png")
 
@@ -228,6 +228,43 @@ def test_approve_a_permission_request_and_see_the_tool_run(
     )
     expect(card).to_have_count(0)
     expect(page.locator(".session-head .badge")).to_have_text("completed")
+
+
+def test_the_card_shows_a_chained_line_the_allow_list_did_not_cover(
+    page: Page, site: Site, tmp_path: Path
+) -> None:
+    ws = site.root / "chained"
+    ws.mkdir()
+    spec = write_script(tmp_path / "chained.jsonl", [
+        {"tool_calls": [{"name": "run_command", "arguments": {"command": "pytest -q\ntouch pwned"}}]},
+        {"text": "Denied."},
+    ])  # fmt: skip
+    _new_task(page, site, "Run the tests", ws, spec, allow="pytest*", sandbox="off")
+    card = page.locator(".perm")
+    expect(card.locator(".perm-command li")).to_have_text(["pytest -q⏎", "touch pwned"])
+    expect(card).to_contain_text("2 lines")
+    expect(card).to_contain_text("`touch pwned` matches no --allow pattern")
+    card.locator("button.deny").click()
+    expect(page.locator(".session-head .badge")).to_have_text("completed")
+    assert not (ws / "pwned").exists()
+
+
+def test_a_protected_write_waits_for_a_person_on_the_page(
+    page: Page, site: Site, tmp_path: Path
+) -> None:
+    ws = site.root / "protected"
+    (ws / ".git").mkdir(parents=True)
+    spec = write_script(tmp_path / "protected.jsonl", [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": ".git/config", "content": "x"}}]},
+        {"text": "Written."},
+    ])  # fmt: skip
+    _new_task(page, site, "Set up the repository", ws, spec, allow="*")
+    card = page.locator(".perm.protected")
+    expect(card).to_contain_text("Protected path: your approval needed")
+    expect(card).to_contain_text(".git/config is a protected path")
+    card.locator("button.approve").click()
+    expect(page.locator(".session-head .badge")).to_have_text("completed")
+    assert (ws / ".git" / "config").read_text() == "x"
 
 
 def test_a_new_task_with_an_allow_list_runs_the_command_without_asking(

@@ -136,6 +136,7 @@ def _use_the_ui(page: Page, ui: Ui, tmp_path: Path) -> None:
     page.fill("#nt-task", "Run the command once approved")
     page.fill("#nt-workspace", str(ws))
     page.fill("#nt-model", spec)
+    page.select_option("#nt-sandbox", "off")  # unconfined, so the command asks on the page
     page.click("#new-task-start")
     page.locator(".perm button.approve").click()
     expect(page.locator(".session-head .badge")).to_have_text("completed")

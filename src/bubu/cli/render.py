@@ -12,7 +12,7 @@ import click
 
 from bubu.cli.app import emit_jsonl
 from bubu.cli.term import one_line, printable, styled
-from bubu.engine.permissions import Answer
+from bubu.engine.permissions import Answer, asked_command, show_command, visible_line
 from bubu.events import (
     Error,
     FunctionCall,
@@ -225,12 +225,30 @@ class TerminalObserver:
         with self._lock:
             self._clear_status()
             self._end_text()
-            ok = click.confirm(
-                self._style(f"? allow {printable(request.summary)}", bold=True)
-                + f" ({printable(request.reason)})",
-                default=False,
-            )
+            for line in prompt_lines(request):
+                shown = printable(line)  # already visible; printable is the one place for escapes
+                self.out.write(self._style(shown, fg="yellow") if line.startswith("!") else shown)
+                self.out.write("\n")
+            ok = click.confirm(self._style("? allow it", bold=True), default=False)
         return "allow" if ok else "deny"
+
+
+def prompt_lines(request: PermissionRequest) -> list[str]:
+    """What a person reads before answering a request: a command exactly, line by line (each
+    newline marked ⏎, invisible characters shown), why it asks, and for a protected path that
+    nothing but this answer approves it."""
+    command = asked_command(request)
+    if command is None:
+        head = [f"? {visible_line(request.summary)}"]
+    else:
+        lines = show_command(command)
+        count = f" ({len(lines)} lines)" if len(lines) > 1 else ""
+        head = [f"? run this command{count}:", *(f"  │ {ln}" for ln in lines)]
+    reason = request.reason.strip()
+    if reason and reason != (command or "").strip():
+        shown = visible_line(reason)
+        head.append(f"! {shown}" if request.protected else f"  {shown}")
+    return head
 
 
 class JsonlObserver:

@@ -72,6 +72,7 @@ from bubu.providers.base import (
 )
 from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
+from bubu.tools.protected import protected_reason, protected_write, relative
 
 StopReason = Literal["stopped", "suspended", "lease_lost"]
 STOP_POLL_S = 0.5
@@ -769,8 +770,11 @@ class Runner:
         except ToolError as e:
             early.append(self._outcome(call, ToolResult(output=str(e), is_error=True), None))
             return None
+        guarded = protected_write(tool, call.arguments, ctx)
+        if guarded is not None:
+            reason = f"{guarded}; only a person can approve it (--yes does not)"
         if reason is not None:
-            answer = self._permission(call, tool, reason, early)
+            answer = self._permission(call, tool, reason, early, protected=guarded is not None)
             if answer != "allow":
                 return None
             ctx = self.context_for(call, outside_allowed=True)
@@ -781,22 +785,39 @@ class Runner:
             except ToolError as e:
                 early.append(self._outcome(call, ToolResult(output=str(e), is_error=True), None))
                 return None
+            late = (
+                None if intent is None or guarded else protected_reason(relative(ctx, intent.path))
+            )
+            if late is not None:  # the target changed into a protected one since the check
+                early.append(self._outcome(call, ToolResult(output=f"{late}; nothing was written", is_error=True), None))  # fmt: skip
+                return None
         return call, tool, ctx, intent
 
-    def _permission(self, call: CallState, tool: Tool, reason: str, early: list[Event]) -> Answer:
+    def _permission(
+        self,
+        call: CallState,
+        tool: Tool,
+        reason: str,
+        early: list[Event],
+        *,
+        protected: bool = False,
+    ) -> Answer:
         decision: Answer
         answer: Answer
         if call.decision is not None:  # decided before a crash: never ask twice, never assume
             decision = call.decision.decision
+            if protected and call.decision.by != "user":
+                decision = "deny"  # approved by a flag, before the target became protected
         else:
             command = call.arguments.get("command") if tool.name == "run_command" else None
-            if self.effective_policy.allowed_without_asking(
-                tool.name, command if isinstance(command, str) else None
-            ):
-                return "allow"
+            if isinstance(command, str):
+                verdict = self.effective_policy.check_command(command, cwd=self.session.workspace)
+                if verdict.allowed:
+                    return "allow"
+                reason = verdict.why or reason
             request = PermissionRequest(
                 request_id=ids.new_id("perm"), call_id=call.call_id, tool=tool.name,
-                summary=_summary(tool.name, call.arguments), reason=reason,
+                summary=_summary(tool.name, call.arguments), reason=reason, protected=protected,
             )  # fmt: skip
             if early:
                 self.append(early)
@@ -804,7 +825,7 @@ class Runner:
             self.append([self.event("system", "agent", actions=Actions(permission_request=request), invocation=call.invocation)],
                         durable=True)  # fmt: skip
             by: Literal["user", "flag", "nobody"]
-            if self.effective_policy.yes:
+            if self.effective_policy.yes and not protected:
                 answer, by = "allow", "flag"
             else:
                 self.observer.on_activity("waiting for permission")

@@ -1,23 +1,67 @@
 """Who may run what: reads and writes inside the workspace are allowed, commands ask unless
-allow-listed or `--yes`, anything outside the workspace asks. The asking is the host's job."""
+allow-listed or `--yes`, anything outside the workspace asks, and a write to a protected path
+asks a person whatever the flags say. The asking is the host's job.
+
+An allow-list pattern approves one *simple command*, never a whole line: the line is parsed
+(`bubu.engine.commandline`) and each of its simple commands must match a pattern on its own,
+every file it redirects output to must lie inside the workspace (``/dev/null`` is fine) and not
+be protected, and nothing may run that the parse does not show (substitutions, here-documents
+that expand, constructs it does not judge); otherwise the whole line asks. A pattern that is
+character for character the whole line also approves it, as the user wrote it out.
+
+A wildcard cannot reach past the program it names: a command that starts with an assignment
+(``FOO=1 pytest``) or whose program runs other programs (``bash -c``, ``env``, ``xargs``,
+``eval`` …, see `WRAPPERS`) is approved only by a pattern whose first word is that same word,
+written out (``--allow 'env *'``).
+"""
 
 from __future__ import annotations
 
 import fnmatch
+import os
+import shutil
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from bubu.engine import commandline
 from bubu.events import PermissionRequest, SandboxMode
+from bubu.tools.protected import protected_reason
 
 Answer = Literal["allow", "deny"]
 Asker = Callable[[PermissionRequest], Answer | None]
 """Asks a person; returns None when nobody can answer (no TTY, no UI)."""
 
+WRAPPERS = frozenset(
+    {
+        *("sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox"),
+        *("eval", "exec", "source", ".", "command", "builtin", "trap", "alias", "hash"),
+        *("env", "xargs", "nohup", "nice", "ionice", "timeout", "time", "setsid", "stdbuf"),
+        *("sudo", "doas", "su", "runuser", "chroot", "unshare", "nsenter", "flock", "watch"),
+        *("strace", "ltrace", "parallel", "script", "taskset", "chrt", "enable"),
+        # Reserved words the parser may read as a program's name: `coproc rm x` runs `rm x`.
+        *("coproc", "select", "function", "if", "then", "else", "elif", "fi", "case", "esac"),
+        *("for", "while", "until", "do", "done", "in", "{", "}", "[[", "]]", "!"),
+    }
+)
+"""Programs that run another program named in their arguments; a wildcard never approves them."""
+
+_CWD_CHANGERS = frozenset({"cd", "pushd", "popd"})
+_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+
 
 def nobody(_: PermissionRequest) -> Answer | None:
     """The asker of a non-interactive host: nobody can answer."""
     return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """Whether the allow-list approves a command, and if not, which part it does not cover."""
+
+    allowed: bool
+    why: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,11 +78,129 @@ class Policy:
     pass_env: tuple[str, ...] = ()
     """Secret environment variables passed on to commands by name (``--env``)."""
 
-    def allowed_without_asking(self, tool: str, command: str | None) -> bool:
+    def allowed_without_asking(
+        self, tool: str, command: str | None, *, cwd: str | None = None
+    ) -> bool:
         """True when a call that needs permission is pre-approved by an allow-list pattern."""
         if tool != "run_command" or command is None:
             return False
+        return self.check_command(command, cwd=cwd).allowed
+
+    def check_command(self, command: str, *, cwd: str | None = None) -> Verdict:
+        """Judge a command line against the allow-list; `cwd` is the workspace it runs in
+        (without one, only redirections to ``/dev/null`` pass)."""
         if self.sandboxed:  # confined by the operating system: nothing to approve
-            return True
-        cmd = command.strip()
-        return any(fnmatch.fnmatchcase(cmd, pat) or cmd == pat for pat in self.allow_commands)
+            return Verdict(allowed=True)
+        patterns = tuple(p.strip() for p in self.allow_commands if p.strip())
+        if not patterns:
+            return Verdict(allowed=False)
+        # Only blanks are trimmed: bash reads a carriage return or a form feed as part of a word.
+        if command.strip(" \t\n") in patterns:
+            return Verdict(allowed=True)  # the user wrote out this very line
+        if shutil.which("bash") is None:
+            # run_command falls back to /bin/sh, whose grammar is not the one parsed here.
+            return Verdict(allowed=False, why="there is no bash to parse the line for")
+        line = commandline.parse(command)
+        if line.refusal is not None:
+            return Verdict(allowed=False, why=f"the allow-list does not judge it: {line.refusal}")
+        if not line.commands:
+            return Verdict(allowed=False, why="there is no command in it")
+        for c in line.commands:
+            if not any(_approves(p, c) for p in patterns):
+                return Verdict(allowed=False, why=f"`{c.text}` {_unmatched(c)}")
+        moved = any(c.name in _CWD_CHANGERS for c in line.commands)
+        for w in line.writes:
+            why = _write_problem(w, cwd, moved)
+            if why is not None:
+                return Verdict(allowed=False, why=f"its output `{w.source}` {why}")
+        return Verdict(allowed=True)
+
+
+def _first_word(text: str) -> str:
+    return text.split(maxsplit=1)[0] if text.split() else ""
+
+
+def _approves(pattern: str, c: commandline.SimpleCommand) -> bool:
+    if c.name is None and not c.assigns:
+        return False  # the program is an expansion or a glob: nobody knows what runs
+    if not fnmatch.fnmatchcase(c.text, pattern):
+        return False
+    if c.assigns or os.path.basename(c.name or "") in WRAPPERS:
+        return _first_word(pattern) == _first_word(c.text)
+    return True
+
+
+def _unmatched(c: commandline.SimpleCommand) -> str:
+    if c.name is None and not c.assigns:
+        return "runs a program named by an expansion or a glob; no pattern approves it"
+    if c.assigns:
+        return "sets variables for the program; only a pattern that starts with them approves it"
+    if os.path.basename(c.name or "") in WRAPPERS:
+        return (
+            f"runs other programs through {c.name}; only a pattern that starts with "
+            f"{_first_word(c.text)} approves it"
+        )
+    return "matches no --allow pattern"
+
+
+def _write_problem(w: commandline.Write, cwd: str | None, moved: bool) -> str | None:
+    if w.path is None:
+        return "is not a plain path"
+    if w.path in _DEVICES:
+        return None
+    if cwd is None:
+        return "goes to a file"
+    if not os.path.isabs(w.path) and moved:
+        return "is relative to a directory the line changes to"
+    root = os.path.realpath(cwd)
+    target = os.path.realpath(os.path.join(root, w.path))
+    if target != root and not target.startswith(root.rstrip(os.sep) + os.sep):
+        return f"goes outside the workspace ({target})"
+    protected = protected_reason(os.path.relpath(target, root)) or protected_reason(
+        os.path.normpath(w.path)
+    )
+    return None if protected is None else f"goes to a protected file ({protected})"
+
+
+# ---- showing a command to a person --------------------------------------------------------------
+
+NEWLINE_MARK = "⏎"
+
+
+def show_command(command: str) -> list[str]:
+    """The lines of a command as a person must see them before approving it: each line apart,
+    a ⏎ where a newline was, and invisible characters shown as symbols (a carriage return as
+    ␍, an escape as ␛, a bidi control as ⟨U+202E⟩), so nothing can hide part of a line."""
+    lines = command.split("\n")
+    shown = [_visible(line) for line in lines]
+    return [s + NEWLINE_MARK for s in shown[:-1]] + shown[-1:]
+
+
+def _visible(line: str) -> str:
+    out: list[str] = []
+    for ch in line:
+        cat = unicodedata.category(ch)
+        if ch == "\t":
+            out.append(ch)
+        elif ord(ch) < 0x20:
+            out.append(chr(0x2400 + ord(ch)))  # the Unicode control pictures: ␍ ␛ …
+        elif ch == "\x7f":
+            out.append("␡")
+        elif cat in ("Cc", "Cf", "Cs", "Zl", "Zp") or (ch.isspace() and ch != " "):
+            out.append(f"⟨U+{ord(ch):04X}⟩")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def visible_line(text: str) -> str:
+    """Text shown on one line, newlines marked ⏎ and invisible characters shown."""
+    return "".join(show_command(text))
+
+
+def asked_command(request: PermissionRequest) -> str | None:
+    """The exact command a run_command request asks about (its summary is ``run `COMMAND` ``)."""
+    s = request.summary
+    if request.tool != "run_command" or not (s.startswith("run `") and s.endswith("`")):
+        return None
+    return s[len("run `") : -1]

@@ -264,6 +264,17 @@ class FunctionTool(Generic[P, R]):
                 f"the tool's permission= declaration failed: {type(e).__name__}: {e}"
             ) from e
 
+    def write_target(self, args: dict[str, JSON]) -> str | None:
+        """The path a provable write names, as given (None when it names none or is invalid)."""
+        try:
+            return (
+                None
+                if self._target is None
+                else _declared(self._target, self.check(args), "target")
+            )
+        except ToolError:
+            return None
+
     def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
         """For a provable write: the target, its hash now and the hash it will have."""
         if self._target is None or self._content is None:

@@ -13,6 +13,7 @@ from typing import Literal
 
 import msgspec
 
+from bubu.engine.permissions import asked_command, show_command
 from bubu.engine.recovery import lease_is_stale
 from bubu.events import (
     JSON,
@@ -142,6 +143,9 @@ class PermissionView(msgspec.Struct, kw_only=True):
     summary: str
     reason: str
     answerable: bool
+    command: list[str] | None = None
+    """A command's lines exactly as a person must read them (⏎ marks, invisible characters shown)."""
+    protected: bool = False
 
 
 class LiveView(msgspec.Struct, kw_only=True):
@@ -359,6 +363,8 @@ def detail(index: SessionIndex, info: SessionInfo) -> Detail:
                 PermissionView(
                     seq=seq, request_id=rid, call_id=req.call_id, tool=req.tool,
                     summary=req.summary, reason=req.reason, answerable=answerable,
+                    command=None if (cmd := asked_command(req)) is None else show_command(cmd),
+                    protected=req.protected,
                 )
             )  # fmt: skip
     live = manager.live(info.id)

@@ -466,15 +466,24 @@ function diffView(text) {
 
 function renderPermissions(s) {
   const el = $("#permissions");
-  fill(el, ...s.detail.permissions.map((p) => h("div", { class: "perm", dataset: { request: p.request_id } },
-    h("div", { class: "perm-head" }, h("strong", { text: "Permission needed" }), h("span", { class: "muted", text: p.tool })),
-    h("div", { class: "perm-summary mono", text: p.summary }),
-    p.reason && p.reason !== p.summary.replace(/^run `|`$/g, "") ? h("div", { class: "muted small", text: p.reason }) : null,
+  fill(el, ...s.detail.permissions.map((p) => h("div", { class: "perm" + (p.protected ? " protected" : ""), dataset: { request: p.request_id } },
+    h("div", { class: "perm-head" }, h("strong", { text: p.protected ? "Protected path: your approval needed" : "Permission needed" }), h("span", { class: "muted", text: p.tool })),
+    p.command ? permCommand(p.command) : h("div", { class: "perm-summary mono", text: p.summary }),
+    p.reason && p.reason !== p.summary.replace(/^run `|`$/g, "")
+      ? h("div", { class: p.protected ? "perm-reason small" : "muted small", text: p.reason }) : null,
     p.answerable
       ? h("div", { class: "buttons" },
         h("button", { class: "primary approve", onclick: (ev) => answer(s, p, "allow", ev) }, "Approve"),
         h("button", { class: "danger deny", onclick: (ev) => answer(s, p, "deny", ev) }, "Deny"))
       : h("div", { class: "muted small", text: "Waiting for an answer where this turn runs." }))));
+}
+
+// The command exactly as it will run: one row per line, each newline marked ⏎ (the server has
+// already made invisible characters visible), so a chained second line cannot go unseen.
+function permCommand(lines) {
+  return h("div", { class: "perm-command mono" },
+    lines.length > 1 ? h("div", { class: "muted small", text: `${lines.length} lines` }) : null,
+    h("ol", {}, ...lines.map((line) => h("li", { text: line }))));
 }
 
 async function answer(s, p, decision, ev) {
