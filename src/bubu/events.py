@@ -23,6 +23,9 @@ Status = Literal["completed", "failed", "aborted", "cancelled"]
 Visibility = Literal["visible", "hidden"]
 EffectClass = Literal["read_only", "provable_write", "side_effecting"]
 TurnEndReason = Literal["completed", "failed", "stopped", "suspended"]
+EndCause = Literal["provider_unavailable", "max_steps", "max_tokens", "max_time"]
+"""Why a turn that can be resumed ended: the provider stayed unavailable (reason `failed`), or a
+limit of the turn was reached (reason `stopped`)."""
 SandboxMode = Literal["workspace-write", "read-only", "off"]
 
 JSON: TypeAlias = Any
@@ -94,6 +97,9 @@ class Error(_Base, frozen=True, kw_only=True, tag="error", tag_field="kind"):
     message: str
     retryable: bool = False
     status: int | None = None
+    retry_in_ms: int | None = None
+    """The wait planned before the next attempt (None: no further attempt), so that "waiting for
+    the provider, next in N s" is a projection of the log."""
 
 
 # ---- system notes: hidden from the model -----------------------------------------------------
@@ -122,6 +128,15 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     mcp_config: str | None = None
     """The MCP configuration file the turn's tools came from (its path, never its contents, which
     may hold credentials), so a recovery offers the same tools."""
+    retry_for_s: float | None = None
+    """How long transient provider failures are waited out before the turn gives up (None: the
+    default horizon)."""
+    fallback_models: list[str] = msgspec.field(default_factory=list)
+    """Models (provider:model) to switch to, in order, while the primary keeps failing."""
+    token_limit: int | None = None
+    """Total tokens (in + out) the turn may use from this start on (None: no limit)."""
+    time_limit_s: float | None = None
+    """Seconds the turn may run, summed over its runs, from this start on (None: no limit)."""
     sandbox: SandboxMode | None = None
     """How the turn's commands are confined (None: recorded before there was a sandbox)."""
     network: bool = False
@@ -151,6 +166,8 @@ class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):
 
     reason: TurnEndReason
     message: str | None = None
+    cause: EndCause | None = None
+    """Set when the turn can be resumed: a limit was reached, or the provider stayed away."""
 
 
 class RunStarted(_Note, frozen=True, kw_only=True, tag="run_started"):
@@ -172,6 +189,15 @@ class StepLimit(_Note, frozen=True, kw_only=True, tag="step_limit"):
     """The turn reached its step limit."""
 
     steps: int
+
+
+class ModelSwitch(_Note, frozen=True, kw_only=True, tag="model_switch"):
+    """The turn moved to another model (a fallback, or back) after transient failures."""
+
+    from_model: str
+    to_model: str
+    failures: int
+    reason: str
 
 
 class ModelRequest(_Note, frozen=True, kw_only=True, tag="model_request"):
@@ -281,6 +307,7 @@ Note: TypeAlias = (
     | TurnEnded
     | RunStarted
     | StepLimit
+    | ModelSwitch
     | ModelRequest
     | RecoveryNotice
     | NoticeDismissed

@@ -47,7 +47,7 @@ from bubu.log import codec
 CONTENT_KINDS = frozenset(str(c.__struct_config__.tag) for c in get_args(Content))
 NOTE_KINDS = frozenset(str(n.__struct_config__.tag) for n in get_args(Note))
 ACTION_NAMES = frozenset(Actions.__struct_fields__)
-LATER_NOTE_KINDS = frozenset({"checkpoint", "summary_chunk", "session_started"})
+LATER_NOTE_KINDS = frozenset({"checkpoint", "summary_chunk", "session_started", "model_switch"})
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones
 they are built from have defaults, and older logs (the fixture) simply do not hold them."""
 

@@ -25,6 +25,7 @@ from bubu.events import (
     FunctionResponse,
     Info,
     ModelRequest,
+    ModelSwitch,
     NoticeDismissed,
     PermissionDecision,
     PermissionRequest,
@@ -72,11 +73,17 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         tool_timeout=st.none() | st.floats(min_value=0.001, max_value=1e6),
         workspace=opt_texts,
         title=opt_texts,
+        retry_for_s=st.none() | st.floats(min_value=0.001, max_value=1e7),
+        fallback_models=st.lists(short, max_size=2),
+        token_limit=st.none() | counts,
+        time_limit_s=st.none() | st.floats(min_value=0.001, max_value=1e7),
     ),
     TurnEnded: st.builds(
         TurnEnded,
         reason=st.sampled_from(["completed", "failed", "stopped", "suspended"]),
         message=opt_texts,
+        cause=st.none()
+        | st.sampled_from(["provider_unavailable", "max_steps", "max_tokens", "max_time"]),
     ),
     RunStarted: st.builds(
         RunStarted,
@@ -86,6 +93,9 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         proc_start=opt_texts,
     ),
     StepLimit: st.builds(StepLimit, steps=counts),
+    ModelSwitch: st.builds(
+        ModelSwitch, from_model=short, to_model=short, failures=counts, reason=texts
+    ),
     ModelRequest: st.builds(
         ModelRequest,
         model=short,
@@ -182,6 +192,7 @@ CONTENT: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         message=texts,
         retryable=st.booleans(),
         status=st.none() | st.integers(min_value=100, max_value=599),
+        retry_in_ms=st.none() | counts,
     ),
     SystemNote: st.builds(SystemNote, note=notes),
 }

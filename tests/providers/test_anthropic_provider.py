@@ -430,7 +430,10 @@ def test_http_errors_are_classified(
 
 def test_rejected_key_says_which_variable_to_check() -> None:
     error = fail(status(401, "anthropic_401.json"))
-    assert str(error) == "the API key was rejected by Anthropic (401); check ANTHROPIC_API_KEY"
+    assert str(error) == (
+        "the API key was rejected by Anthropic (401: invalid x-api-key: ***); "
+        "check ANTHROPIC_API_KEY"
+    )
     assert "authentication_error" in (error.body or "")
     assert_secret_free(error, ANTHROPIC_KEY)
 

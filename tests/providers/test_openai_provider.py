@@ -342,7 +342,10 @@ def test_http_errors_are_classified(
 
 def test_rejected_key_says_which_variable_to_check() -> None:
     error = fail(status(401, "openai_401.json"))
-    assert str(error) == "the API key was rejected by OpenAI (401); check OPENAI_API_KEY"
+    assert str(error) == (
+        "the API key was rejected by OpenAI (401: Incorrect API key provided: ***. You can find "
+        "your API key at https://platform.openai.com/account/api-keys.); check OPENAI_API_KEY"
+    ), "the provider's own message, without the key"
     # The server echoed the key in its body; the error keeps the body without it.
     assert "invalid_api_key" in (error.body or "")
     assert_secret_free(error, OPENAI_KEY)

@@ -366,3 +366,39 @@ def test_a_large_result_opens_in_the_paged_viewer(page: Page, site: Site) -> Non
     expect(viewer.locator(".line").first).to_have_text("201201")  # the line number, then the line
     viewer.locator("#viewer-close").click()
     expect(viewer).to_be_hidden()
+
+
+def test_the_page_shows_a_turn_waiting_for_its_provider(
+    page: Page, site: Site, tmp_path: Path
+) -> None:
+    from longrun.outage import serve_outages
+
+    ws = site.root / "outage"
+    ws.mkdir()
+    with serve_outages() as server:
+        server.outage(600.0, retry_after="2")
+        proc = subprocess.Popen(
+            bubu(site.root / "bubu.db", "run", "Ride out the outage", "-w", str(ws),
+                 "-m", "openai:gpt-outage", "--base-url", server.openai()),
+            env={**clean_env(), "OPENAI_API_KEY": "sk-browser-outage-0123456789"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            page.goto(site.url())
+            row = page.locator("#sessions-body tr", has_text="Ride out the outage")
+            expect(row.locator(".badge")).to_have_text("running")
+            row.locator("a.title").click()
+            waiting = page.locator("#waiting")
+            expect(waiting).to_contain_text("waiting for the provider: attempt ")
+            expect(waiting).to_contain_text("(503)")
+            expect(waiting).to_contain_text("temporarily unavailable")
+            shot(page, tmp_path, "session-waiting.png")
+            page.click("#stop")
+            expect(page.locator(".session-head .badge")).to_have_text("stopped")
+            expect(page.locator("#waiting")).to_have_count(0)
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 3, out + err
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()

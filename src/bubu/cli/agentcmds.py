@@ -13,6 +13,7 @@ import click
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.envopt import ENV_HELP, env_names
+from bubu.cli.longrun import budget_json, longrun_options, waiting_json, waiting_line
 from bubu.cli.render import JsonlObserver, TerminalObserver, printable
 from bubu.engine.driver import RunConfig, stop_all
 from bubu.engine.permissions import Policy
@@ -20,12 +21,15 @@ from bubu.engine.session import Host, check_task, new_session, resume_turn, star
 from bubu.errors import ConfigError
 from bubu.events import TurnEndReason
 from bubu.log.store import SessionInfo, Store
+from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import fold_status
 from bubu.projections.transcript import Message, ToolCard, notice_text, transcript
 from bubu.providers import resolve
 
 EXIT = {"completed": 0, "failed": 1, "stopped": 3, "suspended": 4, None: 5}
 """Exit status by how the turn ended (5: the run lost its lease or was blocked)."""
+EXIT_UNAVAILABLE = 75
+"""Exit status of a turn that gave up waiting for its provider (EX_TEMPFAIL: try again later)."""
 
 DEFAULT_MODEL_ENV = "BUBU_MODEL"
 
@@ -122,9 +126,7 @@ def model_options(f: Any) -> Any:
                 callback=env_names(must_be_set=True),
                 help=ENV_HELP,
             ),
-            click.option(
-                "--max-steps", type=int, default=100, show_default=True, help="Model calls per run."
-            ),
+            *longrun_options(),
             click.option(
                 "--tool-timeout",
                 type=float,
@@ -157,6 +159,10 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     )
     # An MCP file the user named is their choice; without one, a recovered or resumed turn gets
     # the servers it was started with (recorded with the turn).
+    fallbacks = {
+        spec: resolve(spec, stall_timeout=opts.get("stall_timeout"))
+        for spec in opts.get("fallback_model") or ()
+    }
     chosen = opts.get("mcp")
     mcp = Path(chosen).expanduser() if chosen else default_config_path()
     pass_env: tuple[str, ...] = tuple(opts.get("pass_env") or ())
@@ -183,8 +189,13 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         ),
         asker=observer.ask,
         observer=observer,
+        fallbacks=fallbacks,
         config=RunConfig(
-            max_steps=opts.get("max_steps", 100),
+            max_steps=opts.get("max_steps"),
+            retry_for_s=opts.get("retry_for"),
+            fallback_models=tuple(fallbacks),
+            token_limit=opts.get("max_tokens"),
+            time_limit_s=opts.get("max_time"),
             tool_timeout_s=opts.get("tool_timeout", 600.0),
             context_window=opts.get("context_window"),
         ),
@@ -231,7 +242,19 @@ def finish(reason: TurnEndReason | None, observer: Any, session: str | None = No
             f"or was taken), so this run stopped writing; see `bubu status {session}`",
             err=True,
         )
+    if reason == "failed" and session is not None and _gave_up_waiting(session):
+        sys.exit(EXIT_UNAVAILABLE)
     sys.exit(EXIT.get(reason, 5))
+
+
+def _gave_up_waiting(session: str) -> bool:
+    """Whether the session's last turn ended because its provider stayed unavailable."""
+    ctx = click.get_current_context(silent=True)
+    state = ctx.find_object(Ctx) if ctx is not None else None
+    if state is None:
+        return False
+    turn = fold_longrun(state.store.read(session, kinds=("turn_started", "turn_ended")))
+    return turn.end_cause == "provider_unavailable"
 
 
 @cli.command("run")
@@ -291,7 +314,8 @@ def _latest(store: Store) -> SessionInfo:
 @model_options
 @pass_ctx
 def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
-    """Continue a stopped or suspended turn (a crashed one is recovered by `bubu recover`)."""
+    """Continue a stopped or suspended turn, or one that gave up waiting for its provider (a
+    crashed one is recovered by `bubu recover`); limits given here replace the turn's."""
     store = ctx.store
     from bubu.cli.continuing import continuing_host
     from bubu.engine.recovery import needs_recovery, recover_session
@@ -408,6 +432,11 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
         },
         "recovery": None,
     }
+    lr = fold_longrun(records)
+    waiting = lr.waiting() if state == "running" else None
+    out["cause"] = lr.end_cause if not lr.open else None
+    out["waiting"] = waiting_json(waiting, clock.now_ms()) if waiting is not None else None
+    out["turn"] = budget_json(lr, clock.now_ms()) if lr.turn is not None else None
     if st.notice is not None:
         n = st.notice
         out["recovery"] = {
@@ -438,6 +467,14 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     click.echo(f"{info.id}  {d['status']}  ({d['turns']} turns, {d['events']} events)")
     if d["reason"]:
         click.echo(f"  {printable(str(d['reason']))}")
+    if d["waiting"] is not None:
+        lr = fold_longrun(ctx.store.read(info.id))
+        w = lr.waiting()
+        if w is not None:
+            from bubu import clock
+
+            click.echo(f"  {waiting_line(w, clock.now_ms())}")
+            click.echo(f"    last error: {printable(w.message)}")
     click.echo(
         f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens"
     )

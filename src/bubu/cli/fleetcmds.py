@@ -67,6 +67,14 @@ def check_model(spec: str) -> str:
     return spec
 
 
+def _longrun(f: Any) -> Any:
+    from bubu.cli.longrun import longrun_options
+
+    for opt in reversed(longrun_options()):
+        f = opt(f)
+    return f
+
+
 @cli.command("submit")
 @click.argument("task")
 @_db_option
@@ -81,7 +89,7 @@ def check_model(spec: str) -> str:
 @click.option("--network", is_flag=True, help="Let the task's sandboxed commands use the network.")
 @click.option("--env", "pass_env", multiple=True, metavar="NAME", callback=env_names(must_be_set=False),
               help="Pass the worker's secret variable NAME on to the task's commands.")  # fmt: skip
-@click.option("--max-steps", type=int, default=100, show_default=True, help="Model calls per run.")
+@_longrun
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def submit_cmd(
@@ -97,8 +105,12 @@ def submit_cmd(
     sandbox: SandboxMode | None,
     network: bool,
     pass_env: tuple[str, ...],
-    max_steps: int,
+    max_steps: int | None,
     as_json: bool,
+    retry_for: float | None = None,
+    fallback_model: tuple[str, ...] = (),
+    max_tokens: int | None = None,
+    max_time: float | None = None,
 ) -> None:
     """Queue TASK for the fleet's workers and print its session id."""
     from bubu.cli.agentcmds import default_model
@@ -107,7 +119,9 @@ def submit_cmd(
     store = fleet_store(ctx, db)
     spec = check_model(model or default_model())
     policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps,
-                        sandbox=sandbox or "workspace-write", network=network, pass_env=pass_env)  # fmt: skip
+                        sandbox=sandbox or "workspace-write", network=network, pass_env=pass_env,
+                        retry_for_s=retry_for, fallback_models=tuple(check_model(m) for m in fallback_model),
+                        token_limit=max_tokens, time_limit_s=max_time)  # fmt: skip
     info = submit(store, task=task, workspace=workspace, model=spec, policy=policy)
     if as_json:
         emit_json({"session": info.id, "workspace": info.workspace, "model": spec})

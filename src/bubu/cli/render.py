@@ -17,6 +17,7 @@ from bubu.events import (
     Error,
     FunctionCall,
     FunctionResponse,
+    ModelSwitch,
     PermissionRequest,
     Record,
     RecoveryNotice,
@@ -24,7 +25,8 @@ from bubu.events import (
     Text,
     TurnEnded,
 )
-from bubu.projections.transcript import notice_text
+from bubu.projections.longrun import LongRunFold
+from bubu.projections.transcript import notice_text, switch_text
 from bubu.providers.base import Delta
 
 
@@ -69,6 +71,8 @@ class TerminalObserver:
         self._cr = False
         self._last_kind = "text"
         self._status_shown = False
+        self.longrun = LongRunFold()
+        """The records seen so far, folded: a wait for the provider is shown from the log."""
         self._lock = threading.RLock()
         self._ticker: threading.Thread | None = None
         self._done = threading.Event()
@@ -89,12 +93,23 @@ class TerminalObserver:
     def _draw_status(self) -> None:
         if not self.tty or self._in_text or self._done.is_set():
             return
-        elapsed = int(time.monotonic() - self.started)
-        what = one_line(self.activity or "working", 60)
-        line = f"  ◦ step {self.steps} · {what} · {self.tokens:,} tokens · {elapsed // 60}:{elapsed % 60:02d}"
-        self.out.write("\r\033[K" + self._style(line, dim=True))
+        self.out.write("\r\033[K" + self._style(self.status_text(), dim=True))
         self.out.flush()
         self._status_shown = True
+
+    def status_text(self) -> str:
+        """The status line: step, what runs now (or the wait for the provider), tokens, time."""
+        from bubu import clock
+        from bubu.cli.longrun import waiting_line
+
+        elapsed = int(time.monotonic() - self.started)
+        waiting = self.longrun.waiting()
+        what = (
+            waiting_line(waiting, clock.now_ms())
+            if waiting
+            else one_line(self.activity or "working", 60)
+        )
+        return f"  ◦ step {self.steps} · {what} · {self.tokens:,} tokens · {elapsed // 60}:{elapsed % 60:02d}"
 
     def _tick(self) -> None:
         while not self._done.wait(0.5):
@@ -155,6 +170,7 @@ class TerminalObserver:
         """Print committed tool calls, results, errors and the turn's end."""
         for r in records:
             ev, c, a = r.event, r.event.content, r.event.actions
+            self.longrun.apply(r)
             if a is not None and a.token_usage is not None:
                 self.steps += 1
                 self.tokens += a.token_usage.input_tokens + a.token_usage.output_tokens
@@ -176,6 +192,8 @@ class TerminalObserver:
                         f"  ! {_short(c.error_class, 40)}: {_short(c.message, 100)}", fg="yellow"
                     )
                 )
+            elif isinstance(c, SystemNote) and isinstance(c.note, ModelSwitch):
+                self.line(self._style(f"  ⇄ {switch_text(c.note)}", fg="yellow"))
             elif isinstance(c, SystemNote) and isinstance(c.note, RecoveryNotice):
                 self.notice(c.note, ev.session)
             elif isinstance(c, SystemNote) and isinstance(c.note, TurnEnded):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from bubu.events import TurnEndReason
+from bubu.events import EndCause, TurnEndReason
+from bubu.projections.longrun import LimitHit
 from bubu.projections.turn import CallState, TurnFold
 
 
@@ -40,6 +41,7 @@ class EndTurn:
     reason: TurnEndReason
     message: str | None = None
     step_limit: int | None = None
+    cause: EndCause | None = None
 
 
 CUT_OFF = (
@@ -51,8 +53,20 @@ CUT_OFF = (
 Step: TypeAlias = Idle | CallModel | RunTools | NeedsRecovery | EndTurn
 
 
-def decide(t: TurnFold, *, max_steps: int | None = None) -> Step:
-    """The next step of the latest turn; `max_steps` overrides the limit recorded at turn start."""
+_RAISE_FLAG: dict[EndCause, str] = {
+    "max_steps": "--max-steps N",
+    "max_tokens": "--max-tokens N",
+    "max_time": "--max-time DURATION",
+    "provider_unavailable": "--retry-for DURATION",
+}
+
+
+def decide(t: TurnFold, *, max_steps: int | None = None, limit: LimitHit | None = None) -> Step:
+    """The next step of the latest turn.
+
+    `limit` is the turn's limit that has been reached, if any (`LongRunFold.limit_hit`); without
+    it the per-run step count is checked against `max_steps`, else the limit recorded at start.
+    """
     if not t.open:
         return Idle()
     stale = [c for c in t.dangling if c.dispatch_run != t.run]
@@ -66,11 +80,20 @@ def decide(t: TurnFold, *, max_steps: int | None = None) -> Step:
         return RunTools(())
     if not t.awaiting_model:
         return EndTurn("completed", CUT_OFF if t.cut_off else None)
-    limit = max_steps if max_steps is not None else t.max_steps
-    if limit is not None and t.steps_in_run >= limit:
+    if limit is not None:
         return EndTurn(
             "stopped",
-            f"the step limit of {limit} model calls was reached; `bubu resume` continues the task",
-            step_limit=limit,
+            f"{limit.message}; `bubu resume` continues the turn "
+            f"(raise the limit with {_RAISE_FLAG[limit.cause]})",
+            step_limit=limit.steps,
+            cause=limit.cause,
+        )
+    steps = max_steps if max_steps is not None else t.max_steps
+    if steps is not None and t.steps_in_run >= steps:
+        return EndTurn(
+            "stopped",
+            f"the step limit of {steps} model calls was reached; `bubu resume` continues the task",
+            step_limit=steps,
+            cause="max_steps",
         )
     return CallModel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import os
+import random
 import socket
 import threading
 import time
@@ -25,6 +26,8 @@ import msgspec
 from bubu import clock, failpoints, ids
 from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
+from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
+from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.compactor import Compactor
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.lanes import Admitted, Lanes
@@ -34,7 +37,7 @@ from bubu.errors import AppendConflict, BubuError, LeaseLost, ProviderError, Sto
 from bubu.events import (
     Actions,
     Content,
-    Error,
+    EndCause,
     Event,
     FunctionCall,
     FunctionResponse,
@@ -59,6 +62,7 @@ from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log import codec, redact
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
+from bubu.projections.longrun import LongRunFold
 from bubu.projections.turn import CallState, TurnFold
 from bubu.providers.base import (
     Delta,
@@ -113,11 +117,17 @@ class NullObserver:
 class RunConfig:
     """Knobs of a run."""
 
-    max_steps: int | None = 100
+    max_steps: int | None = None
     tool_timeout_s: float = 600.0
-    model_attempts: int = 5
+    model_attempts: int | None = None
+    """A cap on the attempts of one model call (None: only the retry horizon bounds them)."""
     backoff_s: float = 1.0
-    backoff_max_s: float = 60.0
+    backoff_max_s: float = WAIT_CAP_S
+    retry_for_s: float | None = None
+    """How long transient provider failures are waited out (None: the turn's, else the default)."""
+    fallback_models: tuple[str, ...] = ()
+    token_limit: int | None = None
+    time_limit_s: float | None = None
     lease_ttl_s: float = 30.0
     max_tokens: int = 8192
     context_window: int | None = None
@@ -159,9 +169,13 @@ class Runner:
     config: RunConfig = field(default_factory=RunConfig)
     prompt: str | None = None
     """A custom system prompt; else the one recorded with the turn; else Bubu's own."""
+    fallbacks: dict[str, Provider] = field(default_factory=dict)
+    """Providers for the turn's fallback models, by spec (others are resolved when needed)."""
 
     def __post_init__(self) -> None:
         self.turn = TurnFold()
+        self.longrun = LongRunFold()
+        self._primary = self.provider
         self._blobs: set[str] = set()
         self.context = ContextFold(policy=self.config.context, blobs=self.store.blob)
         self.compactor = Compactor(policy=self.config.context)
@@ -212,6 +226,7 @@ class Runner:
         records = self.store.read(self.session.id, after=self.high_water)
         for r in records:
             self.turn.apply(r)
+            self.longrun.apply(r)
             self.context.apply(r)
             self.compactor.apply(self, r)
             blob = getattr(r.event.content, "blob", None)
@@ -378,7 +393,7 @@ class Runner:
                         if not continue_turn:
                             return None
                     self._check_stop()
-                    step = decide(self.turn, max_steps=self.config.max_steps)
+                    step = decide(self.turn, limit=self.longrun.limit_hit(clock.now_ms()))
                     match step:
                         case Idle():
                             return self.turn.end_reason
@@ -386,9 +401,9 @@ class Runner:
                             self._call_model()
                         case RunTools(calls=calls):
                             self._run_tools(calls)
-                        case EndTurn(reason=reason, message=message, step_limit=limit):
+                        case EndTurn(reason=reason, message=message, step_limit=limit, cause=cause):
                             notes = [self.note(StepLimit(steps=limit))] if limit else []
-                            self.end_turn(reason, message, extra=notes)
+                            self.end_turn(reason, message, extra=notes, cause=cause)
                         case NeedsRecovery():
                             raise BubuError(
                                 f"session {self.session.id} has tool calls interrupted by a crash; "
@@ -408,11 +423,17 @@ class Runner:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def end_turn(
-        self, reason: TurnEndReason, message: str | None = None, *, extra: Sequence[Event] = ()
+        self,
+        reason: TurnEndReason,
+        message: str | None = None,
+        *,
+        extra: Sequence[Event] = (),
+        cause: EndCause | None = None,
     ) -> None:
         """Append the turn's end (fully synced)."""
         failpoints.hit("before_turn_end")
-        self.append([*extra, self.note(TurnEnded(reason=reason, message=message))], durable=True)
+        end = TurnEnded(reason=reason, message=message, cause=cause)
+        self.append([*extra, self.note(end)], durable=True)
         failpoints.hit("after_turn_end")
 
     def _finish_stopped(self, reason: Literal["stopped", "suspended"]) -> None:
@@ -468,6 +489,9 @@ class Runner:
         return rows[0].hash if rows else codec.GENESIS.hex()
 
     def _call_model(self) -> None:
+        """One attempt of the next model call; a transient failure plans (and waits out) the next
+        attempt, which the loop makes after `decide` has looked at the limits again."""
+        self._select_model()
         request = self.build_request()
         digest, estimate = self.request_digest(request)
         # Compact until the request fits (a second pass helps when the kept tail was too big).
@@ -482,31 +506,52 @@ class Runner:
             if after == before:
                 break  # nothing more could be folded (or the summary failed: raw history)
         checkpoint = self.context.checkpoint.key if self.context.checkpoint is not None else None
-        for attempt in range(1, self.config.model_attempts + 1):
-            self.append(
-                [self.note(ModelRequestNote(model=self.provider.spec, request_digest=digest, checkpoint=checkpoint,
-                                            estimated_tokens=estimate, attempt=attempt))]
-            )  # fmt: skip
-            failpoints.hit("before_model_call")
-            self.observer.on_activity("thinking")
-            try:
-                response = self._wait(self._pool.submit(self._complete, request))
-            except ProviderError as e:
-                self.append([self.event("system", "system", Error(
-                    error_class=e.error_class, message=str(e), retryable=e.retryable, status=e.status))])  # fmt: skip
-                if not e.retryable or attempt == self.config.model_attempts:
-                    self.end_turn("failed", str(e))
-                    return
-                delay = (
-                    e.retry_after
-                    if e.retry_after is not None
-                    else self.config.backoff_s * 2 ** (attempt - 1)
-                )
-                self.observer.on_activity(f"retrying in {delay:.1f}s ({e.error_class})")
-                self._sleep(min(delay, self.config.backoff_max_s))
-                continue
-            self._commit_response(response, estimate)
+        attempt = self.longrun.streak + 1
+        self.append(
+            [self.note(ModelRequestNote(model=self.provider.spec, request_digest=digest, checkpoint=checkpoint,
+                                        estimated_tokens=estimate, attempt=attempt))]
+        )  # fmt: skip
+        failpoints.hit("before_model_call")
+        self.observer.on_activity("thinking")
+        try:
+            response = self._wait(self._pool.submit(self._complete, request))
+        except ProviderError as e:
+            self._failed_attempt(e, attempt)
             return
+        self._commit_response(response, estimate)
+
+    def _select_model(self) -> None:
+        """Use the provider of the model the log says the turn is on (a fallback, or the primary)."""
+        want = wanted_model(self.longrun, self._primary.spec)
+        if want is None:
+            self.provider = self._primary
+        elif want != self.provider.spec:
+            if want not in self.fallbacks:
+                from bubu.providers import resolve
+
+                self.fallbacks[want] = resolve(want)
+            self.provider = self.fallbacks[want]
+
+    def _failed_attempt(self, e: ProviderError, attempt: int) -> None:
+        """Record a failed attempt; end the turn, or wait (interruptibly) before the next one."""
+        c = self.config
+        then = after_failure(
+            e, attempt=attempt, fold=self.longrun, primary=self._primary.spec,
+            knobs=Knobs(retry_for_s=c.retry_for_s, base_s=c.backoff_s, cap_s=c.backoff_max_s,
+                        max_attempts=c.model_attempts),
+            current=self.provider.spec, now_ms=clock.now_ms(), session=self.session.id,
+            rand=random.random,
+        )  # fmt: skip
+        events = [self.event("system", "system", then.error)]
+        if isinstance(then, End):
+            self.append(events)
+            self.end_turn("failed", then.message, cause=then.cause)
+            return
+        if then.switch is not None:
+            events.append(self.note(then.switch))
+        self.append(events)
+        self.observer.on_activity(f"retrying in {then.delay_s:.1f}s ({e.error_class})")
+        self._sleep(then.delay_s)
 
     def _complete(self, request: ModelRequest) -> ModelResponse:
         fired = False

@@ -14,8 +14,9 @@ from bubu.engine.permissions import Asker, Policy, nobody
 from bubu.engine.scope import acting_info, holder_gone
 from bubu.engine.settings import ModelSettings, public_url
 from bubu.errors import BubuError, ConfigError
-from bubu.events import SystemNote, Text, TurnEndReason, TurnStarted, make
+from bubu.events import EndCause, SystemNote, Text, TurnEndReason, TurnStarted, make
 from bubu.log.store import SessionInfo, Store
+from bubu.projections.longrun import LongRunFold
 from bubu.projections.turn import TurnFold, fold
 from bubu.providers.base import Provider
 from bubu.tools.base import Tool
@@ -44,6 +45,8 @@ class Host:
     model_settings: ModelSettings = field(default_factory=ModelSettings)
     """How `provider` was built besides its spec (recorded with each turn it starts)."""
     runner: Runner | None = None
+    fallbacks: dict[str, Provider] = field(default_factory=dict)
+    """Providers for fallback models, by spec, built with the host's options."""
 
     def adopt_turn_tools(self, turn: TurnFold) -> None:
         """Offer the tools of the MCP configuration `turn` was started with, when it differs
@@ -85,6 +88,7 @@ class Host:
                 observer=self.observer,
                 config=self.config,
                 prompt=self.prompt,
+                fallbacks=self.fallbacks,
             )
             self.runner = runner
             yield runner
@@ -156,28 +160,53 @@ def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
         t = runner.turn
         if t.open:
             raise ConfigError(f"session {session.id} has an open turn; `bubu recover` continues it")
-        if t.turn is None or t.end_reason not in ("stopped", "suspended"):
+        if t.turn is None or not resumable(t.end_reason, runner.longrun.end_cause):
             raise ConfigError(
                 f"session {session.id} has no stopped or suspended turn to resume "
                 f"(its last turn {'ended ' + t.end_reason if t.end_reason else 'does not exist'})"
             )
-        reopened = make(session=session.id, turn=t.turn, role="system", author="system", ts=clock.now_ms(),
-                        content=SystemNote(note=_turn_started(host, runner.session, t)),
-                        visibility="hidden")  # fmt: skip
-        runner.start_run("resume", prefix=[reopened])
-        return runner.drive()
+        return reopen_turn(host, runner)
+
+
+def resumable(reason: str | None, cause: EndCause | None) -> bool:
+    """Whether a turn that ended so may be continued: stopped, suspended, or failed only because
+    the provider stayed unavailable."""
+    return reason in ("stopped", "suspended") or (
+        reason == "failed" and cause == "provider_unavailable"
+    )
+
+
+def reopen_turn(host: Host, runner: Runner) -> TurnEndReason | None:
+    """Reopen the runner's ended turn under the host's settings (widened by the turn's own) and
+    drive it on; every limit counts afresh from here."""
+    t, session = runner.turn, runner.session
+    reopened = make(session=session.id, turn=t.turn, role="system", author="system", ts=clock.now_ms(),
+                    content=SystemNote(note=_turn_started(host, session, t, runner.longrun)),
+                    visibility="hidden")  # fmt: skip
+    runner.start_run("resume", prefix=[reopened])
+    return runner.drive()
 
 
 def _turn_started(
-    host: Host, session: SessionInfo, previous: TurnFold | None = None
+    host: Host,
+    session: SessionInfo,
+    previous: TurnFold | None = None,
+    budget: LongRunFold | None = None,
 ) -> TurnStarted:
-    """The turn's recorded settings: the host's, widened by those of the turn it reopens; and the
-    session's workspace and title, so that the chain, not the sessions table, says where it acts."""
+    """The turn's recorded settings: the host's, widened by those of the turn it reopens (limits
+    and the retry policy the host leaves unset are kept from it); and the session's workspace
+    and title, so that the chain, not the sessions table, says where it acts."""
     p = previous if previous is not None else TurnFold()
+    b = budget if budget is not None else LongRunFold()
+    c = host.config
     ms = host.model_settings
     return TurnStarted(
         model=host.provider.spec,
-        max_steps=host.config.max_steps if host.config.max_steps is not None else p.max_steps,
+        max_steps=c.max_steps if c.max_steps is not None else b.max_steps,
+        retry_for_s=c.retry_for_s if c.retry_for_s is not None else b.retry_for_s,
+        fallback_models=list(c.fallback_models or b.fallbacks),
+        token_limit=c.token_limit if c.token_limit is not None else b.token_limit,
+        time_limit_s=c.time_limit_s if c.time_limit_s is not None else b.time_limit_s,
         yes=host.policy.yes or p.yes,
         allow_commands=list(dict.fromkeys([*p.allow_commands, *host.policy.allow_commands])),
         system_prompt=host.prompt if host.prompt is not None else p.system_prompt,

@@ -32,7 +32,7 @@ from bubu import clock, ids
 from bubu.engine.driver import RunConfig, Runner, owner_id
 from bubu.engine.recovery import Outcome, recover_session
 from bubu.engine.scope import acting_info
-from bubu.engine.session import Host, check_task, new_session
+from bubu.engine.session import Host, check_task, new_session, reopen_turn, resumable
 from bubu.errors import BubuError, ConfigError, LeaseLost
 from bubu.events import (
     Actions,
@@ -68,7 +68,11 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
 
     yes: bool = False
     allow_commands: tuple[str, ...] = ()
-    max_steps: int | None = 100
+    max_steps: int | None = None
+    retry_for_s: float | None = None
+    fallback_models: tuple[str, ...] = ()
+    token_limit: int | None = None
+    time_limit_s: float | None = None
     sandbox: SandboxMode = DEFAULT_MODE
     network: bool = False
     pass_env: tuple[str, ...] = ()
@@ -148,8 +152,9 @@ def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
             return "nothing"
         note = TurnStarted(model=host.provider.spec, max_steps=policy.max_steps, yes=policy.yes,
                            allow_commands=list(policy.allow_commands), sandbox=policy.sandbox,
-                           network=policy.network,
-                           pass_env=list(policy.pass_env),
+                           network=policy.network, pass_env=list(policy.pass_env),
+                           retry_for_s=policy.retry_for_s, fallback_models=list(policy.fallback_models),
+                           token_limit=policy.token_limit, time_limit_s=policy.time_limit_s,
                            workspace=runner.session.workspace, title=runner.session.title)  # fmt: skip
         opened = make(session=info.id, turn=request.event.turn or ids.turn_id(), role="system",
                       author="system", ts=clock.now_ms(), content=SystemNote(note=note),
@@ -175,6 +180,12 @@ def run_claim(host: Host, claim: Claim) -> Outcome:
         )
     if claim.state == "queued":
         return start_queued(host, info, claim.lease)
+    if claim.state == "retry":
+        # The turn gave up waiting for its provider a while ago: try it again, as `bubu resume`.
+        with running(host, info, claim.lease) as runner:
+            if runner.turn.open or not resumable(runner.turn.end_reason, runner.longrun.end_cause):
+                return "nothing"
+            return reopen_turn(host, runner)
     handoff = claim.released and clean_handoff(host.store.read(info.id))
     if handoff and host.store.verify(info.id).ok:
         with running(host, info, claim.lease) as runner:
@@ -356,7 +367,9 @@ class Worker:
 
     def _handle(self, n: int, store: Store, queue: Queue, claim: Claim) -> None:
         info, lease = claim.session, claim.lease
-        how = "new" if claim.state == "queued" else "continue" if claim.released else "recover"
+        how = {"queued": "new", "retry": "retry"}.get(claim.state) or (
+            "continue" if claim.released else "recover"
+        )
         self._log(f"claim {info.id} {how} epoch={lease.epoch} slot={n}")
         started = time.monotonic()
         watch = Watch(self._draining)

@@ -13,6 +13,7 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     Info,
+    ModelSwitch,
     NoticeDismissed,
     Record,
     RecoveryNotice,
@@ -103,8 +104,14 @@ class Transcript:
                     denied = c.is_error and c.result.startswith("permission denied")
                     done.status = "denied" if denied else ("failed" if c.is_error else "completed")
         elif isinstance(c, Error):
+            wait = "" if c.retry_in_ms is None else f" (retrying in {c.retry_in_ms / 1000:.1f}s)"
             add(
-                Message(seq=r.seq, kind="error", text=f"{c.error_class}: {c.message}", turn=ev.turn)
+                Message(
+                    seq=r.seq,
+                    kind="error",
+                    text=f"{c.error_class}: {c.message}{wait}",
+                    turn=ev.turn,
+                )
             )
         elif isinstance(c, SystemNote):
             self._note(r, c)
@@ -138,6 +145,8 @@ class Transcript:
                 ]
             case StepLimit(steps=steps):
                 text = f"step limit of {steps} reached"
+            case ModelSwitch():
+                text = switch_text(n)
             case RecoveryNotice():
                 kind, text = "notice", notice_text(n)
             case NoticeDismissed():
@@ -159,6 +168,14 @@ class Transcript:
                 text = None
         if text:
             self.items.append(Message(seq=r.seq, kind=kind, text=text, turn=turn))
+
+
+def switch_text(n: ModelSwitch) -> str:
+    """A switch of model as a person reads it."""
+    return (
+        f"switched from {n.from_model} to {n.to_model} after {n.failures} failed attempts "
+        f"in a row ({n.reason})"
+    )
 
 
 def notice_text(n: RecoveryNotice) -> str:

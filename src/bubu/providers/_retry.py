@@ -41,7 +41,7 @@ ErrorClass: TypeAlias = Literal[
 
 BODY_LIMIT = 2000
 _MESSAGE_LIMIT = 300
-_RETRYABLE_4XX = frozenset({408, 409, 429})
+_RETRYABLE_4XX = frozenset({408, 409, 425, 429})
 # Key-shaped tokens (OpenAI `sk-…`, `sk-proj-…`, Anthropic `sk-ant-…`), including the partly
 # masked echoes some servers put in their 401 bodies.
 _KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_\-*.]{6,}")
@@ -185,7 +185,8 @@ def status_error(
     error_class: ErrorClass
     if status in (401, 403):
         error_class = "auth"
-        message = f"the API key was rejected by {vendor.name} ({status}); check {vendor.key_env}"
+        # The provider's own words say which key or permission is wrong.
+        message = f"the API key was rejected by {vendor.name} ({hint}); check {vendor.key_env}"
     elif status == 429 and "insufficient_quota" in haystack:
         error_class = "quota"
         message = f"{vendor.name} says the account is out of quota ({hint}); check plan and billing"
@@ -198,7 +199,7 @@ def status_error(
     elif status == 408:
         error_class = "timeout"
         message = f"{vendor.name} timed out waiting for the request (408); try again"
-    elif status >= 500 or status == 409:
+    elif status >= 500 or status in (409, 425):
         error_class = "server_error"
         message = f"{vendor.name} returned a server error ({hint}); try again later"
     elif status == 413 or any(h in haystack for h in _CONTEXT_HINTS):

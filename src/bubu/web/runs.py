@@ -20,7 +20,14 @@ from bubu.engine.driver import RunConfig
 from bubu.engine.permissions import Answer, Policy
 from bubu.engine.recovery import needs_recovery, recover_session
 from bubu.engine.scope import acting_info, scan
-from bubu.engine.session import Host, check_task, new_session, resume_turn, start_turn
+from bubu.engine.session import (
+    Host,
+    check_task,
+    new_session,
+    resumable,
+    resume_turn,
+    start_turn,
+)
 from bubu.engine.settings import (
     imported_server,
     last_turn,
@@ -30,6 +37,7 @@ from bubu.engine.settings import (
 from bubu.errors import BubuError, ConfigError
 from bubu.events import PermissionRequest, Record, SandboxMode, SystemNote, TurnEnded, TurnStarted
 from bubu.log.store import SessionInfo, Store
+from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.providers import resolve
 from bubu.providers.base import Delta
@@ -310,7 +318,8 @@ class RunManager:
             self._spawn(info.id, host, lambda: recover_session(host, info))
             return "recover"
         state = self._state(info)
-        if state not in ("stopped", "suspended"):
+        ended = fold_longrun(self.store.read(info.id, kinds=("turn_started", "turn_ended")))
+        if not resumable(state, ended.end_cause):
             raise ConfigError(
                 f"session {info.id} has no stopped or suspended turn to resume (it is {state})"
             )

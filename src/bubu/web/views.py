@@ -26,6 +26,7 @@ from bubu.events import (
 )
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.context import diagnose
+from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import Status, fold_status
 from bubu.projections.transcript import Message, ToolCard, transcript
 from bubu.providers.base import Message as ModelMessage
@@ -156,6 +157,20 @@ class LiveView(msgspec.Struct, kw_only=True):
     thinking: str = ""
 
 
+class WaitingView(msgspec.Struct, kw_only=True):
+    """The running turn waits out a provider failure (folded from the log's attempt events)."""
+
+    attempt: int
+    """The attempt being waited for (or in flight)."""
+    next_at_ms: int
+    since_ms: int
+    in_flight: bool
+    model: str
+    error_class: str
+    status: int | None
+    error: str
+
+
 class Detail(msgspec.Struct, kw_only=True):
     """Everything the session page shows at once."""
 
@@ -167,6 +182,10 @@ class Detail(msgspec.Struct, kw_only=True):
     live: LiveView
     error: str | None
     high_water: int
+    waiting: WaitingView | None = None
+    cause: str | None = None
+    """Why a resumable turn ended: a limit (max_steps, max_tokens, max_time) or
+    provider_unavailable."""
 
 
 class LogRow(msgspec.Struct, kw_only=True):
@@ -363,7 +382,19 @@ def detail(index: SessionIndex, info: SessionInfo) -> Detail:
         ),
         error=manager.error(info.id),
         high_water=records[-1].seq if records else 0,
+        waiting=_waiting(records) if state == "running" else None,
+        cause=(st.state in ("failed", "stopped") and fold_longrun(records).end_cause) or None,
     )
+
+
+def _waiting(records: list[Record]) -> WaitingView | None:
+    w = fold_longrun(records).waiting()
+    if w is None:
+        return None
+    return WaitingView(
+        attempt=w.attempt + 1, next_at_ms=w.next_at_ms, since_ms=w.since_ms, in_flight=w.in_flight,
+        model=w.model, error_class=w.error_class, status=w.status, error=w.message,
+    )  # fmt: skip
 
 
 def _message_item(m: Message, watermark: int | None) -> MessageItem:

@@ -151,6 +151,37 @@ BEGIN
 END $$
 """.replace("NOW_MS", NOW_MS_SQL)
 
+RETRY_LATER_MS = 600_000
+"""How long after a turn gave up waiting for its provider a worker tries it again."""
+
+# Migration 4: a turn that ended because its provider stayed unavailable is `retry`, claimable
+# again after RETRY_LATER_MS (the turn already waited out its own retry horizon).
+_WORK_STEP_RETRY = (
+    _WORK_STEP.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
+    .replace(
+        "IN ('text', 'recovery_notice') THEN", "IN ('text', 'recovery_notice', 'turn_ended') THEN"
+    )
+    .replace("  nxt text;\n", "  nxt text;\n  nb bigint := 0;\n")
+    .replace(
+        "  ELSIF p_kind = 'turn_ended' THEN\n    nxt := 'idle';\n",
+        "  ELSIF p_kind = 'turn_ended' THEN\n    nxt := 'idle';\n"
+        "    IF ev#>>'{content,note,cause}' = 'provider_unavailable' THEN\n"
+        f"      nxt := 'retry';\n      nb := {NOW_MS_SQL} + {RETRY_LATER_MS};\n    END IF;\n",
+    )
+    .replace(
+        "INSERT INTO work(sid, state, since_seq, since_ms) VALUES (p_sid, nxt, p_seq, "
+        + NOW_MS_SQL
+        + ")",
+        "INSERT INTO work(sid, state, since_seq, since_ms, not_before) VALUES (p_sid, nxt, p_seq, "
+        + NOW_MS_SQL
+        + ", nb)",
+    )
+    .replace(
+        "since_ms = excluded.since_ms, not_before = 0,",
+        "since_ms = excluded.since_ms, not_before = excluded.not_before,",
+    )
+)
+
 _WORK_KINDS = "('text', 'turn_started', 'turn_ended', 'run_started', 'recovery_notice')"
 
 _EVENTS_WORK = f"""
@@ -235,6 +266,18 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
         3,
         "stop requests on leases",
         ("ALTER TABLE leases ADD COLUMN stop_requested boolean NOT NULL DEFAULT false",),
+    ),
+    Migration(
+        4,
+        "turns that gave up on their provider are retried later",
+        (
+            "ALTER TABLE work DROP CONSTRAINT work_state_check",
+            "ALTER TABLE work ADD CONSTRAINT work_state_check "
+            "CHECK (state IN ('queued', 'open', 'blocked', 'idle', 'retry'))",
+            "DROP INDEX work_ready",
+            "CREATE INDEX work_ready ON work(since_ms, sid) WHERE state IN ('queued', 'open', 'retry')",
+            _WORK_STEP_RETRY,
+        ),
     ),
 )
 

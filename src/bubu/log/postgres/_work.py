@@ -2,7 +2,7 @@
 
 The `work` table is derived from the log by a trigger in the same transaction as every append (see
 `_schema`): `queued` (a user request waits for a turn), `open` (a turn has no end), `blocked`,
-`idle`. A session is claimable when it is queued or open, its lease is free or expired by the
+`idle`, `retry` (the turn gave up waiting for its provider; claimable again after a while). A session is claimable when it is queued or open, its lease is free or expired by the
 server's clock, and no worker deferred it. Claiming locks the session's head row with
 `FOR NO KEY UPDATE … SKIP LOCKED` (the lock every append and lease change takes, so claimers never
 wait on each other or deadlock with appends) and takes the lease in the same transaction.
@@ -20,7 +20,7 @@ from bubu.log.postgres._schema import NOW_MS_SQL
 from bubu.log.postgres._store import PostgresStore
 from bubu.log.store import Lease, SessionInfo
 
-WorkState = Literal["queued", "open", "blocked", "idle"]
+WorkState = Literal["queued", "open", "blocked", "idle", "retry"]
 """Where a session stands for the fleet (derived from its log)."""
 
 MAX_DEFER_MS = 600_000
@@ -32,7 +32,7 @@ SELECT s.sid, s.id, s.title, s.workspace, s.created_ms, s.model, s.high_water, s
 FROM work w
 JOIN sessions s ON s.sid = w.sid
 LEFT JOIN leases l ON l.sid = w.sid
-WHERE w.state IN ('queued', 'open') AND w.not_before <= {NOW_MS_SQL}
+WHERE w.state IN ('queued', 'open', 'retry') AND w.not_before <= {NOW_MS_SQL}
   AND (l.sid IS NULL OR l.owner = '' OR l.expires_ms <= {NOW_MS_SQL})
   AND w.sid <> ALL(%s::bigint[])
 ORDER BY w.since_ms, w.sid
@@ -47,7 +47,8 @@ class Claim:
 
     session: SessionInfo
     lease: Lease
-    state: Literal["queued", "open"]
+    state: Literal["queued", "open", "retry"]
+    """`retry`: the turn ended because its provider stayed unavailable, a while ago."""
     released: bool
     """True when the previous runner gave the lease up (an orderly hand-off), False when it
     expired (the runner died or froze) or there was none."""
@@ -74,7 +75,7 @@ class WorkQueue:
                 sid = int(row[0])
                 # Fresh reads, now that the head row is ours: appends and lease takers wait on it.
                 state = db.execute("SELECT state FROM work WHERE sid = %s", [sid]).fetchone()
-                if state is None or state[0] not in ("queued", "open"):
+                if state is None or state[0] not in ("queued", "open", "retry"):
                     skipped.append(sid)
                     continue
                 try:
@@ -87,7 +88,7 @@ class WorkQueue:
                 return Claim(
                     session=PostgresStore._info(row[1:8]),
                     lease=lease,
-                    state=cast(Literal["queued", "open"], state[0]),
+                    state=cast(Literal["queued", "open", "retry"], state[0]),
                     released=row[9] == "",
                 )
         return None

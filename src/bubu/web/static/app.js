@@ -363,7 +363,8 @@ function renderHead(s) {
     // A turn run elsewhere (a terminal, a worker) is asked to stop through its lease.
     actions.push(h("button", { id: "stop", class: "danger", onclick: () => act(s, "stop") }, "Stop"));
   }
-  if (!d.live.running_here && (info.status === "stopped" || info.status === "suspended")) {
+  const gaveUp = info.status === "failed" && d.cause === "provider_unavailable";
+  if (!d.live.running_here && (info.status === "stopped" || info.status === "suspended" || gaveUp)) {
     actions.push(h("button", { id: "resume", class: "primary", onclick: () => act(s, "resume") }, "Resume"));
   }
   if (!d.live.running_here && info.status !== "running" && info.status !== "open turn") {
@@ -382,8 +383,24 @@ function renderHead(s) {
       h("span", { text: plural(info.turns, "turn") }),
       h("span", { text: `${plural(u.model_calls, "model call")} · ${fmt(u.input_tokens)} in / ${fmt(u.output_tokens)} out tokens` }),
       h("span", { text: plural(info.events, "event") })),
-    info.reason && ["failed", "blocked"].includes(info.status) ? h("div", { class: "reason", text: info.reason }) : null);
+    info.reason && ["failed", "blocked", "stopped"].includes(info.status) ? h("div", { class: "reason", text: info.reason }) : null,
+    d.waiting ? h("div", { class: "reason waiting", id: "waiting", role: "status", text: waitingText(d.waiting) }) : null);
 }
+
+// "waiting for the provider: attempt N, next in Xs, since T", from the log's attempt events;
+// the countdown ticks here between refreshes.
+function waitingText(w) {
+  const since = new Date(w.since_ms).toLocaleTimeString();
+  const left = Math.max(0, (w.next_at_ms - Date.now()) / 1000);
+  const when = w.in_flight ? "in progress" : `next in ${left < 10 ? left.toFixed(1) : Math.round(left)}s`;
+  const what = w.status != null ? w.status : w.error_class;
+  return `waiting for the provider: attempt ${w.attempt}, ${when}, since ${since} (${what}) · ${w.error}`;
+}
+
+setInterval(() => {
+  const s = app.session, el = document.getElementById("waiting");
+  if (s && s.detail && s.detail.waiting && el) el.textContent = waitingText(s.detail.waiting);
+}, 500);
 
 async function act(s, action, body) {
   try {
