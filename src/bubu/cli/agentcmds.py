@@ -117,6 +117,13 @@ def model_options(f: Any) -> Any:
                 "--max-steps", type=int, default=100, show_default=True, help="Model calls per run."
             ),
             click.option(
+                "--max-cost",
+                type=click.FloatRange(min=0, min_open=True),
+                default=None,
+                metavar="USD",
+                help="Stop the turn (resumably) once its model calls cost this much.",
+            ),
+            click.option(
                 "--tool-timeout",
                 type=float,
                 default=600.0,
@@ -166,6 +173,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         observer=observer,
         config=RunConfig(
             max_steps=opts.get("max_steps", 100),
+            max_cost=opts.get("max_cost"),
             tool_timeout_s=opts.get("tool_timeout", 600.0),
             context_window=opts.get("context_window"),
         ),
@@ -319,6 +327,8 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
                     "input_tokens": t.input_tokens,
                     "output_tokens": t.output_tokens,
                     "cache_read_tokens": t.cache_read_tokens,
+                    "cache_write_tokens": t.cache_write_tokens,
+                    **t.cost.json(),
                 },
             }
         )
@@ -345,6 +355,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
                 click.echo(prefix + printable(ln))
     click.echo(
         f"\n  {t.model_calls} model calls · {t.input_tokens:,} in / {t.output_tokens:,} out tokens"
+        f" · {t.cost.text()}"
     )
 
 
@@ -393,6 +404,8 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "input_tokens": t.input_tokens,
             "output_tokens": t.output_tokens,
             "cache_read_tokens": t.cache_read_tokens,
+            "cache_write_tokens": t.cache_write_tokens,
+            **t.cost.json(),
         },
         "recovery": None,
     }
@@ -408,6 +421,23 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "seq": st.notice_seq,
         }
     return out
+
+
+def cost_lines(usage: Any) -> str:
+    """The cost part of `bubu status`: the total, then one line per model."""
+    from bubu.pricing import format_usd
+
+    models: dict[str, Any] = usage["by_model"]
+    total = format_usd(usage["cost_usd"]) if usage["cost_usd"] is not None or models else "$0"
+    if usage["unpriced_calls"] and usage["cost_usd"] is not None:
+        total += f" (+{usage['unpriced_calls']} calls of unknown price)"
+    lines = [f"  cost {total}"]
+    for name, m in models.items():
+        lines.append(
+            f"    {printable(name)}: {m['calls']} calls · {m['input_tokens']:,} in / "
+            f"{m['output_tokens']:,} out · {format_usd(m['cost_usd'])}"
+        )
+    return "\n".join(lines)
 
 
 @cli.command("status")
@@ -428,6 +458,7 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     click.echo(
         f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens"
     )
+    click.echo(cost_lines(usage))
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
         st = fold_status(ctx.store.read(info.id))

@@ -24,6 +24,7 @@ from bubu.events import (
     Text,
     TurnEnded,
 )
+from bubu.pricing import CostTally
 from bubu.projections.transcript import notice_text
 from bubu.providers.base import Delta
 
@@ -65,6 +66,7 @@ class TerminalObserver:
         self.activity: str | None = None
         self.steps = 0
         self.tokens = 0
+        self.cost = CostTally()
         self._in_text = False
         self._cr = False
         self._last_kind = "text"
@@ -91,7 +93,7 @@ class TerminalObserver:
             return
         elapsed = int(time.monotonic() - self.started)
         what = one_line(self.activity or "working", 60)
-        line = f"  ◦ step {self.steps} · {what} · {self.tokens:,} tokens · {elapsed // 60}:{elapsed % 60:02d}"
+        line = f"  ◦ step {self.steps} · {what} · {self.tokens:,} tokens · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
         self.out.write("\r\033[K" + self._style(line, dim=True))
         self.out.flush()
         self._status_shown = True
@@ -158,6 +160,8 @@ class TerminalObserver:
             if a is not None and a.token_usage is not None:
                 self.steps += 1
                 self.tokens += a.token_usage.input_tokens + a.token_usage.output_tokens
+                u = a.token_usage
+                self.cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
                 if self._in_text:
                     with self._lock:
                         self._end_text()

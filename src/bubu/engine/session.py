@@ -157,4 +157,5 @@ def _turn_started(host: Host, previous: TurnFold | None = None) -> TurnStarted:
         # A mode chosen now wins; else the reopened turn's; the network only ever widens.
         sandbox=host.policy.sandbox or p.sandbox or DEFAULT_MODE,
         network=host.policy.network or (host.policy.sandbox is None and p.network),
+        max_cost=host.config.max_cost if host.config.max_cost is not None else p.max_cost,
     )
