@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.configcmd import profile_option, settle
 from bubu.cli.render import JsonlObserver, TerminalObserver, printable
 from bubu.engine.driver import RunConfig, stop_all
 from bubu.engine.permissions import Policy
@@ -29,10 +30,13 @@ EXIT = {"completed": 0, "failed": 1, "stopped": 3, "suspended": 4, None: 5}
 DEFAULT_MODEL_ENV = "BUBU_MODEL"
 
 
-def default_model() -> str:
-    """The model spec from BUBU_MODEL, else one picked from the API keys present."""
+def default_model(configured: str | None = None) -> str:
+    """The configured model (BUBU_MODEL, a profile or a config file), else one picked from the
+    API keys present."""
     import os
 
+    if configured:
+        return configured
     if os.environ.get(DEFAULT_MODEL_ENV):
         return os.environ[DEFAULT_MODEL_ENV]
     if os.environ.get("ANTHROPIC_API_KEY"):
@@ -138,11 +142,12 @@ def model_options(f: Any) -> Any:
         ]
     ):
         f = opt(f)
-    return f
+    return profile_option(f)
 
 
 def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> Host:
     """A Host for the CLI: provider, built-in tools, policy and the terminal as asker."""
+    from bubu.notify import wrap
     from bubu.tools import host_tools
     from bubu.tools.mcp import default_config_path
 
@@ -170,7 +175,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             network=bool(opts.get("network")),
         ),
         asker=observer.ask,
-        observer=observer,
+        observer=wrap(observer, opts.get("notify"), store, opts.get("notify_timeout")),
         config=RunConfig(
             max_steps=opts.get("max_steps", 100),
             max_cost=opts.get("max_cost"),
@@ -250,10 +255,12 @@ def run_cmd(
     info: SessionInfo
     if session_ref or cont:
         info = store.session(session_ref) if session_ref else _latest(store)
-        model = opts["model"] or info.model or default_model()
+        opts = settle(opts, info.workspace)
+        model = opts["model"] or info.model or default_model(opts["configured_model"])
         host = make_host(store, model, opts, observer)
     else:
-        model = opts["model"] or default_model()
+        opts = settle(opts, workspace)
+        model = opts["model"] or default_model(opts["configured_model"])
         host = make_host(store, model, opts, observer)  # a bad model spec creates no session
         info = new_session(store, task=task, workspace=workspace, model=model)
     with signals(host):
@@ -285,7 +292,8 @@ def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
     """Continue a stopped or suspended turn (a crashed one is recovered by `bubu recover`)."""
     store = ctx.store
     info = store.session(session)
-    model = opts["model"] or info.model or default_model()
+    opts = settle(opts, info.workspace)
+    model = opts["model"] or info.model or default_model(opts["configured_model"])
     observer = observer_for(opts["jsonl"])
     host = make_host(store, model, opts, observer)
     from bubu.engine.recovery import recover_all
@@ -431,7 +439,7 @@ def cost_lines(usage: Any) -> str:
     total = format_usd(usage["cost_usd"]) if usage["cost_usd"] is not None or models else "$0"
     if usage["unpriced_calls"] and usage["cost_usd"] is not None:
         total += f" (+{usage['unpriced_calls']} calls of unknown price)"
-    lines = [f"  cost {total}"]
+    lines = [f"  cost: {total}"]
     for name, m in models.items():
         lines.append(
             f"    {printable(name)}: {m['calls']} calls · {m['input_tokens']:,} in / "

@@ -11,6 +11,7 @@ import click
 from bubu import clock
 from bubu.cli.agentcmds import EXIT, make_host, model_options, observer_for, signals
 from bubu.cli.app import Ctx, cli, emit_json, fail, pass_ctx
+from bubu.cli.configcmd import settle
 from bubu.cli.render import TerminalObserver
 from bubu.cli.term import echo, one_line
 from bubu.engine.driver import owner_id
@@ -47,10 +48,11 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, **opts: Any) ->
                     )
                     observer.line(f"nothing to recover: session {info.id} is {state}")
             continue
+        settled = settle(opts, info.workspace)
         model = opts["model"] or info.model
         if not model:
             raise ConfigError(f"session {info.id} has no model recorded; pass -m provider:model")
-        host = make_host(store, model, opts, observer)
+        host = make_host(store, model, settled, observer)
         if isinstance(observer, TerminalObserver):
             observer.line(f"recovering {info.id}: {one_line(info.title, 60)}")
         with signals(host):
