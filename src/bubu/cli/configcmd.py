@@ -28,10 +28,10 @@ def _plain(value: object) -> object:
 def _defaults(params: list[click.Parameter]) -> dict[str, object]:
     from bubu.tools.sandbox import DEFAULT_MODE
 
-    out = {p.name: _plain(p.default) for p in params if p.name is not None}
+    out = {str(p.name): _plain(p.default) for p in params}
     from bubu.notify import DEFAULT_TIMEOUT_S
 
-    fallback = {"sandbox": DEFAULT_MODE, "yes": False, "network": False}
+    fallback: dict[str, object] = {"sandbox": DEFAULT_MODE, "yes": False, "network": False}
     fallback["notify_timeout"] = DEFAULT_TIMEOUT_S
     for name, value in fallback.items():
         if out.get(name) is None:
