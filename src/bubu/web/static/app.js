@@ -686,7 +686,55 @@ async function viewerPage(offset) {
 
 // ---- start ---------------------------------------------------------------------------------
 
+// ---- browser notifications -----------------------------------------------------------------
+// The same moments the notify command hears of: a turn ends, a permission is needed, a recovery
+// happened, a session is blocked. Asked for on a click (browsers refuse a request without one).
+const watch = { seen: null, timer: 0 };
+const ENDED = new Set(["completed", "failed", "stopped"]);
+
+function notifyButton() {
+  const b = $("#notify-toggle");
+  if (!("Notification" in window)) { b.hidden = true; return; }
+  b.hidden = Notification.permission !== "default";
+  if (Notification.permission === "granted") watchSessions();
+}
+
+async function askToNotify() {
+  try { await Notification.requestPermission(); } catch (e) { /* an old browser: no promise */ }
+  notifyButton();
+}
+
+function changes(before, s) {
+  const out = [];
+  if (ENDED.has(s.status) && before.status !== s.status) out.push(`Turn ${s.status}`);
+  if (s.status === "blocked" && before.status !== "blocked") out.push("Session blocked: it needs you");
+  if (s.pending_permissions > before.pending_permissions) out.push("Permission needed");
+  if (s.notice && !before.notice && s.status !== "blocked") out.push("Recovered after a crash");
+  return out;
+}
+
+async function watchSessions() {
+  clearTimeout(watch.timer);
+  if (!("Notification" in window) || Notification.permission !== "granted") return;
+  try {
+    const data = await api("/api/sessions");
+    const now = new Map(data.sessions.map((s) => [s.id, s]));
+    if (watch.seen) {
+      for (const s of data.sessions) {
+        const before = watch.seen.get(s.id) || { status: "queued", pending_permissions: 0, notice: false };
+        for (const what of changes(before, s)) {
+          const n = new Notification(`Bubu · ${what}`, { body: s.title, tag: s.id + ":" + what });
+          n.onclick = () => { window.focus(); location.hash = "#/s/" + encodeURIComponent(s.id); };
+        }
+      }
+    }
+    watch.seen = now;
+  } catch (e) { /* the next round tries again */ }
+  watch.timer = setTimeout(watchSessions, 3000);
+}
+
 document.addEventListener("DOMContentLoaded", async () => {
+  $("#notify-toggle").addEventListener("click", askToNotify);
   $("#new-task-open").addEventListener("click", openNewTask);
   $("#new-task-cancel").addEventListener("click", () => $("#new-task").close());
   $("#new-task-form").addEventListener("submit", submitNewTask);
@@ -701,5 +749,6 @@ document.addEventListener("DOMContentLoaded", async () => {
     fill($("#main"), h("section", { class: "locked", id: "locked" }, h("h1", { text: "Bubu" }), h("p", { text: e.message })));
     return;
   }
+  notifyButton();
   route();
 });
