@@ -333,7 +333,7 @@ def resolve(
             raise ConfigError(f"no profile {name!r} ({by}); profiles: {listed}")
         for _layer, table in found:  # the user's profile, then the workspace's on top
             chosen.update(table)
-        origin = f"profile {name}"
+        origin = name
     out: dict[str, Setting] = {}
     for key in KEYS:
         if key.option in flags:

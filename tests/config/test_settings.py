@@ -174,7 +174,7 @@ def test_bubu_config_json_says_where_each_value_came_from(tmp_path: Path) -> Non
     assert s["model"] == {
         "value": "anthropic:profile-model",
         "source": "profile",
-        "where": "profile fast",
+        "where": "fast",
     }
     assert s["sandbox"]["source"] == "workspace"
     assert s["max_steps"] == {"value": 7, "source": "user", "where": str(tmp_path / "config.toml")}

@@ -158,6 +158,16 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         thinking_budget=opts.get("thinking"),
         stall_timeout=opts.get("stall_timeout"),
     )
+    if opts.get("max_cost") is not None:
+        from bubu.pricing import call_cost
+
+        official = getattr(provider, "official", True)
+        if call_cost(provider.spec, input_tokens=1, output_tokens=1, official=official) is None:
+            click.echo(
+                f"bubu: warning: the price of {provider.spec} is unknown, so --max-cost "
+                "cannot limit it (its calls count as nothing)",
+                err=True,
+            )
     # An MCP file the user named is their choice; without one, a recovered or resumed turn gets
     # the servers it was started with (recorded with the turn).
     chosen = opts.get("mcp")
