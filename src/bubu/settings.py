@@ -84,6 +84,25 @@ def _sandbox(v: object) -> str:
         raise Bad(str(e)) from None
 
 
+def _models(v: object) -> list[str]:
+    return [_model(m) for m in _strs(v)]
+
+
+def via(parse: Callable[[str], object]) -> Callable[[object], object]:
+    """A key read by its flag's own parser (a duration, a size): the TOML string or number is
+    passed as the flag's text, and the parser's one-line error becomes the file's."""
+
+    def run(v: object) -> object:
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            raise Bad("expected a string or a number")
+        try:
+            return parse(str(v))
+        except (ConfigError, ValueError) as e:
+            raise Bad(str(e)) from None
+
+    return run
+
+
 def _env_float(text: str) -> float:
     try:
         return _pos_float(float(text))
@@ -137,7 +156,9 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("notify_timeout", "notify_timeout", _pos_float, "seconds a notifier may run"),
 )
-"""Every key a config file may set; a new run option is one more row here."""
+"""Every key a config file may set; a new run option is one more row here, e.g.
+`Key("retry_for", "retry_for", via(parse_duration), "how long to wait out outages")` or
+`Key("fallback_models", "fallback_model", _models, "models to switch to")`."""
 
 BY_NAME = {k.name: k for k in KEYS}
 BY_OPTION = {k.option: k for k in KEYS}

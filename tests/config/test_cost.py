@@ -131,7 +131,11 @@ def test_max_cost_stops_the_turn_and_resume_with_a_higher_limit_continues(
 
 
 def test_a_bad_max_cost_is_refused_in_one_line(tmp_path: Path) -> None:
-    done = bubu(tmp_path / "bubu.db", "run", "-m", "scripted:x", "--max-cost", "-3", "hi")
-    assert done.returncode == 2
-    assert "--max-cost" in done.stderr
+    for bad in ("-3", "0", "abc", "nan", "inf"):
+        done = bubu(tmp_path / "bubu.db", "run", "-m", "scripted:x", "--max-cost", bad, "hi")
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == [
+            "bubu: error: --max-cost takes a number of US dollars above 0 (e.g. --max-cost 2.50), "
+            f"got {bad!r}"
+        ]
     assert not (tmp_path / "bubu.db").exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bubu.errors import ConfigError
-from bubu.settings import Settings, resolve
+from bubu.settings import Bad, Settings, resolve, via
 from engine.cli import bubu, bubu_json, only_session
 from engine.helpers import write_script
 
@@ -182,3 +182,13 @@ def test_bubu_config_json_says_where_each_value_came_from(tmp_path: Path) -> Non
     text = bubu(db, "config", "-w", str(ws)).stdout
     assert "openai:user-model" in text
     assert json.dumps("read-only") in text
+
+
+def test_a_key_can_reuse_its_flags_parser() -> None:
+    read = via(float)
+    assert read("2.5") == 2.5
+    assert read(3) == 3.0
+    with pytest.raises(Bad, match="could not convert"):
+        read("soon")
+    with pytest.raises(Bad, match="expected a string or a number"):
+        read(["1"])

@@ -56,6 +56,23 @@ def sandbox_option(_ctx: click.Context, _param: click.Parameter, value: str | No
     return None if value is None else parse_mode(value)
 
 
+def max_cost_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    """Check a --max-cost value before anything runs, in one line."""
+    import math
+
+    if value is None:
+        return None
+    try:
+        usd = float(value.strip().removeprefix("$"))
+    except ValueError:
+        usd = math.nan
+    if not math.isfinite(usd) or usd <= 0:
+        raise ConfigError(
+            f"--max-cost takes a number of US dollars above 0 (e.g. --max-cost 2.50), got {value!r}"
+        )
+    return usd
+
+
 def model_options(f: Any) -> Any:
     """The options shared by every command that calls a model."""
     for opt in reversed(
@@ -122,8 +139,8 @@ def model_options(f: Any) -> Any:
             ),
             click.option(
                 "--max-cost",
-                type=click.FloatRange(min=0, min_open=True),
                 default=None,
+                callback=max_cost_option,
                 metavar="USD",
                 help="Stop the turn (resumably) once its model calls cost this much.",
             ),
