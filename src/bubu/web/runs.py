@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from bubu.engine.driver import RunConfig
 from bubu.engine.permissions import Answer, Policy
@@ -42,6 +43,19 @@ def default_host(store: Store, model: str) -> Host:
         policy=Policy(),
         config=RunConfig(),
     )
+
+
+def _with_notify(observer: Any, store: Store) -> Any:
+    """`observer`, also running the user's `notify` command (from $BUBU_HOME/config.toml)."""
+    from bubu import notify, settings
+
+    try:
+        got = settings.resolve(workspace=None, flags={}, defaults={}).values
+    except ConfigError as e:
+        log.warning("notifications are off: %s", e)
+        return observer
+    command, timeout = got["notify"].value, got["notify_timeout"].value
+    return notify.wrap(observer, command, store, timeout)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)
@@ -116,7 +130,7 @@ class RunManager:
                 raise ConfigError("the UI is shutting down; start Bubu again to run turns")
         host = self._factory(self.store, model)
         host.asker = lambda request: self._ask(host, request)
-        host.observer = _PageObserver(self, host)
+        host.observer = _with_notify(_PageObserver(self, host), self.store)
         with self._lock:
             self._hosts.append(host)
         return host
