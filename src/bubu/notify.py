@@ -26,6 +26,8 @@ from bubu.providers.base import Delta
 Kind = Literal["turn_ended", "permission", "recovery", "blocked"]
 
 DEFAULT_TIMEOUT_S = 10.0
+WAITING = "waiting for permission"
+"""The activity the engine reports while it waits for a person's answer."""
 
 _PENDING: set[threading.Thread] = set()
 
@@ -118,21 +120,30 @@ class NotifyingObserver:
     notifier: Notifier
     store: Store
     _info: dict[str, tuple[str, str]] = field(default_factory=dict)
+    _asking: list[dict[str, Any]] = field(default_factory=list)
 
     def on_delta(self, delta: Delta) -> None:
         """Pass on."""
         self.inner.on_delta(delta)
 
     def on_activity(self, text: str | None) -> None:
-        """Pass on."""
+        """Pass on; a permission request is announced once the run really waits for a person."""
         self.inner.on_activity(text)
+        if text == WAITING and self._asking:
+            for p in self._asking:
+                self.notifier.send(p)
+            self._asking = []
 
     def on_records(self, records: Sequence[Record]) -> None:
-        """Pass on, then notify about turn ends, permission requests and recoveries."""
+        """Pass on, then notify about turn ends and recoveries (and hold permission requests,
+        which `--yes` or an allow-list may answer without anyone)."""
         self.inner.on_records(records)
         for p in payloads(records):
             p.update(self._session(p["session"]))
-            self.notifier.send(p)
+            if p["kind"] == "permission":
+                self._asking.append(p)
+            else:
+                self.notifier.send(p)
 
     def _session(self, sid: str) -> dict[str, str]:
         if sid not in self._info:

@@ -78,3 +78,19 @@ def test_a_hanging_notifier_is_killed_at_its_timeout() -> None:
         time.sleep(0.05)
     assert n.failed
     assert time.monotonic() - started < 10
+
+
+def test_a_request_answered_by_yes_does_not_call_anyone(tmp_path: Path) -> None:
+    db = tmp_path / "bubu.db"
+    out = tmp_path / "notes.jsonl"
+    script = write_script(
+        tmp_path / "m.jsonl",
+        [{"tool_calls": [call("run_command", command="touch made")]}, {"text": "done"}],
+    )
+    (tmp_path / "config.toml").write_text(
+        f"notify = {json.dumps([sys.executable, '-c', RECORDER, str(out)])}\n"
+    )
+    done = bubu(db, "run", "-w", str(tmp_path), "-m", f"scripted:{script}", "--sandbox", "off",
+                "--yes", "hi")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [n["kind"] for n in notes(out, 1)] == ["turn_ended"]
