@@ -56,6 +56,19 @@ def _price(provider: str, model: str, tokens: tuple[int, int, int, int]) -> floa
     return float(result.total_price)
 
 
+def warm(spec: str) -> None:
+    """Load the price table in the background (about a second), so the first call's commit
+    does not wait for it; a no-op for models that are never priced."""
+    if spec.partition(":")[0] not in PRICED_PROVIDERS:
+        return
+    import threading
+
+    def load() -> None:
+        call_cost(spec, input_tokens=1, output_tokens=1)
+
+    threading.Thread(target=load, name="bubu-prices", daemon=True).start()
+
+
 def format_usd(cost: float | None) -> str:
     """A cost for people: ``$0.0123``, ``$4.56``, or ``price unknown``."""
     if cost is None:

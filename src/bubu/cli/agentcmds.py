@@ -175,9 +175,10 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         thinking_budget=opts.get("thinking"),
         stall_timeout=opts.get("stall_timeout"),
     )
-    if opts.get("max_cost") is not None:
-        from bubu.pricing import call_cost
+    from bubu.pricing import call_cost, warm
 
+    warm(provider.spec)
+    if opts.get("max_cost") is not None:
         official = getattr(provider, "official", True)
         if call_cost(provider.spec, input_tokens=1, output_tokens=1, official=official) is None:
             click.echo(
