@@ -69,6 +69,7 @@ def settle(opts: dict[str, Any], workspace: str | None) -> dict[str, Any]:
     profile = out.pop("profile", None)
     src = ctx.get_parameter_source("profile")
     given, defaults = _given(ctx, opts)
+    repeatable = {p.name for p in ctx.command.params if getattr(p, "multiple", False)}
     settings = resolve(
         workspace=workspace,
         flags=given,
@@ -81,8 +82,9 @@ def settle(opts: dict[str, Any], workspace: str | None) -> dict[str, Any]:
         if option == "model":
             out["configured_model"] = s.value if s.source != "flag" else None
         elif s.source not in ("flag", "default"):
+            # A repeatable flag gives a tuple; a file's list stands in for it the same way.
             out[option] = (
-                tuple(s.value) if isinstance(s.value, list) and option == "allow" else s.value
+                tuple(s.value) if isinstance(s.value, list) and option in repeatable else s.value
             )
         elif option not in out:
             out[option] = s.value
