@@ -103,11 +103,19 @@ def via(parse: Callable[[str], object]) -> Callable[[object], object]:
     return run
 
 
-def _env_float(text: str) -> float:
+def _env_seconds(text: str) -> float:
+    """BUBU_STALL_TIMEOUT, refused in the words the provider uses for it."""
+    from bubu.providers._retry import STALL_ENV, stall_timeout
+
     try:
-        return _pos_float(float(text))
+        value = float(text)
     except ValueError:
-        raise Bad(f"expected a number above 0, got {text!r}") from None
+        raise ConfigError(
+            f"{STALL_ENV} must be a number of seconds (got {text!r}); e.g. {STALL_ENV}=120"
+        ) from None
+    checked = stall_timeout(value, client_given=False)
+    assert checked is not None  # an explicit value is always returned (or refused)
+    return checked
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +145,7 @@ KEYS: tuple[Key, ...] = (
         _pos_float,
         "seconds without a byte before a retry",
         env="BUBU_STALL_TIMEOUT",
-        env_parse=_env_float,
+        env_parse=_env_seconds,
     ),
     Key("mcp", "mcp", _str, "an MCP servers file (JSON)", guard="user_only", relative=True),
     Key("sandbox", "sandbox", _sandbox, "workspace-write, read-only or off", guard="tighten"),
