@@ -159,6 +159,8 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     table (None: an older Bubu, whose table alone says)."""
     title: str | None = None
     """The session's title as this turn knew it (None: an older Bubu)."""
+    max_cost: float | None = None
+    """The turn's spending limit in USD (None: no limit)."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):
@@ -365,6 +367,8 @@ class TokenUsage(_Base, frozen=True, kw_only=True):
     cache_write_tokens: int = 0
     estimated_input_tokens: int | None = None
     stop_reason: str | None = None
+    cost_usd: float | None = None
+    """What the call cost in USD at the prices of its time (None: the price is unknown)."""
 
 
 class ToolDispatch(_Base, frozen=True, kw_only=True):

@@ -402,3 +402,36 @@ def test_the_page_shows_a_turn_waiting_for_its_provider(
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
+
+
+NOTIFICATIONS = """
+window.__notes = [];
+window.Notification = class {
+  constructor(title, options) { window.__notes.push({ title, body: options && options.body }); }
+  static get permission() { return window.__permission || "default"; }
+  static requestPermission() { window.__permission = "granted"; return Promise.resolve("granted"); }
+};
+"""
+"""A Notification API that records what the page shows (headless Chromium has no desktop)."""
+
+
+def test_the_page_asks_on_a_click_and_notifies_when_a_turn_ends(
+    browser: Browser, site: Site
+) -> None:
+    context = browser.new_context()
+    try:
+        context.add_init_script(NOTIFICATIONS)
+        pg = context.new_page()
+        pg.goto(site.url("/"))
+        ask = pg.locator("#notify-toggle")
+        expect(ask).to_be_visible()
+        ask.click()
+        expect(ask).to_be_hidden()
+        pg.wait_for_timeout(1000)  # the first round only learns what is there already
+        assert pg.evaluate("window.__notes") == []
+        run_scripted(site.store, site.root, "notify", "Say hello when done", [{"text": "hello"}])
+        pg.wait_for_function("() => window.__notes.length > 0", timeout=15_000)
+        notes = pg.evaluate("window.__notes")
+        assert notes == [{"title": "Bubu · Turn completed", "body": "Say hello when done"}]
+    finally:
+        context.close()

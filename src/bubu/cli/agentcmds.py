@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
+from bubu.cli.configcmd import profile_option, settle
 from bubu.cli.envopt import ENV_HELP, env_names
 from bubu.cli.longrun import budget_json, longrun_options, waiting_json, waiting_line
 from bubu.cli.render import JsonlObserver, TerminalObserver, printable
@@ -34,10 +35,13 @@ EXIT_UNAVAILABLE = 75
 DEFAULT_MODEL_ENV = "BUBU_MODEL"
 
 
-def default_model() -> str:
-    """The model spec from BUBU_MODEL, else one picked from the API keys present."""
+def default_model(configured: str | None = None) -> str:
+    """The configured model (BUBU_MODEL, a profile or a config file), else one picked from the
+    API keys present."""
     import os
 
+    if configured:
+        return configured
     if os.environ.get(DEFAULT_MODEL_ENV):
         return os.environ[DEFAULT_MODEL_ENV]
     if os.environ.get("ANTHROPIC_API_KEY"):
@@ -55,6 +59,23 @@ def sandbox_option(_ctx: click.Context, _param: click.Parameter, value: str | No
     from bubu.tools.sandbox import parse_mode
 
     return None if value is None else parse_mode(value)
+
+
+def max_cost_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    """Check a --max-cost value before anything runs, in one line."""
+    import math
+
+    if value is None:
+        return None
+    try:
+        usd = float(value.strip().removeprefix("$"))
+    except ValueError:
+        usd = math.nan
+    if not math.isfinite(usd) or usd <= 0:
+        raise ConfigError(
+            f"--max-cost takes a number of US dollars above 0 (e.g. --max-cost 2.50), got {value!r}"
+        )
+    return usd
 
 
 def model_options(f: Any) -> Any:
@@ -128,6 +149,13 @@ def model_options(f: Any) -> Any:
             ),
             *longrun_options(),
             click.option(
+                "--max-cost",
+                default=None,
+                callback=max_cost_option,
+                metavar="USD",
+                help="Stop the turn (resumably) once its model calls cost this much.",
+            ),
+            click.option(
                 "--tool-timeout",
                 type=float,
                 default=600.0,
@@ -142,11 +170,12 @@ def model_options(f: Any) -> Any:
         ]
     ):
         f = opt(f)
-    return f
+    return profile_option(f)
 
 
 def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> Host:
     """A Host for the CLI: provider, built-in tools, policy and the terminal as asker."""
+    from bubu.notify import wrap
     from bubu.tools import host_tools
     from bubu.tools.mcp import default_config_path
 
@@ -157,6 +186,17 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         thinking_budget=opts.get("thinking"),
         stall_timeout=opts.get("stall_timeout"),
     )
+    from bubu.pricing import call_cost, warm
+
+    warm(provider.spec)
+    if opts.get("max_cost") is not None:
+        official = getattr(provider, "official", True)
+        if call_cost(provider.spec, input_tokens=1, output_tokens=1, official=official) is None:
+            click.echo(
+                f"bubu: warning: the price of {provider.spec} is unknown, so --max-cost "
+                "cannot limit it (its calls count as nothing)",
+                err=True,
+            )
     # An MCP file the user named is their choice; without one, a recovered or resumed turn gets
     # the servers it was started with (recorded with the turn).
     fallbacks = {
@@ -188,7 +228,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             pass_env=pass_env,
         ),
         asker=observer.ask,
-        observer=observer,
+        observer=wrap(observer, opts.get("notify"), store, opts.get("notify_timeout")),
         fallbacks=fallbacks,
         config=RunConfig(
             max_steps=opts.get("max_steps"),
@@ -196,6 +236,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             fallback_models=tuple(fallbacks),
             token_limit=opts.get("max_tokens"),
             time_limit_s=opts.get("max_time"),
+            max_cost=opts.get("max_cost"),
             tool_timeout_s=opts.get("tool_timeout", 600.0),
             context_window=opts.get("context_window"),
         ),
@@ -287,7 +328,8 @@ def run_cmd(
         info = store.session(session_ref) if session_ref else _latest(store)
         host, info, model = continuing_host(store, info, opts, observer, new_turn=True)
     else:
-        model = opts["model"] or default_model()
+        opts = settle(opts, workspace)
+        model = opts["model"] or default_model(opts["configured_model"])
         host = make_host(store, model, opts, observer)  # a bad model spec creates no session
         info = new_session(store, task=task, workspace=workspace, model=model)
     with signals(host):
@@ -355,6 +397,8 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
                     "input_tokens": t.input_tokens,
                     "output_tokens": t.output_tokens,
                     "cache_read_tokens": t.cache_read_tokens,
+                    "cache_write_tokens": t.cache_write_tokens,
+                    **t.cost.json(),
                 },
             }
         )
@@ -381,6 +425,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
                 click.echo(prefix + printable(ln))
     click.echo(
         f"\n  {t.model_calls} model calls · {t.input_tokens:,} in / {t.output_tokens:,} out tokens"
+        f" · {t.cost.text()}"
     )
 
 
@@ -429,6 +474,8 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "input_tokens": t.input_tokens,
             "output_tokens": t.output_tokens,
             "cache_read_tokens": t.cache_read_tokens,
+            "cache_write_tokens": t.cache_write_tokens,
+            **t.cost.json(),
         },
         "recovery": None,
     }
@@ -450,6 +497,23 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "seq": st.notice_seq,
         }
     return out
+
+
+def cost_lines(usage: Any) -> str:
+    """The cost part of `bubu status`: the total, then one line per model."""
+    from bubu.pricing import format_usd
+
+    models: dict[str, Any] = usage["by_model"]
+    total = format_usd(usage["cost_usd"]) if usage["cost_usd"] is not None or models else "$0"
+    if usage["unpriced_calls"] and usage["cost_usd"] is not None:
+        total += f" (+{usage['unpriced_calls']} calls of unknown price)"
+    lines = [f"  cost: {total}"]
+    for name, m in models.items():
+        lines.append(
+            f"    {printable(name)}: {m['calls']} calls · {m['input_tokens']:,} in / "
+            f"{m['output_tokens']:,} out · {format_usd(m['cost_usd'])}"
+        )
+    return "\n".join(lines)
 
 
 @cli.command("status")
@@ -478,6 +542,7 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     click.echo(
         f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens"
     )
+    click.echo(cost_lines(usage))
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
         st = fold_status(ctx.store.read(info.id))

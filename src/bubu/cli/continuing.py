@@ -14,6 +14,7 @@ import click
 from click.core import ParameterSource
 
 from bubu.cli.agentcmds import default_model, make_host
+from bubu.cli.configcmd import settle
 from bubu.engine.scope import acting_info
 from bubu.engine.session import Host
 from bubu.engine.settings import continuing_opts, imported_server, last_turn
@@ -41,12 +42,15 @@ def continuing_host(
             f"the workspace {acting.workspace} of session {acting.id} is not a directory on this "
             "machine; restore it to continue the session"
         )
+    # The config files fill in what no flag gave; the turn's recorded settings still win over
+    # them below (only a flag changes a recorded setting).
+    opts = settle(opts, acting.workspace)
     note = last_turn(store, acting.id)
     explicit = explicit_flags()
     if facts.origin == "import" and "base_url" not in explicit:
         imported_server(note, acting.id)
     merged = continuing_opts(opts, explicit, note, new_turn=new_turn)
-    model = merged.get("model") or acting.model or default_model()
+    model = merged.get("model") or acting.model or default_model(opts.get("configured_model"))
     return make_host(store, model, merged, observer), acting, model
 
 

@@ -23,7 +23,15 @@ def session_status(store: Store, info: SessionInfo) -> Status:
 
 
 def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
-    st = session_status(store, info)
+    from bubu.pricing import CostTally
+
+    # A model call's usage rides on its response's last event: a text, a call or a thinking.
+    records = store.read(info.id, kinds=(*BOUNDARY_KINDS, "function_call", "thinking"))
+    st = fold_status(records)
+    cost = CostTally()
+    for r in records:
+        if r.event.actions is not None and (u := r.event.actions.token_usage) is not None:
+            cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
     return {
         "id": info.id,
         "title": info.title,
@@ -34,6 +42,8 @@ def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
         "events": info.high_water,
         "status": st.state,
         "turns": st.turns,
+        "cost_usd": cost.total,
+        "cost": cost.text(),
     }
 
 
@@ -56,7 +66,9 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None) -> None:
         title = printable(str(r["title"]).replace("\n", " "))
         if len(title) > 50:
             title = title[:49] + "…"
-        click.echo(f"{r['id']}  {r['status']:<10} {r['events']:>6} events  {title}")
+        click.echo(
+            f"{r['id']}  {r['status']:<10} {r['events']:>6} events  {r['cost']:>13}  {title}"
+        )
 
 
 @cli.command("log")

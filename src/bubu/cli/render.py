@@ -25,6 +25,7 @@ from bubu.events import (
     Text,
     TurnEnded,
 )
+from bubu.pricing import CostTally
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.transcript import notice_text, switch_text
 from bubu.providers.base import Delta
@@ -67,6 +68,7 @@ class TerminalObserver:
         self.activity: str | None = None
         self.steps = 0
         self.tokens = 0
+        self.cost = CostTally()
         self._in_text = False
         self._cr = False
         self._last_kind = "text"
@@ -109,7 +111,7 @@ class TerminalObserver:
             if waiting
             else one_line(self.activity or "working", 60)
         )
-        return f"  ◦ step {self.steps} · {what} · {self.tokens:,} tokens · {elapsed // 60}:{elapsed % 60:02d}"
+        return f"  ◦ step {self.steps} · {what} · {self.tokens:,} tokens · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
 
     def _tick(self) -> None:
         while not self._done.wait(0.5):
@@ -174,6 +176,8 @@ class TerminalObserver:
             if a is not None and a.token_usage is not None:
                 self.steps += 1
                 self.tokens += a.token_usage.input_tokens + a.token_usage.output_tokens
+                u = a.token_usage
+                self.cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
                 if self._in_text:
                     with self._lock:
                         self._end_text()

@@ -96,4 +96,10 @@ def decide(t: TurnFold, *, max_steps: int | None = None, limit: LimitHit | None 
             step_limit=steps,
             cause="max_steps",
         )
+    if t.max_cost is not None and t.turn_cost >= t.max_cost:
+        return EndTurn(
+            "stopped",
+            f"the cost limit of ${t.max_cost:g} was reached (${t.turn_cost:.4f} spent in this "
+            "turn); `bubu resume SESSION --max-cost USD` with a higher limit continues the task",
+        )
     return CallModel()

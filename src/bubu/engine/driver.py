@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from bubu import clock, failpoints, ids
+from bubu import clock, failpoints, ids, pricing
 from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
 from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
@@ -118,6 +118,7 @@ class RunConfig:
     """Knobs of a run."""
 
     max_steps: int | None = None
+    max_cost: float | None = None
     tool_timeout_s: float = 600.0
     model_attempts: int | None = None
     """A cap on the attempts of one model call (None: only the retry horizon bounds them)."""
@@ -593,6 +594,10 @@ class Runner:
             model=self.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
             cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
             estimated_input_tokens=estimate, stop_reason=response.stop_reason,
+            cost_usd=pricing.call_cost(
+                self.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
+                official=getattr(self.provider, "official", True)),
         )  # fmt: skip
         events = [self.event("model", "agent", c, invocation=inv) for c in contents[:-1]]
         events.append(self.event("model", "agent", contents[-1], Actions(token_usage=usage, end_invocation=True),

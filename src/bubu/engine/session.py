@@ -222,4 +222,5 @@ def _turn_started(
         tool_timeout=host.config.tool_timeout_s,
         workspace=session.workspace,
         title=session.title,
+        max_cost=host.config.max_cost if host.config.max_cost is not None else p.max_cost,
     )

@@ -27,6 +27,7 @@ from bubu.events import (
     TurnEnded,
     TurnStarted,
 )
+from bubu.pricing import CostTally
 
 ToolStatus = Literal[
     "proposed", "dispatched", "completed", "failed", "interrupted", "recovered", "denied"
@@ -69,7 +70,10 @@ class Transcript:
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     model_calls: int = 0
+    cost: CostTally = field(default_factory=CostTally)
+    """What the calls cost, in total and per model (unknown prices kept apart)."""
     cards: dict[str, ToolCard] = field(default_factory=dict)
 
     def apply(self, r: Record) -> None:
@@ -129,6 +133,8 @@ class Transcript:
                 self.input_tokens += u.input_tokens
                 self.output_tokens += u.output_tokens
                 self.cache_read_tokens += u.cache_read_tokens
+                self.cache_write_tokens += u.cache_write_tokens
+                self.cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
 
     def _note(self, r: Record, c: SystemNote) -> None:
         n, turn = c.note, r.event.turn

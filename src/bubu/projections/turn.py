@@ -68,6 +68,9 @@ class TurnFold:
     sandbox: SandboxMode | None = None
     network: bool = False
     pass_env: tuple[str, ...] = ()
+    max_cost: float | None = None
+    turn_cost: float = 0.0
+    """What the turn's priced model calls cost so far, in USD (over all its runs)."""
     run: str | None = None
     runs: int = 0
     steps_in_run: int = 0
@@ -111,6 +114,7 @@ class TurnFold:
         if a is not None:
             if a.token_usage is not None and ev.role == "model" and ev.turn == self.turn:
                 self.cut_off = a.token_usage.stop_reason == "max_tokens"
+                self.turn_cost += a.token_usage.cost_usd or 0.0
             if a.tool_dispatch is not None:
                 st = self.calls.get(a.tool_dispatch.call_id)
                 if st is not None:
@@ -128,6 +132,9 @@ class TurnFold:
     def _note(self, r: Record, c: SystemNote) -> None:
         n = c.note
         if isinstance(n, TurnStarted):
+            if r.event.turn != self.turn:
+                self.turn_cost = 0.0  # a new turn (a resumed one keeps what it spent)
+            self.max_cost = n.max_cost
             self.turn, self.open, self.end_reason = r.event.turn, True, None
             self.model, self.max_steps = n.model, n.max_steps
             self.yes, self.allow_commands = n.yes, tuple(n.allow_commands)

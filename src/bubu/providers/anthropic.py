@@ -401,6 +401,7 @@ class AnthropicProvider:
             )
         self._model = model
         self._base_url = base or ANTHROPIC_URL
+        self._official = official
         self._thinking_budget = thinking_budget
         self._context_window = context_window or context_window_for(model)
         stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
@@ -417,6 +418,11 @@ class AnthropicProvider:
             open_telemetry=False,
             timeout=anthropic.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
         )
+
+    @property
+    def official(self) -> bool:
+        """Whether calls go to the provider's own API (whose prices are known)."""
+        return self._official
 
     @property
     def spec(self) -> str:

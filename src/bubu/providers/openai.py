@@ -325,6 +325,11 @@ class OpenAIProvider:
         )
 
     @property
+    def official(self) -> bool:
+        """Whether calls go to the provider's own API (whose prices are known)."""
+        return self._official
+
+    @property
     def spec(self) -> str:
         """The model spec, e.g. ``openai:gpt-4.1``."""
         return f"openai:{self._model}"

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from bubu.engine.driver import RunConfig
 from bubu.engine.permissions import Answer, Policy
@@ -78,6 +78,19 @@ def default_host(
         config=config,
         model_settings=recorded_model_settings(recorded),
     )
+
+
+def _with_notify(observer: Any, store: Store) -> Any:
+    """`observer`, also running the user's `notify` command (from $BUBU_HOME/config.toml)."""
+    from bubu import notify, settings
+
+    try:
+        got = settings.resolve(workspace=None, flags={}, defaults={}).values
+    except ConfigError as e:
+        log.warning("notifications are off: %s", e)
+        return observer
+    command, timeout = got["notify"].value, got["notify_timeout"].value
+    return notify.wrap(observer, command, store, timeout)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)
@@ -155,7 +168,7 @@ class RunManager:
                 raise ConfigError("the UI is shutting down; start Bubu again to run turns")
         host = self._factory(self.store, model, recorded=recorded, new_turn=new_turn)
         host.asker = lambda request: self._ask(host, request)
-        host.observer = _PageObserver(self, host)
+        host.observer = _with_notify(_PageObserver(self, host), self.store)
         with self._lock:
             self._hosts.append(host)
         return host

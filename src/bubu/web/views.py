@@ -70,6 +70,9 @@ class Usage(msgspec.Struct, kw_only=True):
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
+    cost_usd: float | None = None
+    """The priced calls' total in USD (None: no call had a known price)."""
+    unpriced_calls: int = 0
 
 
 class SessionRow(msgspec.Struct, kw_only=True):
@@ -131,6 +134,7 @@ class UsageRow(msgspec.Struct, kw_only=True):
     cache_write_tokens: int
     estimated_input_tokens: int | None
     stop_reason: str | None
+    cost_usd: float | None = None
 
 
 class PermissionView(msgspec.Struct, kw_only=True):
@@ -313,6 +317,10 @@ def _count(u: Usage, r: Record) -> None:
         u.input_tokens += t.input_tokens
         u.output_tokens += t.output_tokens
         u.cache_read_tokens += t.cache_read_tokens
+        if t.cost_usd is None:
+            u.unpriced_calls += 1
+        else:
+            u.cost_usd = (u.cost_usd or 0.0) + t.cost_usd
 
 
 # -- the session page ----------------------------------------------------------------------------
@@ -339,6 +347,7 @@ def detail(index: SessionIndex, info: SessionInfo) -> Detail:
             seq=r.seq, model=t.model, input_tokens=t.input_tokens, output_tokens=t.output_tokens,
             cache_read_tokens=t.cache_read_tokens, cache_write_tokens=t.cache_write_tokens,
             estimated_input_tokens=t.estimated_input_tokens, stop_reason=t.stop_reason,
+            cost_usd=t.cost_usd,
         )
         for r in records
         if r.event.actions is not None and (t := r.event.actions.token_usage) is not None

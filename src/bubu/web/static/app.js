@@ -25,6 +25,9 @@ const $ = (sel, root = document) => root.querySelector(sel);
 // replaceChildren turns null into the text "null"; skip empty slots the way h() does.
 const fill = (el, ...kids) => el.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false));
 const fmt = (n) => (n ?? 0).toLocaleString("en-US");
+// A cost in USD; null is a price the table does not know, never $0.00.
+const usd = (c) => (c === null || c === undefined ? "price unknown" : c < 1 ? "$" + c.toFixed(4) : "$" + c.toFixed(2));
+const costOf = (u) => (u.model_calls === 0 ? "$0" : usd(u.cost_usd) + (u.cost_usd !== null && u.unpriced_calls ? ` (+${u.unpriced_calls} unpriced)` : ""));
 const short = (n) => (n >= 1e6 ? (n / 1e6).toFixed(1) + "M" : n >= 1e4 ? Math.round(n / 1e3) + "k"
   : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(n ?? 0));
 
@@ -186,7 +189,7 @@ function renderSessions(rows) {
       h("td", { class: "mono ws", title: s.workspace, text: tail(s.workspace, 28) }),
       h("td", { title: s.last_ms ? new Date(s.last_ms).toLocaleString() : "", text: ago(s.last_ms || s.created_ms) }),
       h("td", { class: "num", title: `${fmt(s.usage.model_calls)} model calls` },
-        `${short(s.usage.input_tokens)} in · ${short(s.usage.output_tokens)} out`),
+        `${short(s.usage.input_tokens)} in · ${short(s.usage.output_tokens)} out · ${costOf(s.usage)}`),
       h("td", { class: "num", text: fmt(s.events) }));
   }));
   $("#sessions-count").textContent = rows.length === 1 ? "1 session" : `${rows.length} sessions`;
@@ -381,7 +384,7 @@ function renderHead(s) {
       h("span", { class: "mono", title: "Workspace " + info.workspace, text: tail(info.workspace, 48) }),
       info.model ? h("span", { class: "mono", title: info.model, text: shortModel(info.model) }) : null,
       h("span", { text: plural(info.turns, "turn") }),
-      h("span", { text: `${plural(u.model_calls, "model call")} · ${fmt(u.input_tokens)} in / ${fmt(u.output_tokens)} out tokens` }),
+      h("span", { text: `${plural(u.model_calls, "model call")} · ${fmt(u.input_tokens)} in / ${fmt(u.output_tokens)} out tokens · ${costOf(u)}` }),
       h("span", { text: plural(info.events, "event") })),
     info.reason && ["failed", "blocked", "stopped"].includes(info.status) ? h("div", { class: "reason", text: info.reason }) : null,
     d.waiting ? h("div", { class: "reason waiting", id: "waiting", role: "status", text: waitingText(d.waiting) }) : null);
@@ -542,6 +545,7 @@ function renderItem(s, it) {
     case "usage": return h("div", { class: "usage", title: it.model },
       `model call · ${fmt(it.input_tokens)} in · ${fmt(it.output_tokens)} out`
       + (it.cache_read_tokens ? ` · ${fmt(it.cache_read_tokens)} cached` : "")
+      + ` · ${usd(it.cost_usd)}`
       + (it.stop_reason ? ` · ${it.stop_reason}` : ""));
     default: return messageItem(it);
   }
@@ -712,7 +716,55 @@ async function viewerPage(offset) {
 
 // ---- start ---------------------------------------------------------------------------------
 
+// ---- browser notifications -----------------------------------------------------------------
+// The same moments the notify command hears of: a turn ends, a permission is needed, a recovery
+// happened, a session is blocked. Asked for on a click (browsers refuse a request without one).
+const watch = { seen: null, timer: 0 };
+const ENDED = new Set(["completed", "failed", "stopped"]);
+
+function notifyButton() {
+  const b = $("#notify-toggle");
+  if (!("Notification" in window)) { b.hidden = true; return; }
+  b.hidden = Notification.permission !== "default";
+  if (Notification.permission === "granted") watchSessions();
+}
+
+async function askToNotify() {
+  try { await Notification.requestPermission(); } catch (e) { /* an old browser: no promise */ }
+  notifyButton();
+}
+
+function changes(before, s) {
+  const out = [];
+  if (ENDED.has(s.status) && before.status !== s.status) out.push(`Turn ${s.status}`);
+  if (s.status === "blocked" && before.status !== "blocked") out.push("Session blocked: it needs you");
+  if (s.pending_permissions > before.pending_permissions) out.push("Permission needed");
+  if (s.notice && !before.notice && s.status !== "blocked") out.push("Recovered after a crash");
+  return out;
+}
+
+async function watchSessions() {
+  clearTimeout(watch.timer);
+  if (!("Notification" in window) || Notification.permission !== "granted") return;
+  try {
+    const data = await api("/api/sessions");
+    const now = new Map(data.sessions.map((s) => [s.id, s]));
+    if (watch.seen) {
+      for (const s of data.sessions) {
+        const before = watch.seen.get(s.id) || { status: "queued", pending_permissions: 0, notice: false };
+        for (const what of changes(before, s)) {
+          const n = new Notification(`Bubu · ${what}`, { body: s.title, tag: s.id + ":" + what });
+          n.onclick = () => { window.focus(); location.hash = "#/s/" + encodeURIComponent(s.id); };
+        }
+      }
+    }
+    watch.seen = now;
+  } catch (e) { /* the next round tries again */ }
+  watch.timer = setTimeout(watchSessions, 3000);
+}
+
 document.addEventListener("DOMContentLoaded", async () => {
+  $("#notify-toggle").addEventListener("click", askToNotify);
   $("#new-task-open").addEventListener("click", openNewTask);
   $("#new-task-cancel").addEventListener("click", () => $("#new-task").close());
   $("#new-task-form").addEventListener("submit", submitNewTask);
@@ -727,5 +779,6 @@ document.addEventListener("DOMContentLoaded", async () => {
     fill($("#main"), h("section", { class: "locked", id: "locked" }, h("h1", { text: "Bubu" }), h("p", { text: e.message })));
     return;
   }
+  notifyButton();
   route();
 });

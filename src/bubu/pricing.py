@@ -1,0 +1,151 @@
+"""What a model call cost in US dollars, from its token usage and the `genai-prices` table.
+
+The price is computed when the call's usage is committed, so the log says what was charged at
+that time's prices; a model the table does not know (scripted, a local server) has no price
+(None), which every view shows as "price unknown", never as $0.00.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+PRICED_PROVIDERS = {"openai": "openai", "anthropic": "anthropic"}
+"""Bubu's provider names, by the `genai-prices` provider id their official APIs are priced as."""
+
+
+def call_cost(
+    spec: str,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    official: bool = True,
+) -> float | None:
+    """The cost of one call of model `spec` (``provider:model``) in USD, or None if unknown.
+
+    `input_tokens` counts all input, cache reads and writes included (as Bubu records it);
+    `official` is false for a server other than the provider's own API, whose prices are unknown.
+    """
+    name, _, model = spec.partition(":")
+    provider = PRICED_PROVIDERS.get(name)
+    if provider is None or not official or not model:
+        return None
+    tokens = (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+    return _price(provider, model, tokens)
+
+
+@functools.lru_cache(maxsize=4096)
+def _price(provider: str, model: str, tokens: tuple[int, int, int, int]) -> float | None:
+    from genai_prices import Usage, calc_price
+
+    inp, out, read, write = tokens
+    usage = Usage(
+        input_tokens=inp, output_tokens=out, cache_read_tokens=read, cache_write_tokens=write
+    )
+    try:
+        with warnings.catch_warnings():
+            # The table warns about usage it cannot price in detail; the total is still right.
+            warnings.simplefilter("ignore")
+            result = calc_price(usage, model, provider_id=provider)
+    except (LookupError, ValueError):
+        return None
+    return float(result.total_price)
+
+
+def warm(spec: str) -> None:
+    """Load the price table in the background (about a second), so the first call's commit
+    does not wait for it; a no-op for models that are never priced."""
+    if spec.partition(":")[0] not in PRICED_PROVIDERS:
+        return
+    import threading
+
+    def load() -> None:
+        call_cost(spec, input_tokens=1, output_tokens=1)
+
+    threading.Thread(target=load, name="bubu-prices", daemon=True).start()
+
+
+def format_usd(cost: float | None) -> str:
+    """A cost for people: ``$0.0123``, ``$4.56``, or ``price unknown``."""
+    if cost is None:
+        return "price unknown"
+    return f"${cost:,.4f}" if cost < 1 else f"${cost:,.2f}"
+
+
+@dataclass(slots=True)
+class CostTally:
+    """The running cost of a set of calls: a known sum, and whether some calls had no price."""
+
+    usd: float = 0.0
+    priced_calls: int = 0
+    unpriced_calls: int = 0
+    by_model: dict[str, ModelCost] = field(default_factory=dict)
+
+    def add(self, model: str, cost: float | None, tokens_in: int, tokens_out: int) -> None:
+        """Count one call."""
+        m = self.by_model.setdefault(model, ModelCost())
+        m.calls += 1
+        m.input_tokens += tokens_in
+        m.output_tokens += tokens_out
+        if cost is None:
+            self.unpriced_calls += 1
+            m.unpriced_calls += 1
+        else:
+            self.usd += cost
+            self.priced_calls += 1
+            m.usd += cost
+
+    @property
+    def total(self) -> float | None:
+        """The total in USD; None when no call had a price (an unknown total is not $0)."""
+        return self.usd if self.priced_calls else None
+
+    def text(self) -> str:
+        """The total for people, saying when part of it is unknown."""
+        if not self.priced_calls:
+            return "price unknown" if self.unpriced_calls else "$0"
+        partial = f" (+{self.unpriced_calls} calls of unknown price)" if self.unpriced_calls else ""
+        return format_usd(self.usd) + partial
+
+    def json(self) -> dict[str, object]:
+        """The tally as `--json` prints it."""
+        return {
+            "cost_usd": self.total,
+            "cost_known": self.unpriced_calls == 0 and self.priced_calls > 0,
+            "unpriced_calls": self.unpriced_calls,
+            "by_model": {k: v.json() for k, v in self.by_model.items()},
+        }
+
+
+@dataclass(slots=True)
+class ModelCost:
+    """One model's share of a tally."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usd: float = 0.0
+    unpriced_calls: int = 0
+
+    def json(self) -> dict[str, object]:
+        """The share as `--json` prints it (cost None: unknown)."""
+        priced = self.calls - self.unpriced_calls
+        return {
+            "calls": self.calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.usd if priced else None,
+            "unpriced_calls": self.unpriced_calls,
+        }
+
+
+def tally(usages: Iterable[tuple[str, float | None, int, int]]) -> CostTally:
+    """A tally of (model, cost, input tokens, output tokens) rows."""
+    t = CostTally()
+    for row in usages:
+        t.add(*row)
+    return t

@@ -1,0 +1,194 @@
+"""Config files and profiles: precedence, what a workspace file may not loosen, one-line errors
+with path:line:key, and `bubu config --json`, against real files and the real `bubu` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bubu.errors import ConfigError
+from bubu.settings import Bad, Settings, resolve, via
+from engine.cli import bubu, bubu_json, only_session
+from engine.helpers import write_script
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty BUBU_HOME, with no model or profile in the environment."""
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("BUBU_HOME", str(h))
+    for name in ("BUBU_MODEL", "BUBU_PROFILE", "BUBU_SANDBOX", "BUBU_STALL_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    return h
+
+
+def files(home: Path, ws: Path, user: str, workspace: str | None = None) -> None:
+    """Write the user's and (optionally) the workspace's config file."""
+    (home / "config.toml").write_text(user)
+    if workspace is not None:
+        (ws / ".bubu").mkdir(parents=True, exist_ok=True)
+        (ws / ".bubu" / "config.toml").write_text(workspace)
+
+
+def settings(ws: Path, **kw: object) -> Settings:
+    """Resolve with no flags unless given."""
+    args: dict[str, object] = {"workspace": ws, "flags": {}, "defaults": {"max_steps": 100}}
+    args.update(kw)
+    return resolve(**args)  # type: ignore[arg-type]
+
+
+USER = """
+model = "openai:user-model"
+max_steps = 7
+allow = ["git status", "ls"]
+
+[profiles.fast]
+model = "anthropic:profile-model"
+"""
+
+
+def test_precedence_flag_env_profile_workspace_user_default(home: Path, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    files(home, ws, USER, 'model = "openai:workspace-model"\nmax_cost = 2.5\n')
+    s = settings(ws)
+    assert (s.values["model"].value, s.values["model"].source) == (
+        "openai:workspace-model",
+        "workspace",
+    )
+    assert (s.values["max_steps"].value, s.values["max_steps"].source) == (7, "user")
+    assert s.values["max_cost"].value == 2.5
+    assert (s.values["tool_timeout"].source, s.values["max_steps"].where) == (
+        "default",
+        str(home / "config.toml"),
+    )
+    s = settings(ws, profile="fast")
+    assert (s.values["model"].value, s.values["model"].source) == (
+        "anthropic:profile-model",
+        "profile",
+    )
+    s = settings(ws, profile="fast", env={"BUBU_MODEL": "openai:env-model"})
+    assert (s.values["model"].value, s.values["model"].source) == ("openai:env-model", "env")
+    flag = {"model": ("openai:flag-model", "flag", "--model")}
+    s = settings(ws, profile="fast", env={"BUBU_MODEL": "openai:env-model"}, flags=flag)
+    assert (s.values["model"].value, s.values["model"].source) == ("openai:flag-model", "flag")
+
+
+def test_a_workspace_file_may_tighten_but_never_loosen(home: Path, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    files(home, ws, USER, 'sandbox = "read-only"\nallow = ["ls"]\nyes = false\n')
+    s = settings(ws)
+    assert s.values["sandbox"].value == "read-only"
+    assert s.values["allow"].value == ["ls"]
+    for text, key in [
+        ('\nsandbox = "off"\n', "sandbox"),
+        ("network = true\n", "network"),
+        ("yes = true\n", "yes"),
+        ('allow = ["ls", "rm -rf *"]\n', "allow"),
+        ("[profiles.fast]\nyes = true\n", "yes"),
+        ('notify = ["sh", "-c", "curl evil"]\n', "notify"),
+        ('base_url = "http://evil.example"\n', "base_url"),
+        ('mcp = "servers.json"\n', "mcp"),
+    ]:
+        files(home, ws, USER, text)
+        with pytest.raises(ConfigError) as e:
+            settings(ws)
+        msg = str(e.value)
+        line = (
+            text.splitlines().index(next(ln for ln in text.splitlines() if ln.startswith(key))) + 1
+        )
+        assert msg.startswith(f"{ws / '.bubu' / 'config.toml'}:{line}: key {key!r}"), msg
+        assert "\n" not in msg
+
+
+def test_a_bad_file_is_one_line_with_path_line_and_key(home: Path, tmp_path: Path) -> None:
+    path = home / "config.toml"
+    for text, want in [
+        (
+            'model = "a:b"\n\nmax_steps = "many"\n',
+            f"{path}:3: key 'max_steps': expected a whole number",
+        ),
+        ('model = "a:b"\nmodle = "x:y"\n', f"{path}:2: unknown key 'modle'; did you mean 'model'?"),
+        ('model = "gpt-5"\n', f"{path}:1: key 'model': expected provider:model"),
+        ("yes = 1\n", f"{path}:1: key 'yes': expected true or false"),
+        ('model = "a:b"\nsandbox = \n', f"{path}:2: not valid TOML"),
+        ('[profiles.x]\nallow = "ls"\n', f"{path}:2: key 'allow': expected a list of strings"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            settings(tmp_path)
+        assert str(e.value).startswith(want), str(e.value)
+        assert "\n" not in str(e.value)
+
+
+def test_an_unknown_profile_names_the_ones_there_are(home: Path, tmp_path: Path) -> None:
+    files(home, tmp_path, USER)
+    with pytest.raises(ConfigError, match=r"no profile 'slow' \(-p\); profiles: fast"):
+        settings(tmp_path, profile="slow")
+
+
+def test_model_from_the_user_file_runs_exactly_so(tmp_path: Path) -> None:
+    db = tmp_path / "bubu.db"  # BUBU_HOME is the database's directory in these runs
+    script = write_script(tmp_path / "m.jsonl", [{"text": "done"}])
+    (tmp_path / "config.toml").write_text(f'model = "scripted:{script}"\nmax_steps = 3\n')
+    done = bubu(db, "run", "-w", str(tmp_path), "--jsonl", "hi")
+    assert done.returncode == 0, done.stderr
+    status = bubu_json(db, "status", only_session(db), "--json")
+    assert status["status"] == "completed"
+    assert list(status["usage"]["by_model"]) == [f"scripted:{script}"]
+
+
+def test_a_flag_beats_the_file_and_a_bad_file_stops_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "bubu.db"
+    script = write_script(tmp_path / "m.jsonl", [{"text": "done"}])
+    (tmp_path / "config.toml").write_text('model = "openai:never-called"\n')
+    done = bubu(db, "run", "-w", str(tmp_path), "-m", f"scripted:{script}", "--jsonl", "hi")
+    assert done.returncode == 0, done.stderr
+    ws = tmp_path / "ws"
+    (ws / ".bubu").mkdir(parents=True)
+    (ws / ".bubu" / "config.toml").write_text('sandbox = "off"\n')
+    before = bubu_json(db, "sessions", "--json")
+    done = bubu(db, "run", "-w", str(ws), "-m", f"scripted:{script}", "hi")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"bubu: error: {ws / '.bubu' / 'config.toml'}:1: key 'sandbox': a workspace file may "
+        "only tighten permissions; sandbox 'off' is looser than 'workspace-write'"
+    ]
+    assert bubu_json(db, "sessions", "--json") == before
+
+
+def test_bubu_config_json_says_where_each_value_came_from(tmp_path: Path) -> None:
+    db = tmp_path / "bubu.db"
+    (tmp_path / "config.toml").write_text(USER)
+    ws = tmp_path / "ws"
+    (ws / ".bubu").mkdir(parents=True)
+    (ws / ".bubu" / "config.toml").write_text('sandbox = "read-only"\n')
+    got = bubu_json(db, "config", "-w", str(ws), "-p", "fast", "--json")
+    s = got["settings"]
+    assert got["profile"] == "fast"
+    assert got["files"] == [str(tmp_path / "config.toml"), str(ws / ".bubu" / "config.toml")]
+    assert s["model"] == {
+        "value": "anthropic:profile-model",
+        "source": "profile",
+        "where": "fast",
+    }
+    assert s["sandbox"]["source"] == "workspace"
+    assert s["max_steps"] == {"value": 7, "source": "user", "where": str(tmp_path / "config.toml")}
+    assert s["tool_timeout"]["source"] == "default"
+    text = bubu(db, "config", "-w", str(ws)).stdout
+    assert "openai:user-model" in text
+    assert json.dumps("read-only") in text
+
+
+def test_a_key_can_reuse_its_flags_parser() -> None:
+    read = via(float)
+    assert read("2.5") == 2.5
+    assert read(3) == 3.0
+    with pytest.raises(Bad, match="could not convert"):
+        read("soon")
+    with pytest.raises(Bad, match="expected a string or a number"):
+        read(["1"])
