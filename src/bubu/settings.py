@@ -88,6 +88,15 @@ def _models(v: object) -> list[str]:
     return [_model(m) for m in _strs(v)]
 
 
+def _duration(key: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        from bubu.cli.longrun import parse_duration
+
+        return parse_duration(text, option=key)
+
+    return parse
+
+
 def via(parse: Callable[[str], object]) -> Callable[[object], object]:
     """A key read by its flag's own parser (a duration, a size): the TOML string or number is
     passed as the flag's text, and the parser's one-line error becomes the file's."""
@@ -152,7 +161,20 @@ KEYS: tuple[Key, ...] = (
     Key("network", "network", _bool, "sandboxed commands may use the network", guard="tighten"),
     Key("yes", "yes", _bool, "approve every permission request", guard="tighten"),
     Key("allow", "allow", _strs, "command patterns allowed without asking", guard="tighten"),
-    Key("max_steps", "max_steps", _pos_int, "model calls per run"),
+    Key(
+        "fallback_models", "fallback_model", _models, "models to switch to while the primary fails"
+    ),
+    Key("retry_for", "retry_for", via(_duration("retry_for")), "how long to wait out outages"),
+    Key("max_steps", "max_steps", _pos_int, "model calls per turn"),
+    Key("max_tokens", "max_tokens", _pos_int, "tokens (in + out) a turn may use before it stops"),
+    Key("max_time", "max_time", via(_duration("max_time")), "running time a turn may take"),
+    Key(
+        "env",
+        "pass_env",
+        _strs,
+        "secret variables passed on to commands by name",
+        guard="user_only",
+    ),
     Key("max_cost", "max_cost", _pos_float, "USD a turn may spend before it stops"),
     Key("tool_timeout", "tool_timeout", _pos_float, "seconds per tool call"),
     Key(
@@ -164,9 +186,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("notify_timeout", "notify_timeout", _pos_float, "seconds a notifier may run"),
 )
-"""Every key a config file may set; a new run option is one more row here, e.g.
-`Key("retry_for", "retry_for", via(parse_duration), "how long to wait out outages")` or
-`Key("fallback_models", "fallback_model", _models, "models to switch to")`."""
+"""Every key a config file may set; a new run option is one more row here."""
 
 BY_NAME = {k.name: k for k in KEYS}
 BY_OPTION = {k.option: k for k in KEYS}

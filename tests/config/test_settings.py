@@ -192,3 +192,28 @@ def test_a_key_can_reuse_its_flags_parser() -> None:
         read("soon")
     with pytest.raises(Bad, match="expected a string or a number"):
         read(["1"])
+
+
+def test_limits_and_the_retry_policy_of_a_file_are_recorded_with_the_turn(tmp_path: Path) -> None:
+    db = tmp_path / "bubu.db"
+    script = write_script(tmp_path / "m.jsonl", [{"text": "one"}, {"text": "two"}])
+    (tmp_path / "config.toml").write_text(
+        f'model = "scripted:{script}"\nretry_for = "2h"\nmax_time = "30m"\nmax_tokens = 50000\n'
+        'fallback_models = ["scripted:/dev/null"]\n'
+    )
+    done = bubu(db, "run", "-w", str(tmp_path), "--jsonl", "hi")
+    assert done.returncode == 0, done.stderr
+    (opened,) = [
+        json.loads(line)["event"]["content"]["note"]
+        for line in bubu(db, "log", only_session(db), "--jsonl").stdout.splitlines()
+        if '"turn_started"' in line
+    ]
+    assert opened["retry_for_s"] == 7200
+    assert opened["time_limit_s"] == 1800
+    assert opened["token_limit"] == 50000
+    assert opened["fallback_models"] == ["scripted:/dev/null"]
+    (tmp_path / "config.toml").write_text(f'model = "scripted:{script}"\nmax_time = "soon"\n')
+    bad = bubu(db, "run", "-w", str(tmp_path), "hi")
+    assert bad.returncode == 2
+    assert "key 'max_time'" in bad.stderr
+    assert "max_time must be a duration" in bad.stderr
