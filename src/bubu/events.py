@@ -232,6 +232,12 @@ class Info(_Note, frozen=True, kw_only=True, tag="info"):
     text: str
 
 
+class MemoryForgotten(_Note, frozen=True, kw_only=True, tag="memory_forgotten"):
+    """`bubu memory forget KEY`: the workspace's note `key` is no longer recalled."""
+
+    key: str
+
+
 Note: TypeAlias = (
     TurnStarted
     | TurnEnded
@@ -244,6 +250,7 @@ Note: TypeAlias = (
     | Info
     | CheckpointBody
     | SummaryChunk
+    | MemoryForgotten
 )
 
 

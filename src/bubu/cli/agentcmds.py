@@ -347,6 +347,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
     """The status of a session as `bubu status --json` prints it."""
     from bubu import clock
     from bubu.engine.recovery import lease_is_stale
+    from bubu.projections.memory import fold_plan, plan_json
 
     records = store.read(info.id)
     st = fold_status(records)
@@ -373,6 +374,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "cache_read_tokens": t.cache_read_tokens,
         },
         "recovery": None,
+        "plan": plan_json(fold_plan(records)),
     }
     if st.notice is not None:
         n = st.notice
@@ -394,6 +396,8 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
 @pass_ctx
 def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     """Print a session's status (and its recovery notice until dismissed)."""
+    from bubu.cli.memorycmd import plan_text
+
     info = ctx.store.session(session)
     d = status_dict(ctx.store, info)
     if as_json:
@@ -406,6 +410,8 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     click.echo(
         f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens"
     )
+    if d["plan"]:
+        click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
         st = fold_status(ctx.store.read(info.id))

@@ -54,6 +54,7 @@ from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log import codec
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
+from bubu.projections.memory import Note, workspace_memory
 from bubu.projections.turn import CallState, TurnFold
 from bubu.providers.base import (
     Delta,
@@ -545,7 +546,12 @@ class Runner:
             stopped_by=self._stopped_by,
             outside_allowed=outside_allowed,
             blob=self.read_blob,
+            memory=self.read_memory,
         )
+
+    def read_memory(self) -> dict[str, Note]:
+        """The live notes of this session's workspace (every session of it in the store)."""
+        return workspace_memory(self.store, self.session.workspace)
 
     def read_blob(self, handle: str) -> bytes | None:
         """The bytes of one of this session's offloaded results, by sha-256 or a unique prefix."""
@@ -775,7 +781,10 @@ def _ignore(_: Delta) -> None:
 def _benign(r: Record) -> bool:
     """A record another process may append to a running session (a notice dismissal)."""
     c = r.event.content
-    return isinstance(c, SystemNote) and type(c.note).__name__ == "NoticeDismissed"
+    return isinstance(c, SystemNote) and type(c.note).__name__ in (
+        "NoticeDismissed",
+        "MemoryForgotten",
+    )
 
 
 def _summary(tool: str, args: dict[str, object]) -> str:

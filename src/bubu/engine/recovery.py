@@ -23,6 +23,13 @@ from bubu.events import (
     TurnEndReason,
 )
 from bubu.log.store import Lease, SessionInfo, Store
+from bubu.projections.memory import (
+    MEMORY_PREFIX,
+    Note,
+    is_memory_path,
+    note_hash,
+    workspace_memory,
+)
 from bubu.projections.recovery import (
     INTERRUPTED,
     CallPlan,
@@ -73,11 +80,18 @@ def needs_recovery(store: Store, info: SessionInfo) -> bool:
     return lease_is_stale(store.current_lease(info.id), store.now_ms())
 
 
-def observe(paths: list[str]) -> dict[str, str | None]:
-    """The sha-256 of each file now (None when it does not exist)."""
+def observe(
+    paths: list[str], memory: Callable[[], dict[str, Note]] | None = None
+) -> dict[str, str | None]:
+    """The sha-256 of each file now (None when it does not exist); a ``memory:KEY`` path is the
+    workspace's note of that key, hashed from the memory projection, never a file on disk."""
     from bubu.tools.files import file_sha256
 
-    return {p: file_sha256(p) for p in paths}
+    notes = memory() if memory is not None and any(map(is_memory_path, paths)) else {}
+    return {
+        p: note_hash(notes, p.removeprefix(MEMORY_PREFIX)) if is_memory_path(p) else file_sha256(p)
+        for p in paths
+    }
 
 
 def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True) -> Recovered:
@@ -104,7 +118,7 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         plan = plan_recovery(
             records,
             effects,
-            observe(paths_to_observe(records)),
+            observe(paths_to_observe(records), lambda: workspace_memory(store, info.workspace)),
             chain_problem=None if report.ok else report.problem,
         )
         if plan.kind == "nothing":
@@ -165,7 +179,12 @@ def _apply(runner: Runner, plan: Plan) -> None:
 
     for cp in plan.calls:
         d = calls[cp.call_id].dispatch
-        if cp.effect == "provable_write" and d is not None and d.path:
+        if (
+            cp.effect == "provable_write"
+            and d is not None
+            and d.path
+            and not is_memory_path(d.path)
+        ):
             # A kill inside atomic_write leaves its temporary file in the user's workspace.
             for tmp in stray_temp_files(d.path):
                 with contextlib.suppress(OSError):

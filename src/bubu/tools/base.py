@@ -18,9 +18,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from bubu.events import EffectClass
+
+if TYPE_CHECKING:
+    from bubu.projections.memory import Note
 
 JSON: TypeAlias = Any
 
@@ -55,7 +58,7 @@ class ToolContext:
     `workspace` is resolved; `outside_allowed` holds paths the user allowed outside it;
     `cancel` is set when the run is stopped, and `stopped_by()` then says who stopped it, in
     words for the model ("stopped by the user", "stopped by an orderly shutdown" …); `blob` reads
-    offloaded results by sha-256.
+    offloaded results by sha-256; `memory` reads the workspace's live notes (remember, recall).
     """
 
     workspace: Path
@@ -64,6 +67,7 @@ class ToolContext:
     stopped_by: Callable[[], str] = lambda: "stopped by the user"
     outside_allowed: bool = False
     blob: Callable[[str], bytes | None] | None = None
+    memory: Callable[[], dict[str, Note]] | None = None
 
 
 class Tool(Protocol):
