@@ -60,11 +60,12 @@ def _options(f: Any) -> Any:
 
 
 @cli.group("memory", invoke_without_command=True)
+@_options
 @click.pass_context
-def memory_group(click_ctx: click.Context) -> None:
+def memory_group(click_ctx: click.Context, workspace: str, as_json: bool) -> None:
     """List, show or forget the notes remembered in a workspace (default: list)."""
     if click_ctx.invoked_subcommand is None:
-        click_ctx.invoke(list_cmd)
+        click_ctx.invoke(list_cmd, workspace=workspace, as_json=as_json)
 
 
 @memory_group.command("list")

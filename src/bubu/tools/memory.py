@@ -135,7 +135,8 @@ class Recall(BuiltinTool):
         found = search(notes, query)
         if not found:
             what = f"matches {query!r}" if query.strip() else "is remembered"
-            return ToolResult(output=f"no note of this workspace {what} ({len(notes)} notes).")
+            has = f"{len(notes)} note{'s' if len(notes) != 1 else ''}"
+            return ToolResult(output=f"no note of this workspace {what} (it has {has}).")
         lines = [f"{len(found)} of {len(notes)} notes match:" if query.strip() else "notes:"]
         used = len(lines[0])
         shown = 0
