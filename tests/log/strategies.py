@@ -24,6 +24,7 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     Info,
+    MemoryForgotten,
     ModelRequest,
     NoticeDismissed,
     PermissionDecision,
@@ -132,6 +133,7 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         text=texts,
     ),
     Info: st.builds(Info, text=texts),
+    MemoryForgotten: st.builds(MemoryForgotten, key=texts),
 }
 
 notes = st.one_of(*NOTES.values())

@@ -182,7 +182,7 @@ def test_import_round_trips_an_export(exported: tuple[Path, Path], tmp_path: Pat
     target = tmp_path / "target"
     done = bubu(target, "import", str(path))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(b"imported ses_move: 23 events")
+    assert done.stdout.startswith(b"imported ses_move: 24 events")
     assert bubu(target, "verify").returncode == 0
     assert (
         bubu(target, "log", "ses_move", "--jsonl").stdout

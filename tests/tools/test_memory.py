@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.cli import bubu, bubu_json
-
 from bubu.events import FunctionCall, FunctionResponse, MemoryForgotten, Record, SystemNote
 from bubu.log.sqlite import SQLiteStore
+from engine.cli import bubu, bubu_json
 
 
 def _script(path: Path, calls: list[tuple[str, dict[str, Any]]]) -> Path:
