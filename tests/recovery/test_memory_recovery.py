@@ -56,7 +56,9 @@ NOTE = {"key": "build", "text": "make -j2 all"}
 
 
 @pytest.mark.parametrize("failpoint", ["after_dispatch", "after_tool"])
-def test_a_remember_killed_before_its_outcome_is_re_run_once(tmp_path: Path, failpoint: str) -> None:
+def test_a_remember_killed_before_its_outcome_is_re_run_once(
+    tmp_path: Path, failpoint: str
+) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     db = tmp_path / "bubu.db"
@@ -74,7 +76,8 @@ def test_a_remember_killed_before_its_outcome_is_re_run_once(tmp_path: Path, fai
     (fact,) = [a.tool_recovery for r in after if (a := r.event.actions) and a.tool_recovery]
     assert fact.decision == "rerun_not_applied", fact
     (out,) = _outcomes(after, "remember")
-    assert not out.is_error and out.result.startswith("remembered 'build'")
+    assert not out.is_error
+    assert out.result.startswith("remembered 'build'")
     notes = bubu_json(db, "memory", "-w", str(ws), "--json")["notes"]
     assert [(n["key"], n["text"]) for n in notes] == [("build", "make -j2 all")]
     status = bubu_json(db, "status", session, "--json")

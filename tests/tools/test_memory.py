@@ -77,7 +77,8 @@ def test_remembering_is_idempotent_by_key_and_text_and_a_new_text_replaces(tmp_p
     assert again.result == "already remembered 'style' with this text; nothing changed."
     assert replaced.result.startswith("replaced 'style'")
     (listed,) = _results(db, s, "recall")
-    assert "style: four spaces" in listed.result and "tabs" not in listed.result
+    assert "style: four spaces" in listed.result
+    assert "tabs" not in listed.result
     out = bubu_json(db, "memory", "list", "-w", str(a), "--json")
     assert [(n["key"], n["text"]) for n in out["notes"]] == [("style", "four spaces")]
 
@@ -88,14 +89,16 @@ def test_forget_is_an_event_and_the_note_is_no_longer_recalled(tmp_path: Path) -
                ("remember", {"key": "ci", "text": "github actions"})])  # fmt: skip
     _run(tmp_path, db, b, "other", [("remember", {"key": "db", "text": "sqlite in b"})])
     shown = bubu_json(db, "memory", "show", "db", "-w", str(a), "--json")
-    assert shown["note"]["text"] == "postgres on 5432" and shown["note"]["session"] == one
+    assert shown["note"]["text"] == "postgres on 5432"
+    assert shown["note"]["session"] == one
     before = len(_records(db, one))
     gone = bubu_json(db, "memory", "forget", "db", "-w", str(a), "--json")
     assert gone == {"workspace": str(a.resolve()), "forgotten": "db", "session": one}
     recs = _records(db, one)
     assert len(recs) == before + 1, "forgetting appends; nothing is deleted"
     last = recs[-1].event.content
-    assert isinstance(last, SystemNote) and last.note == MemoryForgotten(key="db")
+    assert isinstance(last, SystemNote)
+    assert last.note == MemoryForgotten(key="db")
     assert any(isinstance(r.event.content, FunctionCall) for r in recs)
     keys = [n["key"] for n in bubu_json(db, "memory", "list", "-w", str(a), "--json")["notes"]]
     assert keys == ["ci"]
@@ -157,8 +160,10 @@ def test_the_plan_is_the_newest_valid_update_plan_in_status(tmp_path: Path) -> N
 def test_bubu_memory_without_notes_and_with_a_bad_workspace(tmp_path: Path) -> None:
     db, a, _ = _dirs(tmp_path)
     out = bubu(db, "memory", "list", "-w", str(a))
-    assert out.returncode == 0 and out.stdout.startswith("no notes remembered in")
+    assert out.returncode == 0
+    assert out.stdout.startswith("no notes remembered in")
     bad = bubu(db, "memory", "-w", str(tmp_path / "missing"))
     assert bad.returncode != 0
     missing = bubu(db, "memory", "show", "nope", "-w", str(a))
-    assert missing.returncode == 1 and "no note 'nope'" in missing.stderr
+    assert missing.returncode == 1
+    assert "no note 'nope'" in missing.stderr
