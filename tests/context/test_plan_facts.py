@@ -26,7 +26,7 @@ SUMMARY = "\n".join(
 def test_every_checkpoint_fact_sheet_holds_the_plan_and_the_notes(
     tmp_path: Path, sqlite_store: SQLiteStore
 ) -> None:
-    lines = [
+    lines: list[dict[str, object]] = [
         {"tool_calls": [{"name": "update_plan", "arguments": {"items": STEPS}}]},
         {"tool_calls": [{"name": "remember", "arguments": {"key": "parser", "text": "LL(1)"}}]},
         *noisy_lines(16),
