@@ -25,6 +25,7 @@ from bubu.events import (
 )
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.context import diagnose
+from bubu.projections.memory import fold_plan, workspace_memory
 from bubu.projections.status import Status, fold_status
 from bubu.projections.transcript import Message, ToolCard, transcript
 from bubu.providers.base import Message as ModelMessage
@@ -152,6 +153,22 @@ class LiveView(msgspec.Struct, kw_only=True):
     thinking: str = ""
 
 
+class PlanItemView(msgspec.Struct, kw_only=True):
+    """One step of the session's plan (update_plan)."""
+
+    text: str
+    status: str
+
+
+class NoteView(msgspec.Struct, kw_only=True):
+    """One note remembered in the session's workspace (by any session of it)."""
+
+    key: str
+    text: str
+    ts: int
+    session: str
+
+
 class Detail(msgspec.Struct, kw_only=True):
     """Everything the session page shows at once."""
 
@@ -163,6 +180,8 @@ class Detail(msgspec.Struct, kw_only=True):
     live: LiveView
     error: str | None
     high_water: int
+    plan: list[PlanItemView] | None = None
+    memory: list[NoteView] = msgspec.field(default_factory=list)
 
 
 class LogRow(msgspec.Struct, kw_only=True):
@@ -357,7 +376,17 @@ def detail(index: SessionIndex, info: SessionInfo) -> Detail:
         ),
         error=manager.error(info.id),
         high_water=records[-1].seq if records else 0,
+        plan=_plan(records),
+        memory=[
+            NoteView(key=n.key, text=n.text, ts=n.ts, session=n.session)
+            for n in sorted(workspace_memory(store, info.workspace).values(), key=lambda n: -n.ts)
+        ],
     )
+
+
+def _plan(records: list[Record]) -> list[PlanItemView] | None:
+    plan = fold_plan(records)
+    return None if plan is None else [PlanItemView(text=i.text, status=i.status) for i in plan]
 
 
 def _message_item(m: Message, watermark: int | None) -> MessageItem:
