@@ -15,6 +15,7 @@ import click
 from bubu import clock
 from bubu.cli.app import Ctx, cli, emit_json, fail, pass_ctx
 from bubu.cli.term import printable
+from bubu.engine.memory import workspace_memory, workspace_sessions
 from bubu.events import MemoryForgotten, SystemNote, make
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.memory import (
@@ -23,8 +24,6 @@ from bubu.projections.memory import (
     plan_counts,
     plan_items,
     plan_lines,
-    same_workspace,
-    workspace_memory,
 )
 
 
@@ -123,8 +122,7 @@ def forget_cmd(ctx: Ctx, /, key: str, workspace: str, as_json: bool) -> None:
 
 
 def _newest_session(store: Store, workspace: str) -> SessionInfo:
-    sessions = [s for s in store.sessions() if same_workspace(s.workspace, workspace)]
-    return max(sessions, key=lambda s: (s.created_ms, s.id))
+    return max(workspace_sessions(store, workspace), key=lambda s: (s.created_ms, s.id))
 
 
 def _append_forget(store: Store, info: SessionInfo, key: str) -> None:

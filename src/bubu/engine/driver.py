@@ -25,6 +25,7 @@ from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
 from bubu.engine.compactor import Compactor
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
+from bubu.engine.memory import workspace_memory
 from bubu.engine.permissions import Answer, Asker, Policy, nobody
 from bubu.engine.prompt import system_prompt
 from bubu.errors import AppendConflict, BubuError, LeaseLost, ProviderError, StorageError, ToolError
@@ -54,7 +55,7 @@ from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log import codec
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
-from bubu.projections.memory import Note, workspace_memory
+from bubu.projections.memory import Note
 from bubu.projections.turn import CallState, TurnFold
 from bubu.providers.base import (
     Delta,

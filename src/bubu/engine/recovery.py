@@ -12,6 +12,7 @@ from typing import Literal
 
 from bubu import failpoints
 from bubu.engine.driver import Observer, Runner
+from bubu.engine.memory import workspace_memory
 from bubu.engine.session import Host
 from bubu.errors import BubuError, LeaseError
 from bubu.events import (
@@ -28,7 +29,6 @@ from bubu.projections.memory import (
     Note,
     is_memory_path,
     note_hash,
-    workspace_memory,
 )
 from bubu.projections.recovery import (
     INTERRUPTED,

@@ -10,20 +10,20 @@ For recovery a note is a "file" named ``memory:KEY`` whose content hash is the s
 text (None when there is no note): a dangling `remember` is proven applied when the note already
 has the intended text, and re-run when it still has the text it had at dispatch.
 
+`bubu.engine.memory` reads a workspace's sessions from the store; this module is pure.
+
 The **plan** of a session is the `items` of its newest successful `update_plan` call.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from bubu.events import FunctionCall, FunctionResponse, MemoryForgotten, Record, SystemNote
-from bubu.log.store import Store
 
 MEMORY_PREFIX = "memory:"
 """The dispatch `path` of a remember call: ``memory:KEY`` (never a file on disk)."""
@@ -70,11 +70,6 @@ def is_memory_path(path: str | None) -> bool:
     return bool(path) and str(path).startswith(MEMORY_PREFIX)
 
 
-def same_workspace(a: str, b: str) -> bool:
-    """Whether two workspace paths name one directory (symlinks resolved)."""
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
 def fold_memory(streams: Iterable[tuple[str, Sequence[Record]]]) -> dict[str, Note]:
     """The live notes, by key, of the given (session, records) streams of one workspace."""
     facts: list[tuple[int, str, int, str, str | None]] = []  # ts, session, seq, key, text|None
@@ -112,12 +107,6 @@ def _note_args(call: FunctionCall | None) -> tuple[str | None, str | None]:
 def clean_key(key: str) -> str:
     """A key as it is stored and compared: surrounding space removed."""
     return key.strip()
-
-
-def workspace_memory(store: Store, workspace: str) -> dict[str, Note]:
-    """The live notes of a workspace, over every session of it in the store."""
-    sessions = [s for s in store.sessions() if same_workspace(s.workspace, workspace)]
-    return fold_memory((s.id, store.read(s.id, kinds=MEMORY_KINDS)) for s in sessions)
 
 
 def note_hash(notes: dict[str, Note], key: str) -> str | None:

@@ -13,6 +13,7 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     Info,
+    MemoryForgotten,
     NoticeDismissed,
     Record,
     RecoveryNotice,
@@ -149,6 +150,8 @@ class Transcript:
                 )
             case Info(text=t):
                 text = t
+            case MemoryForgotten(key=key):
+                text = f"note {key!r} forgotten (bubu memory forget)"
             case CheckpointBody() | SummaryChunk():
                 text = None  # the compaction note that follows is the marker people see
             case _:

@@ -13,6 +13,7 @@ from typing import Literal
 
 import msgspec
 
+from bubu.engine.memory import workspace_memory
 from bubu.engine.recovery import lease_is_stale
 from bubu.events import (
     JSON,
@@ -25,7 +26,7 @@ from bubu.events import (
 )
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.context import diagnose
-from bubu.projections.memory import fold_plan, workspace_memory
+from bubu.projections.memory import fold_plan
 from bubu.projections.status import Status, fold_status
 from bubu.projections.transcript import Message, ToolCard, transcript
 from bubu.providers.base import Message as ModelMessage
