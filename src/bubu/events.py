@@ -304,6 +304,12 @@ class SessionStarted(_Note, frozen=True, kw_only=True, tag="session_started"):
     """The source's chain digest at `source_seq`, the last event copied."""
 
 
+class MemoryForgotten(_Note, frozen=True, kw_only=True, tag="memory_forgotten"):
+    """`bubu memory forget KEY`: the workspace's note `key` is no longer recalled."""
+
+    key: str
+
+
 Note: TypeAlias = (
     TurnStarted
     | TurnEnded
@@ -318,6 +324,7 @@ Note: TypeAlias = (
     | SessionStarted
     | CheckpointBody
     | SummaryChunk
+    | MemoryForgotten
 )
 
 

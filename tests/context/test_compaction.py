@@ -58,7 +58,7 @@ def _raw_tail(request: ModelRequest) -> bool:
 def test_a_checkpoint_is_stored_with_its_provenance_and_every_later_call_names_it(
     tmp_path: Path, sqlite_store: SQLiteStore
 ) -> None:
-    info, provider = noisy_turn(tmp_path, sqlite_store, steps=24)
+    info, provider = noisy_turn(tmp_path, sqlite_store, steps=22)
     records = sqlite_store.read(info.id)
 
     cps = compactions(records)
@@ -135,7 +135,7 @@ def test_the_next_request_is_the_summary_then_the_raw_tail(
 def test_the_summary_request_folds_the_previous_summary_and_only_the_new_events(
     tmp_path: Path, sqlite_store: SQLiteStore
 ) -> None:
-    info, provider = noisy_turn(tmp_path, sqlite_store, steps=24)
+    info, provider = noisy_turn(tmp_path, sqlite_store, steps=22)
     (_, first), (_, second) = compactions(sqlite_store.read(info.id))
     summaries = provider.summaries()
     assert len(summaries) == first.chunks + second.chunks

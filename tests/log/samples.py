@@ -21,6 +21,7 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     Info,
+    MemoryForgotten,
     ModelRequest,
     Note,
     NoticeDismissed,
@@ -47,7 +48,9 @@ from bubu.log import codec
 CONTENT_KINDS = frozenset(str(c.__struct_config__.tag) for c in get_args(Content))
 NOTE_KINDS = frozenset(str(n.__struct_config__.tag) for n in get_args(Note))
 ACTION_NAMES = frozenset(Actions.__struct_fields__)
-LATER_NOTE_KINDS = frozenset({"checkpoint", "summary_chunk", "session_started", "model_switch"})
+LATER_NOTE_KINDS = frozenset(
+    {"checkpoint", "summary_chunk", "session_started", "model_switch", "memory_forgotten"}
+)
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones
 they are built from have defaults, and older logs (the fixture) simply do not hold them."""
 
@@ -303,4 +306,5 @@ def session_events(
     add("system", "system", note(note=CheckpointBody(key="ckpt_2", watermark=10,
         source_digest="cd" * 32, summary="## Goal\nWrite hello.py", facts="## Facts",
         summarized_upto=10, chunks=1, calls=["ef" * 32])), run_id=run2, hidden=True)  # fmt: skip
+    add("system", "user", note(note=MemoryForgotten(key="build")), hidden=True)
     return events

@@ -24,6 +24,7 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     Info,
+    MemoryForgotten,
     ModelRequest,
     ModelSwitch,
     NoticeDismissed,
@@ -160,6 +161,7 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         source_seq=st.none() | counts,
         source_digest=opt_shas,
     ),
+    MemoryForgotten: st.builds(MemoryForgotten, key=texts),
 }
 
 notes = st.one_of(*NOTES.values())

@@ -29,6 +29,9 @@ EXPECTED = {
     "read_result": ("read_only", ["handle"], {"handle", "offset", "limit"}),
     "search_result": ("read_only", ["handle", "pattern"], {"handle", "pattern"}),
     "inspect_result": ("read_only", ["handle"], {"handle"}),
+    "remember": ("provable_write", ["key", "text"], {"key", "text"}),
+    "recall": ("read_only", ["query"], {"query"}),
+    "update_plan": ("read_only", ["items"], {"items"}),
 }
 
 
@@ -46,7 +49,7 @@ def test_registry_has_every_tool_with_its_effect_and_a_closed_schema() -> None:
         assert schema["required"] == required
         assert set(schema["properties"]) == props
         for prop in schema["properties"].values():
-            assert prop["type"] in {"string", "integer", "number", "boolean"}
+            assert prop["type"] in {"string", "integer", "number", "boolean", "array"}
             assert prop["description"]
 
 

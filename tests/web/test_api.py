@@ -625,3 +625,22 @@ def test_compact_builds_a_checkpoint_of_a_finished_session(
     context = client.get(f"/api/sessions/{sid}/context").json()
     assert context["checkpoint"]["key"] == note.checkpoint
     assert detail(client, sid)["session"]["status"] == "completed"
+
+
+def test_the_detail_holds_the_plan_and_the_memory_of_the_workspace_only(
+    client: TestClient, recovered_store: SQLiteStore, tmp_path: Path
+) -> None:
+    remember = {"name": "remember", "arguments": {"key": "lint", "text": "ruff check"}}
+    steps = [{"text": "lint", "status": "pending"}]
+    run_scripted(
+        recovered_store, tmp_path, "mem", "remember", [{"tool_calls": [remember]}, {"text": "ok"}]
+    )
+    sid = run_scripted(recovered_store, tmp_path, "mem", "plan",
+        [{"tool_calls": [{"name": "update_plan", "arguments": {"items": steps}}]}, {"text": "ok"}])  # fmt: skip
+    other = run_scripted(recovered_store, tmp_path, "elsewhere", "nothing", [{"text": "ok"}])
+    d = detail(client, sid)
+    assert d["plan"] == steps
+    assert [(n["key"], n["text"]) for n in d["memory"]] == [("lint", "ruff check")]
+    o = detail(client, other)
+    assert o["plan"] is None
+    assert o["memory"] == []

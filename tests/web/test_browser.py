@@ -435,3 +435,33 @@ def test_the_page_asks_on_a_click_and_notifies_when_a_turn_ends(
         assert notes == [{"title": "Bubu · Turn completed", "body": "Say hello when done"}]
     finally:
         context.close()
+
+
+def test_the_session_page_shows_the_plan_and_the_workspace_memory(
+    page: Page, site: Site, tmp_path: Path
+) -> None:
+    run_scripted(site.store, site.root, "planner", "Remember the build",
+                 [{"tool_calls": [{"name": "remember", "arguments": {"key": "build", "text": "make -j2"}}]},
+                  {"text": "Noted."}])  # fmt: skip
+    steps = [{"text": "read the code", "status": "completed"},
+             {"text": "fix the bug", "status": "in_progress"}]  # fmt: skip
+    run_scripted(site.store, site.root, "planner", "Plan the fix",
+                 [{"tool_calls": [{"name": "update_plan", "arguments": {"items": steps}}]},
+                  {"text": "Planned."}])  # fmt: skip
+    page.goto(site.url())
+    page.locator("#sessions-body tr", has_text="Plan the fix").locator("a.title").click()
+    plan = page.locator("#plan")
+    expect(plan.locator(".panel-head")).to_contain_text("1/2")
+    expect(plan.locator("li")).to_have_count(2)
+    expect(plan.locator("li.in_progress")).to_have_text("▸fix the bug")
+    memory = page.locator("#memory")
+    expect(memory.locator("summary")).to_contain_text("1 note")
+    memory.locator("summary").click()
+    expect(memory.locator("dt")).to_have_text("build")
+    expect(memory.locator("dd")).to_have_text("make -j2")
+    shot(page, tmp_path, "plan-memory.png")
+    page.goto(site.url())
+    page.locator("#sessions-body tr", has_text="numbers up to 500").locator("a.title").click()
+    expect(page.locator(".session h1")).to_have_text("Print the numbers up to 500")
+    expect(page.locator("#plan")).to_have_count(0)
+    expect(page.locator("#memory")).to_have_count(0)

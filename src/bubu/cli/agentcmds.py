@@ -450,6 +450,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
     """The status of a session as `bubu status --json` prints it."""
     from bubu import clock
     from bubu.engine.scope import lease_is_stale
+    from bubu.projections.memory import fold_plan, plan_json
 
     records = store.read(info.id)
     st = fold_status(records)
@@ -478,6 +479,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             **t.cost.json(),
         },
         "recovery": None,
+        "plan": plan_json(fold_plan(records)),
     }
     lr = fold_longrun(records)
     waiting = lr.waiting() if state == "running" else None
@@ -522,6 +524,8 @@ def cost_lines(usage: Any) -> str:
 @pass_ctx
 def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     """Print a session's status (and its recovery notice until dismissed)."""
+    from bubu.cli.memorycmd import plan_text
+
     info = ctx.store.session(session)
     d = status_dict(ctx.store, info)
     if as_json:
@@ -543,6 +547,8 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens"
     )
     click.echo(cost_lines(usage))
+    if d["plan"]:
+        click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
         st = fold_status(ctx.store.read(info.id))

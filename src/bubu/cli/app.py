@@ -91,5 +91,6 @@ for _module in (
     "forkcmd",
     "fleetcmds",
     "compactcmd",
+    "memorycmd",
 ):
     importlib.import_module(f"bubu.cli.{_module}")

@@ -27,6 +27,7 @@ from bubu.events import (
 )
 from bubu.pricing import CostTally
 from bubu.projections.longrun import LongRunFold
+from bubu.projections.memory import plan_counts, plan_items
 from bubu.projections.transcript import notice_text, switch_text
 from bubu.providers.base import Delta
 
@@ -69,6 +70,8 @@ class TerminalObserver:
         self.steps = 0
         self.tokens = 0
         self.cost = CostTally()
+        self.plan: str | None = None  # "2/5" once the model keeps a plan (update_plan)
+        self._plan_calls: dict[str, FunctionCall] = {}
         self._in_text = False
         self._cr = False
         self._last_kind = "text"
@@ -111,7 +114,8 @@ class TerminalObserver:
             if waiting
             else one_line(self.activity or "working", 60)
         )
-        return f"  ◦ step {self.steps} · {what} · {self.tokens:,} tokens · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
+        plan = f" · plan {self.plan}" if self.plan else ""
+        return f"  ◦ step {self.steps} · {what}{plan} · {self.tokens:,} tokens · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
 
     def _tick(self) -> None:
         while not self._done.wait(0.5):
@@ -184,8 +188,11 @@ class TerminalObserver:
             if isinstance(c, Text) and ev.role == "model" and c.text and not self._streamed_any(c):
                 self.line(printable(c.text))
             elif isinstance(c, FunctionCall):
+                if c.name == "update_plan":
+                    self._plan_calls[c.call_id] = c
                 self.line(self._style("⏺ ", fg="cyan") + call_label(c))
             elif isinstance(c, FunctionResponse):
+                self._note_plan(c)
                 mark = (
                     self._style("  ✗ ", fg="red") if c.is_error else self._style("  ⎿ ", dim=True)
                 )
@@ -207,6 +214,15 @@ class TerminalObserver:
                     self._style(f"● turn {n.reason}", fg=colour, bold=True)
                     + (f": {printable(n.message)}" if n.message else "")
                 )
+
+    def _note_plan(self, c: FunctionResponse) -> None:
+        """Keep the status line's "plan done/all" in step with successful update_plan calls."""
+        call = self._plan_calls.pop(c.call_id, None)
+        if call is None or c.is_error:
+            return
+        items = plan_items(call.arguments.get("items"))
+        if isinstance(items, tuple):
+            self.plan = plan_counts(items) if items else None
 
     def _streamed_any(self, _: Text) -> bool:
         # Text deltas were already printed while streaming; a provider that does not stream

@@ -31,6 +31,7 @@ from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.compactor import Compactor
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.lanes import Admitted, Lanes
+from bubu.engine.memory import workspace_memory
 from bubu.engine.permissions import Answer, Asker, Policy, nobody
 from bubu.engine.prompt import system_prompt
 from bubu.errors import AppendConflict, BubuError, LeaseLost, ProviderError, StorageError, ToolError
@@ -63,6 +64,7 @@ from bubu.log import codec, redact
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
 from bubu.projections.longrun import LongRunFold
+from bubu.projections.memory import Note
 from bubu.projections.turn import CallState, TurnFold
 from bubu.providers.base import (
     Delta,
@@ -621,7 +623,12 @@ class Runner:
             sandbox=sandbox.confinement(*self.sandbox_mode),
             pass_env=self.effective_policy.pass_env,
             marker=f"{self.session.id}/{self.run}/{call.call_id}",
+            memory=self.read_memory,
         )
+
+    def read_memory(self) -> dict[str, Note]:
+        """The live notes of this session's workspace (every session of it in the store)."""
+        return workspace_memory(self.store, self.session.workspace)
 
     def read_blob(self, handle: str) -> bytes | None:
         """The bytes of one of this session's offloaded results, by sha-256 or a unique prefix."""
@@ -934,7 +941,10 @@ def _ignore(_: Delta) -> None:
 def _benign(r: Record) -> bool:
     """A record another process may append to a running session (a notice dismissal)."""
     c = r.event.content
-    return isinstance(c, SystemNote) and type(c.note).__name__ == "NoticeDismissed"
+    return isinstance(c, SystemNote) and type(c.note).__name__ in (
+        "NoticeDismissed",
+        "MemoryForgotten",
+    )
 
 
 def _summary(tool: str, args: dict[str, object]) -> str:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from bubu import failpoints
 from bubu.engine.driver import Runner
 from bubu.engine.leftovers import Leftovers, stop_leftovers
+from bubu.engine.memory import workspace_memory
 from bubu.engine.scope import acting_info, holder_gone, lease_is_stale
 from bubu.engine.session import Host
 from bubu.errors import BubuError, LeaseError
@@ -21,6 +23,12 @@ from bubu.events import (
     TurnEndReason,
 )
 from bubu.log.store import SessionInfo, Store
+from bubu.projections.memory import (
+    MEMORY_PREFIX,
+    Note,
+    is_memory_path,
+    note_hash,
+)
 from bubu.projections.recovery import (
     INTERRUPTED,
     CallPlan,
@@ -52,13 +60,24 @@ def needs_recovery(store: Store, info: SessionInfo) -> bool:
     return holder_gone(store, info.id, store.current_lease(info.id))
 
 
-def observe(paths: list[str], workspace: str | None = None) -> dict[str, str | None]:
-    """The sha-256 of each file now (None when it does not exist), opened beneath `workspace`."""
+def observe(
+    paths: list[str],
+    workspace: str | None = None,
+    memory: Callable[[], dict[str, Note]] | None = None,
+) -> dict[str, str | None]:
+    """The sha-256 of each file now (None when it does not exist), opened beneath `workspace`;
+    a ``memory:KEY`` path is the workspace's note of that key, hashed from the memory
+    projection, never a file on disk."""
     from bubu.tools.files import file_sha256, sha256_beneath
 
-    if workspace is None:
-        return {p: file_sha256(p) for p in paths}
-    return {p: sha256_beneath(workspace, p) for p in paths}
+    notes = memory() if memory is not None and any(map(is_memory_path, paths)) else {}
+
+    def one(p: str) -> str | None:
+        if is_memory_path(p):
+            return note_hash(notes, p.removeprefix(MEMORY_PREFIX))
+        return file_sha256(p) if workspace is None else sha256_beneath(workspace, p)
+
+    return {p: one(p) for p in paths}
 
 
 def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True) -> Recovered:
@@ -89,7 +108,11 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         plan = plan_recovery(
             records,
             effects,
-            observe(paths_to_observe(records), info.workspace),
+            observe(
+                paths_to_observe(records),
+                info.workspace,
+                lambda: workspace_memory(store, info.workspace),
+            ),
             chain_problem=None if report.ok else report.problem,
         )
         if plan.kind == "nothing":
@@ -174,7 +197,12 @@ def _apply(runner: Runner, plan: Plan, leftovers: Leftovers) -> None:
 
     for cp in plan.calls:
         d = calls[cp.call_id].dispatch
-        if cp.effect == "provable_write" and d is not None and d.path:
+        if (
+            cp.effect == "provable_write"
+            and d is not None
+            and d.path
+            and not is_memory_path(d.path)
+        ):
             # A kill inside atomic_write leaves its temporary file in the user's workspace.
             remove_stray_temp_files(runner.session.workspace, d.path)
     settled: list[Event] = []

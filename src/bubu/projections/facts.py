@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from bubu.events import Error, FunctionCall, FunctionResponse, Record, Text
+from bubu.projections.memory import PlanItem, clean_key, is_memory_path, plan_counts, plan_items
+from bubu.projections.memory import plan_lines as _plan_lines
 
 _EXIT = re.compile(r"exit code (-?\d+)")
 
@@ -21,6 +23,8 @@ class Facts:
     commands: list[tuple[str, str]] = field(default_factory=list)
     pending_review: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    plan: tuple[PlanItem, ...] | None = None
+    remembered: list[str] = field(default_factory=list)
     _calls: dict[str, FunctionCall] = field(default_factory=dict)
     _after: dict[str, tuple[str, str]] = field(default_factory=dict)
 
@@ -41,6 +45,12 @@ class Facts:
             if c.call_id in self._after and not c.is_error:
                 path, sha = self._after[c.call_id]
                 self.files[path] = sha
+            if call.name == "update_plan" and not c.is_error:
+                items = plan_items(call.arguments.get("items"))
+                self.plan = items if isinstance(items, tuple) else self.plan
+            if call.name == "remember" and not c.is_error:
+                key = clean_key(str(call.arguments.get("key", "")))
+                self.remembered = [*(k for k in self.remembered if k != key), key]
             if call.name == "run_command":
                 m = _EXIT.search(c.result[-400:]) if not c.is_error else None
                 status = f"exit {m.group(1)}" if m else ("failed" if c.is_error else "done")
@@ -60,7 +70,7 @@ class Facts:
             self.errors = [*self.errors, f"{c.error_class}: {c.message[:200]}"][-5:]
         if a is not None and a.tool_dispatch is not None:
             d = a.tool_dispatch
-            if d.path and d.after_sha256:
+            if d.path and d.after_sha256 and not is_memory_path(d.path):
                 self._after[d.call_id] = (d.path, d.after_sha256)
 
     def render(self) -> str:
@@ -75,6 +85,11 @@ class Facts:
         if self.commands:
             out.append(f"Commands run ({len(self.commands)}, the last 20):")
             out += [f"- {cmd[:200]} → {st}" for cmd, st in self.commands[-20:]]
+        if self.plan:
+            out.append(f"Plan ({plan_counts(self.plan)} completed, from update_plan):")
+            out += [f"- {line[:300]}" for line in _plan_lines(self.plan)]
+        if self.remembered:
+            out.append("Notes remembered (recall them): " + ", ".join(self.remembered[-20:]))
         if self.pending_review:
             out.append("Interrupted by a crash, not verified: " + "; ".join(self.pending_review))
         if self.errors:

@@ -68,7 +68,13 @@ _RANK: dict[EffectClass, int] = {"read_only": 0, "provable_write": 1, "side_effe
 
 def label(name: str, args: Mapping[str, object]) -> str:
     """A short human label for a call: the tool and its main argument."""
-    main = args.get("command") or args.get("path") or args.get("pattern") or args.get("handle")
+    main = (
+        args.get("command")
+        or args.get("path")
+        or args.get("pattern")
+        or args.get("handle")
+        or args.get("key")
+    )
     text = " ".join(str(main).split()) if main is not None else ""
     if len(text) > 60:
         text = text[:59] + "…"

@@ -13,6 +13,7 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     Info,
+    MemoryForgotten,
     ModelSwitch,
     NoticeDismissed,
     Record,
@@ -168,6 +169,8 @@ class Transcript:
             case SessionStarted(origin="import", workspace=ws):
                 # (A fork says so in its own note, which people have always read.)
                 text = f"imported here; it continues only when run explicitly (workspace {ws})"
+            case MemoryForgotten(key=key):
+                text = f"note {key!r} forgotten (bubu memory forget)"
             case CheckpointBody() | SummaryChunk():
                 text = None  # the compaction note that follows is the marker people see
             case _:

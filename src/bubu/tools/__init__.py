@@ -1,8 +1,8 @@
 """Bubu's built-in tools and their registry (DESIGN §4, §9).
 
     read_file, list_files, grep, read_result, search_result,
-    inspect_result                                             read_only
-    write_file, edit_file                                      provable_write
+    inspect_result, recall, update_plan                        read_only
+    write_file, edit_file, remember                            provable_write
     run_command                                                side_effecting
 
 Each tool follows the seam in `bubu.tools.base`: a JSON schema for its arguments, an effect class,
@@ -26,6 +26,7 @@ from bubu.events import EffectClass
 from bubu.tools.base import JSON, Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.files import EditFile, ReadFile, WriteFile, atomic_write, file_sha256
 from bubu.tools.inspect_result import InspectResult
+from bubu.tools.memory import Recall, Remember, UpdatePlan
 from bubu.tools.results import ReadResult, SearchResult, line_count
 from bubu.tools.search import Grep, ListFiles
 from bubu.tools.shell import RunCommand
@@ -40,11 +41,14 @@ __all__ = [
     "ListFiles",
     "ReadFile",
     "ReadResult",
+    "Recall",
+    "Remember",
     "RunCommand",
     "SearchResult",
     "Tool",
     "ToolContext",
     "ToolResult",
+    "UpdatePlan",
     "WriteFile",
     "WriteIntent",
     "atomic_write",
@@ -71,6 +75,9 @@ def builtin_tools() -> dict[str, Tool]:
         ReadResult(),
         SearchResult(),
         InspectResult(),
+        Remember(),
+        Recall(),
+        UpdatePlan(),
     ]
     return {tool.name: tool for tool in tools}
 

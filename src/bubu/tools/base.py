@@ -18,10 +18,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from bubu.events import EffectClass
 from bubu.tools.sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from bubu.projections.memory import Note
 
 JSON: TypeAlias = Any
 
@@ -56,7 +59,7 @@ class ToolContext:
     `workspace` is resolved; `outside_allowed` holds paths the user allowed outside it;
     `cancel` is set when the run is stopped, and `stopped_by()` then says who stopped it, in
     words for the model ("stopped by the user", "stopped by an orderly shutdown" …); `blob` reads
-    offloaded results by sha-256.
+    offloaded results by sha-256; `memory` reads the workspace's live notes (remember, recall).
     """
 
     workspace: Path
@@ -72,6 +75,7 @@ class ToolContext:
     marker: str = ""
     """``session/run/call``: put in the environment of the processes the call starts
     (``BUBU_CALL``), so that recovery can find what a dead run left running."""
+    memory: Callable[[], dict[str, Note]] | None = None
 
 
 class Tool(Protocol):

@@ -13,6 +13,7 @@ from typing import Literal
 
 import msgspec
 
+from bubu.engine.memory import workspace_memory
 from bubu.engine.permissions import asked_command, show_command
 from bubu.engine.recovery import lease_is_stale
 from bubu.events import (
@@ -27,6 +28,7 @@ from bubu.events import (
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.context import diagnose
 from bubu.projections.longrun import fold_longrun
+from bubu.projections.memory import fold_plan
 from bubu.projections.status import Status, fold_status
 from bubu.projections.transcript import Message, ToolCard, transcript
 from bubu.providers.base import Message as ModelMessage
@@ -175,6 +177,22 @@ class WaitingView(msgspec.Struct, kw_only=True):
     error: str
 
 
+class PlanItemView(msgspec.Struct, kw_only=True):
+    """One step of the session's plan (update_plan)."""
+
+    text: str
+    status: str
+
+
+class NoteView(msgspec.Struct, kw_only=True):
+    """One note remembered in the session's workspace (by any session of it)."""
+
+    key: str
+    text: str
+    ts: int
+    session: str
+
+
 class Detail(msgspec.Struct, kw_only=True):
     """Everything the session page shows at once."""
 
@@ -190,6 +208,8 @@ class Detail(msgspec.Struct, kw_only=True):
     cause: str | None = None
     """Why a resumable turn ended: a limit (max_steps, max_tokens, max_time) or
     provider_unavailable."""
+    plan: list[PlanItemView] | None = None
+    memory: list[NoteView] = msgspec.field(default_factory=list)
 
 
 class LogRow(msgspec.Struct, kw_only=True):
@@ -393,7 +413,17 @@ def detail(index: SessionIndex, info: SessionInfo) -> Detail:
         high_water=records[-1].seq if records else 0,
         waiting=_waiting(records) if state == "running" else None,
         cause=(st.state in ("failed", "stopped") and fold_longrun(records).end_cause) or None,
+        plan=_plan(records),
+        memory=[
+            NoteView(key=n.key, text=n.text, ts=n.ts, session=n.session)
+            for n in sorted(workspace_memory(store, info.workspace).values(), key=lambda n: -n.ts)
+        ],
     )
+
+
+def _plan(records: list[Record]) -> list[PlanItemView] | None:
+    plan = fold_plan(records)
+    return None if plan is None else [PlanItemView(text=i.text, status=i.status) for i in plan]
 
 
 def _waiting(records: list[Record]) -> WaitingView | None:

@@ -246,6 +246,7 @@ function showSession(sid, tab) {
     h("div", { id: "ui-error", class: "alert", hidden: true }),
     h("div", { id: "banner" }),
     h("div", { id: "permissions" }),
+    h("div", { id: "plan-memory", class: "plan-memory" }),
     h("nav", { class: "tabs" }, tabs),
     h("div", { id: "tab-transcript", class: "tab-body", hidden: tab !== "transcript" },
       h("div", { id: "items" }), h("div", { id: "live", class: "live", hidden: true })),
@@ -353,6 +354,7 @@ function renderSession(s) {
   err.textContent = d.error ? "The last run from this page failed: " + d.error : "";
   renderBanner(s);
   renderPermissions(s);
+  renderPlanMemory(s);
   renderItems(s);
   renderLive(s);
   const canFollow = !["running", "open turn", "blocked"].includes(info.status) && !d.live.running_here;
@@ -500,6 +502,31 @@ async function answer(s, p, decision, ev) {
     toast(e.message);
   }
   scheduleRefresh(0);
+}
+
+// ---- plan and workspace memory -------------------------------------------------------------
+
+const PLAN_MARK = { completed: "✓", in_progress: "▸", pending: "○" };
+
+function renderPlanMemory(s) {
+  const d = s.detail, plan = d.plan, notes = d.memory || [];
+  const parts = [];
+  if (plan && plan.length) {
+    const done = plan.filter((i) => i.status === "completed").length;
+    parts.push(h("div", { class: "plan", id: "plan" },
+      h("div", { class: "panel-head" }, h("strong", { text: "Plan" }), h("span", { class: "muted", text: `${done}/${plan.length}` })),
+      h("ol", {}, ...plan.map((i) => h("li", { class: "plan-item " + i.status, dataset: { status: i.status } },
+        h("span", { class: "mark", "aria-label": i.status.replace("_", " "), text: PLAN_MARK[i.status] || "○" }),
+        h("span", { text: i.text }))))));
+  }
+  if (notes.length) {
+    parts.push(h("details", { class: "memory", id: "memory" },
+      h("summary", {}, h("strong", { text: "Workspace memory" }), h("span", { class: "muted", text: " " + plural(notes.length, "note") })),
+      h("dl", {}, ...notes.flatMap((n) => [
+        h("dt", { class: "mono", title: "Remembered by " + n.session, text: n.key }),
+        h("dd", { text: n.text })]))));
+  }
+  fill($("#plan-memory"), ...parts);
 }
 
 // ---- transcript ----------------------------------------------------------------------------

@@ -1,0 +1,24 @@
+"""Reading a workspace's memory from the store: every session of that workspace, folded."""
+
+from __future__ import annotations
+
+import os
+
+from bubu.log.store import SessionInfo, Store
+from bubu.projections.memory import MEMORY_KINDS, Note, fold_memory
+
+
+def same_workspace(a: str, b: str) -> bool:
+    """Whether two workspace paths name one directory (symlinks resolved)."""
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def workspace_sessions(store: Store, workspace: str) -> list[SessionInfo]:
+    """The sessions of the store whose workspace is `workspace`."""
+    return [s for s in store.sessions() if same_workspace(s.workspace, workspace)]
+
+
+def workspace_memory(store: Store, workspace: str) -> dict[str, Note]:
+    """The live notes of a workspace, over every session of it in the store."""
+    sessions = workspace_sessions(store, workspace)
+    return fold_memory((s.id, store.read(s.id, kinds=MEMORY_KINDS)) for s in sessions)
