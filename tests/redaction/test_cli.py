@@ -195,3 +195,19 @@ def test_a_recovered_turn_passes_on_the_names_it_was_started_with(tmp_path: Path
     ]
     assert "SEEN" in results[-1]
     assert "[]" in results[-1]
+
+
+def test_a_remembered_note_holding_a_key_keeps_only_its_redaction(tmp_path: Path) -> None:
+    db, ws = tmp_path / "bubu.db", tmp_path / "ws"
+    ws.mkdir()
+    script = write_script(tmp_path / "s.jsonl", [
+        {"tool_calls": [call("remember", key="deploy", text=f"the deploy key is {KEY}")]},
+        {"text": "kept"},
+    ])  # fmt: skip
+    done = run(db, "run", "remember the key", "-w", str(ws), "-m", f"scripted:{script}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_no_secret(db, only_session(db))
+    shown = run(db, "memory", "show", "deploy", "-w", str(ws))
+    assert shown.returncode == 0, shown.stderr
+    assert KEY not in shown.stdout
+    assert "[redacted:OPENAI_API_KEY]" in shown.stdout
