@@ -414,6 +414,8 @@ class Runner:
                     stop = self._stop
                     if stop == "lease_lost" or stop is None:
                         return None
+                    if not self.turn.open:
+                        return self.turn.end_reason  # the stop came after the turn had ended
                     self._finish_stopped(stop)
                     return stop
         except LeaseLost:
@@ -431,7 +433,12 @@ class Runner:
         extra: Sequence[Event] = (),
         cause: EndCause | None = None,
     ) -> None:
-        """Append the turn's end (fully synced)."""
+        """Append the turn's end (fully synced), unless it has ended already: a turn ends once.
+
+        The append expects our high water, so the open turn we fold here is the log's own.
+        """
+        if not self.turn.open:
+            return
         failpoints.hit("before_turn_end")
         end = TurnEnded(reason=reason, message=message, cause=cause)
         self.append([*extra, self.note(end)], durable=True)
