@@ -64,6 +64,9 @@ class FunctionCall(_Base, frozen=True, kw_only=True, tag="function_call", tag_fi
     name: str
     arguments: dict[str, JSON] = msgspec.field(default_factory=dict)
     raw_arguments: str | None = None
+    provider_id: str | None = None
+    """The provider's own id when it was not unique in the session (the log knows the call by
+    `call_id`, which replaces it in every request)."""
 
 
 class BlobRef(_Base, frozen=True, kw_only=True):
