@@ -61,6 +61,8 @@ class Plan:
     calls: tuple[CallPlan, ...] = ()
     dropped_model_calls: int = 0
     reason: str | None = None
+    forced: bool = False
+    """The user overrode a block (`reason`) with `bubu recover --force`."""
 
 
 _RANK: dict[EffectClass, int] = {"read_only": 0, "provable_write": 1, "side_effecting": 2}
@@ -212,3 +214,30 @@ def plan_recovery(
         )
     calls = tuple(_decide(c, effects, observed) for c in dangling)
     return Plan(kind="ready", turn=t.turn, calls=calls, dropped_model_calls=dropped)
+
+
+FORCED = "the user forced the recovery past a block: never re-run"
+
+
+def forced_plan(records: Sequence[Record], blocked: Plan) -> Plan:
+    """The plan `bubu recover --force` follows past `blocked`: the safe path for every dangling
+    call (an interrupted result, nothing re-run), then the turn continues."""
+    t = fold(records)
+    calls = tuple(
+        CallPlan(
+            call_id=c.call_id,
+            tool=c.name,
+            effect=c.dispatch.effect,
+            decision="interrupted",
+            reason=FORCED,
+            dispatch_seq=c.dispatch_seq,
+            label=label(c.name, c.arguments),
+        )
+        for c in t.dangling
+        if c.dispatch is not None and c.dispatch_seq is not None
+    )
+    dropped = 1 if t.inflight_request is not None else 0
+    return Plan(
+        kind="ready", turn=t.turn, calls=calls, dropped_model_calls=dropped,
+        reason=blocked.reason, forced=True,
+    )  # fmt: skip
