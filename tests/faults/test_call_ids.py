@@ -12,10 +12,16 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from bubu.engine import driver
 from bubu.engine.session import new_session, start_turn
 from bubu.events import FunctionCall, Record
 from bubu.log.sqlite import SQLiteStore
+from bubu.projections.recovery import plan_recovery
 from bubu.providers.openai import OpenAIProvider
+from bubu.providers.scripted import ScriptedProvider
+from bubu.tools import builtin_tools
 
 from .helpers import bubu, finish, make_host, read, results, start_bubu
 from .wire import DONE, OPENAI_KEY, Reply, _chunk, _usage, openai_text, serve
@@ -130,3 +136,33 @@ def test_one_id_across_responses_then_a_kill_mid_tool_recovers(tmp_path: Path) -
         assert _pairs_are_consistent(server.requests[-1]) == [first.call_id, second.call_id]
     verified = bubu(db, "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_an_older_log_that_reused_an_id_across_responses_still_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What Bubu wrote before call ids were made unique: the provider's id, reused, as it came.
+    monkeypatch.setattr(driver, "unique_call_id", lambda provider_id, taken: provider_id)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("alpha\n")
+    (ws / "b.txt").write_text("beta\n")
+    script = tmp_path / "s.jsonl"
+    lines = [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "a.txt"}}]},
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "b.txt"}}]},
+        {"text": "done"},
+    ]
+    script.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with SQLiteStore(tmp_path / "bubu.db") as store:
+        provider = ScriptedProvider(str(script))
+        info = new_session(store, task="t", workspace=ws, model=provider.spec)
+        assert start_turn(make_host(store, provider), info, "t") == "completed"
+        records = store.read(info.id)
+        assert store.verify(info.id).ok
+    assert [c.call_id for c in _calls(records)] == ["c1", "c1"]
+    effects = {name: t.effect for name, t in builtin_tools().items()}
+    # Every prefix short of the turn's end is a state a crash could leave: none is blocked.
+    for end in range(len(records) - 1, 0, -1):
+        plan = plan_recovery(records[:end], effects, {})
+        assert plan.kind != "blocked", (end, plan.reason)

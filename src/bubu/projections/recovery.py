@@ -89,11 +89,16 @@ def _integrity(records: Sequence[Record]) -> str | None:
     calls: set[str] = set()
     dispatched: set[str] = set()
     answered: set[str] = set()
+    # Logs written before call ids were made unique may reuse one id, call after call: each
+    # call of that id may have its outcome.
+    made: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
     dispatches: dict[int, ToolDispatch] = {}
     for r in records:
         c, a = r.event.content, r.event.actions
         if isinstance(c, FunctionCall):
             calls.add(c.call_id)
+            made[c.call_id] = made.get(c.call_id, 0) + 1
         if a is not None and a.tool_dispatch is not None:
             dispatched.add(a.tool_dispatch.call_id)
             dispatches[r.seq] = a.tool_dispatch
@@ -102,13 +107,14 @@ def _integrity(records: Sequence[Record]) -> str | None:
             if problem is not None:
                 return problem
         if isinstance(c, FunctionResponse):
-            if c.call_id in answered:
+            if c.call_id in answered and outcomes[c.call_id] >= made.get(c.call_id, 0):
                 return f"two outcomes for the call {c.call_id} (seq {r.seq})"
             if c.call_id not in calls:
                 return f"an outcome for a call that was never made ({c.call_id}, seq {r.seq})"
             if not c.is_error and c.call_id not in dispatched:
                 return f"an outcome without a dispatch for the call {c.call_id} (seq {r.seq})"
             answered.add(c.call_id)
+            outcomes[c.call_id] = outcomes.get(c.call_id, 0) + 1
     return None
 
 
