@@ -102,16 +102,16 @@ def _append_end_twice(store: Store, session: str, turn: str) -> None:
     store.append(session, events, expect=head)  # type: ignore[arg-type]
 
 
-def test_verify_reports_a_turn_that_ended_twice(sqlite_store: SQLiteStore, tmp_path: Path) -> None:
+def test_verify_reports_a_turn_that_ended_twice(store: Store, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    info = new_session(sqlite_store, task="t", workspace=ws, model="scripted:x")
-    _append_end_twice(sqlite_store, info.id, "t1")
-    report = sqlite_store.verify(info.id)
+    info = new_session(store, task="t", workspace=ws, model="scripted:x")
+    _append_end_twice(store, info.id, "t1")
+    report = store.verify(info.id)
     assert not report.ok
     assert report.problem is not None
     assert "ended twice" in report.problem
-    assert report.first_bad_seq == sqlite_store.head(info.id).high_water
+    assert report.first_bad_seq == store.head(info.id).high_water
 
 
 def test_verify_accepts_a_turn_resumed_after_its_end(
