@@ -66,7 +66,9 @@ def test_a_blocked_session_is_continued_by_force_without_re_running_anything(
         if r.event.actions is not None and r.event.actions.tool_recovery is not None
     ]
     assert [f.reason for f in facts] == [FORCED]
-    assert bubu_json(db, "status", session, "--json")["status"] == "completed"
+    shown = bubu_json(db, "status", session, "--json")
+    assert shown["status"] == "completed"
+    assert shown["recovery"]["forced"] == notice.forced
     assert bubu(db, "verify").returncode == 0
 
 

@@ -493,6 +493,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "pending_review": n.pending_review,
             "leftovers": n.leftovers,
             "reason": n.reason,
+            "forced": n.forced,
             "dismissed": st.notice_dismissed,
             "seq": st.notice_seq,
         }
