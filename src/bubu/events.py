@@ -64,6 +64,9 @@ class FunctionCall(_Base, frozen=True, kw_only=True, tag="function_call", tag_fi
     name: str
     arguments: dict[str, JSON] = msgspec.field(default_factory=dict)
     raw_arguments: str | None = None
+    provider_id: str | None = None
+    """The provider's own id when it was not unique in the session (the log knows the call by
+    `call_id`, which replaces it in every request)."""
 
 
 class BlobRef(_Base, frozen=True, kw_only=True):
@@ -225,6 +228,8 @@ class RecoveryNotice(_Note, frozen=True, kw_only=True, tag="recovery_notice"):
     reason: str | None = None
     leftovers: list[str] = msgspec.field(default_factory=list)
     """Processes of the dead run that were still running and were killed (one line each)."""
+    forced: str | None = None
+    """The block the user overrode with `bubu recover --force` (its reason), if any."""
 
 
 class NoticeDismissed(_Note, frozen=True, kw_only=True, tag="notice_dismissed"):

@@ -24,7 +24,7 @@ from bubu.events import TurnEndReason
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import fold_status
-from bubu.projections.transcript import Message, ToolCard, notice_text, transcript
+from bubu.projections.transcript import FORCE_HINT, Message, ToolCard, notice_text, transcript
 from bubu.providers import resolve
 
 EXIT = {"completed": 0, "failed": 1, "stopped": 3, "suspended": 4, None: 5}
@@ -495,6 +495,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "pending_review": n.pending_review,
             "leftovers": n.leftovers,
             "reason": n.reason,
+            "forced": n.forced,
             "dismissed": st.notice_dismissed,
             "seq": st.notice_seq,
         }
@@ -535,6 +536,8 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     click.echo(f"{info.id}  {d['status']}  ({d['turns']} turns, {d['events']} events)")
     if d["reason"]:
         click.echo(f"  {printable(str(d['reason']))}")
+    if d["status"] == "blocked":
+        click.echo("  " + FORCE_HINT.format(session=info.id))
     if d["waiting"] is not None:
         lr = fold_longrun(ctx.store.read(info.id))
         w = lr.waiting()

@@ -24,24 +24,28 @@ from bubu.projections.status import BOUNDARY_KINDS, fold_status
 @click.argument("session", required=False)
 @model_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
+@click.option("--force", is_flag=True, help="Continue a blocked SESSION: every call left running "
+              "gets an interrupted result, nothing is re-run (look at it first).")  # fmt: skip
 @pass_ctx
-def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, **opts: Any) -> None:
+def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, force: bool, **opts: Any) -> None:
     """Recover every session with an unfinished turn (or just SESSION) and continue it to its end.
 
     Each continues with the settings its turn recorded (model, server, limits); a flag given
     here changes that setting. An imported or forked session is recovered only when named."""
     from bubu.cli.background import say
     from bubu.cli.continuing import continuing_host, recover_line
-    from bubu.engine.recovery import needs_recovery
+    from bubu.engine.recovery import forceable, needs_recovery
     from bubu.engine.scope import session_facts
 
     store = ctx.store
+    if force and not session:
+        fail("--force continues one blocked session: name it, after a look (`bubu show SESSION`)")
     targets = [store.session(session)] if session else store.sessions()
     observer = observer_for(opts["jsonl"] or as_json)
     results: list[dict[str, object]] = []
     worst = 0
     for info in targets:
-        if not needs_recovery(store, info):
+        if not needs_recovery(store, info) and not (force and forceable(store, info)):
             if session:
                 st = fold_status(store.read(info.id))
                 results.append({"session": info.id, "outcome": "nothing", "status": st.state})
@@ -74,7 +78,7 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, **opts: Any) ->
         if isinstance(observer, TerminalObserver):
             observer.line(recover_line(acting, facts.describe() if facts.adopted else None))
         with signals(host):
-            rec = recover_session(host, info)
+            rec = recover_session(host, info, force=force)
         code = 5 if rec.outcome in ("blocked", "busy") else EXIT.get(rec.outcome, 0)
         worst = max(worst, code)
         results.append(

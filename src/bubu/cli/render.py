@@ -232,7 +232,7 @@ class TerminalObserver:
     def notice(self, n: RecoveryNotice, session: str) -> None:
         """Print the recovery notice as a framed block."""
         colour = "red" if n.status == "blocked" else "yellow"
-        lines = printable(notice_text(n)).splitlines()
+        lines = printable(notice_text(n, session)).splitlines()
         self.line(self._style("┌ " + lines[0], fg=colour, bold=True))
         for ln in lines[1:]:
             self.line(self._style("│ ", fg=colour) + ln)

@@ -28,6 +28,7 @@ from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
 from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
 from bubu.engine.backoff import WAIT_CAP_S
+from bubu.engine.callids import unique_call_id
 from bubu.engine.compactor import Compactor
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.lanes import Admitted, Lanes
@@ -180,6 +181,7 @@ class Runner:
         self.longrun = LongRunFold()
         self._primary = self.provider
         self._blobs: set[str] = set()
+        self._call_ids: set[str] = set()  # every call id of the session (they must be unique)
         self.context = ContextFold(policy=self.config.context, blobs=self.store.blob)
         self.compactor = Compactor(policy=self.config.context)
         self.high_water = 0
@@ -235,6 +237,8 @@ class Runner:
             blob = getattr(r.event.content, "blob", None)
             if blob is not None:
                 self._blobs.add(blob.sha256)
+            if isinstance(r.event.content, FunctionCall):
+                self._call_ids.add(r.event.content.call_id)
         if records:
             self.high_water = records[-1].seq
         return records
@@ -416,6 +420,8 @@ class Runner:
                     stop = self._stop
                     if stop == "lease_lost" or stop is None:
                         return None
+                    if not self.turn.open:
+                        return self.turn.end_reason  # the stop came after the turn had ended
                     self._finish_stopped(stop)
                     return stop
         except LeaseLost:
@@ -433,7 +439,12 @@ class Runner:
         extra: Sequence[Event] = (),
         cause: EndCause | None = None,
     ) -> None:
-        """Append the turn's end (fully synced)."""
+        """Append the turn's end (fully synced), unless it has ended already: a turn ends once.
+
+        The append expects our high water, so the open turn we fold here is the log's own.
+        """
+        if not self.turn.open:
+            return
         failpoints.hit("before_turn_end")
         end = TurnEnded(reason=reason, message=message, cause=cause)
         self.append([*extra, self.note(end)], durable=True)
@@ -586,8 +597,10 @@ class Runner:
                     )
                 )
             else:
+                cid = unique_call_id(p.call_id, self._call_ids)
+                self._call_ids.add(cid)
                 contents.append(FunctionCall(
-                    call_id=p.call_id, name=codec.sanitize_text(p.name), arguments=sanitize(p.arguments),
+                    call_id=cid, provider_id=None if cid == p.call_id else p.call_id, name=codec.sanitize_text(p.name), arguments=sanitize(p.arguments),
                     raw_arguments=None if p.raw_arguments is None else codec.sanitize_text(p.raw_arguments)))  # fmt: skip
         if not contents:
             contents.append(Text(text=""))

@@ -33,6 +33,7 @@ from bubu.projections.recovery import (
     INTERRUPTED,
     CallPlan,
     Plan,
+    forced_plan,
     label,
     paths_to_observe,
     plan_recovery,
@@ -60,6 +61,12 @@ def needs_recovery(store: Store, info: SessionInfo) -> bool:
     return holder_gone(store, info.id, store.current_lease(info.id))
 
 
+def forceable(store: Store, info: SessionInfo) -> bool:
+    """A blocked session whose runner is gone: what `bubu recover --force` may continue."""
+    st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+    return st.state == "blocked" and holder_gone(store, info.id, store.current_lease(info.id))
+
+
 def observe(
     paths: list[str],
     workspace: str | None = None,
@@ -80,8 +87,12 @@ def observe(
     return {p: one(p) for p in paths}
 
 
-def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True) -> Recovered:
-    """Take the lease, plan, commit the recovery facts and the notice, then continue the turn."""
+def recover_session(
+    host: Host, info: SessionInfo, *, continue_turn: bool = True, force: bool = False
+) -> Recovered:
+    """Take the lease, plan, commit the recovery facts and the notice, then continue the turn.
+
+    With `force`, a blocked plan gives way to `forced_plan` (the user looked and said so)."""
     store = host.store
     current = store.current_lease(info.id)
     steal = holder_gone(store, info.id, current)
@@ -117,6 +128,8 @@ def recover_session(host: Host, info: SessionInfo, *, continue_turn: bool = True
         )
         if plan.kind == "nothing":
             return Recovered(session=info.id, plan=plan, outcome="nothing")
+        if plan.kind == "blocked" and force:
+            plan = forced_plan(records, plan)
         # The workspace the chain records, never the header's (an export can edit the header).
         acting, facts = acting_info(store, info)
         if facts.origin == "import":
@@ -182,6 +195,7 @@ def _notice(plan: Plan, runner: Runner, leftovers: Leftovers) -> RecoveryNotice:
         pending_review=labels["review"],
         dropped_model_calls=plan.dropped_model_calls,
         leftovers=leftovers.lines(lambda c: _label_of(runner, c)),
+        forced=plan.reason if plan.forced else None,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from bubu.errors import BubuError
+from bubu.events import SystemNote, TurnEnded, TurnStarted
 from bubu.log import codec
 from bubu.log.store import VerifyReport
 
@@ -13,9 +14,11 @@ def verify_records(
     session: str, rows: Sequence[tuple[int, bytes, bytes]], blobs_ok: dict[str, bool] | None = None
 ) -> VerifyReport:
     """Check (seq, hash, payload) rows: gapless seq from 1, each hash = H(prev ‖ payload), each
-    payload decodes to an event of this session, each referenced blob present and intact."""
+    payload decodes to an event of this session, each referenced blob present and intact, and
+    no turn ended twice without being started again in between."""
     prev = codec.GENESIS
     expected = 1
+    ended: dict[str | None, int] = {}  # turn -> seq of its end, while it stays ended
     for seq, stored, payload in rows:
 
         def bad(problem: str, seq: int = seq, prev: bytes = prev) -> VerifyReport:
@@ -39,6 +42,13 @@ def verify_records(
             return bad(str(e))
         if ev.session != session:
             return bad(f"the event at seq {seq} belongs to session {ev.session}")
+        note = ev.content.note if isinstance(ev.content, SystemNote) else None
+        if isinstance(note, TurnStarted):
+            ended.pop(ev.turn, None)
+        elif isinstance(note, TurnEnded):
+            if ev.turn in ended:
+                return bad(f"the turn {ev.turn} ended twice (at seq {ended[ev.turn]} and {seq})")
+            ended[ev.turn] = seq
         blob = getattr(ev.content, "blob", None)
         if blob is not None and blobs_ok is not None and not blobs_ok.get(blob.sha256, False):
             return bad(

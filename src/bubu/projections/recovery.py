@@ -61,6 +61,8 @@ class Plan:
     calls: tuple[CallPlan, ...] = ()
     dropped_model_calls: int = 0
     reason: str | None = None
+    forced: bool = False
+    """The user overrode a block (`reason`) with `bubu recover --force`."""
 
 
 _RANK: dict[EffectClass, int] = {"read_only": 0, "provable_write": 1, "side_effecting": 2}
@@ -93,11 +95,16 @@ def _integrity(records: Sequence[Record]) -> str | None:
     calls: set[str] = set()
     dispatched: set[str] = set()
     answered: set[str] = set()
+    # Logs written before call ids were made unique may reuse one id, call after call: each
+    # call of that id may have its outcome.
+    made: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
     dispatches: dict[int, ToolDispatch] = {}
     for r in records:
         c, a = r.event.content, r.event.actions
         if isinstance(c, FunctionCall):
             calls.add(c.call_id)
+            made[c.call_id] = made.get(c.call_id, 0) + 1
         if a is not None and a.tool_dispatch is not None:
             dispatched.add(a.tool_dispatch.call_id)
             dispatches[r.seq] = a.tool_dispatch
@@ -106,13 +113,14 @@ def _integrity(records: Sequence[Record]) -> str | None:
             if problem is not None:
                 return problem
         if isinstance(c, FunctionResponse):
-            if c.call_id in answered:
+            if c.call_id in answered and outcomes[c.call_id] >= made.get(c.call_id, 0):
                 return f"two outcomes for the call {c.call_id} (seq {r.seq})"
             if c.call_id not in calls:
                 return f"an outcome for a call that was never made ({c.call_id}, seq {r.seq})"
             if not c.is_error and c.call_id not in dispatched:
                 return f"an outcome without a dispatch for the call {c.call_id} (seq {r.seq})"
             answered.add(c.call_id)
+            outcomes[c.call_id] = outcomes.get(c.call_id, 0) + 1
     return None
 
 
@@ -218,3 +226,30 @@ def plan_recovery(
         )
     calls = tuple(_decide(c, effects, observed) for c in dangling)
     return Plan(kind="ready", turn=t.turn, calls=calls, dropped_model_calls=dropped)
+
+
+FORCED = "the user forced the recovery past a block: never re-run"
+
+
+def forced_plan(records: Sequence[Record], blocked: Plan) -> Plan:
+    """The plan `bubu recover --force` follows past `blocked`: the safe path for every dangling
+    call (an interrupted result, nothing re-run), then the turn continues."""
+    t = fold(records)
+    calls = tuple(
+        CallPlan(
+            call_id=c.call_id,
+            tool=c.name,
+            effect=c.dispatch.effect,
+            decision="interrupted",
+            reason=FORCED,
+            dispatch_seq=c.dispatch_seq,
+            label=label(c.name, c.arguments),
+        )
+        for c in t.dangling
+        if c.dispatch is not None and c.dispatch_seq is not None
+    )
+    dropped = 1 if t.inflight_request is not None else 0
+    return Plan(
+        kind="ready", turn=t.turn, calls=calls, dropped_model_calls=dropped,
+        reason=blocked.reason, forced=True,
+    )  # fmt: skip

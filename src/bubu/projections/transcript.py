@@ -187,12 +187,22 @@ def switch_text(n: ModelSwitch) -> str:
     )
 
 
-def notice_text(n: RecoveryNotice) -> str:
-    """The recovery notice as a person reads it."""
+FORCE_HINT = (
+    "after a look (`bubu show {session}`), `bubu recover {session} --force` continues it: every "
+    "call left running gets an interrupted result, nothing is re-run"
+)
+"""What a person can do about a blocked session (besides `bubu fork`)."""
+
+
+def notice_text(n: RecoveryNotice, session: str | None = None) -> str:
+    """The recovery notice as a person reads it (naming `session`, what `--force` would do)."""
     if n.status == "blocked":
         killed = "".join(f"\nleft running by the crashed run: {line}" for line in n.leftovers)
-        return f"recovery blocked: {n.reason}{killed}"
+        hint = "" if session is None else "\n" + FORCE_HINT.format(session=session)
+        return f"recovery blocked: {n.reason}{killed}{hint}"
     lines = ["unfinished task detected, auto-recovering"]
+    if n.forced is not None:
+        lines = [f"recovery forced by the user past a block ({n.forced}); nothing was re-run"]
     if n.silent_retries:
         lines.append("re-run silently: " + ", ".join(n.silent_retries))
     if n.verified_applied:
