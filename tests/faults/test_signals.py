@@ -5,12 +5,17 @@ turn is the user's: a later unrelated `bubu run` leaves it alone, `bubu resume` 
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+from bubu.log.sqlite import SQLiteStore
+from engine.helpers import process_alive
 
 from .helpers import (
     bubu,
@@ -56,6 +61,10 @@ def _mid_model_call(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
     proc = _run(db, ws, script)
     wait_for(lambda: db.exists() and "turn_started" in _kinds(db), "the turn to start")
     return db, ws, proc
+
+
+def _gone(pid: int) -> None:
+    wait_for(lambda: not process_alive(pid), f"process {pid} to die")
 
 
 def _kinds(db: Path) -> list[str]:
@@ -106,3 +115,61 @@ def test_hangup_is_not_a_crash_and_resume_continues(tmp_path: Path) -> None:
     resumed = bubu(db, "resume", session)
     assert resumed.returncode == 0, resumed.stderr
     assert bubu_json(db, "status", session, "--json")["status"] == "completed"
+
+
+def test_sigterm_while_waiting_for_the_provider(tmp_path: Path) -> None:
+    db, ws, script = _project(
+        tmp_path,
+        [{"text": "ok", "error": {"status": 503, "message": "overloaded", "retry_after": 300}}],
+    )
+    proc = _run(db, ws, script)
+    wait_for(lambda: bubu_json(db, "status", only_session(db), "--json")["waiting"] is not None
+             if "turn_started" in _kinds(db) else False, "the run to wait for its provider")  # fmt: skip
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, timeout=30)
+    assert code == 4, out + err
+    assert time.monotonic() - sent < 15
+    assert bubu_json(db, "status", only_session(db), "--json")["status"] == "suspended"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["hup", "term"])
+def test_signal_at_start_up_ends_the_process(tmp_path: Path, sig: signal.Signals) -> None:
+    db, ws, script = _project(tmp_path, [{"text": "ok", "delay_s": 120}])
+    proc = _run(db, ws, script)
+    proc.send_signal(sig)  # at once: still importing, opening the log or starting the turn
+    code, out, err = finish(proc, timeout=30)
+    assert code in (4, -sig, 128 + sig), out + err
+    if db.exists() and "turn_started" in _kinds(db):
+        assert bubu_json(db, "status", only_session(db), "--json")["status"] == "suspended"
+
+
+def test_sigterm_during_recover_stops_before_the_next_session(tmp_path: Path) -> None:
+    db, ws, script = _project(
+        tmp_path,
+        [{"tool_calls": [call("run_command", command=SLOW)]}, {"text": "after", "delay_s": 120}],
+    )
+    pid = ws / "pid.txt"
+    for n in range(2):
+        proc = _run(db, ws, script, task=f"task {n}")
+        wait_for(lambda: pid.exists() and pid.read_text().strip().isdigit(), "the command")
+        proc.kill()  # a crash: SIGKILL leaves the turn open
+        _, err = proc.communicate(timeout=30)
+        os.kill(int(pid.read_text()), signal.SIGKILL)
+        pid.unlink()
+        # The second run found the first crash and continues it in the background: crash that too.
+        for found in re.findall(r"in the background \(pid (\d+)\)", err):
+            os.killpg(int(found), signal.SIGKILL)
+            _gone(int(found))
+    with SQLiteStore(db) as store:
+        ids = [s.id for s in store.sessions()]
+        sizes = {s: len(store.read(s)) for s in ids}
+    proc = start_bubu(db, "recover", "--allow", SLOW, "--sandbox", "off")
+    wait_for(lambda: any(len(read(db, s)) > sizes[s] for s in ids), "a recovery to write")
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, timeout=30)
+    assert time.monotonic() - sent < 15
+    assert code == 4, out + err
+    states = sorted(bubu_json(db, "status", s, "--json")["status"] for s in ids)
+    assert states == ["open turn", "suspended"], states

@@ -346,7 +346,9 @@ def run_cmd(
         # processes of their own: never in this one's way.
         finder = Finder(store, ctx.db, skip={info.id})
         reason = start_turn(host, info, task, committed=finder.start)
-    finder.join(1.0 if shutdown.requested() else 60.0)  # asked to shut down: not held up by the look
+    finder.join(
+        1.0 if shutdown.requested() else 60.0
+    )  # asked to shut down: not held up by the look
     finish(reason, observer, info.id)
 
 

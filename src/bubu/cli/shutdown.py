@@ -7,6 +7,7 @@ read) would otherwise hold the process at exit until it returns, which can be mi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -24,10 +25,8 @@ def leave(code: int) -> None:
     if not RECEIVED:
         return
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # the terminal that went away
             stream.flush()
-        except (OSError, ValueError):  # the terminal that went away
-            pass
     os._exit(code)
 
 
