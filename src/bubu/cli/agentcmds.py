@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from bubu.cli import shutdown
+from bubu.cli import checks, shutdown
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.configcmd import profile_option, settle
 from bubu.cli.envopt import ENV_HELP, env_names
@@ -96,12 +96,14 @@ def model_options(f: Any) -> Any:
                 "--context-window",
                 type=int,
                 default=None,
+                callback=checks.context_window,
                 help="Override the model's window (tokens).",
             ),
             click.option(
                 "--thinking",
                 type=int,
                 default=None,
+                callback=checks.thinking,
                 metavar="TOKENS",
                 help="Extended thinking budget (Anthropic).",
             ),
@@ -160,6 +162,7 @@ def model_options(f: Any) -> Any:
                 "--tool-timeout",
                 type=float,
                 default=600.0,
+                callback=checks.seconds,
                 show_default=True,
                 help="Seconds per tool call.",
             ),
