@@ -625,3 +625,18 @@ def test_compact_builds_a_checkpoint_of_a_finished_session(
     context = client.get(f"/api/sessions/{sid}/context").json()
     assert context["checkpoint"]["key"] == note.checkpoint
     assert detail(client, sid)["session"]["status"] == "completed"
+
+
+def test_numbers_beyond_the_database_are_refused_not_a_500(
+    client: TestClient, crashed: Crashed
+) -> None:
+    sid = crashed.session
+    huge = "99999999999999999999"
+    missing = client.get(f"/api/sessions/{sid}/events/{huge}")
+    assert missing.status_code == 404
+    assert missing.json()["error"] == f"session {sid} has no event {huge}"
+    assert client.get(f"/api/sessions/{sid}/events/0").status_code == 404
+    bad = client.get(f"/api/sessions/{sid}/log?after={huge}")
+    assert bad.status_code == 400
+    assert "after must be a non-negative whole number" in bad.json()["error"]
+    assert client.get(f"/api/sessions/{sid}/log?after=²").status_code == 400
