@@ -5,10 +5,15 @@ turn is the user's: a later unrelated `bubu run` leaves it alone, `bubu resume` 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import pty
 import re
+import select
 import signal
 import subprocess
+import termios
 import time
 from pathlib import Path
 
@@ -19,6 +24,8 @@ from engine.helpers import process_alive
 
 from .helpers import (
     bubu,
+    bubu_cmd,
+    bubu_env,
     bubu_json,
     call,
     finish,
@@ -173,3 +180,36 @@ def test_sigterm_during_recover_stops_before_the_next_session(tmp_path: Path) ->
     assert code == 4, out + err
     states = sorted(bubu_json(db, "status", s, "--json")["status"] for s in ids)
     assert states == ["open turn", "suspended"], states
+
+
+def _take_terminal() -> None:
+    """In the child: make the pseudo-terminal on stdout its controlling terminal, so closing
+    the other side hangs it up (SIGHUP from the kernel, as when a terminal window closes)."""
+    os.setsid()
+    fcntl.ioctl(1, termios.TIOCSCTTY, 0)
+
+
+def test_closing_the_terminal_suspends(tmp_path: Path) -> None:
+    db, ws, script = _project(
+        tmp_path, [{"tool_calls": [call("run_command", command=SLOW)]}, {"text": "done"}]
+    )
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        bubu_cmd(db, "run", "slow", "-w", str(ws), "-m", f"scripted:{script}", "--allow", SLOW,
+                 "--sandbox", "off"),
+        env=bubu_env(tmp_path), stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+        preexec_fn=_take_terminal,  # noqa: PLW1509  # only setsid and an ioctl before exec
+    )  # fmt: skip
+    os.close(follower)
+    pid = ws / "pid.txt"
+    try:
+        while not (pid.exists() and pid.read_text().strip().isdigit()):
+            select.select([leader], [], [], 0.05)
+            with contextlib.suppress(OSError):
+                os.read(leader, 1 << 16)  # keep the terminal drained, as a terminal window does
+    finally:
+        os.close(leader)  # the window closes: the kernel hangs the terminal up
+    assert proc.wait(timeout=30) == 4
+    session = only_session(db)
+    assert bubu_json(db, "status", session, "--json")["status"] == "suspended"
+    assert bubu_json(db, "verify", session, "--json")["ok"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from typing import Any, TextIO, cast
 
 RECEIVED: list[int] = []
 """The shutdown signals this process received, in order."""
@@ -30,4 +31,43 @@ def leave(code: int) -> None:
     os._exit(code)
 
 
-__all__ = ["RECEIVED", "leave", "requested"]
+class Tolerant:
+    """A text stream whose writes stop quietly once it fails (the terminal closed: EIO; the
+    reader went away: EPIPE). The turn's progress is in the log, so losing the view of it must
+    not crash the turn before the hang-up signal suspends it."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self.inner = inner
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        """Write `text` unless the stream is gone."""
+        if not self.gone:
+            try:
+                return self.inner.write(text)
+            except (OSError, ValueError):
+                self.gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush unless the stream is gone."""
+        if not self.gone:
+            try:
+                self.inner.flush()
+            except (OSError, ValueError):
+                self.gone = True
+
+    def isatty(self) -> bool:
+        """Whether the stream is (still) a terminal."""
+        return not self.gone and self.inner.isatty()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def tolerant(stream: TextIO) -> TextIO:
+    """`stream` made `Tolerant` (typed as the stream it stands for)."""
+    return cast(TextIO, Tolerant(stream))
+
+
+__all__ = ["RECEIVED", "Tolerant", "leave", "requested", "tolerant"]
