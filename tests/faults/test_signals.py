@@ -162,11 +162,13 @@ def test_sigterm_during_recover_stops_before_the_next_session(tmp_path: Path) ->
         wait_for(lambda: pid.exists() and pid.read_text().strip().isdigit(), "the command")
         proc.kill()  # a crash: SIGKILL leaves the turn open
         _, err = proc.communicate(timeout=30)
-        os.kill(int(pid.read_text()), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may have died with its runner
+            os.kill(int(pid.read_text()), signal.SIGKILL)
         pid.unlink()
         # The second run found the first crash and continues it in the background: crash that too.
         for found in re.findall(r"in the background \(pid (\d+)\)", err):
-            os.killpg(int(found), signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(found), signal.SIGKILL)
             _gone(int(found))
     with SQLiteStore(db) as store:
         ids = [s.id for s in store.sessions()]

@@ -252,7 +252,8 @@ def signals(host: Host | None = None) -> Iterator[None]:
     """Ctrl-C stops the running turn (it ends `stopped`); SIGTERM and SIGHUP (the terminal went
     away) suspend it after flushing, so only `bubu resume` continues it.
 
-    With no turn running (still starting up) Ctrl-C interrupts as usual and SIGTERM/SIGHUP exit.
+    With no turn running yet Ctrl-C interrupts as usual; SIGTERM/SIGHUP suspend the turn as soon as
+    it starts (or exit within seconds if none does).
     """
 
     def on_int(*_: object) -> None:
@@ -261,8 +262,8 @@ def signals(host: Host | None = None) -> Iterator[None]:
 
     def on_term(signum: int, *_: object) -> None:
         shutdown.RECEIVED.append(signum)
-        if not stop_all("suspended"):
-            raise SystemExit(128 + signum)
+        if not stop_all("suspended"):  # starting up: the turn ends suspended once it starts
+            shutdown.stop_when_started(signum, lambda: stop_all("suspended"))
 
     old_int = signal.signal(signal.SIGINT, on_int)
     old_term = signal.signal(signal.SIGTERM, on_term)

@@ -7,9 +7,13 @@ read) would otherwise hold the process at exit until it returns, which can be mi
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import Any, TextIO, cast
 
 RECEIVED: list[int] = []
@@ -22,13 +26,33 @@ def requested() -> bool:
 
 
 def leave(code: int) -> None:
-    """Exit with `code` now when a shutdown signal arrived (output flushed first); else return."""
+    """Exit with `code` now when a shutdown signal arrived (exit handlers run and output flushed
+    first); else return."""
     if not RECEIVED:
         return
+    # Our own exit work still runs (a pending notification, stopping MCP servers, all bounded);
+    # only the interpreter's wait for worker threads is skipped.
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # the terminal that went away
             stream.flush()
     os._exit(code)
+
+
+def stop_when_started(signum: int, stop: Callable[[], bool], wait_s: float = 5.0) -> None:
+    """A shutdown signal arrived before the turn's runner was registered (the turn may be
+    committing its start right now): stop the runner as soon as it appears, so the turn ends
+    `suspended` rather than open; exit if none appears within `wait_s`."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if stop():
+                return
+            time.sleep(0.02)
+        leave(128 + signum)
+
+    threading.Thread(target=watch, name="bubu-shutdown", daemon=True).start()
 
 
 class Tolerant:
@@ -70,4 +94,4 @@ def tolerant(stream: TextIO) -> TextIO:
     return cast(TextIO, Tolerant(stream))
 
 
-__all__ = ["RECEIVED", "Tolerant", "leave", "requested", "tolerant"]
+__all__ = ["RECEIVED", "Tolerant", "leave", "requested", "stop_when_started", "tolerant"]
