@@ -644,3 +644,18 @@ def test_the_detail_holds_the_plan_and_the_memory_of_the_workspace_only(
     o = detail(client, other)
     assert o["plan"] is None
     assert o["memory"] == []
+
+
+def test_numbers_beyond_the_database_are_refused_not_a_500(
+    client: TestClient, crashed: Crashed
+) -> None:
+    sid = crashed.session
+    huge = "99999999999999999999"
+    missing = client.get(f"/api/sessions/{sid}/events/{huge}")
+    assert missing.status_code == 404
+    assert missing.json()["error"] == f"session {sid} has no event {huge}"
+    assert client.get(f"/api/sessions/{sid}/events/0").status_code == 404
+    bad = client.get(f"/api/sessions/{sid}/log?after={huge}")
+    assert bad.status_code == 400
+    assert "after must be a non-negative whole number" in bad.json()["error"]
+    assert client.get(f"/api/sessions/{sid}/log?after=²").status_code == 400

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from bubu.cli import checks, shutdown
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.configcmd import profile_option, settle
 from bubu.cli.envopt import ENV_HELP, env_names
@@ -95,12 +96,14 @@ def model_options(f: Any) -> Any:
                 "--context-window",
                 type=int,
                 default=None,
+                callback=checks.context_window,
                 help="Override the model's window (tokens).",
             ),
             click.option(
                 "--thinking",
                 type=int,
                 default=None,
+                callback=checks.thinking,
                 metavar="TOKENS",
                 help="Extended thinking budget (Anthropic).",
             ),
@@ -159,6 +162,7 @@ def model_options(f: Any) -> Any:
                 "--tool-timeout",
                 type=float,
                 default=600.0,
+                callback=checks.seconds,
                 show_default=True,
                 help="Seconds per tool call.",
             ),
@@ -245,26 +249,31 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
 
 @contextmanager
 def signals(host: Host | None = None) -> Iterator[None]:
-    """Ctrl-C stops the running turn (it ends `stopped`); SIGTERM suspends it after flushing.
+    """Ctrl-C stops the running turn (it ends `stopped`); SIGTERM and SIGHUP (the terminal went
+    away) suspend it after flushing, so only `bubu resume` continues it.
 
-    With no turn running (still starting up) Ctrl-C interrupts as usual and SIGTERM exits.
+    With no turn running yet Ctrl-C interrupts as usual; SIGTERM/SIGHUP suspend the turn as soon as
+    it starts (or exit within seconds if none does).
     """
 
     def on_int(*_: object) -> None:
         if not stop_all("stopped"):
             raise KeyboardInterrupt
 
-    def on_term(*_: object) -> None:
-        if not stop_all("suspended"):
-            raise SystemExit(143)
+    def on_term(signum: int, *_: object) -> None:
+        shutdown.RECEIVED.append(signum)
+        if not stop_all("suspended"):  # starting up: the turn ends suspended once it starts
+            shutdown.stop_when_started(signum, lambda: stop_all("suspended"))
 
     old_int = signal.signal(signal.SIGINT, on_int)
     old_term = signal.signal(signal.SIGTERM, on_term)
+    old_hup = signal.signal(signal.SIGHUP, on_term)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGHUP, old_hup)
 
 
 def observer_for(jsonl: bool) -> TerminalObserver | JsonlObserver:
@@ -285,6 +294,7 @@ def finish(reason: TurnEndReason | None, observer: Any, session: str | None = No
         )
     if reason == "failed" and session is not None and _gave_up_waiting(session):
         sys.exit(EXIT_UNAVAILABLE)
+    shutdown.leave(EXIT.get(reason, 5))  # after SIGTERM/SIGHUP: no waiting on worker threads
     sys.exit(EXIT.get(reason, 5))
 
 
@@ -340,7 +350,9 @@ def run_cmd(
         # processes of their own: never in this one's way.
         finder = Finder(store, ctx.db, skip={info.id})
         reason = start_turn(host, info, task, committed=finder.start)
-    finder.join()
+    finder.join(
+        1.0 if shutdown.requested() else 60.0
+    )  # asked to shut down: not held up by the look
     finish(reason, observer, info.id)
 
 

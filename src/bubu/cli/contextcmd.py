@@ -9,6 +9,7 @@ from typing import Any
 import click
 import msgspec
 
+from bubu.cli import checks
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.term import one_line
 from bubu.projections.context import diagnose
@@ -21,7 +22,11 @@ from bubu.providers.base import AssistantMessage, ToolResultsMessage, UserMessag
     "--json", "as_json", is_flag=True, help="Print JSON (the request and a row per event)."
 )
 @click.option(
-    "--context-window", type=int, default=None, help="Override the model's window (tokens)."
+    "--context-window",
+    type=int,
+    default=None,
+    callback=checks.context_window,
+    help="Override the model's window (tokens).",
 )
 @pass_ctx
 def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | None) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bubu.cli import checks
 from bubu.cli.agentcmds import sandbox_option
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.envopt import env_names
@@ -158,7 +159,7 @@ def _say(line: str) -> None:
 @click.option("--poll", type=click.FloatRange(0.05), default=1.0, show_default=True, metavar="S",
               help="Seconds between looks for work while idle.")  # fmt: skip
 @click.option("--tool-timeout", type=float, default=600.0, show_default=True,
-              help="Seconds per tool call.")  # fmt: skip
+              callback=checks.seconds, help="Seconds per tool call.")  # fmt: skip
 @click.option("--mcp", "mcp", default=None, envvar="BUBU_MCP", metavar="FILE",
               type=click.Path(dir_okay=False),
               help="MCP servers to offer tools from (default $BUBU_HOME/mcp.json if present).")  # fmt: skip

@@ -9,6 +9,7 @@ import click
 import msgspec
 
 from bubu.cli.app import Ctx, cli, emit_json, emit_jsonl, fail, pass_ctx
+from bubu.cli.states import STATES, check_state, shown_state
 from bubu.cli.term import echo, printable
 from bubu.errors import BubuError, CorruptLog
 from bubu.log import codec
@@ -40,7 +41,7 @@ def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
         "created_ms": info.created_ms,
         "last_ms": info.last_ms,
         "events": info.high_water,
-        "status": st.state,
+        "status": shown_state(store, info, st),
         "turns": st.turns,
         "cost_usd": cost.total,
         "cost": cost.text(),
@@ -49,7 +50,14 @@ def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
 
 @cli.command("sessions")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--status", "status_filter", default=None, help="Only sessions in this state.")
+@click.option(
+    "--status",
+    "status_filter",
+    default=None,
+    metavar="STATE",
+    callback=lambda _c, _p, v: check_state(v),
+    help=f"Only sessions in this state: {', '.join(STATES)}.",
+)
 @pass_ctx
 def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None) -> None:
     """List sessions, newest first, with their status derived from the log."""

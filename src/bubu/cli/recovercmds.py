@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from bubu import clock
+from bubu.cli import shutdown
 from bubu.cli.agentcmds import EXIT, model_options, observer_for, signals
 from bubu.cli.app import Ctx, cli, emit_json, fail, pass_ctx
 from bubu.cli.render import TerminalObserver
@@ -45,6 +46,8 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, force: bool, **
     results: list[dict[str, object]] = []
     worst = 0
     for info in targets:
+        if shutdown.requested():  # SIGTERM/SIGHUP: the rest waits for the next `bubu recover`
+            break
         if not needs_recovery(store, info) and not (force and forceable(store, info)):
             if session:
                 st = fold_status(store.read(info.id))
@@ -104,6 +107,7 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, force: bool, **
             click.echo("nothing to recover: no session has an unfinished turn")
     if as_json:
         emit_json(results)
+    shutdown.leave(worst)
     sys.exit(worst)
 
 

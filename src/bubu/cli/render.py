@@ -10,6 +10,7 @@ from typing import TextIO
 
 import click
 
+from bubu.cli import shutdown
 from bubu.cli.app import emit_jsonl
 from bubu.cli.term import one_line, printable, styled
 from bubu.engine.permissions import Answer, asked_command, show_command, visible_line
@@ -61,7 +62,7 @@ class TerminalObserver:
     def __init__(
         self, out: TextIO | None = None, *, color: bool | None = None, quiet: bool = False
     ) -> None:
-        self.out = out or sys.stdout
+        self.out = shutdown.tolerant(out or sys.stdout)  # a closed terminal must not crash a turn
         self.tty = self.out.isatty()
         self.color = self.tty if color is None else color
         self.quiet = quiet
@@ -274,6 +275,9 @@ def prompt_lines(request: PermissionRequest) -> list[str]:
 class JsonlObserver:
     """One JSON line per committed event, for scripts."""
 
+    _gone = False
+    """Set once stdout failed (its reader or terminal went away); nothing more is printed."""
+
     def on_delta(self, delta: Delta) -> None:
         """Deltas are not events; skip them."""
 
@@ -283,7 +287,12 @@ class JsonlObserver:
     def on_records(self, records: Sequence[Record]) -> None:
         """Print each record as {seq, hash, event}."""
         for r in records:
-            emit_jsonl({"seq": r.seq, "hash": r.hash, "event": r.event})
+            if self._gone:
+                return
+            try:
+                emit_jsonl({"seq": r.seq, "hash": r.hash, "event": r.event})
+            except OSError:  # the reader or the terminal went away: the turn goes on in the log
+                self._gone = True
 
     def ask(self, request: PermissionRequest) -> Answer | None:
         """Nobody answers in JSONL mode."""

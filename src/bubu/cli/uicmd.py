@@ -18,24 +18,25 @@ from bubu.errors import ConfigError
 DEFAULT_PORT = 8642
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on `host:port`; the default port falls back to a free one if taken."""
+def bind(host: str, port: int | None) -> socket.socket:
+    """A listening socket on `host:port`; with no port given the default one is tried, falling
+    back to a free one if taken (a port the user named must be that port, or an error)."""
+    if port is None:
+        try:
+            return bind(host, DEFAULT_PORT)
+        except ConfigError:
+            return bind(host, 0)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
     except OSError as e:
-        if e.errno == errno.EADDRINUSE and port == DEFAULT_PORT:
-            sock.bind((host, 0))
-        else:
-            sock.close()
-            reason = (
-                "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
-            )
-            raise ConfigError(
-                f"{host}:{port} {reason}; pass another --port (0 picks a free one)"
-            ) from e
+        sock.close()
+        reason = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
+        raise ConfigError(
+            f"{host}:{port} {reason}; pass another --port (0 picks a free one)"
+        ) from e
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
@@ -48,20 +49,33 @@ def url_for(sock: socket.socket, token: str) -> str:
     return f"http://{shown}:{port}/#token={token}"
 
 
+def port_option(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
+    """Check a --port value before anything runs, in one line."""
+    if value is not None and not 0 <= value <= 65535:
+        raise ConfigError(
+            f"--port takes a port number from 0 to 65535 (0: any free one), got {value}"
+        )
+    return value
+
+
 @cli.command("ui")
 @click.option(
-    "--port", type=int, default=DEFAULT_PORT, show_default=True, help="The port (0: any free one)."
+    "--port",
+    type=int,
+    default=None,
+    callback=port_option,
+    help=f"The port (0: any free one) [default: {DEFAULT_PORT}, or a free one if it is taken].",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
 @click.option("--no-open", is_flag=True, help="Do not open a browser.")
 @pass_ctx
-def ui_cmd(ctx: Ctx, port: int, host: str, no_open: bool) -> None:
+def ui_cmd(ctx: Ctx, port: int | None, host: str, no_open: bool) -> None:
     """Serve the web UI: sessions, live transcripts, the recovery notice, approvals."""
     from bubu.web import create_app, new_token
 
+    sock = bind(host, port)  # a taken port is refused before the log is opened (or created)
     store = ctx.store
     token = new_token()
-    sock = bind(host, port)
     url = url_for(sock, token)
     app = create_app(store, token=token, hosts=[host])
     click.echo(f"Bubu UI: {url}")
@@ -106,7 +120,9 @@ def serve(app: Any, sock: socket.socket) -> None:
             server.force_exit = True
         server.should_exit = True
 
-    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old = {
+        sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
     try:
         server.run(sockets=[sock])
     finally:

@@ -27,7 +27,18 @@ def default_db() -> str:
     if env:
         return env
     home = Path(os.environ.get("BUBU_HOME") or Path.home() / ".bubu").expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as e:
+        raise ConfigError(
+            f"BUBU_HOME is {home}, which is a file, not a directory; point BUBU_HOME at a "
+            "directory (or unset it for ~/.bubu)"
+        ) from e
+    except OSError as e:
+        raise ConfigError(
+            f"cannot create the Bubu home directory {home} ({e.strerror}); point BUBU_HOME at a "
+            "directory you can write"
+        ) from e
     return str(home / "bubu.db")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -37,17 +37,21 @@ class _Call(msgspec.Struct, forbid_unknown_fields=True):
     id: str | None = None
 
 
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=86_400)]
+"""A scripted wait: at most a day (a timer cannot sleep for 1e308 seconds)."""
+
+
 class _Err(msgspec.Struct, forbid_unknown_fields=True):
     status: int = 500
     message: str = "scripted failure"
-    retry_after: float | None = None
+    retry_after: Seconds | None = None
 
 
 class _Line(msgspec.Struct, forbid_unknown_fields=True):
     text: str | None = None
     thinking: str | None = None
     tool_calls: list[_Call] = msgspec.field(default_factory=list)
-    delay_s: float = 0.0
+    delay_s: Seconds = 0.0
     error: _Err | None = None
 
 

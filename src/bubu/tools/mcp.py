@@ -43,6 +43,7 @@ import msgspec
 from bubu import secrets
 from bubu.errors import ConfigError, ToolError
 from bubu.events import EffectClass
+from bubu.tools import mcpstdout
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
 
 if TYPE_CHECKING:
@@ -227,6 +228,12 @@ class MCPServers:
             for name, fut in ready.items():
                 try:
                     self._listed[name] = fut.result(timeout=timeout_s)
+                except mcpstdout.NotJsonRpc as e:
+                    # A server that talks past the protocol is left out; the run goes on.
+                    mcpstdout.warn(
+                        f"the MCP server {name!r} wrote text that is not JSON-RPC to its stdout "
+                        f"({e}); its tools are unavailable in this run; fix it in {self.where}"
+                    )
                 except cf.TimeoutError:
                     raise ConfigError(
                         f"the MCP server {name!r} did not answer within {timeout_s:.0f} s; "
@@ -298,6 +305,23 @@ class MCPServers:
         left by the same task."""
         from mcp import Client
 
+        task = asyncio.current_task()
+        warned = False
+
+        def not_json(line: str) -> None:
+            nonlocal warned
+            if not ready.done():
+                ready.set_exception(mcpstdout.NotJsonRpc(f"first: {line!r}"))
+                if task is not None:
+                    task.cancel()  # ends the connection and stops the server
+            elif not warned:
+                warned = True
+                mcpstdout.warn(
+                    f"the MCP server {name!r} wrote text that is not JSON-RPC to its stdout "
+                    f"({line!r}); ignored"
+                )
+
+        mcpstdout.watch(name, not_json)
         try:
             async with contextlib.AsyncExitStack() as stack:
                 client = await stack.enter_async_context(
@@ -314,6 +338,7 @@ class MCPServers:
             if not isinstance(e, Exception):
                 raise
         finally:
+            mcpstdout.unwatch(name)
             self._clients.pop(name, None)
 
     def _stderr_tail(self, name: str) -> str:

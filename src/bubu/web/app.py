@@ -200,7 +200,8 @@ def create_app(
     def event(request: Request) -> Response:
         info = store.session(request.path_params["sid"])
         seq = int(request.path_params["seq"])
-        records = store.read(info.id, after=seq - 1, upto=seq)
+        # Past the end (even beyond a 64-bit integer, which the database cannot take) is a 404.
+        records = store.read(info.id, after=seq - 1, upto=seq) if 0 < seq <= info.high_water else []
         if not records:
             raise UnknownSession(f"session {info.id} has no event {seq}")
         return json(records[0])
@@ -260,7 +261,7 @@ def create_app(
     async def stream(request: Request) -> Response:
         info = await _threaded(lambda: store.session(request.path_params["sid"]))
         last = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-        after = int(last) if last.isdigit() else 0
+        after = min(int(last), _MAX_INT) if last.isascii() and last.isdigit() else 0
         return StreamingResponse(
             session_events(store, manager, info.id, after, lambda: closing),
             media_type="text/event-stream",
@@ -343,9 +344,13 @@ def _int(request: Request, name: str, default: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > _MAX_INT:
         raise ConfigError(f"{name} must be a non-negative whole number, not {raw!r}")
     return int(raw)
+
+
+_MAX_INT = 2**63 - 1
+"""The largest integer the databases take."""
 
 
 def _page(request: Request) -> tuple[int, int]:

@@ -13,7 +13,7 @@ from psycopg import errors as pge
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from bubu.errors import BubuError, StorageError
+from bubu.errors import BubuError, ConfigError, StorageError
 
 Row = tuple[Any, ...]
 Connection = psycopg.Connection[Row]
@@ -125,7 +125,10 @@ def pg_error(where: str, e: psycopg.Error, *, connecting: bool = False) -> BubuE
 
 def split_url(url: str) -> tuple[str, str | None]:
     """The libpq URL without Bubu's `schema=` query parameter, and that parameter (if any)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:  # e.g. an unclosed [ of an IPv6 host; the URL may hold a password
+        raise ConfigError(f"the PostgreSQL URL is not valid ({e}); check the URL") from e
     query = parse_qsl(parts.query, keep_blank_values=True)
     schema = next((v for k, v in query if k == "schema"), None)
     if schema is None:

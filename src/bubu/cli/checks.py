@@ -1,0 +1,60 @@
+"""Checks of numeric flags before anything runs: a value that cannot work is refused in one line
+(exit 2) instead of creating a session that fails later or behaves oddly."""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+from bubu.errors import ConfigError
+
+MIN_CONTEXT_WINDOW = 4096
+"""The smallest window that holds the system prompt, the tool schemas and a reply."""
+MIN_THINKING = 1024
+"""The smallest extended-thinking budget a provider accepts (Anthropic's minimum)."""
+MAX_SECONDS = 366 * 24 * 3600.0
+"""The longest wait a flag may ask for (a year): beyond it timers overflow."""
+
+
+def seconds(_ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A duration in seconds: a finite number above 0 (and at most a year)."""
+    if value is None:
+        return None
+    if not math.isfinite(value) or value <= 0 or value > MAX_SECONDS:
+        raise ConfigError(
+            f"{_flag(param)} takes a number of seconds above 0 and at most a year (e.g. {_flag(param)} 600), "
+            f"got {_shown(value)}"
+        )
+    return value
+
+
+def context_window(_ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """A context window in tokens: at least MIN_CONTEXT_WINDOW."""
+    if value is not None and value < MIN_CONTEXT_WINDOW:
+        raise ConfigError(
+            f"{_flag(param)} takes the model's window in tokens, at least "
+            f"{MIN_CONTEXT_WINDOW:,} (e.g. {_flag(param)} 128000), got {value}"
+        )
+    return value
+
+
+def thinking(_ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """An extended-thinking budget in tokens: at least MIN_THINKING."""
+    if value is not None and value < MIN_THINKING:
+        raise ConfigError(
+            f"{_flag(param)} takes a thinking budget of at least {MIN_THINKING} tokens "
+            f"(leave it out for no extended thinking), got {value}"
+        )
+    return value
+
+
+def _flag(param: click.Parameter) -> str:
+    return param.opts[0] if param.opts else f"--{param.name}"
+
+
+def _shown(value: float) -> str:
+    return repr(value) if math.isfinite(value) else str(value)
+
+
+__all__ = ["MIN_CONTEXT_WINDOW", "MIN_THINKING", "context_window", "seconds", "thinking"]
