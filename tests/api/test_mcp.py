@@ -304,7 +304,7 @@ def test_a_crash_reruns_trusted_reads_and_never_untrusted_calls(
     assert _lines(tallies / "child-rw.txt").count("bump 5") <= 1
     notice = fold_status(records).notice
     assert notice is not None
-    assert notice.silent_retries[0] == "ro__lookup"
+    assert notice.silent_retries[0] == "ro__lookup crash"  # the tool and its key argument
     assert notice.pending_review == ["rw__bump"]
 
 
