@@ -128,6 +128,27 @@ def test_the_temp_dir_is_private_and_fresh(tools: dict[str, Tool], ws: Path, out
     assert "left-by-a-command" not in run(tools, ctx, "ls -a /tmp")
 
 
+def test_programs_that_live_in_the_real_tmp_still_run_read_only(
+    tools: dict[str, Tool],
+    ws: Path,
+    outside: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A project cloned and set up under /tmp: its tools are on PATH there, under the private /tmp.
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "hello-tool").write_text("#!/bin/sh\necho hello from the tool\n")
+    (bin_dir / "hello-tool").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    ctx = in_box(ws, WRITE)
+    assert run(tools, ctx, "hello-tool").startswith("hello from the tool"), "the tool runs"
+    out = run(tools, ctx, f"touch {bin_dir}/planted; ls {outside}")
+    assert "Read-only file system" in out
+    assert "secret.txt" not in out, "only the tool's directory is shown, nothing else of /tmp"
+    assert not (bin_dir / "planted").exists()
+
+
 def test_no_network_unless_allowed(tools: dict[str, Tool], ws: Path, listener: int) -> None:
     refused = run(tools, in_box(ws, WRITE), connect(listener))
     assert "connected" not in refused.replace("connect:", ""), refused

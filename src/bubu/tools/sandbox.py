@@ -147,6 +147,25 @@ def confinement(
     return Sandbox(mode=mode, network=network, bwrap=bwrap_binary() or "bwrap")
 
 
+def _toolchain_binds() -> list[str]:
+    """Read-only binds of the programs that live in the real temp dir — Bubu's own interpreter
+    and virtualenv, and PATH entries — which the sandbox's private /tmp would otherwise hide
+    (a project cloned and set up under /tmp must still run its own python)."""
+    prefix = SANDBOX_TMP.rstrip("/") + "/"
+    found = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    found.update(os.environ.get("PATH", "").split(os.pathsep))
+    dirs = {
+        real
+        for d in found
+        if d and (real := os.path.realpath(d)).startswith(prefix) and os.path.isdir(real)
+    }
+    # Parents first, so a later bind of a directory inside one is not hidden by it.
+    out: list[str] = []
+    for d in sorted(dirs, key=len):
+        out += ["--ro-bind", d, d]
+    return out
+
+
 def wrap(
     argv: Sequence[str], cwd: str, sandbox: Sandbox | None, workspace: str | None = None
 ) -> list[str]:
@@ -161,7 +180,7 @@ def wrap(
     if ws == "/":  # bound after /dev, /proc and /tmp it would hide them
         args = _base_args(sandbox.bwrap, sandbox.network, root=kind)
     else:
-        args = [*_base_args(sandbox.bwrap, sandbox.network), kind, ws, ws]
+        args = [*_base_args(sandbox.bwrap, sandbox.network), *_toolchain_binds(), kind, ws, ws]
     if sandbox.mode == "workspace-write":
         for name in READ_ONLY_DIRS:
             inner = os.path.join(ws, name)
