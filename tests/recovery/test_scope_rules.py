@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,7 +67,9 @@ def _open_turn(
         _note(info.id, RunStarted(cause="new", pid=pid, host=host, proc_start=started)),
     ]  # fmt: skip
     store.append(info.id, events, expect=store.head(info.id).high_water)
-    store.acquire_lease(info.id, f"{host}:{pid}:abcdef", 0.001)
+    lease = store.acquire_lease(info.id, f"{host}:{pid}:abcdef", 0.001)
+    while store.now_ms() <= lease.expires_ms:  # expired, however fast the test runs
+        time.sleep(0.001)
 
 
 def _session(store: SQLiteStore, ws: Path) -> SessionInfo:
