@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,29 @@ def only_session(db: Path) -> str:
     with SQLiteStore(db) as store:
         (info,) = store.sessions()
         return info.id
+
+
+def on_a_terminal(db: Path, *args: str) -> bytes:
+    """What `bubu ARGS` writes to a terminal (a pseudo-terminal), byte for byte."""
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(bubu_cmd(db, *args), env=bubu_env(db.parent), stdout=follower,
+                              stderr=follower, stdin=subprocess.DEVNULL, timeout=60, check=False)  # fmt: skip
+        os.close(follower)
+        follower = -1
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:  # EIO: the other side is closed and drained
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+    assert done.returncode == 0, out
+    assert b"Traceback" not in out
+    return out

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import pty
 import re
 import subprocess
 from pathlib import Path
@@ -18,7 +16,7 @@ from bubu.cli.render import TerminalObserver
 from bubu.cli.term import one_line, printable, styled
 from bubu.providers.base import Delta
 
-from .cli import bubu, bubu_cmd, bubu_env, only_session
+from .cli import bubu, on_a_terminal, only_session
 
 OSC52 = "\x1b]52;c;cm0gLXJmIH4=\x07"  # writes "rm -rf ~" to the clipboard
 OSC0 = "\x1b]0;all tests passed\x07"  # retitles the window
@@ -130,30 +128,7 @@ def test_a_real_terminal_gets_colours_but_no_other_escape(tmp_path: Path) -> Non
     script.write_text(json.dumps({"text": HOSTILE, "tool_calls": [
         {"name": "list_files", "arguments": {"pattern": CLEAR}}]}) + "\n" + '{"text": "ok"}\n')  # fmt: skip
     db = tmp_path / "bubu.db"
-    leader, follower = pty.openpty()
-    try:
-        done = subprocess.run(
-            bubu_cmd(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}"),
-            env=bubu_env(tmp_path), stdout=follower, stderr=follower, stdin=subprocess.DEVNULL,
-            timeout=60, check=False,
-        )  # fmt: skip
-        os.close(follower)
-        follower = -1
-        raw = b""
-        while True:
-            try:
-                chunk = os.read(leader, 1 << 16)
-            except OSError:  # EIO: the other side is closed and drained
-                break
-            if not chunk:
-                break
-            raw += chunk
-    finally:
-        os.close(leader)
-        if follower != -1:
-            os.close(follower)
-    out = raw.decode()
-    assert done.returncode == 0, out
+    out = on_a_terminal(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}").decode()
     assert "\x1b[" in out  # the terminal does get our colours
     ours = re.sub(r"\x1b\[[0-9;]*m|\r\x1b\[K|\r\n", "", out)  # colours, status line, line ends
     clean(ours, "a terminal")

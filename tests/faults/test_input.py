@@ -6,8 +6,6 @@ written, or stored exactly; nothing committed before is touched.
 from __future__ import annotations
 
 import json
-import os
-import pty
 import subprocess
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from bubu.events import Text
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.base import UserMessage
 from bubu.providers.scripted import ScriptedProvider
+from engine.cli import on_a_terminal
 from engine.helpers import Recording
 
 from .helpers import (
@@ -125,32 +124,6 @@ def test_control_characters_are_stored_and_sent_exactly(project: tuple[Path, Pat
         assert store.read(info.id)[0].event.content == Text(text=CONTROL)
     (request,) = provider.requests
     assert request.messages[0] == UserMessage(text=CONTROL)
-
-
-def on_a_terminal(db: Path, *args: str) -> bytes:
-    """What `bubu ARGS` writes to a terminal (a pseudo-terminal), byte for byte."""
-    leader, follower = pty.openpty()
-    try:
-        done = subprocess.run(bubu_cmd(db, *args), env=bubu_env(db.parent), stdout=follower,
-                              stderr=follower, stdin=subprocess.DEVNULL, timeout=60, check=False)  # fmt: skip
-        os.close(follower)
-        follower = -1
-        out = b""
-        while True:
-            try:
-                chunk = os.read(leader, 1 << 16)
-            except OSError:  # EIO: the other side is closed and drained
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        os.close(leader)
-        if follower != -1:
-            os.close(follower)
-    assert done.returncode == 0, out
-    assert b"Traceback" not in out
-    return out
 
 
 def test_control_characters_are_shown_escaped_on_a_terminal(
