@@ -78,7 +78,7 @@ def test_an_empty_task_on_an_existing_session_appends_nothing(
     db, ws, script = project
     assert bubu(db, "run", "first", "-w", str(ws), "-m", f"scripted:{script}").returncode == 0
     before = snapshot(db)
-    done = bubu(db, "run", "-c", " ", "-m", f"scripted:{script}")
+    done = bubu(db, "run", "-c", "-w", str(ws), " ", "-m", f"scripted:{script}")
     assert (done.returncode, error_line(done.stderr)) == (2, EMPTY)
     assert snapshot(db) == before
 

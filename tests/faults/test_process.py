@@ -268,7 +268,7 @@ def test_a_second_cli_on_a_running_session_is_refused(running: Running) -> None:
     )
     for args in (
         ["run", "--session", r.session, "second", "-m", f"scripted:{r.script}"],
-        ["run", "-c", "second", "-m", f"scripted:{r.script}"],
+        ["run", "-c", "-w", str(r.ws), "second", "-m", f"scripted:{r.script}"],
         ["resume", r.session],
     ):
         done = bubu(r.db, *args)

@@ -261,7 +261,7 @@ def test_a_recovery_that_fails_does_not_touch_b(tmp_path: Path) -> None:
 
 def test_run_c_after_a_crash_here_says_the_turn_is_unfinished_not_leased(tmp_path: Path) -> None:
     a = _crash(tmp_path)
-    done = bubu(a.db, "run", "-c", "more", "-m", "scripted:/dev/null")
+    done = bubu(a.db, "run", "-c", "-w", str(a.ws), "more", "-m", "scripted:/dev/null")
     assert done.returncode == 2
     assert "is being run by" not in done.stderr
     assert f"session {a.session} has an unfinished turn" in done.stderr

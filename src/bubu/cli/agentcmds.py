@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -308,19 +309,34 @@ def _gave_up_waiting(session: str) -> bool:
     return turn.end_cause == "provider_unavailable"
 
 
+def session_options(f: Any) -> Any:
+    """Where a run acts and which session it continues: -w, --session, -c."""
+    for opt in reversed(
+        [
+            click.option(
+                "-w",
+                "--workspace",
+                default=".",
+                type=click.Path(file_okay=False),
+                help="The workspace directory.",
+            ),
+            click.option("--session", "session_ref", default=None, help="Continue this session."),
+            click.option(
+                "-c",
+                "--continue",
+                "cont",
+                is_flag=True,
+                help="Continue the most recent session of this workspace (-w, else here).",
+            ),
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
 @cli.command("run")
 @click.argument("task")
-@click.option(
-    "-w",
-    "--workspace",
-    default=".",
-    type=click.Path(file_okay=False),
-    help="The workspace directory.",
-)
-@click.option(
-    "--session", "session_ref", default=None, help="Continue this session with a new turn."
-)
-@click.option("-c", "--continue", "cont", is_flag=True, help="Continue the most recent session.")
+@session_options
 @model_options
 @pass_ctx
 def run_cmd(
@@ -335,7 +351,7 @@ def run_cmd(
     check_task(task)
     info: SessionInfo
     if session_ref or cont:
-        info = store.session(session_ref) if session_ref else _latest(store)
+        info = store.session(session_ref) if session_ref else latest_here(store, workspace)
         host, info, model = continuing_host(store, info, opts, observer, new_turn=True)
     else:
         opts = settle(opts, workspace)
@@ -344,7 +360,7 @@ def run_cmd(
         info = new_session(store, task=task, workspace=workspace, model=model)
     with signals(host):
         if isinstance(observer, TerminalObserver):
-            banner = f"bubu · {info.id} · {model}"
+            banner = f"bubu · {info.id} · {model} · {printable(info.workspace)}"
             observer.line(click.style(banner, dim=True) if observer.color else banner)
         # Other sessions' crashes are looked at once this task is durable, and continued in
         # processes of their own: never in this one's way.
@@ -356,10 +372,17 @@ def run_cmd(
     finish(reason, observer, info.id)
 
 
-def _latest(store: Store) -> SessionInfo:
-    sessions = store.sessions()
+def latest_here(store: Store, workspace: str) -> SessionInfo:
+    """The most recent session of `workspace` (symlinks resolved): what `-c` continues."""
+    from bubu.engine.memory import workspace_sessions
+
+    here = os.path.realpath(Path(workspace).expanduser())
+    sessions = workspace_sessions(store, here)
     if not sessions:
-        raise ConfigError('there is no session to continue; start one with `bubu run "TASK"`')
+        raise ConfigError(
+            f"there is no session in {here} to continue; start one there with "
+            '`bubu run "TASK"`, or pick another with --session ID (`bubu sessions` lists them)'
+        )
     return sessions[0]
 
 
