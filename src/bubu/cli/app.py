@@ -35,7 +35,7 @@ class Ctx:
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.option(
     "--db",
     envvar="BUBU_DB",
@@ -50,6 +50,12 @@ def cli(ctx: click.Context, db: str | None) -> None:
     state = Ctx(db)
     ctx.obj = state
     ctx.call_on_close(state.close)
+    if ctx.invoked_subcommand is None:  # plain `bubu`: a chat on a terminal, else the help
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            raise click.exceptions.NoArgsIsHelpError(ctx)
+        chat = cli.commands["chat"]
+        with chat.make_context("chat", [], parent=ctx) as sub:
+            chat.invoke(sub)
 
 
 _json = msgspec.json.Encoder(order="sorted")
@@ -92,5 +98,6 @@ for _module in (
     "fleetcmds",
     "compactcmd",
     "memorycmd",
+    "chat",
 ):
     importlib.import_module(f"bubu.cli.{_module}")

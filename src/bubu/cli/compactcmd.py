@@ -12,6 +12,8 @@ from msgspec.structs import asdict
 from bubu.cli.agentcmds import default_model, make_host, model_options, observer_for
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.engine.compactor import compact_now
+from bubu.events import Compaction
+from bubu.log.store import SessionInfo
 
 
 @cli.command("compact")
@@ -27,6 +29,13 @@ def compact_cmd(ctx: Ctx, /, session: str, as_json: bool, **opts: Any) -> None:
     host = make_host(store, model, opts, observer_for(opts["jsonl"]))
     with host.runner_for(info) as runner:
         note = compact_now(runner)
+    report(info, note, as_json=as_json)
+    if note is not None and not note.ok:
+        sys.exit(1)
+
+
+def report(info: SessionInfo, note: Compaction | None, *, as_json: bool = False) -> None:
+    """Say what a compaction of `info` did (`note`; None: there was nothing to compact)."""
     if as_json:
         # Every field, defaults included: a reader should not have to know them.
         emit_json({"session": info.id, "compaction": None if note is None else asdict(note)})
@@ -41,5 +50,3 @@ def compact_cmd(ctx: Ctx, /, session: str, as_json: bool, **opts: Any) -> None:
         )
     else:
         click.echo(f"{info.id}: {note.message}", err=True)
-    if note is not None and not note.ok:
-        sys.exit(1)

@@ -1,0 +1,281 @@
+"""`bubu chat` (and plain `bubu` on a terminal): an interactive session in the terminal.
+
+Each message is a turn of one session, run exactly as `bubu run --session S "MESSAGE"` runs it
+(the same host, signals, log and recovery), so a chat shows in `bubu sessions` and the web UI and
+`bubu run -c` continues it. The prompt keeps a history in `$BUBU_HOME/chat_history`
+(`bubu.cli.chathistory`) and takes several lines; slash commands (`bubu.cli.slash`) are thin
+calls of the other commands on this session.
+
+Keys: Enter sends; Alt-Enter (Esc then Enter), Ctrl-J or a line ending in ``\\`` starts a new
+line; Tab completes a slash command; Up and Down walk the history. Ctrl-C while a turn runs stops
+it (the turn ends `stopped`, as with `bubu run`); at the prompt Ctrl-C clears the line, and a
+second one in a row, or Ctrl-D on an empty line, leaves.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bubu.cli import shutdown
+from bubu.cli.agentcmds import (
+    default_model,
+    latest_here,
+    make_host,
+    model_options,
+    session_options,
+    signals,
+)
+from bubu.cli.app import Ctx, cli, fail, pass_ctx
+from bubu.cli.configcmd import settle
+from bubu.cli.term import one_line, printable
+from bubu.engine.session import Host, check_task, new_session, start_turn
+from bubu.errors import BubuError
+from bubu.log.store import SessionInfo, Store
+
+PROMPT = "› "
+
+
+class Chat:
+    """One interactive session: its host, its view, the session once the first message made it."""
+
+    def __init__(self, ctx: Ctx, workspace: str, opts: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.store: Store = ctx.store
+        self.workspace = str(Path(workspace).expanduser().resolve())
+        self.opts = opts
+        from bubu.cli.chatview import ChatView  # rich: loaded only for a chat
+
+        self.view = ChatView(ask_line=self._ask_line)
+        self.view.on_always = self._allow_always
+        self.info: SessionInfo | None = None
+        self.host: Host
+        self.model: str
+        self.finder: Any = None
+        self.interrupts = 0
+        """Ctrl-C presses in a row; the second one at the prompt leaves."""
+        self._prompt: Any = None
+
+    # -- opening ----------------------------------------------------------------------------------
+
+    def open(self, session_ref: str | None, cont: bool) -> None:
+        """Continue `session_ref` (or this workspace's latest with `cont`), else get ready for a
+        new session; a bad model spec or session fails here, before anything is written."""
+        if session_ref or cont:
+            from bubu.cli.continuing import continuing_host
+
+            info = (
+                self.store.session(session_ref)
+                if session_ref
+                else latest_here(self.store, self.workspace)
+            )
+            self.host, self.info, self.model = continuing_host(
+                self.store, info, self.opts, self.view, new_turn=True
+            )
+            self.opts = {**self.opts, "model": self.model}
+        else:
+            self.opts = settle(self.opts, self.workspace)
+            self.model = self.opts["model"] or default_model(self.opts["configured_model"])
+            self.host = make_host(self.store, self.model, self.opts, self.view)
+
+    def header(self) -> None:
+        """Which session, model and workspace; what is pending on it; how to get help."""
+        where = self.info.workspace if self.info is not None else self.workspace
+        sid = self.info.id if self.info is not None else "new session"
+        self.say(f"bubu chat · {sid} · {self.model} · {where}", dim=True)
+        self.say("/help lists the commands · Ctrl-C stops a turn · Ctrl-D leaves", dim=True)
+        if self.info is not None:
+            self.pending()
+
+    def pending(self) -> None:
+        """Say what the session waits for: an unfinished turn, an undismissed notice."""
+        from bubu.engine.recovery import needs_recovery
+        from bubu.projections.status import fold_status
+
+        assert self.info is not None
+        st = fold_status(self.store.read(self.info.id))
+        if st.notice is not None and not st.notice_dismissed:
+            self.view.notice(st.notice, self.info.id)
+        if needs_recovery(self.store, self.info):
+            self.say(
+                f"session {self.info.id} has an unfinished turn (its process is gone): "
+                "/resume recovers and continues it"
+            )
+        elif st.state in ("stopped", "suspended"):
+            self.say(f"its last turn is {st.state}: /resume continues it")
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def loop(self) -> None:
+        """Read messages until /exit, Ctrl-D or two Ctrl-C in a row."""
+        from bubu.cli.slash import run_slash
+
+        while not shutdown.requested():
+            try:
+                text = self.read()
+            except KeyboardInterrupt:
+                if self.interrupts:
+                    break
+                self.interrupts += 1
+                self.say("(Ctrl-C again or Ctrl-D to leave)", dim=True)
+                continue
+            except EOFError:
+                break
+            self.interrupts = 0
+            if not text.strip():
+                continue
+            if text.lstrip().startswith("/"):
+                if run_slash(self, text.strip()) == "exit":
+                    break
+                continue
+            self.turn(text)
+        self.leave()
+
+    def read(self) -> str:
+        """One message from the prompt (history, several lines, slash-command completion)."""
+        if self._prompt is None:
+            self._prompt = _prompt_session()
+        return str(self._prompt.prompt(PROMPT))
+
+    def turn(self, task: str) -> None:
+        """Run `task` as the next turn of the session (made by the first message)."""
+        try:
+            check_task(task)
+            if self.info is None:
+                self.info = new_session(
+                    self.store, task=task, workspace=self.workspace, model=self.model
+                )
+            self.drive(lambda: start_turn(self.host, self._info(), task, committed=self._finder))
+        except BubuError as e:
+            self.error(str(e))
+
+    def drive(self, run: Any) -> Any:
+        """Run one turn (start, resume or recover) with the live view and Ctrl-C stopping it."""
+        self.view.begin()
+        reason: Any = None
+        try:
+            with signals(self.host):
+                reason = run()
+        except KeyboardInterrupt:  # before the turn's runner existed: nothing is running
+            self.say("interrupted")
+        finally:
+            self.view.end()
+        if reason == "stopped":
+            self.interrupts = 1
+            self.say("stopped: /resume continues it · Ctrl-C again or Ctrl-D leaves", dim=True)
+        return reason
+
+    def leave(self) -> None:
+        """Say where the session is and wait (briefly) for the look at other crashed sessions."""
+        if self.info is not None:
+            self.say(
+                f"session {self.info.id} · `bubu chat -c` (or `bubu run -c`) here continues it"
+            )
+        if self.finder is not None:
+            self.finder.join(1.0 if shutdown.requested() else 10.0)
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _info(self) -> SessionInfo:
+        assert self.info is not None
+        return self.info
+
+    def _finder(self) -> None:
+        """Once the first task is durable, other sessions' crashes are continued elsewhere."""
+        if self.finder is None:
+            from bubu.cli.background import Finder
+
+            self.finder = Finder(self.store, self.ctx.db, skip={self._info().id})
+            self.finder.start()
+
+    def _ask_line(self, question: str) -> str:
+        from prompt_toolkit import PromptSession
+
+        return str(PromptSession[str]().prompt(question))
+
+    def _allow_always(self, pattern: str) -> None:
+        """An "always" answer: the pattern joins the host's allow-list (and the running turn's);
+        the next turn records it, as `--allow PATTERN` would."""
+        from dataclasses import replace
+
+        policy = self.host.policy
+        if pattern not in policy.allow_commands:
+            self.host.policy = replace(policy, allow_commands=(*policy.allow_commands, pattern))
+        runner = self.host.runner
+        if runner is not None:
+            runner.policy = replace(
+                runner.policy, allow_commands=(*runner.policy.allow_commands, pattern)
+            )
+        self.opts = {**self.opts, "allow": (*(self.opts.get("allow") or ()), pattern)}
+
+    def say(self, text: str, *, dim: bool = False) -> None:
+        """A line of the chat's own (its untrusted parts made printable here)."""
+        shown = printable(text)
+        click.echo(click.style(shown, dim=True) if dim and self.view.color else shown)
+
+    def error(self, message: str) -> None:
+        """A one-line error; the chat goes on."""
+        click.echo(f"bubu: error: {one_line(message)}", err=True)
+
+
+def _prompt_session() -> Any:
+    """The prompt: Enter sends, Alt-Enter / Ctrl-J / a trailing backslash start a new line."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.key_binding import KeyBindings
+
+    from bubu.cli.chathistory import ChatHistory
+    from bubu.cli.slash import SlashCompleter
+
+    keys = KeyBindings()
+
+    @keys.add("enter")
+    def _send(event: Any) -> None:
+        buf = event.current_buffer
+        if buf.complete_state is not None and buf.complete_state.current_completion is not None:
+            buf.apply_completion(buf.complete_state.current_completion)
+            return
+        if buf.document.text_before_cursor.endswith("\\"):
+            buf.delete_before_cursor(1)
+            buf.insert_text("\n")
+            return
+        buf.validate_and_handle()
+
+    @keys.add("escape", "enter")
+    @keys.add("c-j")
+    def _newline(event: Any) -> None:
+        event.current_buffer.insert_text("\n")
+
+    @keys.add("c-c")
+    def _interrupt(event: Any) -> None:
+        event.app.exit(exception=KeyboardInterrupt())
+
+    return PromptSession(
+        history=ChatHistory(),
+        multiline=True,
+        key_bindings=keys,
+        completer=SlashCompleter(),
+        complete_while_typing=False,
+        prompt_continuation=lambda width, *_: "·".rjust(width - 1) + " ",
+    )
+
+
+@cli.command("chat")
+@session_options
+@model_options
+@pass_ctx
+def chat_cmd(ctx: Ctx, /, workspace: str, session_ref: str | None, cont: bool, **opts: Any) -> None:
+    """Talk to Bubu in this terminal: each message is a turn of one session (/help inside)."""
+    if opts.get("jsonl"):
+        fail('--jsonl is for scripts: use `bubu run --jsonl "TASK"`; bubu chat is interactive')
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        fail('bubu chat needs a terminal; in a script use `bubu run "TASK"`')
+    chat = Chat(ctx, workspace, opts)
+    chat.open(session_ref, cont)
+    chat.header()
+    chat.loop()
+
+
+__all__ = ["Chat", "chat_cmd"]

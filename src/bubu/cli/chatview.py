@@ -1,0 +1,228 @@
+"""What `bubu chat` shows while a turn runs: the model's answer streamed, then rendered as
+Markdown (code highlighted) once committed; tool calls as compact cards with a preview of their
+result; the status line at the bottom; approvals asked inline (y / n / a = always for a pattern).
+
+It is the terminal view of `bubu run` (`TerminalObserver`: the same cards, notice and turn-end
+lines, the same status text) drawn through rich: a live region at the bottom holds the text still
+streaming and the status line, and everything committed is printed above it. Every untrusted
+string is made `printable` before rich sees it, so a model cannot drive the terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.markdown import Markdown
+from rich.text import Text as RichText
+
+from bubu.cli import shutdown
+from bubu.cli.render import TerminalObserver, prompt_lines
+from bubu.cli.term import printable, styled
+from bubu.engine.permissions import WRAPPERS, Answer, asked_command
+from bubu.events import (
+    PermissionRequest,
+    Record,
+    RecoveryNotice,
+    SystemNote,
+    Text,
+    Thinking,
+    TurnEnded,
+)
+from bubu.pricing import CostTally
+from bubu.projections.transcript import notice_text
+from bubu.providers.base import Delta
+
+AskLine = Callable[[str], str]
+"""Reads one answer from the person (raises EOFError / KeyboardInterrupt as input() does)."""
+
+
+def always_pattern(command: str) -> str:
+    """The allow-list pattern that "always" approves for `command`: its program and any
+    arguments (``pytest *``) when it is one plain command, else the line itself, exactly.
+
+    A program that runs other programs (``bash``, ``env`` …, `WRAPPERS`), a line of several
+    commands, an assignment or anything a shell would expand gets the exact line: a wildcard
+    must never approve more than the person saw."""
+    words = command.split()
+    simple = (
+        len(words) >= 1
+        and words[0] not in WRAPPERS
+        and "=" not in words[0]
+        and not any(ch in command for ch in "\n;&|<>`$(){}*?[]\\'\"#~")
+    )
+    return f"{words[0]} *" if simple else command.strip(" \t\n")
+
+
+class ChatView(TerminalObserver):
+    """`TerminalObserver` drawn with rich for the interactive session."""
+
+    def __init__(self, out: TextIO | None = None, *, ask_line: AskLine | None = None) -> None:
+        self.console = Console(
+            file=shutdown.tolerant(out or sys.stdout), highlight=False, soft_wrap=False
+        )
+        super().__init__(out, color=self.console.is_terminal)
+        self._ask_line = ask_line or input
+        self._draft = ""
+        self._draft_kind = "text"
+        self._live: Live | None = None
+        self.always: list[str] = []
+        """Patterns the person answered "always" to; the chat adds them to the host's policy."""
+        self.on_always: Callable[[str], None] | None = None
+
+    # -- the live region --------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """rich refreshes the live region itself."""
+
+    def _draw_status(self) -> None:
+        if self._live is not None:
+            self._live.refresh()
+
+    def _clear_status(self) -> None:
+        """The status line lives in the live region: nothing to clear."""
+
+    def _renderable(self) -> RenderableType:
+        parts: list[RenderableType] = []
+        if self._draft:
+            tail = "\n".join(self._draft.splitlines()[-12:])  # what streams, near the prompt
+            style = "" if self._draft_kind == "text" else "dim italic"
+            parts.append(RichText(printable(tail), style=style))
+        parts.append(RichText(self.status_text(), style="dim"))
+        return Group(*parts)
+
+    def begin(self) -> None:
+        """A turn starts: counters from zero, the live region shown."""
+        self.started = time.monotonic()
+        self.steps = self.tokens = 0
+        self.cost = CostTally()
+        self.activity = None
+        self._draft = ""
+        if self.console.is_terminal and self._live is None:
+            self._live = Live(
+                get_renderable=self._renderable,
+                console=self.console,
+                refresh_per_second=8,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            with contextlib.suppress(OSError):
+                self._live.start()
+
+    def end(self) -> None:
+        """The turn is over: what streamed but was never committed (a stopped call) stays on
+        screen as plain text; the live region goes."""
+        self._cut_draft()
+        live, self._live = self._live, None
+        if live is not None:
+            with contextlib.suppress(OSError):
+                live.stop()
+
+    close = end
+
+    def _cut_draft(self) -> None:
+        with self._lock:
+            draft, self._draft = self._draft, ""
+        if draft.strip():
+            self.print(RichText(printable(draft) + " …", style="dim"))
+
+    def print(self, renderable: RenderableType) -> None:
+        """Print above the live region (a closed terminal is not the turn's problem)."""
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            self.console.print(renderable)
+
+    def line(self, text: str) -> None:
+        """A line of `TerminalObserver`'s making (its colours survive, nothing else)."""
+        self.print(RichText.from_ansi(styled(text)))
+
+    # -- Observer ---------------------------------------------------------------------------------
+
+    def on_delta(self, delta: Delta) -> None:
+        """Keep the streamed text for the live region."""
+        with self._lock:
+            if delta.kind != self._draft_kind and self._draft:
+                self._draft += "\n"
+            self._draft_kind = delta.kind
+            self._draft += delta.text
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        """A committed response replaces what streamed: its text rendered as Markdown, its
+        thinking dimmed; then the cards and lines of `TerminalObserver`."""
+        for r in records:
+            c = r.event.content
+            if isinstance(c, SystemNote) and isinstance(c.note, TurnEnded):
+                self._cut_draft()  # what streamed of a call the end cut off, before the end
+            if r.event.role != "model":
+                continue
+            self._draft = ""
+            if isinstance(c, Thinking) and c.text.strip():
+                self.print(RichText(printable(c.text.strip()), style="dim italic"))
+            elif isinstance(c, Text) and c.text.strip():
+                self.print(Markdown(printable(c.text), code_theme="monokai"))
+        super().on_records(records)
+
+    def _streamed_any(self, _: Text) -> bool:
+        return True  # printed above as Markdown
+
+    def notice(self, n: RecoveryNotice, session: str) -> None:
+        """The recovery notice as a framed block, dismissed with /dismiss."""
+        colour = "red" if n.status == "blocked" else "yellow"
+        lines = printable(notice_text(n, session)).splitlines()
+        self.line(self._style("┌ " + lines[0], fg=colour, bold=True))
+        for ln in lines[1:]:
+            self.line(self._style("│ ", fg=colour) + ln)
+        self.line(self._style("└ /dismiss dismisses it", fg=colour, dim=True))
+
+    def ask(self, request: PermissionRequest) -> Answer | None:
+        """Ask inline: y allows, n denies, a allows and approves the pattern shown from now on
+        (commands only, never a protected path); Ctrl-C stops the turn."""
+        from bubu.engine.driver import stop_all
+
+        command = asked_command(request)
+        pattern = always_pattern(command) if command is not None and not request.protected else None
+        live, self._live = self._live, None
+        if live is not None:
+            with contextlib.suppress(OSError):
+                live.stop()
+        try:
+            for ln in prompt_lines(request):
+                shown = printable(ln)
+                self.print(RichText(shown, style="yellow" if ln.startswith("!") else ""))
+            choices = "y = yes · n = no" + (f" · a = always allow `{pattern}`" if pattern else "")
+            self.print(RichText(f"  {printable(choices)}", style="dim"))
+            while True:
+                try:
+                    got = self._ask_line("? allow it [y/n" + ("/a" if pattern else "") + "] ")
+                except KeyboardInterrupt:
+                    stop_all("stopped")
+                    return "deny"
+                except EOFError:
+                    return "deny"
+                word = got.strip().lower()
+                if word in ("y", "yes"):
+                    return "allow"
+                if word in ("", "n", "no"):
+                    return "deny"
+                if pattern is not None and word in ("a", "always"):
+                    self.always.append(pattern)
+                    if self.on_always is not None:
+                        self.on_always(pattern)
+                    self.print(
+                        RichText(f"  allowed from now on: {printable(pattern)}", style="dim")
+                    )
+                    return "allow"
+                self.print(RichText("  answer y, n" + (" or a" if pattern else ""), style="dim"))
+        finally:
+            if live is not None:
+                self._live = live
+                with contextlib.suppress(OSError):
+                    live.start()
+
+
+__all__ = ["ChatView", "always_pattern"]
