@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bubu.log.sqlite import SQLiteStore
 from engine.cli import bubu
 from engine.helpers import write_script
@@ -14,6 +16,7 @@ def _sessions(db: Path) -> dict[str, str]:
         return {s.id: s.workspace for s in store.sessions()}
 
 
+@pytest.mark.slow
 def test_c_continues_the_session_of_this_workspace_not_the_newest(tmp_path: Path) -> None:
     db = tmp_path / "bubu.db"
     script = write_script(tmp_path / "s.jsonl", [{"text": "ok"}] * 4)
@@ -49,6 +52,7 @@ def test_c_in_a_directory_without_sessions_names_it_and_writes_nothing(tmp_path:
     assert _sessions(db) == before
 
 
+@pytest.mark.slow
 def test_c_through_a_symlink_is_the_same_workspace(tmp_path: Path) -> None:
     db = tmp_path / "bubu.db"
     script = write_script(tmp_path / "s.jsonl", [{"text": "ok"}] * 2)

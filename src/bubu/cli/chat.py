@@ -6,7 +6,7 @@ Each message is a turn of one session, run exactly as `bubu run --session S "MES
 (`bubu.cli.chathistory`) and takes several lines; slash commands (`bubu.cli.slash`) are thin
 calls of the other commands on this session.
 
-Keys: Enter sends; Alt-Enter (Esc then Enter), Ctrl-J or a line ending in ``\\`` starts a new
+Keys: Enter sends; Alt-Enter (Esc then Enter) or a line ending in ``\\`` starts a new
 line; Tab completes a slash command; Up and Down walk the history. Ctrl-C while a turn runs stops
 it (the turn ends `stopped`, as with `bubu run`); at the prompt Ctrl-C clears the line, and a
 second one in a row, or Ctrl-D on an empty line, leaves.
@@ -54,7 +54,6 @@ class Chat:
         self.info: SessionInfo | None = None
         self.host: Host
         self.model: str
-        self.finder: Any = None
         self.interrupts = 0
         """Ctrl-C presses in a row; the second one at the prompt leaves."""
         self._prompt: Any = None
@@ -89,6 +88,11 @@ class Chat:
         self.say("/help lists the commands · Ctrl-C stops a turn · Ctrl-D leaves", dim=True)
         if self.info is not None:
             self.pending()
+        # As `bubu run` does: sessions whose runner died here are continued, each in a process
+        # of its own (before the prompt, so that what it says is not drawn over).
+        from bubu.cli.background import continue_crashed
+
+        continue_crashed(self.store, self.ctx.db, skip={self.info.id} if self.info else set())
 
     def pending(self) -> None:
         """Say what the session waits for: an unfinished turn, an undismissed notice."""
@@ -148,7 +152,7 @@ class Chat:
                 self.info = new_session(
                     self.store, task=task, workspace=self.workspace, model=self.model
                 )
-            self.drive(lambda: start_turn(self.host, self._info(), task, committed=self._finder))
+            self.drive(lambda: start_turn(self.host, self._info(), task))
         except BubuError as e:
             self.error(str(e))
 
@@ -169,27 +173,17 @@ class Chat:
         return reason
 
     def leave(self) -> None:
-        """Say where the session is and wait (briefly) for the look at other crashed sessions."""
+        """Say where the session is and how to go on with it."""
         if self.info is not None:
             self.say(
                 f"session {self.info.id} · `bubu chat -c` (or `bubu run -c`) here continues it"
             )
-        if self.finder is not None:
-            self.finder.join(1.0 if shutdown.requested() else 10.0)
 
     # -- helpers ----------------------------------------------------------------------------------
 
     def _info(self) -> SessionInfo:
         assert self.info is not None
         return self.info
-
-    def _finder(self) -> None:
-        """Once the first task is durable, other sessions' crashes are continued elsewhere."""
-        if self.finder is None:
-            from bubu.cli.background import Finder
-
-            self.finder = Finder(self.store, self.ctx.db, skip={self._info().id})
-            self.finder.start()
 
     def _ask_line(self, question: str) -> str:
         from prompt_toolkit import PromptSession
@@ -222,7 +216,7 @@ class Chat:
 
 
 def _prompt_session() -> Any:
-    """The prompt: Enter sends, Alt-Enter / Ctrl-J / a trailing backslash start a new line."""
+    """The prompt: Enter sends, Alt-Enter or a trailing backslash starts a new line."""
     from prompt_toolkit import PromptSession
     from prompt_toolkit.key_binding import KeyBindings
 
@@ -232,6 +226,7 @@ def _prompt_session() -> Any:
     keys = KeyBindings()
 
     @keys.add("enter")
+    @keys.add("c-j")  # a typed-ahead Enter arrives as one (the terminal was not raw yet)
     def _send(event: Any) -> None:
         buf = event.current_buffer
         if buf.complete_state is not None and buf.complete_state.current_completion is not None:
@@ -244,7 +239,6 @@ def _prompt_session() -> Any:
         buf.validate_and_handle()
 
     @keys.add("escape", "enter")
-    @keys.add("c-j")
     def _newline(event: Any) -> None:
         event.current_buffer.insert_text("\n")
 

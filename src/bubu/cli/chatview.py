@@ -71,18 +71,20 @@ class ChatView(TerminalObserver):
         self._draft = ""
         self._draft_kind = "text"
         self._live: Live | None = None
+        self._drawn = 0.0
         self.always: list[str] = []
         """Patterns the person answered "always" to; the chat adds them to the host's policy."""
         self.on_always: Callable[[str], None] | None = None
 
     # -- the live region --------------------------------------------------------------------------
 
-    def _tick(self) -> None:
-        """rich refreshes the live region itself."""
-
     def _draw_status(self) -> None:
+        """Redraw the live region (under the view's lock, as every write: rich's own refresh
+        thread would interleave its output with a print from another thread)."""
         if self._live is not None:
-            self._live.refresh()
+            with self._lock, contextlib.suppress(OSError, ValueError):
+                self._live.refresh()
+                self._drawn = time.monotonic()
 
     def _clear_status(self) -> None:
         """The status line lives in the live region: nothing to clear."""
@@ -103,26 +105,33 @@ class ChatView(TerminalObserver):
         self.cost = CostTally()
         self.activity = None
         self._draft = ""
-        if self.console.is_terminal and self._live is None:
-            self._live = Live(
-                get_renderable=self._renderable,
-                console=self.console,
-                refresh_per_second=8,
-                transient=True,
-                redirect_stdout=False,
-                redirect_stderr=False,
-            )
-            with contextlib.suppress(OSError):
-                self._live.start()
+        self._start_live()
+
+    def _start_live(self) -> None:
+        """A new live region (a new one each time: an old one would erase what it once held)."""
+        if not self.console.is_terminal or self._live is not None:
+            return
+        live = Live(
+            get_renderable=self._renderable,
+            console=self.console,
+            auto_refresh=False,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        with self._lock, contextlib.suppress(OSError):
+            live.start(refresh=True)
+            self._live = live
 
     def end(self) -> None:
         """The turn is over: what streamed but was never committed (a stopped call) stays on
         screen as plain text; the live region goes."""
         self._cut_draft()
-        live, self._live = self._live, None
-        if live is not None:
-            with contextlib.suppress(OSError):
-                live.stop()
+        with self._lock:
+            live, self._live = self._live, None
+            if live is not None:
+                with contextlib.suppress(OSError):
+                    live.stop()
 
     close = end
 
@@ -150,6 +159,8 @@ class ChatView(TerminalObserver):
                 self._draft += "\n"
             self._draft_kind = delta.kind
             self._draft += delta.text
+            if time.monotonic() - self._drawn > 0.1:
+                self._draw_status()
 
     def on_records(self, records: Sequence[Record]) -> None:
         """A committed response replaces what streamed: its text rendered as Markdown, its
@@ -186,10 +197,11 @@ class ChatView(TerminalObserver):
 
         command = asked_command(request)
         pattern = always_pattern(command) if command is not None and not request.protected else None
-        live, self._live = self._live, None
-        if live is not None:
-            with contextlib.suppress(OSError):
-                live.stop()
+        with self._lock:
+            live, self._live = self._live, None
+            if live is not None:
+                with contextlib.suppress(OSError):
+                    live.stop()
         try:
             for ln in prompt_lines(request):
                 shown = printable(ln)
@@ -220,9 +232,7 @@ class ChatView(TerminalObserver):
                 self.print(RichText("  answer y, n" + (" or a" if pattern else ""), style="dim"))
         finally:
             if live is not None:
-                self._live = live
-                with contextlib.suppress(OSError):
-                    live.start()
+                self._start_live()
 
 
 __all__ = ["ChatView", "always_pattern"]

@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 KEYS = (
     ("Enter", "send the message"),
-    ("Alt-Enter, Ctrl-J, \\ at the end", "a new line"),
+    ("Alt-Enter or \\ at the end", "a new line (pasted lines stay lines)"),
     ("Tab", "complete a slash command"),
     ("Up / Down", "the history"),
     ("Ctrl-C", "stop the running turn; at the prompt clear the line, twice leave"),

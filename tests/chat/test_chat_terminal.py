@@ -1,0 +1,278 @@
+"""`bubu chat` as a person uses it: in a real terminal (tmux), typing and reading the screen,
+with the scripted model; then the other commands see the same session in the log."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bubu.log.sqlite import SQLiteStore
+from engine.cli import bubu, bubu_json, only_session
+from engine.helpers import call, write_script
+
+from .tmux import Pane, chat_env
+
+ANSWER = (
+    "Let me run the check. The plan is **simple**:\n\n```python\nprint('from a code block')\n```"
+)
+
+
+@pytest.fixture
+def open_pane(tmp_path: Path) -> Iterator[list[Pane]]:
+    panes: list[Pane] = []
+    yield panes
+    for p in panes:
+        p.close()
+
+
+def _pane(panes: list[Pane], tmp_path: Path, db: Path, *args: str, cwd: Path, **env: str) -> Pane:
+    pane = Pane(tmp_path, db, *args, cwd=cwd, env={**chat_env(db.parent), **env})
+    panes.append(pane)
+    return pane
+
+
+def _workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws.resolve()
+
+
+def test_plain_bubu_on_a_terminal_opens_a_chat_and_ctrl_d_leaves(
+    tmp_path: Path, open_pane: list[Pane]
+) -> None:
+    db, ws = tmp_path / "bubu.db", _workspace(tmp_path)
+    script = write_script(tmp_path / "s.jsonl", [{"text": "unused"}])
+    pane = _pane(open_pane, tmp_path, db, cwd=ws, BUBU_MODEL=f"scripted:{script}")  # plain bubu
+    pane.wait(f"bubu chat · new session · scripted:{script} · {ws}")
+    pane.wait_prompt(0)
+    pane.type("/help")
+    shown = pane.wait("leave (on an empty line)")
+    for command in ("/help", "/status", "/cost", "/context", "/compact", "/plan", "/model",
+                    "/fork", "/rewind", "/stop", "/resume", "/dismiss", "/exit"):  # fmt: skip
+        assert f"\n  {command} " in shown, command
+    pane.keys("C-d")
+    assert pane.exit_status() == 0
+
+
+@pytest.mark.slow
+def test_slash_commands_complete_unknown_ones_are_listed_and_history_is_private(
+    tmp_path: Path, open_pane: list[Pane]
+) -> None:
+    db, ws = tmp_path / "bubu.db", _workspace(tmp_path)
+    script = write_script(tmp_path / "s.jsonl", [{"text": "unused"}])
+    pane = _pane(open_pane, tmp_path, db, "chat", "-m", f"scripted:{script}", cwd=ws)
+    pane.wait_prompt(0)
+    pane.type("/help")
+    pane.type("/frobnicate")
+    pane.wait("unknown command /frobnicate; the commands are /help /status")
+    pane.type("/sta", enter=False)
+    pane.keys("Tab")
+    pane.wait(lambda s: s.rstrip().endswith("› /status"))
+    pane.keys("Enter")
+    pane.wait("there is no session yet: send a message first")
+    key = "sk-" + "a1B2c3D4" * 4
+    pane.type(f"/model {key}")  # not a model spec: one line, and the key is kept out of history
+    pane.wait("bubu: error:")
+    pane.type("/exit")
+    assert pane.exit_status() == 0
+    history = db.parent / "chat_history"
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600
+    kept = history.read_text()
+    assert "+/help" in kept
+    assert "+/status" in kept
+    assert key not in kept
+    assert not (db.exists() and bubu_json(db, "sessions", "--json")), "no message, no session"
+
+
+def test_bubu_without_a_terminal_prints_the_help(tmp_path: Path) -> None:
+    done = bubu(tmp_path / "bubu.db")
+    assert done.returncode == 2
+    assert "Usage: bubu" in done.stdout + done.stderr
+    assert "chat" in done.stdout + done.stderr
+    chat = bubu(tmp_path / "bubu.db", "chat", "-m", "scripted:/dev/null")
+    assert chat.returncode == 1
+    assert chat.stderr.strip() == (
+        'bubu: error: bubu chat needs a terminal; in a script use `bubu run "TASK"`'
+    )
+
+
+@pytest.mark.slow
+def test_a_chat_session_from_task_to_exit_is_the_log_bubu_run_continues(
+    tmp_path: Path, open_pane: list[Pane]
+) -> None:
+    db, ws = tmp_path / "bubu.db", _workspace(tmp_path)
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"text": ANSWER, "tool_calls": [call("run_command", command="echo approved-ran")],
+             "delay_s": 0.3},
+            {"text": "The check printed `approved-ran`: all **good**."},
+            {"text": "Starting the long check.",
+             "tool_calls": [call("run_command", command="sleep 60")]},
+            {"text": "The long check was stopped; nothing else changed."},
+            {"text": "Continued by bubu run."},
+        ],
+    )  # fmt: skip
+    model = f"scripted:{script}"
+    pane = _pane(open_pane, tmp_path, db, "chat", "-m", model, "--sandbox", "off",
+                 "--allow", "sleep *", cwd=ws)  # fmt: skip
+    pane.wait_prompt(0)
+
+    # A task: the answer rendered as Markdown, a tool card, an approval answered y.
+    pane.type("run the check")
+    shown = pane.wait("? allow it [y/n/a]")
+    assert "⏺ run_command echo approved-ran" in shown
+    assert "│ echo approved-ran" in shown
+    assert "a = always allow `echo *`" in shown
+    assert "The plan is simple:" in shown, "bold rendered, not shown as **"
+    assert "print('from a code block')" in shown
+    assert "```" not in shown
+    pane.type("y")
+    shown = pane.wait("● turn completed")
+    assert "⎿ approved-ran" in shown
+    assert "The check printed approved-ran: all good." in shown
+    session = only_session(db)
+
+    # /status: the same as `bubu status`.
+    pane.wait_prompt(1)
+    prompts = pane.prompt_count()
+    pane.type("/status")
+    shown = pane.wait(f"{session}  completed  (1 turns")
+    assert "2 model calls" in shown
+
+    # A long turn, stopped with Ctrl-C while its command runs; the status line was there.
+    pane.wait_prompt(prompts)
+    pane.type("now the long check")
+    shown = pane.wait("⏺ run_command sleep 60")
+    pane.wait("◦ step")
+    pane.keys("C-c")
+    shown = pane.wait("● turn stopped")
+    assert "stopped: /resume continues it" in pane.wait("/resume continues it")
+
+    # A follow-up: the session stays.
+    prompts = pane.prompt_count()
+    pane.type("what happened?")
+    pane.wait("The long check was stopped; nothing else changed.")
+    pane.wait_prompt(prompts)
+    pane.type("/exit")
+    shown = pane.wait(f"session {session} · `bubu chat -c`")
+    assert pane.exit_status() == 0
+
+    # The other commands see the same session.
+    (row,) = bubu_json(db, "sessions", "--json")
+    assert row["id"] == session
+    status = bubu_json(db, "status", session, "--json")
+    assert (status["turns"], status["status"]) == (3, "completed")
+    show = bubu(db, "show", session)
+    for line in ("› run the check", "› now the long check", "› what happened?",
+                 "⏺ run_command echo approved-ran", "The long check was stopped"):  # fmt: skip
+        assert line in show.stdout, line
+    with SQLiteStore(db) as store:
+        decisions = [
+            r.event.actions.permission_decision
+            for r in store.read(session)
+            if r.event.actions is not None and r.event.actions.permission_decision is not None
+        ]
+    assert [(d.decision, d.by) for d in decisions] == [("allow", "user")]
+    done = bubu(db, "run", "-c", "one more", "-m", model, "-w", str(ws))
+    assert done.returncode == 0, done.stderr
+    assert f"bubu · {session} · {model} · {ws}" in done.stdout
+    assert "Continued by bubu run." in done.stdout
+    assert [r["id"] for r in bubu_json(db, "sessions", "--json")] == [session]
+    assert bubu_json(db, "verify", "--json")["ok"]
+
+
+@pytest.mark.slow
+def test_always_allows_the_pattern_for_the_rest_of_the_session(
+    tmp_path: Path, open_pane: list[Pane]
+) -> None:
+    db, ws = tmp_path / "bubu.db", _workspace(tmp_path)
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [call("run_command", command="echo one")]},
+            {"tool_calls": [call("run_command", command="echo two")]},
+            {"text": "both ran"},
+        ],
+    )
+    pane = _pane(open_pane, tmp_path, db, "chat", "-m", f"scripted:{script}", "--sandbox", "off",
+                 cwd=ws)  # fmt: skip
+    pane.wait_prompt(0)
+    pane.type("echo twice")
+    pane.wait("? allow it [y/n/a]")
+    pane.type("a")
+    shown = pane.wait("● turn completed")
+    assert "allowed from now on: echo *" in shown
+    assert shown.count("? allow it") == 1, "the second echo was not asked about"
+    assert "⎿ two" in shown
+    pane.keys("C-d")
+    assert pane.exit_status() == 0
+    with SQLiteStore(db) as store:
+        (info,) = store.sessions()
+        asked = [r for r in store.read(info.id) if r.event.actions is not None
+                 and r.event.actions.permission_request is not None]  # fmt: skip
+    assert len(asked) == 1
+
+
+@pytest.mark.slow
+def test_a_crashed_session_shows_its_recovery_notice_and_dismisses_it(
+    tmp_path: Path, open_pane: list[Pane]
+) -> None:
+    db, ws = tmp_path / "bubu.db", _workspace(tmp_path)
+    (ws / "a.txt").write_text("alpha\n")
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [{"tool_calls": [call("read_file", path="a.txt")]}, {"text": "Recovered and done."}],
+    )
+    model = f"scripted:{script}"
+    crashed = bubu(db, "run", "read it", "-w", str(ws), "-m", model, failpoint="mid_tool")
+    assert crashed.returncode == -9, crashed.stdout + crashed.stderr
+    session = only_session(db)
+    pane = _pane(open_pane, tmp_path, db, "chat", "-c", "-m", model, cwd=ws)
+    shown = pane.wait("/resume recovers and continues it")
+    assert f"bubu chat · {session} · {model} · {ws}" in shown
+    pane.type("/resume")
+    shown = pane.wait("Recovered and done.")
+    assert "┌ unfinished task detected" in shown
+    assert "└ /dismiss dismisses it" in shown
+    pane.wait("● turn completed")
+    pane.type("/dismiss")
+    pane.wait(f"dismissed the recovery notice of {session}")
+    pane.type("/exit")
+    assert pane.exit_status() == 0
+    recovery = bubu_json(db, "status", session, "--json")["recovery"]
+    assert recovery["dismissed"] is True
+    assert json.dumps(recovery)  # the notice is in the log, dismissed
+
+
+def test_history_skips_what_looks_like_a_secret(tmp_path: Path) -> None:
+    from bubu import secrets
+    from bubu.cli.chathistory import ChatHistory, looks_secret
+
+    os.environ["BUBU_TEST_CHAT_TOKEN"] = "hunter2-but-longer"
+    try:
+        secrets.reset()
+        assert looks_secret("use hunter2-but-longer to log in")
+    finally:
+        del os.environ["BUBU_TEST_CHAT_TOKEN"]
+        secrets.reset()
+    assert looks_secret("export OPENAI_API_KEY=abcd1234efgh")
+    assert looks_secret("the key is ghp_" + "x" * 36)
+    assert looks_secret("AKIA" + "ABCDEFGHIJKLMNOP")
+    assert not looks_secret("fix the failing test in tests/test_api.py")
+    assert not looks_secret("set MAX_RETRIES=5 in the config")
+    path = tmp_path / "h"
+    path.write_text("")
+    path.chmod(0o644)
+    history = ChatHistory(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600, "a wider file is narrowed"
+    history.store_string("fix the bug")
+    history.store_string("PGPASSWORD=s3cr3t-value psql")
+    kept = path.read_text()
+    assert "+fix the bug" in kept
+    assert "s3cr3t" not in kept
