@@ -14,6 +14,7 @@ second one in a row, or Ctrl-D on an empty line, leaves.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import click
 
 from bubu.cli import shutdown
 from bubu.cli.agentcmds import (
+    EXIT,
     default_model,
     latest_here,
     make_host,
@@ -173,7 +175,9 @@ class Chat:
         return reason
 
     def leave(self) -> None:
-        """Say where the session is and how to go on with it."""
+        """Say where the session is and how to go on with it; after SIGTERM or SIGHUP (the
+        terminal went away) the turn is suspended and committed: exit at once, in silence."""
+        shutdown.leave(EXIT["suspended"])
         if self.info is not None:
             self.say(
                 f"session {self.info.id} · `bubu chat -c` (or `bubu run -c`) here continues it"
@@ -208,11 +212,13 @@ class Chat:
     def say(self, text: str, *, dim: bool = False) -> None:
         """A line of the chat's own (its untrusted parts made printable here)."""
         shown = printable(text)
-        click.echo(click.style(shown, dim=True) if dim and self.view.color else shown)
+        with contextlib.suppress(OSError):  # the terminal that went away
+            click.echo(click.style(shown, dim=True) if dim and self.view.color else shown)
 
     def error(self, message: str) -> None:
         """A one-line error; the chat goes on."""
-        click.echo(f"bubu: error: {one_line(message)}", err=True)
+        with contextlib.suppress(OSError):
+            click.echo(f"bubu: error: {one_line(message)}", err=True)
 
 
 def _prompt_session() -> Any:
