@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -276,3 +277,30 @@ def test_history_skips_what_looks_like_a_secret(tmp_path: Path) -> None:
     kept = path.read_text()
     assert "+fix the bug" in kept
     assert "s3cr3t" not in kept
+
+
+@pytest.mark.slow
+def test_closing_the_terminal_mid_turn_suspends_it_without_a_traceback(
+    tmp_path: Path, open_pane: list[Pane]
+) -> None:
+    db, ws = tmp_path / "bubu.db", _workspace(tmp_path)
+    script = write_script(tmp_path / "s.jsonl", [{"text": "slow words going on", "delay_s": 60}])
+    err = tmp_path / "stderr.txt"
+    pane = Pane(tmp_path, db, "chat", "-m", f"scripted:{script}", cwd=ws,
+                env=chat_env(db.parent), stderr=err)  # fmt: skip
+    open_pane.append(pane)
+    pane.wait_prompt(0)
+    pane.type("take your time")
+    pane.wait("◦ step")
+    pane.close()  # the terminal goes away: SIGHUP
+    session = only_session(db)
+
+    def suspended() -> bool:
+        return bool(bubu_json(db, "status", session, "--json")["status"] == "suspended")
+
+    deadline = time.monotonic() + 30
+    while not suspended():
+        assert time.monotonic() < deadline, "the turn was never suspended"
+        time.sleep(0.1)
+    assert "Traceback" not in err.read_text()
+    assert bubu_json(db, "verify", "--json")["ok"]

@@ -20,12 +20,17 @@ EXITED = "[bubu exited "
 class Pane:
     """`bubu ARGS` running in a tmux pane; the pane stays after bubu exits, saying its status."""
 
-    def __init__(self, root: Path, db: Path, *args: str, cwd: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, root: Path, db: Path, *args: str, cwd: Path, env: dict[str, str],
+        stderr: Path | None = None,
+    ) -> None:  # fmt: skip
         self.socket = f"bubu-chat-test-{os.getpid()}-{id(self)}"
         self.target = "chat"
         script = root / f"pane-{id(self)}.sh"
         exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
         command = shlex.join([sys.executable, "-m", "bubu", "--db", str(db), *args])
+        if stderr is not None:
+            command += f" 2>{shlex.quote(str(stderr))}"
         script.write_text(
             f"unset $(env | sed -n 's/^\\(BUBU_[A-Z_]*\\)=.*/\\1/p')\n{exports}"
             f"cd {shlex.quote(str(cwd))}\n{command}\necho '{EXITED}'$?']'\nexec sleep 3600\n"
