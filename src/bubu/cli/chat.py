@@ -196,18 +196,24 @@ class Chat:
 
     def _allow_always(self, pattern: str) -> None:
         """An "always" answer: the pattern joins the host's allow-list (and the running turn's);
-        the next turn records it, as `--allow PATTERN` would."""
+        the next turn records it, as `--allow PATTERN` would. `PROGRAM *` also brings
+        `PROGRAM` alone (the wildcard wants at least one argument)."""
         from dataclasses import replace
 
-        policy = self.host.policy
-        if pattern not in policy.allow_commands:
-            self.host.policy = replace(policy, allow_commands=(*policy.allow_commands, pattern))
+        added = (pattern.removesuffix(" *"), pattern) if pattern.endswith(" *") else (pattern,)
+
+        def widen(allowed: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(dict.fromkeys([*allowed, *added]))
+
+        self.host.policy = replace(
+            self.host.policy, allow_commands=widen(self.host.policy.allow_commands)
+        )
         runner = self.host.runner
         if runner is not None:
             runner.policy = replace(
-                runner.policy, allow_commands=(*runner.policy.allow_commands, pattern)
+                runner.policy, allow_commands=widen(runner.policy.allow_commands)
             )
-        self.opts = {**self.opts, "allow": (*(self.opts.get("allow") or ()), pattern)}
+        self.opts = {**self.opts, "allow": widen(tuple(self.opts.get("allow") or ()))}
 
     def say(self, text: str, *, dim: bool = False) -> None:
         """A line of the chat's own (its untrusted parts made printable here)."""
@@ -250,6 +256,10 @@ def _prompt_session() -> Any:
 
     @keys.add("c-c")
     def _interrupt(event: Any) -> None:
+        buf = event.current_buffer
+        if buf.text:  # a line being typed is cleared; Ctrl-C on an empty one counts
+            buf.reset()
+            return
         event.app.exit(exception=KeyboardInterrupt())
 
     return PromptSession(

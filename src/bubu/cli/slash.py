@@ -206,8 +206,15 @@ def _rewind(chat: Chat, arg: str) -> None:
         chat.say("/rewind needs the `bubu rewind` command, which this Bubu does not have")
         return
     at = _seq(chat, arg, _before_last_message(chat, sid))
-    if at is not None:
-        invoke(chat, "rewind", sid, "--to", str(at))
+    if at is None:
+        return
+    before = {s.id for s in chat.store.sessions()}
+    if invoke(chat, "rewind", sid, "--to", str(at)) != 0:
+        return
+    made = [s for s in chat.store.sessions() if s.id not in before]
+    if len(made) == 1:  # the rewound log goes on in a session of its own: so does the chat
+        chat.info = made[0]
+        chat.say(f"this chat goes on in {made[0].id}")
 
 
 def _resume(chat: Chat, _: str) -> None:

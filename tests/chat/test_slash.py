@@ -1,0 +1,139 @@
+"""The slash commands in-process, on a session `bubu run` made, and the "always" pattern."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bubu.cli.app import Ctx, cli
+from bubu.cli.chat import Chat
+from bubu.cli.chatview import always_pattern
+from bubu.cli.slash import COMMANDS, SlashCompleter, run_slash
+from bubu.log.sqlite import SQLiteStore
+from engine.cli import bubu
+from engine.helpers import call, write_script
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """One session `bubu run` made (a plan, then a text): the database, workspace and model."""
+    root = tmp_path_factory.mktemp("slash")
+    db, ws = root / "bubu.db", root / "ws"
+    ws.mkdir()
+    script = write_script(
+        root / "s.jsonl",
+        [
+            {"tool_calls": [call("update_plan", items=[{"text": "look", "status": "completed"},
+                                                       {"text": "fix", "status": "pending"}])]},
+            {"text": "done"},
+        ],
+    )  # fmt: skip
+    assert bubu(db, "run", "plan it", "-w", str(ws), "-m", f"scripted:{script}").returncode == 0
+    return db, ws, f"scripted:{script}"
+
+
+@pytest.fixture
+def chat(made: tuple[Path, Path, str]) -> Iterator[Chat]:
+    db, ws, model = made
+    ctx = Ctx(str(db))
+    c = Chat(ctx, str(ws), {})
+    c.model = model
+    c.info = c.store.sessions()[-1]  # the oldest: the one `bubu run` made, not a fork
+    yield c
+    ctx.close()
+
+
+def test_unknown_commands_get_the_list(chat: Chat, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_slash(chat, "/frobnicate now") is None
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line == "unknown command /frobnicate; the commands are " + " ".join(COMMANDS)
+
+
+def test_exit_and_quit_end_the_chat(chat: Chat) -> None:
+    assert run_slash(chat, "/exit") == "exit"
+    assert run_slash(chat, "/quit") == "exit"
+
+
+def test_plan_and_cost_read_the_session(chat: Chat, capsys: pytest.CaptureFixture[str]) -> None:
+    run_slash(chat, "/plan")
+    run_slash(chat, "/cost")
+    out = capsys.readouterr().out
+    assert "plan 1/2" in out
+    assert "[x] look" in out
+    assert "  cost: " in out
+    assert "2 calls" in out
+
+
+def test_status_is_bubu_status_in_process(chat: Chat, capsys: pytest.CaptureFixture[str]) -> None:
+    assert chat.info is not None
+    run_slash(chat, "/status")
+    assert f"{chat.info.id}  completed  (1 turns" in capsys.readouterr().out
+
+
+def test_fork_goes_on_in_the_fork(chat: Chat, capsys: pytest.CaptureFixture[str]) -> None:
+    assert chat.info is not None
+    source = chat.info.id
+    run_slash(chat, "/fork 3")
+    assert chat.info.id != source
+    with SQLiteStore(Path(str(chat.ctx.db))) as store:
+        assert chat.info.id in {s.id for s in store.sessions()}
+    assert f"forked {source} at seq 3: this chat goes on in {chat.info.id}" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_bad_seq_or_model_is_one_line_and_changes_nothing(
+    chat: Chat, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before, model = chat.info, chat.model
+    run_slash(chat, "/fork soon")
+    run_slash(chat, "/model nope")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2
+    assert all(line.startswith("bubu: error: ") for line in err)
+    assert (chat.info, chat.model) == (before, model)
+
+
+def test_rewind_without_the_command_says_so(
+    chat: Chat, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delitem(cli.commands, "rewind", raising=False)
+    run_slash(chat, "/rewind")
+    assert capsys.readouterr().out == (
+        "/rewind needs the `bubu rewind` command, which this Bubu does not have\n"
+    )
+
+
+def test_tab_completes_slash_commands() -> None:
+    from prompt_toolkit.completion import CompleteEvent
+    from prompt_toolkit.document import Document
+
+    def names(text: str) -> list[str]:
+        got = SlashCompleter().get_completions(Document(text), CompleteEvent())
+        return [c.text for c in got]
+
+    assert names("/st") == ["/status", "/stop"]
+    assert names("/re") == ["/rewind", "/resume"]
+    assert names("/zz") == []
+    assert names("fix /st") == []
+
+
+@pytest.mark.parametrize(
+    ("command", "pattern"),
+    [
+        ("pytest -q tests", "pytest *"),
+        ("echo hi", "echo *"),
+        ("bash -c 'rm -rf /'", "bash -c 'rm -rf /'"),
+        ("env X=1 make", "env X=1 make"),
+        ("FOO=1 make", "FOO=1 make"),
+        ("make && rm -rf ~", "make && rm -rf ~"),
+        ("cat x > y", "cat x > y"),
+        ("echo $(id)", "echo $(id)"),
+        ("ls *.py", "ls *.py"),
+        ("git status\nrm -rf /", "git status\nrm -rf /"),
+    ],
+)
+def test_always_never_approves_more_than_was_shown(command: str, pattern: str) -> None:
+    assert always_pattern(command) == pattern
