@@ -180,12 +180,31 @@ def test_a_chat_session_from_task_to_exit_is_the_log_bubu_run_continues(
             if r.event.actions is not None and r.event.actions.permission_decision is not None
         ]
     assert [(d.decision, d.by) for d in decisions] == [("allow", "user")]
+    _in_the_web_ui(db, session, ws)
     done = bubu(db, "run", "-c", "one more", "-m", model, "-w", str(ws))
     assert done.returncode == 0, done.stderr
     assert f"bubu · {session} · {model} · {ws}" in done.stdout
     assert "Continued by bubu run." in done.stdout
     assert [r["id"] for r in bubu_json(db, "sessions", "--json")] == [session]
     assert bubu_json(db, "verify", "--json")["ok"]
+
+
+def _in_the_web_ui(db: Path, session: str, ws: Path) -> None:
+    """The web UI lists the chat's session and shows its transcript."""
+    from starlette.testclient import TestClient
+
+    from bubu.web import create_app
+
+    token = "chat-test-token-0123456789"
+    with SQLiteStore(db) as store:
+        app = create_app(store, token=token, recover=False, workspace=str(ws))
+        with TestClient(app, base_url="http://127.0.0.1:8642",
+                        headers={"authorization": f"Bearer {token}"}) as client:  # fmt: skip
+            listed = client.get("/api/sessions").json()["sessions"]
+            assert session in {row["id"] for row in listed}
+            page = client.get(f"/api/sessions/{session}")
+            assert page.status_code == 200
+            assert "now the long check" in page.text
 
 
 @pytest.mark.slow

@@ -59,7 +59,7 @@ class Pane:
         """What the pane shows, with what scrolled off above it."""
         return self._tmux("capture-pane", "-p", "-J", "-S", "-500", "-t", self.target)
 
-    def wait(self, what: str | Callable[[str], bool], timeout_s: float = 30.0) -> str:
+    def wait(self, what: str | Callable[[str], bool], timeout_s: float = 60.0) -> str:
         """Poll the screen until it shows `what` (or the predicate holds); the screen."""
         check = what if callable(what) else (lambda s: what in s)
         deadline = time.monotonic() + timeout_s
@@ -75,7 +75,7 @@ class Pane:
         """How many prompts (`› ` at a line's start) the screen shows."""
         return sum(1 for ln in self.screen().splitlines() if ln.startswith("› "))
 
-    def wait_prompt(self, after: int, timeout_s: float = 30.0) -> str:
+    def wait_prompt(self, after: int, timeout_s: float = 60.0) -> str:
         """Wait for a fresh, empty prompt: more than `after` prompts, the last one empty."""
 
         def ready(shown: str) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,7 @@ class Chat:
         self.view.begin()
         reason: Any = None
         try:
-            with signals(self.host):
+            with signals(self.host), _quiet_keys():
                 reason = run()
         except KeyboardInterrupt:  # before the turn's runner existed: nothing is running
             self.say("interrupted")
@@ -225,6 +226,26 @@ class Chat:
         """A one-line error; the chat goes on."""
         with contextlib.suppress(OSError):
             click.echo(f"bubu: error: {one_line(message)}", err=True)
+
+
+@contextlib.contextmanager
+def _quiet_keys() -> Iterator[None]:
+    """While a turn runs, what is typed is not echoed over the live view; it waits, typed
+    ahead, for the next prompt (Ctrl-C still stops the turn)."""
+    import termios
+
+    fd = sys.stdin.fileno() if sys.stdin.isatty() else None
+    saved = termios.tcgetattr(fd) if fd is not None else None
+    if fd is not None and saved is not None:
+        quiet = list(saved)
+        quiet[3] &= ~termios.ECHO
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        if fd is not None and saved is not None:
+            with contextlib.suppress(termios.error, OSError):
+                termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 def _prompt_session() -> Any:

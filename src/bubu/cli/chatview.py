@@ -175,7 +175,9 @@ class ChatView(TerminalObserver):
             if isinstance(c, Thinking) and c.text.strip():
                 self.print(RichText(printable(c.text.strip()), style="dim italic"))
             elif isinstance(c, Text) and c.text.strip():
-                self.print(Markdown(printable(c.text), code_theme="monokai"))
+                # No OSC 8 hyperlinks: a link's target is shown, never hidden behind its text.
+                md = Markdown(printable(c.text), code_theme="monokai", hyperlinks=False)
+                self.print(md)
         super().on_records(records)
 
     def _streamed_any(self, _: Text) -> bool:
