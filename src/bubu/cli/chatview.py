@@ -81,8 +81,8 @@ class ChatView(TerminalObserver):
     def _draw_status(self) -> None:
         """Redraw the live region (under the view's lock, as every write: rich's own refresh
         thread would interleave its output with a print from another thread)."""
-        if self._live is not None:
-            with self._lock, contextlib.suppress(OSError, ValueError):
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            if self._live is not None:  # looked at under the lock: an approval may take it away
                 self._live.refresh()
                 self._drawn = time.monotonic()
 
