@@ -22,6 +22,8 @@ ANSWER = (
     "Let me run the check. The plan is **simple**:\n\n```python\nprint('from a code block')\n```"
 )
 
+STREAMED = "Streaming alpha bravo charlie delta echo foxtrot golf hotel india juliet."
+
 
 @pytest.fixture
 def open_pane(tmp_path: Path) -> Iterator[list[Pane]]:
@@ -113,7 +115,7 @@ def test_a_chat_session_from_task_to_exit_is_the_log_bubu_run_continues(
             {"text": ANSWER, "tool_calls": [call("run_command", command="echo approved-ran")],
              "delay_s": 0.3},
             {"text": "The check printed `approved-ran`: all **good**."},
-            {"text": "Starting the long check.",
+            {"text": STREAMED, "delay_s": 2.5,
              "tool_calls": [call("run_command", command="sleep 60")]},
             {"text": "The long check was stopped; nothing else changed."},
             {"text": "Continued by bubu run."},
@@ -149,7 +151,10 @@ def test_a_chat_session_from_task_to_exit_is_the_log_bubu_run_continues(
     # A long turn, stopped with Ctrl-C while its command runs; the status line was there.
     pane.wait_prompt(prompts)
     pane.type("now the long check")
+    # The answer streams: its first words are on the screen before its last one.
+    pane.wait(lambda shown: "Streaming alpha" in shown and "juliet." not in shown)
     shown = pane.wait("⏺ run_command sleep 60")
+    assert STREAMED in shown
     pane.wait("◦ step")
     pane.keys("C-c")
     shown = pane.wait("● turn stopped")
