@@ -39,6 +39,16 @@ def _pane(panes: list[Pane], tmp_path: Path, db: Path, *args: str, cwd: Path, **
     return pane
 
 
+def _in_order(shown: str, *lines: str) -> None:
+    """The screen has a line holding each of `lines`, in this order (other lines between)."""
+    rows = shown.splitlines()
+    at = 0
+    for want in lines:
+        found = next((i for i in range(at, len(rows)) if want in rows[i]), None)
+        assert found is not None, f"{want!r} not on the screen after line {at}:\n{shown}"
+        at = found + 1
+
+
 def _workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -137,8 +147,19 @@ def test_a_chat_session_from_task_to_exit_is_the_log_bubu_run_continues(
     assert "```" not in shown
     pane.type("y")
     shown = pane.wait("● turn completed")
-    assert "⎿ approved-ran" in shown
-    assert "The check printed approved-ran: all good." in shown
+    _in_order(
+        shown,
+        f"bubu chat · new session · {model} · {ws}",
+        "› run the check",  # the live region never erases a line above it
+        "Let me run the check. The plan is simple:",
+        "print('from a code block')",
+        "⏺ run_command echo approved-ran",
+        "? run this command:",
+        "? allow it [y/n/a] y",
+        "⎿ approved-ran",
+        "The check printed approved-ran: all good.",
+        "● turn completed",
+    )
     session = only_session(db)
 
     # /status: the same as `bubu status`.
