@@ -329,21 +329,23 @@ def test_closing_the_terminal_mid_turn_suspends_it_without_a_traceback(
     tmp_path: Path, open_pane: list[Pane]
 ) -> None:
     db, ws = tmp_path / "bubu.db", _workspace(tmp_path)
-    script = write_script(tmp_path / "s.jsonl", [{"text": "slow words going on", "delay_s": 60}])
+    script = write_script(
+        tmp_path / "s.jsonl", [{"text": "Thinking-slowly about it all", "delay_s": 60}]
+    )
     err = tmp_path / "stderr.txt"
     pane = Pane(tmp_path, db, "chat", "-m", f"scripted:{script}", cwd=ws,
                 env=chat_env(db.parent), stderr=err)  # fmt: skip
     open_pane.append(pane)
     pane.wait_prompt(0)
     pane.type("take your time")
-    pane.wait("◦ step")
+    pane.wait("Thinking-slowly")  # the model call streams: the turn is running
     pane.close()  # the terminal goes away: SIGHUP
     session = only_session(db)
 
     def suspended() -> bool:
         return bool(bubu_json(db, "status", session, "--json")["status"] == "suspended")
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while not suspended():
         assert time.monotonic() < deadline, "the turn was never suspended"
         time.sleep(0.1)
