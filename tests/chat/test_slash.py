@@ -133,6 +133,9 @@ def test_tab_completes_slash_commands() -> None:
         ("echo $(id)", "echo $(id)"),
         ("ls *.py", "ls *.py"),
         ("git status\nrm -rf /", "git status\nrm -rf /"),
+        ("rm -rf build", "rm -rf build"),
+        ("git push --force", "git push --force"),
+        ("curl http://example.com", "curl http://example.com"),
     ],
 )
 def test_always_never_approves_more_than_was_shown(command: str, pattern: str) -> None:

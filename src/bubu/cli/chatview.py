@@ -42,17 +42,60 @@ AskLine = Callable[[str], str]
 """Reads one answer from the person (raises EOFError / KeyboardInterrupt as input() does)."""
 
 
+DESTRUCTIVE = frozenset(
+    {
+        "rm",
+        "rmdir",
+        "mv",
+        "cp",
+        "ln",
+        "dd",
+        "shred",
+        "truncate",
+        "chmod",
+        "chown",
+        "chgrp",
+        "kill",
+        "pkill",
+        "killall",
+        "find",
+        "sed",
+        "tee",
+        "git",
+        "curl",
+        "wget",
+        "ssh",
+        "scp",
+        "rsync",
+        "sudo",
+        "su",
+        "mkfs",
+        "mount",
+        "umount",
+        "docker",
+        "pip",
+        "npm",
+        "systemctl",
+        "crontab",
+        "install",
+    }
+)
+"""Programs whose arguments decide what they destroy or send: "always" approves only the
+exact line for them (``rm -rf build`` must not become ``rm *``)."""
+
+
 def always_pattern(command: str) -> str:
     """The allow-list pattern that "always" approves for `command`: its program and any
     arguments (``pytest *``) when it is one plain command, else the line itself, exactly.
 
-    A program that runs other programs (``bash``, ``env`` …, `WRAPPERS`), a line of several
-    commands, an assignment or anything a shell would expand gets the exact line: a wildcard
+    A program that runs other programs (``bash``, ``env`` …, `WRAPPERS`), one that deletes,
+    moves or sends (`DESTRUCTIVE`), a line of several commands, an assignment or anything a shell would expand gets the exact line: a wildcard
     must never approve more than the person saw."""
     words = command.split()
     simple = (
         len(words) >= 1
         and words[0] not in WRAPPERS
+        and words[0] not in DESTRUCTIVE
         and "=" not in words[0]
         and not any(ch in command for ch in "\n;&|<>`$(){}*?[]\\'\"#~")
     )
