@@ -92,5 +92,6 @@ for _module in (
     "fleetcmds",
     "compactcmd",
     "memorycmd",
+    "rewindcmd",
 ):
     importlib.import_module(f"bubu.cli.{_module}")
