@@ -17,7 +17,7 @@ from bubu.engine.driver import owner_id
 from bubu.engine.keep import KEEP_MAX_BYTES
 from bubu.engine.rewind import preview, rewind
 from bubu.errors import ConfigError, UnknownSession
-from bubu.events import FunctionResponse, SystemNote, ToolDispatch, TurnEnded
+from bubu.events import FunctionResponse, SystemNote, TurnEnded
 from bubu.log.sqlite import SQLiteStore
 
 START = {"a.txt": b"alpha\n", "b.txt": b"beta\n", "keep.txt": b"untouched\n"}
@@ -105,7 +105,7 @@ def test_every_write_keeps_the_content_it_replaced(session: tuple[Path, Path, st
             for r in store.read(sid, kinds=("tool_dispatch",))
             if r.event.actions is not None and r.event.actions.tool_dispatch is not None
         ]
-        writes = [d for d in dispatches if isinstance(d, ToolDispatch) and d.before_sha256]
+        writes = [d for d in dispatches if d.before_sha256]
         assert len(writes) == 3  # a.txt twice, b.txt once; the created files had no content
         for d in writes:
             assert d.before_sha256 is not None
@@ -191,13 +191,16 @@ def test_fork_restore_files_deletes_nothing_and_keeps_the_original(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nth", [1, 3])
+@pytest.mark.parametrize(
+    ("point", "decision"),
+    [("mid_rewind@1", "rerun_not_applied"), ("mid_rewind@3", "rerun_not_applied"),
+     ("after_tool@3", "applied")],  # the 3rd restore deletes d.txt: proven by its absence
+)  # fmt: skip
 def test_a_kill_mid_rewind_is_recovered_to_a_consistent_state(
-    session: tuple[Path, Path, str], nth: int
+    session: tuple[Path, Path, str], point: str, decision: str
 ) -> None:
     tmp, ws, sid = session
-    killed = bubu(tmp, "rewind", sid, "--to", "0", "--yes", check=False,
-                  BUBU_FAILPOINT=f"mid_rewind@{nth}")  # fmt: skip
+    killed = bubu(tmp, "rewind", sid, "--to", "0", "--yes", check=False, BUBU_FAILPOINT=point)
     assert killed.returncode == -signal.SIGKILL
     with SQLiteStore(tmp / "bubu.db") as store:
         assert len(store.sessions()) == 1  # killed before the fork
@@ -214,6 +217,12 @@ def test_a_kill_mid_rewind_is_recovered_to_a_consistent_state(
             and r.event.content.name == "restore_file"
         ]
         assert len(results) == 4  # each restore has exactly one outcome
+        facts = [
+            a.tool_recovery.decision
+            for r in store.read(sid, kinds=("tool_recovery",))
+            if (a := r.event.actions) is not None and a.tool_recovery is not None
+        ]
+        assert facts == [decision]
     assert json.loads(bubu(tmp, "status", sid, "--json").stdout)["status"] == "completed"
     assert json.loads(bubu(tmp, "verify", "--json").stdout)["ok"] is True
 

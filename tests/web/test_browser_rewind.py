@@ -55,7 +55,7 @@ def test_a_turn_is_rewound_from_its_button(tmp_path: Path, page: Page) -> None:
     try:
         with Server(create_app(store, token=TOKEN, workspace=str(tmp_path), recover=False)) as srv:
             page.goto(f"{srv.base}/?token={TOKEN}#/")
-            page.fill("#search", "\"created c.txt\"")
+            page.fill("#search", '"created c.txt"')
             row = page.locator(f"#sessions-body tr[data-id='{sid}']")
             expect(row).to_be_visible()
             expect(row.locator(".snippet")).to_contain_text("created c.txt")

@@ -53,7 +53,7 @@ from bubu.projections.rewind import Command, FileChange, boundaries, shown_bound
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse
 from bubu.tools.base import Tool, ToolResult
-from bubu.tools.restore import NAME, RestoreFile
+from bubu.tools.restore import ABSENT, NAME, RestoreFile
 
 REWIND_KEY = "rewind"
 """The state_delta key of a rewind's plan event."""
@@ -149,6 +149,8 @@ class Step(msgspec.Struct, frozen=True, kw_only=True):
     call: str
     path: str
     sha256: str | None = None
+    expect: str | None = None
+    """The file's hash when previewed (`ABSENT`: no file)."""
 
 
 class Plan(msgspec.Struct, frozen=True, kw_only=True):
@@ -367,7 +369,10 @@ def rewind(
         to=p.to,
         fork=fork_id or ids.session_id(),
         delete=p.delete,
-        steps=[Step(call=ids.new_id("rw"), path=f.path, sha256=f.sha256) for f in p.writes],
+        steps=[
+            Step(call=ids.new_id("rw"), path=f.path, sha256=f.sha256, expect=f.now or ABSENT)
+            for f in p.writes
+        ],
         skipped=[f"{f.path}: {f.action}" for f in p.files if f.action not in ACTS],
         commands=[f"seq {c.seq}: {c.label}" for c in p.commands],
     )
@@ -425,6 +430,8 @@ def finish(runner: Runner, plan: Plan) -> None:
         args: dict[str, object] = {"path": step.path}
         if step.sha256 is not None:
             args["sha256"] = step.sha256
+        if step.expect is not None:
+            args["expect"] = step.expect
         made = runner.event(
             "model", "host", FunctionCall(call_id=step.call, name=NAME, arguments=args),
             actions=Actions(end_invocation=True), invocation=ids.new_id("inv"), visibility="hidden",

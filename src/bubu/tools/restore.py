@@ -1,12 +1,13 @@
 """restore_file: the provable write a rewind makes, one per file (never offered to the model).
 
-``restore_file{path, sha256?}`` puts back the content stored in the blob table under `sha256`,
+``restore_file{path, sha256?, expect?}`` puts back the content stored in the blob table under `sha256`,
 or, without it, deletes the file (it was created after the seq the rewind goes back to). It is a
 provable write like write_file (`bubu.tools.files`): its dispatch records the file's hash now and
 the hash it will have (`DELETED` for a removal), the earlier content is kept, the file is found
 beneath the workspace descriptor, held by the write lock from the hash check to the rename (or
 the unlink), and replaced atomically. A protected path (`bubu.tools.protected`) and a path
-outside the workspace are refused: a rewind is no way around what the write tools ask for.
+outside the workspace are refused: a rewind is no way around what the write tools ask for. With
+`expect` (the hash the rewind's preview saw), a file changed since the preview is not touched.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from bubu.tools.workspace import Args, BuiltinTool, beneath, os_error_text, sche
 from bubu.tools.writelock import write_lock
 
 NAME = "restore_file"
+ABSENT = "absent"
+"""The `expect` of a file that did not exist when the rewind was previewed."""
 
 
 class RestoreFile(BuiltinTool):
@@ -42,6 +45,11 @@ class RestoreFile(BuiltinTool):
         {
             "path": {"type": "string", "description": "File path, relative to the workspace."},
             "sha256": {"type": "string", "description": "The stored content to put back."},
+            "expect": {
+                "type": "string",
+                "description": f"The file's sha-256 when the rewind was previewed ({ABSENT!r}: "
+                "no file); a file that differs now is not touched.",
+            },
         },
         ["path"],
     )
@@ -70,6 +78,10 @@ class RestoreFile(BuiltinTool):
                 raise ToolError(f"{why}; a rewind does not write it, restore it by hand")
             before = _read_current(raw, t)
             path = t.path
+        now = ABSENT if before is None else hashlib.sha256(before).hexdigest()
+        expect = args.opt_text("expect")
+        if expect is not None and now != expect:
+            raise ToolError(f"{raw} changed since the rewind's preview; it was not touched")
         content = b""
         if sha is not None:
             stored = self._blob(sha)
@@ -126,4 +138,4 @@ class RestoreFile(BuiltinTool):
         return ToolResult(output=f"restored {raw} ({len(intent.content):,} bytes).")
 
 
-__all__ = ["NAME", "RestoreFile"]
+__all__ = ["ABSENT", "NAME", "RestoreFile"]
