@@ -311,3 +311,58 @@ def test_too_large_content_and_escaping_symlinks_cannot_be_restored(tmp_path: Pa
         rewind(store, p)
     assert outside.read_bytes() == b"secret place\n"
     assert (ws / "big.txt").read_bytes() == b"small\n"
+
+
+def _talk(tmp: Path, args: list[str], answers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
+    """Run `bubu ARGS` on a pseudo-terminal, answering each prompt as it appears."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bubu", "--db", str(tmp / "bubu.db"), *args],
+        stdin=follower, stdout=follower, stderr=follower, env=_env(tmp / "home"),
+    )  # fmt: skip
+    os.close(follower)
+    out = b""
+    todo = list(answers)
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 60)
+            if not ready:
+                raise AssertionError(f"no output for 60 s; so far: {out!r}")
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+            if todo and todo[0][0] in out.split(b"\n")[-1]:
+                os.write(leader, todo.pop(0)[1])
+    finally:
+        os.close(leader)
+        code = proc.wait(60)
+    return code, out
+
+
+@pytest.mark.slow
+def test_at_a_terminal_each_changed_file_and_the_rewind_are_asked(
+    session: tuple[Path, Path, str],
+) -> None:
+    tmp, ws, sid = session
+    (ws / "b.txt").write_bytes(b"changed by hand\n")
+    code, out = _talk(tmp, ["rewind", sid, "--to", "0"], [
+        (b"b.txt was changed since Bubu's last write; overwrite it?", b"n\n"),
+        (b"restore these files and fork at seq 0?", b"n\n"),
+    ])  # fmt: skip
+    assert code == 0, out
+    assert b"nothing was done" in out
+    assert files(ws)["a.txt"] == b"A2\n"
+    code, out = _talk(tmp, ["rewind", sid, "--to", "0"], [
+        (b"overwrite it?", b"y\n"),
+        (b"restore these files and fork at seq 0?", b"y\n"),
+    ])  # fmt: skip
+    assert code == 0, out
+    assert b"Traceback" not in out
+    assert files(ws) == START  # b.txt too: the user said so
