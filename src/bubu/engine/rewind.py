@@ -36,7 +36,14 @@ from bubu import clock, failpoints, ids
 from bubu.engine.driver import Runner, owner_id
 from bubu.engine.keep import KEEP_MAX_BYTES, kept_before
 from bubu.engine.scope import acting_info, holder_gone
-from bubu.errors import BubuError, ConfigError, LeaseError, ToolError, UnknownSession
+from bubu.errors import (
+    BubuError,
+    ConfigError,
+    CorruptLog,
+    LeaseError,
+    ToolError,
+    UnknownSession,
+)
 from bubu.events import (
     Actions,
     FunctionCall,
@@ -287,6 +294,14 @@ def preview(
     acting, _ = acting_info(store, info)
     records = store.read(info.id)
     check_target(records, info.id, to)
+    report = store.verify(info.id)
+    if not report.ok and (report.first_bad_seq is None or report.first_bad_seq <= to):
+        raise CorruptLog(
+            f"session {info.id} does not verify up to seq {to} ({report.problem}); nothing was "
+            "done (rewind to an earlier seq)",
+            session=info.id,
+            seq=report.first_bad_seq,
+        )
     ws = acting.workspace
     forced = {os.path.normpath(p) for p in force}
     steps = []
