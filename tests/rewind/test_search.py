@@ -143,3 +143,18 @@ def test_sessions_search_shows_a_snippet(tmp_path: Path) -> None:
 
 def test_a_query_is_words_and_phrases_only() -> None:
     assert terms('fix "the parser" NEAR(a) *') == [["fix"], ["the", "parser"], ["near"], ["a"]]
+
+
+def test_an_index_that_disagrees_with_the_log_is_rebuilt(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "b.db") as store:
+        ids = _fill(store)
+        search(store, "zebra")
+        # The index says it was built from another log up to seq 2 (a database replaced under it).
+        store._db.execute("UPDATE search_done SET high_water=2, digest='not the log' WHERE session=?",
+                          (ids[1],))  # fmt: skip
+        store._db.execute("DELETE FROM search_fts WHERE session=? AND seq=5", (ids[1],))
+        assert [h.session for h in search(store, "zebra")] == [ids[1]]
+        rows = store._db.execute(
+            "SELECT count(*) FROM search_fts WHERE session=?", (ids[1],)
+        ).fetchone()[0]
+        assert rows == 3  # rebuilt from the log, nothing doubled

@@ -130,6 +130,8 @@ def _todo(
     """Per session: the records to index and whether its rows must be dropped first."""
     for info in store.sessions():
         hw, digest = done.get(info.id, (0, ""))
+        if info.high_water == hw:
+            continue  # nothing new (the log only grows; a replaced one is seen when it differs)
         rebuild = False
         if hw:
             at = store.read(info.id, after=hw - 1, upto=hw)
