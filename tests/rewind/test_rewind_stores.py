@@ -10,13 +10,13 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from tests.conftest import PG_URL
 
 from bubu.api import Agent
 from bubu.engine.rewind import preview, rewind
 from bubu.log.postgres import PostgresStore
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.transfer import export_lines, import_lines
+from postgres.samples import PG_URL
 
 SCRIPT = [
     {"tool_calls": [

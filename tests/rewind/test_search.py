@@ -11,7 +11,6 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import sql
-from tests.conftest import PG_URL
 
 from bubu.cli.app import cli
 from bubu.events import Actions, FunctionCall, FunctionResponse, Text, ToolDispatch, make
@@ -19,6 +18,7 @@ from bubu.log.postgres import PostgresStore
 from bubu.log.search import search, terms
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.store import Store
+from postgres.samples import PG_URL
 
 TS = 1_700_000_000_000
 
