@@ -17,6 +17,7 @@ PURE = [
     "bubu.projections.status",
     "bubu.projections.transcript",
     "bubu.projections.recovery",
+    "bubu.projections.rewind",
     "bubu.projections.facts",
     "bubu.engine.decide",
 ]

@@ -27,6 +27,7 @@ NAMES = frozenset(
         "after_turn_end",
         "mid_recovery",
         "mid_compaction",
+        "mid_rewind",
     }
 )
 

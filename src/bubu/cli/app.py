@@ -99,5 +99,6 @@ for _module in (
     "compactcmd",
     "memorycmd",
     "chat",
+    "rewindcmd",
 ):
     importlib.import_module(f"bubu.cli.{_module}")

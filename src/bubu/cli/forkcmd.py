@@ -34,8 +34,9 @@ from bubu.events import (
     SystemNote,
     make,
 )
+from bubu.log import codec
 from bubu.log.codec import sanitize_text
-from bubu.log.store import Store
+from bubu.log.store import SessionInfo, Store
 from bubu.projections.turn import fold
 
 FORK_KEY = "fork"
@@ -88,10 +89,17 @@ def _copy(e: Event, session: str, provenance: dict[str, object] | None) -> Event
     )  # fmt: skip
 
 
-def fork_session(store: Store, ref: str, at: int) -> Fork:
-    """Copy events 1..`at` of session `ref` into a new session (see the module docstring)."""
+def fork_session(
+    store: Store, ref: str, at: int, *, fork_id: str | None = None, from_start: bool = False
+) -> Fork:
+    """Copy events 1..`at` of session `ref` into a new session (see the module docstring).
+
+    `fork_id` names the new session (a rewind records it before it forks); `from_start` lets
+    `at` be 0: a fork of none of the events (a rewind to before the first request)."""
     info = store.session(ref)
     head = store.head(info.id)
+    if at == 0 and from_start:
+        return _fork_from_start(store, info, fork_id or ids.session_id())
     if not 1 <= at <= head.high_water:
         raise ConfigError(
             f"--at {at} is outside session {info.id}, whose events are 1..{head.high_water}; "
@@ -121,7 +129,7 @@ def fork_session(store: Store, ref: str, at: int) -> Fork:
         )
     digest = records[-1].hash
     provenance: dict[str, object] = {"session": info.id, "seq": at, "digest": digest}
-    fork_id = ids.session_id()
+    fork_id = fork_id or ids.session_id()
     copies = [_copy(r.event, fork_id, provenance if r.seq == 1 else None) for r in records]
     note = make(
         session=fork_id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
@@ -154,13 +162,56 @@ def fork_session(store: Store, ref: str, at: int) -> Fork:
     )
 
 
+def _fork_from_start(store: Store, info: SessionInfo, fork_id: str) -> Fork:
+    """A fork of no events: the session's own facts only (its workspace, title and model)."""
+    digest = codec.GENESIS.hex()
+    source, _ = acting_info(store, info)
+    title = sanitize_text(f"fork@0: {source.title}"[:160])
+    provenance: dict[str, object] = {"session": info.id, "seq": 0, "digest": digest}
+    facts = make(
+        session=fork_id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
+        content=SystemNote(note=SessionStarted(
+            workspace=source.workspace, title=title, model=source.model, origin="fork",
+            source=info.id, source_seq=0, source_digest=digest,
+        )),
+        actions=Actions(state_delta={FORK_KEY: provenance}),
+    )  # fmt: skip
+    note = make(
+        session=fork_id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
+        content=SystemNote(note=Info(text=f"forked from {info.id} before its first event")),
+    )  # fmt: skip
+    new = store.create_session(
+        title=title, workspace=source.workspace, model=source.model, session_id=fork_id,
+        events=[facts, note],
+    )  # fmt: skip
+    return Fork(
+        session=new.id, source=info.id, seq=0, digest=digest, events=2, open_turn=False,
+        dangling_calls=0,
+    )  # fmt: skip
+
+
 @cli.command("fork")
 @click.argument("session")
 @click.option("--at", "at", type=int, required=True, metavar="SEQ", help="The last seq to copy.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--restore-files", is_flag=True,
+              help="Also put back the files SESSION changed after SEQ (deleting none).")  # fmt: skip
+@click.option("--yes", "-y", is_flag=True, help="With --restore-files: do it without asking.")
+@click.option("--force-file", "force", multiple=True, metavar="PATH",
+              help="With --restore-files: overwrite PATH though it changed since Bubu's last write.")  # fmt: skip
 @pass_ctx
-def fork_cmd(ctx: Ctx, /, session: str, at: int, as_json: bool) -> None:
+def fork_cmd(
+    ctx: Ctx, /, *, session: str, at: int, as_json: bool, restore_files: bool, yes: bool,
+    force: tuple[str, ...],
+) -> None:  # fmt: skip
     """Start a new session from events 1..SEQ of SESSION (verified first) and print its id."""
+    if restore_files:
+        from bubu.cli.rewindcmd import run_rewind
+
+        run_rewind(ctx.store, session, at, yes=yes, force=force, delete=False, as_json=as_json)
+        return
+    if yes or force:
+        raise ConfigError("--yes and --force-file go with --restore-files")
     fork = fork_session(ctx.store, session, at)
     if as_json:
         emit_json(

@@ -58,16 +58,28 @@ def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
     callback=lambda _c, _p, v: check_state(v),
     help=f"Only sessions in this state: {', '.join(STATES)}.",
 )
+@click.option("--search", "text", default=None, metavar="TEXT",
+              help="Only sessions whose title or transcript holds every word (\"a phrase\" too).")  # fmt: skip
 @pass_ctx
-def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None) -> None:
+def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None, text: str | None) -> None:
     """List sessions, newest first, with their status derived from the log."""
-    rows = [_session_row(ctx.store, s) for s in ctx.store.sessions()]
+    from bubu.log.search import matching
+
+    found = None if text is None else matching(ctx.store, text)
+    infos = [s for s in ctx.store.sessions() if found is None or s.id in found]
+    rows = [_session_row(ctx.store, s) for s in infos]
+    for r in rows:
+        if found is not None:
+            r["match"] = found[str(r["id"])]
     if status_filter:
         rows = [r for r in rows if r["status"] == status_filter]
     if as_json:
         emit_json(rows)
         return
     if not rows:
+        if text is not None:
+            click.echo(f"no session matches {text!r}")
+            return
         click.echo('no sessions yet; start one with `bubu run "TASK"` or try `bubu demo`')
         return
     for r in rows:
@@ -77,6 +89,9 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None) -> None:
         click.echo(
             f"{r['id']}  {r['status']:<10} {r['events']:>6} events  {r['cost']:>13}  {title}"
         )
+        match = r.get("match")
+        if isinstance(match, dict):
+            click.echo(printable(f"    seq {match['seq']}: {match['snippet']}"))
 
 
 @cli.command("log")

@@ -31,6 +31,7 @@ from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.callids import unique_call_id
 from bubu.engine.compactor import Compactor
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
+from bubu.engine.keep import kept_before
 from bubu.engine.lanes import Admitted, Lanes
 from bubu.engine.memory import workspace_memory
 from bubu.engine.permissions import Answer, Asker, Policy, nobody
@@ -737,7 +738,8 @@ class Runner:
             for c, t, _, i in ready
         ]  # fmt: skip
         failpoints.hit("before_dispatch")
-        self.append(dispatches, durable=any(t.effect != "read_only" for _, t, _, _ in ready))
+        self.append(dispatches, durable=any(t.effect != "read_only" for _, t, _, _ in ready),
+                    blobs=kept_before(i for *_, i in ready))  # fmt: skip
         failpoints.hit("after_dispatch")
         self.execute(ready, lanes)
 
@@ -803,7 +805,7 @@ class Runner:
             dispatch = self.event("system", "system", actions=Actions(tool_dispatch=self._dispatch_fact(call, tool, intent)),
                                   invocation=call.invocation)  # fmt: skip
             failpoints.hit("before_dispatch")
-            self.append([dispatch], durable=tool.effect != "read_only")
+            self.append([dispatch], durable=tool.effect != "read_only", blobs=kept_before([intent]))
             failpoints.hit("after_dispatch")
             return call, tool, ctx, intent
         if early:

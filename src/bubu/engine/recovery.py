@@ -11,6 +11,7 @@ from bubu import failpoints
 from bubu.engine.driver import Runner
 from bubu.engine.leftovers import Leftovers, stop_leftovers
 from bubu.engine.memory import workspace_memory
+from bubu.engine.rewind import finish, rewind_tools, unfinished
 from bubu.engine.scope import acting_info, holder_gone, lease_is_stale
 from bubu.engine.session import Host
 from bubu.errors import BubuError, LeaseError
@@ -115,7 +116,9 @@ def recover_session(
         records = store.read(info.id)
         report = store.verify(info.id)
         host.adopt_turn_tools(fold(records))
-        effects = {name: t.effect for name, t in host.tools.items()}
+        rewinding = unfinished(records)  # a rewind's turn ends with its plan, never a model call
+        tools = host.tools if rewinding is None else rewind_tools(host.tools, store)
+        effects = {name: t.effect for name, t in tools.items()}
         plan = plan_recovery(
             records,
             effects,
@@ -135,7 +138,7 @@ def recover_session(
         if facts.origin == "import":
             plan = _not_on_an_imports_word(plan)
         runner = Runner(
-            store=store, session=acting, provider=host.provider, tools=host.tools, lease=lease,
+            store=store, session=acting, provider=host.provider, tools=tools, lease=lease,
             policy=host.policy, asker=host.asker, observer=host.observer, config=host.config,
             prompt=host.prompt,
         )  # fmt: skip
@@ -153,8 +156,12 @@ def recover_session(
             _apply(runner, plan, leftovers)
             failpoints.hit("mid_recovery")
             runner.append([runner.note(_notice(plan, runner, leftovers))], durable=True)
+            if rewinding is not None:
+                finish(runner, rewinding)
 
-        outcome = runner.drive(apply, continue_turn=continue_turn)
+        outcome = runner.drive(apply, continue_turn=continue_turn and rewinding is None)
+        if rewinding is not None:
+            outcome = runner.turn.end_reason
         return Recovered(session=info.id, plan=plan, outcome=outcome)
     finally:
         held = host.runner.lease if host.runner is not None else lease

@@ -26,7 +26,8 @@ class _Header(msgspec.Struct, kw_only=True):
     high_water: int
     digest: str
     blobs: int = 0
-    """How many blob lines follow the header (offloaded results the events refer to)."""
+    """How many blob lines follow the header (offloaded results the events refer to, and the
+    content writes replaced, kept for a rewind)."""
 
 
 class _Blob(msgspec.Struct, kw_only=True):
@@ -51,6 +52,8 @@ def export_lines(store: Store, info: SessionInfo) -> Iterator[bytes]:
     shas = list(
         dict.fromkeys(b.sha256 for r in records if (b := getattr(r.event.content, "blob", None)))
     )
+    # The content each write replaced, where it was kept, so that a rewind works after an import.
+    shas += [s for s in dict.fromkeys(_kept(records)) if s not in shas]
     blobs = [(sha, store.blob(sha)) for sha in shas]
     yield _enc.encode(
         _Header(
@@ -70,6 +73,13 @@ def export_lines(store: Store, info: SessionInfo) -> Iterator[bytes]:
             yield _enc.encode(_Blob(blob=sha, data=data))
     for r in records:
         yield b'{"event":' + codec.encode(r.event) + f',"hash":"{r.hash}","seq":{r.seq}}}'.encode()
+
+
+def _kept(records: Sequence[Record]) -> Iterator[str]:
+    for r in records:
+        d = r.event.actions.tool_dispatch if r.event.actions is not None else None
+        if d is not None and d.effect == "provable_write" and d.before_sha256:
+            yield d.before_sha256
 
 
 def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Head]:

@@ -65,6 +65,10 @@ class Plan:
     """The user overrode a block (`reason`) with `bubu recover --force`."""
 
 
+DELETED = "deleted"
+"""The ``after_sha256`` of a provable write that removes its file (a rewind deleting a file that
+was created after the seq it goes back to): applied when the file is absent."""
+
 _RANK: dict[EffectClass, int] = {"read_only": 0, "provable_write": 1, "side_effecting": 2}
 
 
@@ -160,7 +164,7 @@ def _decide(
         decision, reason = "rerun", "read-only: re-run silently"
     elif effect == "provable_write" and d.path and d.after_sha256:
         now = observed.get(d.path)
-        if now == d.after_sha256:
+        if now == (None if d.after_sha256 == DELETED else d.after_sha256):
             decision, reason = "applied", "the file has the intended content (hash verified)"
         elif now == d.before_sha256:
             decision, reason = (

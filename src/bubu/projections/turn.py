@@ -174,8 +174,9 @@ class TurnFold:
         inv = r.event.invocation
         if inv != self._last_invocation:
             self._last_invocation = inv
-            self.model_responses += 1
-            self.steps_in_run += 1
+            if r.event.author != "host":  # a rewind's restores are the host's calls, not a model's
+                self.model_responses += 1
+                self.steps_in_run += 1
             self.awaiting_model = False
             self.inflight_request = None
             self.dropped_in_a_row = 0

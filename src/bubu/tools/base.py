@@ -50,6 +50,9 @@ class WriteIntent:
     before_sha256: str | None
     after_sha256: str
     content: bytes
+    before: bytes | None = None
+    """The file's content before (None: it did not exist, or the tool keeps none), kept in the
+    blob store with the dispatch so that a rewind can put it back (`bubu.engine.keep`)."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -272,6 +272,7 @@ def _intent(path: str, before: bytes | None, after: bytes) -> WriteIntent:
         before_sha256=None if before is None else hashlib.sha256(before).hexdigest(),
         after_sha256=hashlib.sha256(after).hexdigest(),
         content=after,
+        before=before,
     )
 
 

@@ -94,6 +94,8 @@ class SessionRow(msgspec.Struct, kw_only=True):
     notice: bool
     usage: Usage
     running_here: bool
+    snippet: str | None = None
+    """Where a search matched the transcript (a session search only)."""
 
 
 class MessageItem(msgspec.Struct, kw_only=True, tag="message", tag_field="type"):
@@ -311,7 +313,10 @@ class SessionIndex:
 
     def rows(self, *, status: str | None = None, query: str | None = None) -> list[SessionRow]:
         """Sessions, most recently active first, filtered by state and by text."""
+        from bubu.log.search import matching
+
         words = (query or "").lower().split()
+        found = matching(self.store, query or "") if words else {}
         out = []
         for info in self.store.sessions():
             row = self.row(info)
@@ -322,8 +327,11 @@ class SessionIndex:
                     [info.id, info.title.lower(), info.workspace.lower(), info.model or "",
                      *self._summary(info).requests]
                 )  # fmt: skip
-                if not all(w in hay for w in words):
+                hit = found.get(info.id)
+                if hit is None and not all(w in hay for w in words):
                     continue
+                if hit is not None and hit["seq"]:
+                    row.snippet = str(hit["snippet"])
             out.append(row)
         out.sort(key=lambda r: r.last_ms or r.created_ms, reverse=True)
         return out

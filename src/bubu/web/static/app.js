@@ -183,9 +183,10 @@ function renderSessions(rows) {
     if (s.notice) flags.push(h("span", { class: "flag notice", title: "A recovery notice waits to be dismissed", text: "recovered" }));
     if (s.pending_permissions) flags.push(h("span", { class: "flag perm", text: "needs approval" }));
     const link = h("a", { href: "#/s/" + encodeURIComponent(s.id), class: "title", text: s.title });
+    const snippet = s.snippet ? h("div", { class: "snippet muted small", text: s.snippet }) : null;
     return h("tr", { dataset: { id: s.id }, onclick: (ev) => { if (ev.target.tagName !== "A") location.hash = "#/s/" + s.id; } },
       h("td", {}, badge(s.status), ...flags),
-      h("td", { class: "task" }, link, h("div", { class: "mono muted small", title: s.model || "", text: s.id + (s.model ? " · " + shortModel(s.model) : "") })),
+      h("td", { class: "task" }, link, snippet, h("div", { class: "mono muted small", title: s.model || "", text: s.id + (s.model ? " · " + shortModel(s.model) : "") })),
       h("td", { class: "mono ws", title: s.workspace, text: tail(s.workspace, 28) }),
       h("td", { title: s.last_ms ? new Date(s.last_ms).toLocaleString() : "", text: ago(s.last_ms || s.created_ms) }),
       h("td", { class: "num", title: `${fmt(s.usage.model_calls)} model calls` },
@@ -580,7 +581,9 @@ function renderItem(s, it) {
 
 function messageItem(m) {
   switch (m.kind) {
-    case "user": return h("div", { class: "msg user", dataset: { seq: m.seq } }, h("div", { class: "who", text: "You" }), h("div", { class: "text", text: m.text }));
+    case "user": return h("div", { class: "msg user", dataset: { seq: m.seq } }, h("div", { class: "who", text: "You" },
+      h("button", { class: "rewind small", title: "Put the files back as they were before this turn, in a fork",
+        onclick: () => openRewind(app.session, m.seq - 1) }, "Rewind")), h("div", { class: "text", text: m.text }));
     case "assistant": return h("div", { class: "msg assistant", dataset: { seq: m.seq } }, h("div", { class: "who", text: "Bubu" }), h("div", { class: "text", text: m.text }));
     case "thinking": return h("details", { class: "thinking", dataset: { seq: m.seq } }, h("summary", { text: "Thinking" }), h("div", { class: "text", text: m.text }));
     case "error": return h("div", { class: "msg error", dataset: { seq: m.seq }, text: m.text });
@@ -809,3 +812,52 @@ document.addEventListener("DOMContentLoaded", async () => {
   notifyButton();
   route();
 });
+
+// ---- rewind --------------------------------------------------------------------------------
+
+const REWIND_LABEL = { restore: "restore", delete: "delete", keep: "keep", unchanged: "unchanged",
+  changed: "changed since", cannot: "cannot restore" };
+
+async function openRewind(s, to, force = []) {
+  if (!s) return;
+  const base = `/api/sessions/${encodeURIComponent(s.sid)}/rewind`;
+  const params = new URLSearchParams({ to: String(to) });
+  for (const f of force) params.append("force", f);
+  let p;
+  try {
+    p = await api(base + "?" + params);
+  } catch (e) {
+    toast(e.message);
+    return;
+  }
+  let dlg = $("#rewind");
+  if (!dlg) { dlg = h("dialog", { id: "rewind", class: "rewind" }); document.body.append(dlg); }
+  const rows = p.files.map((f) => h("li", { class: "rw-" + f.action, dataset: { path: f.path, action: f.action } },
+    h("strong", { text: REWIND_LABEL[f.action] || f.action }), " ", h("code", { text: f.path }),
+    h("div", { class: "muted small", text: f.reason }),
+    f.action === "changed" || force.includes(f.path)
+      ? h("label", { class: "small" }, h("input", { type: "checkbox", class: "rw-force", checked: force.includes(f.path),
+        onchange: (ev) => openRewind(s, to, ev.target.checked ? [...force, f.path] : force.filter((x) => x !== f.path)) }),
+        " overwrite it anyway") : null));
+  const cmds = p.commands.length
+    ? h("div", { class: "rw-commands" }, h("strong", { text: "Commands ran after this point; their effects cannot be undone:" }),
+      h("ul", {}, ...p.commands.map((c) => h("li", { class: "mono small", text: `seq ${c.seq}: ${c.label}` }))))
+    : null;
+  const confirm = h("button", { class: "primary", id: "rewind-confirm", onclick: async () => {
+    confirm.disabled = true;
+    try {
+      const done = await api(base, { json: { to, token: p.token, force } });
+      dlg.close();
+      location.hash = "#/s/" + done.fork;
+    } catch (e) {
+      toast(e.message);
+      confirm.disabled = false;
+    }
+  } }, "Rewind and fork");
+  fill(dlg, h("h2", { text: `Rewind to seq ${p.to}` }),
+    h("p", { class: "muted", text: `The files go back as they were before this turn, and the log is forked there. Workspace ${p.workspace}.` }),
+    p.files.length ? h("ul", { class: "rw-files" }, ...rows) : h("p", { text: "No file was changed by Bubu after this point." }),
+    cmds,
+    h("div", { class: "buttons" }, h("button", { onclick: () => dlg.close() }, "Cancel"), confirm));
+  if (!dlg.open) dlg.showModal();
+}
