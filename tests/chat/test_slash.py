@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bubu.cli.app import Ctx, cli
+from bubu.cli.app import Ctx
 from bubu.cli.chat import Chat
 from bubu.cli.chatview import always_pattern
 from bubu.cli.slash import COMMANDS, SlashCompleter, run_slash
@@ -96,14 +96,36 @@ def test_a_bad_seq_or_model_is_one_line_and_changes_nothing(
     assert (chat.info, chat.model) == (before, model)
 
 
-def test_rewind_without_the_command_says_so(
-    chat: Chat, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_rewind_restores_the_files_and_the_chat_follows_the_fork(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delitem(cli.commands, "rewind", raising=False)
-    run_slash(chat, "/rewind")
-    assert capsys.readouterr().out == (
-        "/rewind needs the `bubu rewind` command, which this Bubu does not have\n"
+    db, ws = tmp_path / "bubu.db", tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("before\n")
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [call("write_file", path="a.txt", content="after\n")]},
+            {"text": "done"},
+        ],
     )
+    assert bubu(db, "run", "change it", "-w", str(ws), "-m", f"scripted:{script}").returncode == 0
+    assert (ws / "a.txt").read_text() == "after\n"
+    ctx = Ctx(str(db))
+    try:
+        c = Chat(ctx, str(ws), {})
+        c.info = c.store.sessions()[-1]
+        source = c.info.id
+        # the person answers yes at the terminal the chat runs in
+        monkeypatch.setattr("bubu.cli.rewindcmd._interactive", lambda: True)
+        monkeypatch.setattr("click.confirm", lambda *a, **k: True)
+        run_slash(c, "/rewind 0")
+        assert (ws / "a.txt").read_text() == "before\n"
+        assert c.info.id != source
+        assert f"this chat goes on in {c.info.id}" in capsys.readouterr().out
+    finally:
+        ctx.close()
+    assert bubu(db, "verify").returncode == 0
 
 
 def test_tab_completes_slash_commands() -> None:

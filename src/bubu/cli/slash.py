@@ -202,9 +202,6 @@ def _rewind(chat: Chat, arg: str) -> None:
     sid = _session(chat)
     if sid is None:
         return
-    if "rewind" not in cli.commands:
-        chat.say("/rewind needs the `bubu rewind` command, which this Bubu does not have")
-        return
     at = _seq(chat, arg, _before_last_message(chat, sid))
     if at is None:
         return
