@@ -19,7 +19,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, assert_never
 
 import msgspec
 
@@ -33,6 +33,7 @@ from bubu.engine.compactor import Compactor
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.lanes import Admitted, Lanes
 from bubu.engine.memory import workspace_memory
+from bubu.engine.overflow import Again, Shrink, Stop, after_overflow, empty_response
 from bubu.engine.permissions import Answer, Asker, Policy, nobody
 from bubu.engine.prompt import system_prompt
 from bubu.errors import AppendConflict, BubuError, LeaseLost, ProviderError, StorageError, ToolError
@@ -40,6 +41,7 @@ from bubu.events import (
     Actions,
     Content,
     EndCause,
+    Error,
     Event,
     FunctionCall,
     FunctionResponse,
@@ -58,6 +60,7 @@ from bubu.events import (
     ToolDispatch,
     TurnEnded,
     TurnEndReason,
+    WindowLearned,
     make,
 )
 from bubu.events import ModelRequest as ModelRequestNote
@@ -529,10 +532,42 @@ class Runner:
         self.observer.on_activity("thinking")
         try:
             response = self._wait(self._pool.submit(self._complete, request))
+            empty_response(response, self.provider.spec)
         except ProviderError as e:
-            self._failed_attempt(e, attempt)
+            if not self._overflowed(e, attempt, estimate):
+                self._failed_attempt(e, attempt)
             return
         self._commit_response(response, estimate)
+
+    def _overflowed(self, e: ProviderError, attempt: int, estimate: int) -> bool:
+        """Handle an overflow or an empty answer (overflow.py); False: the retry policy decides."""
+        window = self.compactor.window(self)
+        calibrated = int(estimate * self.compactor.calibration.factor)
+        plan = after_overflow(e, attempt=attempt, window=window, estimate=calibrated)
+        if plan is None:
+            return False
+        error = Error(
+            error_class=e.error_class,
+            message=str(e),
+            retryable=not isinstance(plan, Stop),
+            status=e.status,
+        )
+        match plan:
+            case Shrink(window=tokens, source=source):
+                self.append(
+                    [
+                        self.event("system", "system", error),
+                        self.note(WindowLearned(tokens=tokens, source=source)),
+                    ]
+                )
+            case Again():
+                self.append([self.event("system", "system", error)])
+            case Stop(message=message):
+                self.append([self.event("system", "system", error)])
+                self.end_turn("failed", message)
+            case _:
+                assert_never(plan)
+        return True
 
     def _select_model(self) -> None:
         """Use the provider of the model the log says the turn is on (a fallback, or the primary)."""

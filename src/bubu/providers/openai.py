@@ -25,7 +25,7 @@ from openai.types.completion_usage import CompletionUsage
 from bubu import secrets
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
-from bubu.providers import _retry
+from bubu.providers import _retry, windows
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -46,19 +46,6 @@ from bubu.providers.base import (
 OPENAI_URL = "https://api.openai.com/v1"
 # Local servers (Ollama, LM Studio, vLLM) ignore the key, but the SDK insists on having one.
 PLACEHOLDER_KEY = "not-needed"
-DEFAULT_CONTEXT_WINDOW = 128_000
-# Longest prefix wins; unknown models get the default and the user can override it.
-CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
-    ("gpt-5", 400_000),
-    ("gpt-4.1", 1_047_576),
-    ("gpt-4o", 128_000),
-    ("gpt-4-turbo", 128_000),
-    ("gpt-4", 8_192),
-    ("gpt-3.5-turbo", 16_385),
-    ("o1", 200_000),
-    ("o3", 200_000),
-    ("o4-mini", 200_000),
-)
 _STOP_REASONS = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
@@ -68,9 +55,10 @@ _STOP_REASONS = {
 
 
 def context_window_for(model: str) -> int:
-    """The best known context window of an OpenAI model, by longest matching name prefix."""
-    matches = [(len(p), size) for p, size in CONTEXT_WINDOWS if model.startswith(p)]
-    return max(matches)[1] if matches else DEFAULT_CONTEXT_WINDOW
+    """The window of an OpenAI model as the `genai-prices` table states it, else the default
+    for an unknown model."""
+    found = windows.hosted_window("openai", model)
+    return found.tokens if found is not None else windows.UNKNOWN_WINDOW
 
 
 # ---- request: ModelRequest -> wire ------------------------------------------------------------
@@ -310,7 +298,9 @@ class OpenAIProvider:
         self._model = model
         self._official = official
         self._base_url = base or OPENAI_URL
-        self._context_window = context_window or context_window_for(model)
+        self._window: windows.Window | None = (
+            windows.Window(context_window, windows.USER) if context_window else None
+        )
         stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
         name = "OpenAI" if official else f"the server at {_retry.display_url(base or '')}"
         self._vendor = _retry.Vendor(
@@ -342,7 +332,23 @@ class OpenAIProvider:
     @property
     def context_window(self) -> int:
         """The model's context window in tokens."""
-        return self._context_window
+        return self.window.tokens
+
+    @property
+    def context_window_source(self) -> str:
+        """Where `context_window` came from, e.g. ``llama.cpp /props``."""
+        return self.window.source
+
+    @property
+    def window(self) -> windows.Window:
+        """The window: the user's, else the one the server serves, else the table's, else the
+        default for an unknown model (found once, on first use)."""
+        if self._window is None:
+            found = None if self._official else windows.served_window(self._base_url, self._model)
+            if found is None and self._official:
+                found = windows.hosted_window("openai", self._model)
+            self._window = found or windows.Window(windows.UNKNOWN_WINDOW, windows.UNKNOWN)
+        return self._window
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Stream one Chat Completions call; raise ProviderError on any failure."""
