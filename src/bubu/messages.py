@@ -124,6 +124,8 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    reported: bool = True
+    """False when the server sent no usage: the counts are unknown, not 0."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,6 +32,7 @@ from bubu.engine.callids import unique_call_id
 from bubu.engine.compactor import Compactor
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.lanes import Admitted, Lanes
+from bubu.engine.loops import GoOn, Stuck, verdict, warning
 from bubu.engine.memory import workspace_memory
 from bubu.engine.overflow import Again, Shrink, Stop, after_overflow, empty_response
 from bubu.engine.permissions import Answer, Asker, Policy, nobody
@@ -78,6 +79,7 @@ from bubu.providers.base import (
     TextPart,
     ThinkingPart,
     ToolSpec,
+    arguments_error,
 )
 from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
@@ -189,6 +191,7 @@ class Runner:
         self.compactor = Compactor(policy=self.config.context)
         self.high_water = 0
         self.run: str | None = None
+        self._run_seq = 0  # the seq this run started at
         self._stop: StopReason | None = None
         self._stop_event = threading.Event()
         self._pool = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="bubu-tool")
@@ -370,6 +373,7 @@ class Runner:
         turn = next((e.turn for e in events if e.turn), self.turn.turn)
         events = [self._stamp(e, turn) for e in events]
         self.append(events, durable=True)
+        self._run_seq = self.high_water
         mode, network = self.sandbox_mode
         if mode != "off" and sandbox.confinement(mode, network) is None:
             # The log says why this run's commands ask although the turn wants a sandbox.
@@ -408,7 +412,8 @@ class Runner:
                         case Idle():
                             return self.turn.end_reason
                         case CallModel():
-                            self._call_model()
+                            if not self._stuck():
+                                self._call_model()
                         case RunTools(calls=calls):
                             self._run_tools(calls)
                         case EndTurn(reason=reason, message=message, step_limit=limit, cause=cause):
@@ -539,6 +544,18 @@ class Runner:
             return
         self._commit_response(response, estimate)
 
+    def _stuck(self) -> bool:
+        """End the turn when the model keeps repeating one failing call (loops.py)."""
+        v = verdict(self.turn.calls.values(), after_seq=self._run_seq)
+        match v:
+            case GoOn():
+                return False
+            case Stuck():
+                self.end_turn("stopped", v.message)
+                return True
+            case _:
+                assert_never(v)
+
     def _overflowed(self, e: ProviderError, attempt: int, estimate: int) -> bool:
         """Handle an overflow or an empty answer (overflow.py); False: the retry policy decides."""
         window = self.compactor.window(self)
@@ -644,6 +661,7 @@ class Runner:
             model=self.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
             cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
             estimated_input_tokens=estimate, stop_reason=response.stop_reason,
+            served_model=codec.sanitize_text(response.model)[:200] or None, usage_unknown=not u.reported,
             cost_usd=pricing.call_cost(
                 self.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
                 cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
@@ -694,6 +712,11 @@ class Runner:
     ) -> tuple[Event, bytes | None]:
         """The outcome event; a large result is offloaded (placeholder inline, bytes as a blob)."""
         duration = None if started is None else int((clock.monotonic() - started) * 1000)
+        again = warning(self.turn.calls.values(), call) if result.is_error else None
+        if again is not None:
+            result = ToolResult(
+                output=f"{result.output}\n[{again}]", is_error=True, full=result.full
+            )
         text = codec.sanitize_text(result.output)
         data = result.full if result.full is not None else text.encode("utf-8")
         # Before the placeholder's excerpt cuts a line (and a secret in it) short.
@@ -875,7 +898,8 @@ class Runner:
             return None
         if call.raw_arguments is not None:
             early.append(self._outcome(call, ToolResult(
-                output=f"the arguments were not valid JSON, so {call.name} did not run: {call.raw_arguments[:500]}",
+                output=f"{call.name} did not run: its arguments {arguments_error(call.raw_arguments)}; "
+                       f"send them as one JSON object. They were: {call.raw_arguments[:300]}",
                 is_error=True), None))  # fmt: skip
             return None
         ctx = self.context_for(call)

@@ -210,8 +210,9 @@ class ChunkAssembler:
 
     @property
     def complete(self) -> bool:
-        """Whether a finish reason arrived, i.e. the response is whole."""
-        return self._finish is not None
+        """Whether the response is whole: a finish reason arrived, or (from a server that sends
+        none) the usage that comes after the last choice did."""
+        return self._finish is not None or self._usage is not None
 
     def result(self) -> ModelResponse:
         """The assembled response (call only once `complete` is true)."""
@@ -223,6 +224,8 @@ class ChunkAssembler:
             parts.append(TextPart(text=text))
         parts.extend(_tool_call_part(call) for call in self._calls)
         stop = _STOP_REASONS.get(self._finish or "", self._finish)
+        if self._finish is None:
+            stop = "tool_use" if self._calls else "end_turn"  # inferred: the server sent none
         if self._calls and stop == "end_turn":
             # Several compatible servers report "stop" even when the response is tool calls.
             stop = "tool_use"
@@ -258,7 +261,7 @@ def _tool_call_part(call: _Call) -> ToolCallPart:
 
 def _usage(usage: CompletionUsage | None) -> Usage:
     if usage is None:
-        return Usage()
+        return Usage(reported=False)
     details = usage.prompt_tokens_details
     cached = details.cached_tokens if details is not None else None
     return Usage(
