@@ -139,6 +139,8 @@ class ModelResponse:
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
     model: str = ""
+    notice: str | None = None
+    """One line the log should carry about how the server was asked (e.g. it cannot call tools)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,6 +22,7 @@ from bubu.events import (
     Error,
     FunctionCall,
     FunctionResponse,
+    Info,
     Record,
     SystemNote,
     TurnStarted,
@@ -248,3 +249,21 @@ def test_an_overflow_that_compaction_cannot_cure_ends_the_turn_saying_so(
     message = turn_end(records).message or ""
     assert "exceeds the available context size (4096 tokens)" in message
     assert "compacting did not make the request fit" in message
+
+
+def test_a_server_that_cannot_call_tools_is_said_in_one_line_in_the_log(
+    sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    answers = [
+        json_file("llamacpp_500_tools_need_jinja.json", 500),
+        stream_file("llamacpp_text.sse"),
+    ]
+    reason, records, server = _turn(sqlite_store, ws, answers)
+    assert reason == "completed"
+    infos = [n.text for n in _notes(records, Info) if isinstance(n, Info)]
+    assert [t for t in infos if "cannot call tools" in t] == [
+        f"the server at {server.url}/v1 cannot call tools (tools param requires --jinja flag); "
+        "the model answers in text only"
+    ]
+    errors = [c for r in records if isinstance(c := r.event.content, Error)]
+    assert errors == [], "a refusal the adapter adapted to is not a failed attempt"

@@ -13,7 +13,7 @@ import pytest
 
 from bubu.errors import ProviderError
 from bubu.providers import windows
-from bubu.providers.base import ModelRequest, TextPart, ToolCallPart, UserMessage
+from bubu.providers.base import ModelRequest, TextPart, ToolCallPart, ToolSpec, UserMessage
 from bubu.providers.openai import OpenAIProvider
 
 from .servers import EMPTY_STREAM, Answer, json_file, serve, stream_file
@@ -173,3 +173,83 @@ def test_a_missing_finish_reason_is_inferred_from_what_arrived() -> None:
     assert (text.parts, text.stop_reason) == ((TextPart(text="Finished."),), "end_turn")
     assert call.stop_reason == "tool_use"
     assert call.parts == (ToolCallPart(call_id="call_x1", name="list_files", arguments={}),)
+
+
+TOOLS = (ToolSpec(name="read_file", description="Read a file.", parameters={"type": "object"}),)
+WITH_TOOLS = ModelRequest(
+    system="sys", tools=TOOLS, messages=(UserMessage(text="hi"),), max_tokens=64
+)
+
+
+def test_llama_cpp_python_refusing_streamed_auto_gets_its_answers_whole() -> None:
+    answers = [
+        json_file("llamacpp_python_500_streaming_tool_choice.json", 500),
+        json_file("llamacpp_python_whole_tool_call.json"),
+        json_file("llamacpp_python_whole_text.json"),
+    ]
+    with serve({CHAT: answers}) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        deltas = Deltas()
+        first = provider.complete(WITH_TOOLS, deltas)
+        second = provider.complete(WITH_TOOLS, deltas)
+        sent = s.bodies("/v1/chat/completions")
+    # Asked for "auto" streamed (without it, llama-cpp-python drops the tools), then whole.
+    assert [(b["stream"], b.get("tool_choice")) for b in sent] == [
+        (True, "auto"),
+        (False, "auto"),
+        (False, "auto"),
+    ]
+    assert first.parts == (
+        ToolCallPart(
+            call_id="call__0_read_file_cmpl-7c1d", name="read_file", arguments={"path": "a.txt"}
+        ),
+    )
+    assert first.stop_reason == "tool_use"
+    assert first.usage.input_tokens == 412
+    assert first.notice is not None
+    assert first.notice.startswith("the server at ")
+    assert (
+        "cannot stream tool calls (Automatic streaming tool choice is not supported)"
+        in first.notice
+    )
+    assert second.parts == (TextPart(text="a.txt says hello."),)
+    assert second.notice is None, "said once"
+    assert deltas.of("text") == ["a.txt says hello."]
+
+
+def test_vllm_refusing_auto_gets_tools_without_tool_choice() -> None:
+    answers = [json_file("vllm_400_auto_tool_choice.json", 400), stream_file("compatible_text.sse")]
+    with serve({CHAT: answers}) as s:
+        provider = OpenAIProvider("q", base_url=f"{s.url}/v1", context_window=8192)
+        response = provider.complete(WITH_TOOLS, Deltas())
+        sent = s.bodies("/v1/chat/completions")
+    assert [("tool_choice" in b, len(b["tools"])) for b in sent] == [(True, 1), (False, 1)]
+    assert response.notice is not None
+    assert "refuses tool_choice" in response.notice
+    assert "--enable-auto-tool-choice" in response.notice
+
+
+def test_a_server_that_cannot_call_tools_is_asked_without_them_and_says_so() -> None:
+    answers = [
+        json_file("llamacpp_500_tools_need_jinja.json", 500),
+        stream_file("llamacpp_text.sse"),
+    ]
+    with serve({CHAT: answers}, not_found=LLAMA_404) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        response = provider.complete(WITH_TOOLS, Deltas())
+        sent = s.bodies("/v1/chat/completions")
+    assert ["tools" in b for b in sent] == [True, False]
+    assert response.parts == (TextPart(text="Done."),)
+    assert response.notice is not None
+    assert response.notice.endswith(
+        "cannot call tools (tools param requires --jinja flag); the model answers in text only"
+    )
+
+
+def test_a_refusal_that_is_not_about_tools_is_the_ordinary_failure() -> None:
+    with serve({CHAT: json_file("llamacpp_400_exceed_context.json", 400)}) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        with pytest.raises(ProviderError) as caught:
+            provider.complete(WITH_TOOLS, Deltas())
+        assert len(s.requests) == 1
+    assert caught.value.error_class == "context_length"

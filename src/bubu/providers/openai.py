@@ -7,14 +7,16 @@ retries and records each failed attempt, so every failure leaves here as a `Prov
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from typing import assert_never
+from typing import Any, assert_never
 from urllib.parse import urlsplit
 
 import httpx2
 import openai
 from openai.types.chat import (
+    ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageFunctionToolCallParam,
@@ -25,7 +27,7 @@ from openai.types.completion_usage import CompletionUsage
 from bubu import secrets
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
-from bubu.providers import _retry, windows
+from bubu.providers import _retry, toolmode, windows
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -200,6 +202,30 @@ class ChunkAssembler:
         if arguments:
             call.arguments.append(arguments)
 
+    def take_whole(self, completion: ChatCompletion, on_delta: DeltaSink) -> None:
+        """Take a whole (not streamed) completion, sending its text to `on_delta` at once."""
+        if completion.model:
+            self._model = completion.model
+        self._usage = completion.usage
+        choice = completion.choices[0] if completion.choices else None
+        if choice is None:
+            return
+        message = choice.message
+        reasoning = _reasoning_fragment(message.model_extra)
+        if reasoning:
+            self._reasoning.append(reasoning)
+            on_delta(Delta(kind="thinking", text=reasoning))
+        if message.content:
+            self._text.append(message.content)
+            on_delta(Delta(kind="text", text=message.content))
+        for i, call in enumerate(message.tool_calls or ()):
+            function = getattr(call, "function", None)
+            name = function.name if function is not None else None
+            arguments = function.arguments if function is not None else None
+            self._take_call_fragment(i, call.id, name, arguments)
+        finish: str | None = getattr(choice, "finish_reason", None)  # some servers send none
+        self._finish = finish or "stop"
+
     @staticmethod
     def _starts_new_call(call: _Call, call_id: str | None, name: str | None) -> bool:
         # Some compatible servers send each whole call at index 0 (or with no index): a second
@@ -300,6 +326,7 @@ class OpenAIProvider:
             key = PLACEHOLDER_KEY
         self._model = model
         self._official = official
+        self._tool_mode: toolmode.ToolMode = "stream"
         self._base_url = base or OPENAI_URL
         self._window: windows.Window | None = (
             windows.Window(context_window, windows.USER) if context_window else None
@@ -354,8 +381,40 @@ class OpenAIProvider:
         return self._window
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        """Stream one Chat Completions call; raise ProviderError on any failure."""
+        """Stream one Chat Completions call; raise ProviderError on any failure.
+
+        A compatible server that refuses how tools were asked is asked again the next way down
+        (toolmode.py), and the response carries the one line that says so."""
+        said: str | None = None
+        while True:
+            try:
+                response = self._complete(request, on_delta)
+            except ProviderError as e:
+                words = _error_words(e)
+                mode = None
+                if request.tools and not self._official:
+                    mode = toolmode.next_mode(self._tool_mode, words)
+                if mode is None:
+                    raise
+                self._tool_mode = mode
+                said = toolmode.notice(mode, self._vendor.name, words)
+                continue
+            return response if said is None else dataclasses.replace(response, notice=said)
+
+    def _complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         assembler = ChunkAssembler()
+        if self._tool_mode == "whole" and request.tools:
+            error: ProviderError
+            try:
+                completion = self._create(request, stream=False)
+            except (openai.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
+                error = self._convert(exc, streaming=False)
+            else:
+                assembler.take_whole(completion, on_delta)
+                if assembler.complete:
+                    return assembler.result()
+                error = _retry.incomplete_stream_error(self._vendor)
+            raise error
         return _retry.stream_call(
             self._vendor,
             open_stream=lambda: self._open(request),
@@ -366,7 +425,19 @@ class OpenAIProvider:
         )
 
     def _open(self, request: ModelRequest) -> openai.Stream[ChatCompletionChunk]:
-        tools = to_tools(request.tools)
+        return self._create(request, stream=True)  # type: ignore[no-any-return]
+
+    def _create(self, request: ModelRequest, *, stream: bool) -> Any:
+        tools = to_tools(request.tools) if self._tool_mode != "none" else []
+        if stream is False:
+            return self._client.chat.completions.create(
+                model=self._model,
+                messages=to_messages(request),
+                tools=tools or openai.omit,
+                tool_choice="auto" if tools else openai.omit,
+                max_tokens=request.max_tokens,
+                stream=False,
+            )
         # OpenAI's newer models accept only max_completion_tokens; compatible servers widely
         # understand only max_tokens.
         if self._official:
@@ -378,10 +449,12 @@ class OpenAIProvider:
                 stream=True,
                 stream_options={"include_usage": True},
             )
+        # A compatible server is asked for "auto" outright: llama-cpp-python drops tools without it.
         return self._client.chat.completions.create(
             model=self._model,
             messages=to_messages(request),
             tools=tools or openai.omit,
+            tool_choice="auto" if tools and self._tool_mode == "stream" else openai.omit,
             max_tokens=request.max_tokens,
             stream=True,
             stream_options={"include_usage": True},
@@ -419,6 +492,20 @@ def _stream_error_event(vendor: _retry.Vendor, body: object) -> ProviderError:
     return _retry.status_error(
         vendor, status, body=body, api_message=_field(body, "message"), api_code=code
     )
+
+
+def _error_words(e: ProviderError) -> str:
+    """The server's own message in a failure (its body's `message`), else the failure's text."""
+    try:
+        body = json.loads(e.body or "")
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        found = _field(inner, "message") or _field(body, "detail")
+        if found:
+            return found
+    return e.body or str(e)
 
 
 def _field(body: object, key: str) -> str | None:
