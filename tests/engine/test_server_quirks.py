@@ -110,7 +110,10 @@ def test_arguments_that_are_not_json_get_one_short_result_saying_where(
     (result,) = _results(records)
     assert result.is_error
     assert result.result.startswith("read_file did not run: its arguments are not valid JSON: ")
-    assert "line 1 column 18 (char 17)" in result.result
+    assert (
+        "Expecting property name enclosed in double quotes (line 1, column 18, char 17)"
+        in result.result
+    )
     assert '{"path": "a.txt",' in result.result
     assert len(result.result) < 400
 

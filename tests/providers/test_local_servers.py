@@ -45,6 +45,7 @@ def test_llama_server_window_comes_from_props() -> None:
 
 def test_ollama_window_is_what_the_loaded_model_runs_with() -> None:
     routes = {
+        ("GET", "/api/version"): json_file("ollama_version.json"),
         ("POST", "/api/show"): json_file("ollama_show.json"),
         ("GET", "/api/ps"): json_file("ollama_ps.json"),
     }
@@ -55,6 +56,7 @@ def test_ollama_window_is_what_the_loaded_model_runs_with() -> None:
 
 def test_ollama_window_of_a_model_not_loaded_is_its_num_ctx_else_ollamas_default() -> None:
     routes = {
+        ("GET", "/api/version"): json_file("ollama_version.json"),
         ("POST", "/api/show"): json_file("ollama_show_num_ctx.json"),
         ("GET", "/api/ps"): json_file("ollama_ps_empty.json"),
     }
@@ -96,6 +98,7 @@ def test_a_server_that_does_not_say_gets_the_unknown_default_said_as_such() -> N
     }
     with serve(routes) as s:
         assert _window(s.url, "SmolLM2-135M-Instruct") == (32_768, "default: unknown model")
+        assert [m for m, _, _ in s.requests] == ["GET"] * len(s.requests), "only GETs"
         asked = len(s.requests)
         # Asked once per run: another provider for the same server and model asks nothing.
         assert _window(s.url, "SmolLM2-135M-Instruct")[0] == 32_768

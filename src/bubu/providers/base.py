@@ -87,7 +87,7 @@ def arguments_error(raw: str) -> str:
     try:
         parsed = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as e:
-        return f"are not valid JSON: {e.msg} at line {e.lineno} column {e.colno} (char {e.pos})"
+        return f"are not valid JSON: {e.msg} (line {e.lineno}, column {e.colno}, char {e.pos})"
     except RecursionError:
         return "are nested too deeply to parse"
     except ValueError as e:

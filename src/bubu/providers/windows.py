@@ -107,6 +107,10 @@ _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.MULTILINE)
 
 
 def _ollama(client: httpx2.Client, root: str, model: str) -> Window | None:
+    # Only a GET before anything is posted: a server that is not Ollama is asked nothing else.
+    version = _json(client.get(f"{root}/api/version"))
+    if not isinstance(version, dict) or "version" not in version:
+        return None
     body = _json(client.post(f"{root}/api/show", json={"model": model}))
     if not isinstance(body, dict) or "model_info" not in body:
         return None
