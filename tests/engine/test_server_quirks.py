@@ -206,6 +206,13 @@ def test_the_window_the_server_serves_is_recorded_with_the_turn_and_shown(
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "window: 4,096 tokens (from llama.cpp /props)" in shown.stdout
+    # The server sent no usage: the status says so rather than showing 0 tokens as a fact.
+    status = subprocess.run(
+        [sys.executable, "-m", "bubu", "--db", str(sqlite_store.path), "status", sid],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    assert "1 model calls · 0 in / 0 out tokens (+1 call of unknown usage)" in status.stdout
 
 
 def test_llama_servers_overflow_teaches_the_window_then_compacts_and_goes_on(

@@ -29,7 +29,7 @@ from bubu.events import (
 from bubu.pricing import CostTally
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.memory import plan_counts, plan_items
-from bubu.projections.transcript import notice_text, switch_text
+from bubu.projections.transcript import notice_text, switch_text, unknown_usage
 from bubu.providers.base import Delta
 
 
@@ -70,6 +70,7 @@ class TerminalObserver:
         self.activity: str | None = None
         self.steps = 0
         self.tokens = 0
+        self.unknown_usage = 0  # calls whose server reported no usage
         self.cost = CostTally()
         self.plan: str | None = None  # "2/5" once the model keeps a plan (update_plan)
         self._plan_calls: dict[str, FunctionCall] = {}
@@ -116,7 +117,7 @@ class TerminalObserver:
             else one_line(self.activity or "working", 60)
         )
         plan = f" · plan {self.plan}" if self.plan else ""
-        return f"  ◦ step {self.steps} · {what}{plan} · {self.tokens:,} tokens · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
+        return f"  ◦ step {self.steps} · {what}{plan} · {self.tokens:,} tokens{unknown_usage(self.unknown_usage)} · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
 
     def _tick(self) -> None:
         while not self._done.wait(0.5):
@@ -181,6 +182,7 @@ class TerminalObserver:
             if a is not None and a.token_usage is not None:
                 self.steps += 1
                 self.tokens += a.token_usage.input_tokens + a.token_usage.output_tokens
+                self.unknown_usage += a.token_usage.usage_unknown
                 u = a.token_usage
                 self.cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
                 if self._in_text:

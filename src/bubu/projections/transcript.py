@@ -73,6 +73,8 @@ class Transcript:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     model_calls: int = 0
+    usage_unknown_calls: int = 0
+    """Calls whose server reported no token usage (their tokens are unknown, not 0)."""
     cost: CostTally = field(default_factory=CostTally)
     """What the calls cost, in total and per model (unknown prices kept apart)."""
     cards: dict[str, ToolCard] = field(default_factory=dict)
@@ -131,6 +133,7 @@ class Transcript:
             if a.token_usage is not None:
                 u = a.token_usage
                 self.model_calls += 1
+                self.usage_unknown_calls += u.usage_unknown
                 self.input_tokens += u.input_tokens
                 self.output_tokens += u.output_tokens
                 self.cache_read_tokens += u.cache_read_tokens
@@ -177,6 +180,13 @@ class Transcript:
                 text = None
         if text:
             self.items.append(Message(seq=r.seq, kind=kind, text=text, turn=turn))
+
+
+def unknown_usage(calls: int) -> str:
+    """What a token count leaves out: calls whose server reported no usage ("" when none)."""
+    if not calls:
+        return ""
+    return f" (+{calls} call{'s' if calls != 1 else ''} of unknown usage)"
 
 
 def switch_text(n: ModelSwitch) -> str:
