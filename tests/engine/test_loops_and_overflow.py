@@ -60,7 +60,7 @@ def _error(error_class: str, window: int | None = None) -> ProviderError:
 
 def test_an_overflow_that_states_the_window_teaches_it_once() -> None:
     plan = after_overflow(_error("context_length", 4096), attempt=1, window=32_768, estimate=5000)
-    assert plan == Shrink(window=4096, source="the server's overflow error (4,096 tokens)")
+    assert plan == Shrink(window=4096, source="the server's overflow error")
     again = after_overflow(_error("context_length", 4096), attempt=2, window=4096, estimate=5000)
     assert isinstance(again, Stop)
     assert (

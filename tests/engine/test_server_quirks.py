@@ -235,7 +235,7 @@ def test_llama_servers_overflow_teaches_the_window_then_compacts_and_goes_on(
     (learned,) = _notes(records, WindowLearned)
     assert isinstance(learned, WindowLearned)
     assert learned.tokens == 4096
-    assert learned.source == "the server's overflow error (4,096 tokens)"
+    assert learned.source == "the server's overflow error"
     errors = [c for r in records if isinstance(c := r.event.content, Error)]
     assert [(e.error_class, e.status) for e in errors] == [("context_length", 400)]
     (compaction,) = _notes(records, Compaction)

@@ -54,11 +54,11 @@ def after_overflow(e: ProviderError, *, attempt: int, window: int, estimate: int
     if e.error_class == "context_length":
         stated = e.served_window
         if attempt == 1 and stated is not None and stated < window:
-            return Shrink(window=stated, source=f"{LEARNED} ({stated:,} tokens)")
+            return Shrink(window=stated, source=LEARNED)
         guess = max(MIN_LEARNED_WINDOW, min(window, estimate) * 3 // 4)
         if attempt == 1 and guess < window:
             said = f"it states {stated:,}" if stated is not None else "it states no figure"
-            return Shrink(window=guess, source=f"{LEARNED} ({said}; below ~{estimate:,} tokens)")
+            return Shrink(window=guess, source=f"{LEARNED}: {said}; below ~{estimate:,} tokens")
         return Stop(
             message=(
                 f"{e}; compacting did not make the request fit (about {estimate:,} tokens for a "

@@ -27,6 +27,7 @@ from bubu.events import (
     Thinking,
     TurnEnded,
     TurnStarted,
+    WindowLearned,
 )
 from bubu.pricing import CostTally
 
@@ -169,6 +170,10 @@ class Transcript:
                 )
             case Info(text=t):
                 text = t
+            case WindowLearned(tokens=tokens, source=source):
+                text = (
+                    f"the server serves a window of {tokens:,} tokens ({source}); compacting to it"
+                )
             case SessionStarted(origin="import", workspace=ws):
                 # (A fork says so in its own note, which people have always read.)
                 text = f"imported here; it continues only when run explicitly (workspace {ws})"
