@@ -298,6 +298,13 @@ class WindowLearned(_Note, frozen=True, kw_only=True, tag="window_learned"):
     source: str
 
 
+class ServerNote(_Note, frozen=True, kw_only=True, tag="server_note"):
+    """What the model server turned out not to do, and what Bubu does instead (one line, e.g.
+    "the server at … cannot call tools (…); the model answers in text only")."""
+
+    text: str
+
+
 class Info(_Note, frozen=True, kw_only=True, tag="info"):
     """A free-form diagnostic line for people."""
 
@@ -338,6 +345,7 @@ Note: TypeAlias = (
     | Compaction
     | Info
     | WindowLearned
+    | ServerNote
     | SessionStarted
     | CheckpointBody
     | SummaryChunk

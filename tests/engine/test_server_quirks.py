@@ -22,8 +22,8 @@ from bubu.events import (
     Error,
     FunctionCall,
     FunctionResponse,
-    Info,
     Record,
+    ServerNote,
     SystemNote,
     TurnStarted,
     WindowLearned,
@@ -236,6 +236,8 @@ def test_llama_servers_overflow_teaches_the_window_then_compacts_and_goes_on(
     assert isinstance(learned, WindowLearned)
     assert learned.tokens == 4096
     assert learned.source == "the server's overflow error"
+    shown = _bubu(sqlite_store, "show", records[0].event.session)
+    assert "window: 4,096 tokens (from the server's overflow error); compacting to it" in shown
     errors = [c for r in records if isinstance(c := r.event.content, Error)]
     assert [(e.error_class, e.status) for e in errors] == [("context_length", 400)]
     (compaction,) = _notes(records, Compaction)
@@ -270,10 +272,22 @@ def test_a_server_that_cannot_call_tools_is_said_in_one_line_in_the_log(
     ]
     reason, records, server = _turn(sqlite_store, ws, answers)
     assert reason == "completed"
-    infos = [n.text for n in _notes(records, Info) if isinstance(n, Info)]
+    infos = [n.text for n in _notes(records, ServerNote) if isinstance(n, ServerNote)]
     assert [t for t in infos if "cannot call tools" in t] == [
         f"the server at {server.url}/v1 cannot call tools (tools param requires --jinja flag); "
         "the model answers in text only"
     ]
     errors = [c for r in records if isinstance(c := r.event.content, Error)]
     assert errors == [], "a refusal the adapter adapted to is not a failed attempt"
+    shown = _bubu(sqlite_store, "show", records[0].event.session)
+    assert "cannot call tools (tools param requires --jinja flag)" in shown
+
+
+def _bubu(store: SQLiteStore, *args: str) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bubu", "--db", str(store.path), *args],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout

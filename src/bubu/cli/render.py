@@ -22,14 +22,16 @@ from bubu.events import (
     PermissionRequest,
     Record,
     RecoveryNotice,
+    ServerNote,
     SystemNote,
     Text,
     TurnEnded,
+    WindowLearned,
 )
 from bubu.pricing import CostTally
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.memory import plan_counts, plan_items
-from bubu.projections.transcript import notice_text, switch_text, unknown_usage
+from bubu.projections.transcript import notice_text, server_text, switch_text, unknown_usage
 from bubu.providers.base import Delta
 
 
@@ -206,6 +208,8 @@ class TerminalObserver:
                         f"  ! {_short(c.error_class, 40)}: {_short(c.message, 100)}", fg="yellow"
                     )
                 )
+            elif isinstance(c, SystemNote) and isinstance(c.note, ServerNote | WindowLearned):
+                self.line(self._style(f"  ! {printable(server_text(c.note))}", fg="yellow"))
             elif isinstance(c, SystemNote) and isinstance(c.note, ModelSwitch):
                 self.line(self._style(f"  ⇄ {switch_text(c.note)}", fg="yellow"))
             elif isinstance(c, SystemNote) and isinstance(c.note, RecoveryNotice):

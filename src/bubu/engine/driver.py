@@ -53,6 +53,7 @@ from bubu.events import (
     Role,
     RunStarted,
     SandboxMode,
+    ServerNote,
     StepLimit,
     SystemNote,
     Text,
@@ -667,7 +668,11 @@ class Runner:
                 cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
                 official=getattr(self.provider, "official", True)),
         )  # fmt: skip
-        events = [self.note(Info(text=response.notice))] if response.notice else []
+        events = (
+            [self.note(ServerNote(text=codec.sanitize_text(response.notice)))]
+            if response.notice
+            else []
+        )
         events += [self.event("model", "agent", c, invocation=inv) for c in contents[:-1]]
         events.append(self.event("model", "agent", contents[-1], Actions(token_usage=usage, end_invocation=True),
                                  invocation=inv, status="completed"))  # fmt: skip

@@ -19,6 +19,7 @@ from bubu.events import (
     Record,
     RecoveryNotice,
     RunStarted,
+    ServerNote,
     SessionStarted,
     StepLimit,
     SummaryChunk,
@@ -170,10 +171,8 @@ class Transcript:
                 )
             case Info(text=t):
                 text = t
-            case WindowLearned(tokens=tokens, source=source):
-                text = (
-                    f"the server serves a window of {tokens:,} tokens ({source}); compacting to it"
-                )
+            case ServerNote() | WindowLearned():
+                text = server_text(n)
             case SessionStarted(origin="import", workspace=ws):
                 # (A fork says so in its own note, which people have always read.)
                 text = f"imported here; it continues only when run explicitly (workspace {ws})"
@@ -185,6 +184,13 @@ class Transcript:
                 text = None
         if text:
             self.items.append(Message(seq=r.seq, kind=kind, text=text, turn=turn))
+
+
+def server_text(n: ServerNote | WindowLearned) -> str:
+    """What the model server turned out to be, as a person reads it."""
+    if isinstance(n, WindowLearned):
+        return f"window: {n.tokens:,} tokens (from {n.source}); compacting to it"
+    return n.text
 
 
 def unknown_usage(calls: int) -> str:
