@@ -417,6 +417,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
                     "output_tokens": t.output_tokens,
                     "cache_read_tokens": t.cache_read_tokens,
                     "cache_write_tokens": t.cache_write_tokens,
+                    "usage_unknown_calls": t.usage_unknown_calls,
                     **t.cost.json(),
                 },
             }
