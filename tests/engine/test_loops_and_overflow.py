@@ -61,6 +61,9 @@ def _error(error_class: str, window: int | None = None) -> ProviderError:
 def test_an_overflow_that_states_the_window_teaches_it_once() -> None:
     plan = after_overflow(_error("context_length", 4096), attempt=1, window=32_768, estimate=5000)
     assert plan == Shrink(window=4096, source="the server's overflow error")
+    # After another failure (a 503 first), a stated window is still learned.
+    later = after_overflow(_error("context_length", 4096), attempt=2, window=32_768, estimate=5000)
+    assert isinstance(later, Shrink)
     again = after_overflow(_error("context_length", 4096), attempt=2, window=4096, estimate=5000)
     assert isinstance(again, Stop)
     assert (

@@ -2,8 +2,9 @@
 
 - A context overflow (`context_length`) whose error states the served window (llama-server's
   `n_ctx`, vLLM's "maximum context length is N") teaches the turn that window: the next request
-  is compacted to fit it and sent again. Without a figure, the window is taken to be below the
-  request that overflowed. A second overflow in a row ends the turn: compaction could not help.
+  is compacted to fit it and sent again. Without a figure (only on the first failure in a row),
+  the window is taken to be below the request that overflowed. An overflow that teaches nothing
+  new ends the turn: compaction could not help.
 - An empty stream (a 200 with nothing in it: llama-cpp-python's overflow) and an empty response
   (no text and no calls) are tried once more, then end the turn with that reason.
 
@@ -53,7 +54,8 @@ def after_overflow(e: ProviderError, *, attempt: int, window: int, estimate: int
     """
     if e.error_class == "context_length":
         stated = e.served_window
-        if attempt == 1 and stated is not None and stated < window:
+        # A stated window below the one assumed can only shrink it: learned whatever came before.
+        if stated is not None and stated < window:
             return Shrink(window=stated, source=LEARNED)
         guess = max(MIN_LEARNED_WINDOW, min(window, estimate) * 3 // 4)
         if attempt == 1 and guess < window:
