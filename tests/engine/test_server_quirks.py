@@ -197,6 +197,13 @@ def test_the_window_the_server_serves_is_recorded_with_the_turn_and_shown(
     assert usage.usage_unknown
     assert (usage.input_tokens, usage.output_tokens) == (0, 0)
     assert usage.served_model == "SmolLM2-135M-Instruct"
+    # A later run of this turn (a recovery) budgets with the recorded window, whatever the
+    # server in front of it says now.
+    restarted = OpenAIProvider("local", base_url="http://127.0.0.1:9/v1", context_window=None)
+    assert restarted.context_window == 32_768
+    info = sqlite_store.session(records[0].event.session)
+    with make_host(sqlite_store, restarted).runner_for(info) as runner:
+        assert runner.compactor.window(runner) == 4096
     # `bubu context` reads it from the log: no server is asked.
     sid = records[0].event.session
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
