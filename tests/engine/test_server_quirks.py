@@ -11,10 +11,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-import pytest
 
 from bubu.engine.session import new_session, start_turn
 from bubu.events import (
@@ -30,7 +28,6 @@ from bubu.events import (
 )
 from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log.sqlite import SQLiteStore
-from bubu.providers import windows
 from bubu.providers.openai import OpenAIProvider
 from providers.servers import EMPTY_STREAM, Answer, LocalServer, json_file, serve, stream_file
 from providers.wire import fixture
@@ -39,13 +36,6 @@ from .helpers import make_host, turn_end
 
 CHAT = ("POST", "/v1/chat/completions")
 LLAMA_404 = json_file("llamacpp_404.json", 404)
-
-
-@pytest.fixture(autouse=True)
-def _fresh() -> Iterator[None]:
-    windows.clear_cache()
-    yield
-    windows.clear_cache()
 
 
 def _turn(

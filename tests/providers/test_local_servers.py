@@ -7,8 +7,6 @@ fixtures, and drives the real OpenAI-compatible adapter against it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from bubu.errors import ProviderError
@@ -23,13 +21,6 @@ LLAMA_404 = json_file("llamacpp_404.json", 404)
 OLLAMA_404 = Answer(404, b"404 page not found", "text/plain")
 CHAT = ("POST", "/v1/chat/completions")
 REQUEST = ModelRequest(system="sys", tools=(), messages=(UserMessage(text="hi"),), max_tokens=64)
-
-
-@pytest.fixture(autouse=True)
-def _fresh() -> Iterator[None]:
-    windows.clear_cache()
-    yield
-    windows.clear_cache()
 
 
 def _window(url: str, model: str) -> tuple[int, str]:
@@ -62,7 +53,6 @@ def test_ollama_window_of_a_model_not_loaded_is_its_num_ctx_else_ollamas_default
     }
     with serve(routes, not_found=OLLAMA_404) as s:
         assert _window(s.url, "qwen2.5:0.5b") == (16384, "Ollama /api/show num_ctx")
-    windows.clear_cache()
     routes[("POST", "/api/show")] = json_file("ollama_show.json")
     with serve(routes, not_found=OLLAMA_404) as s:
         # The model allows 32k, but Ollama serves its default unless told otherwise.
@@ -99,9 +89,11 @@ def test_a_server_that_does_not_say_gets_the_unknown_default_said_as_such() -> N
     with serve(routes) as s:
         assert _window(s.url, "SmolLM2-135M-Instruct") == (32_768, "default: unknown model")
         assert [m for m, _, _ in s.requests] == ["GET"] * len(s.requests), "only GETs"
+        # Asked once per run: the provider keeps what it found.
+        provider = OpenAIProvider("SmolLM2-135M-Instruct", base_url=f"{s.url}/v1")
+        assert provider.context_window == 32_768
         asked = len(s.requests)
-        # Asked once per run: another provider for the same server and model asks nothing.
-        assert _window(s.url, "SmolLM2-135M-Instruct")[0] == 32_768
+        assert provider.context_window_source == "default: unknown model"
         assert len(s.requests) == asked
     described = windows.Window(32_768, "default: unknown model").describe()
     assert described == "32,768 tokens (default: unknown model)"

@@ -6,14 +6,13 @@ hosted model's window comes from the `genai-prices` table (the one the prices co
 nobody knows gets `UNKNOWN_WINDOW`, said as such: too small a guess only compacts early, too large
 a one lets requests overflow the server.
 
-Probes use short timeouts, never raise, and are cached per process by (server, model).
+Probes use short timeouts and never raise; a provider asks once per run.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -185,8 +184,6 @@ def _models_list(client: httpx2.Client, base: str, model: str) -> Window | None:
 
 
 _PROBES = (_llama_cpp, _ollama, _lm_studio)
-_cache: dict[tuple[str, str], Window | None] = {}
-_lock = threading.Lock()
 
 
 def served_window(
@@ -194,16 +191,11 @@ def served_window(
 ) -> Window | None:
     """The window the server at `base_url` serves `model` with, or None when it does not say.
 
-    Asked once per process for each (server, model); every failure (refused, timed out, a 404,
-    a body of another shape) only means this server did not say.
+    Every failure (refused, timed out, a 404, a body of another shape) only means this server
+    did not say. The provider asks once and keeps the answer for its run: a server restarted
+    with another window is asked again by the next run.
     """
-    key = (base_url.rstrip("/"), model)
-    with _lock:
-        if key in _cache:
-            return _cache[key]
-        found = _probe(key[0], model, timeout_s)
-        _cache[key] = found
-        return found
+    return _probe(base_url.rstrip("/"), model, timeout_s)
 
 
 def _probe(base: str, model: str, timeout_s: float) -> Window | None:
@@ -265,12 +257,6 @@ def learned(source: str | None) -> bool:
     return source is not None and source.startswith(LEARNED)
 
 
-def clear_cache() -> None:
-    """Forget every probed window (tests; a server restarted with another window)."""
-    with _lock:
-        _cache.clear()
-
-
 __all__ = [
     "LEARNED",
     "OLLAMA_DEFAULT_NUM_CTX",
@@ -278,7 +264,6 @@ __all__ = [
     "UNKNOWN_WINDOW",
     "USER",
     "Window",
-    "clear_cache",
     "hosted_window",
     "learned",
     "served_window",
