@@ -90,6 +90,8 @@ class ProviderError(BubuError):
     ) -> None:
         self.status, self.body, self.retryable = status, body, retryable
         self.retry_after, self.error_class = retry_after, error_class
+        self.served_window: int | None = None
+        """The window a context-overflow error says the server serves, when it says."""
         super().__init__(message)
 
 

@@ -127,7 +127,10 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     system_prompt: str | None = None
     """A custom system prompt (None: Bubu's own), so a recovered run asks the model the same way."""
     context_window: int | None = None
-    """A window the user set for this turn (None: the model's own), so budgets stay the same."""
+    """The window the turn's budgets use: the user's, else the model's as found when the turn
+    started (None: an older Bubu, which recorded only a user's), so a recovery uses the same."""
+    window_source: str | None = None
+    """Where `context_window` came from (``--context-window``, ``llama.cpp /props`` …)."""
     mcp_config: str | None = None
     """The MCP configuration file the turn's tools came from (its path, never its contents, which
     may hold credentials), so a recovery offers the same tools."""
@@ -287,6 +290,21 @@ class SummaryChunk(_Note, frozen=True, kw_only=True, tag="summary_chunk"):
     text: str
 
 
+class WindowLearned(_Note, frozen=True, kw_only=True, tag="window_learned"):
+    """The server said (in an overflow error) that it serves a window other than the one the
+    turn assumed: the turn's budgets use `tokens` from here on."""
+
+    tokens: int
+    source: str
+
+
+class ServerNote(_Note, frozen=True, kw_only=True, tag="server_note"):
+    """What the model server turned out not to do, and what Bubu does instead (one line, e.g.
+    "the server at … cannot call tools (…); the model answers in text only")."""
+
+    text: str
+
+
 class Info(_Note, frozen=True, kw_only=True, tag="info"):
     """A free-form diagnostic line for people."""
 
@@ -326,6 +344,8 @@ Note: TypeAlias = (
     | NoticeDismissed
     | Compaction
     | Info
+    | WindowLearned
+    | ServerNote
     | SessionStarted
     | CheckpointBody
     | SummaryChunk
@@ -381,6 +401,11 @@ class TokenUsage(_Base, frozen=True, kw_only=True):
     stop_reason: str | None = None
     cost_usd: float | None = None
     """What the call cost in USD at the prices of its time (None: the price is unknown)."""
+    served_model: str | None = None
+    """The model the server said answered (`model` in its response), when it said one."""
+    usage_unknown: bool = False
+    """The server reported no token usage: the token counts are 0 because nothing is known,
+    and every view says "unknown" rather than 0."""
 
 
 class ToolDispatch(_Base, frozen=True, kw_only=True):

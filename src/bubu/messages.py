@@ -124,6 +124,8 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    reported: bool = True
+    """False when the server sent no usage: the counts are unknown, not 0."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,6 +139,8 @@ class ModelResponse:
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
     model: str = ""
+    notice: str | None = None
+    """One line the log should carry about how the server was asked (e.g. it cannot call tools)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

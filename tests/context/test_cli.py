@@ -23,7 +23,7 @@ NOISE = "python3 -c \"print(('line ' + 'x' * 60 + chr(10)) * 200)\""
 
 KEYS = {
     "session", "model", "request_digest", "estimated_tokens", "calibrated_tokens", "calibration",
-    "window", "budget", "checkpoint", "system", "tools", "messages", "events",
+    "window", "window_source", "budget", "checkpoint", "system", "tools", "messages", "events",
 }  # fmt: skip
 
 
@@ -62,10 +62,10 @@ def workspace(tmp_path: Path) -> Path:
 def test_context_json_shows_the_next_request_and_what_became_of_each_event(
     tmp_path: Path, workspace: Path
 ) -> None:
-    # Turn 1: noise until a compaction, then an empty answer. Turn 2: a command that is dispatched
+    # Turn 1: noise until a compaction, then an answer. Turn 2: a command that is dispatched
     # when the process dies, so its call has no outcome. Every kind of inclusion appears.
     db = tmp_path / "bubu.db"
-    script = _noisy_script(tmp_path, 11, [{}, NOISY])
+    script = _noisy_script(tmp_path, 11, [{"text": "done"}, NOISY])
     run = ["-m", f"scripted:{script}", "--yes", "--context-window", WINDOW]
     done = bubu(db, "run", "make noise", "-w", str(workspace), *run)
     assert done.returncode == 0, done.stderr
@@ -81,6 +81,7 @@ def test_context_json_shows_the_next_request_and_what_became_of_each_event(
     assert out["session"] == sid
     assert out["model"] == f"scripted:{script}"
     assert out["window"] == 9_000
+    assert out["window_source"] == "--context-window"
     assert out["budget"] == 6_750
     assert out["estimated_tokens"] <= out["budget"]
     assert "run_command" in out["tools"]
@@ -121,7 +122,6 @@ def test_context_json_shows_the_next_request_and_what_became_of_each_event(
     }
     skipped = [(r["kind"], r["why"]) for r in rows if r["inclusion"] == "skipped"]
     assert skipped == [
-        ("text", "empty text"),
         ("function_call", "no committed outcome yet: a call is only sent with its result"),
     ]
     assert (by[again]["kind"], by[again]["inclusion"]) == ("text", "included")

@@ -18,7 +18,7 @@ import pytest
 
 from bubu.engine.driver import RunConfig
 from bubu.engine.session import new_session, start_turn
-from bubu.events import ModelRequest, Record, SystemNote, Text, TurnEndReason
+from bubu.events import ModelRequest, Record, SystemNote, Text, TurnEnded, TurnEndReason
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.anthropic import AnthropicProvider
 from bubu.providers.base import Provider
@@ -311,21 +311,32 @@ def test_the_adapters_never_wait_forever_for_a_stalled_stream(api: Api) -> None:
     assert timeout.connect <= 10
 
 
-def test_an_empty_stream_is_an_incomplete_response_and_is_retried(tmp_path: Path, api: Api) -> None:
+def test_an_empty_stream_is_retried_once(tmp_path: Path, api: Api) -> None:
     empty = Reply(body=(b"data: [DONE]\n\n",) if api.name == "openai" else (b"",))
     turn = drive(tmp_path, api, [empty, api.text("Answer.")])
     assert turn.reason == "completed"
     (err,) = errors(turn.records)
-    assert (err.error_class, err.retryable) == ("stream_incomplete", True)
+    assert (err.error_class, err.retryable) == ("empty_stream", True)
+    assert "closed the response stream without sending anything" in err.message
     assert turn.answer == ["Answer."]
 
 
-def test_a_complete_but_empty_answer_ends_the_turn(tmp_path: Path, api: Api) -> None:
-    turn = drive(tmp_path, api, [api.text("")])
+def test_a_complete_but_empty_answer_is_asked_again_once(tmp_path: Path, api: Api) -> None:
+    turn = drive(tmp_path, api, [api.text(""), api.text("Answer.")])
     assert turn.reason == "completed"
-    assert _shape(turn) == ["model_request", "text", "turn_ended"]
-    assert turn.answer == [""]
-    assert errors(turn.records) == []
+    assert _shape(turn) == ["model_request", "error", "model_request", "text", "turn_ended"]
+    assert turn.answer == ["Answer."]
+    (err,) = errors(turn.records)
+    assert err.error_class == "empty_response"
+
+
+def test_two_empty_answers_in_a_row_end_the_turn_saying_so(tmp_path: Path, api: Api) -> None:
+    turn = drive(tmp_path, api, [api.text(""), api.text("")])
+    assert turn.reason == "failed"
+    assert _shape(turn) == ["model_request", "error", "model_request", "error", "turn_ended"]
+    end = [n for r in turn.records if isinstance(c := r.event.content, SystemNote)
+           and isinstance(n := c.note, TurnEnded)]  # fmt: skip
+    assert "answered with neither text nor a tool call, 2 times in a row" in (end[0].message or "")
 
 
 # ---- what the model asked for ------------------------------------------------------------------
@@ -343,7 +354,8 @@ def test_malformed_tool_arguments_are_an_error_result_the_model_sees(
     (result,) = results(turn.records)
     assert result.is_error
     assert result.result.startswith(
-        'the arguments were not valid JSON, so write_file did not run: {"path": "notes.txt"'
+        "write_file did not run: its arguments are not valid JSON: Unterminated string starting "
+        'at (line 1, column 34, char 33); send them as one JSON object. They were: {"path": "notes.txt"'
     )
     assert not (turn.workspace / "notes.txt").exists(), "nothing was written"
     # The next request shows the model its error result.
@@ -363,7 +375,11 @@ def test_arguments_the_log_cannot_hold_are_an_error_result(
     assert turn.reason == "completed"
     (result,) = results(turn.records)
     assert result.is_error
-    assert result.result.startswith("the arguments were not valid JSON, so read_file did not run")
+    assert result.result.startswith("read_file did not run: its arguments ")
+    why = {"1e999": "hold a number JSON cannot carry (1e999 does not fit a double)",
+           "NaN": "hold a number JSON cannot carry (NaN is not a JSON number)",
+           "deep": "are nested too deeply to parse"}  # fmt: skip
+    assert why[next(k for k in why if k in arguments or k == "deep")] in result.result
 
 
 def test_a_call_to_an_unknown_tool_is_an_error_result(tmp_path: Path, api: Api) -> None:
@@ -391,7 +407,7 @@ def test_a_tool_call_cut_by_max_tokens_is_an_error_result(tmp_path: Path, api: A
     assert turn.reason == "completed"
     (result,) = results(turn.records)
     assert result.is_error
-    assert "were not valid JSON, so write_file did not run" in result.result
+    assert result.result.startswith("write_file did not run: its arguments are not valid JSON")
     assert not (turn.workspace / "notes.txt").exists()
 
 

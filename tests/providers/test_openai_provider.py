@@ -289,11 +289,21 @@ def test_missing_key_for_openai_is_a_config_error() -> None:
 def test_spec_and_context_window() -> None:
     wire = Wire([])
     assert provider(wire).spec == "openai:gpt-4.1"
-    assert provider(wire).context_window == 1_047_576
+    # Hosted models: the genai-prices table.
+    assert provider(wire).context_window == 1_000_000
+    assert provider(wire).context_window_source == "genai-prices table"
     assert OpenAIProvider("gpt-4o-mini", api_key="k").context_window == 128_000
     assert OpenAIProvider("o3-mini", api_key="k").context_window == 200_000
-    assert OpenAIProvider("llama3.2", base_url=LOCAL).context_window == 128_000
-    assert OpenAIProvider("gpt-4.1", api_key="k", context_window=50_000).context_window == 50_000
+    # A model nobody knows is unknown, said as such (not 128k).
+    unknown = OpenAIProvider("gpt-unheard-of", api_key="k")
+    assert (unknown.context_window, unknown.context_window_source) == (
+        32_768,
+        "default: unknown model",
+    )
+    # A server nobody answers at: it said nothing, so the default for an unknown model.
+    assert OpenAIProvider("llama3.2", base_url="http://127.0.0.1:9/v1").context_window == 32_768
+    given = OpenAIProvider("gpt-4.1", api_key="k", context_window=50_000)
+    assert (given.context_window, given.context_window_source) == (50_000, "--context-window")
 
 
 # ---- failures --------------------------------------------------------------------------------

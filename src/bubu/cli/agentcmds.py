@@ -26,7 +26,14 @@ from bubu.events import TurnEndReason
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import fold_status
-from bubu.projections.transcript import FORCE_HINT, Message, ToolCard, notice_text, transcript
+from bubu.projections.transcript import (
+    FORCE_HINT,
+    Message,
+    ToolCard,
+    notice_text,
+    transcript,
+    unknown_usage,
+)
 from bubu.providers import resolve
 
 EXIT = {"completed": 0, "failed": 1, "stopped": 3, "suspended": 4, None: 5}
@@ -433,6 +440,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
                     "output_tokens": t.output_tokens,
                     "cache_read_tokens": t.cache_read_tokens,
                     "cache_write_tokens": t.cache_write_tokens,
+                    "usage_unknown_calls": t.usage_unknown_calls,
                     **t.cost.json(),
                 },
             }
@@ -460,7 +468,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
                 click.echo(prefix + printable(ln))
     click.echo(
         f"\n  {t.model_calls} model calls · {t.input_tokens:,} in / {t.output_tokens:,} out tokens"
-        f" · {t.cost.text()}"
+        f"{unknown_usage(t.usage_unknown_calls)} · {t.cost.text()}"
     )
 
 
@@ -511,6 +519,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "output_tokens": t.output_tokens,
             "cache_read_tokens": t.cache_read_tokens,
             "cache_write_tokens": t.cache_write_tokens,
+            "usage_unknown_calls": t.usage_unknown_calls,
             **t.cost.json(),
         },
         "recovery": None,
@@ -583,6 +592,7 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
             click.echo(f"    last error: {printable(w.message)}")
     click.echo(
         f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens"
+        f"{unknown_usage(int(usage.get('usage_unknown_calls') or 0))}"
     )
     click.echo(cost_lines(usage))
     if d["plan"]:

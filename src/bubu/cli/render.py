@@ -22,14 +22,16 @@ from bubu.events import (
     PermissionRequest,
     Record,
     RecoveryNotice,
+    ServerNote,
     SystemNote,
     Text,
     TurnEnded,
+    WindowLearned,
 )
 from bubu.pricing import CostTally
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.memory import plan_counts, plan_items
-from bubu.projections.transcript import notice_text, switch_text
+from bubu.projections.transcript import notice_text, server_text, switch_text, unknown_usage
 from bubu.providers.base import Delta
 
 
@@ -70,6 +72,7 @@ class TerminalObserver:
         self.activity: str | None = None
         self.steps = 0
         self.tokens = 0
+        self.unknown_usage = 0  # calls whose server reported no usage
         self.cost = CostTally()
         self.plan: str | None = None  # "2/5" once the model keeps a plan (update_plan)
         self._plan_calls: dict[str, FunctionCall] = {}
@@ -116,7 +119,7 @@ class TerminalObserver:
             else one_line(self.activity or "working", 60)
         )
         plan = f" · plan {self.plan}" if self.plan else ""
-        return f"  ◦ step {self.steps} · {what}{plan} · {self.tokens:,} tokens · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
+        return f"  ◦ step {self.steps} · {what}{plan} · {self.tokens:,} tokens{unknown_usage(self.unknown_usage)} · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
 
     def _tick(self) -> None:
         while not self._done.wait(0.5):
@@ -181,6 +184,7 @@ class TerminalObserver:
             if a is not None and a.token_usage is not None:
                 self.steps += 1
                 self.tokens += a.token_usage.input_tokens + a.token_usage.output_tokens
+                self.unknown_usage += a.token_usage.usage_unknown
                 u = a.token_usage
                 self.cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
                 if self._in_text:
@@ -204,6 +208,8 @@ class TerminalObserver:
                         f"  ! {_short(c.error_class, 40)}: {_short(c.message, 100)}", fg="yellow"
                     )
                 )
+            elif isinstance(c, SystemNote) and isinstance(c.note, ServerNote | WindowLearned):
+                self.line(self._style(f"  ! {printable(server_text(c.note))}", fg="yellow"))
             elif isinstance(c, SystemNote) and isinstance(c.note, ModelSwitch):
                 self.line(self._style(f"  ⇄ {switch_text(c.note)}", fg="yellow"))
             elif isinstance(c, SystemNote) and isinstance(c.note, RecoveryNotice):

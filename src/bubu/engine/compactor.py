@@ -48,6 +48,7 @@ from bubu.log.codec import sha256_hex
 from bubu.log.store import View
 from bubu.projections.context import Checkpoint
 from bubu.projections.facts import Facts
+from bubu.providers import windows
 from bubu.providers.base import Delta, ModelRequest, ModelResponse, TextPart
 
 if TYPE_CHECKING:
@@ -155,7 +156,10 @@ class Compactor:
             return  # a cache that cannot be written is only a cache
 
     def window(self, runner: Runner) -> int:
-        """The model's window in tokens."""
+        """The model's window in tokens (one the server's overflow error stated wins)."""
+        t = runner.turn
+        if t.context_window and windows.learned(t.window_source):
+            return t.context_window
         return (
             runner.config.context_window
             or runner.turn.context_window

@@ -19,7 +19,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, assert_never
 
 import msgspec
 
@@ -33,7 +33,9 @@ from bubu.engine.compactor import Compactor
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.keep import kept_before
 from bubu.engine.lanes import Admitted, Lanes
+from bubu.engine.loops import GoOn, Stuck, verdict, warning
 from bubu.engine.memory import workspace_memory
+from bubu.engine.overflow import Again, Shrink, Stop, after_overflow, empty_response
 from bubu.engine.permissions import Answer, Asker, Policy, nobody
 from bubu.engine.prompt import system_prompt
 from bubu.errors import AppendConflict, BubuError, LeaseLost, ProviderError, StorageError, ToolError
@@ -41,6 +43,7 @@ from bubu.events import (
     Actions,
     Content,
     EndCause,
+    Error,
     Event,
     FunctionCall,
     FunctionResponse,
@@ -51,6 +54,7 @@ from bubu.events import (
     Role,
     RunStarted,
     SandboxMode,
+    ServerNote,
     StepLimit,
     SystemNote,
     Text,
@@ -59,6 +63,7 @@ from bubu.events import (
     ToolDispatch,
     TurnEnded,
     TurnEndReason,
+    WindowLearned,
     make,
 )
 from bubu.events import ModelRequest as ModelRequestNote
@@ -76,6 +81,7 @@ from bubu.providers.base import (
     TextPart,
     ThinkingPart,
     ToolSpec,
+    arguments_error,
 )
 from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
@@ -187,6 +193,7 @@ class Runner:
         self.compactor = Compactor(policy=self.config.context)
         self.high_water = 0
         self.run: str | None = None
+        self._run_seq = 0  # the seq this run started at
         self._stop: StopReason | None = None
         self._stop_event = threading.Event()
         self._pool = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="bubu-tool")
@@ -368,6 +375,7 @@ class Runner:
         turn = next((e.turn for e in events if e.turn), self.turn.turn)
         events = [self._stamp(e, turn) for e in events]
         self.append(events, durable=True)
+        self._run_seq = self.high_water
         mode, network = self.sandbox_mode
         if mode != "off" and sandbox.confinement(mode, network) is None:
             # The log says why this run's commands ask although the turn wants a sandbox.
@@ -406,7 +414,8 @@ class Runner:
                         case Idle():
                             return self.turn.end_reason
                         case CallModel():
-                            self._call_model()
+                            if not self._stuck():
+                                self._call_model()
                         case RunTools(calls=calls):
                             self._run_tools(calls)
                         case EndTurn(reason=reason, message=message, step_limit=limit, cause=cause):
@@ -530,10 +539,54 @@ class Runner:
         self.observer.on_activity("thinking")
         try:
             response = self._wait(self._pool.submit(self._complete, request))
+            empty_response(response, self.provider.spec)
         except ProviderError as e:
-            self._failed_attempt(e, attempt)
+            if not self._overflowed(e, attempt, estimate):
+                self._failed_attempt(e, attempt)
             return
         self._commit_response(response, estimate)
+
+    def _stuck(self) -> bool:
+        """End the turn when the model keeps repeating one failing call (loops.py)."""
+        v = verdict(self.turn.calls.values(), after_seq=self._run_seq)
+        match v:
+            case GoOn():
+                return False
+            case Stuck():
+                self.end_turn("stopped", v.message)
+                return True
+            case _:
+                assert_never(v)
+
+    def _overflowed(self, e: ProviderError, attempt: int, estimate: int) -> bool:
+        """Handle an overflow or an empty answer (overflow.py); False: the retry policy decides."""
+        window = self.compactor.window(self)
+        calibrated = int(estimate * self.compactor.calibration.factor)
+        plan = after_overflow(e, attempt=attempt, window=window, estimate=calibrated)
+        if plan is None:
+            return False
+        error = Error(
+            error_class=e.error_class,
+            message=str(e),
+            retryable=not isinstance(plan, Stop),
+            status=e.status,
+        )
+        match plan:
+            case Shrink(window=tokens, source=source):
+                self.append(
+                    [
+                        self.event("system", "system", error),
+                        self.note(WindowLearned(tokens=tokens, source=source)),
+                    ]
+                )
+            case Again():
+                self.append([self.event("system", "system", error)])
+            case Stop(message=message):
+                self.append([self.event("system", "system", error)])
+                self.end_turn("failed", message)
+            case _:
+                assert_never(plan)
+        return True
 
     def _select_model(self) -> None:
         """Use the provider of the model the log says the turn is on (a fallback, or the primary)."""
@@ -610,12 +663,18 @@ class Runner:
             model=self.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
             cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
             estimated_input_tokens=estimate, stop_reason=response.stop_reason,
+            served_model=codec.sanitize_text(response.model)[:200] or None, usage_unknown=not u.reported,
             cost_usd=pricing.call_cost(
                 self.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
                 cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
                 official=getattr(self.provider, "official", True)),
         )  # fmt: skip
-        events = [self.event("model", "agent", c, invocation=inv) for c in contents[:-1]]
+        events = (
+            [self.note(ServerNote(text=codec.sanitize_text(response.notice)))]
+            if response.notice
+            else []
+        )
+        events += [self.event("model", "agent", c, invocation=inv) for c in contents[:-1]]
         events.append(self.event("model", "agent", contents[-1], Actions(token_usage=usage, end_invocation=True),
                                  invocation=inv, status="completed"))  # fmt: skip
         self.append(events)
@@ -660,6 +719,11 @@ class Runner:
     ) -> tuple[Event, bytes | None]:
         """The outcome event; a large result is offloaded (placeholder inline, bytes as a blob)."""
         duration = None if started is None else int((clock.monotonic() - started) * 1000)
+        again = warning(self.turn.calls.values(), call) if result.is_error else None
+        if again is not None:
+            result = ToolResult(
+                output=f"{result.output}\n[{again}]", is_error=True, full=result.full
+            )
         text = codec.sanitize_text(result.output)
         data = result.full if result.full is not None else text.encode("utf-8")
         # Before the placeholder's excerpt cuts a line (and a secret in it) short.
@@ -842,7 +906,8 @@ class Runner:
             return None
         if call.raw_arguments is not None:
             early.append(self._outcome(call, ToolResult(
-                output=f"the arguments were not valid JSON, so {call.name} did not run: {call.raw_arguments[:500]}",
+                output=f"{call.name} did not run: its arguments {arguments_error(call.raw_arguments)}; "
+                       f"send them as one JSON object. They were: {call.raw_arguments[:300]}",
                 is_error=True), None))  # fmt: skip
             return None
         ctx = self.context_for(call)

@@ -18,6 +18,7 @@ from bubu.events import EndCause, SystemNote, Text, TurnEndReason, TurnStarted, 
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.turn import TurnFold, fold
+from bubu.providers import windows
 from bubu.providers.base import Provider
 from bubu.tools.base import Tool
 from bubu.tools.sandbox import DEFAULT_MODE
@@ -187,6 +188,23 @@ def reopen_turn(host: Host, runner: Runner) -> TurnEndReason | None:
     return runner.drive()
 
 
+def _turn_window(host: Host, p: TurnFold) -> tuple[int | None, str | None]:
+    """The window the turn records, with its source: the user's; else the reopened turn's when
+    a user set it or the server's overflow error stated it; else the model's as found now."""
+    if host.config.context_window:
+        return host.config.context_window, windows.USER
+    if p.context_window and (
+        p.window_source in (None, windows.USER) or windows.learned(p.window_source)
+    ):
+        return p.context_window, p.window_source or windows.USER
+    try:
+        tokens = host.provider.context_window
+    except BubuError:
+        return None, None
+    source = getattr(host.provider, "context_window_source", None)
+    return tokens, source if isinstance(source, str) else "the model provider"
+
+
 def _turn_started(
     host: Host,
     session: SessionInfo,
@@ -200,6 +218,7 @@ def _turn_started(
     b = budget if budget is not None else LongRunFold()
     c = host.config
     ms = host.model_settings
+    window, window_source = _turn_window(host, p)
     return TurnStarted(
         model=host.provider.spec,
         max_steps=c.max_steps if c.max_steps is not None else b.max_steps,
@@ -210,7 +229,8 @@ def _turn_started(
         yes=host.policy.yes or p.yes,
         allow_commands=list(dict.fromkeys([*p.allow_commands, *host.policy.allow_commands])),
         system_prompt=host.prompt if host.prompt is not None else p.system_prompt,
-        context_window=host.config.context_window or p.context_window,
+        context_window=window,
+        window_source=window_source,
         mcp_config=host.mcp_config if host.mcp_config is not None else p.mcp_config,
         # A mode chosen now wins; else the reopened turn's; the network only ever widens.
         sandbox=host.policy.sandbox or p.sandbox or DEFAULT_MODE,

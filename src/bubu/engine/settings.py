@@ -97,11 +97,17 @@ def imported_server(note: TurnStarted | None, session: str) -> None:
     )
 
 
+def user_window(note: TurnStarted) -> int | None:
+    """The window the user set for the turn `note` started (None: the model's own was recorded,
+    which a later run finds again; the turn's budgets keep using the recorded one)."""
+    return note.context_window if note.window_source in (None, "--context-window") else None
+
+
 def resolve_options(note: TurnStarted) -> dict[str, Any]:
     """The `bubu.providers.resolve` keywords that rebuild the provider `note` recorded."""
     return {
         "base_url": with_credentials(note.base_url, note.model) if note.base_url else None,
-        "context_window": note.context_window,
+        "context_window": user_window(note),
         "thinking_budget": note.thinking_budget,
         "stall_timeout": note.stall_timeout,
     }
@@ -111,7 +117,7 @@ def recorded_model_settings(note: TurnStarted) -> ModelSettings:
     """The `ModelSettings` `note` recorded (so the next turn records them again)."""
     return ModelSettings(
         base_url=note.base_url,
-        context_window=note.context_window,
+        context_window=user_window(note),
         thinking_budget=note.thinking_budget,
         stall_timeout=note.stall_timeout,
     )
@@ -142,7 +148,7 @@ def continuing_opts(
         recorded["base_url"] = (
             with_credentials(note.base_url, note.model) if note.base_url else None
         )
-        recorded["context_window"] = note.context_window
+        recorded["context_window"] = user_window(note)
         recorded["thinking"] = note.thinking_budget
     for key, value in recorded.items():
         if key not in explicit and (value is not None or key == "max_steps"):

@@ -19,6 +19,7 @@ from bubu.events import (
     Record,
     RecoveryNotice,
     RunStarted,
+    ServerNote,
     SessionStarted,
     StepLimit,
     SummaryChunk,
@@ -27,6 +28,7 @@ from bubu.events import (
     Thinking,
     TurnEnded,
     TurnStarted,
+    WindowLearned,
 )
 from bubu.pricing import CostTally
 
@@ -73,6 +75,8 @@ class Transcript:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     model_calls: int = 0
+    usage_unknown_calls: int = 0
+    """Calls whose server reported no token usage (their tokens are unknown, not 0)."""
     cost: CostTally = field(default_factory=CostTally)
     """What the calls cost, in total and per model (unknown prices kept apart)."""
     cards: dict[str, ToolCard] = field(default_factory=dict)
@@ -131,6 +135,7 @@ class Transcript:
             if a.token_usage is not None:
                 u = a.token_usage
                 self.model_calls += 1
+                self.usage_unknown_calls += u.usage_unknown
                 self.input_tokens += u.input_tokens
                 self.output_tokens += u.output_tokens
                 self.cache_read_tokens += u.cache_read_tokens
@@ -166,6 +171,8 @@ class Transcript:
                 )
             case Info(text=t):
                 text = t
+            case ServerNote() | WindowLearned():
+                text = server_text(n)
             case SessionStarted(origin="import", workspace=ws):
                 # (A fork says so in its own note, which people have always read.)
                 text = f"imported here; it continues only when run explicitly (workspace {ws})"
@@ -177,6 +184,20 @@ class Transcript:
                 text = None
         if text:
             self.items.append(Message(seq=r.seq, kind=kind, text=text, turn=turn))
+
+
+def server_text(n: ServerNote | WindowLearned) -> str:
+    """What the model server turned out to be, as a person reads it."""
+    if isinstance(n, WindowLearned):
+        return f"window: {n.tokens:,} tokens (from {n.source}); compacting to it"
+    return n.text
+
+
+def unknown_usage(calls: int) -> str:
+    """What a token count leaves out: calls whose server reported no usage ("" when none)."""
+    if not calls:
+        return ""
+    return f" (+{calls} call{'s' if calls != 1 else ''} of unknown usage)"
 
 
 def switch_text(n: ModelSwitch) -> str:

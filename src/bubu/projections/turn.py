@@ -29,6 +29,7 @@ from bubu.events import (
     TurnEnded,
     TurnEndReason,
     TurnStarted,
+    WindowLearned,
 )
 
 
@@ -64,6 +65,7 @@ class TurnFold:
     allow_commands: tuple[str, ...] = ()
     system_prompt: str | None = None
     context_window: int | None = None
+    window_source: str | None = None
     mcp_config: str | None = None
     sandbox: SandboxMode | None = None
     network: bool = False
@@ -140,6 +142,7 @@ class TurnFold:
             self.yes, self.allow_commands = n.yes, tuple(n.allow_commands)
             self.system_prompt = n.system_prompt
             self.context_window = n.context_window
+            self.window_source = n.window_source
             self.mcp_config = n.mcp_config
             self.sandbox, self.network = n.sandbox, n.network
             self.pass_env = tuple(n.pass_env)
@@ -165,6 +168,8 @@ class TurnFold:
             self.inflight_request = n
         elif isinstance(n, SummaryChunk):
             self.inflight_request = None  # the summarizer call it answers is over
+        elif isinstance(n, WindowLearned):
+            self.context_window, self.window_source = n.tokens, n.source
         elif isinstance(n, RecoveryNotice):
             self.unnoticed = []
             if n.dropped_model_calls:

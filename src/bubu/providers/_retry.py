@@ -23,6 +23,7 @@ import httpx2
 
 from bubu.errors import ConfigError, ProviderError
 from bubu.messages import ModelResponse
+from bubu.providers.windows import window_in_error
 
 ErrorClass: TypeAlias = Literal[
     "auth",
@@ -30,6 +31,7 @@ ErrorClass: TypeAlias = Literal[
     "bad_response",
     "connection",
     "context_length",
+    "empty_stream",
     "not_found",
     "overloaded",
     "quota",
@@ -52,6 +54,11 @@ _CONTEXT_HINTS = (
     "prompt is too long",
     "maximum context",
     "too many tokens",
+    # llama-server: 400 exceed_context_size_error, "exceeds the available context size"
+    "exceed_context_size",
+    "available context size",
+    # llama-cpp-python: "Requested tokens (N) exceed context window of M"
+    "exceed context window",
 )
 
 
@@ -219,7 +226,7 @@ def status_error(
     retryable = status in _RETRYABLE_4XX or status >= 500
     if error_class == "quota":
         retryable = False
-    return ProviderError(
+    error = ProviderError(
         message,
         status=status,
         body=scrubbed_body,
@@ -227,6 +234,9 @@ def status_error(
         retry_after=wait if retryable else None,
         error_class=error_class,
     )
+    if error_class == "context_length":
+        error.served_window = window_in_error(body) or window_in_error(api_message)
+    return error
 
 
 def timeout_error(vendor: Vendor, exc: BaseException | None = None) -> ProviderError:
@@ -265,6 +275,17 @@ def connection_error(vendor: Vendor, detail: str, *, during_stream: bool) -> Pro
         body=detail,
         retryable=True,
         error_class="connection",
+    )
+
+
+def empty_stream_error(vendor: Vendor) -> ProviderError:
+    """A 200 whose stream closed with nothing in it: no chunk, no end. llama-cpp-python's server
+    answers so when the request does not fit its context window."""
+    return ProviderError(
+        f"{vendor.name} closed the response stream without sending anything (llama-cpp-python's "
+        "server does this when the request exceeds its context window)",
+        retryable=True,
+        error_class="empty_stream",
     )
 
 
@@ -320,16 +341,18 @@ def stream_call(
     key) rides along as its __context__.
     """
     streaming = False
+    fed = False
     error: ProviderError
     try:
         stream = open_stream()
         streaming = True
         with stream as items:
             for item in items:
+                fed = True
                 feed(item)
         if assembler.complete:
             return assembler.result()
-        error = incomplete_stream_error(vendor)
+        error = incomplete_stream_error(vendor) if fed else empty_stream_error(vendor)
     except errors as exc:
         error = convert(exc, streaming)
     raise error

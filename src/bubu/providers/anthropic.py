@@ -32,7 +32,7 @@ from anthropic.types import (
 
 from bubu import secrets
 from bubu.errors import ConfigError, ProviderError
-from bubu.providers import _retry
+from bubu.providers import _retry, windows
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -81,9 +81,20 @@ UserBlock: TypeAlias = TextBlockParam | ToolResultBlockParam
 
 
 def context_window_for(model: str) -> int:
-    """The best known context window of a Claude model, by longest matching name prefix."""
+    """The window of a Claude model as the `genai-prices` table states it, else the longest
+    matching name prefix of `CONTEXT_WINDOWS`."""
+    return window_for(model).tokens
+
+
+def window_for(model: str) -> windows.Window:
+    """`context_window_for` with where the figure came from."""
+    found = windows.hosted_window("anthropic", model)
+    if found is not None:
+        return found
     matches = [(len(p), size) for p, size in CONTEXT_WINDOWS if model.startswith(p)]
-    return max(matches)[1] if matches else DEFAULT_CONTEXT_WINDOW
+    if matches:
+        return windows.Window(max(matches)[1], "default: every Claude model has 200k")
+    return windows.Window(DEFAULT_CONTEXT_WINDOW, "default: unknown model")
 
 
 def thinking_config(model: str, budget: int) -> ThinkingConfigParam:
@@ -403,7 +414,9 @@ class AnthropicProvider:
         self._base_url = base or ANTHROPIC_URL
         self._official = official
         self._thinking_budget = thinking_budget
-        self._context_window = context_window or context_window_for(model)
+        self._window = (
+            windows.Window(context_window, windows.USER) if context_window else window_for(model)
+        )
         stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
         name = "Anthropic" if official else f"the server at {_retry.display_url(base or '')}"
         self._vendor = _retry.Vendor(
@@ -437,7 +450,12 @@ class AnthropicProvider:
     @property
     def context_window(self) -> int:
         """The model's context window in tokens."""
-        return self._context_window
+        return self._window.tokens
+
+    @property
+    def context_window_source(self) -> str:
+        """Where `context_window` came from (``--context-window``, ``genai-prices table`` …)."""
+        return self._window.source
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Stream one Messages API call; raise ProviderError on any failure."""

@@ -49,6 +49,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "UserMessage",
+    "arguments_error",
     "parse_arguments",
 ]
 
@@ -79,6 +80,24 @@ def parse_arguments(raw: str) -> dict[str, JSON] | None:
     except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+def arguments_error(raw: str) -> str:
+    """What is wrong with argument text `parse_arguments` refused, and where, in a few words."""
+    try:
+        parsed = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except json.JSONDecodeError as e:
+        return f"are not valid JSON: {e.msg} (line {e.lineno}, column {e.colno}, char {e.pos})"
+    except RecursionError:
+        return "are nested too deeply to parse"
+    except ValueError as e:
+        return f"hold a number JSON cannot carry ({e})"
+    if not isinstance(parsed, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(parsed), "a number"
+        )
+        return f"are {kind}, not a JSON object"
+    return "could not be read"
 
 
 def _no_constant(name: str) -> float:

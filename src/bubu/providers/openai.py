@@ -7,14 +7,16 @@ retries and records each failed attempt, so every failure leaves here as a `Prov
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from typing import assert_never
+from typing import Any, assert_never
 from urllib.parse import urlsplit
 
 import httpx2
 import openai
 from openai.types.chat import (
+    ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageFunctionToolCallParam,
@@ -25,7 +27,7 @@ from openai.types.completion_usage import CompletionUsage
 from bubu import secrets
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
-from bubu.providers import _retry
+from bubu.providers import _retry, toolmode, windows
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -46,19 +48,6 @@ from bubu.providers.base import (
 OPENAI_URL = "https://api.openai.com/v1"
 # Local servers (Ollama, LM Studio, vLLM) ignore the key, but the SDK insists on having one.
 PLACEHOLDER_KEY = "not-needed"
-DEFAULT_CONTEXT_WINDOW = 128_000
-# Longest prefix wins; unknown models get the default and the user can override it.
-CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
-    ("gpt-5", 400_000),
-    ("gpt-4.1", 1_047_576),
-    ("gpt-4o", 128_000),
-    ("gpt-4-turbo", 128_000),
-    ("gpt-4", 8_192),
-    ("gpt-3.5-turbo", 16_385),
-    ("o1", 200_000),
-    ("o3", 200_000),
-    ("o4-mini", 200_000),
-)
 _STOP_REASONS = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
@@ -68,9 +57,10 @@ _STOP_REASONS = {
 
 
 def context_window_for(model: str) -> int:
-    """The best known context window of an OpenAI model, by longest matching name prefix."""
-    matches = [(len(p), size) for p, size in CONTEXT_WINDOWS if model.startswith(p)]
-    return max(matches)[1] if matches else DEFAULT_CONTEXT_WINDOW
+    """The window of an OpenAI model as the `genai-prices` table states it, else the default
+    for an unknown model."""
+    found = windows.hosted_window("openai", model)
+    return found.tokens if found is not None else windows.UNKNOWN_WINDOW
 
 
 # ---- request: ModelRequest -> wire ------------------------------------------------------------
@@ -212,6 +202,30 @@ class ChunkAssembler:
         if arguments:
             call.arguments.append(arguments)
 
+    def take_whole(self, completion: ChatCompletion, on_delta: DeltaSink) -> None:
+        """Take a whole (not streamed) completion, sending its text to `on_delta` at once."""
+        if completion.model:
+            self._model = completion.model
+        self._usage = completion.usage
+        choice = completion.choices[0] if completion.choices else None
+        if choice is None:
+            return
+        message = choice.message
+        reasoning = _reasoning_fragment(message.model_extra)
+        if reasoning:
+            self._reasoning.append(reasoning)
+            on_delta(Delta(kind="thinking", text=reasoning))
+        if message.content:
+            self._text.append(message.content)
+            on_delta(Delta(kind="text", text=message.content))
+        for i, call in enumerate(message.tool_calls or ()):
+            function = getattr(call, "function", None)
+            name = function.name if function is not None else None
+            arguments = function.arguments if function is not None else None
+            self._take_call_fragment(i, call.id, name, arguments)
+        finish: str | None = getattr(choice, "finish_reason", None)  # some servers send none
+        self._finish = finish or "stop"
+
     @staticmethod
     def _starts_new_call(call: _Call, call_id: str | None, name: str | None) -> bool:
         # Some compatible servers send each whole call at index 0 (or with no index): a second
@@ -222,8 +236,9 @@ class ChunkAssembler:
 
     @property
     def complete(self) -> bool:
-        """Whether a finish reason arrived, i.e. the response is whole."""
-        return self._finish is not None
+        """Whether the response is whole: a finish reason arrived, or (from a server that sends
+        none) the usage that comes after the last choice did."""
+        return self._finish is not None or self._usage is not None
 
     def result(self) -> ModelResponse:
         """The assembled response (call only once `complete` is true)."""
@@ -235,6 +250,8 @@ class ChunkAssembler:
             parts.append(TextPart(text=text))
         parts.extend(_tool_call_part(call) for call in self._calls)
         stop = _STOP_REASONS.get(self._finish or "", self._finish)
+        if self._finish is None:
+            stop = "tool_use" if self._calls else "end_turn"  # inferred: the server sent none
         if self._calls and stop == "end_turn":
             # Several compatible servers report "stop" even when the response is tool calls.
             stop = "tool_use"
@@ -270,7 +287,7 @@ def _tool_call_part(call: _Call) -> ToolCallPart:
 
 def _usage(usage: CompletionUsage | None) -> Usage:
     if usage is None:
-        return Usage()
+        return Usage(reported=False)
     details = usage.prompt_tokens_details
     cached = details.cached_tokens if details is not None else None
     return Usage(
@@ -309,8 +326,11 @@ class OpenAIProvider:
             key = PLACEHOLDER_KEY
         self._model = model
         self._official = official
+        self._tool_mode: toolmode.ToolMode = "stream"
         self._base_url = base or OPENAI_URL
-        self._context_window = context_window or context_window_for(model)
+        self._window: windows.Window | None = (
+            windows.Window(context_window, windows.USER) if context_window else None
+        )
         stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
         name = "OpenAI" if official else f"the server at {_retry.display_url(base or '')}"
         self._vendor = _retry.Vendor(
@@ -342,11 +362,59 @@ class OpenAIProvider:
     @property
     def context_window(self) -> int:
         """The model's context window in tokens."""
-        return self._context_window
+        return self.window.tokens
+
+    @property
+    def context_window_source(self) -> str:
+        """Where `context_window` came from, e.g. ``llama.cpp /props``."""
+        return self.window.source
+
+    @property
+    def window(self) -> windows.Window:
+        """The window: the user's, else the one the server serves, else the table's, else the
+        default for an unknown model (found once, on first use)."""
+        if self._window is None:
+            found = None if self._official else windows.served_window(self._base_url, self._model)
+            if found is None and self._official:
+                found = windows.hosted_window("openai", self._model)
+            self._window = found or windows.Window(windows.UNKNOWN_WINDOW, windows.UNKNOWN)
+        return self._window
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        """Stream one Chat Completions call; raise ProviderError on any failure."""
+        """Stream one Chat Completions call; raise ProviderError on any failure.
+
+        A compatible server that refuses how tools were asked is asked again the next way down
+        (toolmode.py), and the response carries the one line that says so."""
+        said: str | None = None
+        while True:
+            try:
+                response = self._complete(request, on_delta)
+            except ProviderError as e:
+                words = _error_words(e)
+                mode = None
+                if request.tools and not self._official:
+                    mode = toolmode.next_mode(self._tool_mode, words)
+                if mode is None:
+                    raise
+                self._tool_mode = mode
+                said = toolmode.notice(mode, self._vendor.name, words)
+                continue
+            return response if said is None else dataclasses.replace(response, notice=said)
+
+    def _complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         assembler = ChunkAssembler()
+        if self._tool_mode == "whole" and request.tools:
+            error: ProviderError
+            try:
+                completion = self._create(request, stream=False)
+            except (openai.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
+                error = self._convert(exc, streaming=False)
+            else:
+                assembler.take_whole(completion, on_delta)
+                if assembler.complete:
+                    return assembler.result()
+                error = _retry.incomplete_stream_error(self._vendor)
+            raise error
         return _retry.stream_call(
             self._vendor,
             open_stream=lambda: self._open(request),
@@ -357,7 +425,19 @@ class OpenAIProvider:
         )
 
     def _open(self, request: ModelRequest) -> openai.Stream[ChatCompletionChunk]:
-        tools = to_tools(request.tools)
+        return self._create(request, stream=True)  # type: ignore[no-any-return]
+
+    def _create(self, request: ModelRequest, *, stream: bool) -> Any:
+        tools = to_tools(request.tools) if self._tool_mode != "none" else []
+        if stream is False:
+            return self._client.chat.completions.create(
+                model=self._model,
+                messages=to_messages(request),
+                tools=tools or openai.omit,
+                tool_choice="auto" if tools else openai.omit,
+                max_tokens=request.max_tokens,
+                stream=False,
+            )
         # OpenAI's newer models accept only max_completion_tokens; compatible servers widely
         # understand only max_tokens.
         if self._official:
@@ -369,10 +449,12 @@ class OpenAIProvider:
                 stream=True,
                 stream_options={"include_usage": True},
             )
+        # A compatible server is asked for "auto" outright: llama-cpp-python drops tools without it.
         return self._client.chat.completions.create(
             model=self._model,
             messages=to_messages(request),
             tools=tools or openai.omit,
+            tool_choice="auto" if tools and self._tool_mode == "stream" else openai.omit,
             max_tokens=request.max_tokens,
             stream=True,
             stream_options={"include_usage": True},
@@ -410,6 +492,20 @@ def _stream_error_event(vendor: _retry.Vendor, body: object) -> ProviderError:
     return _retry.status_error(
         vendor, status, body=body, api_message=_field(body, "message"), api_code=code
     )
+
+
+def _error_words(e: ProviderError) -> str:
+    """The server's own message in a failure (its body's `message`), else the failure's text."""
+    try:
+        body = json.loads(e.body or "")
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        found = _field(inner, "message") or _field(body, "detail")
+        if found:
+            return found
+    return e.body or str(e)
 
 
 def _field(body: object, key: str) -> str | None:

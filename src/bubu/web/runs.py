@@ -33,6 +33,7 @@ from bubu.engine.settings import (
     last_turn,
     recorded_model_settings,
     resolve_options,
+    user_window,
 )
 from bubu.errors import BubuError, ConfigError
 from bubu.events import PermissionRequest, Record, SandboxMode, SystemNote, TurnEnded, TurnStarted
@@ -67,7 +68,7 @@ def default_host(
         return Host(store=store, provider=resolve(model), tools=builtin_tools(), policy=Policy(),
                     config=RunConfig())  # fmt: skip
     options = resolve_options(recorded)
-    config = RunConfig(context_window=recorded.context_window)
+    config = RunConfig(context_window=user_window(recorded))
     if not new_turn:
         config = replace(config, max_steps=None, tool_timeout_s=recorded.tool_timeout or 600.0)
     return Host(

@@ -1,0 +1,98 @@
+"""A model stuck repeating one failing call: a pure decision over the turn's projected calls.
+
+The same call is the same tool with the same canonical arguments (or the same unparsable
+argument text). Its failures are counted since it last succeeded. From `WARN_AT` failures on,
+the failed result tells the model so; at `STOP_AT` the turn is stopped with that reason, since a
+model that has ignored the warning twice will not change course on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from bubu.log import codec
+from bubu.projections.turn import CallState
+
+WARN_AT = 3
+STOP_AT = 5
+
+
+@dataclass(frozen=True, slots=True)
+class GoOn:
+    """No call is stuck."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stuck:
+    """The last finished call has failed `failures` times in a row with the same arguments."""
+
+    name: str
+    failures: int
+
+    @property
+    def message(self) -> str:
+        """Why the turn stops, as the log records it."""
+        return (
+            f"stopped: the model called {self.name} with the same arguments {self.failures} times "
+            "and it failed every time; rephrase the task, or `bubu resume` to let it try again"
+        )
+
+
+Verdict = GoOn | Stuck
+
+
+def same_call(call: CallState) -> tuple[str, str]:
+    """What makes two calls the same call: the tool, and the canonical arguments."""
+    if call.raw_arguments is not None:
+        return call.name, "raw:" + call.raw_arguments
+    return call.name, codec.args_digest(call.arguments)
+
+
+def failures_before(calls: Iterable[CallState], call: CallState) -> int:
+    """How many times the same call failed, since it last succeeded, among the finished calls
+    other than `call`."""
+    key = same_call(call)
+    count = 0
+    for other in sorted(
+        (c for c in calls if c.outcome_seq is not None and c.call_id != call.call_id),
+        key=lambda c: c.outcome_seq or 0,
+    ):
+        if same_call(other) == key:
+            count = count + 1 if other.outcome_error else 0
+    return count
+
+
+def warning(calls: Iterable[CallState], call: CallState, *, warn_at: int = WARN_AT) -> str | None:
+    """The line a failed result of `call` ends with when it is the same call failing again."""
+    failures = failures_before(calls, call) + 1
+    if failures < warn_at:
+        return None
+    return f"this exact call has failed {failures} times; change approach"
+
+
+def verdict(calls: Iterable[CallState], *, after_seq: int = 0, stop_at: int = STOP_AT) -> Verdict:
+    """Whether the turn must stop: its last finished call failed and is the same call failing
+    for the `stop_at`-th time, counting the outcomes after `after_seq` (the run's start, so that
+    a resumed turn gives the model another chance)."""
+    finished = [c for c in calls if c.outcome_seq is not None and c.outcome_seq > after_seq]
+    if not finished:
+        return GoOn()
+    last = max(finished, key=lambda c: c.outcome_seq or 0)
+    if not last.outcome_error:
+        return GoOn()
+    failures = failures_before(finished, last) + 1
+    return Stuck(last.name, failures) if failures >= stop_at else GoOn()
+
+
+__all__ = [
+    "STOP_AT",
+    "WARN_AT",
+    "GoOn",
+    "Stuck",
+    "Verdict",
+    "failures_before",
+    "same_call",
+    "verdict",
+    "warning",
+]
