@@ -229,6 +229,11 @@ class Runner:
 
     def _catch_up(self) -> list[Record]:
         records = self.store.read(self.session.id, after=self.high_water)
+        self._fold(records)
+        return records
+
+    def _fold(self, records: Sequence[Record]) -> None:
+        """Fold committed records (in seq order, right after the high water) into every fold."""
         for r in records:
             self.turn.apply(r)
             self.longrun.apply(r)
@@ -241,7 +246,6 @@ class Runner:
                 self._call_ids.add(r.event.content.call_id)
         if records:
             self.high_water = records[-1].seq
-        return records
 
     def append(
         self, events: Sequence[Event], *, durable: bool = False, blobs: Sequence[bytes] = ()
@@ -253,7 +257,7 @@ class Runner:
         """
         while True:
             try:
-                self.store.append(
+                done = self.store.append(
                     self.session.id,
                     events,
                     expect=self.high_water,
@@ -267,7 +271,9 @@ class Runner:
                 if not foreign or not all(_benign(r) for r in foreign):
                     raise
                 continue
-            self.observer.on_records(self._catch_up())
+            # The store hands back what it committed (redacted, with seq and hash): fold that.
+            self._fold(done.records)
+            self.observer.on_records(done.records)
             return
 
     def event(
