@@ -31,27 +31,25 @@ from bubu.providers.base import AssistantMessage, ToolResultsMessage, UserMessag
 @pass_ctx
 def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | None) -> None:
     """Show the next model request of SESSION and what happened to each event."""
-    from bubu.engine.inspect import inspect_runner
+    from bubu.engine.inspect import inspect_request
 
     store = ctx.store
     info = store.session(session)
-    spec = info.model or "scripted:-"
-    runner = inspect_runner(store, info, context_window=context_window)
-    request = runner.build_request()
-    digest, estimate = runner.request_digest(request)
-    window = runner.compactor.window(runner)
-    calibrated = int(estimate * runner.compactor.calibration.factor)
-    rows = diagnose(store.read(info.id), runner.context)
-    cp = runner.context.checkpoint
+    seen = inspect_request(store, info, context_window=context_window)
+    request, digest, estimate = seen.next.request, seen.next.digest, seen.next.estimate
+    spec, window = seen.model, seen.window
+    calibrated = int(estimate * seen.calibration)
+    rows = diagnose(seen.records, seen.fold.context)
+    cp = seen.fold.context.checkpoint
     out = {
         "session": info.id,
         "model": spec,
         "request_digest": digest,
         "estimated_tokens": estimate,
         "calibrated_tokens": calibrated,
-        "calibration": round(runner.compactor.calibration.factor, 4),
+        "calibration": round(seen.calibration, 4),
         "window": window,
-        "budget": int(min(runner.config.context.compact_at * window, window - runner.config.context.reserve(window))),
+        "budget": seen.budget,
         "checkpoint": None if cp is None else {"key": cp.key, "watermark": cp.watermark, "source_digest": cp.source_digest},
         "system": request.system,
         "tools": [t.name for t in request.tools],

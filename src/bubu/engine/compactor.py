@@ -22,7 +22,6 @@ import msgspec
 from bubu import failpoints
 from bubu.context.compaction import (
     PROMPT_VERSION,
-    VIEW_KIND,
     body_digest,
     checkpoint_text,
     chunk_items,
@@ -38,7 +37,6 @@ from bubu.events import (
     CheckpointBody,
     Compaction,
     Error,
-    Record,
     SummaryChunk,
     SystemNote,
     TokenUsage,
@@ -46,34 +44,21 @@ from bubu.events import (
 from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log.codec import sha256_hex
 from bubu.log.store import View
-from bubu.projections.context import Checkpoint
-from bubu.projections.facts import Facts
+from bubu.log.verify import CHECKPOINT_VIEW as VIEW_KIND
+from bubu.projections.request import (
+    BYTES_PER_TOKEN,
+    Calibration,
+    RequestFold,
+    budget_of,
+    over_budget,
+    window_of,
+)
 from bubu.providers.base import Delta, ModelRequest, ModelResponse, TextPart
 
 if TYPE_CHECKING:
     from bubu.engine.driver import Runner
 
-BYTES_PER_TOKEN = 4
 _enc = msgspec.json.Encoder(order="sorted")
-
-
-@dataclass(slots=True)
-class Calibration:
-    """Reported prompt tokens over estimated ones, from the last calls' token usage."""
-
-    pairs: list[tuple[int, int]] = field(default_factory=list)
-
-    def apply(self, usage: TokenUsage) -> None:
-        """Fold one model call's usage in."""
-        if usage.estimated_input_tokens and usage.input_tokens:
-            self.pairs = [*self.pairs[-19:], (usage.input_tokens, usage.estimated_input_tokens)]
-
-    @property
-    def factor(self) -> float:
-        """Multiply an estimate by this to predict the provider's count (1.0 until known)."""
-        if not self.pairs:
-            return 1.0
-        return max(0.25, min(4.0, sum(a for a, _ in self.pairs) / sum(b for _, b in self.pairs)))
 
 
 class _CallStopped(Exception):
@@ -82,62 +67,27 @@ class _CallStopped(Exception):
 
 @dataclass(slots=True)
 class Compactor:
-    """Compaction for one runner."""
+    """Compaction for one runner: what the log says (checkpoints, facts, calibration) is in the
+    runner's `RequestFold`; this carries out what it calls for."""
 
     policy: ContextPolicy = field(default_factory=ContextPolicy)
-    facts: Facts = field(default_factory=Facts)
-    calibration: Calibration = field(default_factory=Calibration)
-    pending_rebuild: Compaction | None = None
-    """A checkpoint an older Bubu stored only as a view: rebuilt as an event before use."""
-    current: CheckpointBody | None = None
-    """The checkpoint the requests use (a valid summary, or a fallback on the fact sheet)."""
-    valid: CheckpointBody | None = None
-    """The newest checkpoint whose summary covers its whole range: what the next summary folds."""
-    progress: list[SummaryChunk] = field(default_factory=list)
-    """Chunk answers committed since the last compaction note (a compaction cut by a crash)."""
-    _bodies: dict[str, tuple[int, CheckpointBody]] = field(default_factory=dict)
+    fold: RequestFold = field(default_factory=RequestFold)
 
-    def apply(self, runner: Runner, r: Record) -> None:
-        """Fold a record in: facts, calibration, and checkpoints recorded in the log."""
-        self.facts.apply(r)
-        a, c = r.event.actions, r.event.content
-        n = c.note if isinstance(c, SystemNote) else None
-        # Turn calls only: a compaction cut short (a fork, a crash) must resume with the same
-        # calibration it started with, so that it cuts the same chunks.
-        if a is not None and a.token_usage is not None and not isinstance(n, SummaryChunk):
-            self.calibration.apply(a.token_usage)
-        if isinstance(n, CheckpointBody):
-            self._bodies[n.key] = (r.seq, n)
-        elif isinstance(n, SummaryChunk):
-            self.progress.append(n)
-        elif isinstance(n, Compaction):
-            self.progress = []
-            found = self._bodies.pop(n.checkpoint or "", None)
-            if n.body_digest is None:
-                # An older Bubu kept the text in the view alone: rebuild it into the log.
-                self.pending_rebuild = n if n.ok else None
-            elif found is not None and body_digest(found[1]) == n.body_digest:
-                self._use(runner, found[0], found[1])
-                self.pending_rebuild = None
+    @property
+    def calibration(self) -> Calibration:
+        """The estimate's calibration, from the log's token usage."""
+        return self.fold.calibration
 
-    def _use(self, runner: Runner, seq: int, body: CheckpointBody) -> None:
-        self.current = body
-        if body.summarized_upto >= body.watermark:
-            self.valid = body
-        runner.context.set_checkpoint(
-            Checkpoint(
-                key=body.key,
-                watermark=body.watermark,
-                source_digest=body.source_digest,
-                text=checkpoint_text(body),
-            )
-        )
-        self._cache(runner, seq, body)
-
-    def _cache(self, runner: Runner, seq: int, body: CheckpointBody) -> None:
-        """Rebuild the view from the event when it is missing or disagrees (never read for use)."""
+    def cache_views(self, runner: Runner) -> None:
+        """Cache each checkpoint the fold took into use as a view (rebuilt when missing or when it
+        disagrees with the event; never read for use)."""
+        adopted, self.fold.adopted = self.fold.adopted, []
         if runner.lease.epoch < 0:
             return  # an inspecting runner writes nothing
+        for seq, body in adopted:
+            self._cache(runner, seq, body)
+
+    def _cache(self, runner: Runner, seq: int, body: CheckpointBody) -> None:
         digest = body_digest(body)
         try:
             view = runner.store.get_view(VIEW_KIND, runner.session.id, body.key)
@@ -156,49 +106,50 @@ class Compactor:
 
     def window(self, runner: Runner) -> int:
         """The model's window in tokens."""
-        return (
-            runner.config.context_window
-            or runner.turn.context_window
-            or runner.provider.context_window
+        return window_of(
+            configured=runner.config.context_window,
+            recorded=runner.turn.context_window,
+            model=runner.provider.context_window,
         )
 
     def budget(self, runner: Runner) -> int:
         """The largest request in tokens: the compaction threshold."""
-        window = self.window(runner)
-        return int(min(self.policy.compact_at * window, window - self.policy.reserve(window)))
+        return budget_of(self.policy, self.window(runner))
 
     def over_budget(self, runner: Runner, estimate: int) -> bool:
         """True when the calibrated estimate passes the compaction threshold."""
-        return (
-            estimate * self.calibration.factor > self.budget(runner)
-            or self.pending_rebuild is not None
-        )
+        return over_budget(self.fold, estimate, self.budget(runner))
 
     def compact(self, runner: Runner) -> None:
         """Summarize up to a new watermark and commit the checkpoint (or a fallback on the facts)."""
-        if self.pending_rebuild is not None:
-            watermark: int | None = self.pending_rebuild.watermark
-            self.pending_rebuild = None
+        fold = self.fold
+        if fold.pending_rebuild is not None:
+            watermark: int | None = fold.pending_rebuild.watermark
+            fold.pending_rebuild = None
         else:
             watermark = self._choose_watermark(runner)
-        floor = self.current.watermark if self.current is not None else 0
+        floor = fold.current.watermark if fold.current is not None else 0
         if watermark is None or watermark <= floor:
             return
-        previous = self.valid
+        previous = fold.valid
         start = previous.watermark if previous is not None else 0
-        ctx = runner.context
-        facts = self.facts.render()
+        ctx = fold.context
+        facts = fold.facts.render()
         prev_text = checkpoint_text(previous) if previous is not None else None
         max_tokens = min(8192, max(1024, self.window(runner) // 8))
         # Each call must fit the same budget as a turn request; a chunk's "previous summary" is
         # at most one answer long.
         room = int(self.budget(runner) * BYTES_PER_TOKEN * 0.9 / self.calibration.factor)
         fixed = 2048 + len(facts) + max(len(prev_text or ""), max_tokens * BYTES_PER_TOKEN)
+        span = runner.blobs_of(ctx.span_blobs(start, watermark))
         chunks = chunk_items(
-            render_items(ctx.span_messages(start, watermark)), max(room - fixed, room // 4)
+            render_items(ctx.span_messages(start, watermark, span)), max(room - fixed, room // 4)
         )
+        hot = runner.blobs_of(fold.blobs_needed())
         covered = sum(
-            size for seq, size in ctx.step_sizes(include_covered=True) if start < seq <= watermark
+            size
+            for seq, size in ctx.step_sizes(hot, include_covered=True)
+            if start < seq <= watermark
         )
         digest = runner.digest_at(watermark)
         calls: list[str] = []
@@ -206,13 +157,13 @@ class Compactor:
         first = 0
         done = [
             p
-            for p in self.progress
+            for p in fold.progress
             if (p.start, p.watermark, p.chunks) == (start, watermark, len(chunks))
         ]
         if (
             done
             and [p.chunk for p in done] == list(range(1, len(done) + 1))
-            and all(validate(p.text, self.facts.goal) is None for p in done)
+            and all(validate(p.text, fold.facts.goal) is None for p in done)
         ):
             # A run cut during this very compaction: its answers are in the log, go on after them.
             calls, text, first = [p.request_digest for p in done], done[-1].text, len(done)
@@ -299,7 +250,7 @@ class Compactor:
                              chunk=part[0], chunks=part[1], text=text)  # fmt: skip
         runner.append([runner.event("system", "system", SystemNote(note=chunk),
                                     Actions(token_usage=usage), visibility="hidden")])  # fmt: skip
-        problem = validate(text, self.facts.goal)
+        problem = validate(text, self.fold.facts.goal)
         if problem is not None:
             what = "" if part[1] == 1 else f" (part {part[0]} of {part[1]})"
             return text, f"{problem}{what}"
@@ -307,7 +258,7 @@ class Compactor:
 
     def _choose_watermark(self, runner: Runner) -> int | None:
         """Keep the newest steps raw (as many as `keep_steps` that fit the tail share)."""
-        sizes = runner.context.step_sizes()
+        sizes = self.fold.context.step_sizes(runner.blobs_of(self.fold.blobs_needed()))
         if len(sizes) < 2:
             return None
         # Sized in the provider's own count: a model that counts more tokens per byte keeps less.

@@ -21,8 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import msgspec
-
 from bubu import clock, failpoints, ids, pricing
 from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
@@ -66,6 +64,7 @@ from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.memory import Note
+from bubu.projections.request import NextRequest, Prefix, RequestFold, build
 from bubu.projections.turn import CallState, TurnFold
 from bubu.providers.base import (
     Delta,
@@ -182,8 +181,9 @@ class Runner:
         self._primary = self.provider
         self._blobs: set[str] = set()
         self._call_ids: set[str] = set()  # every call id of the session (they must be unique)
-        self.context = ContextFold(policy=self.config.context, blobs=self.store.blob)
-        self.compactor = Compactor(policy=self.config.context)
+        self.requests = RequestFold(policy=self.config.context)
+        self.compactor = Compactor(policy=self.config.context, fold=self.requests)
+        self._hot: dict[str, bytes] = {}  # the hot offloaded results' bytes (content-addressed)
         self.high_water = 0
         self.run: str | None = None
         self._stop: StopReason | None = None
@@ -195,6 +195,11 @@ class Runner:
             for t in sorted(self.tools.values(), key=lambda t: t.name)
         )
         self._catch_up()
+
+    @property
+    def context(self) -> ContextFold:
+        """The conversation as the next request shows it."""
+        return self.requests.context
 
     @property
     def system(self) -> str:
@@ -237,8 +242,7 @@ class Runner:
         for r in records:
             self.turn.apply(r)
             self.longrun.apply(r)
-            self.context.apply(r)
-            self.compactor.apply(self, r)
+            self.requests.apply(r)
             blob = getattr(r.event.content, "blob", None)
             if blob is not None:
                 self._blobs.add(blob.sha256)
@@ -246,6 +250,19 @@ class Runner:
                 self._call_ids.add(r.event.content.call_id)
         if records:
             self.high_water = records[-1].seq
+        if self.requests.adopted:
+            self.compactor.cache_views(self)
+
+    def blobs_of(self, shas: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of these offloaded results, as far as the store has them."""
+        out: dict[str, bytes] = {}
+        for sha in shas:
+            data = self._hot.get(sha)
+            if data is None:
+                data = self.store.blob(sha)
+            if data is not None:
+                out[sha] = data
+        return out
 
     def append(
         self, events: Sequence[Event], *, durable: bool = False, blobs: Sequence[bytes] = ()
@@ -478,30 +495,26 @@ class Runner:
 
     # -- model calls ------------------------------------------------------------------------------
 
-    def build_request(self) -> ModelRequest:
-        """The next model request, projected from the log."""
-        return ModelRequest(
+    def next_request(self) -> NextRequest:
+        """The next model request, its digest and estimate: the pure projection of the log
+        (`projections.request`), given the prefix and the hot blobs' bytes read here."""
+        self._hot = self.blobs_of(self.requests.blobs_needed())
+        prefix = Prefix(
+            model=self.provider.spec,
             system=self.system,
             tools=self.tool_specs,
-            messages=self.context.messages(),
             max_tokens=self.config.max_tokens,
-            ordinal=self.turn.model_responses,
         )
+        return build(self.requests, prefix, ordinal=self.turn.model_responses, blobs=self._hot)
+
+    def build_request(self) -> ModelRequest:
+        """The next model request, projected from the log."""
+        return self.next_request().request
 
     def request_digest(self, request: ModelRequest) -> tuple[str, int]:
-        """The digest naming the exact request, and its estimated tokens (bytes / 4).
-
-        The digest is sha-256 over the canonical header (model, system prompt, tools, limits)
-        followed by the per-message digests of `ContextFold.fingerprint`, so it is O(new events)
-        to compute yet changes with any byte of the request.
-        """
-        header = _request_encoder.encode(
-            {"model": self.provider.spec, "system": request.system, "tools": request.tools,
-             "max_tokens": request.max_tokens, "ordinal": request.ordinal, "purpose": request.purpose}
-        )  # fmt: skip
-        messages, size = self.context.fingerprint()
-        digest = codec.sha256_hex(header + bytes.fromhex(messages))
-        return digest, (len(header) + size) // 4
+        """The digest naming the next request, and its estimated tokens (bytes / 4)."""
+        n = self.next_request()
+        return n.digest, n.estimate
 
     def digest_at(self, seq: int) -> str:
         """The chain digest of this session's prefix 1..seq."""
@@ -512,20 +525,23 @@ class Runner:
         """One attempt of the next model call; a transient failure plans (and waits out) the next
         attempt, which the loop makes after `decide` has looked at the limits again."""
         self._select_model()
-        request = self.build_request()
-        digest, estimate = self.request_digest(request)
+        nxt = self.next_request()
         # Compact until the request fits (a second pass helps when the kept tail was too big).
         for _ in range(3):
-            if not self.compactor.over_budget(self, estimate):
+            if not self.compactor.over_budget(self, nxt.estimate):
                 break
             before = self.context.checkpoint.watermark if self.context.checkpoint else 0
             self.compactor.compact(self)
-            request = self.build_request()
-            digest, estimate = self.request_digest(request)
+            nxt = self.next_request()
             after = self.context.checkpoint.watermark if self.context.checkpoint else 0
             if after == before:
                 break  # nothing more could be folded (or the summary failed: raw history)
-        checkpoint = self.context.checkpoint.key if self.context.checkpoint is not None else None
+        request, digest, estimate, checkpoint = (
+            nxt.request,
+            nxt.digest,
+            nxt.estimate,
+            nxt.checkpoint,
+        )
         attempt = self.longrun.streak + 1
         self.append(
             [self.note(ModelRequestNote(model=self.provider.spec, request_digest=digest, checkpoint=checkpoint,
@@ -984,9 +1000,6 @@ def _run_tool(
         return ToolResult(
             output=f"{tool.name} failed unexpectedly: {type(e).__name__}: {e}", is_error=True
         )
-
-
-_request_encoder = msgspec.json.Encoder(order="sorted")
 
 
 __all__ = ["NullObserver", "Observer", "RunConfig", "Runner", "owner_id", "sanitize", "stop_all"]
