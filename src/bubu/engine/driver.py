@@ -9,6 +9,7 @@ and tools run in worker threads so that a stop (Ctrl-C, SIGTERM, a lost lease) i
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import functools
 import os
 import random
@@ -185,6 +186,9 @@ class Runner:
         self.compactor = Compactor(policy=self.config.context, fold=self.requests)
         self._hot: dict[str, bytes] = {}  # the hot offloaded results' bytes (content-addressed)
         self.high_water = 0
+        """The seq of the last record folded in (staged ones included)."""
+        self._staged: list[Event] = []  # folded, committed with the next append (see `stage`)
+        self._after_commit: list[str] = []  # failpoints reached once the staged events commit
         self.run: str | None = None
         self._stop: StopReason | None = None
         self._stop_event = threading.Event()
@@ -233,9 +237,36 @@ class Runner:
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _catch_up(self) -> list[Record]:
+        assert not self._staged
         records = self.store.read(self.session.id, after=self.high_water)
         self._fold(records)
         return records
+
+    def _refold(self) -> None:
+        """Fold the log afresh, without the staged events (they were not committed)."""
+        self._staged, self._after_commit = [], []
+        self.turn, self.longrun = TurnFold(), LongRunFold()
+        self.requests = RequestFold(policy=self.config.context)
+        self.compactor.fold = self.requests
+        self._blobs, self._call_ids, self.high_water = set(), set(), 0
+        self._catch_up()
+
+    def stage(self, events: Sequence[Event], *, after: str | None = None) -> None:
+        """Fold `events` now and commit them with the next append, in its transaction.
+
+        For what must be in the log before anything leaves the process, but not sooner: a model
+        response goes with the dispatches of its calls, the last outcomes of a step with the next
+        request's note (DESIGN §4: the dispatch is still committed before the tool starts, the
+        outcome before the model sees it). Nothing runs, asks or calls out while events are
+        staged. `after` names the failpoint reached once they are committed. If that append
+        fails, the folds are rebuilt from the log as if the events had never been made.
+        """
+        events, _ = redact.scrub(events)  # the folds hold what the log will hold
+        base = self.high_water
+        self._fold([Record(seq=base + i, hash="", event=e) for i, e in enumerate(events, 1)])
+        self._staged.extend(events)
+        if after is not None:
+            self._after_commit.append(after)
 
     def _fold(self, records: Sequence[Record]) -> None:
         """Fold committed records (in seq order, right after the high water) into every fold."""
@@ -269,28 +300,47 @@ class Runner:
     ) -> None:
         """Append through the lease, fold what was committed and tell the observer.
 
+        Staged events go first, in the same transaction.
+
         Other processes may append only notice dismissals to a running session; such an append
         makes ours conflict, so we fold it in and retry. Anything else is a real conflict.
         """
+        staged, after = self._staged, self._after_commit
         while True:
+            base = self.high_water - len(self._staged)
             try:
                 done = self.store.append(
                     self.session.id,
-                    events,
-                    expect=self.high_water,
+                    [*self._staged, *events],
+                    expect=base,
                     durable=durable,
                     lease=self.lease,
                     blobs=blobs,
                 )
             except AppendConflict:
-                foreign = self._catch_up()
+                if self._staged:
+                    self._refold()
+                    foreign = self.store.read(self.session.id, after=base)
+                else:
+                    foreign = self._catch_up()
                 self.observer.on_records(foreign)
                 if not foreign or not all(_benign(r) for r in foreign):
                     raise
+                if staged:
+                    self.stage(staged)
                 continue
-            # The store hands back what it committed (redacted, with seq and hash): fold that.
-            self._fold(done.records)
+            except BaseException:
+                if self._staged:
+                    with contextlib.suppress(BubuError):
+                        self._refold()  # nothing of it was committed: the folds say so again
+                raise
+            # The store hands back what it committed (redacted, with seq and hash): fold that
+            # (the staged part is folded already).
+            self._staged, self._after_commit = [], []
+            self._fold(done.records[len(staged) :])
             self.observer.on_records(done.records)
+            for name in after:
+                failpoints.hit(name)
             return
 
     def event(
@@ -450,6 +500,10 @@ class Runner:
         except LeaseLost:
             return None
         finally:
+            if self._staged and self._stop != "lease_lost":
+                # An error ends the run: what it staged is still committed, as it would have been.
+                with contextlib.suppress(BubuError):
+                    self.append(())
             _ACTIVE.discard(self)
             self._stop_event.set()
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -639,8 +693,8 @@ class Runner:
         events = [self.event("model", "agent", c, invocation=inv) for c in contents[:-1]]
         events.append(self.event("model", "agent", contents[-1], Actions(token_usage=usage, end_invocation=True),
                                  invocation=inv, status="completed"))  # fmt: skip
-        self.append(events)
-        failpoints.hit("after_model_response")
+        # Committed with the dispatches of its calls (or the turn's end): one transaction.
+        self.stage(events, after="after_model_response")
 
     # -- tools ------------------------------------------------------------------------------------
 
@@ -699,11 +753,17 @@ class Runner:
         )  # fmt: skip
         return event, (data if blob is not None else None)
 
-    def commit_outcomes(self, done: Sequence[tuple[CallState, ToolResult, float | None]]) -> None:
+    def commit_outcomes(
+        self, done: Sequence[tuple[CallState, ToolResult, float | None]], *, stage: bool = False
+    ) -> bool:
         """Commit outcomes with their offloaded blobs in one transaction; if storing the blobs
-        fails, commit the results inline instead — never a reference to bytes that are not there."""
+        fails, commit the results inline instead — never a reference to bytes that are not there.
+        With `stage`, outcomes without blobs are staged for the next append instead (True)."""
         pairs = [self._offloaded(c, r, t) for c, r, t in done]
         blobs = [b for _, b in pairs if b is not None]
+        if stage and not blobs:
+            self.stage([e for e, _ in pairs], after="after_outcome")
+            return True
         try:
             self.append([e for e, _ in pairs], blobs=blobs)
         except StorageError:
@@ -733,6 +793,7 @@ class Runner:
                 self.append(
                     [self._outcome(c, r, t) for (c, _, t), r in zip(done, cut, strict=True)]
                 )
+        return False
 
     def _run_tools(self, calls: Sequence[CallState]) -> None:
         ready: list[tuple[CallState, Tool, ToolContext, WriteIntent | None]] = []
@@ -761,12 +822,14 @@ class Runner:
         failpoints.hit("before_dispatch")
         self.append(dispatches, durable=any(t.effect != "read_only" for _, t, _, _ in ready))
         failpoints.hit("after_dispatch")
-        self.execute(ready, lanes)
+        self.execute(ready, lanes, last_of_step=True)
 
     def execute(
         self,
         ready: Sequence[tuple[CallState, Tool, ToolContext, WriteIntent | None]],
         lanes: Lanes | None = None,
+        *,
+        last_of_step: bool = False,
     ) -> None:
         """Run dispatched calls concurrently and commit each outcome as it arrives; a call
         waiting in `lanes` for one that finished is then prepared, dispatched and started."""
@@ -792,8 +855,12 @@ class Runner:
             if not done:
                 continue  # a stop cancels the tools through ctx.cancel; wait for their outcomes
             failpoints.hit("after_tool")
-            self.commit_outcomes([(futures[f][0], f.result(), futures[f][1]) for f in done])
-            failpoints.hit("after_outcome")
+            # The step's last outcomes are committed with the next request's note.
+            last = last_of_step and not pending and not any(lanes.waiting.values() if lanes else ())
+            if not self.commit_outcomes(
+                [(futures[f][0], f.result(), futures[f][1]) for f in done], stage=last
+            ):
+                failpoints.hit("after_outcome")
             if lanes is None or self._stop is not None:
                 continue  # a stopped turn dispatches nothing more; its waiting calls are "not run"
             for f in done:
