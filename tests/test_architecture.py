@@ -21,6 +21,7 @@ PURE = [
     "bubu.projections.request",
     "bubu.context.compaction",
     "bubu.engine.decide",
+    "bubu.engine.choices",
 ]
 
 FORBIDDEN = [

@@ -20,11 +20,12 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, assert_never
 
 from bubu import clock, failpoints, ids, pricing
 from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
+from bubu.engine import choices
 from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
 from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.callids import unique_call_id
@@ -489,6 +490,8 @@ class Runner:
                                 f"session {self.session.id} has tool calls interrupted by a crash; "
                                 "run `bubu recover` first"
                             )
+                        case _:
+                            assert_never(step)
                 except _Stop:
                     stop = self._stop
                     if stop == "lease_lost" or stop is None:
@@ -580,16 +583,16 @@ class Runner:
         attempt, which the loop makes after `decide` has looked at the limits again."""
         self._select_model()
         nxt = self.next_request()
-        # Compact until the request fits (a second pass helps when the kept tail was too big).
-        for _ in range(3):
-            if not self.compactor.over_budget(self, nxt.estimate):
-                break
-            before = self.context.checkpoint.watermark if self.context.checkpoint else 0
+        # Compact until the request fits, while a pass still folds something (choices.py).
+        passes, before, after = 0, None, self._watermark()
+        while choices.compact_again(
+            over_budget=self.compactor.over_budget(self, nxt.estimate),
+            passes=passes, before=before, after=after,
+        ):  # fmt: skip
+            before = after
             self.compactor.compact(self)
             nxt = self.next_request()
-            after = self.context.checkpoint.watermark if self.context.checkpoint else 0
-            if after == before:
-                break  # nothing more could be folded (or the summary failed: raw history)
+            passes, after = passes + 1, self._watermark()
         request, digest, estimate, checkpoint = (
             nxt.request,
             nxt.digest,
@@ -609,6 +612,9 @@ class Runner:
             self._failed_attempt(e, attempt)
             return
         self._commit_response(response, estimate)
+
+    def _watermark(self) -> int:
+        return self.context.checkpoint.watermark if self.context.checkpoint else 0
 
     def _select_model(self) -> None:
         """Use the provider of the model the log says the turn is on (a fallback, or the primary)."""
@@ -740,7 +746,7 @@ class Runner:
         # Before the placeholder's excerpt cuts a line (and a secret in it) short.
         data = redact.data(data)
         # A page of an offloaded result is never offloaded again.
-        offload = offload and call.name not in ("read_result", "search_result")
+        offload = offload and choices.may_offload(call.name)
         placed = offload_result(call.name, data, self.config.context) if offload else None
         blob = None
         if placed is not None:
@@ -764,35 +770,37 @@ class Runner:
         if stage and not blobs:
             self.stage([e for e, _ in pairs], after="after_outcome")
             return True
-        try:
-            self.append([e for e, _ in pairs], blobs=blobs)
-        except StorageError:
-            if not blobs:
-                raise
-            inline = [
-                ToolResult(output=r.full.decode("utf-8", "replace"), is_error=r.is_error)
-                if r.full
-                else r
-                for _, r, _ in done
-            ]
+        form: choices.OutcomeForm | None = "offloaded"
+        while form is not None:
             try:
-                self.append(
-                    [self._outcome(c, r, t) for (c, _, t), r in zip(done, inline, strict=True)]
-                )
+                match form:
+                    case "offloaded":
+                        self.append([e for e, _ in pairs], blobs=blobs)
+                    case "inline":
+                        inline = [
+                            ToolResult(
+                                output=r.full.decode("utf-8", "replace"), is_error=r.is_error
+                            )
+                            if r.full
+                            else r
+                            for _, r, _ in done
+                        ]
+                        self.append([self._outcome(c, r, t) for (c, _, t), r in zip(done, inline, strict=True)])  # fmt: skip
+                    case "cut":
+                        # Not even that fits (a full disk): keep the run going with what the tool
+                        # kept for the model, saying what was lost, rather than losing the outcome.
+                        cut = [
+                            ToolResult(output=r.output + choices.cut_note(len(r.full or b"")), is_error=r.is_error)
+                            for _, r, _ in done
+                        ]  # fmt: skip
+                        self.append([self._outcome(c, r, t) for (c, _, t), r in zip(done, cut, strict=True)])  # fmt: skip
+                    case _:
+                        assert_never(form)
+                return False
             except StorageError:
-                # Not even that fits (a full disk): keep the run going with what the tool kept for
-                # the model, saying what was lost, rather than losing the outcome altogether.
-                cut = [
-                    ToolResult(
-                        output=f"{r.output}\n[the complete output ({len(r.full or b''):,} bytes) "
-                        "could not be stored: the disk is full]",
-                        is_error=r.is_error,
-                    )
-                    for _, r, _ in done
-                ]
-                self.append(
-                    [self._outcome(c, r, t) for (c, _, t), r in zip(done, cut, strict=True)]
-                )
+                form = choices.next_form(form) if blobs else None
+                if form is None:
+                    raise
         return False
 
     def _run_tools(self, calls: Sequence[CallState]) -> None:
@@ -970,44 +978,28 @@ class Runner:
         *,
         protected: bool = False,
     ) -> Answer:
-        decision: Answer
-        answer: Answer
-        if call.decision is not None:  # decided before a crash: never ask twice, never assume
-            decision = call.decision.decision
-            if protected and call.decision.by != "user":
-                decision = "deny"  # approved by a flag, before the target became protected
-        else:
+        allowed = False
+        if call.decision is None:
             command = call.arguments.get("command") if tool.name == "run_command" else None
             if isinstance(command, str):
                 verdict = self.effective_policy.check_command(command, cwd=self.session.workspace)
-                if verdict.allowed:
-                    return "allow"
+                allowed = verdict.allowed
                 reason = verdict.why or reason
-            request = PermissionRequest(
-                request_id=ids.new_id("perm"), call_id=call.call_id, tool=tool.name,
-                summary=_summary(tool.name, call.arguments), reason=reason, protected=protected,
-            )  # fmt: skip
-            if early:
-                self.append(early)
-                early.clear()
-            self.append([self.event("system", "agent", actions=Actions(permission_request=request), invocation=call.invocation)],
-                        durable=True)  # fmt: skip
-            by: Literal["user", "flag", "nobody"]
-            if self.effective_policy.yes and not protected:
-                answer, by = "allow", "flag"
-            else:
-                self.observer.on_activity("waiting for permission")
-                got = self.asker(request)
-                answer, by = (got, "user") if got is not None else ("deny", "nobody")
-            self._check_stop()
-            dec = PermissionDecision(
-                request_id=request.request_id, call_id=call.call_id, decision=answer, by=by
-            )
-            self.append([self.event("system", "user" if by == "user" else "host", actions=Actions(permission_decision=dec),
-                                    invocation=call.invocation)], durable=True)  # fmt: skip
-            decision = answer
-            if by == "nobody":
-                reason = f"nobody was there to approve it: {reason}"
+        settled = choices.permission(
+            call.decision,
+            protected=protected,
+            allowed_by_policy=allowed,
+            yes=self.effective_policy.yes,
+        )
+        match settled:
+            case choices.Settled(record=False):
+                decision = settled.answer
+            case choices.Settled() | choices.Ask():
+                decision, by = self._ask(call, tool, reason, early, settled, protected=protected)
+                if by == "nobody":
+                    reason = f"nobody was there to approve it: {reason}"
+            case _:
+                assert_never(settled)
         if decision != "allow":
             early.append(
                 self._outcome(
@@ -1015,6 +1007,41 @@ class Runner:
                 )
             )
         return decision
+
+    def _ask(
+        self,
+        call: CallState,
+        tool: Tool,
+        reason: str,
+        early: list[Event],
+        settled: choices.Permission,
+        *,
+        protected: bool,
+    ) -> tuple[Answer, choices.By]:
+        """Write the request durably, get the answer (the flag's, or the person's) and write it."""
+        request = PermissionRequest(
+            request_id=ids.new_id("perm"), call_id=call.call_id, tool=tool.name,
+            summary=_summary(tool.name, call.arguments), reason=reason, protected=protected,
+        )  # fmt: skip
+        if early:
+            self.append(early)
+            early.clear()
+        self.append([self.event("system", "agent", actions=Actions(permission_request=request), invocation=call.invocation)],
+                    durable=True)  # fmt: skip
+        answer: Answer
+        by: choices.By
+        if isinstance(settled, choices.Settled) and settled.by is not None:
+            answer, by = settled.answer, settled.by
+        else:
+            self.observer.on_activity("waiting for permission")
+            answer, by = choices.answered(self.asker(request))
+        self._check_stop()
+        dec = PermissionDecision(
+            request_id=request.request_id, call_id=call.call_id, decision=answer, by=by
+        )
+        self.append([self.event("system", "user" if by == "user" else "host", actions=Actions(permission_decision=dec),
+                                invocation=call.invocation)], durable=True)  # fmt: skip
+        return answer, by
 
 
 _ACTIVE: weakref.WeakSet[Runner] = weakref.WeakSet()
