@@ -96,6 +96,12 @@ def test_inspecting_the_next_request_builds_no_runner() -> None:
     assert "concurrent.futures.thread" not in loaded
 
 
+def test_the_compactor_plans_without_reaching_into_the_runner() -> None:
+    """The compactor decides and returns a plan; `engine.compacting` carries it out."""
+    assert "Runner" not in (SRC / "engine" / "compactor.py").read_text()
+    assert "bubu.engine.driver" not in _loaded_after_import("bubu.engine.compactor")
+
+
 def test_the_checkpoint_view_kind_is_the_one_verify_checks() -> None:
     from bubu.context.compaction import VIEW_KIND
     from bubu.log.verify import CHECKPOINT_VIEW

@@ -27,6 +27,7 @@ import pytest
 
 from bubu.cli.forkcmd import fork_session
 from bubu.context.compaction import VIEW_KIND
+from bubu.engine.compacting import compact
 from bubu.engine.driver import RunConfig
 from bubu.engine.inspect import inspect_request
 from bubu.engine.session import Host
@@ -309,7 +310,7 @@ def test_a_fork_in_the_middle_of_a_compaction_sends_the_next_summary_request(
             host = Host(store=store, provider=_Refuses(), tools=builtin_tools(),
                         config=RunConfig(context_window=int(WINDOW)))  # fmt: skip
             with host.runner_for(info) as runner:
-                runner.compactor.compact(runner)
+                compact(runner)
             sent = [n for s, n in model_requests(store.read(info.id)) if s > seq - 1]
             assert sent
             assert (sent[0].purpose, sent[0].request_digest) == ("summary", note.request_digest)

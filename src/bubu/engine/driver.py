@@ -25,11 +25,11 @@ from typing import Any, Literal, Protocol, assert_never
 from bubu import clock, failpoints, ids, pricing
 from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
-from bubu.engine import choices
+from bubu.engine import choices, compacting
 from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
 from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.callids import unique_call_id
-from bubu.engine.compactor import Compactor
+from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.lanes import Admitted, Lanes
 from bubu.engine.memory import workspace_memory
@@ -283,7 +283,9 @@ class Runner:
         if records:
             self.high_water = records[-1].seq
         if self.requests.adopted:
-            self.compactor.cache_views(self)
+            adopted, self.requests.adopted = self.requests.adopted, []
+            for seq, body in adopted:
+                cache_view(self.store, self.session.id, seq, body)
 
     def blobs_of(self, shas: Sequence[str]) -> dict[str, bytes]:
         """The bytes of these offloaded results, as far as the store has them."""
@@ -586,11 +588,11 @@ class Runner:
         # Compact until the request fits, while a pass still folds something (choices.py).
         passes, before, after = 0, None, self._watermark()
         while choices.compact_again(
-            over_budget=self.compactor.over_budget(self, nxt.estimate),
+            over_budget=compacting.over_budget(self, nxt.estimate),
             passes=passes, before=before, after=after,
         ):  # fmt: skip
             before = after
-            self.compactor.compact(self)
+            compacting.compact(self)
             nxt = self.next_request()
             passes, after = passes + 1, self._watermark()
         request, digest, estimate, checkpoint = (
