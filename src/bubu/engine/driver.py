@@ -15,7 +15,6 @@ import os
 import random
 import socket
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ from bubu.engine.callids import unique_call_id
 from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.lanes import Admitted, Lanes
+from bubu.engine.lease import heartbeat
 from bubu.engine.memory import workspace_memory
 from bubu.engine.permissions import Answer, Asker, Policy, nobody
 from bubu.engine.prompt import system_prompt
@@ -82,8 +82,6 @@ from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.protected import protected_reason, protected_write, relative
 
 StopReason = Literal["stopped", "suspended", "lease_lost"]
-STOP_POLL_S = 0.5
-"""How often a running turn looks for a stop request from another process."""
 _STOPPED_BY: dict[StopReason, str] = {
     "stopped": "stopped by the user",
     "suspended": "stopped by an orderly shutdown of Bubu (SIGTERM)",
@@ -404,22 +402,13 @@ class Runner:
     def _beat(self) -> None:
         """Renew the lease every third of its time; between renewals, look for a stop request
         from another process (`bubu stop`, a web UI that does not run this turn)."""
-        period = self.config.lease_ttl_s / 3
-        due = time.monotonic() + period
-        while not self._stop_event.wait(min(STOP_POLL_S, period)):
-            try:
-                if time.monotonic() >= due:
-                    self.lease = self.store.renew_lease(self.lease, self.config.lease_ttl_s)
-                    due = time.monotonic() + period
-                now = self.store.current_lease(self.session.id)
-                if now is not None and now.epoch == self.lease.epoch and now.stop_requested:
-                    self.request_stop("stopped")
-                    return
-            except LeaseLost:
-                self.request_stop("lease_lost")
-                return
-            except BubuError:
-                continue
+        heartbeat(
+            self.store, lambda: self.lease, self._renewed, ttl_s=self.config.lease_ttl_s,
+            stop=self._stop_event, request_stop=self.request_stop,
+        )  # fmt: skip
+
+    def _renewed(self, lease: Lease) -> None:
+        self.lease = lease
 
     # -- the loop ---------------------------------------------------------------------------------
 
