@@ -186,6 +186,7 @@ class Runner:
         self._hot: dict[str, bytes] = {}  # the hot offloaded results' bytes (content-addressed)
         self.high_water = 0
         """The seq of the last record folded in (staged ones included)."""
+        self._confined: tuple[tuple[SandboxMode, bool], sandbox.Sandbox | None] | None = None
         self._staged: list[Event] = []  # folded, committed with the next append (see `stage`)
         self._after_commit: list[str] = []  # failpoints reached once the staged events commit
         self.run: str | None = None
@@ -223,7 +224,7 @@ class Runner:
             ),
             sandbox=self.sandbox_mode[0],
             network=self.sandbox_mode[1],
-            sandboxed=sandbox.confinement(*self.sandbox_mode) is not None,
+            sandboxed=self.confinement() is not None,
             pass_env=tuple(dict.fromkeys([*self.policy.pass_env, *self.turn.pass_env])),
         )
 
@@ -232,6 +233,13 @@ class Runner:
         """The sandbox mode and network flag of the turn: recorded with it, else the host's."""
         t, p = self.turn, self.policy
         return sandbox.turn_mode(t.sandbox, t.network, p.sandbox, p.network)
+
+    def confinement(self) -> sandbox.Sandbox | None:
+        """The sandbox of the turn's commands (looked up once per mode: it searches PATH)."""
+        mode = self.sandbox_mode
+        if self._confined is None or self._confined[0] != mode:
+            self._confined = (mode, sandbox.confinement(*mode))
+        return self._confined[1]
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -706,7 +714,7 @@ class Runner:
             stopped_by=self._stopped_by,
             outside_allowed=outside_allowed,
             blob=self.read_blob,
-            sandbox=sandbox.confinement(*self.sandbox_mode),
+            sandbox=self.confinement(),
             pass_env=self.effective_policy.pass_env,
             marker=f"{self.session.id}/{self.run}/{call.call_id}",
             memory=self.read_memory,
