@@ -9,9 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from bubu.engine.session import new_session, start_turn
-from bubu.events import Event, Record, kind_of
+from bubu.events import (
+    EffectClass,
+    Event,
+    NoticeDismissed,
+    Record,
+    SystemNote,
+    kind_of,
+    make,
+)
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.store import Appended
+from bubu.tools.base import ToolContext, ToolResult, WriteIntent
 
 from .helpers import call, make_host, scripted, write_script
 
@@ -86,3 +95,64 @@ def test_the_runner_does_not_read_back_what_it_wrote(tmp_path: Path, ws: Path) -
         finally:
             store.close()
     assert reads[0] == reads[1]
+
+
+class Dismisser:
+    """A read-only tool that, while it runs, has another handle on the database dismiss a notice
+    (what another process may append to a running session): the step's staged outcome then meets
+    a head that moved."""
+
+    def __init__(self, db: Path) -> None:
+        self.name = "dismiss_elsewhere"
+        self.description = "appends a dismissal from another handle"
+        self.parameters: dict[str, Any] = {"type": "object"}
+        self.effect: EffectClass = "read_only"
+        self.db = db
+
+    def permission(self, args: dict[str, Any], ctx: ToolContext) -> str | None:
+        return None
+
+    def prepare(self, args: dict[str, Any], ctx: ToolContext) -> WriteIntent | None:
+        return None
+
+    def run(self, args: dict[str, Any], ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+        with SQLiteStore(self.db) as other:
+            (info,) = other.sessions()
+            note = make(session=info.id, turn=None, run=None, role="user", author="user",
+                        ts=1, content=SystemNote(note=NoticeDismissed(notice_seq=1)),
+                        visibility="hidden")  # fmt: skip
+            other.append(info.id, [note], expect=other.head(info.id).high_water)
+        return ToolResult(output="dismissed elsewhere")
+
+
+def test_a_foreign_append_meeting_staged_events_is_folded_in_and_nothing_is_lost(
+    tmp_path: Path, ws: Path
+) -> None:
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [{"tool_calls": [call("dismiss_elsewhere")]}, {"tool_calls": [call("read_file", path="a.txt")]},
+         {"text": "done"}],
+    )  # fmt: skip
+    provider = scripted(script)
+    store = Counting(tmp_path / "count.db")
+    try:
+        info = new_session(store, task="t", workspace=ws, model=provider.spec)
+        host = make_host(store, provider)
+        host.tools = {**host.tools, "dismiss_elsewhere": Dismisser(tmp_path / "count.db")}
+        assert start_turn(host, info, "t") == "completed"
+        records = store.read(info.id)
+        assert [r.seq for r in records] == list(range(1, len(records) + 1))
+        assert store.verify(info.id).ok
+        kinds = [kind_of(r.event) for r in records]
+        assert kinds.count("notice_dismissed") == 1
+        assert kinds.count("function_response") == 2
+        # The dismissal landed between the dispatch and the outcome; the outcome and the next
+        # note were then committed together after it.
+        at = kinds.index("notice_dismissed")
+        assert kinds[at - 1 : at + 3] == [
+            "tool_dispatch", "notice_dismissed", "function_response", "model_request",
+        ]  # fmt: skip
+        # The second request carried the first result: the folds were rebuilt right.
+        assert "dismissed elsewhere" in str(provider.requests[1].messages[-1])
+    finally:
+        store.close()
