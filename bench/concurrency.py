@@ -40,7 +40,7 @@ from bubu.engine.session import Host, new_session, start_turn  # noqa: E402
 from bubu.events import Event  # noqa: E402
 from bubu.log.postgres import PostgresStore  # noqa: E402
 from bubu.log.sqlite import SQLiteStore  # noqa: E402
-from bubu.log.store import Head, Store  # noqa: E402
+from bubu.log.store import Appended, Store  # noqa: E402
 from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse  # noqa: E402
 
 CONCURRENCY = (1, 4, 16)
@@ -61,7 +61,7 @@ def _count() -> None:
 class CountedSQLite(SQLiteStore):
     """SQLiteStore, its appends counted."""
 
-    def append(self, session: str, events: Sequence[Event], **kw: Any) -> Head:
+    def append(self, session: str, events: Sequence[Event], **kw: Any) -> Appended:
         """Count, then append."""
         _count()
         return super().append(session, events, **kw)
@@ -70,7 +70,7 @@ class CountedSQLite(SQLiteStore):
 class CountedPostgres(PostgresStore):
     """PostgresStore, its appends counted."""
 
-    def append(self, session: str, events: Sequence[Event], **kw: Any) -> Head:
+    def append(self, session: str, events: Sequence[Event], **kw: Any) -> Appended:
         """Count, then append."""
         _count()
         return super().append(session, events, **kw)

@@ -1,11 +1,13 @@
 """The runtime's own cost per agent step, against the durable-append floor, in one run.
 
 A step is one model response with one tool call (~200 B of arguments) and one tool result
-(~2 KB), driven through the real engine (`Runner`: request note, response append, synced
-dispatch, outcome, folds) with an instant in-process model and a no-op side-effecting tool, so
-that what is measured is everything except model and tool time. The floor is bench/append.py's
+(~2 KB), driven through the real engine (`Runner`: two commits a step, the response with its
+synced dispatch and the outcome with the next request's note, and the folds) with an instant
+in-process model and a no-op side-effecting tool, so that what is measured is everything except
+model and tool time. The floor is bench/append.py's
 durable-append floor, measured in the same run: the step's call and result inserted raw into
-SQLite (WAL, synchronous=FULL), each in its own transaction.
+SQLite (WAL, synchronous=FULL), each in its own transaction. Storage per step is each database's
+file and WAL after the closing checkpoint, divided by the steps.
 
 Usage: python bench/step.py [--steps N]. Last line: one JSON object.
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from append import FloorSide, step_events  # type: ignore[import-not-found]  # a sibling script
+from append import FloorSide, on_disk, step_events  # type: ignore[import-not-found]  # a sibling script
 from bubu.engine.driver import RunConfig
 from bubu.engine.session import Host, new_session, start_turn
 from bubu.events import EffectClass
@@ -93,8 +95,9 @@ class NoopTool:
         return out
 
 
-def bubu_steps(tmp: Path, steps: int) -> tuple[float, float]:
-    """Mean and total runtime seconds per step through the engine (model and tool time removed)."""
+def bubu_steps(tmp: Path, steps: int) -> tuple[float, float, float]:
+    """Mean and total runtime seconds per step through the engine (model and tool time removed),
+    and the database's bytes per step (file and WAL after the closing checkpoint)."""
     store = SQLiteStore(tmp / "bubu.db")
     model, tool = InstantModel(steps), NoopTool()
     host = Host(
@@ -107,19 +110,20 @@ def bubu_steps(tmp: Path, steps: int) -> tuple[float, float]:
     assert reason == "completed", reason
     runtime = wall - model.seconds - tool.seconds
     store.close()
-    return runtime / steps, wall
+    return runtime / steps, wall, on_disk(tmp / "bubu.db") / steps
 
 
-def floor_steps(tmp: Path, steps: int) -> list[float]:
+def floor_steps(tmp: Path, steps: int) -> tuple[list[float], float]:
     """Per-step seconds of bench/append.py's durable-append floor: the same call and result
     bytes inserted raw, each in its own fully synced transaction (what any durable agent pays)."""
     session = "ses_bench"
     payloads = [tuple(codec.encode(e) for e in step_events(session, n)) for n in range(steps)]
     floor = FloorSide(tmp / "floor.db", payloads)
     try:
-        return [floor.step(n) / 1e9 for n in range(steps)]
+        times = [floor.step(n) / 1e9 for n in range(steps)]
     finally:
         floor.close()
+    return times, on_disk(tmp / "floor.db") / steps
 
 
 def main() -> None:
@@ -129,8 +133,8 @@ def main() -> None:
     steps = ap.parse_args().steps
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        floor = floor_steps(tmp, steps)
-        per_step, wall = bubu_steps(tmp, steps)
+        floor, floor_bytes = floor_steps(tmp, steps)
+        per_step, wall, bubu_bytes = bubu_steps(tmp, steps)
     floor_mean = statistics.fmean(floor)
     print(f"steps: {steps}")
     print(
@@ -140,8 +144,14 @@ def main() -> None:
         f"bubu runtime per step (model and tool time removed): {per_step * 1000:.3f} ms  (wall {wall:.2f} s)"
     )
     print(f"ratio: {per_step / floor_mean:.2f}x  (target <= 3x)")
+    print(
+        f"storage per step: bubu {bubu_bytes:,.0f} B, floor {floor_bytes:,.0f} B, "
+        f"{bubu_bytes / floor_bytes:.2f}x  (target <= 1.2x)"
+    )
     print(json.dumps({"steps": steps, "runtime_step_ms": round(per_step * 1000, 4),
-                      "floor_step_ms": round(floor_mean * 1000, 4), "ratio": round(per_step / floor_mean, 3)}))  # fmt: skip
+                      "floor_step_ms": round(floor_mean * 1000, 4), "ratio": round(per_step / floor_mean, 3),
+                      "bytes_per_step": round(bubu_bytes), "floor_bytes_per_step": round(floor_bytes),
+                      "storage_ratio": round(bubu_bytes / floor_bytes, 3)}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@ PURE = [
     "bubu.projections.recovery",
     "bubu.projections.rewind",
     "bubu.projections.facts",
+    "bubu.projections.request",
+    "bubu.context.compaction",
     "bubu.engine.decide",
+    "bubu.engine.choices",
 ]
 
 FORBIDDEN = [
@@ -37,7 +40,23 @@ FORBIDDEN = [
     "bubu.tools",
     "bubu.engine.driver",
     "bubu.failpoints",
+    "bubu.log",
+    "random",
 ]
+
+UNCLEAN = {
+    "time",
+    "random",
+    "secrets",
+    "uuid",
+    "datetime",
+    "os",
+    "threading",
+    "bubu.clock",
+    "bubu.ids",
+}
+"""What a pure module never imports itself (the standard library may load some of them anyway):
+the clock, randomness, identifiers, the environment, threads."""
 
 
 def _loaded_after_import(module: str) -> set[str]:
@@ -52,6 +71,43 @@ def test_pure_modules_import_no_io(module: str) -> None:
     loaded = _loaded_after_import(module)
     bad = sorted(m for m in loaded for f in FORBIDDEN if m == f or m.startswith(f + "."))
     assert bad == [], f"{module} imports {bad}"
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_pure_modules_read_no_clock_and_draw_no_randomness(module: str) -> None:
+    """The source of each pure module imports no clock, randomness, ids, environment or threads."""
+    import ast
+
+    path = SRC.parent / (module.replace(".", "/") + ".py")
+    imported: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            imported.add(node.module)
+            imported.update(f"{node.module}.{a.name}" for a in node.names)
+    assert sorted(imported & UNCLEAN) == [], f"{module} imports {sorted(imported & UNCLEAN)}"
+
+
+def test_inspecting_the_next_request_builds_no_runner() -> None:
+    """`bubu context`, the web UI and the API project the request; they load no driver (no
+    lease, no thread pool, no MCP servers)."""
+    loaded = _loaded_after_import("bubu.engine.inspect")
+    assert "bubu.engine.driver" not in loaded
+    assert "concurrent.futures.thread" not in loaded
+
+
+def test_the_compactor_plans_without_reaching_into_the_runner() -> None:
+    """The compactor decides and returns a plan; `engine.compacting` carries it out."""
+    assert "Runner" not in (SRC / "engine" / "compactor.py").read_text()
+    assert "bubu.engine.driver" not in _loaded_after_import("bubu.engine.compactor")
+
+
+def test_the_checkpoint_view_kind_is_the_one_verify_checks() -> None:
+    from bubu.context.compaction import VIEW_KIND
+    from bubu.log.verify import CHECKPOINT_VIEW
+
+    assert VIEW_KIND == CHECKPOINT_VIEW
 
 
 def test_every_event_kind_is_handled_by_the_transcript() -> None:

@@ -13,7 +13,7 @@ from bubu.engine.session import new_session, start_turn
 from bubu.errors import StorageError
 from bubu.events import Event
 from bubu.log.sqlite import SQLiteStore
-from bubu.log.store import Head, Lease
+from bubu.log.store import Appended, Lease
 
 from .helpers import config, emit_line, host, model, noise, responses, results, sha, write_script
 
@@ -138,7 +138,7 @@ class BlobFailure(SQLiteStore):
         durable: bool = False,
         lease: Lease | None = None,
         blobs: Sequence[bytes] = (),
-    ) -> Head:
+    ) -> Appended:
         """Fail once when blobs come along; otherwise append."""
         if blobs and not self.failed:
             self.failed = True

@@ -7,13 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from bubu.engine.compactor import Calibration
-from bubu.engine.driver import Runner
+from bubu.engine.prompt import system_prompt
 from bubu.engine.session import new_session, start_turn
-from bubu.events import TokenUsage
+from bubu.events import FunctionResponse, TokenUsage
 from bubu.log.sqlite import SQLiteStore
-from bubu.log.store import Lease, SessionInfo
+from bubu.log.store import SessionInfo
 from bubu.projections.context import ContextFold
+from bubu.projections.request import (
+    Calibration,
+    NextRequest,
+    Prefix,
+    RequestFold,
+    build,
+    fold_request,
+    tool_specs,
+)
+from bubu.projections.turn import fold as fold_turn
 from bubu.tools import builtin_tools
 
 from .helpers import (
@@ -33,13 +42,17 @@ from .helpers import (
 )
 
 
-def _runner(store: SQLiteStore, info: SessionInfo, provider: Model) -> Runner:
-    """A runner that only inspects (it never appends: its lease is not the session's)."""
-    lease = Lease(session=info.id, owner="inspect", epoch=-1, expires_ms=0)
-    tools = {**builtin_tools(), "emit": Emit({})}
-    return Runner(
-        store=store, session=info, provider=provider, tools=tools, lease=lease, config=config()
+def _project(store: SQLiteStore, info: SessionInfo, provider: Model) -> NextRequest:
+    """The next request, projected from the log alone: records, blobs, prefix in; no runner."""
+    records = store.read(info.id)
+    turn = fold_turn(records)
+    fold = fold_request(records)
+    blobs = {sha: data for sha in fold.blobs_needed() if (data := store.blob(sha)) is not None}
+    tools = tool_specs({**builtin_tools(), "emit": Emit({})}.values())
+    prefix = Prefix(
+        model=provider.spec, system=turn.system_prompt or system_prompt(info.workspace), tools=tools
     )
+    return build(fold, prefix, ordinal=turn.model_responses, blobs=blobs)
 
 
 def test_every_request_starts_with_the_same_system_prompt_and_tools(
@@ -68,17 +81,55 @@ def test_between_compactions_a_request_extends_the_previous_one(
     assert pairs >= 12
 
 
-def test_two_fresh_runners_build_the_same_request_bytes_and_digest(
+def test_two_projections_of_the_log_build_the_same_request_bytes_and_digest(
     tmp_path: Path, sqlite_store: SQLiteStore
 ) -> None:
     info, provider = noisy_turn(tmp_path, sqlite_store, steps=16)
     assert compactions(sqlite_store.read(info.id))
-    a, b = _runner(sqlite_store, info, provider), _runner(sqlite_store, info, provider)
-    ra, rb = a.build_request(), b.build_request()
-    assert encode(ra) == encode(rb)
-    assert a.request_digest(ra) == b.request_digest(rb)
-    # Asking twice changes nothing either (the per-entry caches are only caches).
-    assert a.request_digest(a.build_request()) == a.request_digest(ra)
+    a, b = _project(sqlite_store, info, provider), _project(sqlite_store, info, provider)
+    assert encode(a.request) == encode(b.request)
+    assert (a.digest, a.estimate) == (b.digest, b.estimate)
+
+
+def test_the_projection_is_pure_and_its_memo_only_a_cache(
+    tmp_path: Path, sqlite_store: SQLiteStore
+) -> None:
+    """The same records and inputs give the same request whether folded in one go or step by
+    step with a request built after every record (the memo filled as the runner fills it), and
+    building twice changes nothing; without the hot blobs' bytes a result shows its placeholder."""
+    info, provider = noisy_turn(tmp_path, sqlite_store, steps=16)
+    records = sqlite_store.read(info.id)
+    # Up to the last offloaded result: the newest step then shows it whole.
+    last = max(
+        i
+        for i, r in enumerate(records)
+        if isinstance(c := r.event.content, FunctionResponse) and c.blob is not None
+    )
+    records = records[: last + 1]
+    prefix = Prefix(model=provider.spec, system=system_prompt(info.workspace), tools=())
+    step = RequestFold()
+    for r in records:
+        step.apply(r)
+        build(step, prefix, ordinal=1, blobs=_blobs(sqlite_store, step))
+    whole = fold_request(records)
+    hot = _blobs(sqlite_store, whole)
+    assert hot, "the noisy turn's last step has an offloaded result shown whole"
+    a = build(step, prefix, ordinal=1, blobs=_blobs(sqlite_store, step))
+    b = build(whole, prefix, ordinal=1, blobs=hot)
+    assert (encode(a.request), a.digest) == (encode(b.request), b.digest)
+    assert build(whole, prefix, ordinal=1, blobs=hot).digest == b.digest
+    bare = build(fold_request(records), prefix, ordinal=1, blobs={})
+    assert bare.digest != b.digest
+    assert bare.estimate < b.estimate
+    # A fold that was once built without them still builds the whole request when given them.
+    assert build(fold_request(records), prefix, ordinal=1, blobs={}).digest == bare.digest
+    late = fold_request(records)
+    build(late, prefix, ordinal=1, blobs={})
+    assert build(late, prefix, ordinal=1, blobs=hot).digest == b.digest
+
+
+def _blobs(store: SQLiteStore, fold: RequestFold) -> dict[str, bytes]:
+    return {sha: data for sha in fold.blobs_needed() if (data := store.blob(sha)) is not None}
 
 
 def test_the_recorded_digest_is_what_a_fresh_runner_builds_from_the_same_prefix(
@@ -99,11 +150,10 @@ def test_the_recorded_digest_is_what_a_fresh_runner_builds_from_the_same_prefix(
     assert compactions(records)
     *_, (_, last) = model_requests(records)
 
-    runner = _runner(sqlite_store, info, provider)
-    request = runner.build_request()
-    assert runner.request_digest(request) == (last.request_digest, last.estimated_tokens)
-    assert encode(request) == encode(provider.turns()[-1])
-    assert last.checkpoint == (runner.context.checkpoint.key if runner.context.checkpoint else None)
+    projected = _project(sqlite_store, info, provider)
+    assert (projected.digest, projected.estimate) == (last.request_digest, last.estimated_tokens)
+    assert encode(projected.request) == encode(provider.turns()[-1])
+    assert last.checkpoint == projected.checkpoint
 
 
 def test_two_sessions_with_the_same_history_send_the_same_requests(tmp_path: Path) -> None:
@@ -124,17 +174,22 @@ def test_folding_in_one_go_or_step_by_step_gives_the_same_messages(
 ) -> None:
     info, _ = noisy_turn(tmp_path, sqlite_store, steps=16)
     records = sqlite_store.read(info.id)
-    step = ContextFold(blobs=sqlite_store.blob)
+    step = ContextFold()
     for r in records:
         step.apply(r)
-        step.fingerprint()  # fills the per-entry caches as the driver does before each call
-    whole = ContextFold(blobs=sqlite_store.blob)
+        step.fingerprint(_hot(sqlite_store, step))  # fills the memo as the driver does
+    whole = ContextFold()
     for r in records:
         whole.apply(r)
-    assert encode(step.messages()) == encode(whole.messages())
-    assert step.fingerprint() == whole.fingerprint()
-    _, size = whole.fingerprint()
-    assert size == sum(len(encode(m)) for m in whole.messages())
+    blobs = _hot(sqlite_store, whole)
+    assert encode(step.messages(blobs)) == encode(whole.messages(blobs))
+    assert step.fingerprint(blobs) == whole.fingerprint(blobs)
+    _, size = whole.fingerprint(blobs)
+    assert size == sum(len(encode(m)) for m in whole.messages(blobs))
+
+
+def _hot(store: SQLiteStore, fold: ContextFold) -> dict[str, bytes]:
+    return {sha: data for sha in fold.hot_blobs() if (data := store.blob(sha)) is not None}
 
 
 def test_calibration_follows_the_reported_usage_and_is_bounded() -> None:

@@ -27,8 +27,9 @@ import pytest
 
 from bubu.cli.forkcmd import fork_session
 from bubu.context.compaction import VIEW_KIND
+from bubu.engine.compacting import compact
 from bubu.engine.driver import RunConfig
-from bubu.engine.inspect import inspect_runner
+from bubu.engine.inspect import inspect_request
 from bubu.engine.session import Host
 from bubu.errors import ProviderError
 from bubu.events import CheckpointBody, TurnEnded
@@ -272,9 +273,8 @@ def test_a_fork_before_any_model_call_rebuilds_the_digest_that_call_recorded(
         assert any(n.checkpoint for _, n in calls)
         for seq, note in calls:
             fork = fork_session(store, ran.sid, seq - 1)
-            runner = inspect_runner(store, store.session(fork.session), context_window=int(WINDOW))
-            digest, _ = runner.request_digest(runner.build_request())
-            assert digest == note.request_digest, seq
+            seen = inspect_request(store, store.session(fork.session), context_window=int(WINDOW))
+            assert seen.next.digest == note.request_digest, seq
 
 
 class _Refuses:
@@ -310,7 +310,7 @@ def test_a_fork_in_the_middle_of_a_compaction_sends_the_next_summary_request(
             host = Host(store=store, provider=_Refuses(), tools=builtin_tools(),
                         config=RunConfig(context_window=int(WINDOW)))  # fmt: skip
             with host.runner_for(info) as runner:
-                runner.compactor.compact(runner)
+                compact(runner)
             sent = [n for s, n in model_requests(store.read(info.id)) if s > seq - 1]
             assert sent
             assert (sent[0].purpose, sent[0].request_digest) == ("summary", note.request_digest)

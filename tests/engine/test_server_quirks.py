@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bubu.engine import compacting
 from bubu.engine.session import new_session, start_turn
 from bubu.events import (
     Compaction,
@@ -193,7 +194,7 @@ def test_the_window_the_server_serves_is_recorded_with_the_turn_and_shown(
     assert restarted.context_window == 32_768
     info = sqlite_store.session(records[0].event.session)
     with make_host(sqlite_store, restarted).runner_for(info) as runner:
-        assert runner.compactor.window(runner) == 4096
+        assert compacting.window(runner) == 4096
     # `bubu context` reads it from the log: no server is asked.
     sid = records[0].event.session
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from bubu.engine.driver import RunConfig
 from bubu.events import Event
 from bubu.log.sqlite import SQLiteStore
-from bubu.log.store import Head, Lease
+from bubu.log.store import Appended, Lease
 
 
 def page_limit(db: sqlite3.Connection, pages: int) -> None:
@@ -46,7 +46,7 @@ class FillableStore(SQLiteStore):
         durable: bool = False,
         lease: Lease | None = None,
         blobs: Sequence[bytes] = (),
-    ) -> Head:
+    ) -> Appended:
         """Append as SQLite does, after capping the database if the disk has just filled up."""
         if not self.full and os.path.exists(self.flag):
             self.full = True

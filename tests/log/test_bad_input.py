@@ -31,7 +31,7 @@ from bubu.events import (
 from bubu.log import codec
 from bubu.log.codec import InvalidEvent
 from bubu.log.sqlite import SQLiteStore
-from bubu.log.store import Head, Store
+from bubu.log.store import Appended, Store
 
 EventFactory = Callable[..., Event]
 PAGE = 4096
@@ -231,12 +231,14 @@ def test_a_damaged_event_that_names_a_blob_is_reported_not_raised(store: Store) 
 # -- events that cannot be encoded ------------------------------------------------------------
 
 
-def _refused_without_loss(store: Store, sid: str, head: Head, bad: list[Event], match: str) -> None:
+def _refused_without_loss(
+    store: Store, sid: str, head: Appended, bad: list[Event], match: str
+) -> None:
     before = store.read(sid)
     with pytest.raises(InvalidEvent, match=match) as e:
         store.append(sid, [_text(sid, "fine"), *bad], expect=head.high_water, durable=True)
     assert isinstance(e.value, BubuError)
-    assert store.head(sid) == head
+    assert store.head(sid) == head.head
     assert store.read(sid) == before
     assert store.verify(sid).ok
 

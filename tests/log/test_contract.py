@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from bubu import secrets
 from bubu.errors import (
     AppendConflict,
     BubuError,
@@ -107,6 +108,26 @@ def test_batches_read_back_identically_with_gapless_seq(store: Store) -> None:
     assert [codec.encode(r.event) for r in records] == [codec.encode(e) for e in events]
 
 
+def test_append_returns_the_records_it_committed(store: Store, make_event: EventFactory) -> None:
+    """What an append returns is what a read gives back: seq, chain hash and the stored event
+    (secrets redacted), for a single event (the fast path) and for a batch with a blob."""
+    sid = _new(store)
+    secret = "sk-test-Zq81mW0pLx3vTe5uRk7y"
+    secrets.reset({"OPENAI_API_KEY": secret})
+    try:
+        one = store.append(sid, [make_event(sid, Text(text=f"key {secret}"))], expect=0)
+    finally:
+        secrets.reset()
+    batch = store.append(sid, _texts(make_event, sid, 3), expect=1, durable=True, blobs=[BLOB])
+    last = store.append(sid, _texts(make_event, sid, 1, "z"), expect=4)
+    assert [r.seq for r in one.records] == [1]
+    assert [r.seq for r in batch.records] == [2, 3, 4]
+    assert (one.high_water, one.digest) == (1, one.records[-1].hash)
+    assert (batch.high_water, batch.digest) == (4, batch.records[-1].hash)
+    assert [*one.records, *batch.records, *last.records] == store.read(sid)
+    assert secret not in codec.encode(one.records[0].event).decode()
+
+
 def test_a_stale_expect_is_an_append_conflict_and_writes_nothing(
     store: Store, make_event: EventFactory
 ) -> None:
@@ -117,7 +138,7 @@ def test_a_stale_expect_is_an_append_conflict_and_writes_nothing(
             store.append(sid, _texts(make_event, sid, 2, "late"), expect=stale)
         assert (e.value.expected, e.value.actual) == (stale, 3)
         assert "re-read the log and retry" in str(e.value)
-    assert store.head(sid) == head
+    assert store.head(sid) == head.head
     assert [r.event.content for r in store.read(sid)] == [Text(text=f"m{i}") for i in range(3)]
 
 
@@ -196,7 +217,7 @@ def test_head_digest_equals_verify_digest(store: Store, make_event: EventFactory
     assert report.ok
     assert report.first_bad_seq is None
     assert (report.high_water, report.digest) == (head.high_water, head.digest)
-    assert store.head(sid) == head
+    assert store.head(sid) == head.head
 
 
 def test_durability_does_not_change_what_is_stored(store: Store, make_event: EventFactory) -> None:
@@ -272,7 +293,7 @@ def test_a_stolen_lease_fences_the_old_holder(store: Store, make_event: EventFac
     for durable in (False, True):  # one event alone takes the store's shortest path
         with pytest.raises(LeaseLost, match=f"epoch {a.epoch}, now {b.epoch}"):
             store.append(sid, [make_event(sid)], expect=1, lease=a, durable=durable)
-    assert store.head(sid) == head
+    assert store.head(sid) == head.head
     assert len(store.read(sid)) == 1
     with pytest.raises(LeaseLost):
         store.renew_lease(a, 60)

@@ -11,7 +11,7 @@ from msgspec.structs import asdict
 
 from bubu.cli.agentcmds import default_model, make_host, model_options, observer_for
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
-from bubu.engine.compactor import compact_now
+from bubu.engine.compacting import compact_now
 from bubu.events import Compaction
 from bubu.log.store import SessionInfo
 

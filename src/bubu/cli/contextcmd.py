@@ -4,7 +4,7 @@ is in it, summarized, a placeholder, hidden or skipped."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 import msgspec
@@ -13,12 +13,8 @@ from bubu.cli import checks
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.term import one_line
 from bubu.projections.context import diagnose
-from bubu.providers import windows
 from bubu.providers.base import AssistantMessage, ToolResultsMessage, UserMessage
 from bubu.providers.windows import Window
-
-if TYPE_CHECKING:
-    from bubu.engine.driver import Runner
 
 
 @cli.command("context")
@@ -36,29 +32,26 @@ if TYPE_CHECKING:
 @pass_ctx
 def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | None) -> None:
     """Show the next model request of SESSION and what happened to each event."""
-    from bubu.engine.inspect import inspect_runner
+    from bubu.engine.inspect import inspect_request
 
     store = ctx.store
     info = store.session(session)
-    spec = info.model or "scripted:-"
-    runner = inspect_runner(store, info, context_window=context_window)
-    request = runner.build_request()
-    digest, estimate = runner.request_digest(request)
-    window = runner.compactor.window(runner)
-    source = _window_source(runner, context_window)
-    calibrated = int(estimate * runner.compactor.calibration.factor)
-    rows = diagnose(store.read(info.id), runner.context)
-    cp = runner.context.checkpoint
+    seen = inspect_request(store, info, context_window=context_window)
+    request, digest, estimate = seen.next.request, seen.next.digest, seen.next.estimate
+    spec, window = seen.model, seen.window
+    calibrated = int(estimate * seen.calibration)
+    rows = diagnose(seen.records, seen.fold.context)
+    cp = seen.fold.context.checkpoint
     out = {
         "session": info.id,
         "model": spec,
         "request_digest": digest,
         "estimated_tokens": estimate,
         "calibrated_tokens": calibrated,
-        "calibration": round(runner.compactor.calibration.factor, 4),
+        "calibration": round(seen.calibration, 4),
         "window": window,
-        "window_source": source,
-        "budget": int(min(runner.config.context.compact_at * window, window - runner.config.context.reserve(window))),
+        "window_source": seen.window_source,
+        "budget": seen.budget,
         "checkpoint": None if cp is None else {"key": cp.key, "watermark": cp.watermark, "source_digest": cp.source_digest},
         "system": request.system,
         "tools": [t.name for t in request.tools],
@@ -72,7 +65,7 @@ def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | 
     click.echo(
         f"{info.id} · next request {digest[:16]} · ~{calibrated:,} of {out['budget']:,} tokens"
     )
-    click.echo(f"window: {Window(window, source).describe()}")
+    click.echo(f"window: {Window(window, seen.window_source).describe()}")
     if cp is not None:
         click.echo(f"checkpoint {_short(cp.key, 80)} covers events 1–{cp.watermark}")
     click.echo("events: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
@@ -87,18 +80,6 @@ def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | 
         elif isinstance(m, ToolResultsMessage):
             for r in m.results:
                 click.echo(f"  ← {_short(r.name, 40)}: {_short(r.content, 90)}")
-
-
-def _window_source(runner: Runner, given: int | None) -> str:
-    """Where the window figure `Compactor.window` returns came from."""
-    t = runner.turn
-    if t.context_window and windows.learned(t.window_source):
-        return t.window_source or windows.LEARNED
-    if given:
-        return windows.USER
-    if t.context_window:
-        return t.window_source or windows.USER  # an older Bubu recorded only a user's window
-    return "default: the turn recorded none"
 
 
 def _short(text: str, n: int = 140) -> str:

@@ -140,7 +140,7 @@ def _plan(chat: Chat, _: str) -> None:
 
 def _compact(chat: Chat, _: str) -> None:
     from bubu.cli.compactcmd import report
-    from bubu.engine.compactor import compact_now
+    from bubu.engine.compacting import compact_now
 
     sid = _session(chat)
     if sid is None:

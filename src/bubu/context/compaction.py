@@ -10,15 +10,14 @@ hidden event committed with its compaction note; the derived view is only a cach
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 
 import msgspec
 
 from bubu.events import CheckpointBody
-from bubu.log.codec import sha256_hex
-from bubu.log.verify import CHECKPOINT_VIEW
-from bubu.providers.base import (
+from bubu.messages import (
     AssistantMessage,
     Message,
     ModelRequest,
@@ -30,7 +29,8 @@ from bubu.providers.base import (
 )
 
 PROMPT_VERSION = "bubu-summary/2"
-VIEW_KIND = CHECKPOINT_VIEW
+VIEW_KIND = "checkpoint"
+"""The kind of a checkpoint's derived view (`bubu.log.verify.CHECKPOINT_VIEW` checks the same)."""
 SECTIONS = ("## Goal", "## Progress", "## Next steps", "## Critical context")
 INSTRUCTION = "Write the summary now, with the four sections."
 
@@ -286,7 +286,7 @@ def carries(section: str, goal: str) -> bool:
 
 def body_digest(body: CheckpointBody) -> str:
     """The sha-256 of a checkpoint body's canonical bytes (what its view must cache)."""
-    return sha256_hex(_enc.encode(body))
+    return hashlib.sha256(_enc.encode(body)).hexdigest()
 
 
 def encode_body(body: CheckpointBody) -> bytes:

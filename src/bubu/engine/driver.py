@@ -9,30 +9,30 @@ and tools run in worker threads so that a stop (Ctrl-C, SIGTERM, a lost lease) i
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import functools
 import os
 import random
 import socket
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, assert_never
 
-import msgspec
-
 from bubu import clock, failpoints, ids, pricing
 from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
+from bubu.engine import choices, compacting
 from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
 from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.callids import unique_call_id
-from bubu.engine.compactor import Compactor
+from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.keep import kept_before
 from bubu.engine.lanes import Admitted, Lanes
+from bubu.engine.lease import heartbeat
 from bubu.engine.loops import GoOn, Stuck, verdict, warning
 from bubu.engine.memory import workspace_memory
 from bubu.engine.overflow import Again, Shrink, Stop, after_overflow, empty_response
@@ -72,6 +72,7 @@ from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.memory import Note
+from bubu.projections.request import NextRequest, Prefix, RequestFold, build
 from bubu.projections.turn import CallState, TurnFold
 from bubu.providers.base import (
     Delta,
@@ -88,8 +89,6 @@ from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.protected import protected_reason, protected_write, relative
 
 StopReason = Literal["stopped", "suspended", "lease_lost"]
-STOP_POLL_S = 0.5
-"""How often a running turn looks for a stop request from another process."""
 _STOPPED_BY: dict[StopReason, str] = {
     "stopped": "stopped by the user",
     "suspended": "stopped by an orderly shutdown of Bubu (SIGTERM)",
@@ -189,9 +188,14 @@ class Runner:
         self._primary = self.provider
         self._blobs: set[str] = set()
         self._call_ids: set[str] = set()  # every call id of the session (they must be unique)
-        self.context = ContextFold(policy=self.config.context, blobs=self.store.blob)
-        self.compactor = Compactor(policy=self.config.context)
+        self.requests = RequestFold(policy=self.config.context)
+        self.compactor = Compactor(policy=self.config.context, fold=self.requests)
+        self._hot: dict[str, bytes] = {}  # the hot offloaded results' bytes (content-addressed)
         self.high_water = 0
+        """The seq of the last record folded in (staged ones included)."""
+        self._confined: tuple[tuple[SandboxMode, bool], sandbox.Sandbox | None] | None = None
+        self._staged: list[Event] = []  # folded, committed with the next append (see `stage`)
+        self._after_commit: list[str] = []  # failpoints reached once the staged events commit
         self.run: str | None = None
         self._run_seq = 0  # the seq this run started at
         self._stop: StopReason | None = None
@@ -203,6 +207,11 @@ class Runner:
             for t in sorted(self.tools.values(), key=lambda t: t.name)
         )
         self._catch_up()
+
+    @property
+    def context(self) -> ContextFold:
+        """The conversation as the next request shows it."""
+        return self.requests.context
 
     @property
     def system(self) -> str:
@@ -223,7 +232,7 @@ class Runner:
             ),
             sandbox=self.sandbox_mode[0],
             network=self.sandbox_mode[1],
-            sandboxed=sandbox.confinement(*self.sandbox_mode) is not None,
+            sandboxed=self.confinement() is not None,
             pass_env=tuple(dict.fromkeys([*self.policy.pass_env, *self.turn.pass_env])),
         )
 
@@ -233,15 +242,53 @@ class Runner:
         t, p = self.turn, self.policy
         return sandbox.turn_mode(t.sandbox, t.network, p.sandbox, p.network)
 
+    def confinement(self) -> sandbox.Sandbox | None:
+        """The sandbox of the turn's commands (looked up once per mode: it searches PATH)."""
+        mode = self.sandbox_mode
+        if self._confined is None or self._confined[0] != mode:
+            self._confined = (mode, sandbox.confinement(*mode))
+        return self._confined[1]
+
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _catch_up(self) -> list[Record]:
+        assert not self._staged
         records = self.store.read(self.session.id, after=self.high_water)
+        self._fold(records)
+        return records
+
+    def _refold(self) -> None:
+        """Fold the log afresh, without the staged events (they were not committed)."""
+        self._staged, self._after_commit = [], []
+        self.turn, self.longrun = TurnFold(), LongRunFold()
+        self.requests = RequestFold(policy=self.config.context)
+        self.compactor.fold = self.requests
+        self._blobs, self._call_ids, self.high_water = set(), set(), 0
+        self._catch_up()
+
+    def stage(self, events: Sequence[Event], *, after: str | None = None) -> None:
+        """Fold `events` now and commit them with the next append, in its transaction.
+
+        For what must be in the log before anything leaves the process, but not sooner: a model
+        response goes with the dispatches of its calls, the last outcomes of a step with the next
+        request's note (DESIGN §4: the dispatch is still committed before the tool starts, the
+        outcome before the model sees it). Nothing runs, asks or calls out while events are
+        staged. `after` names the failpoint reached once they are committed. If that append
+        fails, the folds are rebuilt from the log as if the events had never been made.
+        """
+        events, _ = redact.scrub(events)  # the folds hold what the log will hold
+        base = self.high_water
+        self._fold([Record(seq=base + i, hash="", event=e) for i, e in enumerate(events, 1)])
+        self._staged.extend(events)
+        if after is not None:
+            self._after_commit.append(after)
+
+    def _fold(self, records: Sequence[Record]) -> None:
+        """Fold committed records (in seq order, right after the high water) into every fold."""
         for r in records:
             self.turn.apply(r)
             self.longrun.apply(r)
-            self.context.apply(r)
-            self.compactor.apply(self, r)
+            self.requests.apply(r)
             blob = getattr(r.event.content, "blob", None)
             if blob is not None:
                 self._blobs.add(blob.sha256)
@@ -249,33 +296,68 @@ class Runner:
                 self._call_ids.add(r.event.content.call_id)
         if records:
             self.high_water = records[-1].seq
-        return records
+        if self.requests.adopted:
+            adopted, self.requests.adopted = self.requests.adopted, []
+            for seq, body in adopted:
+                cache_view(self.store, self.session.id, seq, body)
+
+    def blobs_of(self, shas: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of these offloaded results, as far as the store has them."""
+        out: dict[str, bytes] = {}
+        for sha in shas:
+            data = self._hot.get(sha)
+            if data is None:
+                data = self.store.blob(sha)
+            if data is not None:
+                out[sha] = data
+        return out
 
     def append(
         self, events: Sequence[Event], *, durable: bool = False, blobs: Sequence[bytes] = ()
     ) -> None:
         """Append through the lease, fold what was committed and tell the observer.
 
+        Staged events go first, in the same transaction.
+
         Other processes may append only notice dismissals to a running session; such an append
         makes ours conflict, so we fold it in and retry. Anything else is a real conflict.
         """
+        staged, after = self._staged, self._after_commit
         while True:
+            base = self.high_water - len(self._staged)
             try:
-                self.store.append(
+                done = self.store.append(
                     self.session.id,
-                    events,
-                    expect=self.high_water,
+                    [*self._staged, *events],
+                    expect=base,
                     durable=durable,
                     lease=self.lease,
                     blobs=blobs,
                 )
             except AppendConflict:
-                foreign = self._catch_up()
+                if self._staged:
+                    self._refold()
+                    foreign = self.store.read(self.session.id, after=base)
+                else:
+                    foreign = self._catch_up()
                 self.observer.on_records(foreign)
                 if not foreign or not all(_benign(r) for r in foreign):
                     raise
+                if staged:
+                    self.stage(staged)
                 continue
-            self.observer.on_records(self._catch_up())
+            except BaseException:
+                if self._staged:
+                    with contextlib.suppress(BubuError):
+                        self._refold()  # nothing of it was committed: the folds say so again
+                raise
+            # The store hands back what it committed (redacted, with seq and hash): fold that
+            # (the staged part is folded already).
+            self._staged, self._after_commit = [], []
+            self._fold(done.records[len(staged) :])
+            self.observer.on_records(done.records)
+            for name in after:
+                failpoints.hit(name)
             return
 
     def event(
@@ -336,22 +418,13 @@ class Runner:
     def _beat(self) -> None:
         """Renew the lease every third of its time; between renewals, look for a stop request
         from another process (`bubu stop`, a web UI that does not run this turn)."""
-        period = self.config.lease_ttl_s / 3
-        due = time.monotonic() + period
-        while not self._stop_event.wait(min(STOP_POLL_S, period)):
-            try:
-                if time.monotonic() >= due:
-                    self.lease = self.store.renew_lease(self.lease, self.config.lease_ttl_s)
-                    due = time.monotonic() + period
-                now = self.store.current_lease(self.session.id)
-                if now is not None and now.epoch == self.lease.epoch and now.stop_requested:
-                    self.request_stop("stopped")
-                    return
-            except LeaseLost:
-                self.request_stop("lease_lost")
-                return
-            except BubuError:
-                continue
+        heartbeat(
+            self.store, lambda: self.lease, self._renewed, ttl_s=self.config.lease_ttl_s,
+            stop=self._stop_event, request_stop=self.request_stop,
+        )  # fmt: skip
+
+    def _renewed(self, lease: Lease) -> None:
+        self.lease = lease
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -426,6 +499,8 @@ class Runner:
                                 f"session {self.session.id} has tool calls interrupted by a crash; "
                                 "run `bubu recover` first"
                             )
+                        case _:
+                            assert_never(step)
                 except _Stop:
                     stop = self._stop
                     if stop == "lease_lost" or stop is None:
@@ -437,6 +512,10 @@ class Runner:
         except LeaseLost:
             return None
         finally:
+            if self._staged and self._stop != "lease_lost":
+                # An error ends the run: what it staged is still committed, as it would have been.
+                with contextlib.suppress(BubuError):
+                    self.append(())
             _ACTIVE.discard(self)
             self._stop_event.set()
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -482,30 +561,26 @@ class Runner:
 
     # -- model calls ------------------------------------------------------------------------------
 
-    def build_request(self) -> ModelRequest:
-        """The next model request, projected from the log."""
-        return ModelRequest(
+    def next_request(self) -> NextRequest:
+        """The next model request, its digest and estimate: the pure projection of the log
+        (`projections.request`), given the prefix and the hot blobs' bytes read here."""
+        self._hot = self.blobs_of(self.requests.blobs_needed())
+        prefix = Prefix(
+            model=self.provider.spec,
             system=self.system,
             tools=self.tool_specs,
-            messages=self.context.messages(),
             max_tokens=self.config.max_tokens,
-            ordinal=self.turn.model_responses,
         )
+        return build(self.requests, prefix, ordinal=self.turn.model_responses, blobs=self._hot)
+
+    def build_request(self) -> ModelRequest:
+        """The next model request, projected from the log."""
+        return self.next_request().request
 
     def request_digest(self, request: ModelRequest) -> tuple[str, int]:
-        """The digest naming the exact request, and its estimated tokens (bytes / 4).
-
-        The digest is sha-256 over the canonical header (model, system prompt, tools, limits)
-        followed by the per-message digests of `ContextFold.fingerprint`, so it is O(new events)
-        to compute yet changes with any byte of the request.
-        """
-        header = _request_encoder.encode(
-            {"model": self.provider.spec, "system": request.system, "tools": request.tools,
-             "max_tokens": request.max_tokens, "ordinal": request.ordinal, "purpose": request.purpose}
-        )  # fmt: skip
-        messages, size = self.context.fingerprint()
-        digest = codec.sha256_hex(header + bytes.fromhex(messages))
-        return digest, (len(header) + size) // 4
+        """The digest naming the next request, and its estimated tokens (bytes / 4)."""
+        n = self.next_request()
+        return n.digest, n.estimate
 
     def digest_at(self, seq: int) -> str:
         """The chain digest of this session's prefix 1..seq."""
@@ -516,20 +591,23 @@ class Runner:
         """One attempt of the next model call; a transient failure plans (and waits out) the next
         attempt, which the loop makes after `decide` has looked at the limits again."""
         self._select_model()
-        request = self.build_request()
-        digest, estimate = self.request_digest(request)
-        # Compact until the request fits (a second pass helps when the kept tail was too big).
-        for _ in range(3):
-            if not self.compactor.over_budget(self, estimate):
-                break
-            before = self.context.checkpoint.watermark if self.context.checkpoint else 0
-            self.compactor.compact(self)
-            request = self.build_request()
-            digest, estimate = self.request_digest(request)
-            after = self.context.checkpoint.watermark if self.context.checkpoint else 0
-            if after == before:
-                break  # nothing more could be folded (or the summary failed: raw history)
-        checkpoint = self.context.checkpoint.key if self.context.checkpoint is not None else None
+        nxt = self.next_request()
+        # Compact until the request fits, while a pass still folds something (choices.py).
+        passes, before, after = 0, None, self._watermark()
+        while choices.compact_again(
+            over_budget=compacting.over_budget(self, nxt.estimate),
+            passes=passes, before=before, after=after,
+        ):  # fmt: skip
+            before = after
+            compacting.compact(self)
+            nxt = self.next_request()
+            passes, after = passes + 1, self._watermark()
+        request, digest, estimate, checkpoint = (
+            nxt.request,
+            nxt.digest,
+            nxt.estimate,
+            nxt.checkpoint,
+        )
         attempt = self.longrun.streak + 1
         self.append(
             [self.note(ModelRequestNote(model=self.provider.spec, request_digest=digest, checkpoint=checkpoint,
@@ -560,7 +638,7 @@ class Runner:
 
     def _overflowed(self, e: ProviderError, attempt: int, estimate: int) -> bool:
         """Handle an overflow or an empty answer (overflow.py); False: the retry policy decides."""
-        window = self.compactor.window(self)
+        window = compacting.window(self)
         calibrated = int(estimate * self.compactor.calibration.factor)
         plan = after_overflow(e, attempt=attempt, window=window, estimate=calibrated)
         if plan is None:
@@ -587,6 +665,9 @@ class Runner:
             case _:
                 assert_never(plan)
         return True
+
+    def _watermark(self) -> int:
+        return self.context.checkpoint.watermark if self.context.checkpoint else 0
 
     def _select_model(self) -> None:
         """Use the provider of the model the log says the turn is on (a fallback, or the primary)."""
@@ -677,8 +758,8 @@ class Runner:
         events += [self.event("model", "agent", c, invocation=inv) for c in contents[:-1]]
         events.append(self.event("model", "agent", contents[-1], Actions(token_usage=usage, end_invocation=True),
                                  invocation=inv, status="completed"))  # fmt: skip
-        self.append(events)
-        failpoints.hit("after_model_response")
+        # Committed with the dispatches of its calls (or the turn's end): one transaction.
+        self.stage(events, after="after_model_response")
 
     # -- tools ------------------------------------------------------------------------------------
 
@@ -693,7 +774,7 @@ class Runner:
             stopped_by=self._stopped_by,
             outside_allowed=outside_allowed,
             blob=self.read_blob,
-            sandbox=sandbox.confinement(*self.sandbox_mode),
+            sandbox=self.confinement(),
             pass_env=self.effective_policy.pass_env,
             marker=f"{self.session.id}/{self.run}/{call.call_id}",
             memory=self.read_memory,
@@ -729,7 +810,7 @@ class Runner:
         # Before the placeholder's excerpt cuts a line (and a secret in it) short.
         data = redact.data(data)
         # A page of an offloaded result is never offloaded again.
-        offload = offload and call.name not in ("read_result", "search_result")
+        offload = offload and choices.may_offload(call.name)
         placed = offload_result(call.name, data, self.config.context) if offload else None
         blob = None
         if placed is not None:
@@ -742,40 +823,49 @@ class Runner:
         )  # fmt: skip
         return event, (data if blob is not None else None)
 
-    def commit_outcomes(self, done: Sequence[tuple[CallState, ToolResult, float | None]]) -> None:
+    def commit_outcomes(
+        self, done: Sequence[tuple[CallState, ToolResult, float | None]], *, stage: bool = False
+    ) -> bool:
         """Commit outcomes with their offloaded blobs in one transaction; if storing the blobs
-        fails, commit the results inline instead — never a reference to bytes that are not there."""
+        fails, commit the results inline instead — never a reference to bytes that are not there.
+        With `stage`, outcomes without blobs are staged for the next append instead (True)."""
         pairs = [self._offloaded(c, r, t) for c, r, t in done]
         blobs = [b for _, b in pairs if b is not None]
-        try:
-            self.append([e for e, _ in pairs], blobs=blobs)
-        except StorageError:
-            if not blobs:
-                raise
-            inline = [
-                ToolResult(output=r.full.decode("utf-8", "replace"), is_error=r.is_error)
-                if r.full
-                else r
-                for _, r, _ in done
-            ]
+        if stage and not blobs:
+            self.stage([e for e, _ in pairs], after="after_outcome")
+            return True
+        form: choices.OutcomeForm | None = "offloaded"
+        while form is not None:
             try:
-                self.append(
-                    [self._outcome(c, r, t) for (c, _, t), r in zip(done, inline, strict=True)]
-                )
+                match form:
+                    case "offloaded":
+                        self.append([e for e, _ in pairs], blobs=blobs)
+                    case "inline":
+                        inline = [
+                            ToolResult(
+                                output=r.full.decode("utf-8", "replace"), is_error=r.is_error
+                            )
+                            if r.full
+                            else r
+                            for _, r, _ in done
+                        ]
+                        self.append([self._outcome(c, r, t) for (c, _, t), r in zip(done, inline, strict=True)])  # fmt: skip
+                    case "cut":
+                        # Not even that fits (a full disk): keep the run going with what the tool
+                        # kept for the model, saying what was lost, rather than losing the outcome.
+                        cut = [
+                            ToolResult(output=r.output + choices.cut_note(len(r.full or b"")), is_error=r.is_error)
+                            for _, r, _ in done
+                        ]  # fmt: skip
+                        self.append([self._outcome(c, r, t) for (c, _, t), r in zip(done, cut, strict=True)])  # fmt: skip
+                    case _:
+                        assert_never(form)
+                return False
             except StorageError:
-                # Not even that fits (a full disk): keep the run going with what the tool kept for
-                # the model, saying what was lost, rather than losing the outcome altogether.
-                cut = [
-                    ToolResult(
-                        output=f"{r.output}\n[the complete output ({len(r.full or b''):,} bytes) "
-                        "could not be stored: the disk is full]",
-                        is_error=r.is_error,
-                    )
-                    for _, r, _ in done
-                ]
-                self.append(
-                    [self._outcome(c, r, t) for (c, _, t), r in zip(done, cut, strict=True)]
-                )
+                form = choices.next_form(form) if blobs else None
+                if form is None:
+                    raise
+        return False
 
     def _run_tools(self, calls: Sequence[CallState]) -> None:
         ready: list[tuple[CallState, Tool, ToolContext, WriteIntent | None]] = []
@@ -805,12 +895,14 @@ class Runner:
         self.append(dispatches, durable=any(t.effect != "read_only" for _, t, _, _ in ready),
                     blobs=kept_before(i for *_, i in ready))  # fmt: skip
         failpoints.hit("after_dispatch")
-        self.execute(ready, lanes)
+        self.execute(ready, lanes, last_of_step=True)
 
     def execute(
         self,
         ready: Sequence[tuple[CallState, Tool, ToolContext, WriteIntent | None]],
         lanes: Lanes | None = None,
+        *,
+        last_of_step: bool = False,
     ) -> None:
         """Run dispatched calls concurrently and commit each outcome as it arrives; a call
         waiting in `lanes` for one that finished is then prepared, dispatched and started."""
@@ -836,8 +928,12 @@ class Runner:
             if not done:
                 continue  # a stop cancels the tools through ctx.cancel; wait for their outcomes
             failpoints.hit("after_tool")
-            self.commit_outcomes([(futures[f][0], f.result(), futures[f][1]) for f in done])
-            failpoints.hit("after_outcome")
+            # The step's last outcomes are committed with the next request's note.
+            last = last_of_step and not pending and not any(lanes.waiting.values() if lanes else ())
+            if not self.commit_outcomes(
+                [(futures[f][0], f.result(), futures[f][1]) for f in done], stage=last
+            ):
+                failpoints.hit("after_outcome")
             if lanes is None or self._stop is not None:
                 continue  # a stopped turn dispatches nothing more; its waiting calls are "not run"
             for f in done:
@@ -948,44 +1044,28 @@ class Runner:
         *,
         protected: bool = False,
     ) -> Answer:
-        decision: Answer
-        answer: Answer
-        if call.decision is not None:  # decided before a crash: never ask twice, never assume
-            decision = call.decision.decision
-            if protected and call.decision.by != "user":
-                decision = "deny"  # approved by a flag, before the target became protected
-        else:
+        allowed = False
+        if call.decision is None:
             command = call.arguments.get("command") if tool.name == "run_command" else None
             if isinstance(command, str):
                 verdict = self.effective_policy.check_command(command, cwd=self.session.workspace)
-                if verdict.allowed:
-                    return "allow"
+                allowed = verdict.allowed
                 reason = verdict.why or reason
-            request = PermissionRequest(
-                request_id=ids.new_id("perm"), call_id=call.call_id, tool=tool.name,
-                summary=_summary(tool.name, call.arguments), reason=reason, protected=protected,
-            )  # fmt: skip
-            if early:
-                self.append(early)
-                early.clear()
-            self.append([self.event("system", "agent", actions=Actions(permission_request=request), invocation=call.invocation)],
-                        durable=True)  # fmt: skip
-            by: Literal["user", "flag", "nobody"]
-            if self.effective_policy.yes and not protected:
-                answer, by = "allow", "flag"
-            else:
-                self.observer.on_activity("waiting for permission")
-                got = self.asker(request)
-                answer, by = (got, "user") if got is not None else ("deny", "nobody")
-            self._check_stop()
-            dec = PermissionDecision(
-                request_id=request.request_id, call_id=call.call_id, decision=answer, by=by
-            )
-            self.append([self.event("system", "user" if by == "user" else "host", actions=Actions(permission_decision=dec),
-                                    invocation=call.invocation)], durable=True)  # fmt: skip
-            decision = answer
-            if by == "nobody":
-                reason = f"nobody was there to approve it: {reason}"
+        settled = choices.permission(
+            call.decision,
+            protected=protected,
+            allowed_by_policy=allowed,
+            yes=self.effective_policy.yes,
+        )
+        match settled:
+            case choices.Settled(record=False):
+                decision = settled.answer
+            case choices.Settled() | choices.Ask():
+                decision, by = self._ask(call, tool, reason, early, settled, protected=protected)
+                if by == "nobody":
+                    reason = f"nobody was there to approve it: {reason}"
+            case _:
+                assert_never(settled)
         if decision != "allow":
             early.append(
                 self._outcome(
@@ -993,6 +1073,41 @@ class Runner:
                 )
             )
         return decision
+
+    def _ask(
+        self,
+        call: CallState,
+        tool: Tool,
+        reason: str,
+        early: list[Event],
+        settled: choices.Permission,
+        *,
+        protected: bool,
+    ) -> tuple[Answer, choices.By]:
+        """Write the request durably, get the answer (the flag's, or the person's) and write it."""
+        request = PermissionRequest(
+            request_id=ids.new_id("perm"), call_id=call.call_id, tool=tool.name,
+            summary=_summary(tool.name, call.arguments), reason=reason, protected=protected,
+        )  # fmt: skip
+        if early:
+            self.append(early)
+            early.clear()
+        self.append([self.event("system", "agent", actions=Actions(permission_request=request), invocation=call.invocation)],
+                    durable=True)  # fmt: skip
+        answer: Answer
+        by: choices.By
+        if isinstance(settled, choices.Settled) and settled.by is not None:
+            answer, by = settled.answer, settled.by
+        else:
+            self.observer.on_activity("waiting for permission")
+            answer, by = choices.answered(self.asker(request))
+        self._check_stop()
+        dec = PermissionDecision(
+            request_id=request.request_id, call_id=call.call_id, decision=answer, by=by
+        )
+        self.append([self.event("system", "user" if by == "user" else "host", actions=Actions(permission_decision=dec),
+                                invocation=call.invocation)], durable=True)  # fmt: skip
+        return answer, by
 
 
 _ACTIVE: weakref.WeakSet[Runner] = weakref.WeakSet()
@@ -1045,9 +1160,6 @@ def _run_tool(
         return ToolResult(
             output=f"{tool.name} failed unexpectedly: {type(e).__name__}: {e}", is_error=True
         )
-
-
-_request_encoder = msgspec.json.Encoder(order="sorted")
 
 
 __all__ = ["NullObserver", "Observer", "RunConfig", "Runner", "owner_id", "sanitize", "stop_all"]

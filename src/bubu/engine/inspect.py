@@ -1,63 +1,104 @@
-"""A read-only runner for looking at a session: what its next model request would be.
+"""Looking at a session: what its next model request would be, without running anything.
 
-Both `bubu context` and the web UI's context tab use it, so they show exactly what a real run
-would send: the same projection, checkpoint, placeholders and digest. It holds no lease (a fake
-one it never uses), appends nothing and calls no model.
+`bubu context`, the web UI's context tab and the API all use it, so they show exactly what a real
+run would send: the same pure projection (`projections.request`) the runner uses, with the same
+checkpoint, placeholders and digest. It reads the log and the hot blobs, then folds and builds;
+it takes no lease, starts no thread, appends nothing and calls no model.
 """
 
 from __future__ import annotations
 
-from bubu.engine.driver import RunConfig, Runner
-from bubu.errors import ConfigError
-from bubu.log.store import Lease, SessionInfo, Store
-from bubu.messages import DeltaSink, ModelRequest, ModelResponse
+from dataclasses import dataclass
+
+from bubu.context.policy import ContextPolicy
+from bubu.engine.prompt import system_prompt
+from bubu.events import Record
+from bubu.log.store import SessionInfo, Store
+from bubu.projections import turn as turns
+from bubu.projections.request import (
+    NextRequest,
+    Prefix,
+    RequestFold,
+    budget_of,
+    build,
+    fold_request,
+    tool_specs,
+)
+from bubu.providers import windows
 
 DEFAULT_WINDOW = 200_000
 
 
-class InspectModel:
-    """The session's model as far as projecting a request needs it: its spec and its window.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Inspection:
+    """The next request of a session and what it was projected from."""
 
-    No provider is built, so inspecting needs no API key and opens no connection.
-    """
-
-    def __init__(self, spec: str, window: int | None = None) -> None:
-        self._spec = spec
-        self._window = window
-
-    @property
-    def spec(self) -> str:
-        """The model spec."""
-        return self._spec
+    model: str
+    next: NextRequest
+    fold: RequestFold
+    records: list[Record]
+    window: int
+    window_source: str
+    """Where `window` came from (`bubu context` says it)."""
+    budget: int
 
     @property
-    def context_window(self) -> int:
-        """The window the caller gave, else the provider's own if it can be built here."""
-        if self._window is not None:
-            return self._window
-        from bubu.errors import BubuError
-        from bubu.providers import resolve
+    def calibration(self) -> float:
+        """The factor the estimate is multiplied by to predict the provider's count."""
+        return self.fold.calibration.factor
 
-        try:
-            return resolve(self._spec).context_window
-        except BubuError:
-            return DEFAULT_WINDOW
-
-    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        """Never called: inspecting does not call the model."""
-        raise ConfigError("this runner only inspects the next request; it does not send it")
+    @property
+    def high_water(self) -> int:
+        """The seq of the last record the request was projected from."""
+        return self.records[-1].seq if self.records else 0
 
 
-def inspect_runner(store: Store, info: SessionInfo, *, context_window: int | None = None) -> Runner:
-    """A Runner folded to the session's head, for building (not sending) its next request."""
+def model_window(spec: str) -> int:
+    """The model's own window, if its provider can be built here (no key needed to inspect)."""
+    from bubu.errors import BubuError
+    from bubu.providers import resolve
+
+    try:
+        return resolve(spec).context_window
+    except BubuError:
+        return DEFAULT_WINDOW
+
+
+def inspect_request(
+    store: Store,
+    info: SessionInfo,
+    *,
+    context_window: int | None = None,
+    policy: ContextPolicy | None = None,
+) -> Inspection:
+    """The next request of `info`'s session as a run on this host would build it."""
     from bubu.tools import host_tools
 
-    lease = Lease(session=info.id, owner="inspect", epoch=-1, expires_ms=0)
-    return Runner(
-        store=store,
-        session=info,
-        provider=InspectModel(info.model or "scripted:-", context_window),
-        tools=host_tools(None),
-        lease=lease,
-        config=RunConfig(context_window=context_window),
+    records = store.read(info.id)
+    turn = turns.fold(records)
+    fold = fold_request(records, policy)
+    blobs = {sha: data for sha in fold.blobs_needed() if (data := store.blob(sha)) is not None}
+    spec = info.model or "scripted:-"
+    system = turn.system_prompt if turn.system_prompt is not None else system_prompt(info.workspace)
+    prefix = Prefix(model=spec, system=system, tools=tool_specs(host_tools(None).values()))
+    # A window the server's overflow error stated wins; the model's own only when neither the
+    # caller nor the turn gives one (lazily: it may try to build the provider).
+    learned = turn.context_window if windows.learned(turn.window_source) else None
+    window = learned or context_window or turn.context_window or model_window(spec)
+    if learned:
+        source = turn.window_source or windows.LEARNED
+    elif context_window:
+        source = windows.USER
+    elif turn.context_window:  # an older Bubu recorded only a user's window
+        source = turn.window_source or windows.USER
+    else:
+        source = "default: the turn recorded none"
+    return Inspection(
+        model=spec,
+        next=build(fold, prefix, ordinal=turn.model_responses, blobs=blobs),
+        fold=fold,
+        records=records,
+        window=window,
+        window_source=source,
+        budget=budget_of(fold.policy, window),
     )

@@ -6,9 +6,10 @@ import os
 from pathlib import Path
 
 from bubu.errors import ConfigError
-from bubu.log.store import Durability, Head, Lease, SessionInfo, Store, VerifyReport, View
+from bubu.log.store import Appended, Durability, Head, Lease, SessionInfo, Store, VerifyReport, View
 
 __all__ = [
+    "Appended",
     "Durability",
     "Head",
     "Lease",

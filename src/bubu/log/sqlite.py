@@ -23,6 +23,7 @@ from bubu.events import Event, Record, kind_of
 from bubu.log import codec
 from bubu.log.migrations import INDEXED_KINDS, INDEXED_KINDS_SQL, SEQ_BITS, SQLITE_MIGRATIONS
 from bubu.log.store import (
+    Appended,
     AppendRequest,
     Durability,
     Head,
@@ -289,7 +290,7 @@ class SQLiteStore(Store):
         durable: bool,
         lease: Lease | None,
         blobs: Sequence[bytes],
-    ) -> Head:
+    ) -> Appended:
         # The usual append — one event of a kind that is not indexed, onto the head this process
         # wrote last, with no other append in flight — is one INSERT in autocommit: the trigger
         # checks the seq and the statement's own transaction commits it. Anything else (an
@@ -319,7 +320,12 @@ class SQLiteStore(Store):
                     row = ((sid << SEQ_BITS) | seq, kind, payload, digest)
                     self._insert_one(session, sid, row, durable, lease)
                     self._heads[sid] = (seq, digest)
-                    return Head(high_water=seq, digest=digest.hex())
+                    hexed = digest.hex()
+                    return Appended(
+                        high_water=seq,
+                        digest=hexed,
+                        records=(Record(seq=seq, hash=hexed, event=event),),
+                    )
             finally:
                 self._lock.release()
         return super()._append(
@@ -405,7 +411,7 @@ class SQLiteStore(Store):
             for p in batch:
                 p.done = True
 
-    def _append_one(self, req: AppendRequest) -> Head:
+    def _append_one(self, req: AppendRequest) -> Appended:
         db = self._db
         sid = self._sid(req.session)
         if req.lease is not None:
@@ -427,6 +433,7 @@ class SQLiteStore(Store):
                 (codec.sha256_hex(data), len(data), data),
             )
         rows = []
+        records = []
         for ev in req.events:
             if ev.session != req.session:
                 raise codec.InvalidEvent(
@@ -436,6 +443,7 @@ class SQLiteStore(Store):
             prev = codec.chain(prev, payload)
             seq += 1
             rows.append(((sid << SEQ_BITS) | seq, kind_of(ev), payload, prev))
+            records.append(Record(seq=seq, hash=prev.hex(), event=ev))
         try:
             db.executemany(_INSERT_SQL, rows)
             marks = [(sid, kind, pos & _SEQ_MASK) for pos, kind, _, _ in rows if kind in _INDEXED]
@@ -447,7 +455,7 @@ class SQLiteStore(Store):
             self._heads.pop(sid, None)
             raise AppendConflict(req.session, req.expect, self._read_head(sid)[0]) from e
         self._heads[sid] = (seq, prev)
-        return Head(high_water=seq, digest=prev.hex())
+        return Appended(high_water=seq, digest=prev.hex(), records=tuple(records))
 
     def _read_head(self, sid: int) -> tuple[int, bytes]:
         row = self._db.execute(_HEAD_SQL, (sid << SEQ_BITS, (sid + 1) << SEQ_BITS)).fetchone()

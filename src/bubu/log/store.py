@@ -35,6 +35,19 @@ class Head(msgspec.Struct, frozen=True, kw_only=True):
     digest: str
 
 
+class Appended(Head, frozen=True, kw_only=True):
+    """What an append committed: the new head and the records it wrote, in seq order (the events
+    as stored, secrets redacted, with their seq and chain hash), so that a writer folds what it
+    just committed without reading it back."""
+
+    records: tuple[Record, ...] = ()
+
+    @property
+    def head(self) -> Head:
+        """The head alone (comparable with `Store.head`)."""
+        return Head(high_water=self.high_water, digest=self.digest)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionInfo:
     """A row of the sessions table, plus the head of its log."""
@@ -107,7 +120,7 @@ class PendingAppend:
     def __init__(self, req: AppendRequest) -> None:
         self.req = req
         self.done = False
-        self.result: Head | None = None
+        self.result: Appended | None = None
         self.error: BaseException | None = None
 
 
@@ -197,8 +210,9 @@ class Store(abc.ABC):
         durable: bool = False,
         lease: Lease | None = None,
         blobs: Sequence[bytes] = (),
-    ) -> Head:
-        """Append `events` in one transaction after high-water `expect`.
+    ) -> Appended:
+        """Append `events` in one transaction after high-water `expect`; returns the new head and
+        the committed records.
 
         Raises AppendConflict when the head is not `expect`, LeaseLost when `lease` is no longer
         the session's current lease. `blobs` are stored (content-addressed) in the same transaction.
@@ -219,7 +233,7 @@ class Store(abc.ABC):
         durable: bool,
         lease: Lease | None,
         blobs: Sequence[bytes],
-    ) -> Head:
+    ) -> Appended:
         """`append` with the secrets already redacted: group-committed with whatever else is
         queued (a backend may override it with a faster path)."""
         pending = PendingAppend(

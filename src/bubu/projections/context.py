@@ -8,15 +8,17 @@ paired to its calls; a call whose outcome is not committed is left out, so a pro
 dangling tool call. Offloaded results are whole while hot (the most recent steps) and placeholders
 once cold. Rendering is cached per entry, so building the next request costs what changed.
 
-Blob contents come through `blobs`, a reader of content-addressed, immutable bytes: the same prefix
-and the same blobs always give the same request.
+Blob contents are data, not a callback: `hot_blobs` (or `span_blobs`) names the offloaded results
+a rendering shows whole, the caller reads those bytes, and passes them in as a mapping from sha-256
+to bytes. The bytes are content-addressed and immutable, so the same prefix and the same blobs
+always give the same request; a blob that is not given renders as its placeholder.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,7 +38,9 @@ from bubu.messages import (
     UserMessage,
 )
 
-BlobReader = Callable[[str], bytes | None]
+Blobs = Mapping[str, bytes]
+"""Offloaded results' bytes by sha-256: the hot ones a request shows whole."""
+NO_BLOBS: Blobs = {}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,7 +89,6 @@ class ContextFold:
     """The conversation as the model sees it, folded incrementally."""
 
     policy: ContextPolicy = field(default_factory=ContextPolicy)
-    blobs: BlobReader | None = None
     checkpoint: Checkpoint | None = None
     omitted_before: int = 0
     """A fallback floor: entries at or below this seq are left out (a failed compaction)."""
@@ -182,13 +185,25 @@ class ContextFold:
             del self._cum[keep:]
             del self._flat[self._cum[-1][0] if self._cum else 0 :]
 
-    def _build(self) -> tuple[list[Message], int, Any]:
-        """The visible entries' messages, total size and running digest, extended incrementally."""
+    def _build(self, blobs: Blobs) -> tuple[list[Message], int, Any]:
+        """The visible entries' messages, total size and running digest, extended incrementally.
+
+        Only a rendering made with every blob it shows is cached: without some of them (a caller
+        that did not pass them, a blob missing from the store) the request is built afresh."""
+        if not self._complete(blobs):
+            flat: list[Message] = []
+            size, h = 0, hashlib.sha256()
+            for i in self._visible():
+                r = self._rendering(i, blobs)
+                flat.extend(r.messages)
+                size += r.size
+                h.update(r.digests)
+            return flat, size, h
         start = self._visible().start
         if start != self._flat_start:
             self._flat_start, self._flat, self._cum = start, [], []
         for i in range(start + len(self._cum), len(self.entries)):
-            r = self._render_at(i)
+            r = self._render_at(i, blobs)
             if self._cum:
                 _, size, h = self._cum[-1]
                 h = h.copy()
@@ -207,19 +222,36 @@ class ContextFold:
         floor = max(self.omitted_before, self.checkpoint.watermark if self.checkpoint else 0)
         return range(bisect.bisect_right(self._seqs, floor), len(self.entries))
 
-    def _render_at(self, i: int) -> _Rendered:
+    def _complete(self, blobs: Blobs) -> bool:
+        return all(b in blobs for b in self.hot_blobs())
+
+    def _rendering(self, i: int, blobs: Blobs) -> _Rendered:
+        msgs = self._render(self.entries[i], self._hot[i], blobs)
+        encoded = [_encoder.encode(m) for m in msgs]
+        return _Rendered(
+            messages=msgs,
+            digests=b"".join(hashlib.sha256(b).digest() for b in encoded),
+            size=sum(len(b) for b in encoded),
+        )
+
+    def _render_at(self, i: int, blobs: Blobs) -> _Rendered:
         rendered = self._rendered[i]
         if rendered is None:
-            msgs = self._render(self.entries[i], self._hot[i])
-            blobs = [_encoder.encode(m) for m in msgs]
-            rendered = self._rendered[i] = _Rendered(
-                messages=msgs,
-                digests=b"".join(hashlib.sha256(b).digest() for b in blobs),
-                size=sum(len(b) for b in blobs),
-            )
+            rendered = self._rendering(i, blobs)
+            e = self.entries[i]
+            if not (
+                self._hot[i]
+                and isinstance(e, _Step)
+                and any(
+                    r.blob not in blobs for r in e.results.values() if self._shows_whole(r, True)
+                )
+            ):
+                self._rendered[i] = rendered
         return rendered
 
-    def _render(self, e: _User | _Step, hot: bool, *, whole: bool = False) -> tuple[Message, ...]:
+    def _render(
+        self, e: _User | _Step, hot: bool, blobs: Blobs, *, whole: bool = False
+    ) -> tuple[Message, ...]:
         if isinstance(e, _User):
             return (e.message,)
         parts = tuple(
@@ -228,18 +260,21 @@ class ContextFold:
         if not parts:
             return ()
         results = tuple(
-            self._result(e.results[c], hot, whole=whole) for c in e.calls if c in e.results
+            self._result(e.results[c], hot, blobs, whole=whole) for c in e.calls if c in e.results
         )
         if results:
             return (AssistantMessage(parts=parts), ToolResultsMessage(results=results))
         return (AssistantMessage(parts=parts),)
 
-    def _result(self, res: _Result, hot: bool, *, whole: bool = False) -> ToolResultPart:
-        if res.blob is None or self.blobs is None:
+    def _shows_whole(self, res: _Result, hot: bool) -> bool:
+        return hot and res.blob is not None and res.size <= self.policy.hot_max_bytes
+
+    def _result(
+        self, res: _Result, hot: bool, blobs: Blobs, *, whole: bool = False
+    ) -> ToolResultPart:
+        if res.blob is None or not (whole or self._shows_whole(res, hot)):
             return res.part
-        if not whole and (not hot or res.size > self.policy.hot_max_bytes):
-            return res.part
-        data = self.blobs(res.blob)
+        data = blobs.get(res.blob)
         if data is None:
             return res.part
         p = res.part
@@ -265,12 +300,39 @@ class ContextFold:
             )
         return ()
 
-    def messages(self) -> tuple[Message, ...]:
+    def hot_blobs(self) -> list[str]:
+        """The offloaded results the next request shows whole (the hot steps' small enough ones):
+        read these and pass them to `messages` and `fingerprint`."""
+        if self.policy.hot_steps <= 0:
+            return []
+        start = self._visible().start
+        out: list[str] = []
+        for i in self._steps[-self.policy.hot_steps :]:
+            if i >= start and self._hot[i]:
+                out.extend(
+                    r.blob
+                    for r in self._step(i).results.values()
+                    if r.blob is not None and self._shows_whole(r, True)
+                )
+        return out
+
+    def span_blobs(self, after: int, upto: int) -> list[str]:
+        """Every offloaded result of the entries that start in (after, upto] (for `span_messages`)."""
+        lo, hi = bisect.bisect_right(self._seqs, after), bisect.bisect_right(self._seqs, upto)
+        return [
+            r.blob
+            for e in self.entries[lo:hi]
+            if isinstance(e, _Step)
+            for r in e.results.values()
+            if r.blob is not None
+        ]
+
+    def messages(self, blobs: Blobs = NO_BLOBS) -> tuple[Message, ...]:
         """The messages of the next request, every call paired with its result."""
-        flat, _, _ = self._build()
+        flat, _, _ = self._build(blobs)
         return (*self.head(), *flat)
 
-    def fingerprint(self) -> tuple[str, int]:
+    def fingerprint(self, blobs: Blobs = NO_BLOBS) -> tuple[str, int]:
         """A digest naming the exact messages and their canonical size in bytes.
 
         The digest is sha-256 over the digests of the head's messages followed by the running
@@ -283,22 +345,25 @@ class ContextFold:
             data = _encoder.encode(m)
             h.update(hashlib.sha256(data).digest())
             size += len(data)
-        _, entries_size, entries = self._build()
+        _, entries_size, entries = self._build(blobs)
         h.update(entries.digest())
         return h.hexdigest(), size + entries_size
 
-    def step_sizes(self, *, include_covered: bool = False) -> list[tuple[int, int]]:
-        """(first seq, rendered bytes) of each visible entry (or every entry), oldest first."""
+    def step_sizes(
+        self, blobs: Blobs = NO_BLOBS, *, include_covered: bool = False
+    ) -> list[tuple[int, int]]:
+        """(first seq, rendered bytes) of each visible entry (or every entry), oldest first, as the
+        request renders them with `blobs` (the bytes `hot_blobs` names)."""
         idx = range(len(self.entries)) if include_covered else self._visible()
-        return [(self.entries[i].first_seq, self._render_at(i).size) for i in idx]
+        return [(self.entries[i].first_seq, self._render_at(i, blobs).size) for i in idx]
 
-    def span_messages(self, after: int, upto: int) -> tuple[Message, ...]:
-        """The messages of the entries that start in (after, upto], every offloaded result read
-        whole from the blob store (what a summarizer must see), not its placeholder."""
+    def span_messages(self, after: int, upto: int, blobs: Blobs = NO_BLOBS) -> tuple[Message, ...]:
+        """The messages of the entries that start in (after, upto], every offloaded result whole
+        (what a summarizer must see: pass the bytes `span_blobs` names), not its placeholder."""
         out: list[Message] = []
         lo, hi = bisect.bisect_right(self._seqs, after), bisect.bisect_right(self._seqs, upto)
         for e in self.entries[lo:hi]:
-            out.extend(self._render(e, hot=False, whole=True))
+            out.extend(self._render(e, False, blobs, whole=True))
         return tuple(out)
 
     def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:

@@ -343,7 +343,7 @@ class RunManager:
 
     def compact(self, session: str) -> str:
         """Build a compaction checkpoint now, in the background (as `bubu compact` does)."""
-        from bubu.engine.compactor import compact_now
+        from bubu.engine.compacting import compact_now
 
         info = self.store.session(session)
         if self.running_here(info.id) or self._state(info) == "running":

@@ -493,22 +493,20 @@ class ContextView(msgspec.Struct, kw_only=True):
 
 def context_view(store: Store, info: SessionInfo) -> ContextView:
     """The next request exactly as the runner would build it: checkpoint, placeholders and all."""
-    from bubu.engine.inspect import inspect_runner
+    from bubu.engine.inspect import inspect_request
 
-    runner = inspect_runner(store, info)
-    request = runner.build_request()
-    digest, estimate = runner.request_digest(request)
-    cp = runner.context.checkpoint
-    counts = Counter[str](inc for _, _, inc, _ in diagnose(store.read(info.id), runner.context))
+    seen = inspect_request(store, info)
+    request, cp = seen.next.request, seen.fold.context.checkpoint
+    counts = Counter[str](inc for _, _, inc, _ in diagnose(seen.records, seen.fold.context))
     return ContextView(
         system=request.system,
         tools=list(request.tools),
         messages=list(request.messages),
-        estimated_tokens=estimate,
-        request_digest=digest,
+        estimated_tokens=seen.next.estimate,
+        request_digest=seen.next.digest,
         checkpoint=None if cp is None else CheckpointView(key=cp.key, watermark=cp.watermark),
         inclusion=dict(counts),
-        high_water=runner.high_water,
+        high_water=seen.high_water,
     )
 
 

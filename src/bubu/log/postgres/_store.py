@@ -16,6 +16,7 @@ from bubu.log.postgres import _leases
 from bubu.log.postgres._connect import Connection, Row, Target, pg_error
 from bubu.log.postgres._schema import NOW_MS_SQL, integrity_problems, migrate
 from bubu.log.store import (
+    Appended,
     AppendRequest,
     Durability,
     Head,
@@ -274,7 +275,7 @@ class PostgresStore(Store):
 
     def _stage(
         self, req: AppendRequest, tips: dict[str, _Tip], epochs: dict[int, int], out: _Staged
-    ) -> Head:
+    ) -> Appended:
         tip = tips.get(req.session)
         if tip is None:
             raise self._unknown(req.session)
@@ -287,6 +288,7 @@ class PostgresStore(Store):
             raise AppendConflict(req.session, req.expect, tip.high_water)
         seq, prev = tip.high_water, tip.digest
         rows: list[tuple[int, str, bytes, bytes]] = []
+        records: list[Record] = []
         last_ts: int | None = None
         for ev in req.events:
             if ev.session != req.session:
@@ -297,6 +299,7 @@ class PostgresStore(Store):
             prev = codec.chain(prev, payload)
             seq += 1
             rows.append((seq, kind_of(ev), payload, prev))
+            records.append(Record(seq=seq, hash=prev.hex(), event=ev))
             last_ts = ev.ts
         # Only a request that staged completely contributes rows to the batch.
         for data in req.blobs:
@@ -310,7 +313,7 @@ class PostgresStore(Store):
         if last_ts is not None:
             out.last_ms[tip.sid] = last_ts
         tip.high_water, tip.digest = seq, prev
-        return Head(high_water=seq, digest=prev.hex())
+        return Appended(high_water=seq, digest=prev.hex(), records=tuple(records))
 
     # -- reads ------------------------------------------------------------------------------------
 

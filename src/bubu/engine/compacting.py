@@ -1,0 +1,166 @@
+"""Carrying out a compaction for a runner: the plan comes from `Compactor` (the log's decision);
+this makes the summarizer calls, traces each one, and commits the checkpoint with its note.
+
+Every summarizer call is traced like a turn call: a `model_request` note (purpose "summary")
+before it, and after it a hidden `summary_chunk` note with the answer and its token usage.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from bubu import failpoints
+from bubu.errors import ProviderError
+from bubu.events import Actions, Compaction, Error, SummaryChunk, SystemNote, TokenUsage
+from bubu.events import ModelRequest as ModelRequestNote
+from bubu.log.codec import sha256_hex
+from bubu.projections.request import BYTES_PER_TOKEN, window_of
+from bubu.providers import windows
+from bubu.providers.base import Delta, ModelRequest, ModelResponse, TextPart
+
+if TYPE_CHECKING:
+    from bubu.engine.compactor import CompactionPlan
+    from bubu.engine.driver import Runner
+
+_enc = msgspec.json.Encoder(order="sorted")
+
+
+class _CallStopped(Exception):
+    """Raised into a summarizer call's stream when the run is asked to stop."""
+
+
+def window(runner: Runner) -> int:
+    """The model's window in tokens: the host's setting, else the turn's, else the model's."""
+    t = runner.turn
+    return window_of(
+        learned=t.context_window if windows.learned(t.window_source) else None,
+        configured=runner.config.context_window,
+        recorded=runner.turn.context_window,
+        model=runner.provider.context_window,
+    )
+
+
+def over_budget(runner: Runner, estimate: int) -> bool:
+    """Whether the next request must be compacted first."""
+    return runner.compactor.over_budget(estimate, window(runner))
+
+
+def compact(runner: Runner) -> None:
+    """Summarize up to a new watermark and commit the checkpoint (or a fallback on the facts)."""
+    compactor = runner.compactor
+    size = window(runner)
+    hot = runner.blobs_of(compactor.fold.blobs_needed())
+    watermark = compactor.target(size, hot)
+    if watermark is None:
+        return
+    start = compactor.fold.valid.watermark if compactor.fold.valid is not None else 0
+    plan = compactor.plan(
+        watermark,
+        window=size,
+        digest=runner.digest_at(watermark),
+        span=runner.blobs_of(compactor.fold.context.span_blobs(start, watermark)),
+        hot=hot,
+        ordinal=runner.turn.model_responses,
+    )
+    calls = list(plan.calls)
+    text = plan.text
+    problem = None
+    for i in range(plan.first, len(plan.chunks)):
+        answer, problem = _traced(runner, plan, i, text, calls)
+        if problem is not None:
+            break
+        text = answer
+    failpoints.hit("mid_compaction")
+    body, note = plan.result(text, problem, calls, runner.provider.spec)
+    # One transaction: the log never holds a checkpoint without its note, or the reverse.
+    runner.append([runner.note(body), runner.note(note)])
+
+
+def _traced(
+    runner: Runner, plan: CompactionPlan, i: int, text: str | None, calls: list[str]
+) -> tuple[str, str | None]:
+    """One summarizer call, traced: its request digest before, its answer and usage after.
+    Returns the answer and why it may not be used (None when it may)."""
+    request = plan.request(i, text)
+    model = runner.provider.spec
+    encoded = _enc.encode({"model": model, "request": request})
+    digest = sha256_hex(encoded)
+    estimate = len(encoded) // BYTES_PER_TOKEN
+    calls.append(digest)
+    runner.append(
+        [runner.note(ModelRequestNote(model=model, request_digest=digest,
+                                      estimated_tokens=estimate, purpose="summary"))]
+    )  # fmt: skip
+    try:
+        response = _call(runner, request)
+    except ProviderError as e:
+        runner.append([runner.event("system", "system", Error(
+            error_class=e.error_class, message=f"summarizer: {e}", retryable=e.retryable,
+            status=e.status), visibility="hidden")])  # fmt: skip
+        return "", f"the summarizer failed: {e}"
+    answer = "".join(p.text for p in response.parts if isinstance(p, TextPart))
+    u = response.usage
+    usage = TokenUsage(
+        model=model, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+        cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
+        estimated_input_tokens=estimate, stop_reason=response.stop_reason,
+    )  # fmt: skip
+    chunk = SummaryChunk(request_digest=digest, start=plan.start, watermark=plan.watermark,
+                         chunk=i + 1, chunks=len(plan.chunks), text=answer)  # fmt: skip
+    runner.append([runner.event("system", "system", SystemNote(note=chunk),
+                                Actions(token_usage=usage), visibility="hidden")])  # fmt: skip
+    return answer, plan.problem(answer, i)
+
+
+def _call(runner: Runner, request: ModelRequest) -> ModelResponse:
+    """The provider call on a daemon thread, so that a stop ends the wait at once (and the stream
+    at its next delta) and never keeps the process alive for an answer nobody will read."""
+    box: list[ModelResponse | BaseException] = []
+    done = threading.Event()
+
+    def on_delta(_: Delta) -> None:
+        if runner._stop is not None:
+            raise _CallStopped
+
+    def run() -> None:
+        try:
+            box.append(runner.provider.complete(request, on_delta))
+        except BaseException as e:  # handed to the waiting thread
+            box.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="bubu-summary", daemon=True).start()
+    while not done.wait(0.1):
+        runner._check_stop()
+    runner._check_stop()
+    (result,) = box
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def compact_now(runner: Runner) -> Compaction | None:
+    """Build a checkpoint now, whatever the budget says (`bubu compact`): the same summary,
+    validation and fallback as before a model call. Returns the compaction note it committed, or
+    None when there was nothing to fold (fewer than two steps after the last checkpoint)."""
+    from bubu.engine.driver import _Stop
+
+    beat = threading.Thread(target=runner._beat, name="bubu-lease", daemon=True)
+    beat.start()
+    start = runner.high_water
+    try:
+        compact(runner)
+    except _Stop:
+        return None  # stopped: whatever was committed stays, the summary is retried later
+    finally:
+        runner._stop_event.set()
+    notes = [
+        c.note
+        for r in runner.store.read(runner.session.id, after=start, kinds=("compaction",))
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, Compaction)
+    ]
+    return notes[-1] if notes else None
