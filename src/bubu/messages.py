@@ -40,6 +40,9 @@ class ThinkingPart:
     text: str
     signature: str | None = None
     redacted: str | None = None
+    native: JSON | None = None
+    """The provider's own reasoning item (an OpenAI Responses `reasoning` item, encrypted content
+    included), replayed to that provider verbatim."""
     kind: Literal["thinking"] = "thinking"
 
 
@@ -51,6 +54,8 @@ class ToolCallPart:
     name: str
     arguments: dict[str, JSON]
     raw_arguments: str | None = None
+    native: JSON | None = None
+    """The provider's own call item (an OpenAI Responses `function_call` item), replayed verbatim."""
     kind: Literal["tool_call"] = "tool_call"
 
 
@@ -101,15 +106,19 @@ class ModelRequest:
 
     `ordinal` is the number of model responses already committed in the session; deterministic
     providers (the scripted one) use it to pick their answer, others ignore it.
-    `purpose` is "summary" for compaction requests.
+    `purpose` is "summary" for compaction requests. `max_tokens` caps the tokens the call may
+    produce, reasoning included; None leaves it to the provider (its `--max-output-tokens`, else
+    its default, which leaves reasoning models room to think).
     """
 
     system: str
     tools: tuple[ToolSpec, ...]
     messages: tuple[Message, ...]
-    max_tokens: int = 8192
+    max_tokens: int | None = None
     ordinal: int = 0
     purpose: Literal["turn", "summary"] = "turn"
+    session_id: str = ""
+    """The session the call belongs to: a prompt-cache key for providers that take one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +133,10 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    """How many of `output_tokens` were reasoning (where the provider says)."""
+    cache_write_1h_tokens: int = 0
+    """How many of `cache_write_tokens` were written to a one-hour cache (priced higher)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

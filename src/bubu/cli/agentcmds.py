@@ -108,6 +108,32 @@ def model_options(f: Any) -> Any:
                 help="Extended thinking budget (Anthropic).",
             ),
             click.option(
+                "--reasoning-effort",
+                default=None,
+                callback=checks.one_of(
+                    "low", "medium", "high", what="how hard an OpenAI reasoning model thinks"
+                ),
+                metavar="low|medium|high",
+                help="How hard an OpenAI reasoning model thinks [default: the model's own].",
+            ),
+            click.option(
+                "--max-output-tokens",
+                default=None,
+                callback=checks.max_output_tokens,
+                metavar="TOKENS",
+                help="Tokens one model call may produce, reasoning included [default: the "
+                "model's own at OpenAI; 8192 (+ --thinking) for Anthropic and other servers].",
+            ),
+            click.option(
+                "--cache-ttl",
+                default=None,
+                callback=checks.one_of(
+                    "5m", "1h", what="how long Anthropic keeps the prompt cache"
+                ),
+                metavar="5m|1h",
+                help="How long Anthropic keeps the prompt cache [default: 5m].",
+            ),
+            click.option(
                 "--stall-timeout",
                 type=click.FloatRange(min=0, min_open=True),
                 default=None,
@@ -189,6 +215,9 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         context_window=opts.get("context_window"),
         thinking_budget=opts.get("thinking"),
         stall_timeout=opts.get("stall_timeout"),
+        reasoning_effort=opts.get("reasoning_effort"),
+        max_output_tokens=opts.get("max_output_tokens"),
+        cache_ttl=opts.get("cache_ttl"),
     )
     from bubu.pricing import call_cost, warm
 
@@ -220,6 +249,9 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             context_window=opts.get("context_window"),
             thinking_budget=opts.get("thinking"),
             stall_timeout=opts.get("stall_timeout") or env_stall_timeout(),
+            reasoning_effort=opts.get("reasoning_effort"),
+            max_output_tokens=opts.get("max_output_tokens"),
+            cache_ttl=opts.get("cache_ttl"),
         ),
         tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env),
         mcp_config=str(mcp.resolve()) if mcp is not None else None,

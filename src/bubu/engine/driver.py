@@ -133,7 +133,8 @@ class RunConfig:
     token_limit: int | None = None
     time_limit_s: float | None = None
     lease_ttl_s: float = 30.0
-    max_tokens: int = 8192
+    max_tokens: int | None = None
+    """The cap on tokens one call may produce (None: the provider's `--max-output-tokens`)."""
     context_window: int | None = None
     context: ContextPolicy = field(default_factory=ContextPolicy)
 
@@ -480,6 +481,7 @@ class Runner:
             messages=self.context.messages(),
             max_tokens=self.config.max_tokens,
             ordinal=self.turn.model_responses,
+            session_id=self.session.id,
         )
 
     def request_digest(self, request: ModelRequest) -> tuple[str, int]:
@@ -593,7 +595,8 @@ class Runner:
             elif isinstance(p, ThinkingPart):
                 contents.append(
                     Thinking(
-                        text=codec.sanitize_text(p.text), signature=p.signature, redacted=p.redacted
+                        text=codec.sanitize_text(p.text), signature=p.signature, redacted=p.redacted,
+                        native=sanitize(p.native),
                     )
                 )
             else:
@@ -601,18 +604,17 @@ class Runner:
                 self._call_ids.add(cid)
                 contents.append(FunctionCall(
                     call_id=cid, provider_id=None if cid == p.call_id else p.call_id, name=codec.sanitize_text(p.name), arguments=sanitize(p.arguments),
-                    raw_arguments=None if p.raw_arguments is None else codec.sanitize_text(p.raw_arguments)))  # fmt: skip
+                    raw_arguments=None if p.raw_arguments is None else codec.sanitize_text(p.raw_arguments),
+                    native=sanitize(p.native)))  # fmt: skip
         if not contents:
             contents.append(Text(text=""))
         u = response.usage
         usage = TokenUsage(
             model=self.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
             cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
+            reasoning_tokens=u.reasoning_tokens,
             estimated_input_tokens=estimate, stop_reason=response.stop_reason,
-            cost_usd=pricing.call_cost(
-                self.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
-                official=getattr(self.provider, "official", True)),
+            cost_usd=pricing.usage_cost(self.provider.spec, u, official=getattr(self.provider, "official", True)),
         )  # fmt: skip
         events = [self.event("model", "agent", c, invocation=inv) for c in contents[:-1]]
         events.append(self.event("model", "agent", contents[-1], Actions(token_usage=usage, end_invocation=True),

@@ -126,7 +126,9 @@ class ContextFold:
                     step.parts.append(TextPart(text=c.text))
             elif isinstance(c, Thinking):
                 step.parts.append(
-                    ThinkingPart(text=c.text, signature=c.signature, redacted=c.redacted)
+                    ThinkingPart(
+                        text=c.text, signature=c.signature, redacted=c.redacted, native=c.native
+                    )
                 )
             else:
                 step.parts.append(
@@ -135,6 +137,7 @@ class ContextFold:
                         name=c.name,
                         arguments=c.arguments,
                         raw_arguments=c.raw_arguments,
+                        native=c.native,
                     )
                 )
                 step.calls.append(c.call_id)

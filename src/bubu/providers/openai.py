@@ -1,7 +1,8 @@
-"""`openai:MODEL` — Chat Completions with tools and streaming, through the official SDK.
+"""`openai-chat:MODEL` — Chat Completions with tools and streaming, through the official SDK.
 
-Works with OpenAI and with any OpenAI-compatible server (Ollama, vLLM, LM Studio, OpenRouter)
-through `base_url` / `OPENAI_BASE_URL`. The SDK never retries (`max_retries=0`): the engine owns
+The adapter for OpenAI-compatible servers (Ollama, vLLM, LM Studio, OpenRouter): `openai:MODEL`
+with a `base_url` / `OPENAI_BASE_URL` other than OpenAI's comes here, and `openai-chat:MODEL`
+asks for it at OpenAI too (whose own `openai:MODEL` is the Responses API, `openai_responses`). The SDK never retries (`max_retries=0`): the engine owns
 retries and records each failed attempt, so every failure leaves here as a `ProviderError`.
 """
 
@@ -47,6 +48,9 @@ OPENAI_URL = "https://api.openai.com/v1"
 # Local servers (Ollama, LM Studio, vLLM) ignore the key, but the SDK insists on having one.
 PLACEHOLDER_KEY = "not-needed"
 DEFAULT_CONTEXT_WINDOW = 128_000
+COMPATIBLE_MAX_OUTPUT = 8192
+"""The output cap sent to a compatible server when none is set: many refuse a cap beyond their
+window, and it bounds a rambling local model (OpenAI's own API gets none: the model's own)."""
 # Longest prefix wins; unknown models get the default and the user can override it.
 CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
     ("gpt-5", 400_000),
@@ -277,7 +281,13 @@ def _usage(usage: CompletionUsage | None) -> Usage:
         input_tokens=usage.prompt_tokens or 0,
         output_tokens=usage.completion_tokens or 0,
         cache_read_tokens=cached or 0,
+        reasoning_tokens=_reasoning_tokens(usage),
     )
+
+
+def _reasoning_tokens(usage: CompletionUsage) -> int:
+    details = usage.completion_tokens_details
+    return (details.reasoning_tokens if details is not None else None) or 0
 
 
 # ---- the provider ------------------------------------------------------------------------------
@@ -295,7 +305,12 @@ class OpenAIProvider:
         http_client: httpx2.Client | None = None,
         context_window: int | None = None,
         stall_timeout: float | None = None,
+        reasoning_effort: str | None = None,
+        max_output_tokens: int | None = None,
+        spec_name: str = "openai",
     ) -> None:
+        from bubu.providers.openai_responses import check_effort
+
         base = base_url or os.environ.get("OPENAI_BASE_URL") or None
         official = base is None or urlsplit(base).hostname == "api.openai.com"
         key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -308,6 +323,9 @@ class OpenAIProvider:
                 )
             key = PLACEHOLDER_KEY
         self._model = model
+        self._spec_name = spec_name
+        self._effort = check_effort(reasoning_effort)
+        self._max_output = max_output_tokens
         self._official = official
         self._base_url = base or OPENAI_URL
         self._context_window = context_window or context_window_for(model)
@@ -332,7 +350,7 @@ class OpenAIProvider:
     @property
     def spec(self) -> str:
         """The model spec, e.g. ``openai:gpt-4.1``."""
-        return f"openai:{self._model}"
+        return f"{self._spec_name}:{self._model}"
 
     @property
     def base_url(self) -> str:
@@ -358,14 +376,17 @@ class OpenAIProvider:
 
     def _open(self, request: ModelRequest) -> openai.Stream[ChatCompletionChunk]:
         tools = to_tools(request.tools)
-        # OpenAI's newer models accept only max_completion_tokens; compatible servers widely
-        # understand only max_tokens.
+        limit = request.max_tokens if request.max_tokens is not None else self._max_output
+        effort = self._effort if self._effort is not None else openai.omit
+        # OpenAI's newer models accept only max_completion_tokens, which counts reasoning, so
+        # none is sent unless asked for; compatible servers widely understand only max_tokens.
         if self._official:
             return self._client.chat.completions.create(
                 model=self._model,
                 messages=to_messages(request),
                 tools=tools or openai.omit,
-                max_completion_tokens=request.max_tokens,
+                max_completion_tokens=limit if limit is not None else openai.omit,
+                reasoning_effort=effort,
                 stream=True,
                 stream_options={"include_usage": True},
             )
@@ -373,7 +394,8 @@ class OpenAIProvider:
             model=self._model,
             messages=to_messages(request),
             tools=tools or openai.omit,
-            max_tokens=request.max_tokens,
+            max_tokens=limit if limit is not None else COMPATIBLE_MAX_OUTPUT,
+            reasoning_effort=effort,
             stream=True,
             stream_options={"include_usage": True},
         )
