@@ -442,6 +442,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
                     "output_tokens": t.output_tokens,
                     "cache_read_tokens": t.cache_read_tokens,
                     "cache_write_tokens": t.cache_write_tokens,
+                    "reasoning_tokens": t.reasoning_tokens,
                     **t.cost.json(),
                 },
             }
@@ -520,6 +521,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "output_tokens": t.output_tokens,
             "cache_read_tokens": t.cache_read_tokens,
             "cache_write_tokens": t.cache_write_tokens,
+            "reasoning_tokens": t.reasoning_tokens,
             **t.cost.json(),
         },
         "recovery": None,
@@ -544,6 +546,25 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "seq": st.notice_seq,
         }
     return out
+
+
+def usage_line(usage: Any) -> str:
+    """The token part of `bubu status`: calls, input and output, and the cache and reasoning
+    shares where there are any (cache reads are billed far below input, writes above it)."""
+    line = (
+        f"{usage['model_calls']} model calls · {usage['input_tokens']:,} in / "
+        f"{usage['output_tokens']:,} out tokens"
+    )
+    extra = [
+        f"{usage[key]:,} {label}"
+        for key, label in (
+            ("cache_read_tokens", "cache read"),
+            ("cache_write_tokens", "cache write"),
+            ("reasoning_tokens", "reasoning"),
+        )
+        if usage.get(key)
+    ]
+    return line + (f" ({' · '.join(extra)})" if extra else "")
 
 
 def cost_lines(usage: Any) -> str:
@@ -590,9 +611,7 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
 
             click.echo(f"  {waiting_line(w, clock.now_ms())}")
             click.echo(f"    last error: {printable(w.message)}")
-    click.echo(
-        f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens"
-    )
+    click.echo(f"  {usage_line(usage)}")
     click.echo(cost_lines(usage))
     if d["plan"]:
         click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it

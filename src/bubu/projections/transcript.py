@@ -72,6 +72,7 @@ class Transcript:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
     model_calls: int = 0
     cost: CostTally = field(default_factory=CostTally)
     """What the calls cost, in total and per model (unknown prices kept apart)."""
@@ -135,6 +136,7 @@ class Transcript:
                 self.output_tokens += u.output_tokens
                 self.cache_read_tokens += u.cache_read_tokens
                 self.cache_write_tokens += u.cache_write_tokens
+                self.reasoning_tokens += u.reasoning_tokens
                 self.cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
 
     def _note(self, r: Record, c: SystemNote) -> None:
