@@ -43,10 +43,19 @@ class _Base(
 # ---------------------------------------------------------------------------------------------
 
 
+class ImageRef(_Base, frozen=True, kw_only=True):
+    """An image kept in the blob table (content-addressed), shown to models that accept images."""
+
+    sha256: str
+    size: int
+    media_type: str
+
+
 class Text(_Base, frozen=True, kw_only=True, tag="text", tag_field="kind"):
-    """Plain text: the user's request, or what the model said."""
+    """Plain text: the user's request, or what the model said; `images` attached to a request."""
 
     text: str
+    images: list[ImageRef] = msgspec.field(default_factory=list)
 
 
 class Thinking(_Base, frozen=True, kw_only=True, tag="thinking", tag_field="kind"):
@@ -95,6 +104,8 @@ class FunctionResponse(_Base, frozen=True, kw_only=True, tag="function_response"
     native: JSON | None = None
     blob: BlobRef | None = None
     duration_ms: int | None = None
+    images: list[ImageRef] = msgspec.field(default_factory=list)
+    """Images the result shows the model (`read_file` on an image), kept as blobs."""
 
 
 class Error(_Base, frozen=True, kw_only=True, tag="error", tag_field="kind"):

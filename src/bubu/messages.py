@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+import msgspec
+
 JSON: TypeAlias = Any
 
 
@@ -47,6 +49,15 @@ class ThinkingPart:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ImagePart:
+    """An image shown to the model: its media type (image/png …) and bytes."""
+
+    media_type: str
+    data: bytes
+    kind: Literal["image"] = "image"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallPart:
     """A tool call made by the model. `raw_arguments` keeps arguments that were not valid JSON."""
 
@@ -67,6 +78,7 @@ class ToolResultPart:
     name: str
     content: str
     is_error: bool = False
+    images: tuple[ImagePart, ...] = ()
     kind: Literal["tool_result"] = "tool_result"
 
 
@@ -78,6 +90,7 @@ class UserMessage:
     """A message in the user lane (the task, follow-ups, host notes for the model)."""
 
     text: str
+    images: tuple[ImagePart, ...] = ()
     role: Literal["user"] = "user"
 
 
@@ -161,3 +174,26 @@ class Delta:
 
 
 DeltaSink: TypeAlias = Callable[[Delta], None]
+
+_OPTIONAL = frozenset({"native", "images"})
+_canonical_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def canonical(message: Message) -> bytes:
+    """A message's canonical JSON (sorted keys), as digests and size estimates take it.
+
+    Parts that carry no provider-native item and no images encode exactly as they did before
+    those fields existed, so a history's digest and estimate do not change with them."""
+    return _canonical_encoder.encode(_pruned(msgspec.to_builtins(message)))
+
+
+def _pruned(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _pruned(v)
+            for k, v in value.items()
+            if not (k in _OPTIONAL and (v is None or (isinstance(v, list | tuple) and not v)))
+        }
+    if isinstance(value, list | tuple):
+        return [_pruned(v) for v in value]
+    return value

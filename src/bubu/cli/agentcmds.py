@@ -353,26 +353,45 @@ def _gave_up_waiting(session: str) -> bool:
     "--session", "session_ref", default=None, help="Continue this session with a new turn."
 )
 @click.option("-c", "--continue", "cont", is_flag=True, help="Continue the most recent session.")
+@click.option(
+    "--image",
+    "image_paths",
+    multiple=True,
+    metavar="PATH",
+    help="Attach an image (PNG, JPEG, GIF, WebP; at most 5 MB) to the task (repeatable).",
+)
 @model_options
 @pass_ctx
 def run_cmd(
-    ctx: Ctx, /, task: str, workspace: str, session_ref: str | None, cont: bool, **opts: Any
+    ctx: Ctx,
+    /,
+    *,
+    task: str,
+    workspace: str,
+    session_ref: str | None,
+    cont: bool,
+    image_paths: tuple[str, ...],
+    **opts: Any,
 ) -> None:
     """Run TASK as a new turn (in a new session unless --session or -c)."""
     store = ctx.store
+    from bubu import images
     from bubu.cli.background import Finder
     from bubu.cli.continuing import continuing_host
 
     observer = observer_for(opts["jsonl"])
     check_task(task)
+    attached = [images.load(path) for path in image_paths]  # refused before anything is written
     info: SessionInfo
     if session_ref or cont:
         info = store.session(session_ref) if session_ref else _latest(store)
         host, info, model = continuing_host(store, info, opts, observer, new_turn=True)
+        _check_images(host, attached)
     else:
         opts = settle(opts, workspace)
         model = opts["model"] or default_model(opts["configured_model"])
         host = make_host(store, model, opts, observer)  # a bad model spec creates no session
+        _check_images(host, attached)
         info = new_session(store, task=task, workspace=workspace, model=model)
     with signals(host):
         if isinstance(observer, TerminalObserver):
@@ -381,11 +400,22 @@ def run_cmd(
         # Other sessions' crashes are looked at once this task is durable, and continued in
         # processes of their own: never in this one's way.
         finder = Finder(store, ctx.db, skip={info.id})
-        reason = start_turn(host, info, task, committed=finder.start)
+        reason = start_turn(host, info, task, committed=finder.start, images=attached)
     finder.join(
         1.0 if shutdown.requested() else 60.0
     )  # asked to shut down: not held up by the look
     finish(reason, observer, info.id)
+
+
+def _check_images(host: Host, attached: list[tuple[str, bytes]]) -> None:
+    """Refuse images for a model that is not shown any, before anything is written."""
+    from bubu.images import accepts_images
+
+    if attached and not accepts_images(host.provider):
+        raise ConfigError(
+            f"{host.provider.spec} is not shown images, so --image cannot be used with it; "
+            "choose a model that accepts images"
+        )
 
 
 def _latest(store: Store) -> SessionInfo:

@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from bubu import clock, failpoints, ids, pricing
+from bubu import clock, failpoints, ids, images, pricing
 from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
 from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
@@ -349,8 +349,9 @@ class Runner:
     # -- the loop ---------------------------------------------------------------------------------
 
     def start_run(
-        self, cause: Literal["new", "resume", "recovery"], *, prefix: Sequence[Event] = ()
-    ) -> None:
+        self, cause: Literal["new", "resume", "recovery"], *, prefix: Sequence[Event] = (),
+        blobs: Sequence[bytes] = (),
+    ) -> None:  # fmt: skip
         """Open a new run of the turn (after `prefix`, e.g. the user's request and turn start)."""
         self.run = ids.run_id()
         started = self.note(
@@ -367,7 +368,7 @@ class Runner:
         # The prefix may open the turn: stamp every event with the turn and run it belongs to.
         turn = next((e.turn for e in events if e.turn), self.turn.turn)
         events = [self._stamp(e, turn) for e in events]
-        self.append(events, durable=True)
+        self.append(events, durable=True, blobs=blobs)
         mode, network = self.sandbox_mode
         if mode != "off" and sandbox.confinement(mode, network) is None:
             # The log says why this run's commands ask although the turn wants a sandbox.
@@ -639,6 +640,7 @@ class Runner:
             pass_env=self.effective_policy.pass_env,
             marker=f"{self.session.id}/{self.run}/{call.call_id}",
             memory=self.read_memory,
+            images=images.accepts_images(self.provider),
         )
 
     def read_memory(self) -> dict[str, Note]:
@@ -671,10 +673,11 @@ class Runner:
         blob = None
         if placed is not None:
             text, blob = placed
+        refs, _ = images.refs(result.images)
         event = self.event(
             "tool", "tool",
             FunctionResponse(call_id=call.call_id, name=call.name, result=text, is_error=result.is_error,
-                             duration_ms=duration, blob=blob),
+                             duration_ms=duration, blob=blob, images=refs),
             invocation=call.invocation, status="failed" if result.is_error else "completed",
         )  # fmt: skip
         return event, (data if blob is not None else None)
@@ -683,7 +686,7 @@ class Runner:
         """Commit outcomes with their offloaded blobs in one transaction; if storing the blobs
         fails, commit the results inline instead — never a reference to bytes that are not there."""
         pairs = [self._offloaded(c, r, t) for c, r, t in done]
-        blobs = [b for _, b in pairs if b is not None]
+        blobs = [b for _, b in pairs if b is not None] + [d for _, r, _ in done for _, d in r.images]
         try:
             self.append([e for e, _ in pairs], blobs=blobs)
         except StorageError:
@@ -692,7 +695,7 @@ class Runner:
             inline = [
                 ToolResult(output=r.full.decode("utf-8", "replace"), is_error=r.is_error)
                 if r.full
-                else r
+                else ToolResult(output=r.output, is_error=r.is_error)  # no images without blobs
                 for _, r, _ in done
             ]
             try:

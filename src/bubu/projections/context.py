@@ -23,10 +23,11 @@ from typing import Any, Literal
 import msgspec
 
 from bubu.context.policy import ContextPolicy
-from bubu.events import FunctionCall, FunctionResponse, Record, Text, Thinking
+from bubu.events import FunctionCall, FunctionResponse, ImageRef, Record, Text, Thinking
 from bubu.messages import (
     AssistantMessage,
     AssistantPart,
+    ImagePart,
     Message,
     TextPart,
     ThinkingPart,
@@ -34,6 +35,7 @@ from bubu.messages import (
     ToolResultPart,
     ToolResultsMessage,
     UserMessage,
+    canonical,
 )
 
 BlobReader = Callable[[str], bytes | None]
@@ -113,7 +115,7 @@ class ContextFold:
             return
         c = ev.content
         if ev.role == "user" and isinstance(c, Text):
-            self._add(_User(r.seq, UserMessage(text=c.text)))
+            self._add(_User(r.seq, UserMessage(text=c.text, images=self._images(c.images))))
         elif ev.role == "model" and isinstance(c, Text | Thinking | FunctionCall):
             key = ev.invocation or f"seq{r.seq}"
             step = self.by_invocation.get(key)
@@ -146,7 +148,11 @@ class ContextFold:
             owner = self.by_call.get(c.call_id)
             if owner is not None and c.call_id not in owner.results:
                 part = ToolResultPart(
-                    call_id=c.call_id, name=c.name, content=c.result, is_error=c.is_error
+                    call_id=c.call_id,
+                    name=c.name,
+                    content=c.result,
+                    is_error=c.is_error,
+                    images=self._images(c.images),
                 )
                 blob = None if c.blob is None else c.blob.sha256
                 owner.results[c.call_id] = _Result(part, blob, 0 if c.blob is None else c.blob.size)
@@ -214,7 +220,7 @@ class ContextFold:
         rendered = self._rendered[i]
         if rendered is None:
             msgs = self._render(self.entries[i], self._hot[i])
-            blobs = [_encoder.encode(m) for m in msgs]
+            blobs = [canonical(m) for m in msgs]
             rendered = self._rendered[i] = _Rendered(
                 messages=msgs,
                 digests=b"".join(hashlib.sha256(b).digest() for b in blobs),
@@ -251,7 +257,17 @@ class ContextFold:
             name=p.name,
             content=data.decode("utf-8", "replace"),
             is_error=p.is_error,
+            images=p.images,
         )
+
+    def _images(self, refs: Iterable[ImageRef]) -> tuple[ImagePart, ...]:
+        """The images `refs` name, read from the blob table (one that is gone is left out)."""
+        out: list[ImagePart] = []
+        for ref in refs:
+            data = self.blobs(ref.sha256) if self.blobs is not None else None
+            if data is not None:
+                out.append(ImagePart(media_type=ref.media_type, data=data))
+        return tuple(out)
 
     # -- the request ------------------------------------------------------------------------------
 
@@ -283,7 +299,7 @@ class ContextFold:
         h = hashlib.sha256()
         size = 0
         for m in self.head():
-            data = _encoder.encode(m)
+            data = canonical(m)
             h.update(hashlib.sha256(data).digest())
             size += len(data)
         _, entries_size, entries = self._build()

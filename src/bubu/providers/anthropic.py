@@ -21,6 +21,7 @@ from anthropic.types import (
     CacheControlEphemeralParam,
     ContentBlock,
     ContentBlockParam,
+    ImageBlockParam,
     MessageParam,
     RawContentBlockDelta,
     RawMessageStreamEvent,
@@ -30,7 +31,7 @@ from anthropic.types import (
     ToolResultBlockParam,
 )
 
-from bubu import secrets
+from bubu import images, secrets
 from bubu.errors import ConfigError, ProviderError
 from bubu.providers import _retry
 from bubu.providers.base import (
@@ -38,6 +39,7 @@ from bubu.providers.base import (
     AssistantPart,
     Delta,
     DeltaSink,
+    ImagePart,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -81,7 +83,7 @@ _STATUS_OF_ERROR_TYPE = {
     "overloaded_error": 529,
 }
 
-UserBlock: TypeAlias = TextBlockParam | ToolResultBlockParam
+UserBlock: TypeAlias = TextBlockParam | ToolResultBlockParam | ImageBlockParam
 
 
 def context_window_for(model: str) -> int:
@@ -154,9 +156,11 @@ def to_messages(request: ModelRequest, ttl: str | None = None) -> list[MessagePa
     turns: list[_UserTurn | _AssistantTurn] = []
     for message in request.messages:
         match message:
-            case UserMessage(text=text):
+            case UserMessage(text=text, images=images):
+                blocks = _user_turn(turns)
+                blocks.extend(_image_block(image) for image in images)
                 if text:  # the API refuses empty text blocks
-                    _user_turn(turns).append({"type": "text", "text": text})
+                    blocks.append({"type": "text", "text": text})
             case ToolResultsMessage(results=results):
                 blocks = _user_turn(turns)
                 for result in results:
@@ -165,6 +169,11 @@ def to_messages(request: ModelRequest, ttl: str | None = None) -> list[MessagePa
                         "tool_use_id": result.call_id,
                         "content": result.content,
                     }
+                    if result.images:
+                        block["content"] = [
+                            {"type": "text", "text": result.content},
+                            *(_image_block(image) for image in result.images),
+                        ]
                     if result.is_error:
                         block["is_error"] = True
                     blocks.append(block)
@@ -184,6 +193,17 @@ def to_messages(request: ModelRequest, ttl: str | None = None) -> list[MessagePa
         else:
             out.append({"role": "assistant", "content": turn.blocks})
     return out
+
+
+def _image_block(image: ImagePart) -> ImageBlockParam:
+    return {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": image.media_type,  # type: ignore[typeddict-item]  # sniffed: one of four
+            "data": images.base64_text(image.data),
+        },
+    }
 
 
 @dataclass(slots=True)
@@ -463,6 +483,11 @@ class AnthropicProvider:
     def official(self) -> bool:
         """Whether calls go to the provider's own API (whose prices are known)."""
         return self._official
+
+    @property
+    def accepts_images(self) -> bool:
+        """Claude models are shown images."""
+        return True
 
     @property
     def spec(self) -> str:

@@ -17,13 +17,14 @@ import httpx2
 import openai
 from openai.types.chat import (
     ChatCompletionChunk,
+    ChatCompletionContentPartParam,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageFunctionToolCallParam,
     ChatCompletionMessageParam,
 )
 from openai.types.completion_usage import CompletionUsage
 
-from bubu import secrets
+from bubu import images, secrets
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
 from bubu.providers import _retry
@@ -32,6 +33,7 @@ from bubu.providers.base import (
     AssistantPart,
     Delta,
     DeltaSink,
+    ImagePart,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -87,8 +89,13 @@ def to_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
         out.append({"role": "system", "content": request.system})
     for message in request.messages:
         match message:
-            case UserMessage(text=text):
+            case UserMessage(text=text, images=()):
                 out.append({"role": "user", "content": text})
+            case UserMessage(text=text, images=shown):
+                with_images: list[ChatCompletionContentPartParam] = [_image_url(i) for i in shown]
+                if text:
+                    with_images.append({"type": "text", "text": text})
+                out.append({"role": "user", "content": with_images})
             case AssistantMessage(parts=parts):
                 out.append(_assistant_message(parts))
             case ToolResultsMessage(results=results):
@@ -96,9 +103,25 @@ def to_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
                 for result in results:
                     content = f"ERROR: {result.content}" if result.is_error else result.content
                     out.append({"role": "tool", "tool_call_id": result.call_id, "content": content})
+                # A tool message holds text only: the images the results show follow as a user
+                # message of their own.
+                pictures = [_image_url(i) for result in results for i in result.images]
+                if pictures:
+                    intro: ChatCompletionContentPartParam = {
+                        "type": "text",
+                        "text": "The images the tool results above show:",
+                    }
+                    out.append({"role": "user", "content": [intro, *pictures]})
             case _:
                 assert_never(message)
     return out
+
+
+def _image_url(image: ImagePart) -> ChatCompletionContentPartParam:
+    return {
+        "type": "image_url",
+        "image_url": {"url": images.data_url(image.media_type, image.data)},
+    }
 
 
 def _assistant_message(parts: tuple[AssistantPart, ...]) -> ChatCompletionMessageParam:
@@ -308,9 +331,11 @@ class OpenAIProvider:
         reasoning_effort: str | None = None,
         max_output_tokens: int | None = None,
         spec_name: str = "openai",
+        images: bool | None = None,
     ) -> None:
         from bubu.providers.openai_responses import check_effort
 
+        self._images = images
         base = base_url or os.environ.get("OPENAI_BASE_URL") or None
         official = base is None or urlsplit(base).hostname == "api.openai.com"
         key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -346,6 +371,14 @@ class OpenAIProvider:
     def official(self) -> bool:
         """Whether calls go to the provider's own API (whose prices are known)."""
         return self._official
+
+    @property
+    def accepts_images(self) -> bool:
+        """Whether the model is shown images: at OpenAI yes (but GPT-3.5); at another server
+        only when it says so (`images=True`), since many local models read text only."""
+        if self._images is not None:
+            return self._images
+        return self._official and not self._model.startswith("gpt-3.5")
 
     @property
     def spec(self) -> str:

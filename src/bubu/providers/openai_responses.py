@@ -19,7 +19,7 @@ import httpx2
 import openai
 from openai.types.responses import ResponseStreamEvent, ResponseUsage
 
-from bubu import secrets
+from bubu import images, secrets
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
 from bubu.providers import _retry
@@ -28,6 +28,7 @@ from bubu.providers.base import (
     AssistantPart,
     Delta,
     DeltaSink,
+    ImagePart,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -85,8 +86,13 @@ def to_input(request: ModelRequest) -> list[InputItem]:
     out: list[InputItem] = []
     for message in request.messages:
         match message:
-            case UserMessage(text=text):
+            case UserMessage(text=text, images=()):
                 out.append({"role": "user", "content": text})
+            case UserMessage(text=text, images=shown):
+                parts = [_image_input(image) for image in shown]
+                if text:
+                    parts.append({"type": "input_text", "text": text})
+                out.append({"role": "user", "content": parts})
             case AssistantMessage(parts=parts):
                 out.extend(_assistant_items(parts))
             case ToolResultsMessage(results=results):
@@ -102,6 +108,10 @@ def to_input(request: ModelRequest) -> list[InputItem]:
             case _:
                 assert_never(message)
     return out
+
+
+def _image_input(image: ImagePart) -> InputItem:
+    return {"type": "input_image", "image_url": images.data_url(image.media_type, image.data)}
 
 
 def _assistant_items(parts: tuple[AssistantPart, ...]) -> list[InputItem]:
@@ -372,6 +382,11 @@ class OpenAIResponsesProvider:
     def official(self) -> bool:
         """Whether calls go to OpenAI's own API (whose prices are known)."""
         return self._official
+
+    @property
+    def accepts_images(self) -> bool:
+        """Whether the model is shown images (every current OpenAI model but GPT-3.5)."""
+        return not self._model.startswith("gpt-3.5")
 
     @property
     def spec(self) -> str:
