@@ -98,11 +98,17 @@ def to_input(request: ModelRequest) -> list[InputItem]:
             case ToolResultsMessage(results=results):
                 for result in results:
                     content = f"ERROR: {result.content}" if result.is_error else result.content
+                    output: str | list[InputItem] = content
+                    if result.images:
+                        output = [
+                            {"type": "input_text", "text": content},
+                            *(_image_input(image) for image in result.images),
+                        ]
                     out.append(
                         {
                             "type": "function_call_output",
                             "call_id": result.call_id,
-                            "output": content,
+                            "output": output,
                         }
                     )
             case _:
