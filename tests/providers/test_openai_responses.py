@@ -131,15 +131,21 @@ def test_a_reasoning_model_asks_for_encrypted_reasoning_at_the_chosen_effort() -
 
 
 def test_the_output_cap_is_omitted_by_default_and_sent_when_set() -> None:
-    wire = Wire([sse("responses_text.sse")] * 3)
+    wire = Wire([sse("responses_text.sse")] * 5)
     provider(wire).complete(REQUEST, Deltas())
     provider(wire, max_output_tokens=32000).complete(REQUEST, Deltas())
     summary = ModelRequest(system="", tools=(), messages=REQUEST.messages, max_tokens=2048)
+    provider(wire, "gpt-4.1").complete(summary, Deltas())
+    provider(wire).complete(summary, Deltas())
     provider(wire, max_output_tokens=32000).complete(summary, Deltas())
 
     assert "max_output_tokens" not in wire.body(0)
     assert wire.body(1)["max_output_tokens"] == 32000
-    assert wire.body(2)["max_output_tokens"] == 2048  # a request's own cap wins
+    # A summary's own cap is its answer's room: a model that does not reason gets it as is; a
+    # reasoning model thinks first, so it gets no cap, or --max-output-tokens when larger.
+    assert wire.body(2)["max_output_tokens"] == 2048
+    assert "max_output_tokens" not in wire.body(3)
+    assert wire.body(4)["max_output_tokens"] == 32000
     assert "prompt_cache_key" not in wire.body(2)  # no session, no cache key
 
 

@@ -408,8 +408,12 @@ class OpenAIProvider:
         )
 
     def _open(self, request: ModelRequest) -> openai.Stream[ChatCompletionChunk]:
+        from bubu.providers.openai_responses import output_cap, reasoning_model
+
         tools = to_tools(request.tools)
         limit = request.max_tokens if request.max_tokens is not None else self._max_output
+        if self._official:
+            limit = output_cap(request.max_tokens, self._max_output, reasoning_model(self._model))
         effort = self._effort if self._effort is not None else openai.omit
         # OpenAI's newer models accept only max_completion_tokens, which counts reasoning, so
         # none is sent unless asked for; compatible servers widely understand only max_tokens.

@@ -66,6 +66,19 @@ def reasoning_model(model: str) -> bool:
     return not model.startswith(_NOT_REASONING)
 
 
+def output_cap(asked: int | None, configured: int | None, reasoning: bool) -> int | None:
+    """The output cap to send, reasoning included (None: none, the model's whole output room).
+
+    A request's own cap (a compaction summary's) is the room for its answer; a reasoning model
+    spends output tokens on thinking first, so it gets the `--max-output-tokens` cap instead when
+    that is larger, and no cap when none was set."""
+    if asked is None:
+        return configured
+    if not reasoning:
+        return asked
+    return None if configured is None else max(asked, configured)
+
+
 def check_effort(value: str | None) -> Effort | None:
     """A reasoning effort, refused in one line unless it is low, medium or high."""
     if value is None:
@@ -439,8 +452,7 @@ class OpenAIResponsesProvider:
                 reasoning["effort"] = self._effort
             options["reasoning"] = reasoning
             options["include"] = ["reasoning.encrypted_content"]
-        # Omitted, the model may use its whole output room, reasoning included.
-        limit = request.max_tokens if request.max_tokens is not None else self._max_output
+        limit = output_cap(request.max_tokens, self._max_output, reasoning_model(self._model))
         if limit is not None:
             options["max_output_tokens"] = limit
         if request.session_id:
