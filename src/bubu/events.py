@@ -43,10 +43,19 @@ class _Base(
 # ---------------------------------------------------------------------------------------------
 
 
+class ImageRef(_Base, frozen=True, kw_only=True):
+    """An image kept in the blob table (content-addressed), shown to models that accept images."""
+
+    sha256: str
+    size: int
+    media_type: str
+
+
 class Text(_Base, frozen=True, kw_only=True, tag="text", tag_field="kind"):
-    """Plain text: the user's request, or what the model said."""
+    """Plain text: the user's request, or what the model said; `images` attached to a request."""
 
     text: str
+    images: list[ImageRef] = msgspec.field(default_factory=list)
 
 
 class Thinking(_Base, frozen=True, kw_only=True, tag="thinking", tag_field="kind"):
@@ -55,6 +64,8 @@ class Thinking(_Base, frozen=True, kw_only=True, tag="thinking", tag_field="kind
     text: str
     signature: str | None = None
     redacted: str | None = None
+    native: JSON | None = None
+    """The provider's own reasoning item (OpenAI Responses), replayed to it verbatim."""
 
 
 class FunctionCall(_Base, frozen=True, kw_only=True, tag="function_call", tag_field="kind"):
@@ -67,6 +78,8 @@ class FunctionCall(_Base, frozen=True, kw_only=True, tag="function_call", tag_fi
     provider_id: str | None = None
     """The provider's own id when it was not unique in the session (the log knows the call by
     `call_id`, which replaces it in every request)."""
+    native: JSON | None = None
+    """The provider's own call item (OpenAI Responses `function_call`), replayed verbatim."""
 
 
 class BlobRef(_Base, frozen=True, kw_only=True):
@@ -91,6 +104,8 @@ class FunctionResponse(_Base, frozen=True, kw_only=True, tag="function_response"
     native: JSON | None = None
     blob: BlobRef | None = None
     duration_ms: int | None = None
+    images: list[ImageRef] = msgspec.field(default_factory=list)
+    """Images the result shows the model (`read_file` on an image), kept as blobs."""
 
 
 class Error(_Base, frozen=True, kw_only=True, tag="error", tag_field="kind"):
@@ -158,6 +173,12 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     """Seconds without a byte from the server before a model call is retried (None: default)."""
     thinking_budget: int | None = None
     """The extended-thinking budget in tokens (None: no thinking)."""
+    reasoning_effort: str | None = None
+    """The reasoning effort asked of an OpenAI reasoning model (None: the model's default)."""
+    max_output_tokens: int | None = None
+    """The cap on tokens one model call may produce, reasoning included (None: the default)."""
+    cache_ttl: str | None = None
+    """How long Anthropic keeps the prompt cache ("5m", "1h"; None: the default 5 minutes)."""
     tool_timeout: float | None = None
     """Seconds per tool call (None: the default)."""
     workspace: str | None = None
@@ -397,6 +418,8 @@ class TokenUsage(_Base, frozen=True, kw_only=True):
     output_tokens: int
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    """How many of `output_tokens` were reasoning, where the provider says."""
     estimated_input_tokens: int | None = None
     stop_reason: str | None = None
     cost_usd: float | None = None

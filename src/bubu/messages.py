@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+import msgspec
+
 JSON: TypeAlias = Any
 
 
@@ -40,7 +42,21 @@ class ThinkingPart:
     text: str
     signature: str | None = None
     redacted: str | None = None
+    native: JSON | None = None
+    """The provider's own reasoning item (an OpenAI Responses `reasoning` item, encrypted content
+    included), replayed to that provider verbatim."""
     kind: Literal["thinking"] = "thinking"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImagePart:
+    """An image shown to the model: its media type (image/png …) and bytes."""
+
+    media_type: str
+    data: bytes
+    kind: Literal["image"] = "image"
+    sha256: str = ""
+    """The blob holding `data` (the log's fold names the image by it; the bytes come later)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +67,8 @@ class ToolCallPart:
     name: str
     arguments: dict[str, JSON]
     raw_arguments: str | None = None
+    native: JSON | None = None
+    """The provider's own call item (an OpenAI Responses `function_call` item), replayed verbatim."""
     kind: Literal["tool_call"] = "tool_call"
 
 
@@ -62,6 +80,7 @@ class ToolResultPart:
     name: str
     content: str
     is_error: bool = False
+    images: tuple[ImagePart, ...] = ()
     kind: Literal["tool_result"] = "tool_result"
 
 
@@ -73,6 +92,7 @@ class UserMessage:
     """A message in the user lane (the task, follow-ups, host notes for the model)."""
 
     text: str
+    images: tuple[ImagePart, ...] = ()
     role: Literal["user"] = "user"
 
 
@@ -101,15 +121,19 @@ class ModelRequest:
 
     `ordinal` is the number of model responses already committed in the session; deterministic
     providers (the scripted one) use it to pick their answer, others ignore it.
-    `purpose` is "summary" for compaction requests.
+    `purpose` is "summary" for compaction requests. `max_tokens` caps the tokens the call may
+    produce, reasoning included; None leaves it to the provider (its `--max-output-tokens`, else
+    its default, which leaves reasoning models room to think).
     """
 
     system: str
     tools: tuple[ToolSpec, ...]
     messages: tuple[Message, ...]
-    max_tokens: int = 8192
+    max_tokens: int | None = None
     ordinal: int = 0
     purpose: Literal["turn", "summary"] = "turn"
+    session_id: str = ""
+    """The session the call belongs to: a prompt-cache key for providers that take one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,6 +150,10 @@ class Usage:
     cache_write_tokens: int = 0
     reported: bool = True
     """False when the server sent no usage: the counts are unknown, not 0."""
+    reasoning_tokens: int = 0
+    """How many of `output_tokens` were reasoning (where the provider says)."""
+    cache_write_1h_tokens: int = 0
+    """How many of `cache_write_tokens` were written to a one-hour cache (priced higher)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,3 +180,26 @@ class Delta:
 
 
 DeltaSink: TypeAlias = Callable[[Delta], None]
+
+_OPTIONAL = frozenset({"native", "images"})
+_canonical_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def canonical(message: Message) -> bytes:
+    """A message's canonical JSON (sorted keys), as digests and size estimates take it.
+
+    Parts that carry no provider-native item and no images encode exactly as they did before
+    those fields existed, so a history's digest and estimate do not change with them."""
+    return _canonical_encoder.encode(_pruned(msgspec.to_builtins(message)))
+
+
+def _pruned(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _pruned(v)
+            for k, v in value.items()
+            if not (k in _OPTIONAL and (v is None or (isinstance(v, list | tuple) and not v)))
+        }
+    if isinstance(value, list | tuple):
+        return [_pruned(v) for v in value]
+    return value

@@ -42,6 +42,8 @@ BUILTINS: Mapping[Group, Mapping[str, str]] = {
     "bubu.providers": {
         "scripted": "bubu.providers:scripted_provider",
         "openai": "bubu.providers:openai_provider",
+        "openai-chat": "bubu.providers:openai_chat_provider",
+        "openai-responses": "bubu.providers:openai_responses_provider",
         "anthropic": "bubu.providers:anthropic_provider",
     },
     "bubu.tools": {"builtin": "bubu.tools:builtin_tool_list"},

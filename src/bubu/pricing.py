@@ -11,8 +11,17 @@ import functools
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-PRICED_PROVIDERS = {"openai": "openai", "anthropic": "anthropic"}
+if TYPE_CHECKING:
+    from bubu.messages import Usage
+
+PRICED_PROVIDERS = {
+    "openai": "openai",
+    "openai-chat": "openai",
+    "openai-responses": "openai",
+    "anthropic": "anthropic",
+}
 """Bubu's provider names, by the `genai-prices` provider id their official APIs are priced as."""
 
 
@@ -24,28 +33,53 @@ def call_cost(
     cache_read_tokens: int = 0,
     cache_write_tokens: int = 0,
     official: bool = True,
+    cache_write_1h_tokens: int = 0,
 ) -> float | None:
     """The cost of one call of model `spec` (``provider:model``) in USD, or None if unknown.
 
     `input_tokens` counts all input, cache reads and writes included (as Bubu records it);
     `official` is false for a server other than the provider's own API, whose prices are unknown.
+    `cache_write_1h_tokens` are the part of the cache writes kept for an hour (priced higher).
     """
     name, _, model = spec.partition(":")
     provider = PRICED_PROVIDERS.get(name)
     if provider is None or not official or not model:
         return None
     tokens = (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
-    return _price(provider, model, tokens)
+    return _price(provider, model, tokens, min(cache_write_1h_tokens, cache_write_tokens))
+
+
+def usage_cost(spec: str, usage: Usage, *, official: bool = True) -> float | None:
+    """`call_cost` of one call's `Usage` (cache reads, writes and one-hour writes included)."""
+    return call_cost(
+        spec,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        cache_write_1h_tokens=usage.cache_write_1h_tokens,
+        official=official,
+    )
 
 
 @functools.lru_cache(maxsize=4096)
-def _price(provider: str, model: str, tokens: tuple[int, int, int, int]) -> float | None:
+def _price(
+    provider: str, model: str, tokens: tuple[int, int, int, int], write_1h: int = 0
+) -> float | None:
     from genai_prices import Usage, calc_price
 
     inp, out, read, write = tokens
     usage = Usage(
         input_tokens=inp, output_tokens=out, cache_read_tokens=read, cache_write_tokens=write
     )
+    if write_1h:
+        usage = Usage(
+            input_tokens=inp,
+            output_tokens=out,
+            cache_read_tokens=read,
+            cache_write_tokens=write,
+            cache_write_1h_tokens=write_1h,
+        )
     try:
         with warnings.catch_warnings():
             # The table warns about usage it cannot price in detail; the total is still right.

@@ -56,6 +56,15 @@ def _pos_int(v: object) -> int:
     return v
 
 
+def _one_of(*allowed: str) -> Callable[[object], object]:
+    def parse(v: object) -> str:
+        if not isinstance(v, str) or v not in allowed:
+            raise Bad(f"expected {' or '.join(repr(a) for a in allowed)}")
+        return v
+
+    return parse
+
+
 def _pos_float(v: object) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
         raise Bad("expected a number above 0")
@@ -148,6 +157,19 @@ KEYS: tuple[Key, ...] = (
     Key("base_url", "base_url", _str, "an OpenAI-compatible server", guard="user_only"),
     Key("context_window", "context_window", _pos_int, "the model's window in tokens"),
     Key("thinking", "thinking", _pos_int, "extended thinking budget in tokens (Anthropic)"),
+    Key(
+        "reasoning_effort",
+        "reasoning_effort",
+        _one_of("low", "medium", "high"),
+        "how hard an OpenAI reasoning model thinks",
+    ),
+    Key(
+        "max_output_tokens",
+        "max_output_tokens",
+        _pos_int,
+        "tokens one model call may produce, reasoning included",
+    ),
+    Key("cache_ttl", "cache_ttl", _one_of("5m", "1h"), "how long Anthropic keeps the prompt cache"),
     Key(
         "stall_timeout",
         "stall_timeout",

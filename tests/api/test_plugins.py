@@ -64,7 +64,7 @@ ECHO = {
 
 def test_the_builtins_are_there_without_any_entry_point(script: Script) -> None:
     reg = registry("bubu.providers", entry_points=[])
-    assert reg.names() == ["anthropic", "openai", "scripted"]
+    assert reg.names() == ["anthropic", "openai", "openai-chat", "openai-responses", "scripted"]
     assert {p.dist for p in reg.plugins.values()} == {"bubu-agent"}
     model = script([{"text": "hi"}])
     provider = resolve(model, entry_points=[])
@@ -122,7 +122,7 @@ def test_bubu_agent_declaring_its_own_builtins_is_no_conflict(install: Install) 
     install("bubu-agent", {"bubu.providers": dict(BUILTINS["bubu.providers"])})
     reg = registry("bubu.providers")
     assert reg.conflicts == {}
-    assert reg.names() == ["anthropic", "openai", "scripted"]
+    assert reg.names() == ["anthropic", "openai", "openai-chat", "openai-responses", "scripted"]
 
 
 def test_broken_plugins_are_config_errors_naming_them(install: Install) -> None:
@@ -132,7 +132,8 @@ def test_broken_plugins_are_config_errors_naming_them(install: Install) -> None:
     ):
         resolve("broken:m", entry_points=[broken])
     with pytest.raises(
-        ConfigError, match="unknown model provider 'nope'; known: anthropic, openai, scripted"
+        ConfigError,
+        match="unknown model provider 'nope'; known: anthropic, openai, openai-chat, openai-responses, scripted",
     ):
         resolve("nope:m", entry_points=[])
     with pytest.raises(ConfigError, match="not provider:model"):

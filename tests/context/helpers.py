@@ -29,6 +29,7 @@ from bubu.events import (
 )
 from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log.store import SessionInfo, Store
+from bubu.messages import canonical
 from bubu.providers.base import (
     DeltaSink,
     Message,
@@ -162,7 +163,8 @@ def summary_text(text: str) -> Summarizer:
 
 def request_bytes(request: ModelRequest) -> int:
     """The canonical size of a request: system, tools and messages."""
-    return len(_encoder.encode([request.system, request.tools, request.messages]))
+    messages = [msgspec.json.decode(canonical(m)) for m in request.messages]
+    return len(_encoder.encode([request.system, request.tools, messages]))
 
 
 def encode(value: object) -> bytes:

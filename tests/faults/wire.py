@@ -53,6 +53,8 @@ class Server:
     url: str
     replies: list[Reply]
     requests: list[dict[str, Any]] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    """The raw bytes of each request body, as sent."""
     headers: list[dict[str, str]] = field(default_factory=list)
     closing: threading.Event = field(default_factory=threading.Event)
 
@@ -68,6 +70,7 @@ def serve(replies: Sequence[Reply]) -> Iterator[Server]:
         def do_POST(self) -> None:
             srv = state[0]
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            srv.bodies.append(body)
             srv.requests.append(json.loads(body or b"{}"))
             srv.headers.append({k.lower(): v for k, v in self.headers.items()})
             reply = srv.replies.pop(0) if srv.replies else _NO_MORE

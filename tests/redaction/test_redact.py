@@ -335,3 +335,31 @@ def test_a_command_cannot_read_a_withheld_secret_from_its_parent() -> None:
         assert out["self", "hardened"] == "X_TOKEN="
     else:
         assert "Permission denied" in out["self", "hardened"]
+
+
+def test_an_image_blob_holding_a_secret_is_stored_scrubbed_and_its_reference_follows(
+    sqlite_store: SQLiteStore, make_event: EventFactory
+) -> None:
+    """An image whose bytes hold a secret (a PNG text chunk) is stored scrubbed like any blob,
+    and the task's image reference names the stored bytes, so it is never left dangling."""
+    from bubu import images
+    from bubu.events import Text
+
+    sid = sqlite_store.create_session(title="t", workspace="/w").id
+    png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x10tEXtComment\x00" + KEY.encode() + bytes(64)
+    clean = b"\x89PNG\r\n\x1a\n" + bytes(64)
+    refs, blobs = images.refs([("image/png", png), ("image/png", clean)])
+    ev = make_event(sid, Text(text="look", images=refs))
+    sqlite_store.append(sid, [ev], expect=0, blobs=blobs)
+    (rec,) = sqlite_store.read(sid)
+    content = rec.event.content
+    assert isinstance(content, Text)
+    moved, kept = content.images
+    assert moved.sha256 != refs[0].sha256
+    assert kept == refs[1]
+    stored = sqlite_store.blob(moved.sha256)
+    assert stored is not None
+    assert KEY.encode() not in stored
+    assert len(stored) == moved.size
+    assert sqlite_store.blob(kept.sha256) == clean
+    assert sqlite_store.verify(sid).ok

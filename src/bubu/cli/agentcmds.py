@@ -116,6 +116,32 @@ def model_options(f: Any) -> Any:
                 help="Extended thinking budget (Anthropic).",
             ),
             click.option(
+                "--reasoning-effort",
+                default=None,
+                callback=checks.one_of(
+                    "low", "medium", "high", what="how hard an OpenAI reasoning model thinks"
+                ),
+                metavar="low|medium|high",
+                help="How hard an OpenAI reasoning model thinks [default: the model's own].",
+            ),
+            click.option(
+                "--max-output-tokens",
+                default=None,
+                callback=checks.max_output_tokens,
+                metavar="TOKENS",
+                help="Tokens one model call may produce, reasoning included [default: the "
+                "model's own at OpenAI; 8192 (+ --thinking) for Anthropic and other servers].",
+            ),
+            click.option(
+                "--cache-ttl",
+                default=None,
+                callback=checks.one_of(
+                    "5m", "1h", what="how long Anthropic keeps the prompt cache"
+                ),
+                metavar="5m|1h",
+                help="How long Anthropic keeps the prompt cache [default: 5m].",
+            ),
+            click.option(
                 "--stall-timeout",
                 type=click.FloatRange(min=0, min_open=True),
                 default=None,
@@ -197,6 +223,9 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         context_window=opts.get("context_window"),
         thinking_budget=opts.get("thinking"),
         stall_timeout=opts.get("stall_timeout"),
+        reasoning_effort=opts.get("reasoning_effort"),
+        max_output_tokens=opts.get("max_output_tokens"),
+        cache_ttl=opts.get("cache_ttl"),
     )
     from bubu.pricing import call_cost, warm
 
@@ -228,6 +257,9 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             context_window=opts.get("context_window"),
             thinking_budget=opts.get("thinking"),
             stall_timeout=opts.get("stall_timeout") or env_stall_timeout(),
+            reasoning_effort=opts.get("reasoning_effort"),
+            max_output_tokens=opts.get("max_output_tokens"),
+            cache_ttl=opts.get("cache_ttl"),
         ),
         tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env),
         mcp_config=str(mcp.resolve()) if mcp is not None else None,
@@ -344,26 +376,45 @@ def session_options(f: Any) -> Any:
 @cli.command("run")
 @click.argument("task")
 @session_options
+@click.option(
+    "--image",
+    "image_paths",
+    multiple=True,
+    metavar="PATH",
+    help="Attach an image (PNG, JPEG, GIF, WebP; at most 5 MB) to the task (repeatable).",
+)
 @model_options
 @pass_ctx
 def run_cmd(
-    ctx: Ctx, /, task: str, workspace: str, session_ref: str | None, cont: bool, **opts: Any
+    ctx: Ctx,
+    /,
+    *,
+    task: str,
+    workspace: str,
+    session_ref: str | None,
+    cont: bool,
+    image_paths: tuple[str, ...],
+    **opts: Any,
 ) -> None:
     """Run TASK as a new turn (in a new session unless --session or -c)."""
     store = ctx.store
+    from bubu import images
     from bubu.cli.background import Finder
     from bubu.cli.continuing import continuing_host
 
     observer = observer_for(opts["jsonl"])
     check_task(task)
+    attached = [images.load(path) for path in image_paths]  # refused before anything is written
     info: SessionInfo
     if session_ref or cont:
         info = store.session(session_ref) if session_ref else latest_here(store, workspace)
         host, info, model = continuing_host(store, info, opts, observer, new_turn=True)
+        _check_images(host, attached)
     else:
         opts = settle(opts, workspace)
         model = opts["model"] or default_model(opts["configured_model"])
         host = make_host(store, model, opts, observer)  # a bad model spec creates no session
+        _check_images(host, attached)
         info = new_session(store, task=task, workspace=workspace, model=model)
     with signals(host):
         if isinstance(observer, TerminalObserver):
@@ -372,11 +423,22 @@ def run_cmd(
         # Other sessions' crashes are looked at once this task is durable, and continued in
         # processes of their own: never in this one's way.
         finder = Finder(store, ctx.db, skip={info.id})
-        reason = start_turn(host, info, task, committed=finder.start)
+        reason = start_turn(host, info, task, committed=finder.start, images=attached)
     finder.join(
         1.0 if shutdown.requested() else 60.0
     )  # asked to shut down: not held up by the look
     finish(reason, observer, info.id)
+
+
+def _check_images(host: Host, attached: list[tuple[str, bytes]]) -> None:
+    """Refuse images for a model that is not shown any, before anything is written."""
+    from bubu.images import accepts_images
+
+    if attached and not accepts_images(host.provider):
+        raise ConfigError(
+            f"{host.provider.spec} is not shown images, so --image cannot be used with it; "
+            "choose a model that accepts images"
+        )
 
 
 def latest_here(store: Store, workspace: str) -> SessionInfo:
@@ -441,6 +503,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
                     "cache_read_tokens": t.cache_read_tokens,
                     "cache_write_tokens": t.cache_write_tokens,
                     "usage_unknown_calls": t.usage_unknown_calls,
+                    "reasoning_tokens": t.reasoning_tokens,
                     **t.cost.json(),
                 },
             }
@@ -520,6 +583,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "cache_read_tokens": t.cache_read_tokens,
             "cache_write_tokens": t.cache_write_tokens,
             "usage_unknown_calls": t.usage_unknown_calls,
+            "reasoning_tokens": t.reasoning_tokens,
             **t.cost.json(),
         },
         "recovery": None,
@@ -544,6 +608,26 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "seq": st.notice_seq,
         }
     return out
+
+
+def usage_line(usage: Any) -> str:
+    """The token part of `bubu status`: calls, input and output, and the cache and reasoning
+    shares where there are any (cache reads are billed far below input, writes above it)."""
+    line = (
+        f"{usage['model_calls']} model calls · {usage['input_tokens']:,} in / "
+        f"{usage['output_tokens']:,} out tokens"
+    )
+    extra = [
+        f"{usage[key]:,} {label}"
+        for key, label in (
+            ("cache_read_tokens", "cache read"),
+            ("cache_write_tokens", "cache write"),
+            ("reasoning_tokens", "reasoning"),
+        )
+        if usage.get(key)
+    ]
+    line += f" ({' · '.join(extra)})" if extra else ""
+    return line + unknown_usage(int(usage.get("usage_unknown_calls") or 0))
 
 
 def cost_lines(usage: Any) -> str:
@@ -590,10 +674,7 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
 
             click.echo(f"  {waiting_line(w, clock.now_ms())}")
             click.echo(f"    last error: {printable(w.message)}")
-    click.echo(
-        f"  {usage['model_calls']} model calls · {usage['input_tokens']:,} in / {usage['output_tokens']:,} out tokens"
-        f"{unknown_usage(int(usage.get('usage_unknown_calls') or 0))}"
-    )
+    click.echo(f"  {usage_line(usage)}")
     click.echo(cost_lines(usage))
     if d["plan"]:
         click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it

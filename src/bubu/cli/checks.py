@@ -49,6 +49,39 @@ def thinking(_ctx: click.Context, param: click.Parameter, value: int | None) -> 
     return value
 
 
+def max_output_tokens(_ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """A cap on the tokens one model call may produce: a whole number above 0."""
+    if value is None:
+        return None
+    try:
+        tokens = int(value.strip().replace("_", ""))
+    except ValueError:
+        tokens = 0
+    if tokens <= 0:
+        raise ConfigError(
+            f"{_flag(param)} takes a whole number of tokens above 0 (e.g. {_flag(param)} 32000), "
+            f"got {value!r}"
+        )
+    return tokens
+
+
+def one_of(*allowed: str, what: str) -> object:
+    """A callback refusing any value but `allowed` in one line; `what` says what it sets."""
+
+    def check(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is not None and value not in allowed:
+            raise ConfigError(
+                f"{_flag(param)} takes {_alternatives(allowed)} ({what}), got {value!r}"
+            )
+        return value
+
+    return check
+
+
+def _alternatives(allowed: tuple[str, ...]) -> str:
+    return " or ".join([", ".join(allowed[:-1]), allowed[-1]] if len(allowed) > 2 else allowed)
+
+
 def _flag(param: click.Parameter) -> str:
     return param.opts[0] if param.opts else f"--{param.name}"
 
@@ -57,4 +90,12 @@ def _shown(value: float) -> str:
     return repr(value) if math.isfinite(value) else str(value)
 
 
-__all__ = ["MIN_CONTEXT_WINDOW", "MIN_THINKING", "context_window", "seconds", "thinking"]
+__all__ = [
+    "MIN_CONTEXT_WINDOW",
+    "MIN_THINKING",
+    "context_window",
+    "max_output_tokens",
+    "one_of",
+    "seconds",
+    "thinking",
+]

@@ -74,12 +74,20 @@ def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | 
     )
     for m in request.messages:
         if isinstance(m, UserMessage):
-            click.echo(f"\nUSER  {_short(m.text)}")
+            click.echo(f"\nUSER  {_short(m.text)}{_images(m.images)}")
         elif isinstance(m, AssistantMessage):
             click.echo(f"\nMODEL {' · '.join(_part(p) for p in m.parts)}")
         elif isinstance(m, ToolResultsMessage):
             for r in m.results:
-                click.echo(f"  ← {_short(r.name, 40)}: {_short(r.content, 90)}")
+                click.echo(f"  ← {_short(r.name, 40)}: {_short(r.content, 90)}{_images(r.images)}")
+
+
+def _images(images: tuple[Any, ...]) -> str:
+    """What images a message shows the model, e.g. `` [+1 image, 48,210 bytes]``."""
+    if not images:
+        return ""
+    size = sum(len(i.data) for i in images)
+    return f" [+{len(images)} image{'s' if len(images) > 1 else ''}, {size:,} bytes]"
 
 
 def _short(text: str, n: int = 140) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, assert_never
 
-from bubu import clock, failpoints, ids, pricing
+from bubu import clock, failpoints, ids, images, pricing
 from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
 from bubu.engine import choices, compacting
@@ -139,7 +139,8 @@ class RunConfig:
     token_limit: int | None = None
     time_limit_s: float | None = None
     lease_ttl_s: float = 30.0
-    max_tokens: int = 8192
+    max_tokens: int | None = None
+    """The cap on tokens one call may produce (None: the provider's `--max-output-tokens`)."""
     context_window: int | None = None
     context: ContextPolicy = field(default_factory=ContextPolicy)
 
@@ -429,8 +430,9 @@ class Runner:
     # -- the loop ---------------------------------------------------------------------------------
 
     def start_run(
-        self, cause: Literal["new", "resume", "recovery"], *, prefix: Sequence[Event] = ()
-    ) -> None:
+        self, cause: Literal["new", "resume", "recovery"], *, prefix: Sequence[Event] = (),
+        blobs: Sequence[bytes] = (),
+    ) -> None:  # fmt: skip
         """Open a new run of the turn (after `prefix`, e.g. the user's request and turn start)."""
         self.run = ids.run_id()
         started = self.note(
@@ -447,7 +449,7 @@ class Runner:
         # The prefix may open the turn: stamp every event with the turn and run it belongs to.
         turn = next((e.turn for e in events if e.turn), self.turn.turn)
         events = [self._stamp(e, turn) for e in events]
-        self.append(events, durable=True)
+        self.append(events, durable=True, blobs=blobs)
         self._run_seq = self.high_water
         mode, network = self.sandbox_mode
         if mode != "off" and sandbox.confinement(mode, network) is None:
@@ -570,6 +572,7 @@ class Runner:
             system=self.system,
             tools=self.tool_specs,
             max_tokens=self.config.max_tokens,
+            session_id=self.session.id,
         )
         return build(self.requests, prefix, ordinal=self.turn.model_responses, blobs=self._hot)
 
@@ -728,7 +731,10 @@ class Runner:
             elif isinstance(p, ThinkingPart):
                 contents.append(
                     Thinking(
-                        text=codec.sanitize_text(p.text), signature=p.signature, redacted=p.redacted
+                        text=codec.sanitize_text(p.text),
+                        signature=p.signature,
+                        redacted=p.redacted,
+                        native=sanitize(p.native),
                     )
                 )
             else:
@@ -736,19 +742,18 @@ class Runner:
                 self._call_ids.add(cid)
                 contents.append(FunctionCall(
                     call_id=cid, provider_id=None if cid == p.call_id else p.call_id, name=codec.sanitize_text(p.name), arguments=sanitize(p.arguments),
-                    raw_arguments=None if p.raw_arguments is None else codec.sanitize_text(p.raw_arguments)))  # fmt: skip
+                    raw_arguments=None if p.raw_arguments is None else codec.sanitize_text(p.raw_arguments),
+                    native=sanitize(p.native)))  # fmt: skip
         if not contents:
             contents.append(Text(text=""))
         u = response.usage
         usage = TokenUsage(
             model=self.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
             cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
+            reasoning_tokens=u.reasoning_tokens,
             estimated_input_tokens=estimate, stop_reason=response.stop_reason,
             served_model=codec.sanitize_text(response.model)[:200] or None, usage_unknown=not u.reported,
-            cost_usd=pricing.call_cost(
-                self.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
-                official=getattr(self.provider, "official", True)),
+            cost_usd=pricing.usage_cost(self.provider.spec, u, official=getattr(self.provider, "official", True)),
         )  # fmt: skip
         events = (
             [self.note(ServerNote(text=codec.sanitize_text(response.notice)))]
@@ -778,6 +783,7 @@ class Runner:
             pass_env=self.effective_policy.pass_env,
             marker=f"{self.session.id}/{self.run}/{call.call_id}",
             memory=self.read_memory,
+            images=images.accepts_images(self.provider),
         )
 
     def read_memory(self) -> dict[str, Note]:
@@ -815,10 +821,11 @@ class Runner:
         blob = None
         if placed is not None:
             text, blob = placed
+        refs, _ = images.refs(result.images)
         event = self.event(
             "tool", "tool",
             FunctionResponse(call_id=call.call_id, name=call.name, result=text, is_error=result.is_error,
-                             duration_ms=duration, blob=blob),
+                             duration_ms=duration, blob=blob, images=refs),
             invocation=call.invocation, status="failed" if result.is_error else "completed",
         )  # fmt: skip
         return event, (data if blob is not None else None)
@@ -830,7 +837,9 @@ class Runner:
         fails, commit the results inline instead — never a reference to bytes that are not there.
         With `stage`, outcomes without blobs are staged for the next append instead (True)."""
         pairs = [self._offloaded(c, r, t) for c, r, t in done]
-        blobs = [b for _, b in pairs if b is not None]
+        blobs = [b for _, b in pairs if b is not None] + [
+            d for _, r, _ in done for _, d in r.images
+        ]
         if stage and not blobs:
             self.stage([e for e, _ in pairs], after="after_outcome")
             return True
@@ -846,7 +855,7 @@ class Runner:
                                 output=r.full.decode("utf-8", "replace"), is_error=r.is_error
                             )
                             if r.full
-                            else r
+                            else ToolResult(output=r.output, is_error=r.is_error)  # no images
                             for _, r, _ in done
                         ]
                         self.append([self._outcome(c, r, t) for (c, _, t), r in zip(done, inline, strict=True)])  # fmt: skip

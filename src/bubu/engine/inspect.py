@@ -80,7 +80,9 @@ def inspect_request(
     blobs = {sha: data for sha in fold.blobs_needed() if (data := store.blob(sha)) is not None}
     spec = info.model or "scripted:-"
     system = turn.system_prompt if turn.system_prompt is not None else system_prompt(info.workspace)
-    prefix = Prefix(model=spec, system=system, tools=tool_specs(host_tools(None).values()))
+    prefix = Prefix(
+        model=spec, system=system, tools=tool_specs(host_tools(None).values()), session_id=info.id
+    )
     # A window the server's overflow error stated wins; the model's own only when neither the
     # caller nor the turn gives one (lazily: it may try to build the provider).
     learned = turn.context_window if windows.learned(turn.window_source) else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,10 +127,15 @@ def start_turn(
     task: str,
     *,
     committed: Callable[[], None] | None = None,
+    images: Sequence[tuple[str, bytes]] = (),
 ) -> TurnEndReason | None:
     """Append the user's request, open a turn and drive it to its end; `committed` is called once
-    the request is durable, before the first step (what it raises is not the turn's concern)."""
+    the request is durable, before the first step (what it raises is not the turn's concern).
+    `images` (media type, bytes) are attached to the request, stored as blobs with it."""
     check_task(task)
+    from bubu.images import refs
+
+    attached, blobs = refs(images)
     from bubu.log.codec import sanitize_text
 
     with host.runner_for(session) as runner:
@@ -141,11 +146,11 @@ def start_turn(
         turn = ids.turn_id()
         now = clock.now_ms()
         request = make(session=session.id, turn=turn, role="user", author="user", ts=now,
-                       content=Text(text=sanitize_text(task)))  # fmt: skip
+                       content=Text(text=sanitize_text(task), images=attached))  # fmt: skip
         opened = make(session=session.id, turn=turn, role="system", author="system", ts=now,
                       content=SystemNote(note=_turn_started(host, runner.session)),
                       visibility="hidden")  # fmt: skip
-        runner.start_run("new", prefix=[request, opened])
+        runner.start_run("new", prefix=[request, opened], blobs=blobs)
         if committed is not None:
             with contextlib.suppress(Exception):
                 committed()
@@ -239,6 +244,9 @@ def _turn_started(
         base_url=public_url(getattr(host.provider, "base_url", None) or ms.base_url),
         stall_timeout=ms.stall_timeout,
         thinking_budget=ms.thinking_budget,
+        reasoning_effort=ms.reasoning_effort,
+        max_output_tokens=ms.max_output_tokens,
+        cache_ttl=ms.cache_ttl,
         tool_timeout=host.config.tool_timeout_s,
         workspace=session.workspace,
         title=session.title,

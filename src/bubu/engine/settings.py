@@ -19,7 +19,12 @@ from bubu.errors import ConfigError
 from bubu.events import SystemNote, TurnStarted
 from bubu.log.store import Store
 
-SERVER_PROVIDERS = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+SERVER_PROVIDERS = {
+    "openai": "OPENAI_BASE_URL",
+    "openai-chat": "OPENAI_BASE_URL",
+    "openai-responses": "OPENAI_BASE_URL",
+    "anthropic": "ANTHROPIC_BASE_URL",
+}
 """Providers that talk to a server, and the variable naming another one."""
 
 STALL_ENV = "BUBU_STALL_TIMEOUT"
@@ -33,6 +38,9 @@ class ModelSettings:
     context_window: int | None = None
     thinking_budget: int | None = None
     stall_timeout: float | None = None
+    reasoning_effort: str | None = None
+    max_output_tokens: int | None = None
+    cache_ttl: str | None = None
 
 
 def public_url(url: str | None) -> str | None:
@@ -110,6 +118,9 @@ def resolve_options(note: TurnStarted) -> dict[str, Any]:
         "context_window": user_window(note),
         "thinking_budget": note.thinking_budget,
         "stall_timeout": note.stall_timeout,
+        "reasoning_effort": note.reasoning_effort,
+        "max_output_tokens": note.max_output_tokens,
+        "cache_ttl": note.cache_ttl,
     }
 
 
@@ -120,6 +131,9 @@ def recorded_model_settings(note: TurnStarted) -> ModelSettings:
         context_window=user_window(note),
         thinking_budget=note.thinking_budget,
         stall_timeout=note.stall_timeout,
+        reasoning_effort=note.reasoning_effort,
+        max_output_tokens=note.max_output_tokens,
+        cache_ttl=note.cache_ttl,
     )
 
 
@@ -150,6 +164,9 @@ def continuing_opts(
         )
         recorded["context_window"] = user_window(note)
         recorded["thinking"] = note.thinking_budget
+        recorded["reasoning_effort"] = note.reasoning_effort
+        recorded["max_output_tokens"] = note.max_output_tokens
+        recorded["cache_ttl"] = note.cache_ttl
     for key, value in recorded.items():
         if key not in explicit and (value is not None or key == "max_steps"):
             out[key] = value

@@ -19,7 +19,7 @@ from urllib.parse import quote, quote_plus
 import msgspec
 
 from bubu import secrets
-from bubu.events import BlobRef, Event, FunctionResponse
+from bubu.events import BlobRef, Event, FunctionResponse, Text
 from bubu.log import codec
 
 _encoder = msgspec.json.Encoder(order="sorted")
@@ -184,6 +184,16 @@ def _event(r: Redactor, ev: Event, renamed: dict[str, BlobRef]) -> Event:
             result = c.result.replace(c.blob.sha256, new.sha256)
             c = msgspec.structs.replace(c, blob=new, result=result)
             ev = msgspec.structs.replace(ev, content=c)
+    images = c.images if isinstance(c, Text | FunctionResponse) else None
+    if c is not None and renamed and images and any(i.sha256 in renamed for i in images):
+        # An image blob that held a secret is stored scrubbed, under its new hash.
+        moved = [
+            msgspec.structs.replace(i, sha256=n.sha256, size=n.size)
+            if (n := renamed.get(i.sha256)) is not None
+            else i
+            for i in images
+        ]
+        ev = msgspec.structs.replace(ev, content=msgspec.structs.replace(c, images=moved))
     if not r.hits(codec.encode(ev)):
         return ev
     raw = msgspec.to_builtins(ev)

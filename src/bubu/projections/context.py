@@ -25,10 +25,11 @@ from typing import Any, Literal
 import msgspec
 
 from bubu.context.policy import ContextPolicy
-from bubu.events import FunctionCall, FunctionResponse, Record, Text, Thinking
+from bubu.events import FunctionCall, FunctionResponse, ImageRef, Record, Text, Thinking
 from bubu.messages import (
     AssistantMessage,
     AssistantPart,
+    ImagePart,
     Message,
     TextPart,
     ThinkingPart,
@@ -36,6 +37,7 @@ from bubu.messages import (
     ToolResultPart,
     ToolResultsMessage,
     UserMessage,
+    canonical,
 )
 
 Blobs = Mapping[str, bytes]
@@ -107,6 +109,8 @@ class ContextFold:
     _flat_start: int = -1
     _flat: list[Message] = field(default_factory=list)
     _cum: list[tuple[int, int, Any]] = field(default_factory=list)
+    _image_blobs: list[tuple[int, str]] = field(default_factory=list)
+    """(entry index, sha-256) of every image an entry shows: read with the hot results."""
 
     def apply(self, r: Record) -> None:
         """Fold one record in."""
@@ -116,7 +120,8 @@ class ContextFold:
             return
         c = ev.content
         if ev.role == "user" and isinstance(c, Text):
-            self._add(_User(r.seq, UserMessage(text=c.text)))
+            self._add(_User(r.seq, UserMessage(text=c.text, images=self._images(c.images))))
+            self._note_images(len(self.entries) - 1, c.images)
         elif ev.role == "model" and isinstance(c, Text | Thinking | FunctionCall):
             key = ev.invocation or f"seq{r.seq}"
             step = self.by_invocation.get(key)
@@ -129,7 +134,9 @@ class ContextFold:
                     step.parts.append(TextPart(text=c.text))
             elif isinstance(c, Thinking):
                 step.parts.append(
-                    ThinkingPart(text=c.text, signature=c.signature, redacted=c.redacted)
+                    ThinkingPart(
+                        text=c.text, signature=c.signature, redacted=c.redacted, native=c.native
+                    )
                 )
             else:
                 step.parts.append(
@@ -138,6 +145,7 @@ class ContextFold:
                         name=c.name,
                         arguments=c.arguments,
                         raw_arguments=c.raw_arguments,
+                        native=c.native,
                     )
                 )
                 step.calls.append(c.call_id)
@@ -146,10 +154,15 @@ class ContextFold:
             owner = self.by_call.get(c.call_id)
             if owner is not None and c.call_id not in owner.results:
                 part = ToolResultPart(
-                    call_id=c.call_id, name=c.name, content=c.result, is_error=c.is_error
+                    call_id=c.call_id,
+                    name=c.name,
+                    content=c.result,
+                    is_error=c.is_error,
+                    images=self._images(c.images),
                 )
                 blob = None if c.blob is None else c.blob.sha256
                 owner.results[c.call_id] = _Result(part, blob, 0 if c.blob is None else c.blob.size)
+                self._note_images(self._index[id(owner)], c.images)
                 self._touch(owner)
 
     # -- cache ------------------------------------------------------------------------------------
@@ -227,7 +240,7 @@ class ContextFold:
 
     def _rendering(self, i: int, blobs: Blobs) -> _Rendered:
         msgs = self._render(self.entries[i], self._hot[i], blobs)
-        encoded = [_encoder.encode(m) for m in msgs]
+        encoded = [canonical(m) for m in msgs]
         return _Rendered(
             messages=msgs,
             digests=b"".join(hashlib.sha256(b).digest() for b in encoded),
@@ -239,6 +252,8 @@ class ContextFold:
         if rendered is None:
             rendered = self._rendering(i, blobs)
             e = self.entries[i]
+            if any(sha not in blobs for j, sha in self._image_blobs if j == i):
+                return rendered
             if not (
                 self._hot[i]
                 and isinstance(e, _Step)
@@ -253,7 +268,10 @@ class ContextFold:
         self, e: _User | _Step, hot: bool, blobs: Blobs, *, whole: bool = False
     ) -> tuple[Message, ...]:
         if isinstance(e, _User):
-            return (e.message,)
+            m = e.message
+            if m.images:
+                return (UserMessage(text=m.text, images=_filled(m.images, blobs)),)
+            return (m,)
         parts = tuple(
             p for p in e.parts if not isinstance(p, ToolCallPart) or p.call_id in e.results
         )
@@ -272,18 +290,33 @@ class ContextFold:
     def _result(
         self, res: _Result, hot: bool, blobs: Blobs, *, whole: bool = False
     ) -> ToolResultPart:
+        p = res.part
+        if p.images:
+            p = ToolResultPart(
+                call_id=p.call_id, name=p.name, content=p.content, is_error=p.is_error,
+                images=_filled(p.images, blobs),
+            )  # fmt: skip
         if res.blob is None or not (whole or self._shows_whole(res, hot)):
-            return res.part
+            return p
         data = blobs.get(res.blob)
         if data is None:
-            return res.part
-        p = res.part
+            return p
         return ToolResultPart(
             call_id=p.call_id,
             name=p.name,
             content=data.decode("utf-8", "replace"),
             is_error=p.is_error,
+            images=p.images,
         )
+
+    @staticmethod
+    def _images(refs: Iterable[ImageRef]) -> tuple[ImagePart, ...]:
+        """Placeholders for the images `refs` name: their bytes are passed in when rendering
+        (`hot_blobs` lists them), so the fold reads no storage."""
+        return tuple(ImagePart(media_type=r.media_type, data=b"", sha256=r.sha256) for r in refs)
+
+    def _note_images(self, entry: int, refs: Iterable[ImageRef]) -> None:
+        self._image_blobs.extend((entry, r.sha256) for r in refs)
 
     # -- the request ------------------------------------------------------------------------------
 
@@ -303,10 +336,10 @@ class ContextFold:
     def hot_blobs(self) -> list[str]:
         """The offloaded results the next request shows whole (the hot steps' small enough ones):
         read these and pass them to `messages` and `fingerprint`."""
-        if self.policy.hot_steps <= 0:
-            return []
         start = self._visible().start
-        out: list[str] = []
+        out: list[str] = [sha for i, sha in self._image_blobs if i >= start]
+        if self.policy.hot_steps <= 0:
+            return out
         for i in self._steps[-self.policy.hot_steps :]:
             if i >= start and self._hot[i]:
                 out.extend(
@@ -342,7 +375,7 @@ class ContextFold:
         h = hashlib.sha256()
         size = 0
         for m in self.head():
-            data = _encoder.encode(m)
+            data = canonical(m)
             h.update(hashlib.sha256(data).digest())
             size += len(data)
         _, entries_size, entries = self._build(blobs)
@@ -445,3 +478,12 @@ def fold_context(records: Iterable[Record], start: ContextFold | None = None) ->
     for r in records:
         f.apply(r)
     return f
+
+
+def _filled(images: tuple[ImagePart, ...], blobs: Blobs) -> tuple[ImagePart, ...]:
+    """The images with their bytes from `blobs` (one whose blob is gone is left out)."""
+    return tuple(
+        ImagePart(media_type=p.media_type, data=data, sha256=p.sha256)
+        for p in images
+        if (data := p.data or blobs.get(p.sha256) or b"")
+    )

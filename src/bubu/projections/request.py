@@ -80,7 +80,10 @@ class Prefix:
     model: str
     system: str
     tools: tuple[ToolSpec, ...]
-    max_tokens: int = 8192
+    max_tokens: int | None = None
+    """The request's output cap (None: the provider's own default)."""
+    session_id: str = ""
+    """The session the request belongs to: a provider's cache key (not part of the digest)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,6 +198,7 @@ def build(fold: RequestFold, prefix: Prefix, *, ordinal: int, blobs: Blobs) -> N
         messages=ctx.messages(blobs),
         max_tokens=prefix.max_tokens,
         ordinal=ordinal,
+        session_id=prefix.session_id,
     )
     head = header(prefix, ordinal=ordinal)
     messages, size = ctx.fingerprint(blobs)

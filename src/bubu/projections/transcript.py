@@ -74,6 +74,7 @@ class Transcript:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
     model_calls: int = 0
     usage_unknown_calls: int = 0
     """Calls whose server reported no token usage (their tokens are unknown, not 0)."""
@@ -140,6 +141,7 @@ class Transcript:
                 self.output_tokens += u.output_tokens
                 self.cache_read_tokens += u.cache_read_tokens
                 self.cache_write_tokens += u.cache_write_tokens
+                self.reasoning_tokens += u.reasoning_tokens
                 self.cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
 
     def _note(self, r: Record, c: SystemNote) -> None:

@@ -10,11 +10,12 @@ import os
 from collections.abc import Iterable
 from importlib.metadata import EntryPoint
 from typing import Any
+from urllib.parse import urlsplit
 
 from bubu.errors import ConfigError
 from bubu.providers.base import Provider
 
-PROVIDERS = ("scripted", "openai", "anthropic")
+PROVIDERS = ("scripted", "openai", "openai-chat", "openai-responses", "anthropic")
 """The built-in provider names."""
 
 
@@ -32,14 +33,77 @@ def openai_provider(
     base_url: str | None = None,
     context_window: int | None = None,
     stall_timeout: float | None = None,
+    reasoning_effort: str | None = None,
+    max_output_tokens: int | None = None,
     **_: Any,
 ) -> Provider:
-    """``openai:MODEL``: OpenAI or any compatible server (``--base-url`` / OPENAI_BASE_URL)."""
+    """``openai:MODEL``: the Responses API at OpenAI; Chat Completions at any other server
+    (``--base-url`` / OPENAI_BASE_URL), which is what compatible servers speak."""
+    url = base_url or os.environ.get("OPENAI_BASE_URL")
+    options: dict[str, Any] = {
+        "base_url": url,
+        "context_window": context_window,
+        "stall_timeout": stall_timeout,
+        "reasoning_effort": reasoning_effort,
+        "max_output_tokens": max_output_tokens,
+    }
+    if url and urlsplit(url).hostname != "api.openai.com":
+        from bubu.providers.openai import OpenAIProvider
+
+        return OpenAIProvider(model, **options)
+    from bubu.providers.openai_responses import OpenAIResponsesProvider
+
+    return OpenAIResponsesProvider(model, **options)
+
+
+def openai_chat_provider(
+    model: str,
+    /,
+    *,
+    base_url: str | None = None,
+    context_window: int | None = None,
+    stall_timeout: float | None = None,
+    reasoning_effort: str | None = None,
+    max_output_tokens: int | None = None,
+    **_: Any,
+) -> Provider:
+    """``openai-chat:MODEL``: Chat Completions, at OpenAI or at any compatible server."""
     from bubu.providers.openai import OpenAIProvider
 
-    url = base_url or os.environ.get("OPENAI_BASE_URL")
     return OpenAIProvider(
-        model, base_url=url, context_window=context_window, stall_timeout=stall_timeout
+        model,
+        base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
+        context_window=context_window,
+        stall_timeout=stall_timeout,
+        reasoning_effort=reasoning_effort,
+        max_output_tokens=max_output_tokens,
+        spec_name="openai-chat",
+    )
+
+
+def openai_responses_provider(
+    model: str,
+    /,
+    *,
+    base_url: str | None = None,
+    context_window: int | None = None,
+    stall_timeout: float | None = None,
+    reasoning_effort: str | None = None,
+    max_output_tokens: int | None = None,
+    **_: Any,
+) -> Provider:
+    """``openai-responses:MODEL``: the Responses API at any server that speaks it (a proxy,
+    Azure), as ``openai:MODEL`` speaks it at OpenAI."""
+    from bubu.providers.openai_responses import OpenAIResponsesProvider
+
+    return OpenAIResponsesProvider(
+        model,
+        base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
+        context_window=context_window,
+        stall_timeout=stall_timeout,
+        reasoning_effort=reasoning_effort,
+        max_output_tokens=max_output_tokens,
+        spec_name="openai-responses",
     )
 
 
@@ -51,17 +115,27 @@ def anthropic_provider(
     context_window: int | None = None,
     thinking_budget: int | None = None,
     stall_timeout: float | None = None,
+    reasoning_effort: str | None = None,
+    max_output_tokens: int | None = None,
+    cache_ttl: str | None = None,
     **_: Any,
 ) -> Provider:
     """``anthropic:MODEL``: the Anthropic Messages API."""
     from bubu.providers.anthropic import AnthropicProvider
 
+    if reasoning_effort is not None:
+        raise ConfigError(
+            "--reasoning-effort is for OpenAI reasoning models; a Claude model thinks with "
+            "--thinking TOKENS"
+        )
     return AnthropicProvider(
         model,
         base_url=base_url,
         context_window=context_window,
         thinking_budget=thinking_budget,
         stall_timeout=stall_timeout,
+        max_output_tokens=max_output_tokens,
+        cache_ttl=cache_ttl,
     )
 
 
@@ -72,6 +146,9 @@ def resolve(
     context_window: int | None = None,
     thinking_budget: int | None = None,
     stall_timeout: float | None = None,
+    reasoning_effort: str | None = None,
+    max_output_tokens: int | None = None,
+    cache_ttl: str | None = None,
     entry_points: Iterable[EntryPoint] | None = None,
 ) -> Provider:
     """The provider for `spec` (``scripted:PATH``, ``openai:MODEL``, ``anthropic:MODEL``, or
@@ -91,6 +168,9 @@ def resolve(
             ("context_window", context_window),
             ("thinking_budget", thinking_budget),
             ("stall_timeout", stall_timeout),
+            ("reasoning_effort", reasoning_effort),
+            ("max_output_tokens", max_output_tokens),
+            ("cache_ttl", cache_ttl),
         )
         if value is not None
     }
@@ -109,7 +189,9 @@ __all__ = [
     "PROVIDERS",
     "Provider",
     "anthropic_provider",
+    "openai_chat_provider",
     "openai_provider",
+    "openai_responses_provider",
     "resolve",
     "scripted_provider",
 ]

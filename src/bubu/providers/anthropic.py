@@ -21,6 +21,7 @@ from anthropic.types import (
     CacheControlEphemeralParam,
     ContentBlock,
     ContentBlockParam,
+    ImageBlockParam,
     MessageParam,
     RawContentBlockDelta,
     RawMessageStreamEvent,
@@ -30,7 +31,7 @@ from anthropic.types import (
     ToolResultBlockParam,
 )
 
-from bubu import secrets
+from bubu import images, secrets
 from bubu.errors import ConfigError, ProviderError
 from bubu.providers import _retry, windows
 from bubu.providers.base import (
@@ -38,6 +39,7 @@ from bubu.providers.base import (
     AssistantPart,
     Delta,
     DeltaSink,
+    ImagePart,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -56,6 +58,10 @@ CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (("claude-", 200_000),)
 MIN_THINKING_BUDGET = 1024
 ANTHROPIC_URL = "https://api.anthropic.com"
 """The official API (what the SDK calls when no base URL is given)."""
+DEFAULT_MAX_OUTPUT = 8192
+"""The answer's room when no `--max-output-tokens` is given; a thinking budget comes on top."""
+CACHE_TTLS = ("5m", "1h")
+"""The cache lifetimes the Messages API offers (5m is its default)."""
 _EPHEMERAL: CacheControlEphemeralParam = {"type": "ephemeral"}
 # Breakpoints on the newest user turns: the last one is written, the one before is read back
 # even when a step added more blocks than the API's cache lookback reaches.
@@ -77,7 +83,7 @@ _STATUS_OF_ERROR_TYPE = {
     "overloaded_error": 529,
 }
 
-UserBlock: TypeAlias = TextBlockParam | ToolResultBlockParam
+UserBlock: TypeAlias = TextBlockParam | ToolResultBlockParam | ImageBlockParam
 
 
 def context_window_for(model: str) -> int:
@@ -119,32 +125,53 @@ def _claude_version(model: str) -> tuple[int, int] | None:
 # ---- request: ModelRequest -> wire ------------------------------------------------------------
 
 
-def to_system(system: str) -> list[TextBlockParam]:
+def check_cache_ttl(value: str | None) -> str | None:
+    """A cache lifetime, refused in one line unless the API offers it."""
+    if value is not None and value not in CACHE_TTLS:
+        raise ConfigError(
+            f"--cache-ttl takes {' or '.join(CACHE_TTLS)} (how long Anthropic keeps the prompt "
+            f"cache), got {value!r}"
+        )
+    return value
+
+
+def cache_control(ttl: str | None = None) -> CacheControlEphemeralParam:
+    """A cache breakpoint, kept for `ttl` ("1h"; None or "5m": the API's default 5 minutes)."""
+    if ttl == "1h":
+        return {"type": "ephemeral", "ttl": "1h"}
+    return dict(_EPHEMERAL)  # type: ignore[return-value]  # the same TypedDict, copied
+
+
+def to_system(system: str, ttl: str | None = None) -> list[TextBlockParam]:
     """The system prompt as one text block closing the cached prefix (tools, then system)."""
     if not system:
         return []
-    return [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+    return [{"type": "text", "text": system, "cache_control": cache_control(ttl)}]
 
 
-def to_tools(tools: tuple[ToolSpec, ...], *, cache_last: bool) -> list[ToolParam]:
+def to_tools(
+    tools: tuple[ToolSpec, ...], *, cache_last: bool, ttl: str | None = None
+) -> list[ToolParam]:
     """Tool specs as Messages API tools; `cache_last` marks the end of the prefix when there is
     no system prompt to carry the breakpoint."""
     out: list[ToolParam] = [
         {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
     ]
     if cache_last and out:
-        out[-1]["cache_control"] = _EPHEMERAL
+        out[-1]["cache_control"] = cache_control(ttl)
     return out
 
 
-def to_messages(request: ModelRequest) -> list[MessageParam]:
+def to_messages(request: ModelRequest, ttl: str | None = None) -> list[MessageParam]:
     """The Messages API history: alternating turns, tool results grouped in one user message."""
     turns: list[_UserTurn | _AssistantTurn] = []
     for message in request.messages:
         match message:
-            case UserMessage(text=text):
+            case UserMessage(text=text, images=images):
+                blocks = _user_turn(turns)
+                blocks.extend(_image_block(image) for image in images)
                 if text:  # the API refuses empty text blocks
-                    _user_turn(turns).append({"type": "text", "text": text})
+                    blocks.append({"type": "text", "text": text})
             case ToolResultsMessage(results=results):
                 blocks = _user_turn(turns)
                 for result in results:
@@ -153,6 +180,11 @@ def to_messages(request: ModelRequest) -> list[MessageParam]:
                         "tool_use_id": result.call_id,
                         "content": result.content,
                     }
+                    if result.images:
+                        block["content"] = [
+                            {"type": "text", "text": result.content},
+                            *(_image_block(image) for image in result.images),
+                        ]
                     if result.is_error:
                         block["is_error"] = True
                     blocks.append(block)
@@ -164,7 +196,7 @@ def to_messages(request: ModelRequest) -> list[MessageParam]:
                 assert_never(message)
     user_turns = [t for t in turns if isinstance(t, _UserTurn)]
     for user_turn in user_turns[-_ROLLING_BREAKPOINTS:]:
-        user_turn.blocks[-1]["cache_control"] = _EPHEMERAL
+        user_turn.blocks[-1]["cache_control"] = cache_control(ttl)
     out: list[MessageParam] = []
     for turn in turns:
         if isinstance(turn, _UserTurn):
@@ -172,6 +204,17 @@ def to_messages(request: ModelRequest) -> list[MessageParam]:
         else:
             out.append({"role": "assistant", "content": turn.blocks})
     return out
+
+
+def _image_block(image: ImagePart) -> ImageBlockParam:
+    return {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": image.media_type,  # type: ignore[typeddict-item]  # sniffed: one of four
+            "data": images.base64_text(image.data),
+        },
+    }
 
 
 @dataclass(slots=True)
@@ -246,6 +289,7 @@ class EventAssembler:
         self._model = ""
         self._stop: str | None = None
         self._input = self._output = self._cache_read = self._cache_write = 0
+        self._cache_write_1h = 0
         self._stopped = False
 
     def feed(self, event: RawMessageStreamEvent, on_delta: DeltaSink) -> None:
@@ -259,6 +303,8 @@ class EventAssembler:
                 self._output = start.output_tokens
                 self._cache_read = start.cache_read_input_tokens or 0
                 self._cache_write = start.cache_creation_input_tokens or 0
+                created = getattr(start, "cache_creation", None)
+                self._cache_write_1h = getattr(created, "ephemeral_1h_input_tokens", None) or 0
             case "content_block_start":
                 self._blocks[event.index] = _start_block(event.content_block, on_delta)
             case "content_block_delta":
@@ -317,6 +363,7 @@ class EventAssembler:
             output_tokens=self._output,
             cache_read_tokens=self._cache_read,
             cache_write_tokens=self._cache_write,
+            cache_write_1h_tokens=min(self._cache_write_1h, self._cache_write),
         )
         return ModelResponse(
             parts=tuple(parts), usage=usage, stop_reason=self._stop, model=self._model
@@ -393,6 +440,8 @@ class AnthropicProvider:
         context_window: int | None = None,
         stall_timeout: float | None = None,
         thinking_budget: int | None = None,
+        max_output_tokens: int | None = None,
+        cache_ttl: str | None = None,
     ) -> None:
         base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
         official = base is None or urlsplit(base).hostname == "api.anthropic.com"
@@ -410,6 +459,17 @@ class AnthropicProvider:
                 f"the thinking budget must be at least {MIN_THINKING_BUDGET} tokens "
                 f"(got {thinking_budget}); raise it or leave thinking off"
             )
+        if (
+            thinking_budget is not None
+            and max_output_tokens is not None
+            and max_output_tokens <= thinking_budget
+        ):
+            raise ConfigError(
+                f"--max-output-tokens ({max_output_tokens}) must be above the thinking budget "
+                f"({thinking_budget}): thinking counts against it, and the answer needs room too"
+            )
+        self._cache_ttl = check_cache_ttl(cache_ttl)
+        self._max_output = max_output_tokens
         self._model = model
         self._base_url = base or ANTHROPIC_URL
         self._official = official
@@ -436,6 +496,11 @@ class AnthropicProvider:
     def official(self) -> bool:
         """Whether calls go to the provider's own API (whose prices are known)."""
         return self._official
+
+    @property
+    def accepts_images(self) -> bool:
+        """Claude models are shown images."""
+        return True
 
     @property
     def spec(self) -> str:
@@ -469,25 +534,34 @@ class AnthropicProvider:
             convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
         )
 
+    def max_tokens(self, request: ModelRequest) -> int:
+        """The `max_tokens` sent: the request's or `--max-output-tokens` as given, else the
+        default answer room with the thinking budget on top (thinking counts against it)."""
+        if request.max_tokens is not None:
+            return request.max_tokens + (self._thinking_budget or 0)
+        if self._max_output is not None:
+            return self._max_output
+        return DEFAULT_MAX_OUTPUT + (self._thinking_budget or 0)
+
     def _open(self, request: ModelRequest) -> anthropic.Stream[RawMessageStreamEvent]:
-        system = to_system(request.system)
-        tools = to_tools(request.tools, cache_last=not system)
+        ttl = self._cache_ttl
+        system = to_system(request.system, ttl)
+        tools = to_tools(request.tools, cache_last=not system, ttl=ttl)
         if self._thinking_budget is None:
             return self._client.messages.create(
                 model=self._model,
-                max_tokens=request.max_tokens,
+                max_tokens=self.max_tokens(request),
                 system=system or anthropic.omit,
                 tools=tools or anthropic.omit,
-                messages=to_messages(request),
+                messages=to_messages(request, ttl),
                 stream=True,
             )
-        # Thinking counts against max_tokens, so the budget comes on top of the answer's room.
         return self._client.messages.create(
             model=self._model,
-            max_tokens=request.max_tokens + self._thinking_budget,
+            max_tokens=self.max_tokens(request),
             system=system or anthropic.omit,
             tools=tools or anthropic.omit,
-            messages=to_messages(request),
+            messages=to_messages(request, ttl),
             thinking=thinking_config(self._model, self._thinking_budget),
             stream=True,
         )

@@ -1,7 +1,8 @@
-"""`openai:MODEL` — Chat Completions with tools and streaming, through the official SDK.
+"""`openai-chat:MODEL` — Chat Completions with tools and streaming, through the official SDK.
 
-Works with OpenAI and with any OpenAI-compatible server (Ollama, vLLM, LM Studio, OpenRouter)
-through `base_url` / `OPENAI_BASE_URL`. The SDK never retries (`max_retries=0`): the engine owns
+The adapter for OpenAI-compatible servers (Ollama, vLLM, LM Studio, OpenRouter): `openai:MODEL`
+with a `base_url` / `OPENAI_BASE_URL` other than OpenAI's comes here, and `openai-chat:MODEL`
+asks for it at OpenAI too (whose own `openai:MODEL` is the Responses API, `openai_responses`). The SDK never retries (`max_retries=0`): the engine owns
 retries and records each failed attempt, so every failure leaves here as a `ProviderError`.
 """
 
@@ -18,13 +19,14 @@ import openai
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionChunk,
+    ChatCompletionContentPartParam,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageFunctionToolCallParam,
     ChatCompletionMessageParam,
 )
 from openai.types.completion_usage import CompletionUsage
 
-from bubu import secrets
+from bubu import images, secrets
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
 from bubu.providers import _retry, toolmode, windows
@@ -33,6 +35,7 @@ from bubu.providers.base import (
     AssistantPart,
     Delta,
     DeltaSink,
+    ImagePart,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -48,6 +51,9 @@ from bubu.providers.base import (
 OPENAI_URL = "https://api.openai.com/v1"
 # Local servers (Ollama, LM Studio, vLLM) ignore the key, but the SDK insists on having one.
 PLACEHOLDER_KEY = "not-needed"
+COMPATIBLE_MAX_OUTPUT = 8192
+"""The output cap sent to a compatible server when none is set: many refuse a cap beyond their
+window, and it bounds a rambling local model (OpenAI's own API gets none: the model's own)."""
 _STOP_REASONS = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
@@ -73,8 +79,13 @@ def to_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
         out.append({"role": "system", "content": request.system})
     for message in request.messages:
         match message:
-            case UserMessage(text=text):
+            case UserMessage(text=text, images=()):
                 out.append({"role": "user", "content": text})
+            case UserMessage(text=text, images=shown):
+                with_images: list[ChatCompletionContentPartParam] = [_image_url(i) for i in shown]
+                if text:
+                    with_images.append({"type": "text", "text": text})
+                out.append({"role": "user", "content": with_images})
             case AssistantMessage(parts=parts):
                 out.append(_assistant_message(parts))
             case ToolResultsMessage(results=results):
@@ -82,9 +93,25 @@ def to_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
                 for result in results:
                     content = f"ERROR: {result.content}" if result.is_error else result.content
                     out.append({"role": "tool", "tool_call_id": result.call_id, "content": content})
+                # A tool message holds text only: the images the results show follow as a user
+                # message of their own.
+                pictures = [_image_url(i) for result in results for i in result.images]
+                if pictures:
+                    intro: ChatCompletionContentPartParam = {
+                        "type": "text",
+                        "text": "The images the tool results above show:",
+                    }
+                    out.append({"role": "user", "content": [intro, *pictures]})
             case _:
                 assert_never(message)
     return out
+
+
+def _image_url(image: ImagePart) -> ChatCompletionContentPartParam:
+    return {
+        "type": "image_url",
+        "image_url": {"url": images.data_url(image.media_type, image.data)},
+    }
 
 
 def _assistant_message(parts: tuple[AssistantPart, ...]) -> ChatCompletionMessageParam:
@@ -294,7 +321,13 @@ def _usage(usage: CompletionUsage | None) -> Usage:
         input_tokens=usage.prompt_tokens or 0,
         output_tokens=usage.completion_tokens or 0,
         cache_read_tokens=cached or 0,
+        reasoning_tokens=_reasoning_tokens(usage),
     )
+
+
+def _reasoning_tokens(usage: CompletionUsage) -> int:
+    details = usage.completion_tokens_details
+    return (details.reasoning_tokens if details is not None else None) or 0
 
 
 # ---- the provider ------------------------------------------------------------------------------
@@ -312,7 +345,14 @@ class OpenAIProvider:
         http_client: httpx2.Client | None = None,
         context_window: int | None = None,
         stall_timeout: float | None = None,
+        reasoning_effort: str | None = None,
+        max_output_tokens: int | None = None,
+        spec_name: str = "openai",
+        images: bool | None = None,
     ) -> None:
+        from bubu.providers.openai_responses import check_effort
+
+        self._images = images
         base = base_url or os.environ.get("OPENAI_BASE_URL") or None
         official = base is None or urlsplit(base).hostname == "api.openai.com"
         key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -325,6 +365,9 @@ class OpenAIProvider:
                 )
             key = PLACEHOLDER_KEY
         self._model = model
+        self._spec_name = spec_name
+        self._effort = check_effort(reasoning_effort)
+        self._max_output = max_output_tokens
         self._official = official
         self._tool_mode: toolmode.ToolMode = "stream"
         self._base_url = base or OPENAI_URL
@@ -350,9 +393,17 @@ class OpenAIProvider:
         return self._official
 
     @property
+    def accepts_images(self) -> bool:
+        """Whether the model is shown images: at OpenAI yes (but GPT-3.5); at another server
+        only when it says so (`images=True`), since many local models read text only."""
+        if self._images is not None:
+            return self._images
+        return self._official and not self._model.startswith("gpt-3.5")
+
+    @property
     def spec(self) -> str:
         """The model spec, e.g. ``openai:gpt-4.1``."""
-        return f"openai:{self._model}"
+        return f"{self._spec_name}:{self._model}"
 
     @property
     def base_url(self) -> str:
@@ -428,24 +479,32 @@ class OpenAIProvider:
         return self._create(request, stream=True)  # type: ignore[no-any-return]
 
     def _create(self, request: ModelRequest, *, stream: bool) -> Any:
+        from bubu.providers.openai_responses import output_cap, reasoning_model
+
         tools = to_tools(request.tools) if self._tool_mode != "none" else []
+        limit = request.max_tokens if request.max_tokens is not None else self._max_output
+        if self._official:
+            limit = output_cap(request.max_tokens, self._max_output, reasoning_model(self._model))
+        effort = self._effort if self._effort is not None else openai.omit
         if stream is False:
             return self._client.chat.completions.create(
                 model=self._model,
                 messages=to_messages(request),
                 tools=tools or openai.omit,
                 tool_choice="auto" if tools else openai.omit,
-                max_tokens=request.max_tokens,
+                max_tokens=limit if limit is not None else COMPATIBLE_MAX_OUTPUT,
+                reasoning_effort=effort,
                 stream=False,
             )
-        # OpenAI's newer models accept only max_completion_tokens; compatible servers widely
-        # understand only max_tokens.
+        # OpenAI's newer models accept only max_completion_tokens, which counts reasoning, so
+        # none is sent unless asked for; compatible servers widely understand only max_tokens.
         if self._official:
             return self._client.chat.completions.create(
                 model=self._model,
                 messages=to_messages(request),
                 tools=tools or openai.omit,
-                max_completion_tokens=request.max_tokens,
+                max_completion_tokens=limit if limit is not None else openai.omit,
+                reasoning_effort=effort,
                 stream=True,
                 stream_options={"include_usage": True},
             )
@@ -455,7 +514,8 @@ class OpenAIProvider:
             messages=to_messages(request),
             tools=tools or openai.omit,
             tool_choice="auto" if tools and self._tool_mode == "stream" else openai.omit,
-            max_tokens=request.max_tokens,
+            max_tokens=limit if limit is not None else COMPATIBLE_MAX_OUTPUT,
+            reasoning_effort=effort,
             stream=True,
             stream_options={"include_usage": True},
         )

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import msgspec
 
 from bubu.errors import ConfigError, ProviderError
+from bubu.messages import canonical
 from bubu.providers.base import (
     AssistantPart,
     Delta,
@@ -76,7 +77,7 @@ def load_script(path: str | Path) -> list[_Line]:
 def _estimate(request: ModelRequest) -> int:
     size = len(request.system)
     for m in request.messages:
-        size += len(msgspec.json.encode(m))
+        size += len(canonical(m))
     return max(1, size // 4)
 
 
@@ -87,6 +88,8 @@ class ScriptedProvider:
     path: str
     window: int = 200_000
     failed_once: set[int] | None = None
+    accepts_images: bool = False
+    """Whether the scripted model is shown images (off unless a test or embedder says so)."""
 
     def __post_init__(self) -> None:
         self.lines = load_script(self.path)

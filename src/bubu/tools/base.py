@@ -40,6 +40,9 @@ class ToolResult:
     output: str
     is_error: bool = False
     full: bytes | None = None
+    images: tuple[tuple[str, bytes], ...] = ()
+    """Images (media type, bytes) shown to the model with `output`; the engine stores them as
+    blobs."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +82,8 @@ class ToolContext:
     """``session/run/call``: put in the environment of the processes the call starts
     (``BUBU_CALL``), so that recovery can find what a dead run left running."""
     memory: Callable[[], dict[str, Note]] | None = None
+    images: bool = False
+    """Whether the model is shown images (`read_file` returns an image, else says it is one)."""
 
 
 class Tool(Protocol):

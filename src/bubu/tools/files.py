@@ -142,7 +142,8 @@ class ReadFile(BuiltinTool):
     description = (
         "Read a text file in the workspace. Lines come numbered like `cat -n`; `offset` is the "
         f"first line to show (1-based) and `limit` how many lines (default {READ_LIMIT}). "
-        f"Lines longer than {LINE_CHARS} bytes are cut. Binary files are reported, not shown. "
+        f"Lines longer than {LINE_CHARS} bytes are cut. Binary files are reported, not shown; "
+        "PNG, JPEG, GIF and WebP images are shown as images to models that see them. "
         "When the file is longer than one read, the result says which offset to read next."
     )
     parameters = schema(
@@ -173,7 +174,11 @@ class ReadFile(BuiltinTool):
                 # Reading a FIFO or a device could wait forever or never end.
                 raise ToolError(f"{raw} is not a regular file; it cannot be read")
             with os.fdopen(fd, "rb") as f:
-                if is_binary(f.read(SNIFF_BYTES)):
+                head = f.read(SNIFF_BYTES)
+                image = _image(raw, head, f, st.st_size, ctx)
+                if image is not None:
+                    return image
+                if is_binary(head):
                     return ToolResult(
                         output=f"{raw} is a binary file ({st.st_size:,} bytes); it is not shown."
                     )
@@ -189,6 +194,32 @@ class ReadFile(BuiltinTool):
             return ToolResult(output=body)
         more = f"; next: offset={last + 1}" if last < total else "; end of file"
         return ToolResult(output=f"{body}\n(lines {offset:,}–{last:,} of {total:,}{more})")
+
+
+def _image(raw: str, head: bytes, f: BinaryIO, size: int, ctx: ToolContext) -> ToolResult | None:
+    """The result of reading an image file: the image itself for a model that is shown images,
+    else what it is; None when the file is not an image."""
+    from bubu import images
+
+    media_type = images.sniff(head)
+    if media_type is None:
+        return None
+    kind = media_type.removeprefix("image/").upper()
+    if not ctx.images:
+        return ToolResult(
+            output=f"{raw} is a {kind} image ({size:,} bytes); this model is not shown images, "
+            "so its content cannot be read"
+        )
+    if size > images.MAX_IMAGE_BYTES:
+        return ToolResult(
+            output=f"{raw} is a {kind} image of {size:,} bytes, larger than the "
+            f"{images.MAX_IMAGE_BYTES // 2**20} MB an image may have; it is not shown"
+        )
+    f.seek(0)
+    data = f.read(images.MAX_IMAGE_BYTES + 1)
+    return ToolResult(
+        output=f"{raw}: {kind} image, {len(data):,} bytes", images=((media_type, data),)
+    )
 
 
 def _numbered(f: BinaryIO, offset: int, limit: int) -> tuple[list[str], int]:

@@ -573,6 +573,7 @@ function renderItem(s, it) {
     case "usage": return h("div", { class: "usage", title: it.model },
       `model call · ${fmt(it.input_tokens)} in · ${fmt(it.output_tokens)} out`
       + (it.cache_read_tokens ? ` · ${fmt(it.cache_read_tokens)} cached` : "")
+      + (it.cache_write_tokens ? ` · ${fmt(it.cache_write_tokens)} written to cache` : "")
       + ` · ${usd(it.cost_usd)}`
       + (it.stop_reason ? ` · ${it.stop_reason}` : ""));
     default: return messageItem(it);

@@ -1,0 +1,497 @@
+"""`openai:MODEL` at OpenAI — the Responses API, streamed, with reasoning kept between calls.
+
+Requests are stateless (`store=false`): each one carries the whole history as input items. The
+reasoning items a model returns (their `encrypted_content` included) are recorded in the log in
+their native form and replayed verbatim in later requests, as Anthropic thinking signatures are,
+so a reasoning model keeps its chain of thought across tool calls; its `function_call` items are
+replayed as received too. `prompt_cache_key` is the session id, so one session's calls share a
+cache. The SDK never retries (`max_retries=0`): the engine owns retries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Literal, TypeAlias, assert_never, cast, get_args
+from urllib.parse import urlsplit
+
+import httpx2
+import openai
+from openai.types.responses import ResponseStreamEvent, ResponseUsage
+
+from bubu import images, secrets
+from bubu.errors import ConfigError, ProviderError
+from bubu.ids import new_id
+from bubu.providers import _retry
+from bubu.providers.base import (
+    AssistantMessage,
+    AssistantPart,
+    Delta,
+    DeltaSink,
+    ImagePart,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultsMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+    parse_arguments,
+)
+from bubu.providers.openai import OPENAI_URL, PLACEHOLDER_KEY, context_window_for
+
+Effort: TypeAlias = Literal["low", "medium", "high"]
+EFFORTS: tuple[str, ...] = get_args(Effort)
+"""The reasoning efforts `--reasoning-effort` takes."""
+# Models that do not reason: they refuse the `reasoning` option, so it is only sent to others.
+_NOT_REASONING = ("gpt-4", "gpt-3.5", "chatgpt-4o", "gpt-5-chat")
+# `response.failed` and `error` events name a code, not a status: the status the same failure
+# has outside a stream decides whether it is retried.
+_STATUS_OF_CODE = {
+    "server_error": 500,
+    "rate_limit_exceeded": 429,
+    "insufficient_quota": 429,
+    "vector_store_timeout": 504,
+    "context_length_exceeded": 400,
+    "invalid_prompt": 400,
+}
+
+InputItem: TypeAlias = dict[str, Any]
+
+
+def reasoning_model(model: str) -> bool:
+    """Whether `model` reasons (gets `reasoning` and encrypted reasoning back); new models do."""
+    return not model.startswith(_NOT_REASONING)
+
+
+def output_cap(asked: int | None, configured: int | None, reasoning: bool) -> int | None:
+    """The output cap to send, reasoning included (None: none, the model's whole output room).
+
+    A request's own cap (a compaction summary's) is the room for its answer; a reasoning model
+    spends output tokens on thinking first, so it gets the `--max-output-tokens` cap instead when
+    that is larger, and no cap when none was set."""
+    if asked is None:
+        return configured
+    if not reasoning:
+        return asked
+    return None if configured is None else max(asked, configured)
+
+
+def check_effort(value: str | None) -> Effort | None:
+    """A reasoning effort, refused in one line unless it is low, medium or high."""
+    if value is None:
+        return None
+    if value not in EFFORTS:
+        raise ConfigError(
+            f"--reasoning-effort takes {', '.join(EFFORTS)} (leave it out for the model's "
+            f"default), got {value!r}"
+        )
+    return cast(Effort, value)
+
+
+# ---- request: ModelRequest -> input items -------------------------------------------------------
+
+
+def to_input(request: ModelRequest) -> list[InputItem]:
+    """The history as Responses input items, in order; recorded native items go back verbatim."""
+    out: list[InputItem] = []
+    for message in request.messages:
+        match message:
+            case UserMessage(text=text, images=()):
+                out.append({"role": "user", "content": text})
+            case UserMessage(text=text, images=shown):
+                parts = [_image_input(image) for image in shown]
+                if text:
+                    parts.append({"type": "input_text", "text": text})
+                out.append({"role": "user", "content": parts})
+            case AssistantMessage(parts=parts):
+                out.extend(_assistant_items(parts))
+            case ToolResultsMessage(results=results):
+                for result in results:
+                    content = f"ERROR: {result.content}" if result.is_error else result.content
+                    output: str | list[InputItem] = content
+                    if result.images:
+                        output = [
+                            {"type": "input_text", "text": content},
+                            *(_image_input(image) for image in result.images),
+                        ]
+                    out.append(
+                        {
+                            "type": "function_call_output",
+                            "call_id": result.call_id,
+                            "output": output,
+                        }
+                    )
+            case _:
+                assert_never(message)
+    return out
+
+
+def _image_input(image: ImagePart) -> InputItem:
+    return {"type": "input_image", "image_url": images.data_url(image.media_type, image.data)}
+
+
+def _assistant_items(parts: tuple[AssistantPart, ...]) -> list[InputItem]:
+    items: list[InputItem] = []
+    for part in parts:
+        match part:
+            case ThinkingPart(native=dict() as native) if native.get("type") == "reasoning":
+                items.append(dict(native))
+            case ThinkingPart():
+                pass  # reasoning without its encrypted item (another provider's) cannot go back
+            case TextPart(text=text):
+                if text:
+                    items.append({"role": "assistant", "content": text})
+            case ToolCallPart():
+                items.append(_call_item(part))
+            case _:
+                assert_never(part)
+    return items
+
+
+def _call_item(part: ToolCallPart) -> InputItem:
+    native = part.native
+    if isinstance(native, dict) and native.get("type") == "function_call":
+        item = dict(native)
+        # The log may know the call by another id than the server gave (a reused one).
+        item["call_id"] = part.call_id
+        return item
+    arguments = part.raw_arguments
+    if arguments is None:
+        arguments = json.dumps(part.arguments, ensure_ascii=False)
+    return {
+        "type": "function_call",
+        "call_id": part.call_id,
+        "name": part.name,
+        "arguments": arguments,
+    }
+
+
+def to_tools(tools: tuple[ToolSpec, ...]) -> list[InputItem]:
+    """Tool specs as Responses function tools (not strict: Bubu's schemas have optional fields)."""
+    return [
+        {
+            "type": "function",
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+            "strict": False,
+        }
+        for tool in tools
+    ]
+
+
+# ---- response: stream events -> ModelResponse --------------------------------------------------
+
+
+class _Item:
+    __slots__ = ("arguments", "call_id", "kind", "name", "native", "summary", "text")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.text: list[str] = []
+        self.summary: list[str] = []
+        self.arguments: list[str] = []
+        self.call_id = ""
+        self.name = ""
+        self.native: dict[str, object] | None = None
+
+
+class EventAssembler:
+    """Folds Responses stream events into one `ModelResponse` (no I/O).
+
+    A `response.failed` or `error` event raises the `ProviderError` its code stands for.
+    """
+
+    def __init__(self, vendor: _retry.Vendor) -> None:
+        self._vendor = vendor
+        self._items: dict[int, _Item] = {}
+        self._model = ""
+        self._usage: ResponseUsage | None = None
+        self._stop: str | None = None
+
+    def feed(self, event: ResponseStreamEvent, on_delta: DeltaSink) -> None:
+        """Take one stream event, sending text and reasoning summaries to `on_delta`."""
+        match event.type:
+            case "response.created" | "response.in_progress":
+                self._model = event.response.model or self._model
+            case "response.output_item.added":
+                self._items[event.output_index] = _Item(event.item.type)
+            case "response.output_text.delta":
+                self._item(event.output_index, "message").text.append(event.delta)
+                on_delta(Delta(kind="text", text=event.delta))
+            case "response.reasoning_summary_text.delta" | "response.reasoning_text.delta":
+                self._item(event.output_index, "reasoning").summary.append(event.delta)
+                on_delta(Delta(kind="thinking", text=event.delta))
+            case "response.reasoning_summary_part.added":
+                item = self._item(event.output_index, "reasoning")
+                if item.summary:  # parts of a summary are paragraphs
+                    item.summary.append("\n\n")
+            case "response.function_call_arguments.delta":
+                self._item(event.output_index, "function_call").arguments.append(event.delta)
+            case "response.function_call_arguments.done":
+                self._item(event.output_index, "function_call").arguments = [event.arguments]
+            case "response.output_item.done":
+                self._finish_item(event.output_index, event.item.to_dict(mode="json"))
+            case "response.completed" | "response.incomplete":
+                response = event.response
+                self._model = response.model or self._model
+                self._usage = response.usage
+                if event.type == "response.completed":
+                    self._stop = "end_turn"
+                else:
+                    details = response.incomplete_details
+                    reason = details.reason if details is not None else None
+                    self._stop = (
+                        "max_tokens" if reason == "max_output_tokens" else (reason or "incomplete")
+                    )
+            case "response.failed":
+                error = event.response.error
+                raise _failure(
+                    self._vendor,
+                    error.code if error is not None else None,
+                    error.message if error is not None else None,
+                    event.response.to_dict(mode="json"),
+                )
+            case "error":
+                raise _failure(self._vendor, event.code, event.message, event.to_dict(mode="json"))
+        # Event kinds added to the API later are ignored: the wire is additive.
+
+    def _item(self, index: int, kind: str) -> _Item:
+        item = self._items.get(index)
+        if item is None:
+            item = self._items[index] = _Item(kind)
+        return item
+
+    def _finish_item(self, index: int, native: dict[str, object]) -> None:
+        item = self._item(index, str(native.get("type", "")))
+        item.kind = str(native.get("type", item.kind))
+        item.native = native
+        if item.kind == "function_call":
+            item.call_id = str(native.get("call_id") or "")
+            item.name = str(native.get("name") or "")
+            arguments = native.get("arguments")
+            if isinstance(arguments, str):
+                item.arguments = [arguments]
+        elif item.kind == "message" and not item.text:
+            content = native.get("content")
+            for block in content if isinstance(content, list) else ():
+                if isinstance(block, dict) and block.get("type") == "output_text":
+                    item.text.append(str(block.get("text", "")))
+
+    @property
+    def complete(self) -> bool:
+        """Whether the response ended (completed or incomplete) in the stream."""
+        return self._stop is not None
+
+    def result(self) -> ModelResponse:
+        """The assembled response, output items in order."""
+        parts: list[AssistantPart] = []
+        for _, item in sorted(self._items.items()):
+            match item.kind:
+                case "reasoning":
+                    text = "".join(item.summary)
+                    if item.native is not None or text:
+                        parts.append(ThinkingPart(text=text, native=item.native))
+                case "message":
+                    text = "".join(item.text)
+                    if text:
+                        parts.append(TextPart(text=text))
+                case "function_call":
+                    parts.append(_tool_call(item))
+                case _:
+                    pass  # built-in tool items: Bubu offers no built-in tools
+        stop = self._stop
+        if stop == "end_turn" and any(isinstance(p, ToolCallPart) for p in parts):
+            stop = "tool_use"
+        return ModelResponse(
+            parts=tuple(parts), usage=_usage(self._usage), stop_reason=stop, model=self._model
+        )
+
+
+def _tool_call(item: _Item) -> ToolCallPart:
+    raw = "".join(item.arguments)
+    call_id = item.call_id or new_id("call")
+    native = item.native if item.native is not None and item.call_id else None
+    if not raw.strip():
+        return ToolCallPart(call_id=call_id, name=item.name, arguments={}, native=native)
+    parsed = parse_arguments(raw)
+    if parsed is not None:
+        return ToolCallPart(call_id=call_id, name=item.name, arguments=parsed, native=native)
+    return ToolCallPart(
+        call_id=call_id, name=item.name, arguments={}, raw_arguments=raw, native=native
+    )
+
+
+def _usage(usage: ResponseUsage | None) -> Usage:
+    if usage is None:
+        return Usage()
+    cached = getattr(usage.input_tokens_details, "cached_tokens", None) or 0
+    written = getattr(usage.input_tokens_details, "cache_write_tokens", None) or 0
+    reasoning = getattr(usage.output_tokens_details, "reasoning_tokens", None) or 0
+    return Usage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+        reasoning_tokens=reasoning,
+    )
+
+
+def _failure(
+    vendor: _retry.Vendor, code: str | None, message: str | None, body: object
+) -> ProviderError:
+    status = _STATUS_OF_CODE.get(code or "", 500 if code is None else 400)
+    return _retry.status_error(vendor, status, body=body, api_message=message, api_code=code)
+
+
+# ---- the provider ------------------------------------------------------------------------------
+
+
+class OpenAIResponsesProvider:
+    """An OpenAI model through the Responses API."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx2.Client | None = None,
+        context_window: int | None = None,
+        stall_timeout: float | None = None,
+        reasoning_effort: str | None = None,
+        max_output_tokens: int | None = None,
+        spec_name: str = "openai",
+    ) -> None:
+        base = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        official = base is None or urlsplit(base).hostname == "api.openai.com"
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        secrets.register("OPENAI_API_KEY", key)  # the key in use is kept out of the log
+        if not key:
+            if official:
+                raise ConfigError(
+                    "OPENAI_API_KEY is not set; export your OpenAI API key, or pass --base-url "
+                    "to use a local OpenAI-compatible server"
+                )
+            key = PLACEHOLDER_KEY
+        self._model = model
+        self._spec_name = spec_name
+        self._official = official
+        self._base_url = base or OPENAI_URL
+        self._effort = check_effort(reasoning_effort)
+        self._max_output = max_output_tokens
+        self._context_window = context_window or context_window_for(model)
+        stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
+        name = "OpenAI" if official else f"the server at {_retry.display_url(base or '')}"
+        self._vendor = _retry.Vendor(
+            name=name, key_env="OPENAI_API_KEY", secrets=(key,), stall_s=stall
+        )
+        self._client = openai.OpenAI(
+            api_key=key,
+            base_url=base or OPENAI_URL,
+            http_client=http_client,
+            max_retries=0,
+            timeout=openai.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
+        )
+
+    @property
+    def official(self) -> bool:
+        """Whether calls go to OpenAI's own API (whose prices are known)."""
+        return self._official
+
+    @property
+    def accepts_images(self) -> bool:
+        """Whether the model is shown images (every current OpenAI model but GPT-3.5)."""
+        return not self._model.startswith("gpt-3.5")
+
+    @property
+    def spec(self) -> str:
+        """The model spec, e.g. ``openai:gpt-5``."""
+        return f"{self._spec_name}:{self._model}"
+
+    @property
+    def base_url(self) -> str:
+        """The server the calls go to (recorded with each turn, so a recovery asks the same)."""
+        return self._base_url
+
+    @property
+    def context_window(self) -> int:
+        """The model's context window in tokens."""
+        return self._context_window
+
+    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        """Stream one Responses API call; raise ProviderError on any failure."""
+        assembler = EventAssembler(self._vendor)
+        return _retry.stream_call(
+            self._vendor,
+            open_stream=lambda: self._open(request),
+            feed=lambda event: assembler.feed(event, on_delta),
+            assembler=assembler,
+            errors=(openai.APIError, httpx2.HTTPError, json.JSONDecodeError),
+            convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
+        )
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        """The request body's options for `request` (what `complete` sends, less `stream`)."""
+        options: dict[str, Any] = {
+            "model": self._model,
+            "input": to_input(request),
+            "store": False,
+        }
+        if request.system:
+            options["instructions"] = request.system
+        tools = to_tools(request.tools)
+        if tools:
+            options["tools"] = tools
+        if reasoning_model(self._model) or self._effort is not None:
+            reasoning: dict[str, str] = {"summary": "auto"}
+            if self._effort is not None:
+                reasoning["effort"] = self._effort
+            options["reasoning"] = reasoning
+            options["include"] = ["reasoning.encrypted_content"]
+        limit = output_cap(request.max_tokens, self._max_output, reasoning_model(self._model))
+        if limit is not None:
+            options["max_output_tokens"] = limit
+        if request.session_id:
+            options["prompt_cache_key"] = request.session_id
+        return options
+
+    def _open(self, request: ModelRequest) -> openai.Stream[ResponseStreamEvent]:
+        return cast(
+            "openai.Stream[ResponseStreamEvent]",
+            self._client.responses.create(**self.body(request), stream=True),
+        )
+
+    def _convert(self, exc: Exception, *, streaming: bool) -> ProviderError:
+        vendor = self._vendor
+        match exc:
+            case openai.APIStatusError():
+                return _retry.status_error(
+                    vendor,
+                    exc.status_code,
+                    body=exc.body,
+                    headers=exc.response.headers,
+                    api_message=_field(exc.body, "message"),
+                    api_code=exc.code,
+                )
+            case openai.APITimeoutError() | httpx2.TimeoutException():
+                return _retry.timeout_error(vendor, exc)
+            case openai.APIConnectionError() | httpx2.TransportError():
+                return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
+            case openai.APIError():
+                return _failure(
+                    vendor, _field(exc.body, "code"), _field(exc.body, "message"), exc.body
+                )
+            case _:
+                return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
+
+
+def _field(body: object, key: str) -> str | None:
+    if isinstance(body, dict):
+        value = body.get(key)
+        if value is not None:
+            return str(value)
+    return None
