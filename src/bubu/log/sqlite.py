@@ -20,7 +20,7 @@ from bubu.errors import (
     UnknownSession,
 )
 from bubu.events import Event, Record, kind_of
-from bubu.log import codec
+from bubu.log import codec, sqliteopen
 from bubu.log.migrations import INDEXED_KINDS, INDEXED_KINDS_SQL, SEQ_BITS, SQLITE_MIGRATIONS
 from bubu.log.store import (
     AppendRequest,
@@ -70,6 +70,14 @@ def _int(value: object) -> int:
     return int(value)
 
 
+def _on_read_only_fs(path: str) -> bool:
+    try:
+        st = os.statvfs(Path(path).expanduser().absolute().parent)
+    except OSError:
+        return False
+    return bool(st.f_flag & os.ST_RDONLY)
+
+
 def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
     msg = str(e)
     if isinstance(e, sqlite3.OperationalError) and "locked" in msg:
@@ -79,6 +87,11 @@ def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
         )
     if "full" in msg:
         return StorageError(f"the disk holding {path} is full ({msg}); free space and retry")
+    if "unable to open" in msg and _on_read_only_fs(path):
+        return StorageError(
+            f"the database {path} is on a read-only file system; inspect it with "
+            "`bubu sessions`, `show` or `verify`, or copy it to a writable disk to go on"
+        )
     if "readonly" in msg or "read-only" in msg:
         return StorageError(f"the database {path} is read-only ({msg}); fix its permissions")
     if "not a database" in msg or "malformed" in msg or "corrupt" in msg:
@@ -93,7 +106,11 @@ class SQLiteStore(Store):
     """A `Store` in one SQLite file."""
 
     def __init__(
-        self, path: str | os.PathLike[str], *, durability: Durability = "adaptive"
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "adaptive",
+        readonly: bool = False,
     ) -> None:
         self.path = str(path)
         self.url = self.path
@@ -109,7 +126,14 @@ class SQLiteStore(Store):
         self._sync_full: bool | None = None
         self._sids: dict[str, int] = {}  # session id -> rowid; never changes once created
         self._heads: dict[int, tuple[int, bytes]] = {}  # sid -> (seq, hash) this process wrote
+        self.readonly = readonly
+        existing = self.path != ":memory:" and sqliteopen.exists_nonempty(self.path)
+        if existing:
+            sqliteopen.refuse_foreign(self.path)
         try:
+            if readonly:
+                self._open_readonly(existing)
+                return
             self._db = sqlite3.connect(
                 self.path,
                 isolation_level=None,
@@ -127,6 +151,29 @@ class SQLiteStore(Store):
             raise _storage_error(self.path, e) from e
 
     # -- setup ------------------------------------------------------------------------------------
+
+    def _open_readonly(self, existing: bool) -> None:
+        """For a command that only reads: never create the file, never migrate it. A missing
+        database reads as an empty one (an in-memory log with the current schema)."""
+        if not existing:
+            self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            self._migrate()
+            return
+        self._db = sqliteopen.connect_readonly(self.path, BUSY_TIMEOUT_MS / 1000)
+        self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        done = {row[0] for row in self._db.execute("SELECT version FROM bubu_migrations")}
+        known = {m.version for m in SQLITE_MIGRATIONS}
+        if done - known:
+            raise NewerLogError(
+                f"the database {self.path} was written by a newer Bubu (migration "
+                f"{max(done - known)}, this Bubu knows up to {max(known)}); upgrade Bubu to open it"
+            )
+        if known - done:
+            raise StorageError(
+                f"the database {self.path} was written by an older Bubu (migration "
+                f"{max(done, default=0)} of {max(known)}) and this command only reads; "
+                "`bubu recover` upgrades it"
+            )
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
