@@ -20,7 +20,7 @@ from bubu.errors import (
     UnknownSession,
 )
 from bubu.events import Event, Record, kind_of
-from bubu.log import codec, sqliteopen
+from bubu.log import codec, diskspace, redact, sqliteopen
 from bubu.log.migrations import INDEXED_KINDS, INDEXED_KINDS_SQL, SEQ_BITS, SQLITE_MIGRATIONS
 from bubu.log.store import (
     AppendRequest,
@@ -70,6 +70,13 @@ def _int(value: object) -> int:
     return int(value)
 
 
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back what SQLite has not rolled back itself: on a full disk it already has, and a
+    second rollback's "no transaction is active" must not hide the real cause."""
+    with contextlib.suppress(sqlite3.Error):
+        db.execute("ROLLBACK")
+
+
 def _on_read_only_fs(path: str) -> bool:
     try:
         st = os.statvfs(Path(path).expanduser().absolute().parent)
@@ -85,7 +92,10 @@ def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
             f"the database {path} is locked by another process (waited {BUSY_TIMEOUT_MS} ms); "
             "close the other Bubu or try again"
         )
-    if "full" in msg:
+    full = diskspace.full_disk(path, msg)
+    if full is not None:
+        return StorageError(full)
+    if "full" in msg:  # the database reached a size limit, not the disk
         return StorageError(f"the disk holding {path} is full ({msg}); free space and retry")
     if "unable to open" in msg and _on_read_only_fs(path):
         return StorageError(
@@ -214,7 +224,7 @@ class SQLiteStore(Store):
                     )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     def migrations(self) -> list[tuple[int, str]]:
@@ -237,6 +247,51 @@ class SQLiteStore(Store):
             )
         self._sids[session] = int(row[0])
         return int(row[0])
+
+    def create_session_in_chunks(
+        self,
+        *,
+        title: str,
+        workspace: str,
+        model: str | None,
+        session_id: str,
+        chunks: Iterable[Sequence[Event]],
+        blobs: Sequence[bytes] = (),
+    ) -> SessionInfo:
+        """One transaction, one chunk of events in memory at a time."""
+        title = codec.sanitize_text(redact.text(title))
+        now = clock.now_ms()
+        seq = 0
+        with self._lock:
+            db = self._db
+            try:
+                self._set_sync(True)
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.execute(
+                        "INSERT INTO sessions(id, title, workspace, model, created_ms) VALUES (?,?,?,?,?)",
+                        (session_id, title, workspace, model, now),
+                    )
+                    pending = list(blobs)
+                    for chunk in chunks:
+                        events, pending = redact.scrub(chunk, pending)
+                        req = AppendRequest(session=session_id, events=events, expect=seq,
+                                            durable=True, lease=None, blobs=pending)  # fmt: skip
+                        seq = self._append_one(req).high_water
+                        pending = []
+                    db.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                    self._sids.pop(session_id, None)
+                    self._heads.clear()
+                    raise
+            except sqlite3.IntegrityError as e:
+                raise StorageError(f"a session {session_id} already exists") from e
+            except sqlite3.Error as e:
+                raise _storage_error(self.path, e) from e
+        return SessionInfo(id=session_id, title=title, workspace=workspace, created_ms=now,
+                           model=model, high_water=seq, last_ms=None)  # fmt: skip
 
     def _create_session(
         self,
@@ -420,7 +475,7 @@ class SQLiteStore(Store):
                 try:
                     p.result = self._append_one(p.req)
                 except BubuError as e:
-                    db.execute("ROLLBACK")
+                    _rollback(db)
                     self._heads.clear()
                     p.error = e
                     return
@@ -669,7 +724,7 @@ class SQLiteStore(Store):
                 db.execute("COMMIT")
                 return lease
             except BaseException:
-                db.execute("ROLLBACK")
+                _rollback(db)
                 raise
 
     def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
@@ -721,7 +776,7 @@ class SQLiteStore(Store):
                 ).fetchone()
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                _rollback(db)
                 raise
         return _lease(session, row) if flagged and row is not None else None
 

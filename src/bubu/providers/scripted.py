@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import msgspec
 
 from bubu.errors import ConfigError, ProviderError
+from bubu.lines import LineTooLong, bounded_lines
 from bubu.providers.base import (
     AssistantPart,
     Delta,
@@ -55,21 +56,29 @@ class _Line(msgspec.Struct, forbid_unknown_fields=True):
     error: _Err | None = None
 
 
+SCRIPT_LINE_LIMIT = 16 << 20
+"""The longest line a script may have: one scripted response."""
+
+
 def load_script(path: str | Path) -> list[_Line]:
     """Parse a script file; a bad line is a ConfigError naming the line."""
     p = Path(path).expanduser()
+    lines: list[_Line] = []
     try:
-        raw = p.read_bytes()
+        with p.open("rb") as f:
+            for n, line in bounded_lines(f, limit=SCRIPT_LINE_LIMIT, what=f"the script {p}"):
+                if not line.strip() or line.lstrip().startswith(b"//"):
+                    continue
+                try:
+                    lines.append(msgspec.json.decode(line, type=_Line))
+                except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                    raise ConfigError(
+                        f"line {n} of the script {p} is not a valid response: {e}"
+                    ) from e
     except OSError as e:
         raise ConfigError(f"cannot read the script {p}: {e.strerror}") from e
-    lines: list[_Line] = []
-    for n, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip() or line.lstrip().startswith(b"//"):
-            continue
-        try:
-            lines.append(msgspec.json.decode(line, type=_Line))
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise ConfigError(f"line {n} of the script {p} is not a valid response: {e}") from e
+    except LineTooLong as e:
+        raise ConfigError(str(e)) from e
     return lines
 
 
