@@ -665,7 +665,11 @@ class Runner:
         data = redact.data(data)
         # A page of an offloaded result is never offloaded again.
         offload = offload and call.name not in ("read_result", "search_result")
-        placed = offload_result(call.name, data, self.config.context) if offload else None
+        placed = (
+            offload_result(call.name, data, self.config.context, dropped=result.dropped)
+            if offload
+            else None
+        )
         blob = None
         if placed is not None:
             text, blob = placed

@@ -40,6 +40,8 @@ class ToolResult:
     output: str
     is_error: bool = False
     full: bytes | None = None
+    dropped: int = 0
+    """Bytes of the tool's output kept nowhere (neither in `output` nor in `full`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
