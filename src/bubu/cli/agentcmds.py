@@ -17,6 +17,7 @@ from bubu.cli.configcmd import profile_option, settle
 from bubu.cli.envopt import ENV_HELP, env_names
 from bubu.cli.longrun import budget_json, longrun_options, waiting_json, waiting_line
 from bubu.cli.render import JsonlObserver, TerminalObserver, printable
+from bubu.engine import turnstart
 from bubu.engine.driver import RunConfig, stop_all
 from bubu.engine.permissions import Policy
 from bubu.engine.session import Host, check_task, new_session, resume_turn, start_turn
@@ -257,8 +258,12 @@ def signals(host: Host | None = None) -> Iterator[None]:
     """
 
     def on_int(*_: object) -> None:
-        if not stop_all("stopped"):
-            raise KeyboardInterrupt
+        if stop_all("stopped"):
+            return
+        if turnstart.opening():  # the turn's start is being committed: stop it once it runs
+            turnstart.stop_when_registered("stopped")
+            return
+        raise KeyboardInterrupt
 
     def on_term(signum: int, *_: object) -> None:
         shutdown.RECEIVED.append(signum)

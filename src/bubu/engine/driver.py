@@ -26,6 +26,7 @@ import msgspec
 from bubu import clock, failpoints, ids, pricing
 from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
+from bubu.engine import turnstart
 from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
 from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.callids import unique_call_id
@@ -391,6 +392,8 @@ class Runner:
         self._heartbeat = threading.Thread(target=self._beat, name="bubu-lease", daemon=True)
         self._heartbeat.start()
         _ACTIVE.add(self)
+        if (pending := turnstart.take_pending()) is not None:  # a Ctrl-C before it registered
+            self.request_stop(pending)
         try:
             while True:
                 try:
