@@ -98,3 +98,7 @@ for _module in (
     "memorycmd",
 ):
     importlib.import_module(f"bubu.cli.{_module}")
+
+from bubu.cli.dbopt import accept_db_everywhere  # noqa: E402  # after every command registered
+
+accept_db_everywhere(cli)
