@@ -28,6 +28,7 @@ from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import fold_status
 from bubu.projections.transcript import FORCE_HINT, Message, ToolCard, notice_text, transcript
 from bubu.providers import resolve
+from bubu.providers.scripted import absolute_spec
 
 EXIT = {"completed": 0, "failed": 1, "stopped": 3, "suspended": 4, None: 5}
 """Exit status by how the turn ended (5: the run lost its lease or was blocked)."""
@@ -344,7 +345,7 @@ def run_cmd(
         host, info, model = continuing_host(store, info, opts, observer, new_turn=True)
     else:
         opts = settle(opts, workspace)
-        model = opts["model"] or default_model(opts["configured_model"])
+        model = absolute_spec(opts["model"] or default_model(opts["configured_model"]))
         host = make_host(store, model, opts, observer)  # a bad model spec creates no session
         info = new_session(store, task=task, workspace=workspace, model=model)
     with signals(host):

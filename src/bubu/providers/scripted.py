@@ -9,6 +9,7 @@ answered deterministically from the request itself.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,15 @@ class _Line(msgspec.Struct, forbid_unknown_fields=True):
     error: _Err | None = None
 
 
+def absolute_spec(spec: str) -> str:
+    """`spec` with a `scripted:` path made absolute (what the session records: a later run from
+    another directory must find the same script); any other spec unchanged."""
+    kind, sep, path = spec.partition(":")
+    if kind != "scripted" or not sep or not path:
+        return spec
+    return f"scripted:{os.path.abspath(os.path.expanduser(path))}"
+
+
 SCRIPT_LINE_LIMIT = 16 << 20
 """The longest line a script may have: one scripted response."""
 
@@ -98,6 +108,8 @@ class ScriptedProvider:
     failed_once: set[int] | None = None
 
     def __post_init__(self) -> None:
+        # Stored in the log as an absolute path, so a later `-c` from another directory finds it.
+        self.path = os.path.abspath(os.path.expanduser(self.path))
         self.lines = load_script(self.path)
         self.failed_once = set()
 
