@@ -9,12 +9,13 @@ import contextlib
 import os
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .helpers import assert_kept, bubu, error_line, seed, sha, snapshot, write_script
+from .helpers import assert_kept, bubu, error_line, read, seed, sha, snapshot, write_script
 
 
 def _foreign(path: Path) -> Path:
@@ -134,3 +135,39 @@ def test_a_log_on_a_read_only_mount_can_be_inspected(tmp_path: Path) -> None:
             "`bubu sessions`, `show` or `verify`, or copy it to a writable disk to go on"
         )
     assert_kept(before, db)
+
+
+KILLED_WRITER = """
+import os, signal, sys
+from bubu.events import Text, make
+from bubu.log.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+sid = sys.argv[2]
+ev = make(session=sid, role="user", author="user", ts=1, content=Text(text="only in the wal"))
+store.append(sid, [ev], expect=store.head(sid).high_water, durable=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_log_with_wal_commits_on_a_read_only_mount(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    db, _, ids = seed(src, 1)
+    high = len(read(db, ids[0]))
+    writer = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(db), ids[0]], check=False,
+                            capture_output=True, timeout=60)  # fmt: skip
+    assert writer.returncode == -9
+    assert (src / "bubu.db-wal").stat().st_size > 0
+    with _read_only_mount(src, tmp_path / "ro") as ro:
+        done = bubu(ro / db.name, "verify")
+        assert done.returncode == 0, done.stderr
+        assert f"{high + 1} events" in done.stdout, "the commit in the -wal file is read"
+    (src / "bubu.db-shm").unlink()
+    with _read_only_mount(src, tmp_path / "ro2") as ro:
+        done = bubu(ro / db.name, "verify")
+        assert done.returncode == 0, done.stderr
+        assert f"{high} events" in done.stdout, "without its -shm file only the main file is read"
+        assert (
+            f"bubu: warning: {ro / db.name} is read as its main file holds it: its -wal file has "
+            "commits SQLite cannot read on this read-only disk"
+        ) in done.stderr

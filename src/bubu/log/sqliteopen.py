@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import sys
 from pathlib import Path
 from urllib.parse import quote
 
@@ -77,6 +78,13 @@ def refuse_foreign(path: str) -> None:
         )
 
 
+def _wal_holds_commits(path: str) -> bool:
+    try:
+        return os.stat(f"{path}-wal").st_size > 0
+    except OSError:
+        return False
+
+
 def connect_readonly(path: str, timeout: float) -> sqlite3.Connection:
     """A connection for reading an existing Bubu log: the ordinary open where it works (a log on a
     writable disk shares the writers' WAL), else read-only, else immutable (a read-only mount
@@ -93,6 +101,12 @@ def connect_readonly(path: str, timeout: float) -> sqlite3.Connection:
                 target, uri=uri, isolation_level=None, check_same_thread=False, timeout=timeout
             )
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            if "immutable" in target and _wal_holds_commits(path):
+                sys.stderr.write(
+                    f"bubu: warning: {path} is read as its main file holds it: its -wal file has "
+                    "commits SQLite cannot read on this read-only disk (open it once where it "
+                    "can be written to see them)\n"
+                )
             return db
         except sqlite3.Error as e:
             last = e
