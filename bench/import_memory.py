@@ -34,7 +34,7 @@ def build_export(path: Path, mb: int, work: Path) -> int:
     with SQLiteStore(db) as store:
         info = store.create_session(title="big", workspace="/w")
         head, n = 0, 0
-        while db.stat().st_size < mb * 1_000_000 * 0.8:
+        while db.stat().st_size < mb * 1_000_000 * 1.2:
             batch = [ev for i in range(n, n + 2000) for ev in step_events(info.id, i)]
             head = store.append(info.id, batch, expect=head).high_water
             n += 2000
