@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from bubu.errors import ConfigError
 
@@ -30,6 +31,9 @@ NAMES = frozenset(
         "mid_rewind",
     }
 )
+
+PAUSES = frozenset({"after_turn_start"})
+"""Points where `BUBU_PAUSE=name:SECONDS` holds the process (for a signal to land exactly there)."""
 
 _lock = threading.Lock()
 _counts: dict[str, int] = {}
@@ -73,3 +77,21 @@ def hit(name: str) -> None:
             sys.stderr.flush()
         finally:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pause(name: str) -> None:
+    """Reach pause point `name`: sleep there when `BUBU_PAUSE=name:SECONDS` names it."""
+    spec = os.environ.get("BUBU_PAUSE")
+    if not spec:
+        return
+    point, _, seconds = spec.partition(":")
+    if point not in PAUSES:
+        raise ConfigError(
+            f"unknown pause point {point!r} in BUBU_PAUSE; known: {', '.join(sorted(PAUSES))}"
+        )
+    if point == name:
+        try:
+            wait = float(seconds)
+        except ValueError as e:
+            raise ConfigError(f"BUBU_PAUSE {spec!r}: give the seconds after the colon") from e
+        time.sleep(min(max(wait, 0.0), 60.0))

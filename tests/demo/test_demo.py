@@ -92,6 +92,17 @@ def test_demo_crashes_recovers_and_fixes_the_test(home: Path, tmp_path: Path) ->
     # The next commands it suggests exist.
     for cmd in (f"show {sid}", f"log {sid}", "ui"):
         assert f"bubu {cmd}" in text
+    # The recovery block: a cut title ends in an ellipsis, each result names its call, and the
+    # commands read `python3`, not this interpreter's full path.
+    block = text.split("Starting Bubu again", 1)[1].split("┌ unfinished task", 1)[0]
+    opening, *results = [ln for ln in block.splitlines()[1:] if ln.strip()]
+    assert opening.endswith("…"), opening
+    assert [r.split(":", 1)[0].strip(" ⎿✗") for r in results] == [
+        "edit_file", "run_command", "read_file"
+    ]  # fmt: skip
+    assert sys.executable not in text
+    assert "run_command python3 check_style.py" in text
+    assert "with the recovery" in text
 
 
 def test_demo_no_crash_runs_the_plain_fix(home: Path, tmp_path: Path) -> None:
@@ -100,6 +111,7 @@ def test_demo_no_crash_runs_the_plain_fix(home: Path, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SIGKILL" not in out.stdout
     assert "auto-recovering" not in out.stdout
+    assert "recovery" not in out.stdout, "a run without a crash promises no recovery"
     assert FIX_NEW in (ws / "stats.py").read_text()
     sid = str(_session(home)["id"])
     status = json.loads(_bubu(home, "status", sid, "--json").stdout)

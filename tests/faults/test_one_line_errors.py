@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bubu.log.sqlite import SQLiteStore
+
 from .helpers import assert_no_traceback, bubu, bubu_cmd, bubu_env, error_line, write_script
 
 BAD_URL = "postgresql://u:secret@[::1:5432/x"
@@ -59,7 +61,7 @@ def test_ui_default_port_named_and_taken_fails(tmp_path: Path) -> None:
 )
 def test_malformed_postgres_url(tmp_path: Path, args: tuple[str, ...]) -> None:
     src = tmp_path / "src.db"
-    bubu(src, "sessions")  # an empty but real source store
+    SQLiteStore(src).close()  # an empty but real source store (a read-only command makes none)
     argv = [a.replace("SRC", str(src)) for a in args]
     done = subprocess.run(
         [sys.executable, "-m", "bubu", *argv], env=bubu_env(tmp_path), capture_output=True,

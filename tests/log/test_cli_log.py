@@ -66,7 +66,7 @@ def test_sessions_on_a_fresh_home(tmp_path: Path) -> None:
     assert b"no sessions yet" in done.stdout
     done = bubu(tmp_path, "sessions", "--json")
     assert (done.returncode, json.loads(done.stdout)) == (0, [])
-    assert (tmp_path / "bubu.db").exists()
+    assert not (tmp_path / "bubu.db").exists(), "a command that only reads creates no database"
 
 
 def test_sessions_lists_status_from_the_log(home: Path) -> None:

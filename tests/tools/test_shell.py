@@ -92,7 +92,12 @@ def test_100_mb_of_output_keeps_head_and_tail_in_bounded_memory(
     assert head.startswith("START\nxxx")
     assert len(head) == HEAD_BYTES
     assert rest.startswith(f"{omitted:,} bytes omitted] …\nxxx")
-    assert rest.endswith("x\nEND\nexit code 0")
+    assert rest.endswith(
+        f"x\nEND\nexit code 0; the output was {emitted:,} bytes, more than the 64 MiB kept "
+        f"whole: only its first and last bytes are kept, {omitted:,} bytes between them were "
+        "dropped"
+    )
+    assert result.dropped == omitted
 
 
 def test_the_head_and_tail_cut_on_character_boundaries(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -285,6 +286,11 @@ def test_the_raw_log_an_event_and_the_context(
     )  # fmt: skip
     same = json.loads(cli.stdout)
     assert ctx["request_digest"] == same["request_digest"]  # what `bubu context` shows, exactly
+    assert ctx["calibrated_tokens"] == same["calibrated_tokens"]  # the count both show
+    assert f"~{same['calibrated_tokens']:,} of" in subprocess.run(
+        bubu(Path(recovered_store.path), "context", sid),
+        check=True, capture_output=True, text=True, env=clean_env(), timeout=60,
+    ).stdout  # fmt: skip
     assert ctx["messages"] == same["messages"]
     assert ctx["checkpoint"] is None
     assert ctx["inclusion"]["hidden"] > 0
@@ -659,3 +665,23 @@ def test_numbers_beyond_the_database_are_refused_not_a_500(
     assert bad.status_code == 400
     assert "after must be a non-negative whole number" in bad.json()["error"]
     assert client.get(f"/api/sessions/{sid}/log?after=²").status_code == 400
+
+
+def test_form_errors_speak_of_the_form_not_of_flags(
+    make_client: ClientFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BUBU_MODEL", raising=False)
+    monkeypatch.setenv("BUBU_HOME", str(tmp_path / "home"))
+    client = make_client(SQLiteStore(tmp_path / "fresh.db"))
+    no_model = client.post("/api/sessions", json={"task": "fix it", "workspace": str(tmp_path)})
+    missing = client.post("/api/sessions", json={"task": "fix it", "workspace": str(tmp_path / "nope"),
+                                                 "model": "scripted:/dev/null"})  # fmt: skip
+    empty = client.post("/api/sessions", json={"task": "  ", "workspace": str(tmp_path),
+                                               "model": "scripted:/dev/null"})  # fmt: skip
+    said = [r.json()["error"] for r in (no_model, missing, empty)]
+    assert [r.status_code for r in (no_model, missing, empty)] == [400, 400, 400], said
+    assert said[0].startswith("no model given: fill in the Model field with provider:model (e.g.")
+    assert said[1].endswith("create it or choose another folder in the Workspace field")
+    assert said[2] == 'the task is empty; say what Bubu should do, e.g. "fix the failing test"'
+    for text in said:
+        assert not re.search(r"pass -|--base-url|-w DIR|bubu run", text), text

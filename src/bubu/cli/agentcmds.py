@@ -18,6 +18,7 @@ from bubu.cli.configcmd import profile_option, settle
 from bubu.cli.envopt import ENV_HELP, env_names
 from bubu.cli.longrun import budget_json, longrun_options, waiting_json, waiting_line
 from bubu.cli.render import JsonlObserver, TerminalObserver, printable
+from bubu.engine import turnstart
 from bubu.engine.driver import RunConfig, stop_all
 from bubu.engine.permissions import Policy
 from bubu.engine.session import Host, check_task, new_session, resume_turn, start_turn
@@ -35,6 +36,7 @@ from bubu.projections.transcript import (
     unknown_usage,
 )
 from bubu.providers import resolve
+from bubu.providers.scripted import absolute_spec
 
 EXIT = {"completed": 0, "failed": 1, "stopped": 3, "suspended": 4, None: 5}
 """Exit status by how the turn ended (5: the run lost its lease or was blocked)."""
@@ -297,8 +299,12 @@ def signals(host: Host | None = None) -> Iterator[None]:
     """
 
     def on_int(*_: object) -> None:
-        if not stop_all("stopped"):
-            raise KeyboardInterrupt
+        if stop_all("stopped"):
+            return
+        if turnstart.opening():  # the turn's start is being committed: stop it once it runs
+            turnstart.stop_when_registered("stopped")
+            return
+        raise KeyboardInterrupt
 
     def on_term(signum: int, *_: object) -> None:
         shutdown.RECEIVED.append(signum)
@@ -412,7 +418,7 @@ def run_cmd(
         _check_images(host, attached)
     else:
         opts = settle(opts, workspace)
-        model = opts["model"] or default_model(opts["configured_model"])
+        model = absolute_spec(opts["model"] or default_model(opts["configured_model"]))
         host = make_host(store, model, opts, observer)  # a bad model spec creates no session
         _check_images(host, attached)
         info = new_session(store, task=task, workspace=workspace, model=model)

@@ -15,15 +15,16 @@ from bubu.log import Store, open_store
 class Ctx:
     """Per-invocation state: the --db option and a lazily opened store."""
 
-    def __init__(self, db: str | None) -> None:
+    def __init__(self, db: str | None, *, readonly: bool = False) -> None:
         self.db = db
+        self.readonly = readonly
         self._store: Store | None = None
 
     @property
     def store(self) -> Store:
         """The store named by --db / BUBU_DB / BUBU_HOME, opened on first use."""
         if self._store is None:
-            self._store = open_store(self.db)
+            self._store = open_store(self.db, readonly=self.readonly)
         return self._store
 
     def close(self) -> None:
@@ -33,6 +34,9 @@ class Ctx:
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+
+READ_ONLY_COMMANDS = frozenset({"sessions", "show", "status", "log", "verify", "export", "context"})
+"""Commands that only read the log: they never create, migrate or write the database."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
@@ -47,7 +51,7 @@ pass_ctx = click.make_pass_decorator(Ctx)
 @click.pass_context
 def cli(ctx: click.Context, db: str | None) -> None:
     """Bubu: a coding agent for long tasks whose runtime is an append-only log."""
-    state = Ctx(db)
+    state = Ctx(db, readonly=ctx.invoked_subcommand in READ_ONLY_COMMANDS)
     ctx.obj = state
     ctx.call_on_close(state.close)
     if ctx.invoked_subcommand is None:  # plain `bubu`: a chat on a terminal, else the help
@@ -102,3 +106,7 @@ for _module in (
     "rewindcmd",
 ):
     importlib.import_module(f"bubu.cli.{_module}")
+
+from bubu.cli.dbopt import accept_db_everywhere  # noqa: E402  # after every command registered
+
+accept_db_everywhere(cli)

@@ -58,7 +58,9 @@ def recover_line(info: SessionInfo, origin: str | None) -> str:
     """The line that opens a recovery: which session, in which workspace, and where it came
     from when it was imported or forked (the user is continuing it explicitly)."""
     came = f" ({origin})" if origin else ""
-    return f"recovering {info.id}{came} in {info.workspace}: {info.title[:60]}"
+    from bubu.cli.term import one_line
+
+    return f"recovering {info.id}{came} in {info.workspace}: {one_line(info.title, 60)}"
 
 
 __all__ = ["continuing_host", "explicit_flags", "recover_line"]

@@ -4,6 +4,8 @@ and recovers by itself."""
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,15 +92,33 @@ def demo_cmd(ctx: Ctx, no_crash: bool, directory: str | None) -> None:
     _say(f"  ({time.monotonic() - started:.1f}s)\n", dim=True)
     _say("Try next:", bold=True)
     dbopt = "" if ctx.db is None and "BUBU_DB" not in os.environ else f" --db {db}"
+    bubu = bubu_command()
     hints = [
-        (f"bubu{dbopt} show {session}", "the transcript, with the recovery"),
-        (f"bubu{dbopt} log {session}", "every event, its seq and hash"),
-        (f"bubu{dbopt} ui", "the web view"),
-    ]
+        (f"{bubu}{dbopt} show {session}",
+         "the transcript" if no_crash else "the transcript, with the recovery"),
+        (f"{bubu}{dbopt} log {session}", "every event, its seq and hash"),
+        (f"{bubu}{dbopt} ui", "the web view"),
+    ]  # fmt: skip
     width = max(len(c) for c, _ in hints)
     for command, what in hints:
         _say(f"  {command.ljust(width)}   {what}")
     sys.exit(0 if code == 0 and passed.returncode == 0 and verify.returncode == 0 else 1)
+
+
+def bubu_command() -> str:
+    """How to run this Bubu from the user's shell: `bubu` when that is it on the PATH, else the
+    `bubu` script beside this interpreter (a virtualenv that is not activated), else
+    `python -m bubu`."""
+    here = Path(sys.executable).parent / "bubu"
+    found = shutil.which("bubu")
+    if found is not None and (not here.exists() or Path(found).resolve() == here.resolve()):
+        return "bubu"
+    if here.exists():
+        try:
+            return str(here.relative_to(Path.cwd()))
+        except ValueError:
+            return str(here)
+    return f"{shlex.quote(sys.executable)} -m bubu"
 
 
 def _last_session(ctx: Ctx, ws: Path) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 import msgspec
@@ -12,9 +11,10 @@ from bubu.cli.app import Ctx, cli, emit_json, emit_jsonl, fail, pass_ctx
 from bubu.cli.states import STATES, check_state, shown_state
 from bubu.cli.term import echo, printable
 from bubu.errors import BubuError, CorruptLog
+from bubu.lines import LineTooLong
 from bubu.log import codec
 from bubu.log.store import SessionInfo, Store
-from bubu.log.transfer import export_lines, import_lines
+from bubu.log.transfer import export_lines, import_file, import_source
 from bubu.projections.status import BOUNDARY_KINDS, Status, fold_status
 
 
@@ -166,11 +166,18 @@ def export_cmd(ctx: Ctx, session: str) -> None:
 def import_cmd(ctx: Ctx, file: str, as_json: bool) -> None:
     """Import a session exported with `bubu export`; refuses a file whose chain does not verify."""
     try:
-        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+        source = import_source(file)
     except OSError as e:
         fail(f"cannot read {file}: {e.strerror}")
+    except LineTooLong as e:
+        fail(f"refused to import {file}: {e}")
     try:
-        info, head = import_lines(ctx.store, data.splitlines())
+        with source:
+            info, head = import_file(ctx.store, source)
+    except OSError as e:
+        fail(f"cannot read {file}: {e.strerror}")
+    except LineTooLong as e:
+        fail(f"refused to import {file}: {e}")
     except (CorruptLog, msgspec.DecodeError) as e:
         fail(f"refused to import {file}: {e}")
     except BubuError as e:

@@ -47,13 +47,16 @@ def call_label(c: FunctionCall) -> str:
 
 
 def result_label(c: FunctionResponse) -> str:
-    """A one-line summary of a tool result."""
+    """A one-line summary of a tool result; a failed one also shows its last line, where a
+    command's reason is (`timed out after 1s; …killed`)."""
     lines = c.result.splitlines() or [""]
-    head = (
-        _short(lines[0], 60)
-        if lines[0].strip()
-        else _short(next((x for x in lines if x.strip()), ""), 60)
-    )
+    first = next((n for n, x in enumerate(lines) if x.strip()), 0)
+    head = _short(lines[first], 60)
+    last = next((n for n in range(len(lines) - 1, first, -1) if lines[n].strip()), None)
+    if c.is_error and last is not None:
+        hidden = len(lines) - 2
+        more = f" (+{hidden} lines)" if hidden > 0 else ""
+        return f"{head} — {_short(lines[last], 90)}{more}"
     more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
     return f"{head}{more}"
 
@@ -76,6 +79,12 @@ class TerminalObserver:
         self.cost = CostTally()
         self.plan: str | None = None  # "2/5" once the model keeps a plan (update_plan)
         self._plan_calls: dict[str, FunctionCall] = {}
+        self._waiting: dict[str, str] = {}
+        """Calls shown whose result has not come yet: call id -> name."""
+        self._parallel: set[str] = set()
+        """Of those, the ones that were awaited together with another."""
+        self._streamed = False
+        """Whether model text was streamed since the last committed answer or failed attempt."""
         self._in_text = False
         self._cr = False
         self._last_kind = "text"
@@ -166,6 +175,8 @@ class TerminalObserver:
             safe = printable(raw[:-1] if self._cr else raw)
             text = safe if delta.kind == "text" else self._style(safe, dim=True, italic=True)
             self._last_kind = delta.kind
+            if delta.kind == "text" and delta.text:
+                self._streamed = True
             self.out.write(text)
             self._in_text = True
             self.out.flush()
@@ -190,19 +201,29 @@ class TerminalObserver:
                 if self._in_text:
                     with self._lock:
                         self._end_text()
-            if isinstance(c, Text) and ev.role == "model" and c.text and not self._streamed_any(c):
-                self.line(printable(c.text))
+            if isinstance(c, Text) and ev.role == "model":
+                # A provider that does not stream sends the answer only as the committed text.
+                if c.text and (self.quiet or not self._streamed):
+                    self.line(printable(c.text))
+                self._streamed = False
             elif isinstance(c, FunctionCall):
                 if c.name == "update_plan":
                     self._plan_calls[c.call_id] = c
+                self._waiting[c.call_id] = c.name
+                if len(self._waiting) > 1:
+                    self._parallel.update(self._waiting)
                 self.line(self._style("⏺ ", fg="cyan") + call_label(c))
             elif isinstance(c, FunctionResponse):
                 self._note_plan(c)
                 mark = (
                     self._style("  ✗ ", fg="red") if c.is_error else self._style("  ⎿ ", dim=True)
                 )
-                self.line(mark + result_label(c))
+                self.line(mark + self._whose(c) + result_label(c))
             elif isinstance(c, Error):
+                if self._streamed and not self.quiet:
+                    self.line(self._style("  ↺ the text above was discarded: that attempt failed",
+                                          dim=True))  # fmt: skip
+                self._streamed = False
                 self.line(
                     self._style(
                         f"  ! {_short(c.error_class, 40)}: {_short(c.message, 100)}", fg="yellow"
@@ -231,10 +252,13 @@ class TerminalObserver:
         if isinstance(items, tuple):
             self.plan = plan_counts(items) if items else None
 
-    def _streamed_any(self, _: Text) -> bool:
-        # Text deltas were already printed while streaming; a provider that does not stream
-        # (none of ours) would need the committed text printed here instead.
-        return not self.quiet
+    def _whose(self, c: FunctionResponse) -> str:
+        """`name: ` before a result whose call is not the only one awaited (parallel calls finish
+        in any order) or was not shown here (a recovery's results for a crashed run's calls)."""
+        alone = c.call_id in self._waiting and c.call_id not in self._parallel
+        self._waiting.pop(c.call_id, None)
+        self._parallel.discard(c.call_id)
+        return "" if alone else self._style(f"{_short(c.name, 40)}: ", bold=True)
 
     def notice(self, n: RecoveryNotice, session: str) -> None:
         """Print the recovery notice as a framed block."""

@@ -32,8 +32,11 @@ def _excerpt(lines: list[bytes], budget: int, *, from_end: bool = False) -> str:
     return "\n".join(reversed(out) if from_end else out)
 
 
-def placeholder(tool: str, data: bytes, ref: BlobRef, policy: ContextPolicy) -> str:
-    """The text the model sees in place of an offloaded result."""
+def placeholder(
+    tool: str, data: bytes, ref: BlobRef, policy: ContextPolicy, *, dropped: int = 0
+) -> str:
+    """The text the model sees in place of an offloaded result; `dropped`: bytes of the tool's
+    output that were never kept, so the stored result is not all of it."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -41,9 +44,14 @@ def placeholder(tool: str, data: bytes, ref: BlobRef, policy: ContextPolicy) -> 
     half = policy.excerpt_bytes // 2
     head = _excerpt(lines[:n], half)
     tail = _excerpt(lines[-n:] if len(lines) > 2 * n else lines[n:], half, from_end=True)
+    stored = (
+        f"stored: {ref.size:,} bytes, {ref.lines:,} lines, sha256 {ref.sha256}; not the whole "
+        f"output: {dropped:,} bytes from its middle were dropped and are stored nowhere"
+        if dropped
+        else f"stored whole: {ref.size:,} bytes, {ref.lines:,} lines, sha256 {ref.sha256}"
+    )
     return (
-        f"[large result of {tool} stored whole: {ref.size:,} bytes, {ref.lines:,} lines, "
-        f"sha256 {ref.sha256}]\n"
+        f"[large result of {tool} {stored}]\n"
         f"handle: {ref.sha256}\n"
         "See its structure with inspect_result{handle}, page through it with "
         "read_result{handle, offset, limit} or search it with search_result{handle, pattern}; "
@@ -52,9 +60,11 @@ def placeholder(tool: str, data: bytes, ref: BlobRef, policy: ContextPolicy) -> 
     )
 
 
-def offload_result(tool: str, data: bytes, policy: ContextPolicy) -> tuple[str, BlobRef] | None:
+def offload_result(
+    tool: str, data: bytes, policy: ContextPolicy, *, dropped: int = 0
+) -> tuple[str, BlobRef] | None:
     """The placeholder and blob reference for `data`, or None when it is small enough inline."""
     if len(data) <= policy.offload_bytes:
         return None
     ref = BlobRef(sha256=sha256_hex(data), size=len(data), lines=line_count(data))
-    return placeholder(tool, data, ref, policy), ref
+    return placeholder(tool, data, ref, policy, dropped=dropped), ref

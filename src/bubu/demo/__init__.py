@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -73,8 +74,14 @@ FIX_NEW = "return total(values) / len(values)"
 
 def commands() -> tuple[str, str]:
     """The two commands the demo agent runs (allow-listed, so no prompt appears)."""
-    py = shlex.quote(sys.executable)
+    py = python_command()
     return f"{py} -m unittest -q", f"{py} check_style.py"
+
+
+def python_command() -> str:
+    """`python3` when that is on the PATH (what a reader would type), else this interpreter."""
+    found = shutil.which("python3")
+    return "python3" if found else shlex.quote(sys.executable)
 
 
 def script(crash: bool) -> list[dict[str, object]]:

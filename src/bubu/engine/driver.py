@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol, assert_never
 from bubu import clock, failpoints, ids, images, pricing
 from bubu.context.offload import offload_result
 from bubu.context.policy import ContextPolicy
-from bubu.engine import choices, compacting
+from bubu.engine import choices, compacting, turnstart
 from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
 from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.callids import unique_call_id
@@ -475,6 +475,8 @@ class Runner:
         self._heartbeat = threading.Thread(target=self._beat, name="bubu-lease", daemon=True)
         self._heartbeat.start()
         _ACTIVE.add(self)
+        if (pending := turnstart.take_pending()) is not None:  # a Ctrl-C before it registered
+            self.request_stop(pending)
         try:
             while True:
                 try:
@@ -817,7 +819,11 @@ class Runner:
         data = redact.data(data)
         # A page of an offloaded result is never offloaded again.
         offload = offload and choices.may_offload(call.name)
-        placed = offload_result(call.name, data, self.config.context) if offload else None
+        placed = (
+            offload_result(call.name, data, self.config.context, dropped=result.dropped)
+            if offload
+            else None
+        )
         blob = None
         if placed is not None:
             text, blob = placed

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bubu import clock, ids
+from bubu import clock, failpoints, ids
+from bubu.engine import turnstart
 from bubu.engine.driver import NullObserver, Observer, RunConfig, Runner, owner_id
 from bubu.engine.permissions import Asker, Policy, nobody
 from bubu.engine.scope import acting_info, holder_gone
@@ -150,11 +151,13 @@ def start_turn(
         opened = make(session=session.id, turn=turn, role="system", author="system", ts=now,
                       content=SystemNote(note=_turn_started(host, runner.session)),
                       visibility="hidden")  # fmt: skip
-        runner.start_run("new", prefix=[request, opened], blobs=blobs)
-        if committed is not None:
-            with contextlib.suppress(Exception):
-                committed()
-        return runner.drive()
+        with turnstart.window():
+            runner.start_run("new", prefix=[request, opened], blobs=blobs)
+            failpoints.pause("after_turn_start")
+            if committed is not None:
+                with contextlib.suppress(Exception):
+                    committed()
+            return runner.drive()
 
 
 def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
@@ -189,8 +192,10 @@ def reopen_turn(host: Host, runner: Runner) -> TurnEndReason | None:
     reopened = make(session=session.id, turn=t.turn, role="system", author="system", ts=clock.now_ms(),
                     content=SystemNote(note=_turn_started(host, session, t, runner.longrun)),
                     visibility="hidden")  # fmt: skip
-    runner.start_run("resume", prefix=[reopened])
-    return runner.drive()
+    with turnstart.window():
+        runner.start_run("resume", prefix=[reopened])
+        failpoints.pause("after_turn_start")
+        return runner.drive()
 
 
 def _turn_window(host: Host, p: TurnFold) -> tuple[int | None, str | None]:

@@ -43,8 +43,11 @@ def default_db() -> str:
     return str(home / "bubu.db")
 
 
-def open_store(db: str | None = None, *, durability: Durability = "adaptive") -> Store:
-    """Open the store at `db` (a path, or a postgresql:// URL); default as `default_db`."""
+def open_store(
+    db: str | None = None, *, durability: Durability = "adaptive", readonly: bool = False
+) -> Store:
+    """Open the store at `db` (a path, or a postgresql:// URL); default as `default_db`.
+    `readonly`: for a command that only reads; a SQLite file is then never created or migrated."""
     target = db or default_db()
     if target.startswith(("postgresql://", "postgres://")):
         try:
@@ -56,4 +59,4 @@ def open_store(db: str | None = None, *, durability: Durability = "adaptive") ->
         return PostgresStore(target, durability=durability)
     from bubu.log.sqlite import SQLiteStore
 
-    return SQLiteStore(target, durability=durability)
+    return SQLiteStore(target, durability=durability, readonly=readonly)

@@ -20,7 +20,7 @@ from bubu.errors import (
     UnknownSession,
 )
 from bubu.events import Event, Record, kind_of
-from bubu.log import codec
+from bubu.log import codec, diskspace, redact, sqliteopen
 from bubu.log.migrations import INDEXED_KINDS, INDEXED_KINDS_SQL, SEQ_BITS, SQLITE_MIGRATIONS
 from bubu.log.store import (
     Appended,
@@ -71,6 +71,21 @@ def _int(value: object) -> int:
     return int(value)
 
 
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back what SQLite has not rolled back itself: on a full disk it already has, and a
+    second rollback's "no transaction is active" must not hide the real cause."""
+    with contextlib.suppress(sqlite3.Error):
+        db.execute("ROLLBACK")
+
+
+def _on_read_only_fs(path: str) -> bool:
+    try:
+        st = os.statvfs(Path(path).expanduser().absolute().parent)
+    except OSError:
+        return False
+    return bool(st.f_flag & os.ST_RDONLY)
+
+
 def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
     msg = str(e)
     if isinstance(e, sqlite3.OperationalError) and "locked" in msg:
@@ -78,8 +93,16 @@ def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
             f"the database {path} is locked by another process (waited {BUSY_TIMEOUT_MS} ms); "
             "close the other Bubu or try again"
         )
-    if "full" in msg:
+    full = diskspace.full_disk(path, msg)
+    if full is not None:
+        return StorageError(full)
+    if "full" in msg:  # the database reached a size limit, not the disk
         return StorageError(f"the disk holding {path} is full ({msg}); free space and retry")
+    if "unable to open" in msg and _on_read_only_fs(path):
+        return StorageError(
+            f"the database {path} is on a read-only file system; inspect it with "
+            "`bubu sessions`, `show` or `verify`, or copy it to a writable disk to go on"
+        )
     if "readonly" in msg or "read-only" in msg:
         return StorageError(f"the database {path} is read-only ({msg}); fix its permissions")
     if "not a database" in msg or "malformed" in msg or "corrupt" in msg:
@@ -94,7 +117,11 @@ class SQLiteStore(Store):
     """A `Store` in one SQLite file."""
 
     def __init__(
-        self, path: str | os.PathLike[str], *, durability: Durability = "adaptive"
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "adaptive",
+        readonly: bool = False,
     ) -> None:
         self.path = str(path)
         self.url = self.path
@@ -110,7 +137,14 @@ class SQLiteStore(Store):
         self._sync_full: bool | None = None
         self._sids: dict[str, int] = {}  # session id -> rowid; never changes once created
         self._heads: dict[int, tuple[int, bytes]] = {}  # sid -> (seq, hash) this process wrote
+        self.readonly = readonly
+        existing = self.path != ":memory:" and sqliteopen.exists_nonempty(self.path)
+        if existing:
+            sqliteopen.refuse_foreign(self.path)
         try:
+            if readonly:
+                self._open_readonly(existing)
+                return
             self._db = sqlite3.connect(
                 self.path,
                 isolation_level=None,
@@ -128,6 +162,29 @@ class SQLiteStore(Store):
             raise _storage_error(self.path, e) from e
 
     # -- setup ------------------------------------------------------------------------------------
+
+    def _open_readonly(self, existing: bool) -> None:
+        """For a command that only reads: never create the file, never migrate it. A missing
+        database reads as an empty one (an in-memory log with the current schema)."""
+        if not existing:
+            self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            self._migrate()
+            return
+        self._db = sqliteopen.connect_readonly(self.path, BUSY_TIMEOUT_MS / 1000)
+        self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        done = {row[0] for row in self._db.execute("SELECT version FROM bubu_migrations")}
+        known = {m.version for m in SQLITE_MIGRATIONS}
+        if done - known:
+            raise NewerLogError(
+                f"the database {self.path} was written by a newer Bubu (migration "
+                f"{max(done - known)}, this Bubu knows up to {max(known)}); upgrade Bubu to open it"
+            )
+        if known - done:
+            raise StorageError(
+                f"the database {self.path} was written by an older Bubu (migration "
+                f"{max(done, default=0)} of {max(known)}) and this command only reads; "
+                "`bubu recover` upgrades it"
+            )
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
@@ -168,7 +225,7 @@ class SQLiteStore(Store):
                     )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     def migrations(self) -> list[tuple[int, str]]:
@@ -191,6 +248,51 @@ class SQLiteStore(Store):
             )
         self._sids[session] = int(row[0])
         return int(row[0])
+
+    def create_session_in_chunks(
+        self,
+        *,
+        title: str,
+        workspace: str,
+        model: str | None,
+        session_id: str,
+        chunks: Iterable[Sequence[Event]],
+        blobs: Sequence[bytes] = (),
+    ) -> SessionInfo:
+        """One transaction, one chunk of events in memory at a time."""
+        title = codec.sanitize_text(redact.text(title))
+        now = clock.now_ms()
+        seq = 0
+        with self._lock:
+            db = self._db
+            try:
+                self._set_sync(True)
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.execute(
+                        "INSERT INTO sessions(id, title, workspace, model, created_ms) VALUES (?,?,?,?,?)",
+                        (session_id, title, workspace, model, now),
+                    )
+                    pending = list(blobs)
+                    for chunk in chunks:
+                        events, pending = redact.scrub(chunk, pending)
+                        req = AppendRequest(session=session_id, events=events, expect=seq,
+                                            durable=True, lease=None, blobs=pending)  # fmt: skip
+                        seq = self._append_one(req).high_water
+                        pending = []
+                    db.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                    self._sids.pop(session_id, None)
+                    self._heads.clear()
+                    raise
+            except sqlite3.IntegrityError as e:
+                raise StorageError(f"a session {session_id} already exists") from e
+            except sqlite3.Error as e:
+                raise _storage_error(self.path, e) from e
+        return SessionInfo(id=session_id, title=title, workspace=workspace, created_ms=now,
+                           model=model, high_water=seq, last_ms=None)  # fmt: skip
 
     def _create_session(
         self,
@@ -379,7 +481,7 @@ class SQLiteStore(Store):
                 try:
                     p.result = self._append_one(p.req)
                 except BubuError as e:
-                    db.execute("ROLLBACK")
+                    _rollback(db)
                     self._heads.clear()
                     p.error = e
                     return
@@ -630,7 +732,7 @@ class SQLiteStore(Store):
                 db.execute("COMMIT")
                 return lease
             except BaseException:
-                db.execute("ROLLBACK")
+                _rollback(db)
                 raise
 
     def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
@@ -682,7 +784,7 @@ class SQLiteStore(Store):
                 ).fetchone()
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                _rollback(db)
                 raise
         return _lease(session, row) if flagged and row is not None else None
 

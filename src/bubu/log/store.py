@@ -165,6 +165,24 @@ class Store(abc.ABC):
             events=events, blobs=blobs,
         )  # fmt: skip
 
+    def create_session_in_chunks(
+        self,
+        *,
+        title: str,
+        workspace: str,
+        model: str | None,
+        session_id: str,
+        chunks: Iterable[Sequence[Event]],
+        blobs: Sequence[bytes] = (),
+    ) -> SessionInfo:
+        """`create_session` with the events given in chunks (an import), still one transaction.
+        This default gathers them first; a store that can holds only one chunk at a time."""
+        events = [ev for chunk in chunks for ev in chunk]
+        return self.create_session(
+            title=title, workspace=workspace, model=model, session_id=session_id,
+            events=events, blobs=blobs,
+        )  # fmt: skip
+
     @abc.abstractmethod
     def _create_session(
         self,

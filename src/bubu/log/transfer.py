@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import sys
+import tempfile
 from collections.abc import Iterator, Sequence
+from typing import BinaryIO
 
 import msgspec
 
 from bubu import clock
 from bubu.errors import CorruptLog, StorageError, UnknownSession
 from bubu.events import Event, Record, SessionStarted, SystemNote, make
+from bubu.lines import LineTooLong, bounded_lines
 from bubu.log import codec, redact
 from bubu.log.store import Head, SessionInfo, Store
 from bubu.projections.origin import SessionFacts, disagreement, fold_facts
@@ -82,39 +87,59 @@ def _kept(records: Sequence[Record]) -> Iterator[str]:
             yield d.before_sha256
 
 
+IMPORT_LINE_LIMIT = 128 << 20
+"""The longest line an export may have: a blob line holds up to a 64 MiB output in base64."""
+
+_CHUNK = 2000
+"""Events decoded and inserted at a time: an import holds one chunk in memory, not the file."""
+
+
+def import_source(file: str) -> BinaryIO:
+    """The file to import, seekable (an import reads it twice): standard input (`-`) is
+    copied to a temporary file a chunk at a time, with the same bound on each line."""
+    if file != "-":
+        return open(file, "rb")
+    spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115
+    run = 0  # bytes of the line being read
+    ended = 0  # lines read to their end
+    while chunk := sys.stdin.buffer.read(1 << 20):
+        spool.write(chunk)
+        cut = chunk.rfind(b"\n")
+        run = run + len(chunk) if cut < 0 else len(chunk) - cut - 1
+        ended += chunk.count(b"\n")
+        if run > IMPORT_LINE_LIMIT:
+            spool.close()
+            raise LineTooLong(ended + 1, IMPORT_LINE_LIMIT, "the file")
+    spool.seek(0)
+    return spool  # type: ignore[return-value]
+
+
 def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Head]:
-    """Verify an export and append it as a new session with the same id; all or nothing."""
-    lines = [ln for ln in lines if ln.strip()]
-    if not lines:
-        raise CorruptLog("the file is empty")
-    try:
-        header = msgspec.json.decode(lines[0], type=_Header)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
-        raise CorruptLog(f"the first line is not a Bubu export header ({e})") from e
-    if header.format != EXPORT_FORMAT:
-        raise CorruptLog(
-            f"unknown export format {header.format!r} (this Bubu reads {EXPORT_FORMAT})"
-        )
-    blobs: dict[str, bytes] = {}
-    for n, raw in enumerate(lines[1 : 1 + header.blobs], start=2):
-        try:
-            b = msgspec.json.decode(raw, type=_Blob)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
-            raise CorruptLog(f"line {n} is not an exported blob ({e})") from e
-        if codec.sha256_hex(b.data) != b.blob:
-            raise CorruptLog(f"the blob on line {n} does not hash to its name {b.blob[:16]}…")
-        blobs[b.blob] = b.data
-    lines = [lines[0], *lines[1 + header.blobs :]]
+    """`import_file` over lines already in memory."""
+    return import_file(store, io.BytesIO(b"\n".join(lines)))
+
+
+def _lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    for n, raw in bounded_lines(f, limit=IMPORT_LINE_LIMIT, what="the file"):
+        if raw.strip():
+            yield n, raw
+
+
+def _event_lines(
+    lines: Iterator[tuple[int, bytes]], header: _Header, blobs: dict[str, bytes]
+) -> Iterator[Event]:
+    """The verified events after the header and blobs, decoded one line at a time."""
     prev = codec.GENESIS
-    events = []
-    for n, raw in enumerate(lines[1:], start=1):
+    n = 0
+    for number, raw in lines:
+        n += 1
         try:
             line = msgspec.json.decode(raw, type=_Line)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
-            raise CorruptLog(f"line {n + 1} is not an exported event ({e})") from e
+            raise CorruptLog(f"line {number} is not an exported event ({e})") from e
         payload = bytes(line.event)
         if line.seq != n:
-            raise CorruptLog(f"seq {n} is missing (line {n + 1} has seq {line.seq})", seq=n)
+            raise CorruptLog(f"seq {n} is missing (line {number} has seq {line.seq})", seq=n)
         prev = codec.chain(prev, payload)
         if prev.hex() != line.hash:
             raise CorruptLog(f"the chain does not verify at seq {n}: the event was altered", seq=n)
@@ -128,20 +153,71 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
         ref = getattr(ev.content, "blob", None)
         if ref is not None and ref.sha256 not in blobs:
             raise CorruptLog(f"the event at seq {n} refers to a blob the file does not hold", seq=n)
-        events.append(ev)
-    if len(events) != header.high_water or prev.hex() != header.digest:
+        yield ev
+    if n != header.high_water or prev.hex() != header.digest:
         raise CorruptLog(
             f"the file is truncated or altered: the header promises {header.high_water} events "
-            f"ending in {header.digest[:16]}…, the file holds {len(events)}"
+            f"ending in {header.digest[:16]}…, the file holds {n}"
         )
-    facts = imported_facts(events, header)
+
+
+def _head(f: BinaryIO) -> tuple[_Header, dict[str, bytes], Iterator[tuple[int, bytes]]]:
+    """The header, the blobs, and the lines after them."""
+    lines = _lines(f)
+    first = next(lines, None)
+    if first is None:
+        raise CorruptLog("the file is empty")
+    try:
+        header = msgspec.json.decode(first[1], type=_Header)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
+        raise CorruptLog(f"the first line is not a Bubu export header ({e})") from e
+    if header.format != EXPORT_FORMAT:
+        raise CorruptLog(
+            f"unknown export format {header.format!r} (this Bubu reads {EXPORT_FORMAT})"
+        )
+    blobs: dict[str, bytes] = {}
+    for _ in range(header.blobs):
+        got = next(lines, None)
+        if got is None:
+            break
+        n, raw = got
+        try:
+            b = msgspec.json.decode(raw, type=_Blob)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
+            raise CorruptLog(f"line {n} is not an exported blob ({e})") from e
+        if codec.sha256_hex(b.data) != b.blob:
+            raise CorruptLog(f"the blob on line {n} does not hash to its name {b.blob[:16]}…")
+        blobs[b.blob] = b.data
+    return header, blobs, lines
+
+
+def import_file(store: Store, f: BinaryIO) -> tuple[SessionInfo, Head]:
+    """Verify an export and append it as a new session with the same id; all or nothing.
+
+    `f` is read twice, a line at a time: once to verify the whole chain and gather the
+    session's facts, once to insert the events in chunks inside one transaction. Memory holds
+    the blobs and one chunk of events, not the file."""
+    start = f.tell()
+    header, blobs, lines = _head(f)
+    notes: list[Record] = []
+    first: Record | None = None
+    r = redact.current()
+    leaked = None if r is None else next(filter(None, map(r.found, blobs.values())), None)
+    for n, ev in enumerate(_event_lines(lines, header, blobs), start=1):
+        if leaked is None and r is not None:
+            leaked = r.found(codec.encode(ev))
+        rec = Record(seq=n, hash="", event=ev)
+        if n == 1:
+            first = rec
+        if isinstance(ev.content, SystemNote):
+            notes.append(rec)
+    facts = imported_facts(notes, header, first=first)
     try:
         store.session(header.session)
     except UnknownSession:
         pass
     else:
         raise StorageError(f"session {header.session} already exists in this database")
-    leaked = redact.found_in(events, list(blobs.values()))
     if leaked is not None:
         raise StorageError(
             f"the file holds the value of {leaked}, a secret of this environment that Bubu keeps "
@@ -156,13 +232,27 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
             source=header.session, source_seq=header.high_water, source_digest=header.digest,
         )),
     )  # fmt: skip
+
+    def chunks() -> Iterator[list[Event]]:
+        # The second pass verifies again, so a file changed between the passes is refused
+        # (inside the transaction: nothing of it stays).
+        f.seek(start)
+        _, _, again = _head(f)
+        chunk: list[Event] = []
+        for ev in _event_lines(again, header, blobs):
+            chunk.append(ev)
+            if len(chunk) >= _CHUNK:
+                yield chunk
+                chunk = []
+        yield [*chunk, origin]
+
     # One transaction: a crash leaves the session absent or complete, never half imported.
-    info = store.create_session(
+    info = store.create_session_in_chunks(
         title=facts.title,
         workspace=facts.workspace,
         model=facts.model,
         session_id=header.session,
-        events=[*events, origin],
+        chunks=chunks(),
         blobs=list(blobs.values()),
     )
     copied = store.read(info.id, after=header.high_water - 1, upto=header.high_water)
@@ -171,13 +261,14 @@ def import_lines(store: Store, lines: Sequence[bytes]) -> tuple[SessionInfo, Hea
     return info, Head(high_water=header.high_water, digest=header.digest)
 
 
-def imported_facts(events: Sequence[Event], header: _Header) -> SessionFacts:
-    """The facts the export's chain records; refuses a header that says otherwise (the header
-    is outside the chain, so an edit there breaks no hash)."""
-    records = [Record(seq=n, hash="", event=e) for n, e in enumerate(events, start=1)]
+def imported_facts(
+    notes: Sequence[Record], header: _Header, *, first: Record | None
+) -> SessionFacts:
+    """The facts the export's chain records (`notes`: its system notes; `first`: its seq-1
+    record); refuses a header that says otherwise (the header is outside the chain, so an edit
+    there breaks no hash)."""
     facts = fold_facts(
-        records, workspace=header.workspace, title=header.title, model=header.model,
-        first=records[0] if records else None,
+        notes, workspace=header.workspace, title=header.title, model=header.model, first=first,
     )  # fmt: skip
     wrong = disagreement(facts, workspace=header.workspace, title=header.title, model=header.model)
     if wrong:

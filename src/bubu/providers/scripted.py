@@ -9,6 +9,7 @@ answered deterministically from the request itself.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Annotated, Any
 import msgspec
 
 from bubu.errors import ConfigError, ProviderError
+from bubu.lines import LineTooLong, bounded_lines
 from bubu.messages import canonical
 from bubu.providers.base import (
     AssistantPart,
@@ -56,21 +58,38 @@ class _Line(msgspec.Struct, forbid_unknown_fields=True):
     error: _Err | None = None
 
 
+def absolute_spec(spec: str) -> str:
+    """`spec` with a `scripted:` path made absolute (what the session records: a later run from
+    another directory must find the same script); any other spec unchanged."""
+    kind, sep, path = spec.partition(":")
+    if kind != "scripted" or not sep or not path:
+        return spec
+    return f"scripted:{os.path.abspath(os.path.expanduser(path))}"
+
+
+SCRIPT_LINE_LIMIT = 16 << 20
+"""The longest line a script may have: one scripted response."""
+
+
 def load_script(path: str | Path) -> list[_Line]:
     """Parse a script file; a bad line is a ConfigError naming the line."""
     p = Path(path).expanduser()
+    lines: list[_Line] = []
     try:
-        raw = p.read_bytes()
+        with p.open("rb") as f:
+            for n, line in bounded_lines(f, limit=SCRIPT_LINE_LIMIT, what=f"the script {p}"):
+                if not line.strip() or line.lstrip().startswith(b"//"):
+                    continue
+                try:
+                    lines.append(msgspec.json.decode(line, type=_Line))
+                except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                    raise ConfigError(
+                        f"line {n} of the script {p} is not a valid response: {e}"
+                    ) from e
     except OSError as e:
         raise ConfigError(f"cannot read the script {p}: {e.strerror}") from e
-    lines: list[_Line] = []
-    for n, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip() or line.lstrip().startswith(b"//"):
-            continue
-        try:
-            lines.append(msgspec.json.decode(line, type=_Line))
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise ConfigError(f"line {n} of the script {p} is not a valid response: {e}") from e
+    except LineTooLong as e:
+        raise ConfigError(str(e)) from e
     return lines
 
 
@@ -92,6 +111,8 @@ class ScriptedProvider:
     """Whether the scripted model is shown images (off unless a test or embedder says so)."""
 
     def __post_init__(self) -> None:
+        # Stored in the log as an absolute path, so a later `-c` from another directory finds it.
+        self.path = os.path.abspath(os.path.expanduser(self.path))
         self.lines = load_script(self.path)
         self.failed_once = set()
 

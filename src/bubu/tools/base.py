@@ -43,6 +43,8 @@ class ToolResult:
     images: tuple[tuple[str, bytes], ...] = ()
     """Images (media type, bytes) shown to the model with `output`; the engine stores them as
     blobs."""
+    dropped: int = 0
+    """Bytes of the tool's output kept nowhere (neither in `output` nor in `full`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -43,7 +43,7 @@ import msgspec
 from bubu import secrets
 from bubu.errors import ConfigError, ToolError
 from bubu.events import EffectClass
-from bubu.tools import mcpstdout
+from bubu.tools import mcpprocs, mcpstdout
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
 
 if TYPE_CHECKING:
@@ -88,6 +88,22 @@ class MCPConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     def all(self) -> dict[str, ServerConfig]:
         """Every server, whichever key named it."""
         return {**self.mcpServers, **self.servers}
+
+
+def startup_timeout() -> float:
+    """Seconds an MCP server has to answer `initialize` and list its tools."""
+    raw = os.environ.get("BUBU_MCP_STARTUP_TIMEOUT")
+    if not raw:
+        return STARTUP_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise ConfigError(
+            f"BUBU_MCP_STARTUP_TIMEOUT takes a number of seconds from 0 to 3600, got {raw!r}"
+        )
+    return value
 
 
 def default_config_path() -> Path | None:
@@ -204,10 +220,14 @@ class MCPServers:
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    def start(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
-        """Connect to every server and list its tools; ConfigError (all closed) if one fails."""
+    def start(self, timeout_s: float | None = None) -> None:
+        """Connect to every server and list its tools; ConfigError (all closed) if one fails.
+        `timeout_s`: how long a server has to answer (default `BUBU_MCP_STARTUP_TIMEOUT`, else
+        STARTUP_TIMEOUT_S)."""
         if self._loop is not None or not self._servers:
             return
+        if timeout_s is None:
+            timeout_s = startup_timeout()
         try:
             import mcp  # noqa: F401  # the SDK is an optional dependency
         except ImportError as e:
@@ -215,6 +235,7 @@ class MCPServers:
                 f"{self.where} lists MCP servers, but the mcp package is not installed; "
                 "install it with `pip install 'bubu-agent[mcp]'`"
             ) from e
+        mcpprocs.install()
         loop = asyncio.new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="bubu-mcp", daemon=True)
@@ -257,8 +278,14 @@ class MCPServers:
         self._loop = None
         if stop is not None:
             loop.call_soon_threadsafe(stop.set)
-        # The SDK bounds its own shutdown waits (a few seconds for a stuck stdio server).
+        # A server still starting (one that never answered `initialize`) waits for no stop
+        # event: its connection is cancelled. The SDK bounds its own shutdown waits (a few
+        # seconds for a stuck stdio server); what is left of any server is killed by group.
+        for name, fut in zip(self._servers, self._serving, strict=False):
+            if name not in self._clients:
+                fut.cancel()
         cf.wait(self._serving, timeout=15)
+        mcpprocs.kill({f"{id(self)}:{name}" for name in self._servers})
         loop.call_soon_threadsafe(loop.stop)
         if thread is not None:
             thread.join(timeout=5)
@@ -322,6 +349,7 @@ class MCPServers:
                 )
 
         mcpstdout.watch(name, not_json)
+        mcpprocs.naming(f"{id(self)}:{name}")
         try:
             async with contextlib.AsyncExitStack() as stack:
                 client = await stack.enter_async_context(
@@ -538,6 +566,7 @@ def disconnect_all() -> None:
 
 
 atexit.register(disconnect_all)
+atexit.register(mcpprocs.kill)
 
 
 __all__ = [

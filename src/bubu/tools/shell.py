@@ -99,6 +99,10 @@ class _Capture:
         self.spool.close()
         return data
 
+    def omitted(self) -> int:
+        """Bytes of the output in neither the head nor the tail."""
+        return self.total - len(self.head) - min(len(self.tail), TAIL_BYTES)
+
     def text(self) -> str:
         tail = bytes(self.tail[-TAIL_BYTES:])
         omitted = self.total - len(self.head) - len(tail)
@@ -122,6 +126,8 @@ class Completed:
     total_bytes: int
     full: bytes | None = None
     """Every byte, when the output was cut and is at most FULL_BYTES (for offloading)."""
+    omitted: int = 0
+    """Bytes of the output between the head and the tail kept for the model."""
     left: int = 0
     """Processes of the command that were to be killed but could not be confirmed dead."""
 
@@ -261,6 +267,7 @@ def run_shell(
         returncode=tree.returncode if tree.returncode is not None else -signal.SIGKILL,
         output=capture.text(),
         total_bytes=capture.total,
+        omitted=capture.omitted(),
         full=capture.full(),
         left=left,
     )
@@ -355,8 +362,16 @@ class RunCommand(BuiltinTool):
         )
         body = done.output.rstrip("\n") if done.total_bytes else "(no output)"
         status = _status(done, timeout_s, ctx.stopped_by())
+        dropped = done.omitted if done.full is None else 0
+        if dropped:
+            status += (
+                f"; the output was {done.total_bytes:,} bytes, more than the {FULL_BYTES >> 20} MiB "
+                f"kept whole: only its first and last bytes are kept, {dropped:,} bytes between "
+                "them were dropped"
+            )
         return ToolResult(
             output=f"{body}\n{status}",
             is_error=done.ending in ("timed_out", "stopped", "lost"),
             full=None if done.full is None else done.full + f"\n{status}\n".encode(),
+            dropped=dropped,
         )

@@ -32,6 +32,7 @@ from bubu.web.auth import TokenGuard
 from bubu.web.rewindapi import rewind_routes
 from bubu.web.runs import HostFactory, RunManager, default_host
 from bubu.web.stream import session_events
+from bubu.web.uiwords import ui_words
 
 STATIC = Path(__file__).parent / "static"
 
@@ -113,7 +114,7 @@ def _status_for(e: BubuError) -> int:
 
 async def _bubu_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, BubuError)
-    return json(_Error(str(exc)), _status_for(exc))
+    return json(_Error(ui_words(str(exc))), _status_for(exc))
 
 
 async def _bad_body(_: Request, exc: Exception) -> Response:

@@ -485,6 +485,9 @@ class ContextView(msgspec.Struct, kw_only=True):
     tools: list[ToolSpec]
     messages: list[ModelMessage]
     estimated_tokens: int
+    calibrated_tokens: int
+    """The estimate corrected by what the provider counted so far: the figure `bubu context`
+    shows (`~N of … tokens`)."""
     request_digest: str
     checkpoint: CheckpointView | None
     inclusion: dict[str, int]
@@ -503,6 +506,7 @@ def context_view(store: Store, info: SessionInfo) -> ContextView:
         tools=list(request.tools),
         messages=list(request.messages),
         estimated_tokens=seen.next.estimate,
+        calibrated_tokens=int(seen.next.estimate * seen.calibration),
         request_digest=seen.next.digest,
         checkpoint=None if cp is None else CheckpointView(key=cp.key, watermark=cp.watermark),
         inclusion=dict(counts),

@@ -706,7 +706,7 @@ async function loadContext(s) {
   };
   const counts = Object.entries(c.inclusion).sort().map(([k, n]) => `${fmt(n)} ${k}`).join(" · ");
   fill($("#tab-context"),
-    h("p", { class: "muted" }, `The next model request, projected from events 1–${fmt(c.high_water)}: about ${fmt(c.estimated_tokens)} tokens, digest `,
+    h("p", { class: "muted" }, `The next model request, projected from events 1–${fmt(c.high_water)}: about ${fmt(c.calibrated_tokens)} tokens, digest `,
       h("code", { title: c.request_digest, text: c.request_digest.slice(0, 16) }), "."),
     h("p", { class: "muted small", text: "Events: " + counts }),
     c.checkpoint ? h("div", { class: "compaction" }, h("span", { text: `checkpoint ${c.checkpoint.key} covers events 1–${fmt(c.checkpoint.watermark)}` })) : null,

@@ -1,0 +1,38 @@
+"""`--db` after the subcommand too (`bubu sessions --db x.db` as well as `bubu --db x.db
+sessions`), for every command: people put options where they remember them."""
+
+from __future__ import annotations
+
+import click
+
+HELP = "The log database (as `bubu --db`); accepted after the command name too."
+
+
+def _set_db(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    from bubu.cli.app import Ctx
+
+    state = ctx.find_object(Ctx)
+    if state is not None:
+        state.db = value
+
+
+def accept_db_everywhere(group: click.Group) -> None:
+    """Give every command of `group` (and of its subgroups) a `--db` option that sets the
+    global one; commands with a `--db` of their own keep it."""
+    for command in group.commands.values():
+        if not any("--db" in getattr(p, "opts", ()) for p in command.params):
+            command.params.append(
+                click.Option(
+                    ["--db"],
+                    metavar="PATH|URL",
+                    default=None,
+                    expose_value=False,
+                    is_eager=True,
+                    callback=_set_db,
+                    help=HELP,
+                )
+            )
+        if isinstance(command, click.Group):
+            accept_db_everywhere(command)
