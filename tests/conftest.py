@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import hypo
 from backends import BACKENDS, open_backend
 from bubu.events import Actions, Author, Content, Event, Role, Status, Text, Visibility, make
 from bubu.log.sqlite import SQLiteStore
@@ -58,6 +59,11 @@ def make_event(
         status=status,
         visibility=visibility,
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A quick selection (``-m "not slow"``) runs the property tests with fewer examples."""
+    hypo.choose(str(config.getoption("markexpr", "") or ""))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
