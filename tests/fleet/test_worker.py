@@ -154,6 +154,7 @@ def test_a_session_the_worker_cannot_run_is_put_off_not_lost(
     assert json.loads(bubu_ok(tmp_path, "--db", url, "status", sid, "--json"))["events"] == 1
 
 
+@pytest.mark.slow
 def test_a_worker_leaves_an_imported_open_turn_to_the_user(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:
