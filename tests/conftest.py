@@ -1,26 +1,25 @@
 """Shared fixtures: a `store` for every log backend, and a small event factory.
 
-The `store` fixture is parametrized over the backends (ids `sqlite`, `postgres`), so a test that
+The `store` fixture is parametrized over the backends (ids `sqlite`, `postgres`, `memory`), so a test that
 takes it runs once per backend; `-k sqlite` selects the embedded one. The PostgreSQL store is
 imported inside the fixture so the SQLite runs never depend on it; each PostgreSQL test gets a
-fresh schema of its own and drops it afterwards.
+fresh schema of its own and drops it afterwards, in the database `pgserver.ensure_database`
+creates.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+import hypo
+from backends import BACKENDS, open_backend
 from bubu.events import Actions, Author, Content, Event, Role, Status, Text, Visibility, make
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.store import Store
-
-PG_URL = os.environ.get("BUBU_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-"""The PostgreSQL server the `postgres` backend runs against (trust auth, database `test`)."""
+from pgserver import PG_URL, ensure_database
 
 TS = 1_700_000_000_000
 """A fixed creation time, so events built in tests are reproducible."""
@@ -62,34 +61,20 @@ def make_event(
     )
 
 
-def open_backend(backend: str, tmp_path: Path) -> tuple[Store, Callable[[], None]]:
-    """A fresh, empty store of `backend` and the function that disposes of it."""
-    if backend == "sqlite":
-        sqlite = SQLiteStore(tmp_path / "bubu.db")
-        return sqlite, sqlite.close
-    # Imported here so the SQLite runs never depend on the PostgreSQL backend.
-    from bubu.log.postgres import PostgresStore
-
-    pg = PostgresStore(PG_URL, schema=f"bubu_test_{uuid.uuid4().hex[:12]}")
-
-    def dispose() -> None:
-        try:
-            pg.drop_schema()
-        finally:
-            pg.close()
-
-    return pg, dispose
+def pytest_configure(config: pytest.Config) -> None:
+    """A quick selection (``-m "not slow"``) runs the property tests with fewer examples."""
+    hypo.choose(str(config.getoption("markexpr", "") or ""))
 
 
-BACKENDS = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-]
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the first PostgreSQL test of this process, create the test database if missing."""
+    if item.get_closest_marker("postgres") is not None:
+        ensure_database(PG_URL)
 
 
 @pytest.fixture(params=BACKENDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """An empty store, once per backend."""
+    """An empty store, once per backend (`on_disk` limits a test to those with a database)."""
     opened, dispose = open_backend(str(request.param), tmp_path)
     try:
         yield opened

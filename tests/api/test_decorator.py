@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import msgspec
 import pytest
 
 from bubu.errors import ToolError
@@ -318,3 +320,74 @@ def test_bad_targets_and_failing_declarations_refuse_the_call(ws: Path) -> None:
     with pytest.raises(ToolError, match="target= declaration failed: KeyError"):
         lost.prepare({"path": "x"}, ctx)
     assert lost.permission({"path": "x"}, ctx) is None  # prepare refuses it, so nothing runs
+
+
+# ---- nested argument types ----------------------------------------------------------------------
+
+
+class Priority(enum.Enum):
+    LOW = "low"
+    HIGH = "high"
+
+
+class Step(msgspec.Struct, forbid_unknown_fields=True):
+    text: str
+    done: bool = False
+    owner: str | None = None
+
+
+@tool(effect="read_only")
+def schedule(steps: list[Step], priority: Priority = Priority.LOW, note: str | None = None) -> str:
+    """Schedule steps.
+
+    Args:
+        steps: What to do, in order.
+    """
+    return "|".join(f"{s.text}:{s.done}:{s.owner}" for s in steps) + f"|{priority.value}|{note}"
+
+
+def test_nested_types_have_a_closed_schema() -> None:
+    props = schedule.parameters["properties"]
+    assert props["steps"] == {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "text": {"type": "string"},
+                "done": {"type": "boolean"},
+                "owner": {"type": ["string", "null"]},
+            },
+            "required": ["text"],
+            "additionalProperties": False,
+        },
+        "description": "What to do, in order.",
+    }
+    assert props["priority"] == {"type": "string", "enum": ["low", "high"]}
+    assert schedule.parameters["required"] == ["steps"]
+
+
+def test_nested_arguments_are_validated_and_reach_the_function_typed(ws: Path) -> None:
+    ctx = _ctx(ws)
+    ok = schedule.run({"steps": [{"text": "a"}, {"text": "b", "done": True, "owner": "me"}],
+                       "priority": "high"}, ctx, None)  # fmt: skip
+    assert ok == ToolResult(output="a:False:None|b:True:me|high|None")
+    bad: list[tuple[dict[str, object], str | None]] = [
+        ({"steps": [{"text": "a", "done": "yes"}]},
+         "argument 'steps' must be array, not [{\"text\": \"a\", \"done\": \"yes\"}] "
+         "(steps[0].done: expected boolean, got string)"),
+        ({"steps": [{"done": True}]}, "(steps[0]: missing field text)"),
+        ({"steps": [{"text": "a", "when": 1}]}, "(steps[0]: unknown field when)"),
+        ({"steps": [{"text": "a", "owner": 7}]}, "(steps[0].owner: expected string or null"),
+        ({"steps": []}, None),
+        ({"steps": [], "priority": "urgent"}, 'argument \'priority\' must be one of "low", "high"'),
+        ({"steps": [], "note": 3}, "argument 'note' must be string or null, not 3"),
+        ({"steps": "a"}, "argument 'steps' must be array, not \"a\""),
+    ]  # fmt: skip
+    for args, message in bad:
+        result = schedule.run(args, ctx, None)
+        if message is None:
+            assert not result.is_error, result.output
+            continue
+        assert result.is_error, args
+        assert message in result.output, result.output
+        assert "\n" not in result.output

@@ -329,6 +329,7 @@ def _turn_mcp(db: Path) -> list[str | None]:
     return [n.note.mcp_config for n in notes if isinstance(n, SystemNote)]  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_a_cli_recovery_offers_the_mcp_servers_the_turn_started_with(
     web_url: str, tallies: Path, script: Script, tmp_path: Path, ws: Path
 ) -> None:
@@ -365,6 +366,7 @@ def test_a_cli_recovery_offers_the_mcp_servers_the_turn_started_with(
     assert _lines(tallies / "cli-ro.txt").count("lookup second") == 1
 
 
+@pytest.mark.slow
 def test_a_cli_recovery_whose_mcp_file_is_gone_says_so_and_keeps_the_turn(
     web_url: str, tallies: Path, script: Script, tmp_path: Path, ws: Path
 ) -> None:

@@ -60,6 +60,7 @@ def test_every_system_runs_and_reports_positive_figures() -> None:
     assert all(r["recovery"] == [] for r in rows if r["system"] != "bubu")
 
 
+@pytest.mark.slow
 def test_writes_its_section_and_plots_and_keeps_the_others(tmp_path: Path) -> None:
     doc, img = tmp_path / "performance.md", tmp_path / "img"
     doc.write_text(

@@ -4,19 +4,12 @@ search_result with its handle, and sees bounded pages (DESIGN §6, §9)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from bubu.engine.session import new_session, start_turn
 from bubu.log.sqlite import SQLiteStore
-from bubu.providers.base import (
-    DeltaSink,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    Usage,
-)
+from bubu.providers.base import ModelRequest, ToolCallPart
+from bubu.providers.function import FunctionProvider, Reply
 from bubu.tools.results import PAGE_BYTES
 
 from .helpers import config, emit_line, host, model, responses, results, sha, write_script
@@ -108,32 +101,20 @@ def test_read_result_accepts_a_prefix_of_the_handle_through_the_engine(
     assert page.content.splitlines()[1:3] == ["     3\trow 00003", "     4\trow 00004"]
 
 
-@dataclass
-class Pager:
+def pager(request: ModelRequest) -> Reply:
     """A model that runs emit once, then follows the placeholder and each page's "next page" hint
     until the result ends: what a model paging through a large result does."""
-
-    requests: list[ModelRequest] = field(default_factory=list)
-
-    spec = "test:pager"
-    context_window = 200_000
-
-    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        """The next call, read from the newest tool result."""
-        self.requests.append(request)
-        n = request.ordinal
-        if n == 0:
-            call = ToolCallPart(call_id="c0", name="emit", arguments={"key": "wide"})
-            return ModelResponse(parts=(call,), usage=Usage(), stop_reason="tool_use")
-        newest = results(request)[-1].content
-        if (m := HANDLE.search(newest)) is not None:
-            args: dict[str, object] = {"handle": m.group(1)}
-        elif (m := NEXT.search(newest)) is not None:
-            args = {"handle": m.group(1), "offset": int(m.group(2))}
-        else:
-            return ModelResponse(parts=(TextPart(text="read it all"),), usage=Usage())
-        call = ToolCallPart(call_id=f"c{n}", name="read_result", arguments=args)
-        return ModelResponse(parts=(call,), usage=Usage(), stop_reason="tool_use")
+    n = request.ordinal
+    if n == 0:
+        return ToolCallPart(call_id="c0", name="emit", arguments={"key": "wide"})
+    newest = results(request)[-1].content
+    if (m := HANDLE.search(newest)) is not None:
+        args: dict[str, object] = {"handle": m.group(1)}
+    elif (m := NEXT.search(newest)) is not None:
+        args = {"handle": m.group(1), "offset": int(m.group(2))}
+    else:
+        return "read it all"
+    return ToolCallPart(call_id=f"c{n}", name="read_result", arguments=args)
 
 
 def test_following_the_pages_reads_every_line_once_within_the_page_cap(
@@ -141,10 +122,10 @@ def test_following_the_pages_reads_every_line_once_within_the_page_cap(
 ) -> None:
     # Lines of varying width, so the byte cap (not the line count) ends most pages.
     wide = b"".join(f"{n:04d} ".encode() + b"w" * (n % 97) + b"\n" for n in range(1, 701))
-    pager = Pager()
-    info = new_session(sqlite_store, task="page", workspace=tmp_path, model=pager.spec)
+    paging = FunctionProvider(pager, spec="test:pager")
+    info = new_session(sqlite_store, task="page", workspace=tmp_path, model=paging.spec)
     assert (
-        start_turn(host(sqlite_store, pager, {"wide": wide}, config=COLD), info, "page")
+        start_turn(host(sqlite_store, paging, {"wide": wide}, config=COLD), info, "page")
         == "completed"
     )
 

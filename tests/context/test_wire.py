@@ -34,7 +34,8 @@ from bubu.engine.session import Host
 from bubu.errors import ProviderError
 from bubu.events import CheckpointBody, TurnEnded
 from bubu.log.sqlite import SQLiteStore
-from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse
+from bubu.providers.base import ModelRequest
+from bubu.providers.function import FunctionProvider, Reply
 from bubu.tools import builtin_tools
 
 from .helpers import compactions, model_requests, notes
@@ -277,14 +278,9 @@ def test_a_fork_before_any_model_call_rebuilds_the_digest_that_call_recorded(
             assert seen.next.digest == note.request_digest, seq
 
 
-class _Refuses:
+def _refuse(request: ModelRequest) -> Reply:
     """The session's model as far as the fork needs it: it records nothing and answers nothing."""
-
-    spec = "openai:gpt-compact"
-    context_window = int(WINDOW)
-
-    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        raise ProviderError("not sent: the test only compares what would be", status=503)
+    raise ProviderError("not sent: the test only compares what would be", status=503)
 
 
 def test_a_fork_in_the_middle_of_a_compaction_sends_the_next_summary_request(
@@ -307,7 +303,9 @@ def test_a_fork_in_the_middle_of_a_compaction_sends_the_next_summary_request(
         ):
             fork = fork_session(store, ran.sid, seq - 1)
             info = store.session(fork.session)
-            host = Host(store=store, provider=_Refuses(), tools=builtin_tools(),
+            refuses = FunctionProvider(_refuse, spec="openai:gpt-compact",
+                                       context_window=int(WINDOW), summarize=_refuse)  # fmt: skip
+            host = Host(store=store, provider=refuses, tools=builtin_tools(),
                         config=RunConfig(context_window=int(WINDOW)))  # fmt: skip
             with host.runner_for(info) as runner:
                 compact(runner)

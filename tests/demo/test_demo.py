@@ -43,6 +43,7 @@ def _session(home: Path) -> dict[str, object]:
     return rows[0]  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 def test_demo_crashes_recovers_and_fixes_the_test(home: Path, tmp_path: Path) -> None:
     ws = tmp_path / "project"
     out = _bubu(home, "demo", "--dir", str(ws))

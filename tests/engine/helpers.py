@@ -1,7 +1,7 @@
 """Helpers for the engine tests: scripts, hosts and what a turn appended.
 
 The engine runs in-process against a real SQLite file; the model is the scripted provider (a JSONL
-file) or, where a script cannot say it (arguments that are not JSON), a small list-backed fake.
+file) or, where a script cannot say it (arguments that are not JSON), a `FunctionProvider`.
 `Recording` wraps any provider and keeps every request, so a test can check what the model saw.
 """
 
@@ -34,6 +34,7 @@ from bubu.providers.base import (
     Provider,
     ToolResultsMessage,
 )
+from bubu.providers.function import FunctionProvider
 from bubu.providers.scripted import ScriptedProvider
 from bubu.tools import builtin_tools
 
@@ -78,25 +79,9 @@ class Recording:
         return self.inner.complete(request, on_delta)
 
 
-@dataclass
-class Canned:
-    """A fake model answering request N with `responses[N]` (for responses a script cannot hold)."""
-
-    responses: Sequence[ModelResponse]
-
-    @property
-    def spec(self) -> str:
-        """A spec naming the fake."""
-        return "canned:test"
-
-    @property
-    def context_window(self) -> int:
-        """Large enough for any test."""
-        return 100_000
-
-    def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        """The canned response at the request's ordinal."""
-        return self.responses[request.ordinal]
+def canned(responses: Sequence[ModelResponse]) -> FunctionProvider:
+    """A model answering request N with `responses[N]` (for responses a script cannot hold)."""
+    return FunctionProvider(lambda request: responses[request.ordinal], spec="canned:test")
 
 
 def scripted(path: Path) -> Recording:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from bubu.engine.commandline import parse
 from bubu.engine.permissions import Policy, show_command
+from hypo import examples
 
 PYTEST = Policy(allow_commands=("pytest*",))
 ANY = Policy(allow_commands=("*",))
@@ -264,7 +265,9 @@ def _bash_runs(command: str, where: Path) -> list[str]:
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     st.tuples(st.sampled_from(["pytest", ""]), st.lists(st.sampled_from(_FRAGMENTS), max_size=12))

@@ -34,10 +34,9 @@ from bubu.providers.base import (
 from bubu.tools.base import ToolContext, ToolResult, WriteIntent
 
 from .helpers import (
-    Canned,
-    Recording,
     call,
     calls,
+    canned,
     dispatches,
     kinds,
     make_host,
@@ -185,25 +184,23 @@ def test_parallel_calls_are_dispatched_together_and_paired(
 def test_unknown_tool_and_bad_json_are_results_the_model_sees(
     sqlite_store: SQLiteStore, ws: Path
 ) -> None:
-    provider = Recording(
-        Canned(
-            [
-                ModelResponse(
-                    parts=(
-                        ToolCallPart(call_id="u1", name="frobnicate", arguments={"x": 1}),
-                        ToolCallPart(
-                            call_id="j1",
-                            name="read_file",
-                            arguments={},
-                            raw_arguments='{"path": "a.t',
-                        ),
-                        ToolCallPart(call_id="ok", name="read_file", arguments={"path": "a.txt"}),
+    provider = canned(
+        [
+            ModelResponse(
+                parts=(
+                    ToolCallPart(call_id="u1", name="frobnicate", arguments={"x": 1}),
+                    ToolCallPart(
+                        call_id="j1",
+                        name="read_file",
+                        arguments={},
+                        raw_arguments='{"path": "a.t',
                     ),
-                    stop_reason="tool_use",
+                    ToolCallPart(call_id="ok", name="read_file", arguments={"path": "a.txt"}),
                 ),
-                ModelResponse(parts=(TextPart(text="I see."),), stop_reason="end_turn"),
-            ]
-        )
+                stop_reason="tool_use",
+            ),
+            ModelResponse(parts=(TextPart(text="I see."),), stop_reason="end_turn"),
+        ]
     )
     info = new_session(sqlite_store, task="try", workspace=ws, model=provider.spec)
 

@@ -42,8 +42,11 @@ from bubu.events import (
 )
 from bubu.log import codec
 from bubu.projections.recovery import paths_to_observe, plan_recovery
+from hypo import examples
 
-FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 SESSION = "ses_fuzz"
 CALLS = ("c1", "c2", "c3")
@@ -327,10 +330,11 @@ def test_atheris_finds_no_crash_in_the_decoder(tmp_path: Path) -> None:
         (corpus / f"seed{n}").write_text(line)
     # max_len stays under the depth where nesting alone overflows the stack: that case is the
     # known bug above (test_decode_of_deeply_nested_bytes_is_a_corrupt_log), not news.
+    runs = examples(3000, quick=300)
     done = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("fuzz_decode.py")), str(corpus),
-         "-runs=3000", "-seed=9", "-max_len=512", "-rss_limit_mb=1024"],
+         f"-runs={runs}", "-seed=9", "-max_len=512", "-rss_limit_mb=1024"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Done 3000 runs" in done.stderr
+    assert f"Done {runs} runs" in done.stderr

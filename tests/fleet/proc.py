@@ -12,9 +12,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-PG_URL = os.environ.get("BUBU_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-"""The PostgreSQL server under test (trust auth, database `test`)."""
-
 # `bubu` with the fleet and UI commands registered (importing them again is harmless once app.py
 # lists them).
 BUBU = [

@@ -40,6 +40,7 @@ def held_by(pg: PostgresStore, pid: int) -> set[str]:
     return held
 
 
+@pytest.mark.slow
 def test_a_fleet_survives_a_worker_killed_mid_run(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:

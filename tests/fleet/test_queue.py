@@ -24,8 +24,7 @@ from bubu.events import (
 from bubu.log.postgres import PostgresStore, WorkQueue
 from bubu.log.postgres._schema import PG_MIGRATIONS
 from bubu.log.store import SessionInfo
-
-from .proc import PG_URL
+from pgserver import PG_URL
 
 pytestmark = pytest.mark.postgres
 

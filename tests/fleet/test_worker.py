@@ -83,6 +83,7 @@ def test_a_submitted_task_runs_on_a_worker_under_the_policy_it_was_submitted_wit
         assert any(f"finish {sid} completed epoch=1" in ln for ln in lines), lines
 
 
+@pytest.mark.slow
 def test_status_show_sessions_verify_and_the_ui_read_a_postgresql_log(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:
@@ -153,6 +154,7 @@ def test_a_session_the_worker_cannot_run_is_put_off_not_lost(
     assert json.loads(bubu_ok(tmp_path, "--db", url, "status", sid, "--json"))["events"] == 1
 
 
+@pytest.mark.slow
 def test_a_worker_leaves_an_imported_open_turn_to_the_user(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:

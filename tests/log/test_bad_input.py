@@ -30,6 +30,7 @@ from bubu.events import (
 )
 from bubu.log import codec
 from bubu.log.codec import InvalidEvent
+from bubu.log.memory import MemoryStore
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.store import Appended, Store
 
@@ -185,6 +186,11 @@ def test_an_unknown_event_kind_is_named_and_the_prefix_stays_readable(
 
 def _tamper_payload(store: Store, session: str, seq: int, old: bytes, new: bytes) -> None:
     """Rewrite one stored event behind the store's back, with its immutability trigger off."""
+    if isinstance(store, MemoryStore):
+        rows = store.db.sessions[session].rows
+        at, kind, payload, digest = rows[seq - 1]
+        rows[seq - 1] = (at, kind, payload.replace(old, new), digest)
+        return
     if isinstance(store, SQLiteStore):
         raw = sqlite3.connect(store.path, isolation_level=None)
         try:

@@ -23,10 +23,11 @@ from bubu.events import (
     make,
 )
 from bubu.log import codec
+from hypo import examples
 
 from .strategies import ACTIONS, CONTENT, NOTES, events
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=examples(60), deadline=None)
 CONTENT_CLASSES = sorted(CONTENT, key=lambda c: c.__name__)
 NOTE_CLASSES = sorted(NOTES, key=lambda c: c.__name__)
 

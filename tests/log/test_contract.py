@@ -1,4 +1,5 @@
-"""The store contract, run against every backend (see the `store` fixture in tests/conftest.py)."""
+"""The store contract, run against every backend: SQLite, PostgreSQL and the in-memory store (see
+the `store` fixture in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from backends import on_disk
 from bubu import secrets
 from bubu.errors import (
     AppendConflict,
@@ -20,6 +22,7 @@ from bubu.errors import (
 )
 from bubu.events import BlobRef, Event, FunctionResponse, Record, Text, kind_of
 from bubu.log import codec
+from bubu.log.memory import MemoryStore
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.store import Store, View
 from bubu.projections.status import BOUNDARY_KINDS
@@ -144,6 +147,8 @@ def test_a_stale_expect_is_an_append_conflict_and_writes_nothing(
 
 def _another_handle(store: Store) -> Store:
     """A second, independent handle on the same database (as another process would open)."""
+    if isinstance(store, MemoryStore):
+        return MemoryStore(store.db)
     if isinstance(store, SQLiteStore):
         return SQLiteStore(store.path)
     from bubu.log.postgres import PostgresStore
@@ -482,6 +487,7 @@ def _raw_postgres_attempts(store: Store) -> list[str]:
     return refused
 
 
+@on_disk
 def test_the_database_refuses_update_and_delete_of_events(store: Store) -> None:
     sid = _new(store)
     store.append(sid, session_events(sid), expect=0, blobs=[BLOB])

@@ -16,12 +16,15 @@ from bubu.events import BlobRef, Event, FunctionResponse, SystemNote, TurnEnded,
 from bubu.log import codec
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.store import Head, Store
+from hypo import examples
 
 from .strategies import events
 
 # Each example makes its own session (or its own file), so a function-scoped store is safe.
 SETTINGS = settings(
-    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(50),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 
 batches = st.lists(st.lists(events(), min_size=1, max_size=6), min_size=1, max_size=6)
@@ -121,7 +124,7 @@ def _tampering(draw: st.DrawFn) -> tuple[list[list[Event]], int, str, int, int]:
     return generated, seq, column, offset, flip
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(case=_tampering())
 def test_changing_any_byte_of_any_event_is_caught_at_its_seq(
     case: tuple[list[list[Event]], int, str, int, int],

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from backends import on_disk
 from bubu.errors import CorruptLog, NewerLogError
 from bubu.events import SCHEMA_VERSION, SessionStarted, SystemNote, Text
 from bubu.log import codec
@@ -207,6 +208,7 @@ def _record_migration_99(store: Store) -> Store:
     return PostgresStore(store.url, schema=store.schema)
 
 
+@on_disk
 def test_a_database_migrated_by_a_newer_bubu_is_refused_on_open(store: Store) -> None:
     sid = store.create_session(title="kept", workspace="/w").id
     with pytest.raises(NewerLogError, match=r"newer Bubu \(migration 99.*upgrade Bubu to open it"):

@@ -92,6 +92,7 @@ def test_a_short_outage_is_ridden_out_with_default_settings(
     assert _end(records).reason == "completed"
 
 
+@pytest.mark.slow
 def test_a_short_retry_horizon_gives_up_resumably_and_resume_completes(
     tmp_path: Path, ws: Path, server: OutageServer
 ) -> None:
@@ -165,6 +166,7 @@ def _waiting_now(db: Path, session: str) -> dict[str, Any] | None:
     return w
 
 
+@pytest.mark.slow
 def test_status_shows_the_wait_while_the_server_refuses(
     tmp_path: Path, ws: Path, server: OutageServer
 ) -> None:
@@ -231,6 +233,7 @@ def test_bubu_stop_interrupts_a_wait(tmp_path: Path, ws: Path, server: OutageSer
     assert server.refused() == 1
 
 
+@pytest.mark.slow
 def test_a_fallback_model_takes_over_from_a_failing_primary(
     tmp_path: Path, ws: Path, server: OutageServer
 ) -> None:

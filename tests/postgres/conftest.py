@@ -10,8 +10,7 @@ import pytest
 from psycopg import sql
 
 from bubu.log.postgres import PostgresStore
-
-from .samples import PG_URL
+from pgserver import PG_URL
 
 
 @pytest.fixture

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 from bubu.events import BlobRef, Event, FunctionCall, FunctionResponse, Text, make
 from bubu.log import codec
 from bubu.log.store import Store
-
-PG_URL = os.environ.get("BUBU_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-"""The PostgreSQL server under test (trust auth, database `test`)."""
 
 BLOB = ("a line of tool output too long to keep inline\n" * 300).encode()
 TS = 1_700_000_000_000

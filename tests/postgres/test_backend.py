@@ -16,8 +16,9 @@ from bubu.errors import LeaseError, NewerLogError, StorageError
 from bubu.events import Text, make
 from bubu.log import codec, open_store
 from bubu.log.postgres import PG_MIGRATIONS, PostgresStore, split_url
+from pgserver import PG_URL
 
-from .samples import BLOB, PG_URL, filled
+from .samples import BLOB, filled
 
 pytestmark = pytest.mark.postgres
 

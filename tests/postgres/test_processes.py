@@ -12,8 +12,7 @@ import pytest
 
 from bubu.events import Text
 from bubu.log.postgres import PostgresStore
-
-from .samples import PG_URL
+from pgserver import PG_URL
 
 pytestmark = pytest.mark.postgres
 

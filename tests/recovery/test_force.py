@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bubu.events import RecoveryNotice, SystemNote
 from bubu.projections.recovery import FORCED
 
@@ -72,6 +74,7 @@ def test_a_blocked_session_is_continued_by_force_without_re_running_anything(
     assert bubu(db, "verify").returncode == 0
 
 
+@pytest.mark.slow
 def test_force_on_a_session_that_is_not_blocked_changes_nothing(tmp_path: Path) -> None:
     db, _, _, session = _crashed(tmp_path, READ)
     assert bubu(db, "recover", session).returncode == 0

@@ -55,7 +55,9 @@ def _dispatch(records: list[Record], tool: str) -> ToolDispatch:
 NOTE = {"key": "build", "text": "make -j2 all"}
 
 
-@pytest.mark.parametrize("failpoint", ["after_dispatch", "after_tool"])
+@pytest.mark.parametrize(
+    "failpoint", ["after_dispatch", pytest.param("after_tool", marks=pytest.mark.slow)]
+)
 def test_a_remember_killed_before_its_outcome_is_re_run_once(
     tmp_path: Path, failpoint: str
 ) -> None:
@@ -118,6 +120,7 @@ def test_a_note_changed_by_another_session_before_recovery_is_proven_or_left_for
     assert [(n["key"], n["text"]) for n in notes] == [("build", text)]
 
 
+@pytest.mark.slow
 def test_plan_and_recall_killed_after_dispatch_re_run_silently(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -43,6 +43,7 @@ from bubu.projections.context import fold_context
 from bubu.projections.recovery import Plan, plan_recovery
 from bubu.projections.turn import CallState, fold
 from bubu.providers.base import AssistantMessage, ToolCallPart, ToolResultsMessage
+from hypo import examples
 
 EFFECTS: dict[str, EffectClass] = {
     "read_file": "read_only",
@@ -345,7 +346,7 @@ def assert_pairs(records: Sequence[Record]) -> None:
             assert isinstance(prev, AssistantMessage)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_every_prefix_yields_a_plan_and_applying_it_pairs_every_call(data: st.DataObject) -> None:
     sim = Sim(data)
@@ -383,7 +384,7 @@ def test_every_prefix_yields_a_plan_and_applying_it_pairs_every_call(data: st.Da
 TAMPERINGS = ("duplicate outcome", "outcome without dispatch", "outcome of a call never made")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.sampled_from(TAMPERINGS))
 def test_a_tampered_prefix_is_blocked(data: st.DataObject, tampering: str) -> None:
     sim = Sim(data)

@@ -11,6 +11,8 @@ import random
 
 import pytest
 
+from hypo import examples
+
 from .harness import (
     ENGINE_FAILPOINTS,
     Baseline,
@@ -25,7 +27,8 @@ from .harness import (
 )
 
 SEED = int(os.environ.get("BUBU_CRASH_SEED", "20240607"))
-KILLS = 10
+KILLS = examples(10, quick=2)
+"""Ten kills in the full suite; the quick one keeps two of the same draws."""
 
 TASK = Scenario(
     name="mixed",

@@ -142,6 +142,7 @@ def test_recovery_removes_the_temporary_file_of_a_killed_write(tmp_path: Path) -
     assert sorted(p.name for p in ws.iterdir()) == ["a.txt"], f"{Path(stray).name} was left behind"
 
 
+@pytest.mark.slow
 def test_a_second_crash_at_the_same_dispatch_is_blocked_not_looped(tmp_path: Path) -> None:
     db, _, _, session = _crashed(tmp_path, READ)
 
@@ -171,6 +172,7 @@ def _recovered_as_blocked(db: Path, session: str) -> str:
     return str(status["recovery"]["reason"])
 
 
+@pytest.mark.slow
 def test_deaths_during_model_calls_back_to_back_end_blocked_not_looped(tmp_path: Path) -> None:
     # A model call has no side effect, so a death during one is retried, but not forever: the
     # run dies at the call, then two recoveries die at it again, and the third stops.
@@ -184,6 +186,7 @@ def test_deaths_during_model_calls_back_to_back_end_blocked_not_looped(tmp_path:
     )
 
 
+@pytest.mark.slow
 def test_a_death_during_a_model_call_after_progress_starts_the_count_again(
     tmp_path: Path,
 ) -> None:
@@ -207,6 +210,7 @@ def test_a_death_during_a_model_call_after_progress_starts_the_count_again(
     assert [n.dropped_model_calls for n in notices] == [1, 1, 1]
 
 
+@pytest.mark.slow
 def test_status_carries_the_notice_until_dismissed(tmp_path: Path) -> None:
     db, _, _, session = _crashed(tmp_path, MIXED)
     assert bubu(db, "recover").returncode == 0
@@ -321,6 +325,7 @@ LONG = Scenario(
 )
 
 
+@pytest.mark.slow
 def test_stopped_and_suspended_turns_are_never_continued(tmp_path: Path) -> None:
     stopped = lay_out(tmp_path / "stopped", LONG)
     done = bubu(stopped.db, *stopped.run_args(LONG), "--max-steps", "1")

@@ -132,6 +132,7 @@ def _crash_cells(tmp_path: Path, cells: Sequence[tuple[Scenario, str]]) -> None:
         assert len({d.call_id for _, d, _ in _chain(o.after)}) == len(_chain(o.after))
 
 
+@pytest.mark.slow
 def test_a_kill_between_two_writes_of_one_file_recovers_them_all(tmp_path: Path) -> None:
     _crash_cells(tmp_path, CELLS)
 

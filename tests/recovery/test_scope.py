@@ -140,6 +140,7 @@ def test_an_imported_open_turn_is_continued_only_when_named(tmp_path: Path) -> N
     assert counter_lines(a.counter) == ["ran"], "the command was never run again"
 
 
+@pytest.mark.slow
 def test_a_fork_inside_a_turn_is_continued_only_when_named(tmp_path: Path) -> None:
     a = _crash(tmp_path / "src")
     assert bubu(a.db, "recover", a.session).returncode == 0  # the original goes on and ends
@@ -193,6 +194,7 @@ def _crash_against(root: Path, url: str) -> tuple[Path, Path, str]:
     return db, ws, info.id
 
 
+@pytest.mark.slow
 def test_a_crashed_session_is_recovered_against_its_own_server(
     tmp_path: Path, two_servers: tuple[Server, Server]
 ) -> None:
@@ -225,6 +227,7 @@ def test_bubu_recover_session_needs_no_flags(
     assert (len(a.requests), len(b.requests)) == (1, 0)
 
 
+@pytest.mark.slow
 def test_b_starts_at_once_while_a_is_recovered_in_the_background(tmp_path: Path) -> None:
     slow: list[dict[str, object]] = [
         {"tool_calls": [call("run_command", command="echo ran >> COUNTER")]},
@@ -267,6 +270,7 @@ def test_run_c_after_a_crash_here_says_the_turn_is_unfinished_not_leased(tmp_pat
     assert f"session {a.session} has an unfinished turn" in done.stderr
 
 
+@pytest.mark.slow
 def test_the_ui_start_up_continues_only_what_died_here(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -335,6 +339,7 @@ def _forged_export(root: Path, ws: Path, server: str, marker: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_forged_import_grants_itself_nothing(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bubu.log import codec
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.transfer import export_lines
@@ -114,6 +116,7 @@ def test_commands_do_not_see_keys_and_nothing_they_print_is_logged(tmp_path: Pat
     assert "echo [redacted:OPENAI_API_KEY] | wc -c" in log
 
 
+@pytest.mark.slow
 def test_env_passes_a_secret_on_and_the_log_still_hides_it(tmp_path: Path) -> None:
     """With --env MY_SERVICE_TOKEN the command sees the value (and only that one); the log shows
     `[redacted:MY_SERVICE_TOKEN]`, and the turn records the name, never the value."""
@@ -197,6 +200,7 @@ def test_a_recovered_turn_passes_on_the_names_it_was_started_with(tmp_path: Path
     assert "[]" in results[-1]
 
 
+@pytest.mark.slow
 def test_a_remembered_note_holding_a_key_keeps_only_its_redaction(tmp_path: Path) -> None:
     db, ws = tmp_path / "bubu.db", tmp_path / "ws"
     ws.mkdir()

@@ -16,7 +16,8 @@ from bubu.events import SystemNote, TurnStarted
 from bubu.log import codec
 from bubu.log.postgres import PostgresStore
 from bubu.projections.status import fold_status
-from fleet.proc import BUBU, PG_URL, clean_env, write_script
+from fleet.proc import BUBU, clean_env, write_script
+from pgserver import PG_URL
 
 from .test_cli import KEY, TOKEN
 

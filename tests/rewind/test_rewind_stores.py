@@ -16,7 +16,7 @@ from bubu.engine.rewind import preview, rewind
 from bubu.log.postgres import PostgresStore
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.transfer import export_lines, import_lines
-from postgres.samples import PG_URL
+from pgserver import PG_URL, ensure_database
 
 SCRIPT = [
     {"tool_calls": [
@@ -40,6 +40,7 @@ def _workspace(tmp: Path) -> tuple[Path, str]:
 
 @pytest.fixture
 def pg() -> Iterator[PostgresStore]:
+    ensure_database(PG_URL)
     schema = f"bubu_rewind_{uuid.uuid4().hex[:10]}"
     store = PostgresStore(PG_URL, schema=schema)
     try:
@@ -50,6 +51,7 @@ def pg() -> Iterator[PostgresStore]:
             db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+@pytest.mark.postgres
 def test_a_rewind_on_postgresql(tmp_path: Path, pg: PostgresStore) -> None:
     ws, model = _workspace(tmp_path)
     with Agent(model=model, store=pg, workspace=ws) as agent:

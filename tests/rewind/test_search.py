@@ -18,7 +18,7 @@ from bubu.log.postgres import PostgresStore
 from bubu.log.search import search, terms
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.store import Store
-from postgres.samples import PG_URL
+from pgserver import PG_URL, ensure_database
 
 TS = 1_700_000_000_000
 
@@ -75,6 +75,7 @@ def _hits(store: Store, ids: list[str]) -> dict[str, list[int]]:
 
 @pytest.fixture
 def pg() -> Iterator[PostgresStore]:
+    ensure_database(PG_URL)
     schema = f"bubu_search_{uuid.uuid4().hex[:10]}"
     store = PostgresStore(PG_URL, schema=schema)
     try:
@@ -85,6 +86,7 @@ def pg() -> Iterator[PostgresStore]:
             db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+@pytest.mark.postgres
 def test_sqlite_and_postgres_find_the_same_sessions(tmp_path: Path, pg: PostgresStore) -> None:
     with SQLiteStore(tmp_path / "b.db") as lite:
         lite_ids = _fill(lite)

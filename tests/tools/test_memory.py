@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bubu.events import FunctionCall, FunctionResponse, MemoryForgotten, Record, SystemNote
 from bubu.log.sqlite import SQLiteStore
 from engine.cli import bubu, bubu_json
@@ -83,6 +85,7 @@ def test_remembering_is_idempotent_by_key_and_text_and_a_new_text_replaces(tmp_p
     assert [(n["key"], n["text"]) for n in out["notes"]] == [("style", "four spaces")]
 
 
+@pytest.mark.slow
 def test_forget_is_an_event_and_the_note_is_no_longer_recalled(tmp_path: Path) -> None:
     db, a, b = _dirs(tmp_path)
     one = _run(tmp_path, db, a, "one", [("remember", {"key": "db", "text": "postgres on 5432"}),
@@ -115,6 +118,7 @@ def test_forget_is_an_event_and_the_note_is_no_longer_recalled(tmp_path: Path) -
     assert bubu(db, "verify").returncode == 0
 
 
+@pytest.mark.slow
 def test_bad_memory_and_plan_arguments_are_one_line_errors_for_the_model(tmp_path: Path) -> None:
     db, a, _ = _dirs(tmp_path)
     s = _run(tmp_path, db, a, "bad", [

@@ -372,6 +372,7 @@ def test_a_sandboxed_command_dies_with_a_killed_runner(tmp_path: Path) -> None:
     assert not (ws / "late").exists(), "the sandbox died with the runner (--die-with-parent)"
 
 
+@pytest.mark.slow
 def test_a_resumed_turn_keeps_its_mode_unless_another_is_given(tmp_path: Path) -> None:
     db, ws, script = _project(tmp_path, "touch one", "touch two", "touch three")
     first = bubu(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox",

@@ -46,6 +46,7 @@ def env() -> dict[str, str]:
     return {**clean_env(), "OPENAI_API_KEY": KEY}
 
 
+@pytest.mark.slow
 def test_the_page_shows_the_wait_and_resumes_a_turn_that_gave_up(
     tmp_path: Path, ws: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

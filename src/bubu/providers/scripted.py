@@ -129,7 +129,7 @@ class ScriptedProvider:
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Answer with script line `request.ordinal`."""
         if request.purpose == "summary":
-            return self._summary(request)
+            return summary_response(request)
         if request.ordinal >= len(self.lines):
             line = _Line(text="(the script has no more steps)")
         else:
@@ -180,22 +180,20 @@ class ScriptedProvider:
             if pause:
                 time.sleep(pause)
 
-    @staticmethod
-    def _summary(request: ModelRequest) -> ModelResponse:
-        """A deterministic summary with the four required sections, built from the request: the
-        goal from its fact sheet, the tools whose results it saw, the newest call."""
-        text = "\n".join(m.text for m in request.messages if isinstance(m, UserMessage))
-        goal = next((ln[6:] for ln in text.splitlines() if ln.startswith("Goal: ")), text[:200])
-        tools = [ln.split(":", 1)[0][7:] for ln in text.splitlines() if ln.startswith("RESULT ")]
-        calls = [ln[5:] for ln in text.splitlines() if ln.startswith("CALL ")]
-        names = sorted(set(tools)) or ["none"]
-        text = (
-            f"## Goal\n{goal[:2000]}\n\n"
-            f"## Progress\n{len(tools)} tool results in this span, from: {', '.join(names)}.\n\n"
-            f"## Next steps\nCarry on after the newest call ({(calls[-1] if calls else 'none')[:200]}).\n\n"
-            f"## Critical context\nEvery output came from {', '.join(names)}; see the fact sheet "
-            "below for edits and shell invocations.\n"
-        )
-        return ModelResponse(
-            parts=(TextPart(text=text),), usage=Usage(output_tokens=len(text) // 4)
-        )
+
+def summary_response(request: ModelRequest) -> ModelResponse:
+    """A deterministic summary with the four required sections, built from the request: the
+    goal from its fact sheet, the tools whose results it saw, the newest call."""
+    text = "\n".join(m.text for m in request.messages if isinstance(m, UserMessage))
+    goal = next((ln[6:] for ln in text.splitlines() if ln.startswith("Goal: ")), text[:200])
+    tools = [ln.split(":", 1)[0][7:] for ln in text.splitlines() if ln.startswith("RESULT ")]
+    calls = [ln[5:] for ln in text.splitlines() if ln.startswith("CALL ")]
+    names = sorted(set(tools)) or ["none"]
+    text = (
+        f"## Goal\n{goal[:2000]}\n\n"
+        f"## Progress\n{len(tools)} tool results in this span, from: {', '.join(names)}.\n\n"
+        f"## Next steps\nCarry on after the newest call ({(calls[-1] if calls else 'none')[:200]}).\n\n"
+        f"## Critical context\nEvery output came from {', '.join(names)}; see the fact sheet "
+        "below for edits and shell invocations.\n"
+    )
+    return ModelResponse(parts=(TextPart(text=text),), usage=Usage(output_tokens=len(text) // 4))

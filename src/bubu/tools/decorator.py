@@ -1,8 +1,11 @@
 """`@tool`: a typed Python function becomes a Bubu tool.
 
 The JSON schema of the arguments comes from the type hints (str, int, float, bool, list[…],
-dict[str, …], Literal[…], Optional[…], Annotated[T, "description"]); a parameter with a default is
-optional; the docstring is the description, and an ``Args:`` section describes each parameter. A
+dict[str, …], Literal[…], an Enum, a `msgspec.Struct` of such fields, Optional[…],
+Annotated[T, "description"]); a parameter with a default is optional. Arguments are validated by
+msgspec against those same types, nested ones included (a list of Structs, an optional field, an
+Enum), and a call that does not fit gets one sentence naming the argument at fault; a Struct or
+an Enum parameter receives the converted value; the docstring is the description, and an ``Args:`` section describes each parameter. A
 parameter annotated `ToolContext` receives the call's context and is not shown to the model.
 
 The effect class has no default: it decides what recovery may do after a crash (DESIGN §4), so
@@ -24,6 +27,7 @@ writes the declared content itself, atomically. A function that writes the file 
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import inspect
 import json
@@ -45,6 +49,8 @@ from typing import (
     get_origin,
     get_type_hints,
 )
+
+import msgspec
 
 from bubu.errors import ToolError
 from bubu.events import EffectClass
@@ -90,12 +96,16 @@ def json_schema(hint: object, where: str) -> dict[str, JSON]:
         if args:
             out["additionalProperties"] = json_schema(args[1], where)
         return out
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return json_schema(Literal[tuple(m.value for m in hint)], where)
+    if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
+        return _struct_schema(hint, where)
     if origin is Literal:
         kinds = {_SCALARS.get(type(a)) for a in args}
         if None in kinds:
             raise TypeError(f"{where}: Literal values must be str, int, float or bool")
-        enum: dict[str, JSON] = {"enum": list(args)}
-        return {"type": kinds.pop(), **enum} if len(kinds) == 1 else enum
+        values: dict[str, JSON] = {"enum": list(args)}
+        return {"type": kinds.pop(), **values} if len(kinds) == 1 else values
     if origin is Union or origin is types.UnionType:
         options = [a for a in args if a is not type(None)]
         schemas = [json_schema(a, where) for a in options]
@@ -108,6 +118,28 @@ def json_schema(hint: object, where: str) -> dict[str, JSON]:
         f"{where}: the type {hint!r} has no JSON form; use str, int, float, bool, list, dict, "
         "Literal or Optional of those"
     )
+
+
+def _struct_schema(hint: type[msgspec.Struct], where: str) -> dict[str, JSON]:
+    """An object schema from a msgspec Struct: its fields, those without a default required."""
+    hints = get_type_hints(hint, include_extras=True)
+    props: dict[str, JSON] = {}
+    required: list[str] = []
+    for f in msgspec.structs.fields(hint):
+        props[f.encode_name] = json_schema(hints[f.name], f"{where}, field {f.name}")
+        if f.required:
+            required.append(f.encode_name)
+    # Closed when the Struct refuses unknown fields, as validation then does.
+    closed = hint.__struct_config__.forbid_unknown_fields
+    return {"type": "object", "properties": props, "required": required,
+            "additionalProperties": not closed}  # fmt: skip
+
+
+def _typed(hint: object) -> bool:
+    """Whether a value of this hint is more than its JSON (a Struct or an Enum, at any depth)."""
+    if isinstance(hint, type) and issubclass(hint, enum.Enum | msgspec.Struct):
+        return True
+    return any(_typed(a) for a in get_args(hint) if not isinstance(a, str))
 
 
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
@@ -138,41 +170,46 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
 
 # ---- argument checks ----------------------------------------------------------------------------
 
-
-def _kind(value: object) -> str:
-    match value:
-        case None:
-            return "null"
-        case bool():
-            return "boolean"
-        case int():
-            return "integer"
-        case float():
-            return "number"
-        case str():
-            return "string"
-        case list():
-            return "array"
-        case _:
-            return "object"
+_NAMES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
+          "array": "array", "object": "object", "null": "null"}  # fmt: skip
+_EXPECTED = re.compile(r"^Expected `([^`]*)`, got `([^`]*)`")
+_AT = re.compile(r"^(.*) - at `\$\.?([^`]*)`$")
 
 
-def _fits(schema: Mapping[str, JSON], value: object) -> bool:
-    if "anyOf" in schema:
-        return any(_fits(s, value) for s in schema["anyOf"])
-    if "enum" in schema and value not in schema["enum"]:
-        return False
-    wanted = schema.get("type")
-    if wanted is not None:
-        kinds = wanted if isinstance(wanted, list) else [wanted]
-        kind = _kind(value)
-        if kind not in kinds and not (kind == "integer" and "number" in kinds):
-            return False
-    if isinstance(value, list) and "items" in schema:
-        return all(_fits(schema["items"], v) for v in value)
-    if isinstance(value, dict) and "additionalProperties" in schema:
-        return all(_fits(schema["additionalProperties"], v) for v in value.values())
-    return True
+def _type_words(spec: str) -> str:
+    """msgspec's `int | null` as the words the schema uses: `integer or null`."""
+    return " or ".join(_NAMES.get(t.strip(), t.strip()) for t in spec.split("|"))
+
+
+def _validation_text(
+    error: msgspec.ValidationError,
+    props: Mapping[str, Mapping[str, JSON]],
+    args: Mapping[str, JSON],
+) -> str:
+    """One short sentence for the model from msgspec's error, naming the argument at fault."""
+    text = str(error)
+    if m := re.match(r"^Object missing required field `([^`]*)`$", text):
+        return f"missing required argument {m.group(1)}"
+    if m := re.match(r"^Object contains unknown field `([^`]*)`$", text):
+        return f"unknown argument {m.group(1)!r}; expected one of {', '.join(props)}"
+    m = _AT.match(text)
+    if m is None:
+        return f"the arguments do not fit the schema: {text}"
+    detail, path = m.groups()
+    key = re.split(r"[.\[]", path, maxsplit=1)[0]
+    if key not in props:
+        return f"argument {path}: {detail}"
+    shown = json.dumps(args.get(key), ensure_ascii=False, default=str)[:80]
+    head = f"argument {key!r} must be {_describe(props[key])}, not {shown}"
+    if path == key:
+        return head
+    if e := _EXPECTED.match(detail):
+        detail = f"expected {_type_words(e.group(1))}, got {_type_words(e.group(2))}"
+    elif detail.startswith("Object missing required field"):
+        detail = "missing field " + detail.rsplit(" ", 1)[-1].strip("`")
+    elif detail.startswith("Object contains unknown field"):
+        detail = "unknown field " + detail.rsplit(" ", 1)[-1].strip("`")
+    return f"{head} ({path}: {detail[:1].lower()}{detail[1:]})"
 
 
 def _describe(schema: Mapping[str, JSON]) -> str:
@@ -231,6 +268,14 @@ class FunctionTool(Generic[P, R]):
             else:
                 self._defaults[p.name] = p.default
             props[p.name] = prop
+        self._args_type = msgspec.defstruct(
+            f"{self.name}_arguments",
+            [(p, hints[p], self._defaults[p]) if p in self._defaults else (p, hints[p])
+             for p in props],
+            kw_only=True,
+            forbid_unknown_fields=True,
+        )  # fmt: skip
+        self._converted = frozenset(p for p in props if _typed(hints[p]))
         self.parameters: dict[str, JSON] = {
             "type": "object",
             "properties": props,
@@ -315,24 +360,26 @@ class FunctionTool(Generic[P, R]):
     # -- helpers ----------------------------------------------------------------------------------
 
     def check(self, args: Mapping[str, JSON]) -> dict[str, JSON]:
-        """The arguments checked against the schema, defaults filled in; ToolError if they do not fit."""
+        """The arguments checked against the parameter types (nested ones too), defaults filled
+        in; ToolError, one sentence naming the argument, if they do not fit."""
+        self._convert(args)
+        return {**self._defaults, **args}
+
+    def _convert(self, args: Mapping[str, JSON]) -> msgspec.Struct:
+        """The arguments as the parameter types (msgspec, strict: no coercion of strings)."""
         if not isinstance(args, Mapping):
             raise ToolError("the arguments must be a JSON object")
         props: Mapping[str, Mapping[str, JSON]] = self.parameters["properties"]
-        missing = [k for k in self.parameters["required"] if k not in args]
-        if missing:
-            raise ToolError(f"missing required argument {', '.join(missing)}")
-        for key, value in args.items():
-            if key not in props:
-                raise ToolError(f"unknown argument {key!r}; expected one of {', '.join(props)}")
-            if not _fits(props[key], value):
-                raise ToolError(
-                    f"argument {key!r} must be {_describe(props[key])}, not {json.dumps(value)[:80]}"
-                )
-        return {**self._defaults, **args}
+        try:
+            return msgspec.convert(dict(args), type=self._args_type, strict=True)
+        except msgspec.ValidationError as e:
+            raise ToolError(_validation_text(e, props, args)) from e
 
     def _call(self, checked: Mapping[str, JSON], ctx: ToolContext) -> object:
         kwargs = dict(checked)
+        if self._converted:  # Structs and Enums reach the function as themselves, not as JSON
+            typed = self._convert(checked)
+            kwargs.update({p: getattr(typed, p) for p in self._converted})
         if self._context is not None:
             kwargs[self._context] = ctx
         out: object = self.fn(**kwargs)  # type: ignore[call-arg]  # checked against the signature
