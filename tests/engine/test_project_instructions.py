@@ -272,3 +272,31 @@ def test_a_recovered_turn_sees_the_recorded_instructions_not_the_edited_file(
     assert changed.cause == "changed"
     assert [f.path for f in changed.files] == ["AGENTS.md", "pkg/AGENTS.md"]
     assert "TWO" in changed.files[1].text
+
+
+def test_a_summary_never_loses_the_instructions_the_history_held() -> None:
+    from bubu.events import InstructionFile, Text, make
+    from bubu.projections.context import Checkpoint, ContextFold
+
+    def rec(seq: int, content: object, role: str = "user") -> Record:
+        ev = make(session="s", role=role, author="system", ts=0, content=content)  # type: ignore[arg-type]
+        return Record(seq=seq, hash="", event=ev)
+
+    old = InstructionFile(path="pkg/AGENTS.md", sha256="a" * 64, size=4, text="old\n")
+    new = InstructionFile(path="pkg/AGENTS.md", sha256="b" * 64, size=4, text="new\n")
+    fold = ContextFold()
+    fold.apply(rec(1, Text(text="the task")))
+    fold.apply(
+        rec(2, SystemNote(note=ProjectInstructions(cause="directory", files=[old])), "system")
+    )
+    fold.apply(rec(3, SystemNote(note=ProjectInstructions(cause="changed", files=[new])), "system"))
+    fold.apply(rec(4, Text(text="more")))
+    texts = [getattr(m, "text", "") for m in fold.messages()]
+    assert any("old" in t for t in texts)
+    assert any("changed" in t and "new" in t for t in texts)
+    fold.set_checkpoint(Checkpoint(key="k", watermark=3, source_digest="", text="SUMMARY"))
+    texts = [getattr(m, "text", "") for m in fold.messages()]
+    assert texts[0] == "SUMMARY"
+    assert "new" in texts[1]
+    assert "old" not in texts[1]  # only each file's latest version is re-stated
+    assert texts[2:] == ["more"]
