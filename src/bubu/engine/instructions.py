@@ -149,6 +149,12 @@ class Instructions:
         the files that changed since they were recorded."""
         if not enabled:
             return []
+        try:
+            return self._turn_notes(workspace, called=called, make_note=make_note)
+        except OSError:
+            return []  # no workspace to read: the turn says so itself
+
+    def _turn_notes(self, workspace: str, *, called: bool, make_note: NoteMaker) -> list[Event]:
         with guard.Root.open(workspace) as root:
             if not self.fold.started and not called:
                 first = read_directory(root, "")
@@ -174,16 +180,19 @@ class Instructions:
         first time (each directory between the root and the file), as one visible note."""
         if not self.fold.enabled:
             return
-        wanted = self._directories(runner.session.workspace, calls)
-        if not wanted:
-            return
         found: list[InstructionFile] = []
-        with guard.Root.open(runner.session.workspace) as root:
-            for d in wanted:
-                self.looked.add(d)
-                f = read_directory(root, d)
-                if f is not None:
-                    found.append(f)
+        try:
+            wanted = self._directories(runner.session.workspace, calls)
+            if not wanted:
+                return
+            with guard.Root.open(runner.session.workspace) as root:
+                for d in wanted:
+                    self.looked.add(d)
+                    f = read_directory(root, d)
+                    if f is not None:
+                        found.append(f)
+        except OSError:
+            return  # the workspace itself is gone: the tools say so, not this
         if found:
             note = ProjectInstructions(cause="directory", files=found)
             runner.append([runner.event("system", "system", SystemNote(note=note))])
