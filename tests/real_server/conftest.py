@@ -24,8 +24,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-N_CTX = 8192
-"""The window the llama server is started with (SmolLM2's trained context)."""
+N_CTX = 4096
+"""The window the llama server is started with (Bubu's smallest; SmolLM2 was trained on 8,192):
+small, so that a rambling answer, which the server cuts at the window, ends sooner."""
 MODEL = "smollm2"
 """The name Bubu asks for (the llama server serves one model whatever it is called)."""
 READY_S = 180.0
@@ -56,6 +57,29 @@ def model_path() -> Path:
         )
     (found,) = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
     return found
+
+
+LITELLM_ENV = "BUBU_TEST_LITELLM"
+"""The `litellm` program to run, when not the one in the repository's `.venv-litellm`."""
+
+
+def litellm_program() -> Path:
+    """LiteLLM's proxy program: $BUBU_TEST_LITELLM, else the one scripts/test installs in
+    `.venv-litellm` (its pins clash with Bubu's, so it has a virtualenv of its own), else one
+    beside this Python."""
+    repo = Path(__file__).resolve().parents[2]
+    for candidate in (
+        os.environ.get(LITELLM_ENV),
+        repo / ".venv-litellm" / "bin" / "litellm",
+        Path(sys.executable).with_name("litellm"),
+    ):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    pytest.fail(
+        "the real_server tests need LiteLLM's proxy: scripts/test installs it in .venv-litellm "
+        f"(python3 -m venv .venv-litellm && .venv-litellm/bin/pip install 'litellm[proxy]'), "
+        f"or set {LITELLM_ENV}=/path/to/litellm"
+    )
 
 
 def _tail(log: Path) -> str:
@@ -134,7 +158,7 @@ def litellm_proxy(
     )
     port = _free_port()
     log = here / "proxy.log"
-    exe = Path(sys.executable).with_name("litellm")
+    exe = litellm_program()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False",
                LITELLM_LOG="ERROR", NO_DOCS="True", DISABLE_ADMIN_UI="True")  # fmt: skip
