@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -40,6 +41,8 @@ class Server:
     base_url: str
     proc: subprocess.Popen[bytes]
     log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    """What a client of the server needs in its environment (the proxy's key)."""
 
 
 def _free_port() -> int:
@@ -160,12 +163,17 @@ def litellm_proxy(
     log = here / "proxy.log"
     exe = litellm_program()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
-    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False",
+    key = "sk-" + secrets.token_hex(32)  # the proxy refuses to start without a master key
+    # Its /v1/messages asks an openai/ model's Responses API unless told to use Chat Completions,
+    # which llama-cpp-python's server is.
+    env.update(LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES="True")
+    env.update(LITELLM_MASTER_KEY=key, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False",
                LITELLM_LOG="ERROR", NO_DOCS="True", DISABLE_ADMIN_UI="True")  # fmt: skip
     cmd = [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
     proc = _start(cmd, log, env)
     try:
         _wait_ready(proc, f"http://127.0.0.1:{port}/health/liveliness", log)
-        yield Server(base_url=f"http://127.0.0.1:{port}", proc=proc, log=log)
+        yield Server(base_url=f"http://127.0.0.1:{port}", proc=proc, log=log,
+                     env={"ANTHROPIC_API_KEY": key})  # fmt: skip
     finally:
         _stop(proc)

@@ -9,13 +9,14 @@ Bubu works with is the one the server serves.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from bubu.events import ModelRequest, Record, SystemNote, TurnEnded
+from bubu.events import Error, ModelRequest, Record, SystemNote, TurnEnded
 from bubu.log.sqlite import SQLiteStore
-from engine.cli import bubu, bubu_json, only_session
+from engine.cli import bubu_cmd, bubu_env, bubu_json, only_session
 from engine.helpers import call, write_script
 
 from .conftest import MODEL, N_CTX, Server
@@ -23,6 +24,19 @@ from .conftest import MODEL, N_CTX, Server
 pytestmark = [pytest.mark.real_server, pytest.mark.slow]
 
 TASK = "Reply with one short sentence that says hello."
+
+
+def bubu(
+    db: Path,
+    *args: str,
+    failpoint: str | None = None,
+    timeout: float = 120,
+    server: Server | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `bubu` to its end, with what `server` needs in the environment (its key)."""
+    env = {**bubu_env(db.parent, failpoint), **(server.env if server is not None else {})}
+    return subprocess.run(bubu_cmd(db, *args), env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False, stdin=subprocess.DEVNULL)  # fmt: skip
 
 
 def _records(db: Path, session: str) -> list[Record]:
@@ -62,7 +76,8 @@ def _assert_clear_end(
     if end.reason == "failed":
         assert end.message, "a failed turn says why"
     usage = [a.token_usage for r in records if (a := r.event.actions) and a.token_usage]
-    assert usage, "no model response was recorded"
+    errors = [c.message for r in records if isinstance(c := r.event.content, Error)]
+    assert usage, f"no model response was recorded: {end.message}; {errors}"
     assert all((u.estimated_input_tokens or 0) > 0 for u in usage), usage
     if counted:
         # The server counted the call's tokens; Bubu recorded its figures.
@@ -73,9 +88,11 @@ def _assert_clear_end(
     return records
 
 
-def _run(db: Path, ws: Path, *args: str, failpoint: str | None = None):  # type: ignore[no-untyped-def]
+def _run(
+    db: Path, ws: Path, *args: str, failpoint: str | None = None, server: Server | None = None
+) -> subprocess.CompletedProcess[str]:
     return bubu(db, "run", *args, "-w", str(ws), "--jsonl", "--max-steps", "3",
-                failpoint=failpoint, timeout=240)  # fmt: skip
+                failpoint=failpoint, timeout=240, server=server)  # fmt: skip
 
 
 @pytest.fixture
@@ -98,7 +115,8 @@ def test_a_short_task_through_litellm_s_anthropic_endpoint(
     litellm_proxy: Server, tmp_path: Path, ws: Path
 ) -> None:
     db = tmp_path / "bubu.db"
-    done = _run(db, ws, TASK, "-m", f"anthropic:{MODEL}", "--base-url", litellm_proxy.base_url)
+    done = _run(db, ws, TASK, "-m", f"anthropic:{MODEL}", "--base-url", litellm_proxy.base_url,
+                server=litellm_proxy)  # fmt: skip
     _assert_clear_end(db, only_session(db), done.returncode, done.stderr, counted=True)
 
 
@@ -119,11 +137,14 @@ def test_a_sigkill_during_a_model_call_is_recovered(
 
 
 def test_a_sigkill_during_a_tool_call_is_recovered_and_the_server_continues(
-    llama_server: Server, tmp_path: Path, ws: Path
+    litellm_proxy: Server, tmp_path: Path, ws: Path
 ) -> None:
     # llama-cpp-python's server does not stream tool calls (without tool_choice it drops the
     # tools; a streamed "auto" fails), so the call comes from a scripted first step, and the
-    # recovered turn continues against the real server.
+    # recovered turn continues against the real server, through LiteLLM's Anthropic endpoint.
+    # (Asked directly, llama-cpp-python's server answers 500 to a history whose assistant
+    # message has tool calls and no content.) `--retry-for` bounds the wait for a server that
+    # keeps failing, so the turn ends either way.
     db = tmp_path / "bubu.db"
     script = write_script(
         tmp_path / "first.jsonl",
@@ -133,8 +154,8 @@ def test_a_sigkill_during_a_tool_call_is_recovered_and_the_server_continues(
                 failpoint="mid_tool")  # fmt: skip
     assert died.returncode == -9, died.stderr
     sid = only_session(db)
-    back = bubu(db, "recover", sid, "--jsonl", "-m", f"openai:{MODEL}",
-                "--base-url", llama_server.base_url, timeout=240)  # fmt: skip
+    back = bubu(db, "recover", sid, "--jsonl", "-m", f"anthropic:{MODEL}", "--retry-for", "60s",
+                "--base-url", litellm_proxy.base_url, timeout=240, server=litellm_proxy)  # fmt: skip
     records = _records(db, sid)
     notices = [
         c.note
@@ -145,7 +166,12 @@ def test_a_sigkill_during_a_tool_call_is_recovered_and_the_server_continues(
     assert len(notices) == 1
     assert notices[0].pending_review  # type: ignore[union-attr]
     assert not (ws / "out.txt").exists()  # the command died with its runner: nothing re-ran it
-    _assert_clear_end(db, sid, back.returncode, back.stderr)
+    records = _assert_clear_end(db, sid, back.returncode, back.stderr)
+    # The recovered turn went on with a real answer from the server.
+    usage = [a.token_usage for r in records if (a := r.event.actions) and a.token_usage]
+    served = [u for u in usage if u.model == f"anthropic:{MODEL}"]
+    assert served, usage
+    assert all(u.input_tokens > 0 for u in served), served
 
 
 def test_bubu_context_reports_the_window_the_server_serves(
