@@ -115,7 +115,9 @@ def test_a_short_task_through_litellm_s_anthropic_endpoint(
     litellm_proxy: Server, tmp_path: Path, ws: Path
 ) -> None:
     db = tmp_path / "bubu.db"
-    done = _run(db, ws, TASK, "-m", f"anthropic:{MODEL}", "--base-url", litellm_proxy.base_url,
+    # `--retry-for` bounds the wait when the server keeps failing: the turn ends either way.
+    done = _run(db, ws, TASK, "-m", f"anthropic:{MODEL}", "--retry-for", "60s",
+                "--base-url", litellm_proxy.base_url,
                 server=litellm_proxy)  # fmt: skip
     _assert_clear_end(db, only_session(db), done.returncode, done.stderr, counted=True)
 
