@@ -141,6 +141,8 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     allow_commands: list[str] = msgspec.field(default_factory=list)
     system_prompt: str | None = None
     """A custom system prompt (None: Bubu's own), so a recovered run asks the model the same way."""
+    project_instructions: bool = True
+    """Whether the workspace's AGENTS.md / CLAUDE.md files are given to the model."""
     context_window: int | None = None
     """The window the turn's budgets use: the user's, else the model's as found when the turn
     started (None: an older Bubu, which recorded only a user's), so a recovery uses the same."""
@@ -348,6 +350,31 @@ class SessionStarted(_Note, frozen=True, kw_only=True, tag="session_started"):
     """The source's chain digest at `source_seq`, the last event copied."""
 
 
+class InstructionFile(_Base, frozen=True, kw_only=True):
+    """One project instruction file as it was read: the bytes' hash and size, and the text the
+    model is given (cut at the size cap); `skipped` says why a file found is not given."""
+
+    path: str
+    """Workspace-relative, with '/' (e.g. "AGENTS.md", "api/CLAUDE.md")."""
+    sha256: str = ""
+    """Of the file's bytes ("": the file no longer exists)."""
+    size: int = 0
+    text: str = ""
+    truncated: bool = False
+    skipped: str | None = None
+
+
+class ProjectInstructions(_Note, frozen=True, kw_only=True, tag="project_instructions"):
+    """AGENTS.md / CLAUDE.md files read for the model (see bubu.projections.instructions).
+
+    `start` (hidden) is the session's first read, part of the stable prefix; `directory` and
+    `changed` are visible: the model reads them in the history, so the prefix never changes.
+    """
+
+    cause: Literal["start", "directory", "changed"]
+    files: list[InstructionFile] = msgspec.field(default_factory=list)
+
+
 class MemoryForgotten(_Note, frozen=True, kw_only=True, tag="memory_forgotten"):
     """`bubu memory forget KEY`: the workspace's note `key` is no longer recalled."""
 
@@ -371,6 +398,7 @@ Note: TypeAlias = (
     | CheckpointBody
     | SummaryChunk
     | MemoryForgotten
+    | ProjectInstructions
 )
 
 

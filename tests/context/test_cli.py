@@ -24,6 +24,7 @@ NOISE = "python3 -c \"print(('line ' + 'x' * 60 + chr(10)) * 200)\""
 KEYS = {
     "session", "model", "request_digest", "estimated_tokens", "calibrated_tokens", "calibration",
     "window", "window_source", "budget", "checkpoint", "system", "tools", "messages", "events",
+    "project_instructions",
 }  # fmt: skip
 
 

@@ -21,12 +21,14 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     Info,
+    InstructionFile,
     MemoryForgotten,
     ModelRequest,
     Note,
     NoticeDismissed,
     PermissionDecision,
     PermissionRequest,
+    ProjectInstructions,
     RecoveryNotice,
     Role,
     RunStarted,
@@ -49,7 +51,14 @@ CONTENT_KINDS = frozenset(str(c.__struct_config__.tag) for c in get_args(Content
 NOTE_KINDS = frozenset(str(n.__struct_config__.tag) for n in get_args(Note))
 ACTION_NAMES = frozenset(Actions.__struct_fields__)
 LATER_NOTE_KINDS = frozenset(
-    {"checkpoint", "summary_chunk", "session_started", "model_switch", "memory_forgotten"}
+    {
+        "checkpoint",
+        "summary_chunk",
+        "session_started",
+        "model_switch",
+        "memory_forgotten",
+        "project_instructions",
+    }
 )
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones
 they are built from have defaults, and older logs (the fixture) simply do not hold them."""
@@ -307,4 +316,6 @@ def session_events(
         source_digest="cd" * 32, summary="## Goal\nWrite hello.py", facts="## Facts",
         summarized_upto=10, chunks=1, calls=["ef" * 32])), run_id=run2, hidden=True)  # fmt: skip
     add("system", "user", note(note=MemoryForgotten(key="build")), hidden=True)
+    add("system", "system", note(note=ProjectInstructions(cause="directory", files=[InstructionFile(
+        path="pkg/AGENTS.md", sha256="ab" * 32, size=12, text="Use tabs.\n")])))  # fmt: skip
     return events

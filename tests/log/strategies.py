@@ -24,12 +24,14 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     Info,
+    InstructionFile,
     MemoryForgotten,
     ModelRequest,
     ModelSwitch,
     NoticeDismissed,
     PermissionDecision,
     PermissionRequest,
+    ProjectInstructions,
     RecoveryNotice,
     RunStarted,
     SessionStarted,
@@ -78,6 +80,7 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         fallback_models=st.lists(short, max_size=2),
         token_limit=st.none() | counts,
         time_limit_s=st.none() | st.floats(min_value=0.001, max_value=1e7),
+        project_instructions=st.booleans(),
     ),
     TurnEnded: st.builds(
         TurnEnded,
@@ -162,6 +165,22 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         source_digest=opt_shas,
     ),
     MemoryForgotten: st.builds(MemoryForgotten, key=texts),
+    ProjectInstructions: st.builds(
+        ProjectInstructions,
+        cause=st.sampled_from(["start", "directory", "changed"]),
+        files=st.lists(
+            st.builds(
+                InstructionFile,
+                path=texts,
+                sha256=st.just("") | shas,
+                size=counts,
+                text=texts,
+                truncated=st.booleans(),
+                skipped=opt_texts,
+            ),
+            max_size=3,
+        ),
+    ),
 }
 
 notes = st.one_of(*NOTES.values())

@@ -207,6 +207,11 @@ def model_options(f: Any) -> Any:
                 is_flag=True,
                 help="Print one JSON event per line instead of the live view.",
             ),
+            click.option(
+                "--no-project-instructions",
+                is_flag=True,
+                help="Do not give the model the workspace's AGENTS.md / CLAUDE.md files.",
+            ),
         ]
     ):
         f = opt(f)
@@ -285,6 +290,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             max_cost=opts.get("max_cost"),
             tool_timeout_s=opts.get("tool_timeout", 600.0),
             context_window=opts.get("context_window"),
+            project_instructions=not opts.get("no_project_instructions"),
         ),
     )
 

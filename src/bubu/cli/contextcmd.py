@@ -12,7 +12,9 @@ import msgspec
 from bubu.cli import checks
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.term import one_line
+from bubu.events import InstructionFile
 from bubu.projections.context import diagnose
+from bubu.projections.instructions import MAX_FILE_BYTES, InstructionsFold, directory_of
 from bubu.providers.base import AssistantMessage, ToolResultsMessage, UserMessage
 from bubu.providers.windows import Window
 
@@ -53,6 +55,7 @@ def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | 
         "window_source": seen.window_source,
         "budget": seen.budget,
         "checkpoint": None if cp is None else {"key": cp.key, "watermark": cp.watermark, "source_digest": cp.source_digest},
+        "project_instructions": instruction_rows(seen.instructions),
         "system": request.system,
         "tools": [t.name for t in request.tools],
         "messages": msgspec.to_builtins(request.messages),
@@ -72,6 +75,8 @@ def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | 
     click.echo(
         f"\n[system + {len(request.tools)} tools: stable prefix, {len(request.system):,} chars]"
     )
+    for row in out["project_instructions"]:
+        click.echo(instruction_line(row))
     for m in request.messages:
         if isinstance(m, UserMessage):
             click.echo(f"\nUSER  {_short(m.text)}{_images(m.images)}")
@@ -88,6 +93,37 @@ def _images(images: tuple[Any, ...]) -> str:
         return ""
     size = sum(len(i.data) for i in images)
     return f" [+{len(images)} image{'s' if len(images) > 1 else ''}, {size:,} bytes]"
+
+
+def instruction_rows(fold: InstructionsFold) -> list[dict[str, Any]]:
+    """The project instruction files the next request holds: those of the stable prefix, then
+    the latest one of each directory given in the history (with the seq of its note)."""
+
+    def row(f: InstructionFile, where: str, seq: int | None) -> dict[str, Any]:
+        return {"path": f.path, "sha256": f.sha256, "size": f.size, "truncated": f.truncated,
+                "skipped": f.skipped, "where": where, "seq": seq, "given": fold.enabled}  # fmt: skip
+
+    rows = [row(f, "prefix", fold.seqs.get(directory_of(f.path))) for f in fold.prefix]
+    for d in fold.directories:
+        if fold.where.get(d) == "history":
+            rows.append(row(fold.current[d], "history", fold.seqs[d]))
+    return rows
+
+
+def instruction_line(row: dict[str, Any]) -> str:
+    """One instruction file as `bubu context` prints it."""
+    where = "stable prefix" if row["where"] == "prefix" else f"history, seq {row['seq']}"
+    if not row["given"]:
+        where += "; not given: --no-project-instructions"
+    if not row["sha256"]:
+        return f"[project instructions: {row['path']} removed ({where})]"
+    if row["skipped"]:
+        return f"[project instructions: {row['path']} not given: {row['skipped']} ({where})]"
+    cut = f", cut to {MAX_FILE_BYTES:,}" if row["truncated"] else ""
+    return (
+        f"[project instructions: {row['path']} sha256 {row['sha256'][:12]} "
+        f"{row['size']:,} bytes{cut} ({where})]"
+    )
 
 
 def _short(text: str, n: int = 140) -> str:

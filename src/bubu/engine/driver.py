@@ -30,6 +30,7 @@ from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.callids import unique_call_id
 from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
+from bubu.engine.instructions import Instructions
 from bubu.engine.keep import kept_before
 from bubu.engine.lanes import Admitted, Lanes
 from bubu.engine.lease import heartbeat
@@ -143,6 +144,8 @@ class RunConfig:
     """The cap on tokens one call may produce (None: the provider's `--max-output-tokens`)."""
     context_window: int | None = None
     context: ContextPolicy = field(default_factory=ContextPolicy)
+    project_instructions: bool = True
+    """Whether the turns this host starts give the model the workspace's AGENTS.md files."""
 
 
 class _Stop(Exception):
@@ -186,6 +189,7 @@ class Runner:
     def __post_init__(self) -> None:
         self.turn = TurnFold()
         self.longrun = LongRunFold()
+        self.instructions = Instructions()
         self._primary = self.provider
         self._blobs: set[str] = set()
         self._call_ids: set[str] = set()  # every call id of the session (they must be unique)
@@ -218,10 +222,12 @@ class Runner:
     def system(self) -> str:
         """The system prompt: stable for the session, part of the cacheable prefix."""
         if self.prompt is not None:
-            return self.prompt
-        if self.turn.system_prompt is not None:
-            return self.turn.system_prompt
-        return system_prompt(self.session.workspace)
+            base = self.prompt
+        elif self.turn.system_prompt is not None:
+            base = self.turn.system_prompt
+        else:
+            base = system_prompt(self.session.workspace)
+        return self.instructions.system(base)
 
     @property
     def effective_policy(self) -> Policy:
@@ -289,6 +295,7 @@ class Runner:
         for r in records:
             self.turn.apply(r)
             self.longrun.apply(r)
+            self.instructions.apply(r)
             self.requests.apply(r)
             blob = getattr(r.event.content, "blob", None)
             if blob is not None:
@@ -495,6 +502,7 @@ class Runner:
                                 self._call_model()
                         case RunTools(calls=calls):
                             self._run_tools(calls)
+                            self.instructions.after_tools(self, calls)
                         case EndTurn(reason=reason, message=message, step_limit=limit, cause=cause):
                             notes = [self.note(StepLimit(steps=limit))] if limit else []
                             self.end_turn(reason, message, extra=notes, cause=cause)

@@ -15,6 +15,7 @@ from bubu.engine.prompt import system_prompt
 from bubu.events import Record
 from bubu.log.store import SessionInfo, Store
 from bubu.projections import turn as turns
+from bubu.projections.instructions import InstructionsFold, with_instructions
 from bubu.projections.request import (
     NextRequest,
     Prefix,
@@ -40,6 +41,8 @@ class Inspection:
     window: int
     window_source: str
     """Where `window` came from (`bubu context` says it)."""
+    instructions: InstructionsFold
+    """The session's project instructions, as the log records them."""
     budget: int
 
     @property
@@ -79,7 +82,11 @@ def inspect_request(
     fold = fold_request(records, policy)
     blobs = {sha: data for sha in fold.blobs_needed() if (data := store.blob(sha)) is not None}
     spec = info.model or "scripted:-"
-    system = turn.system_prompt if turn.system_prompt is not None else system_prompt(info.workspace)
+    instructions = InstructionsFold()
+    for r in records:
+        instructions.apply(r)
+    base = turn.system_prompt if turn.system_prompt is not None else system_prompt(info.workspace)
+    system = with_instructions(base, instructions)
     prefix = Prefix(
         model=spec, system=system, tools=tool_specs(host_tools(None).values()), session_id=info.id
     )
@@ -102,5 +109,6 @@ def inspect_request(
         records=records,
         window=window,
         window_source=source,
+        instructions=instructions,
         budget=budget_of(fold.policy, window),
     )

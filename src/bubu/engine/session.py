@@ -11,11 +11,21 @@ from pathlib import Path
 from bubu import clock, failpoints, ids
 from bubu.engine import turnstart
 from bubu.engine.driver import NullObserver, Observer, RunConfig, Runner, owner_id
+from bubu.engine.instructions import NoteMaker
 from bubu.engine.permissions import Asker, Policy, nobody
 from bubu.engine.scope import acting_info, holder_gone
 from bubu.engine.settings import ModelSettings, public_url
 from bubu.errors import BubuError, ConfigError
-from bubu.events import EndCause, SystemNote, Text, TurnEndReason, TurnStarted, make
+from bubu.events import (
+    EndCause,
+    Event,
+    ProjectInstructions,
+    SystemNote,
+    Text,
+    TurnEndReason,
+    TurnStarted,
+    make,
+)
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.turn import TurnFold, fold
@@ -151,13 +161,25 @@ def start_turn(
         opened = make(session=session.id, turn=turn, role="system", author="system", ts=now,
                       content=SystemNote(note=_turn_started(host, runner.session)),
                       visibility="hidden")  # fmt: skip
+        notes = runner.instructions.at_turn_start(
+            runner.session.workspace, enabled=host.config.project_instructions,
+            called=runner.turn.model_responses > 0, make_note=_instructions_note(session, turn, now),
+        )  # fmt: skip
         with turnstart.window():
-            runner.start_run("new", prefix=[request, opened], blobs=blobs)
+            runner.start_run("new", prefix=[request, opened, *notes], blobs=blobs)
             failpoints.pause("after_turn_start")
             if committed is not None:
                 with contextlib.suppress(Exception):
                     committed()
             return runner.drive()
+
+
+def _instructions_note(session: SessionInfo, turn: str, now: int) -> NoteMaker:
+    def note(n: ProjectInstructions, visible: bool) -> Event:
+        return make(session=session.id, turn=turn, role="system", author="system", ts=now,
+                    content=SystemNote(note=n), visibility="visible" if visible else "hidden")  # fmt: skip
+
+    return note
 
 
 def resume_turn(host: Host, session: SessionInfo) -> TurnEndReason | None:
@@ -239,6 +261,7 @@ def _turn_started(
         yes=host.policy.yes or p.yes,
         allow_commands=list(dict.fromkeys([*p.allow_commands, *host.policy.allow_commands])),
         system_prompt=host.prompt if host.prompt is not None else p.system_prompt,
+        project_instructions=host.config.project_instructions,
         context_window=window,
         window_source=window_source,
         mcp_config=host.mcp_config if host.mcp_config is not None else p.mcp_config,

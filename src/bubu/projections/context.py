@@ -25,7 +25,16 @@ from typing import Any, Literal
 import msgspec
 
 from bubu.context.policy import ContextPolicy
-from bubu.events import FunctionCall, FunctionResponse, ImageRef, Record, Text, Thinking
+from bubu.events import (
+    FunctionCall,
+    FunctionResponse,
+    ImageRef,
+    ProjectInstructions,
+    Record,
+    SystemNote,
+    Text,
+    Thinking,
+)
 from bubu.messages import (
     AssistantMessage,
     AssistantPart,
@@ -111,6 +120,8 @@ class ContextFold:
     _cum: list[tuple[int, int, Any]] = field(default_factory=list)
     _image_blobs: list[tuple[int, str]] = field(default_factory=list)
     """(entry index, sha-256) of every image an entry shows: read with the hot results."""
+    _instructions: list[tuple[int, ProjectInstructions]] = field(default_factory=list)
+    """Project instruction notes in the history: those a checkpoint covers are re-stated."""
 
     def apply(self, r: Record) -> None:
         """Fold one record in."""
@@ -150,6 +161,11 @@ class ContextFold:
                 )
                 step.calls.append(c.call_id)
                 self.by_call[c.call_id] = step
+        elif isinstance(c, SystemNote) and isinstance(c.note, ProjectInstructions):
+            from bubu.projections.instructions import history_text
+
+            self._add(_User(r.seq, UserMessage(text=history_text(c.note))))
+            self._instructions.append((r.seq, c.note))
         elif isinstance(c, FunctionResponse):
             owner = self.by_call.get(c.call_id)
             if owner is not None and c.call_id not in owner.results:
@@ -323,15 +339,28 @@ class ContextFold:
     def head(self) -> tuple[Message, ...]:
         """What stands before the entries: the checkpoint summary, or a note of what was omitted."""
         if self.checkpoint is not None:
-            return (UserMessage(text=self.checkpoint.text),)
+            return (
+                UserMessage(text=self.checkpoint.text),
+                *self._restated(self.checkpoint.watermark),
+            )
         if self.omitted_before:
             return (
                 UserMessage(
                     text=f"[Events 1–{self.omitted_before} of this session are not shown: the history "
                     "did not fit and could not be summarized. Ask the user if something earlier matters.]"
                 ),
+                *self._restated(self.omitted_before),
             )
         return ()
+
+    def _restated(self, floor: int) -> tuple[Message, ...]:
+        """The project instructions of the covered history, each file's latest version, so
+        that a summary never loses them."""
+        from bubu.projections.instructions import restated_text
+
+        covered = [n for seq, n in self._instructions if seq <= floor]
+        text = restated_text(covered)
+        return (UserMessage(text=text),) if text else ()
 
     def hot_blobs(self) -> list[str]:
         """The offloaded results the next request shows whole (the hot steps' small enough ones):

@@ -16,6 +16,7 @@ from bubu.events import (
     MemoryForgotten,
     ModelSwitch,
     NoticeDismissed,
+    ProjectInstructions,
     Record,
     RecoveryNotice,
     RunStarted,
@@ -178,6 +179,10 @@ class Transcript:
             case SessionStarted(origin="import", workspace=ws):
                 # (A fork says so in its own note, which people have always read.)
                 text = f"imported here; it continues only when run explicitly (workspace {ws})"
+            case ProjectInstructions():
+                from bubu.projections.instructions import note_line
+
+                text = note_line(n)
             case MemoryForgotten(key=key):
                 text = f"note {key!r} forgotten (bubu memory forget)"
             case CheckpointBody() | SummaryChunk():
