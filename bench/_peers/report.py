@@ -193,9 +193,10 @@ def _findings(rs: Sequence[Row]) -> list[str]:
     b = by.get("bubu")
     if b is not None and b.step_ratio_to_floor is not None:
         out.append(
-            f"Bubu persists a step in {_ms(b.step_ms_p50)} ({_x(b.step_ratio_to_floor)} the floor) "
-            f"and stores {_size(b.bytes_per_step)} per step ({_x(b.bytes_ratio_to_floor)}): four "
-            "events per step, each with its hash, against the floor's two bare rows."
+            f"Bubu runs a step of its whole engine loop in {_ms(b.step_ms_p50)} "
+            f"({_x(b.step_ratio_to_floor)} the floor) and stores {_size(b.bytes_per_step)} per "
+            f"step ({_x(b.bytes_ratio_to_floor)}): four events per step, each with its hash, "
+            "against the floor's two bare rows."
         )
     for name in ("openai-agents", "google-adk", "langgraph", *LOOPS):
         r = by.get(name)
