@@ -48,11 +48,18 @@ from bubu.tools.base import ToolContext, ToolResult, WriteIntent
 WINDOW = 200_000
 """The model's context window in tokens: a common size, so that the engine compacts as it would."""
 
+VOCABULARY = (
+    "apple breeze canyon dolphin ember falcon glacier harbor island jasmine kettle lantern meadow "
+    "nectar orchard pebble quartz river saffron timber umber velvet willow yonder zephyr"
+)
 SUMMARY = "\n\n".join(
-    f"{section}\n" + f"{section[3:]}: the benchmark's no-op steps, nothing else to keep. " * 12
+    f"{section}\n"
+    + f"{section[3:]}: the benchmark's no-op steps, nothing else to keep. " * 10
+    + f"Words of its own: {VOCABULARY}."
     for section in ("## Goal", "## Progress", "## Next steps", "## Critical context")
 )
-"""A summary that passes the engine's validation (four sections, about 2.5 KB)."""
+"""A summary that passes the engine's validation (four sections, about 2.5 KB, and words of its
+own beyond the prompt's, as a real summary has)."""
 
 
 class TimedModel(InstantModel):

@@ -21,8 +21,30 @@ from typing import Literal
 import msgspec
 from bench.step import ARGS, RESULT
 
-SystemName = Literal["floor", "bubu", "openai-agents", "google-adk", "langgraph"]
-SYSTEMS: tuple[SystemName, ...] = ("floor", "bubu", "openai-agents", "google-adk", "langgraph")
+SystemName = Literal[
+    "floor",
+    "bubu",
+    "openai-agents",
+    "google-adk",
+    "langgraph",
+    "openai-agents-loop",
+    "google-adk-loop",
+    "langgraph-loop",
+    "pydantic-ai-loop",
+]
+SYSTEMS: tuple[SystemName, ...] = (
+    "floor",
+    "bubu",
+    "openai-agents",
+    "google-adk",
+    "langgraph",
+    "openai-agents-loop",
+    "google-adk-loop",
+    "langgraph-loop",
+    "pydantic-ai-loop",
+)
+LOOPS: tuple[SystemName, ...] = tuple(s for s in SYSTEMS if s.endswith("-loop"))
+"""The peers' own agent loops (instant model, no-op tool, their persistence on)."""
 
 CALL_NAME = "noop"
 ARGS_JSON = json.dumps(ARGS)
@@ -136,6 +158,99 @@ async def amedian_reload(
         items = await load()
         times.append(time.perf_counter() - t0)
     return statistics.median(times), items
+
+
+@dataclass(slots=True)
+class LoopClock:
+    """Times a peer's own agent loop from the model's side, as bench/_peers/bubu_engine.py does.
+
+    The peer's loop calls an instant model that asks `model_enter` whether to answer with one more
+    tool call; a step is the wall time between two consecutive model calls, minus the time spent
+    inside the model and the no-op tool (storage is sampled inside the model, so it is not
+    counted). After `steps` calls, or once `bound_s` has passed, the model answers with a final
+    text and the loop ends.
+    """
+
+    steps: int
+    bound_s: float
+    storage_of: Callable[[], int] | None
+    entries: list[float] = field(default_factory=list)
+    inside: list[float] = field(default_factory=list)
+    tools: list[float] = field(default_factory=list)
+    storage: list[tuple[int, int]] = field(default_factory=list)
+    stopped: bool = False
+    _points: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._points = sample_points(self.steps)
+
+    def model_enter(self) -> tuple[float, int | None]:
+        """Stamp a model call: its start, and the number of the tool call to make (None: end)."""
+        t0 = time.perf_counter()
+        self.entries.append(t0)
+        done = len(self.entries) - 1  # steps fully through the loop before this call
+        out_of_time = done > 0 and t0 - self.entries[0] > self.bound_s
+        if self.storage_of is not None and (
+            done in self._points or (out_of_time and done < self.steps)
+        ):
+            self.storage.append((done, self.storage_of()))
+        if done >= self.steps or out_of_time:
+            self.stopped = done < self.steps
+            return t0, None
+        return t0, done
+
+    def model_leave(self, t0: float) -> None:
+        """The model call that started at `t0` returns."""
+        self.inside.append(time.perf_counter() - t0)
+
+    def tool(self, seconds: float) -> None:
+        """One no-op tool call took `seconds`."""
+        self.tools.append(seconds)
+
+    @property
+    def done(self) -> int:
+        """Steps completed: tool calls answered and followed by another model call."""
+        return len(self.entries) - 1
+
+    def step_s(self, system: str) -> list[float]:
+        """Per-step loop times, once the loop is checked to have run one tool per step."""
+        done = self.done
+        expect(done >= 1, f"{system} ran no step")
+        expect(len(self.tools) == done, f"{system} ran {len(self.tools)} tools for {done} steps")
+        expect(len(self.inside) == done + 1, f"{system} left a model call unfinished")
+        return [
+            self.entries[i + 1] - self.entries[i] - self.inside[i] - self.tools[i]
+            for i in range(done)
+        ]
+
+    def measured(
+        self,
+        *,
+        system: str,
+        final: int,
+        reload: tuple[float, int],
+        base_mb: float,
+        config: str,
+    ) -> Measured:
+        """The run's result, once the reload is checked to give back every call and result."""
+        step_s = self.step_s(system)
+        reload_s, items = reload
+        expect(items == 2 * self.done, f"{system} reloaded {items} calls and results, "
+               f"ran {2 * self.done}")  # fmt: skip
+        return Measured(
+            system=system,
+            steps=self.steps,
+            steps_done=self.done,
+            stopped=self.stopped,
+            step_s=step_s,
+            storage=self.storage,
+            final_bytes=final,
+            reload_s=reload_s,
+            reload_items=items,
+            base_mb=base_mb,
+            peak_mb=rss_mb(),
+            config=config,
+        )
 
 
 @dataclass(slots=True)

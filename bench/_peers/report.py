@@ -15,15 +15,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
-from bench._peers.common import Measured, RecoveryPoint
+from bench._peers.common import LOOPS, Measured, RecoveryPoint
 
 HEADING = "## Against the peers"
 LABELS = {
     "floor": "raw sqlite3 (the floor)",
-    "bubu": "Bubu (engine path)",
+    "bubu": "Bubu (its whole engine loop)",
     "openai-agents": "OpenAI Agents SDK `SQLiteSession`",
     "google-adk": "Google ADK `DatabaseSessionService`",
     "langgraph": "LangGraph `SqliteSaver`",
+    "openai-agents-loop": "OpenAI Agents SDK loop (`Runner.run` + `SQLiteSession`)",
+    "google-adk-loop": "Google ADK loop (`Runner` + `DatabaseSessionService`)",
+    "langgraph-loop": "LangGraph loop (`create_react_agent` + `SqliteSaver`)",
+    "pydantic-ai-loop": "Pydantic AI loop (`Agent` + `FunctionModel`, in memory)",
 }
 STYLE = {
     "floor": ("#555555", "--"),
@@ -31,8 +35,19 @@ STYLE = {
     "openai-agents": ("#2ca02c", "-"),
     "google-adk": ("#1f77b4", "-"),
     "langgraph": ("#9467bd", "-"),
+    "openai-agents-loop": ("#2ca02c", "-."),
+    "google-adk-loop": ("#1f77b4", "-."),
+    "langgraph-loop": ("#9467bd", "-."),
+    "pydantic-ai-loop": ("#ff7f0e", "-."),
 }
-PACKAGES = ("langgraph", "langgraph-checkpoint-sqlite", "google-adk", "openai-agents")
+PACKAGES = (
+    "langgraph",
+    "langgraph-prebuilt",
+    "langgraph-checkpoint-sqlite",
+    "google-adk",
+    "openai-agents",
+    "pydantic-ai-slim",
+)
 
 
 class Row(msgspec.Struct, kw_only=True):
@@ -156,7 +171,7 @@ def _machine() -> str:
 def table(rs: Sequence[Row]) -> str:
     """The Markdown table of one run."""
     lines = [
-        "| system | steps | persist a step, p50 | × floor | first 10%, p50 | last 10%, p50 "
+        "| system | steps | a step, p50 | × floor | first 10%, p50 | last 10%, p50 "
         "| storage per step | × floor | reload | × floor | peak memory |",
         "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
@@ -178,11 +193,12 @@ def _findings(rs: Sequence[Row]) -> list[str]:
     b = by.get("bubu")
     if b is not None and b.step_ratio_to_floor is not None:
         out.append(
-            f"Bubu persists a step in {_ms(b.step_ms_p50)} ({_x(b.step_ratio_to_floor)} the floor) "
-            f"and stores {_size(b.bytes_per_step)} per step ({_x(b.bytes_ratio_to_floor)}): four "
-            "events per step, each with its hash, against the floor's two bare rows."
+            f"Bubu runs a step of its whole engine loop in {_ms(b.step_ms_p50)} "
+            f"({_x(b.step_ratio_to_floor)} the floor) and stores {_size(b.bytes_per_step)} per "
+            f"step ({_x(b.bytes_ratio_to_floor)}): four events per step, each with its hash, "
+            "against the floor's two bare rows."
         )
-    for name in ("openai-agents", "google-adk", "langgraph"):
+    for name in ("openai-agents", "google-adk", "langgraph", *LOOPS):
         r = by.get(name)
         if r is None:
             continue
@@ -193,7 +209,10 @@ def _findings(rs: Sequence[Row]) -> list[str]:
             else "flat over the run"
         )
         stop = f"; stopped at the time bound after {r.steps_done:,} steps" if r.stopped else ""
-        out.append(f"{LABELS[name]}: {_ms(r.step_ms_p50)} a step, {trend}{stop}.")
+        vs = ""
+        if name in LOOPS and b is not None:
+            vs = f" ({r.step_ms_p50 / b.step_ms_p50:.3g}× Bubu's engine step in this run)"
+        out.append(f"{LABELS[name]}: {_ms(r.step_ms_p50)} a step{vs}, {trend}{stop}.")
     lg = by.get("langgraph")
     if lg is not None and lg.storage_exponent is not None and lg.storage_exponent > 1.5:
         out.append(
@@ -205,7 +224,7 @@ def _findings(rs: Sequence[Row]) -> list[str]:
     return out
 
 
-def block(rs: Sequence[Row], images: tuple[str, str], bound_s: float) -> str:
+def block(rs: Sequence[Row], images: tuple[str, str, str], bound_s: float) -> str:
     """The Markdown block of one run (one step count), delimited so that a later run replaces it."""
     steps = rs[0].steps
     lines = [
@@ -220,6 +239,8 @@ def block(rs: Sequence[Row], images: tuple[str, str], bound_s: float) -> str:
         *(f"- {f}" for f in _findings(rs)),
         "",
         f"![Persist time per step against step number, {steps:,} steps]({images[0]})",
+        "",
+        f"![Loop time per step against step number, {steps:,} steps]({images[2]})",
         "",
         f"![Storage against steps persisted, {steps:,} steps]({images[1]})",
         "",
@@ -270,14 +291,29 @@ arguments) and one tool result (about 2 KB).
   and a tool event with the function response per step. **OpenAI Agents SDK**:
   `SQLiteSession.add_items` with a `function_call` and a `function_call_output` item per step.
   Each peer runs with its own defaults.
+- **The peers' own loops** (the rows ending in "loop") are what a user who picks a peer instead
+  gets: its agent loop driving the same instant model and no-op tool, with its persistence on,
+  timed as Bubu is (between two model calls, minus the time inside the model and the tool), one run
+  of N steps ending with a final text answer. The OpenAI Agents SDK's `Runner.run` with a
+  `SQLiteSession` and a `Model` of its own; LangGraph's prebuilt ReAct agent (`create_react_agent`)
+  with a `SqliteSaver`, each checkpoint written before the next step (`durability="sync"`); Google
+  ADK's `Runner` over an `LlmAgent` with a `BaseLlm` of its own and `DatabaseSessionService` on
+  SQLite; Pydantic AI's `Agent` over a `FunctionModel`, which keeps the history in memory and
+  persists nothing (its storage is that history as JSON, its reload parsing the JSON back).
 
-Persist time is the wall time of persisting one step; storage is the database file plus its WAL
-after a checkpoint, divided by the steps; reload is the time to load the session again, median of
+A step's time is the wall time of persisting one step for the storage rows, and of one turn of the
+loop for Bubu and the loop rows; storage is the database file plus its WAL after a checkpoint,
+divided by the steps; reload is the time to load the session again, median of
 three: for the peers their own load API (`get_items`, `get_session`, `get_state`), for the floor a
 select of every row, for Bubu what `bubu resume` does before its next model call (open the store,
 take the lease, fold the whole log into the turn, context and compaction state, build the next
 request). Peak memory is the peak resident size of the system's own process (interpreter and
-libraries included). The per-step plot shows the median of each bin of steps, on a log scale.
+libraries included). The per-step plots show the median of each bin of steps, on a log scale.
+
+The machine these figures come from is shared with other work and was loaded while they were taken
+(each system's load average is listed under its table; two cores, often a load of several): the
+absolute times are inflated and noisy, so compare systems by their ratios within one run, which
+ran one after the other under the same conditions, rather than across runs.
 """
 
 
@@ -309,16 +345,8 @@ def section(existing: str, new_block: str) -> str:
     return before + text + ("\n" + after if after else "")
 
 
-def plots(measured: Sequence[Measured], img_dir: Path, steps: int) -> tuple[Path, Path]:
-    """Per-step time against step number and storage against steps (log scales), as PNGs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+def _step_plot(measured: Sequence[Measured], png: Path, steps: int, title: str) -> None:
     import matplotlib.pyplot as plt
-
-    img_dir.mkdir(parents=True, exist_ok=True)
-    time_png = img_dir / f"peers-step-time-{steps}.png"
-    storage_png = img_dir / f"peers-storage-{steps}.png"
 
     fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
     width = max(1, steps // 200)
@@ -334,14 +362,34 @@ def plots(measured: Sequence[Measured], img_dir: Path, steps: int) -> tuple[Path
         ax.plot(xs, ys, dash, color=color, lw=1.6, label=f"{LABELS.get(m.system, m.system)}{end}")
     ax.set_yscale("log")
     ax.set_xlabel("step number")
-    ax.set_ylabel("time to persist one step (ms, log scale)")
+    ax.set_ylabel("time of one step (ms, log scale)")
     note = f", median of each {width} steps" if width > 1 else ""
-    ax.set_title(f"Persist time per step, {steps:,}-step task{note}")
+    ax.set_title(f"{title}, {steps:,}-step task{note}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=9)
+    ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(time_png)
+    fig.savefig(png)
     plt.close(fig)
+
+
+def plots(measured: Sequence[Measured], img_dir: Path, steps: int) -> tuple[Path, Path, Path]:
+    """Per-step time against step number (the storage calls, then the loops, each beside the floor
+    and Bubu's engine loop) and storage against steps (log scales), as PNGs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    img_dir.mkdir(parents=True, exist_ok=True)
+    time_png = img_dir / f"peers-step-time-{steps}.png"
+    storage_png = img_dir / f"peers-storage-{steps}.png"
+
+    loop_png = img_dir / f"peers-loop-step-time-{steps}.png"
+    both = ("floor", "bubu")
+    stores = [m for m in measured if m.system not in LOOPS]
+    loops = [m for m in measured if m.system in both or m.system in LOOPS]
+    _step_plot(stores, time_png, steps, "Persist time per step")
+    _step_plot(loops, loop_png, steps, "Agent loop time per step")
 
     fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
     for m in measured:
@@ -360,7 +408,7 @@ def plots(measured: Sequence[Measured], img_dir: Path, steps: int) -> tuple[Path
     fig.tight_layout()
     fig.savefig(storage_png)
     plt.close(fig)
-    return time_png, storage_png
+    return time_png, storage_png, loop_png
 
 
 def write(doc: Path, img_dir: Path, measured: Sequence[Measured], bound_s: float) -> None:
@@ -368,7 +416,7 @@ def write(doc: Path, img_dir: Path, measured: Sequence[Measured], bound_s: float
     steps = measured[0].steps
     pngs = plots(measured, img_dir, steps)
     rel = tuple(os.path.relpath(p, doc.parent) for p in pngs)
-    new = block(rows(measured), (rel[0], rel[1]), bound_s)
+    new = block(rows(measured), (rel[0], rel[1], rel[2]), bound_s)
     existing = doc.read_text() if doc.exists() else "# Performance\n"
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(section(existing, new))

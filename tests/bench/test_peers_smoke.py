@@ -12,7 +12,17 @@ from pathlib import Path
 import pytest
 
 PEERS = Path(__file__).resolve().parents[2] / "bench" / "peers.py"
-SYSTEMS = ["floor", "bubu", "openai-agents", "google-adk", "langgraph"]
+SYSTEMS = [
+    "floor",
+    "bubu",
+    "openai-agents",
+    "google-adk",
+    "langgraph",
+    "openai-agents-loop",
+    "google-adk-loop",
+    "langgraph-loop",
+    "pydantic-ai-loop",
+]
 KEYS = {
     "system", "steps", "steps_done", "stopped", "step_ms_p50", "step_ms_first10_p50",
     "step_ms_last10_p50", "step_ms_mean", "step_ratio_to_floor", "bytes_per_step",
@@ -78,9 +88,9 @@ def test_writes_its_section_and_plots_and_keeps_the_others(tmp_path: Path) -> No
     # One block per step count, in order, each with its table row per system and its plots.
     assert text.index("### 8 steps") < text.index("### 12 steps") < text.index("## Long session")
     for steps in (8, 12):
-        for name in ("step-time", "storage"):
+        for name in ("step-time", "loop-step-time", "storage"):
             png = img / f"peers-{name}-{steps}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
             assert f"](img/peers-{name}-{steps}.png)" in text
     assert text.count("| raw sqlite3 (the floor) |") == 2
-    assert text.count("| Bubu (engine path) |") == 2
+    assert text.count("| Bubu (its whole engine loop) |") == 2
