@@ -52,7 +52,10 @@ def _project(store: SQLiteStore, info: SessionInfo, provider: Model) -> NextRequ
     blobs = {sha: data for sha in fold.blobs_needed() if (data := store.blob(sha)) is not None}
     tools = tool_specs({**builtin_tools(), "emit": Emit({})}.values())
     prefix = Prefix(
-        model=provider.spec, system=turn.system_prompt or system_prompt(info.workspace), tools=tools
+        model=provider.spec,
+        system=turn.system_prompt or system_prompt(info.workspace),
+        tools=tools,
+        session_id=info.id,
     )
     return build(fold, prefix, ordinal=turn.model_responses, blobs=blobs)
 

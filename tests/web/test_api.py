@@ -297,7 +297,7 @@ def test_the_raw_log_an_event_and_the_context(
     assert sum(ctx["inclusion"].values()) == len(records)
     assert str(crashed.workspace) in ctx["system"]
     assert {"run_command", "write_file", "read_result"} <= {t["name"] for t in ctx["tools"]}
-    assert ctx["messages"][0] == {"role": "user", "text": CRASH_TASK}
+    assert ctx["messages"][0] == {"role": "user", "text": CRASH_TASK, "images": []}
     assert ctx["high_water"] == records[-1].seq
     # Every call the model sees is paired with exactly one result, in the message right after it.
     msgs = ctx["messages"]
