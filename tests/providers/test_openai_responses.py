@@ -130,6 +130,32 @@ def test_a_reasoning_model_asks_for_encrypted_reasoning_at_the_chosen_effort() -
     assert default["include"] == ["reasoning.encrypted_content"]
 
 
+def test_an_organization_refused_summaries_is_asked_again_without_them() -> None:
+    wire = Wire(
+        [
+            status(400, "responses_400_unverified_summary.json"),
+            sse("responses_text.sse"),
+            sse("responses_text.sse"),
+        ]
+    )
+    p = provider(wire, "gpt-5", reasoning_effort="low")
+    response = p.complete(REQUEST, Deltas())
+    assert response.parts  # the answer came, from the second request
+    assert wire.body(0)["reasoning"] == {"summary": "auto", "effort": "low"}
+    assert wire.body(1)["reasoning"] == {"effort": "low"}
+    assert wire.body(1)["include"] == ["reasoning.encrypted_content"]
+    p.complete(REQUEST, Deltas())  # and for the rest of the run
+    assert wire.body(2)["reasoning"] == {"effort": "low"}
+    assert len(wire.requests) == 3
+
+
+def test_another_bad_request_is_not_asked_again() -> None:
+    wire = Wire([status(400, "responses_400_context.json")])
+    with pytest.raises(ProviderError):
+        provider(wire, "gpt-5").complete(REQUEST, Deltas())
+    assert len(wire.requests) == 1
+
+
 def test_the_output_cap_is_omitted_by_default_and_sent_when_set() -> None:
     wire = Wire([sse("responses_text.sse")] * 5)
     provider(wire).complete(REQUEST, Deltas())

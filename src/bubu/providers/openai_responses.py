@@ -383,6 +383,9 @@ class OpenAIResponsesProvider:
         self._base_url = base or OPENAI_URL
         self._effort = check_effort(reasoning_effort)
         self._max_output = max_output_tokens
+        self._summaries = True
+        """Whether reasoning summaries are asked for (an organization OpenAI has not verified
+        is refused them: then the request goes again without, for the rest of the run)."""
         self._context_window = context_window or context_window_for(model)
         stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
         name = "OpenAI" if official else f"the server at {_retry.display_url(base or '')}"
@@ -424,6 +427,15 @@ class OpenAIResponsesProvider:
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Stream one Responses API call; raise ProviderError on any failure."""
+        try:
+            return self._stream(request, on_delta)
+        except ProviderError as e:
+            if not (self._summaries and e.status == 400 and _summaries_refused(str(e))):
+                raise
+            self._summaries = False
+            return self._stream(request, on_delta)
+
+    def _stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         assembler = EventAssembler(self._vendor)
         return _retry.stream_call(
             self._vendor,
@@ -447,7 +459,7 @@ class OpenAIResponsesProvider:
         if tools:
             options["tools"] = tools
         if reasoning_model(self._model) or self._effort is not None:
-            reasoning: dict[str, str] = {"summary": "auto"}
+            reasoning: dict[str, str] = {"summary": "auto"} if self._summaries else {}
             if self._effort is not None:
                 reasoning["effort"] = self._effort
             options["reasoning"] = reasoning
@@ -487,6 +499,13 @@ class OpenAIResponsesProvider:
                 )
             case _:
                 return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
+
+
+def _summaries_refused(message: str) -> bool:
+    """Whether a 400 says the organization may not have reasoning summaries ("Your organization
+    must be verified to generate reasoning summaries …")."""
+    m = message.lower()
+    return "summar" in m and "verif" in m
 
 
 def _field(body: object, key: str) -> str | None:
