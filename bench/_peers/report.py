@@ -313,7 +313,9 @@ libraries included). The per-step plots show the median of each bin of steps, on
 The machine these figures come from is shared with other work and was loaded while they were taken
 (each system's load average is listed under its table; two cores, often a load of several): the
 absolute times are inflated and noisy, so compare systems by their ratios within one run, which
-ran one after the other under the same conditions, rather than across runs.
+ran one after the other under the same conditions, rather than across runs. A loop stopped at the
+time bound is summarized over the steps it reached, its earliest and cheapest, so its median
+understates what the whole task would cost it.
 """
 
 
