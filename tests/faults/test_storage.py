@@ -162,9 +162,12 @@ def test_a_lock_held_at_open_is_a_clear_error(tmp_path: Path, short_busy_timeout
 
 @pytest.mark.slow
 def test_a_lock_held_at_open_through_the_cli(tmp_path: Path) -> None:
-    db, _, _ids = seed(tmp_path, 1)
+    db, _, ids = seed(tmp_path, 1)
     with holding_lock(db, 30):
-        done = bubu(db, "sessions")
+        read = bubu(db, "sessions")  # a reader is not held up by a writer's lock (WAL)
+        done = bubu(db, "dismiss", ids[0])
+    assert read.returncode == 0, read.stderr
+    assert ids[0] in read.stdout
     assert done.returncode == 1
     assert error_line(done.stderr) == (
         f"bubu: error: the database {db} is locked by another process (waited 5000 ms); "

@@ -283,7 +283,8 @@ class Runner:
         staged. `after` names the failpoint reached once they are committed. If that append
         fails, the folds are rebuilt from the log as if the events had never been made.
         """
-        events, _ = redact.scrub(events)  # the folds hold what the log will hold
+        events, _ = redact.scrub(events)  # the folds hold what the log will hold:
+        events = [codec.decode(codec.encode(e)) for e in events]  # as a reader will decode them
         base = self.high_water
         self._fold([Record(seq=base + i, hash="", event=e) for i, e in enumerate(events, 1)])
         self._staged.extend(events)

@@ -193,7 +193,9 @@ class MemoryStore(Store):
             prev = codec.chain(prev, payload)
             seq += 1
             rows.append((seq, kind_of(ev), payload, prev))
-            records.append(Record(seq=seq, hash=prev.hex(), event=ev))
+            # What a reader will decode (canonical key order), not the object given: a fold of
+            # this must equal a fold of the log read back.
+            records.append(Record(seq=seq, hash=prev.hex(), event=codec.decode(payload)))
             last_ms = ev.ts
         for data in req.blobs:
             self.db.blobs.setdefault(codec.sha256_hex(data), bytes(data))

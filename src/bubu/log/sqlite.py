@@ -545,7 +545,9 @@ class SQLiteStore(Store):
             prev = codec.chain(prev, payload)
             seq += 1
             rows.append(((sid << SEQ_BITS) | seq, kind_of(ev), payload, prev))
-            records.append(Record(seq=seq, hash=prev.hex(), event=ev))
+            # What a reader will decode (canonical key order), not the object given: a fold of
+            # this must equal a fold of the log read back.
+            records.append(Record(seq=seq, hash=prev.hex(), event=codec.decode(payload)))
         try:
             db.executemany(_INSERT_SQL, rows)
             marks = [(sid, kind, pos & _SEQ_MASK) for pos, kind, _, _ in rows if kind in _INDEXED]

@@ -299,7 +299,9 @@ class PostgresStore(Store):
             prev = codec.chain(prev, payload)
             seq += 1
             rows.append((seq, kind_of(ev), payload, prev))
-            records.append(Record(seq=seq, hash=prev.hex(), event=ev))
+            # What a reader will decode (canonical key order), not the object given: a fold of
+            # this must equal a fold of the log read back.
+            records.append(Record(seq=seq, hash=prev.hex(), event=codec.decode(payload)))
             last_ts = ev.ts
         # Only a request that staged completely contributes rows to the batch.
         for data in req.blobs:
