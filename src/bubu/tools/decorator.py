@@ -38,6 +38,7 @@ import stat
 import types
 from collections.abc import Callable, Mapping
 from typing import (
+    Annotated,
     Any,
     Generic,
     Never,
@@ -55,7 +56,7 @@ from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
 from bubu.tools.files import atomic_write, file_sha256, locked_path
-from bubu.tools.schema import convert, is_typed, json_schema
+from bubu.tools.schema import convert, is_typed, json_schema, struct_schema
 from bubu.tools.workspace import guard, os_error_text, outside_reason, resolve
 
 P = ParamSpec("P")
@@ -129,8 +130,7 @@ class FunctionTool(Generic[P, R]):
         self._context: str | None = None
         self._defaults: dict[str, JSON] = {}
         hints = get_type_hints(fn, include_extras=True)
-        props: dict[str, JSON] = {}
-        required: list[str] = []
+        fields: list[tuple[str, object] | tuple[str, object, object]] = []
         for p in inspect.signature(fn).parameters.values():
             if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
                 raise TypeError(f"{where}: parameter {p.name} must be a plain or keyword parameter")
@@ -139,28 +139,22 @@ class FunctionTool(Generic[P, R]):
             if _is_context(hints[p.name]):
                 self._context = p.name
                 continue
-            prop = json_schema(hints[p.name], f"{where}, parameter {p.name}")
+            hint = hints[p.name]
+            prop = json_schema(hint, f"{where}, parameter {p.name}")  # TypeError: no JSON form
             if p.name in docs and "description" not in prop:
-                prop["description"] = docs[p.name]
+                hint = Annotated[hint, docs[p.name]]  # the docstring describes it
             if p.default is p.empty:
-                required.append(p.name)
+                fields.append((p.name, hint))
             else:
                 self._defaults[p.name] = p.default
-            props[p.name] = prop
+                fields.append((p.name, hint, p.default))
+        # The arguments as a Struct, like a built-in tool's: the schema and the check both come
+        # from it (`bubu.tools.schema`).
         self._args_type = msgspec.defstruct(
-            f"{self.name}_arguments",
-            [(p, hints[p], self._defaults[p]) if p in self._defaults else (p, hints[p])
-             for p in props],
-            kw_only=True,
-            forbid_unknown_fields=True,
-        )  # fmt: skip
-        self._converted = frozenset(p for p in props if is_typed(hints[p]))
-        self.parameters: dict[str, JSON] = {
-            "type": "object",
-            "properties": props,
-            "required": required,
-            "additionalProperties": False,
-        }
+            f"{self.name}_arguments", fields, kw_only=True, forbid_unknown_fields=True
+        )
+        self._converted = frozenset(f[0] for f in fields if is_typed(f[1]))
+        self.parameters: dict[str, JSON] = struct_schema(self._args_type, where)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the function itself."""
