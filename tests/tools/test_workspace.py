@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
+from typing import Annotated
 
+import msgspec
 import pytest
 
+from bubu.errors import ToolError
 from bubu.tools import ToolContext, builtin_tools
 from bubu.tools.base import JSON, Tool
+from bubu.tools.restore import RestoreFile
+from bubu.tools.schema import Arguments, arguments_schema, convert
 from bubu.tools.workspace import (
     cut_line,
     display,
@@ -71,7 +78,25 @@ BAD_ARGS: list[tuple[str, dict[str, JSON], str]] = [
     ("run_command", {"command": "   "}, "the command is empty"),
     ("read_result", {"handle": 12}, "'handle' must be a string"),
     ("search_result", {"handle": "ab" * 8}, "missing required argument pattern"),
-]
+    # Checked by msgspec against each tool's arguments Struct, nested types and bounds included.
+    ("edit_file", {"path": "a"}, "missing required argument old, new"),
+    ("read_file", {"path": "a", "offset": 1.5}, "argument 'offset' must be an integer, not a number"),
+    ("read_result", {"handle": "ab" * 8, "limit": 0}, "argument 'limit' must be at least 1, not 0"),
+    ("list_files", {"path": None}, "argument 'path' must be a string, not null"),
+    ("grep", {"pattern": "x", "glob": 7}, "argument 'glob' must be a string, not a number"),
+    ("run_command", {"command": "true", "timeout_s": True}, "'timeout_s' must be a number, not a"),
+    ("run_command", {"command": "true", "timeout_s": 0}, "'timeout_s' must be a positive number"),
+    ("run_command", {"command": "true", "timeout_s": float("nan")}, "must be a positive number"),
+    ("remember", {"key": ["k"], "text": "x"}, "argument 'key' must be a string, not an array"),
+    ("recall", {}, "missing required argument query"),
+    ("update_plan", {"items": "write tests"}, "argument 'items' must be an array, not a string"),
+    ("update_plan", {"items": [{"text": "a", "status": "doing"}]},
+     "the plan was not changed: item 1 has the status 'doing'; it must be one of pending"),
+    ("update_plan", {"items": [{"text": "a", "status": "pending", "due": 1}]},
+     "item 1 has the unknown field 'due'"),
+    ("update_plan", {"items": [{"status": "pending"}]}, "item 1 has an empty text"),
+    ("inspect_result", {"handle": "ab" * 8, "page": 2}, "unknown argument 'page'; expected one of handle"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "args", "message"), BAD_ARGS)
@@ -81,6 +106,47 @@ def test_bad_arguments_are_an_error_result_never_an_exception(
     result = tools[name].run(args, ctx, None)
     assert result.is_error
     assert message in result.output
+
+
+def test_restore_file_checks_its_arguments_like_every_tool(ctx: ToolContext) -> None:
+    restore = RestoreFile(lambda sha: None)
+    for args, message in [
+        ({"path": "a", "sha256": None}, "argument 'sha256' must be a string, not null"),
+        ({"path": "a", "expect": 1}, "argument 'expect' must be a string, not a number"),
+        ({"sha256": "ab"}, "missing required argument path"),
+    ]:
+        with pytest.raises(ToolError, match=re.escape(message)):
+            restore.prepare(args, ctx)
+        result = restore.run(args, ctx, None)
+        assert result.is_error
+        assert message in result.output
+
+
+def test_an_argument_that_may_be_left_out_is_not_nullable_in_the_schema() -> None:
+    class Probe(Arguments):
+        need: Annotated[int, msgspec.Meta(ge=1), "Needed."]
+        maybe: Annotated[str | msgspec.UnsetType, "Left out or a string."] = msgspec.UNSET
+        either: str | None = None
+
+    assert json.dumps(arguments_schema(Probe, "probe")) == json.dumps({
+        "type": "object",
+        "properties": {
+            "need": {"type": "integer", "description": "Needed."},
+            "maybe": {"type": "string", "description": "Left out or a string."},
+            "either": {"type": ["string", "null"]},
+        },
+        "required": ["need"],
+        "additionalProperties": False,
+    })  # fmt: skip
+    schema = arguments_schema(Probe, "probe")
+    assert convert({"need": 2}, Probe, schema).maybe is msgspec.UNSET
+    assert convert({"need": 2, "either": None}, Probe, schema).either is None
+    with pytest.raises(ToolError, match="argument 'maybe' must be a string, not null"):
+        convert({"need": 2, "maybe": None}, Probe, schema)
+    with pytest.raises(ToolError, match="argument 'need' must be at least 1, not 0"):
+        convert({"need": 0}, Probe, schema)
+    with pytest.raises(ToolError, match="the arguments must be a JSON object"):
+        convert(["need"], Probe, schema)
 
 
 def test_a_path_resolves_inside_the_workspace(ws: Path, ctx: ToolContext) -> None:

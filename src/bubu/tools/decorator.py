@@ -4,9 +4,11 @@ The JSON schema of the arguments comes from the type hints (str, int, float, boo
 dict[str, …], Literal[…], an Enum, a `msgspec.Struct` of such fields, Optional[…],
 Annotated[T, "description"]); a parameter with a default is optional. Arguments are validated by
 msgspec against those same types, nested ones included (a list of Structs, an optional field, an
-Enum), and a call that does not fit gets one sentence naming the argument at fault; a Struct or
-an Enum parameter receives the converted value; the docstring is the description, and an ``Args:`` section describes each parameter. A
-parameter annotated `ToolContext` receives the call's context and is not shown to the model.
+Enum), and a call that does not fit gets one sentence naming the argument at fault
+(`bubu.tools.schema`, which the built-in tools use too); a Struct or an Enum parameter receives
+the converted value; the docstring is the description, and an ``Args:`` section describes each
+parameter. A parameter annotated `ToolContext` receives the call's context and is not shown to
+the model.
 
 The effect class has no default: it decides what recovery may do after a crash (DESIGN §4), so
 the author must say it. A provable write also declares its `target` (the path, from the arguments)
@@ -27,7 +29,6 @@ writes the declared content itself, atomically. A function that writes the file 
 from __future__ import annotations
 
 import asyncio
-import enum
 import hashlib
 import inspect
 import json
@@ -40,7 +41,6 @@ from typing import (
     Annotated,
     Any,
     Generic,
-    Literal,
     Never,
     ParamSpec,
     TypeVar,
@@ -56,6 +56,7 @@ from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
 from bubu.tools.files import atomic_write, file_sha256, locked_path
+from bubu.tools.schema import convert, is_typed, json_schema, struct_schema
 from bubu.tools.workspace import guard, os_error_text, outside_reason, resolve
 
 P = ParamSpec("P")
@@ -70,76 +71,8 @@ NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _PARAM = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 """A parameter line of an Args section: ``name (type): text``."""
 
-_SCALARS: Mapping[object, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
-
-# ---- the schema ---------------------------------------------------------------------------------
-
-
-def json_schema(hint: object, where: str) -> dict[str, JSON]:
-    """The JSON schema of a type hint; TypeError for a type that has no JSON form."""
-    origin, args = get_origin(hint), get_args(hint)
-    if hint in _SCALARS:
-        return {"type": _SCALARS[hint]}
-    if origin is Annotated:
-        inner = json_schema(args[0], where)
-        notes = [a for a in args[1:] if isinstance(a, str)]
-        return {**inner, "description": " ".join(notes)} if notes else inner
-    if hint is list or origin is list:
-        return (
-            {"type": "array", "items": json_schema(args[0], where)} if args else {"type": "array"}
-        )
-    if hint is dict or origin is dict:
-        if args and args[0] is not str:
-            raise TypeError(f"{where}: JSON object keys are strings; use dict[str, …]")
-        out: dict[str, JSON] = {"type": "object"}
-        if args:
-            out["additionalProperties"] = json_schema(args[1], where)
-        return out
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return json_schema(Literal[tuple(m.value for m in hint)], where)
-    if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
-        return _struct_schema(hint, where)
-    if origin is Literal:
-        kinds = {_SCALARS.get(type(a)) for a in args}
-        if None in kinds:
-            raise TypeError(f"{where}: Literal values must be str, int, float or bool")
-        values: dict[str, JSON] = {"enum": list(args)}
-        return {"type": kinds.pop(), **values} if len(kinds) == 1 else values
-    if origin is Union or origin is types.UnionType:
-        options = [a for a in args if a is not type(None)]
-        schemas = [json_schema(a, where) for a in options]
-        if len(options) < len(args):  # Optional: also null
-            schemas.append({"type": "null"})
-        if all(set(s) == {"type"} and isinstance(s["type"], str) for s in schemas):
-            return {"type": [s["type"] for s in schemas]}
-        return {"anyOf": schemas}
-    raise TypeError(
-        f"{where}: the type {hint!r} has no JSON form; use str, int, float, bool, list, dict, "
-        "Literal or Optional of those"
-    )
-
-
-def _struct_schema(hint: type[msgspec.Struct], where: str) -> dict[str, JSON]:
-    """An object schema from a msgspec Struct: its fields, those without a default required."""
-    hints = get_type_hints(hint, include_extras=True)
-    props: dict[str, JSON] = {}
-    required: list[str] = []
-    for f in msgspec.structs.fields(hint):
-        props[f.encode_name] = json_schema(hints[f.name], f"{where}, field {f.name}")
-        if f.required:
-            required.append(f.encode_name)
-    # Closed when the Struct refuses unknown fields, as validation then does.
-    closed = hint.__struct_config__.forbid_unknown_fields
-    return {"type": "object", "properties": props, "required": required,
-            "additionalProperties": not closed}  # fmt: skip
-
-
-def _typed(hint: object) -> bool:
-    """Whether a value of this hint is more than its JSON (a Struct or an Enum, at any depth)."""
-    if isinstance(hint, type) and issubclass(hint, enum.Enum | msgspec.Struct):
-        return True
-    return any(_typed(a) for a in get_args(hint) if not isinstance(a, str))
+# ---- the docstring ------------------------------------------------------------------------------
 
 
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
@@ -166,59 +99,6 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
             continue
         keep.append(line)
     return "\n".join(keep).strip(), params
-
-
-# ---- argument checks ----------------------------------------------------------------------------
-
-_NAMES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
-          "array": "array", "object": "object", "null": "null"}  # fmt: skip
-_EXPECTED = re.compile(r"^Expected `([^`]*)`, got `([^`]*)`")
-_AT = re.compile(r"^(.*) - at `\$\.?([^`]*)`$")
-
-
-def _type_words(spec: str) -> str:
-    """msgspec's `int | null` as the words the schema uses: `integer or null`."""
-    return " or ".join(_NAMES.get(t.strip(), t.strip()) for t in spec.split("|"))
-
-
-def _validation_text(
-    error: msgspec.ValidationError,
-    props: Mapping[str, Mapping[str, JSON]],
-    args: Mapping[str, JSON],
-) -> str:
-    """One short sentence for the model from msgspec's error, naming the argument at fault."""
-    text = str(error)
-    if m := re.match(r"^Object missing required field `([^`]*)`$", text):
-        return f"missing required argument {m.group(1)}"
-    if m := re.match(r"^Object contains unknown field `([^`]*)`$", text):
-        return f"unknown argument {m.group(1)!r}; expected one of {', '.join(props)}"
-    m = _AT.match(text)
-    if m is None:
-        return f"the arguments do not fit the schema: {text}"
-    detail, path = m.groups()
-    key = re.split(r"[.\[]", path, maxsplit=1)[0]
-    if key not in props:
-        return f"argument {path}: {detail}"
-    shown = json.dumps(args.get(key), ensure_ascii=False, default=str)[:80]
-    head = f"argument {key!r} must be {_describe(props[key])}, not {shown}"
-    if path == key:
-        return head
-    if e := _EXPECTED.match(detail):
-        detail = f"expected {_type_words(e.group(1))}, got {_type_words(e.group(2))}"
-    elif detail.startswith("Object missing required field"):
-        detail = "missing field " + detail.rsplit(" ", 1)[-1].strip("`")
-    elif detail.startswith("Object contains unknown field"):
-        detail = "unknown field " + detail.rsplit(" ", 1)[-1].strip("`")
-    return f"{head} ({path}: {detail[:1].lower()}{detail[1:]})"
-
-
-def _describe(schema: Mapping[str, JSON]) -> str:
-    if "enum" in schema:
-        return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
-    if "anyOf" in schema:
-        return " or ".join(_describe(s) for s in schema["anyOf"])
-    wanted = schema.get("type", "any value")
-    return " or ".join(wanted) if isinstance(wanted, list) else str(wanted)
 
 
 # ---- the tool -----------------------------------------------------------------------------------
@@ -250,8 +130,7 @@ class FunctionTool(Generic[P, R]):
         self._context: str | None = None
         self._defaults: dict[str, JSON] = {}
         hints = get_type_hints(fn, include_extras=True)
-        props: dict[str, JSON] = {}
-        required: list[str] = []
+        fields: list[tuple[str, object] | tuple[str, object, object]] = []
         for p in inspect.signature(fn).parameters.values():
             if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
                 raise TypeError(f"{where}: parameter {p.name} must be a plain or keyword parameter")
@@ -260,28 +139,22 @@ class FunctionTool(Generic[P, R]):
             if _is_context(hints[p.name]):
                 self._context = p.name
                 continue
-            prop = json_schema(hints[p.name], f"{where}, parameter {p.name}")
+            hint = hints[p.name]
+            prop = json_schema(hint, f"{where}, parameter {p.name}")  # TypeError: no JSON form
             if p.name in docs and "description" not in prop:
-                prop["description"] = docs[p.name]
+                hint = Annotated[hint, docs[p.name]]  # the docstring describes it
             if p.default is p.empty:
-                required.append(p.name)
+                fields.append((p.name, hint))
             else:
                 self._defaults[p.name] = p.default
-            props[p.name] = prop
+                fields.append((p.name, hint, p.default))
+        # The arguments as a Struct, like a built-in tool's: the schema and the check both come
+        # from it (`bubu.tools.schema`).
         self._args_type = msgspec.defstruct(
-            f"{self.name}_arguments",
-            [(p, hints[p], self._defaults[p]) if p in self._defaults else (p, hints[p])
-             for p in props],
-            kw_only=True,
-            forbid_unknown_fields=True,
-        )  # fmt: skip
-        self._converted = frozenset(p for p in props if _typed(hints[p]))
-        self.parameters: dict[str, JSON] = {
-            "type": "object",
-            "properties": props,
-            "required": required,
-            "additionalProperties": False,
-        }
+            f"{self.name}_arguments", fields, kw_only=True, forbid_unknown_fields=True
+        )
+        self._converted = frozenset(f[0] for f in fields if is_typed(f[1]))
+        self.parameters: dict[str, JSON] = struct_schema(self._args_type, where)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the function itself."""
@@ -367,13 +240,7 @@ class FunctionTool(Generic[P, R]):
 
     def _convert(self, args: Mapping[str, JSON]) -> msgspec.Struct:
         """The arguments as the parameter types (msgspec, strict: no coercion of strings)."""
-        if not isinstance(args, Mapping):
-            raise ToolError("the arguments must be a JSON object")
-        props: Mapping[str, Mapping[str, JSON]] = self.parameters["properties"]
-        try:
-            return msgspec.convert(dict(args), type=self._args_type, strict=True)
-        except msgspec.ValidationError as e:
-            raise ToolError(_validation_text(e, props, args)) from e
+        return convert(args, self._args_type, self.parameters)
 
     def _call(self, checked: Mapping[str, JSON], ctx: ToolContext) -> object:
         kwargs = dict(checked)

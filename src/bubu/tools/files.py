@@ -21,15 +21,17 @@ import re
 import secrets
 import stat
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Annotated, BinaryIO, TypeVar
+
+from msgspec import Meta
 
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
 from bubu.tools.guard import Escape, Located, Root, fsync_dir, locate, open_beneath
+from bubu.tools.schema import Arguments
 from bubu.tools.workspace import (
     SNIFF_BYTES,
-    Args,
     BuiltinTool,
     Target,
     beneath,
@@ -37,7 +39,6 @@ from bubu.tools.workspace import (
     is_binary,
     iter_lines,
     os_error_text,
-    schema,
 )
 from bubu.tools.writelock import write_lock
 
@@ -134,7 +135,19 @@ def remove_stray_temp_files(workspace: str, path: str) -> None:
 # ---- read_file ----------------------------------------------------------------------------------
 
 
-class ReadFile(BuiltinTool):
+FilePath = Annotated[str, "File path, relative to the workspace."]
+Line = Annotated[int, Meta(ge=1)]
+
+
+class ReadFileArgs(Arguments):
+    """The arguments of read_file."""
+
+    path: FilePath
+    offset: Annotated[Line, "First line to show, 1-based."] = 1
+    limit: Annotated[Line, "How many lines to show."] = READ_LIMIT
+
+
+class ReadFile(BuiltinTool[ReadFileArgs]):
     """read_file{path, offset?, limit?}: numbered lines of a text file."""
 
     name = "read_file"
@@ -146,19 +159,12 @@ class ReadFile(BuiltinTool):
         "PNG, JPEG, GIF and WebP images are shown as images to models that see them. "
         "When the file is longer than one read, the result says which offset to read next."
     )
-    parameters = schema(
-        {
-            "path": {"type": "string", "description": "File path, relative to the workspace."},
-            "offset": {"type": "integer", "description": "First line to show, 1-based."},
-            "limit": {"type": "integer", "description": "How many lines to show."},
-        },
-        ["path"],
-    )
+    arguments = ReadFileArgs
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        raw = args.text("path")
-        offset = args.integer("offset", 1, minimum=1)
-        limit = args.integer("limit", READ_LIMIT, minimum=1)
+    def execute(
+        self, args: ReadFileArgs, ctx: ToolContext, intent: WriteIntent | None
+    ) -> ToolResult:
+        raw, offset, limit = args.path, args.offset, args.limit
         with beneath(ctx, raw) as t:
             try:
                 fd = open_beneath(t.root, t.rel, os.O_RDONLY | os.O_NONBLOCK)
@@ -420,16 +426,24 @@ def _current_at(raw: str, dir_fd: int, name: str) -> tuple[str | None, os.stat_r
     return hashlib.sha256(data).hexdigest(), st
 
 
-class _Write(BuiltinTool):
+class WriteArgs(Arguments):
+    """What the arguments of write_file and edit_file share: the file."""
+
+    path: FilePath
+
+
+W = TypeVar("W", bound=WriteArgs)
+
+
+class _Write(BuiltinTool[W]):
     """What write_file and edit_file share: performing a prepared intent."""
 
     effect: EffectClass = "provable_write"
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+    def execute(self, args: W, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
         if intent is None:
-            intent = self.prepare(dict(args.values), ctx)
-            assert intent is not None
-        raw = args.text("path")
+            intent = self._planned(args, ctx)
+        raw = args.path
         # Resolved again at write time, beneath the workspace: the path may have been swapped for
         # a symlink since prepare, and the directory found now is the one written through.
         with beneath(ctx, raw) as t, locate(t.root, t.rel, create=True) as loc:
@@ -460,12 +474,15 @@ class _Write(BuiltinTool):
 
     def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
         """What the write will do, with the file's hash now and after; ToolError if it cannot."""
+        return self._planned(self.check(args), ctx)
+
+    def _planned(self, args: W, ctx: ToolContext) -> WriteIntent:
         try:
-            return self.plan(Args.check(self.parameters, args), ctx)
+            return self.plan(args, ctx)
         except OSError as err:
             raise ToolError(os_error_text(err)) from err
 
-    def plan(self, args: Args, ctx: ToolContext) -> WriteIntent:
+    def plan(self, args: W, ctx: ToolContext) -> WriteIntent:
         """Compute the intent from checked arguments."""
         raise NotImplementedError
 
@@ -479,7 +496,13 @@ def _size(data: bytes) -> str:
     return f"{len(data):,} bytes, {lines:,} {'line' if lines == 1 else 'lines'}"
 
 
-class WriteFile(_Write):
+class WriteFileArgs(WriteArgs):
+    """The arguments of write_file."""
+
+    content: Annotated[str, "The whole new content of the file."]
+
+
+class WriteFile(_Write[WriteFileArgs]):
     """write_file{path, content}: create or replace a file."""
 
     name = "write_file"
@@ -488,20 +511,14 @@ class WriteFile(_Write):
         "directories if needed and replacing it whole if it exists. For small changes to an "
         "existing file prefer edit_file."
     )
-    parameters = schema(
-        {
-            "path": {"type": "string", "description": "File path, relative to the workspace."},
-            "content": {"type": "string", "description": "The whole new content of the file."},
-        },
-        ["path", "content"],
-    )
+    arguments = WriteFileArgs
 
-    def plan(self, args: Args, ctx: ToolContext) -> WriteIntent:
+    def plan(self, args: WriteFileArgs, ctx: ToolContext) -> WriteIntent:
         """Resolve the target and hash it as it is now and as it will be."""
-        raw = args.text("path")
+        raw = args.path
         with beneath(ctx, raw) as t:
             before = _read_current(raw, t)
-            return _intent(t.path, before, _encode(args.text("content")))
+            return _intent(t.path, before, _encode(args.content))
 
     def summary(self, raw: str, intent: WriteIntent) -> str:
         verb = "created" if intent.before_sha256 is None else "replaced"
@@ -517,7 +534,17 @@ def _encode(text: str) -> bytes:
         ) from err
 
 
-class EditFile(_Write):
+class EditFileArgs(WriteArgs):
+    """The arguments of edit_file."""
+
+    old: Annotated[str, "The exact text to replace."]
+    new: Annotated[str, "The text to put in its place."]
+    replace_all: Annotated[
+        bool, "Replace every occurrence instead of exactly one (default false)."
+    ] = False
+
+
+class EditFile(_Write[EditFileArgs]):
     """edit_file{path, old, new, replace_all?}: replace exact text in a file."""
 
     name = "edit_file"
@@ -526,23 +553,12 @@ class EditFile(_Write):
         "exactly once (include surrounding lines to make it unique) unless `replace_all` is true, "
         "which replaces every occurrence. Whitespace and indentation must match the file."
     )
-    parameters = schema(
-        {
-            "path": {"type": "string", "description": "File path, relative to the workspace."},
-            "old": {"type": "string", "description": "The exact text to replace."},
-            "new": {"type": "string", "description": "The text to put in its place."},
-            "replace_all": {
-                "type": "boolean",
-                "description": "Replace every occurrence instead of exactly one (default false).",
-            },
-        },
-        ["path", "old", "new"],
-    )
+    arguments = EditFileArgs
 
-    def plan(self, args: Args, ctx: ToolContext) -> WriteIntent:
+    def plan(self, args: EditFileArgs, ctx: ToolContext) -> WriteIntent:
         """Apply the edit in memory; raise ToolError when `old` is absent or ambiguous."""
-        raw = args.text("path")
-        old, new = _encode(args.text("old")), _encode(args.text("new"))
+        raw = args.path
+        old, new = _encode(args.old), _encode(args.new)
         if not old:
             raise ToolError("old is empty; give the exact text to replace, or use write_file")
         if old == new:
@@ -558,7 +574,7 @@ class EditFile(_Write):
                 f"old was not found in {raw}; read the file and copy the text exactly, "
                 "whitespace included"
             )
-        if found > 1 and not args.flag("replace_all", False):
+        if found > 1 and not args.replace_all:
             raise ToolError(
                 f"old was found {found} times in {raw}; include more surrounding text to make it "
                 "unique, or set replace_all to true"

@@ -11,8 +11,9 @@ from typing import Literal
 
 from bubu.events import EffectClass
 from bubu.tools.base import ToolContext, ToolResult, WriteIntent
-from bubu.tools.results import _blob, _handle, line_count
-from bubu.tools.workspace import Args, BuiltinTool, decode, schema
+from bubu.tools.results import Handle, _blob, _handle, line_count
+from bubu.tools.schema import Arguments
+from bubu.tools.workspace import BuiltinTool, decode
 
 Format = Literal["empty", "binary", "json", "jsonl", "csv", "log", "text"]
 
@@ -109,7 +110,13 @@ def describe(data: bytes) -> list[str]:
     return out
 
 
-class InspectResult(BuiltinTool):
+class InspectResultArgs(Arguments):
+    """The arguments of inspect_result."""
+
+    handle: Handle
+
+
+class InspectResult(BuiltinTool[InspectResultArgs]):
     """inspect_result{handle}: the structure of an offloaded result."""
 
     name = "inspect_result"
@@ -121,13 +128,12 @@ class InspectResult(BuiltinTool):
         "top-level keys and array lengths, for logs the number of lines per level. `handle` is "
         "the sha-256 shown in the placeholder (at least its first 12 hex digits)."
     )
-    parameters = schema(
-        {"handle": {"type": "string", "description": "The result's sha-256 or its prefix."}},
-        ["handle"],
-    )
+    arguments = InspectResultArgs
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        handle = _handle(args.text("handle"))
+    def execute(
+        self, args: InspectResultArgs, ctx: ToolContext, intent: WriteIntent | None
+    ) -> ToolResult:
+        handle = _handle(args.handle)
         data = _blob(ctx, handle)
         lines = [f"result {handle}:", *describe(data)]
         lines.append(

@@ -11,6 +11,9 @@ re-running it after a crash is provably safe: it is declared read-only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.projections.memory import (
@@ -25,7 +28,8 @@ from bubu.projections.memory import (
     text_sha256,
 )
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
-from bubu.tools.workspace import Args, BuiltinTool, schema
+from bubu.tools.schema import Arguments
+from bubu.tools.workspace import BuiltinTool
 
 MAX_KEY = 100
 """The longest key, in characters."""
@@ -67,7 +71,14 @@ def _text(raw: str) -> str:
     return raw
 
 
-class Remember(BuiltinTool):
+class RememberArgs(Arguments):
+    """The arguments of remember."""
+
+    key: Annotated[str, "A short name, e.g. 'test-command'."]
+    text: Annotated[str, f"The note (at most {MAX_TEXT} chars)."]
+
+
+class Remember(BuiltinTool[RememberArgs]):
     """remember{key, text}: keep a note for later sessions of this workspace."""
 
     name = "remember"
@@ -79,18 +90,12 @@ class Remember(BuiltinTool):
         "replaces its text, and the same key and text again changes nothing. Find notes with "
         "recall."
     )
-    parameters = schema(
-        {
-            "key": {"type": "string", "description": "A short name, e.g. 'test-command'."},
-            "text": {"type": "string", "description": f"The note (at most {MAX_TEXT} chars)."},
-        },
-        ["key", "text"],
-    )
+    arguments = RememberArgs
 
     def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
         """The note's hash now and the hash of the new text, recorded before the write."""
-        checked = Args.check(self.parameters, args)
-        key, text = _key(checked.text("key")), _text(checked.text("text"))
+        checked = self.check(args)
+        key, text = _key(checked.key), _text(checked.text)
         return WriteIntent(
             path=MEMORY_PREFIX + key,
             before_sha256=note_hash(_notes(ctx), key),
@@ -98,8 +103,10 @@ class Remember(BuiltinTool):
             content=text.encode("utf-8", "surrogatepass"),
         )
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        key, text = _key(args.text("key")), _text(args.text("text"))
+    def execute(
+        self, args: RememberArgs, ctx: ToolContext, intent: WriteIntent | None
+    ) -> ToolResult:
+        key, text = _key(args.key), _text(args.text)
         notes = _notes(ctx)
         now = note_hash(notes, key)
         if now == text_sha256(text):
@@ -113,7 +120,13 @@ class Remember(BuiltinTool):
         return ToolResult(output=f"{verb} {key!r} for later sessions of this workspace.")
 
 
-class Recall(BuiltinTool):
+class RecallArgs(Arguments):
+    """The arguments of recall."""
+
+    query: Annotated[str, "Words to look for; '' lists all notes."]
+
+
+class Recall(BuiltinTool[RecallArgs]):
     """recall{query}: the notes of this workspace that match a query."""
 
     name = "recall"
@@ -124,13 +137,10 @@ class Recall(BuiltinTool):
         "of `query` against each note's key and text (simple term matching, case-insensitive); "
         f"best matches first, at most {RECALL_NOTES}. An empty query lists every note."
     )
-    parameters = schema(
-        {"query": {"type": "string", "description": "Words to look for; '' lists all notes."}},
-        ["query"],
-    )
+    arguments = RecallArgs
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        query = args.text("query")
+    def execute(self, args: RecallArgs, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+        query = args.query
         notes = _notes(ctx)
         found = search(notes, query)
         if not found:
@@ -153,7 +163,20 @@ class Recall(BuiltinTool):
         return ToolResult(output="\n".join(lines))
 
 
-class UpdatePlan(BuiltinTool):
+class PlanStep(Arguments):
+    """One step of a plan."""
+
+    text: str
+    status: Literal["pending", "in_progress", "completed"]
+
+
+class UpdatePlanArgs(Arguments):
+    """The arguments of update_plan."""
+
+    items: Annotated[list[PlanStep], "Every step of the plan, in order."]
+
+
+class UpdatePlan(BuiltinTool[UpdatePlanArgs]):
     """update_plan{items}: replace the plan of this task."""
 
     name = "update_plan"
@@ -164,30 +187,22 @@ class UpdatePlan(BuiltinTool):
         "status (pending, in_progress or completed). The newest plan is shown to the user and "
         "kept across compaction."
     )
-    parameters = schema(
-        {
-            "items": {
-                "type": "array",
-                "description": "Every step of the plan, in order.",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "text": {"type": "string"},
-                        "status": {
-                            "type": "string",
-                            "enum": ["pending", "in_progress", "completed"],
-                        },
-                    },
-                    "required": ["text", "status"],
-                    "additionalProperties": False,
-                },
-            }
-        },
-        ["items"],
-    )
+    arguments = UpdatePlanArgs
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        items = plan_items(args.values.get("items"))
+    def check(self, args: object) -> UpdatePlanArgs:
+        """The plan's own words for a bad step ("item 2 has the status 'doing'; …"), which say
+        more than the schema's; then the schema check."""
+        raw = args.get("items") if isinstance(args, Mapping) else None
+        if isinstance(raw, list):
+            items = plan_items(raw)
+            if isinstance(items, str):
+                raise ToolError(f"the plan was not changed: {items}")
+        return super().check(args)
+
+    def execute(
+        self, args: UpdatePlanArgs, ctx: ToolContext, intent: WriteIntent | None
+    ) -> ToolResult:
+        items = plan_items([{"text": s.text, "status": s.status} for s in args.items])
         if isinstance(items, str):
             raise ToolError(f"the plan was not changed: {items}")
         if len(items) > MAX_PLAN_ITEMS:

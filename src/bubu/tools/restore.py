@@ -16,15 +16,19 @@ import errno
 import hashlib
 import os
 from collections.abc import Callable
+from typing import Annotated
+
+from msgspec import UNSET, UnsetType
 
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.projections.recovery import DELETED
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
-from bubu.tools.files import _current_at, _read_current, atomic_write_at
+from bubu.tools.files import FilePath, _current_at, _read_current, atomic_write_at
 from bubu.tools.guard import fsync_dir, locate
 from bubu.tools.protected import protected_reason
-from bubu.tools.workspace import Args, BuiltinTool, beneath, os_error_text, schema
+from bubu.tools.schema import Arguments, given
+from bubu.tools.workspace import BuiltinTool, beneath, os_error_text
 from bubu.tools.writelock import write_lock
 
 NAME = "restore_file"
@@ -32,7 +36,19 @@ ABSENT = "absent"
 """The `expect` of a file that did not exist when the rewind was previewed."""
 
 
-class RestoreFile(BuiltinTool):
+class RestoreFileArgs(Arguments):
+    """The arguments of restore_file; without `sha256` the file is deleted."""
+
+    path: FilePath
+    sha256: Annotated[str | UnsetType, "The stored content to put back."] = UNSET
+    expect: Annotated[
+        str | UnsetType,
+        f"The file's sha-256 when the rewind was previewed ({ABSENT!r}: "
+        "no file); a file that differs now is not touched.",
+    ] = UNSET
+
+
+class RestoreFile(BuiltinTool[RestoreFileArgs]):
     """restore_file{path, sha256?}: put a file back as it was (see the module docstring)."""
 
     name = NAME
@@ -41,18 +57,7 @@ class RestoreFile(BuiltinTool):
         "Put a file of the workspace back to the content stored under `sha256`, or delete it "
         "when no sha256 is given. Used by a rewind."
     )
-    parameters = schema(
-        {
-            "path": {"type": "string", "description": "File path, relative to the workspace."},
-            "sha256": {"type": "string", "description": "The stored content to put back."},
-            "expect": {
-                "type": "string",
-                "description": f"The file's sha-256 when the rewind was previewed ({ABSENT!r}: "
-                "no file); a file that differs now is not touched.",
-            },
-        },
-        ["path"],
-    )
+    arguments = RestoreFileArgs
 
     def __init__(self, blob: Callable[[str], bytes | None]) -> None:
         self._blob = blob
@@ -63,13 +68,16 @@ class RestoreFile(BuiltinTool):
 
     def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
         """The file's hash now and the one it will have; ToolError when it cannot be restored."""
+        return self._planned(self.check(args), ctx)
+
+    def _planned(self, args: RestoreFileArgs, ctx: ToolContext) -> WriteIntent:
         try:
-            return self._plan(Args.check(self.parameters, args), ctx)
+            return self._plan(args, ctx)
         except OSError as err:
             raise ToolError(os_error_text(err)) from err
 
-    def _plan(self, args: Args, ctx: ToolContext) -> WriteIntent:
-        raw, sha = args.text("path"), args.opt_text("sha256")
+    def _plan(self, args: RestoreFileArgs, ctx: ToolContext) -> WriteIntent:
+        raw, sha = args.path, given(args.sha256)
         with beneath(ctx, raw) as t:
             if not t.inside:
                 raise ToolError(f"{raw} is outside the workspace; a rewind restores none there")
@@ -79,7 +87,7 @@ class RestoreFile(BuiltinTool):
             before = _read_current(raw, t)
             path = t.path
         now = ABSENT if before is None else hashlib.sha256(before).hexdigest()
-        expect = args.opt_text("expect")
+        expect = given(args.expect)
         if expect is not None and now != expect:
             raise ToolError(f"{raw} changed since the rewind's preview; it was not touched")
         content = b""
@@ -98,12 +106,13 @@ class RestoreFile(BuiltinTool):
             before=before,
         )
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+    def execute(
+        self, args: RestoreFileArgs, ctx: ToolContext, intent: WriteIntent | None
+    ) -> ToolResult:
         """Perform the prepared restore (or deletion), exactly as prepared, or nothing."""
         if intent is None:
-            intent = self.prepare(dict(args.values), ctx)
-            assert intent is not None
-        raw = args.text("path")
+            intent = self._planned(args, ctx)
+        raw = args.path
         delete = intent.after_sha256 == DELETED
         with beneath(ctx, raw) as t:
             try:

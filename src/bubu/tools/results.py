@@ -12,11 +12,15 @@ from __future__ import annotations
 import io
 import re
 import string
+from typing import Annotated
+
+from msgspec import Meta
 
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import ToolContext, ToolResult, WriteIntent
-from bubu.tools.workspace import Args, BuiltinTool, cut_line, decode, iter_lines, schema
+from bubu.tools.schema import Arguments
+from bubu.tools.workspace import BuiltinTool, cut_line, decode, iter_lines
 
 PAGE_LINES = 200
 """Lines read_result shows when no limit is given."""
@@ -74,7 +78,19 @@ def _line_start(data: bytes, line: int) -> int:
     return pos
 
 
-class ReadResult(BuiltinTool):
+Handle = Annotated[str, "The result's sha-256 or its prefix."]
+Line = Annotated[int, Meta(ge=1)]
+
+
+class ReadResultArgs(Arguments):
+    """The arguments of read_result."""
+
+    handle: Handle
+    offset: Annotated[Line, "First line to show, 1-based."] = 1
+    limit: Annotated[Line, "How many lines to show."] = PAGE_LINES
+
+
+class ReadResult(BuiltinTool[ReadResultArgs]):
     """read_result{handle, offset?, limit?}: a page of numbered lines of an offloaded result."""
 
     name = "read_result"
@@ -87,19 +103,13 @@ class ReadResult(BuiltinTool):
         f"Pages are at most {PAGE_BYTES:,} bytes; each says which lines it holds and how to "
         "get the next."
     )
-    parameters = schema(
-        {
-            "handle": {"type": "string", "description": "The result's sha-256 or its prefix."},
-            "offset": {"type": "integer", "description": "First line to show, 1-based."},
-            "limit": {"type": "integer", "description": "How many lines to show."},
-        },
-        ["handle"],
-    )
+    arguments = ReadResultArgs
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        handle = _handle(args.text("handle"))
-        offset = args.integer("offset", 1, minimum=1)
-        limit = args.integer("limit", PAGE_LINES, minimum=1)
+    def execute(
+        self, args: ReadResultArgs, ctx: ToolContext, intent: WriteIntent | None
+    ) -> ToolResult:
+        handle = _handle(args.handle)
+        offset, limit = args.offset, args.limit
         data = _blob(ctx, handle)
         total = line_count(data)
         if total == 0:
@@ -130,7 +140,14 @@ class ReadResult(BuiltinTool):
         return ToolResult(output="\n".join([header, *shown, footer]))
 
 
-class SearchResult(BuiltinTool):
+class SearchResultArgs(Arguments):
+    """The arguments of search_result."""
+
+    handle: Handle
+    pattern: Annotated[str, "Python regular expression."]
+
+
+class SearchResult(BuiltinTool[SearchResultArgs]):
     """search_result{handle, pattern}: the lines of an offloaded result that match a regex."""
 
     name = "search_result"
@@ -142,17 +159,13 @@ class SearchResult(BuiltinTool):
         f"{SEARCH_MAX_MATCHES}; all are counted); read around one with read_result and its line "
         "number as offset."
     )
-    parameters = schema(
-        {
-            "handle": {"type": "string", "description": "The result's sha-256 or its prefix."},
-            "pattern": {"type": "string", "description": "Python regular expression."},
-        },
-        ["handle", "pattern"],
-    )
+    arguments = SearchResultArgs
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        handle = _handle(args.text("handle"))
-        pattern = args.text("pattern")
+    def execute(
+        self, args: SearchResultArgs, ctx: ToolContext, intent: WriteIntent | None
+    ) -> ToolResult:
+        handle = _handle(args.handle)
+        pattern = args.pattern
         try:
             regex = re.compile(pattern)
         except re.error as err:

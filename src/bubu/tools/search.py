@@ -14,23 +14,25 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Annotated
+
+from msgspec import UNSET, UnsetType
 
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import ToolContext, ToolResult, WriteIntent
 from bubu.tools.guard import Escape, is_regular, locate, open_beneath
 from bubu.tools.guard import walk_files as walk_beneath
+from bubu.tools.schema import Arguments, given
 from bubu.tools.workspace import (
     JUNK_DIRS,
     SNIFF_BYTES,
-    Args,
     BuiltinTool,
     Target,
     beneath,
     decode,
     is_binary,
     iter_lines,
-    schema,
 )
 
 LIST_MAX = 1000
@@ -182,7 +184,14 @@ def _existing(ctx: ToolContext, raw: str | None) -> Iterator[Target]:
         yield t
 
 
-class ListFiles(BuiltinTool):
+class ListFilesArgs(Arguments):
+    """The arguments of list_files; without `path`, the whole workspace."""
+
+    pattern: Annotated[str | UnsetType, "Glob, e.g. `*.py` or `src/**/test_*`."] = UNSET
+    path: Annotated[str | UnsetType, "Directory to list, relative to workspace."] = UNSET
+
+
+class ListFiles(BuiltinTool[ListFilesArgs]):
     """list_files{pattern?, path?}: the files of the workspace that match a glob, sorted."""
 
     name = "list_files"
@@ -194,16 +203,12 @@ class ListFiles(BuiltinTool):
         f"names at any depth, e.g. `*.py`. Skips .git, node_modules, caches and virtualenvs. At "
         f"most {LIST_MAX} paths are returned."
     )
-    parameters = schema(
-        {
-            "pattern": {"type": "string", "description": "Glob, e.g. `*.py` or `src/**/test_*`."},
-            "path": {"type": "string", "description": "Directory to list, relative to workspace."},
-        },
-        [],
-    )
+    arguments = ListFilesArgs
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        pattern = args.opt_text("pattern")
+    def execute(
+        self, args: ListFilesArgs, ctx: ToolContext, intent: WriteIntent | None
+    ) -> ToolResult:
+        pattern = given(args.pattern)
         total = 0
 
         def shown(t: Target) -> Iterator[str]:
@@ -212,7 +217,7 @@ class ListFiles(BuiltinTool):
                 total += 1
                 yield found.shown
 
-        with _existing(ctx, args.opt_text("path")) as t:
+        with _existing(ctx, given(args.path)) as t:
             # nsmallest keeps memory bounded by the cap, however many files match.
             paths = heapq.nsmallest(LIST_MAX, shown(t))
         if not paths:
@@ -223,7 +228,15 @@ class ListFiles(BuiltinTool):
         return ToolResult(output=body)
 
 
-class Grep(BuiltinTool):
+class GrepArgs(Arguments):
+    """The arguments of grep; without `path`, the whole workspace."""
+
+    pattern: Annotated[str, "Python regular expression."]
+    path: Annotated[str | UnsetType, "File or directory, relative to workspace."] = UNSET
+    glob: Annotated[str | UnsetType, "Only files matching this glob."] = UNSET
+
+
+class Grep(BuiltinTool[GrepArgs]):
     """grep{pattern, path?, glob?}: lines of text files matching a Python regex."""
 
     name = "grep"
@@ -234,17 +247,10 @@ class Grep(BuiltinTool):
         "`glob` filters file names like list_files' pattern (e.g. `*.py`). Use `(?i)` for "
         f"case-insensitive search. Binary files are skipped. At most {GREP_MAX_MATCHES} matches."
     )
-    parameters = schema(
-        {
-            "pattern": {"type": "string", "description": "Python regular expression."},
-            "path": {"type": "string", "description": "File or directory, relative to workspace."},
-            "glob": {"type": "string", "description": "Only files matching this glob."},
-        },
-        ["pattern"],
-    )
+    arguments = GrepArgs
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        pattern = args.text("pattern")
+    def execute(self, args: GrepArgs, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+        pattern = args.pattern
         try:
             regex = re.compile(pattern)
         except re.error as err:
@@ -255,8 +261,8 @@ class Grep(BuiltinTool):
         lines: list[str] = []
         used = files = 0
         full = False
-        with _existing(ctx, args.opt_text("path")) as t:
-            for found in _selected(ctx, t, args.opt_text("glob")):
+        with _existing(ctx, given(args.path)) as t:
+            for found in _selected(ctx, t, given(args.glob)):
                 hit = False
                 for line in _grep_file(t, found, regex):
                     lines.append(line)

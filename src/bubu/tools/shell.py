@@ -20,7 +20,9 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
+
+from msgspec import UNSET, Meta, UnsetType
 
 from bubu import clock, ids
 from bubu.errors import ToolError
@@ -29,12 +31,11 @@ from bubu.secrets import command_env
 from bubu.tools import proctree
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
 from bubu.tools.sandbox import Sandbox, wrap
+from bubu.tools.schema import Arguments, given
 from bubu.tools.workspace import (
-    Args,
     BuiltinTool,
     decode,
     drop_partial_utf8,
-    schema,
     workspace_root,
 )
 
@@ -313,7 +314,16 @@ def _status(done: Completed, timeout_s: float, stopped_by: str) -> str:
             return text
 
 
-class RunCommand(BuiltinTool):
+class RunCommandArgs(Arguments):
+    """The arguments of run_command; without `timeout_s`, the session's timeout applies."""
+
+    command: Annotated[str, "The shell command line to run."]
+    timeout_s: Annotated[
+        Annotated[float, Meta(gt=0)] | UnsetType, "Seconds before the command is killed."
+    ] = UNSET
+
+
+class RunCommand(BuiltinTool[RunCommandArgs]):
     """run_command{command, timeout_s?}: a shell command in the workspace.
 
     A command that ran to its end is a normal result whatever its exit code (the code is in the
@@ -331,24 +341,21 @@ class RunCommand(BuiltinTool):
         f"session, at most {MAX_TIMEOUT_S:g}); on timeout the command and everything it started "
         "are killed. Background processes that keep the output open are stopped when it ends."
     )
-    parameters = schema(
-        {
-            "command": {"type": "string", "description": "The shell command line to run."},
-            "timeout_s": {"type": "number", "description": "Seconds before the command is killed."},
-        },
-        ["command"],
-    )
+    arguments = RunCommandArgs
 
     def permission(self, args: dict[str, JSON], ctx: ToolContext) -> str | None:
         """Always a reason — the command itself; the engine's policy decides whether to ask."""
         command = args.get("command")
         return command if isinstance(command, str) and command else "run_command (no command given)"
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        command = args.text("command")
+    def execute(
+        self, args: RunCommandArgs, ctx: ToolContext, intent: WriteIntent | None
+    ) -> ToolResult:
+        command = args.command
         if not command.strip():
             raise ToolError("the command is empty; give a shell command line")
-        timeout_s = min(args.number("timeout_s", ctx.timeout_s), MAX_TIMEOUT_S)
+        asked = given(args.timeout_s)
+        timeout_s = min(ctx.timeout_s if asked is None else asked, MAX_TIMEOUT_S)
         if ctx.cancel.is_set():
             raise ToolError("the turn was stopped before the command started; it did not run")
         done = run_shell(

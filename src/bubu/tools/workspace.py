@@ -7,7 +7,8 @@ reason to ask; `run` refuses it unless the user allowed it (`ToolContext.outside
 then it is resolved from ``/``. `resolved_relative` is the workspace-relative path a call really
 reaches, for checks on where inside the workspace it lands.
 
-`BuiltinTool.run` checks the arguments against the tool's JSON schema and turns `ToolError` and
+`BuiltinTool.run` checks the arguments against the tool's `arguments` Struct (the same msgspec
+machinery as `@tool`, `bubu.tools.schema`) and turns `ToolError` and
 `OSError` into an error result, so a bad call is something the model sees, never an exception.
 """
 
@@ -16,14 +17,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Generic, TypeVar
 
 from bubu.errors import ToolError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
 from bubu.tools.guard import Escape, Root, resolve_beneath
+from bubu.tools.schema import Arguments, arguments_schema, convert
+
+A = TypeVar("A", bound=Arguments)
 
 SNIFF_BYTES = 8192
 """How much of a file is read to decide whether it is binary (a NUL byte means binary)."""
@@ -225,121 +229,33 @@ def display(ctx: ToolContext, resolved: str) -> str:
     return resolved
 
 
-# ---- arguments ----------------------------------------------------------------------------------
-
-
-_KINDS: Mapping[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Args:
-    """Arguments that passed the schema check, with typed getters."""
-
-    values: Mapping[str, JSON]
-
-    @classmethod
-    def check(cls, schema: Mapping[str, JSON], raw: object) -> Args:
-        """Check `raw` against an object schema (required keys, no extras, scalar types)."""
-        if not isinstance(raw, dict):
-            raise ToolError("the arguments must be a JSON object")
-        props: Mapping[str, Mapping[str, JSON]] = schema.get("properties", {})
-        missing = [k for k in schema.get("required", []) if k not in raw]
-        if missing:
-            raise ToolError(f"missing required argument {', '.join(missing)}")
-        for key, value in raw.items():
-            if key not in props:
-                raise ToolError(f"unknown argument {key!r}; expected one of {', '.join(props)}")
-            kind = str(props[key].get("type", ""))
-            ok = _KINDS.get(kind, (object,))
-            # bool is an int in Python, but never an integer or number in JSON.
-            if not isinstance(value, ok) or (isinstance(value, bool) and kind != "boolean"):
-                article = "an" if kind[:1] in "aeiou" else "a"
-                raise ToolError(
-                    f"argument {key!r} must be {article} {kind}, not {_json_kind(value)}"
-                )
-        return cls(values=raw)
-
-    def text(self, key: str) -> str:
-        """A required string argument."""
-        value = self.values[key]
-        assert isinstance(value, str)
-        return value
-
-    def opt_text(self, key: str) -> str | None:
-        """An optional string argument."""
-        value = self.values.get(key)
-        assert value is None or isinstance(value, str)
-        return value
-
-    def integer(self, key: str, default: int, *, minimum: int) -> int:
-        """An optional integer argument, at least `minimum`."""
-        value = self.values.get(key, default)
-        assert isinstance(value, int)
-        if value < minimum:
-            raise ToolError(f"argument {key!r} must be at least {minimum}, not {value}")
-        return value
-
-    def number(self, key: str, default: float) -> float:
-        """An optional positive number argument."""
-        value = self.values.get(key, default)
-        assert isinstance(value, int | float)
-        if not value > 0:
-            raise ToolError(f"argument {key!r} must be a positive number, not {value}")
-        return float(value)
-
-    def flag(self, key: str, default: bool) -> bool:
-        """An optional boolean argument."""
-        value = self.values.get(key, default)
-        assert isinstance(value, bool)
-        return value
-
-
-def _json_kind(value: object) -> str:
-    match value:
-        case None:
-            return "null"
-        case bool():
-            return "a boolean"
-        case int() | float():
-            return "a number"
-        case str():
-            return "a string"
-        case list():
-            return "an array"
-        case _:
-            return "an object"
-
-
-def schema(properties: dict[str, JSON], required: list[str]) -> dict[str, JSON]:
-    """A closed JSON object schema for a tool's arguments."""
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
 # ---- the shared base ----------------------------------------------------------------------------
 
 
-class BuiltinTool:
+class BuiltinTool(Generic[A]):
     """Base of the built-in tools: argument checks, path permission and error results.
 
-    Subclasses set the four declared attributes, implement `execute`, and name their path
-    argument in `path_arg` (None when the tool touches no path).
+    Subclasses set `name`, `description`, `effect` and `arguments` (a `bubu.tools.schema.Arguments`
+    Struct; `parameters`, the JSON schema the model is sent, is derived from it), implement
+    `execute`, and name their path argument in `path_arg` (None when the tool touches no path).
     """
 
     name: str
     description: str
+    arguments: type[A]
     parameters: dict[str, JSON]
     effect: EffectClass
     path_arg: str | None = "path"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "arguments" in cls.__dict__:
+            cls.parameters = arguments_schema(cls.arguments, f"tool {cls.__dict__.get('name')}")
+
+    def check(self, args: object) -> A:
+        """The arguments as the tool's `arguments` type; ToolError, one sentence, if they do not
+        fit (a missing or unknown argument, a wrong type at any depth, a bound not met)."""
+        return convert(args, self.arguments, self.parameters)
 
     def permission(self, args: dict[str, JSON], ctx: ToolContext) -> str | None:
         """A path outside the workspace needs permission; everything else is allowed."""
@@ -366,7 +282,7 @@ class BuiltinTool:
     ) -> ToolResult:
         """Check the arguments and execute; failures become error results the model sees."""
         try:
-            return self.execute(Args.check(self.parameters, args), ctx, intent)
+            return self.execute(self.check(args), ctx, intent)
         except Escape as err:
             # Met mid-walk: the path changed into a way out after it was resolved inside.
             raw = args.get(self.path_arg) if self.path_arg else None
@@ -378,7 +294,7 @@ class BuiltinTool:
         except OSError as err:
             return ToolResult(output=os_error_text(err), is_error=True)
 
-    def execute(self, args: Args, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
+    def execute(self, args: A, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
         """Do the work with checked arguments; raise ToolError for a failure the model sees."""
         raise NotImplementedError
 
