@@ -32,6 +32,7 @@ from bubu.events import (
     RecoveryNotice,
     Role,
     RunStarted,
+    ServerNote,
     Status,
     StepLimit,
     SummaryChunk,
@@ -43,6 +44,7 @@ from bubu.events import (
     ToolRecovery,
     TurnEnded,
     TurnStarted,
+    WindowLearned,
     make,
 )
 from bubu.log import codec
@@ -58,6 +60,8 @@ LATER_NOTE_KINDS = frozenset(
         "model_switch",
         "memory_forgotten",
         "project_instructions",
+        "window_learned",
+        "server_note",
     }
 )
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones
@@ -318,4 +322,6 @@ def session_events(
     add("system", "user", note(note=MemoryForgotten(key="build")), hidden=True)
     add("system", "system", note(note=ProjectInstructions(cause="directory", files=[InstructionFile(
         path="pkg/AGENTS.md", sha256="ab" * 32, size=12, text="Use tabs.\n")])))  # fmt: skip
+    add("system", "system", note(note=WindowLearned(tokens=4096, source="learned: the server's overflow error")))  # fmt: skip
+    add("system", "system", note(note=ServerNote(text="the server cannot call tools; the model answers in text only")))  # fmt: skip
     return events

@@ -34,6 +34,7 @@ from bubu.events import (
     ProjectInstructions,
     RecoveryNotice,
     RunStarted,
+    ServerNote,
     SessionStarted,
     StepLimit,
     SummaryChunk,
@@ -45,6 +46,7 @@ from bubu.events import (
     ToolRecovery,
     TurnEnded,
     TurnStarted,
+    WindowLearned,
 )
 
 # Any Unicode scalar value UTF-8 can carry (no lone surrogates: those are refused, see bad input).
@@ -165,6 +167,8 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         source_digest=opt_shas,
     ),
     MemoryForgotten: st.builds(MemoryForgotten, key=texts),
+    WindowLearned: st.builds(WindowLearned, tokens=counts, source=texts),
+    ServerNote: st.builds(ServerNote, text=texts),
     ProjectInstructions: st.builds(
         ProjectInstructions,
         cause=st.sampled_from(["start", "directory", "changed"]),

@@ -525,8 +525,9 @@ class Runner:
         except LeaseLost:
             return None
         finally:
-            if self._staged and self._stop != "lease_lost":
-                # An error ends the run: what it staged is still committed, as it would have been.
+            if self._staged:
+                # An error or a stop ends the run: what it staged is still committed, as it would
+                # have been (a lease really lost refuses the append: the fence holds).
                 with contextlib.suppress(BubuError):
                     self.append(())
             _ACTIVE.discard(self)
@@ -629,6 +630,7 @@ class Runner:
         )  # fmt: skip
         failpoints.hit("before_model_call")
         self.observer.on_activity("thinking")
+        self._check_stop()  # a stop asked for by now (a draining worker) comes before the call
         try:
             response = self._wait(self._pool.submit(self._complete, request))
             empty_response(response, self.provider.spec)
