@@ -202,6 +202,8 @@ class ChatView(TerminalObserver):
                 self._draft += "\n"
             self._draft_kind = delta.kind
             self._draft += delta.text
+            if delta.kind == "text" and delta.text:
+                self._streamed = True  # a failed attempt's text is then marked discarded
             if time.monotonic() - self._drawn > 0.1:
                 self._draw_status()
 
@@ -223,8 +225,8 @@ class ChatView(TerminalObserver):
                 self.print(md)
         super().on_records(records)
 
-    def _streamed_any(self, _: Text) -> bool:
-        return True  # printed above as Markdown
+    def _shows_committed_text(self) -> bool:
+        return False  # printed above as Markdown, whether it streamed or not
 
     def notice(self, n: RecoveryNotice, session: str) -> None:
         """The recovery notice as a framed block, dismissed with /dismiss."""

@@ -203,7 +203,7 @@ class TerminalObserver:
                         self._end_text()
             if isinstance(c, Text) and ev.role == "model":
                 # A provider that does not stream sends the answer only as the committed text.
-                if c.text and (self.quiet or not self._streamed):
+                if c.text and self._shows_committed_text():
                     self.line(printable(c.text))
                 self._streamed = False
             elif isinstance(c, FunctionCall):
@@ -251,6 +251,10 @@ class TerminalObserver:
         items = plan_items(call.arguments.get("items"))
         if isinstance(items, tuple):
             self.plan = plan_counts(items) if items else None
+
+    def _shows_committed_text(self) -> bool:
+        """Whether a committed answer is printed: when nothing of it was streamed here."""
+        return self.quiet or not self._streamed
 
     def _whose(self, c: FunctionResponse) -> str:
         """`name: ` before a result whose call is not the only one awaited (parallel calls finish
