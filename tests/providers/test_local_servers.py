@@ -7,11 +7,22 @@ fixtures, and drives the real OpenAI-compatible adapter against it.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bubu.errors import ProviderError
 from bubu.providers import windows
-from bubu.providers.base import ModelRequest, TextPart, ToolCallPart, ToolSpec, UserMessage
+from bubu.providers.base import (
+    AssistantMessage,
+    ModelRequest,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    ToolResultsMessage,
+    ToolSpec,
+    UserMessage,
+)
 from bubu.providers.openai import OpenAIProvider
 
 from .servers import EMPTY_STREAM, Answer, json_file, serve, stream_file
@@ -248,3 +259,41 @@ def test_a_refusal_that_is_not_about_tools_is_the_ordinary_failure() -> None:
             provider.complete(WITH_TOOLS, Deltas())
         assert len(s.requests) == 1
     assert caught.value.error_class == "context_length"
+
+
+def test_a_turn_of_tool_calls_alone_is_sent_to_a_compatible_server_with_empty_content() -> None:
+    # llama-cpp-python's server answers 500 to an assistant message whose content is null (its
+    # schema wants a string), so a compatible server is sent "" — the same bytes every time, so
+    # a request issued again after a crash is the same request.
+    history = ModelRequest(
+        system="sys",
+        tools=TOOLS,
+        messages=(
+            UserMessage(text="read a.txt"),
+            AssistantMessage(
+                parts=(ToolCallPart(call_id="c1", name="read_file", arguments={"path": "a.txt"}),)
+            ),
+            ToolResultsMessage(
+                results=(ToolResultPart(call_id="c1", name="read_file", content="hello"),)
+            ),
+        ),
+        max_tokens=64,
+    )
+    with serve({CHAT: stream_file("llamacpp_python_text_no_usage.sse")}) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        first = provider.complete(history, Deltas())
+        provider.complete(history, Deltas())
+        sent = [b for _, p, b in s.requests if p == "/v1/chat/completions"]
+    assert first.parts == (TextPart(text="All done."),)
+    assert json.loads(sent[0])["messages"][2] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'},
+            }
+        ],
+    }
+    assert sent[0] == sent[1]

@@ -72,8 +72,13 @@ def context_window_for(model: str) -> int:
 # ---- request: ModelRequest -> wire ------------------------------------------------------------
 
 
-def to_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
-    """The Chat Completions `messages` for a request: system, then the history in order."""
+def to_messages(
+    request: ModelRequest, *, compatible: bool = False
+) -> list[ChatCompletionMessageParam]:
+    """The Chat Completions `messages` for a request: system, then the history in order.
+
+    For a `compatible` (non-OpenAI) server an assistant turn of tool calls alone carries
+    `content: ""` rather than OpenAI's `null`: llama-cpp-python's server answers 500 to a null."""
     out: list[ChatCompletionMessageParam] = []
     if request.system:
         out.append({"role": "system", "content": request.system})
@@ -87,7 +92,7 @@ def to_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
                     with_images.append({"type": "text", "text": text})
                 out.append({"role": "user", "content": with_images})
             case AssistantMessage(parts=parts):
-                out.append(_assistant_message(parts))
+                out.append(_assistant_message(parts, compatible=compatible))
             case ToolResultsMessage(results=results):
                 # One `tool` message per result, in call order, right after the assistant turn.
                 for result in results:
@@ -114,7 +119,9 @@ def _image_url(image: ImagePart) -> ChatCompletionContentPartParam:
     }
 
 
-def _assistant_message(parts: tuple[AssistantPart, ...]) -> ChatCompletionMessageParam:
+def _assistant_message(
+    parts: tuple[AssistantPart, ...], *, compatible: bool
+) -> ChatCompletionMessageParam:
     texts: list[str] = []
     calls: list[ChatCompletionMessageFunctionToolCallParam] = []
     for part in parts:
@@ -140,7 +147,11 @@ def _assistant_message(parts: tuple[AssistantPart, ...]) -> ChatCompletionMessag
     text = "".join(texts)
     if not calls:
         return {"role": "assistant", "content": text}
-    return {"role": "assistant", "content": text or None, "tool_calls": calls}
+    return {
+        "role": "assistant",
+        "content": text or ("" if compatible else None),
+        "tool_calls": calls,
+    }
 
 
 def to_tools(tools: tuple[ToolSpec, ...]) -> list[ChatCompletionFunctionToolParam]:
@@ -489,7 +500,7 @@ class OpenAIProvider:
         if stream is False:
             return self._client.chat.completions.create(
                 model=self._model,
-                messages=to_messages(request),
+                messages=to_messages(request, compatible=not self._official),
                 tools=tools or openai.omit,
                 tool_choice="auto" if tools else openai.omit,
                 max_tokens=limit if limit is not None else COMPATIBLE_MAX_OUTPUT,
@@ -501,7 +512,7 @@ class OpenAIProvider:
         if self._official:
             return self._client.chat.completions.create(
                 model=self._model,
-                messages=to_messages(request),
+                messages=to_messages(request, compatible=not self._official),
                 tools=tools or openai.omit,
                 max_completion_tokens=limit if limit is not None else openai.omit,
                 reasoning_effort=effort,
@@ -511,7 +522,7 @@ class OpenAIProvider:
         # A compatible server is asked for "auto" outright: llama-cpp-python drops tools without it.
         return self._client.chat.completions.create(
             model=self._model,
-            messages=to_messages(request),
+            messages=to_messages(request, compatible=not self._official),
             tools=tools or openai.omit,
             tool_choice="auto" if tools and self._tool_mode == "stream" else openai.omit,
             max_tokens=limit if limit is not None else COMPATIBLE_MAX_OUTPUT,
