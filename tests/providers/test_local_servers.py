@@ -141,10 +141,38 @@ def test_an_empty_200_stream_is_an_empty_stream_with_its_likely_cause() -> None:
         provider = OpenAIProvider("m", base_url=f"{s.url}/v1", context_window=8192)
         with pytest.raises(ProviderError) as caught:
             provider.complete(REQUEST, Deltas())
+        sent = s.bodies("/v1/chat/completions")
     e = caught.value
     assert (e.error_class, e.retryable) == ("empty_stream", True)
     assert "closed the response stream without sending anything" in str(e)
     assert "exceeds its context window" in str(e)
+    # Asked once more not streamed, to hear why; that said nothing either.
+    assert [b["stream"] for b in sent] == [True, False]
+
+
+def test_llama_cpp_python_overflow_is_heard_by_asking_again_not_streamed() -> None:
+    # Its streamed answer to an overflow is a 200 with nothing in it; the same request not
+    # streamed gets the 400 that states the window.
+    answers = [EMPTY_STREAM, json_file("llamacpp_python_400_context.json", 400)]
+    with serve({CHAT: answers}) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        with pytest.raises(ProviderError) as caught:
+            provider.complete(WITH_TOOLS, Deltas())
+        sent = s.bodies("/v1/chat/completions")
+    e = caught.value
+    assert (e.error_class, e.status, e.retryable) == ("context_length", 400, False)
+    assert e.served_window == 4096
+    assert "maximum context length is 4096 tokens" in str(e)
+    assert [b["stream"] for b in sent] == [True, False]
+    assert sent[0]["messages"] == sent[1]["messages"]
+
+
+def test_an_empty_stream_that_was_not_an_overflow_gets_the_whole_answer() -> None:
+    answers = [EMPTY_STREAM, json_file("llamacpp_python_whole_text.json")]
+    with serve({CHAT: answers}) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        response = provider.complete(REQUEST, Deltas())
+    assert response.parts == (TextPart(text="a.txt says hello."),)
 
 
 def test_a_stream_without_usage_is_unknown_usage_and_keeps_the_servers_model_name() -> None:

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bubu.events import Error, ModelRequest, Record, SystemNote, TurnEnded
+from bubu.events import Error, ModelRequest, Record, SystemNote, TurnEnded, WindowLearned
 from bubu.log.sqlite import SQLiteStore
+from bubu.providers import windows
 from engine.cli import bubu_cmd, bubu_env, bubu_json, only_session
 from engine.helpers import call, write_script
 
@@ -179,10 +180,35 @@ def test_a_sigkill_during_a_tool_call_is_recovered_and_the_server_continues(
 def test_bubu_context_reports_the_window_the_server_serves(
     llama_server: Server, tmp_path: Path, ws: Path
 ) -> None:
+    # llama-cpp-python's server states its window nowhere Bubu can ask (no /props, no n_ctx in
+    # /v1/models): only its overflow error says it. A task longer than the window makes the
+    # server refuse the request; Bubu learns the window from that, finds nothing older to
+    # compact (the task itself is too long), and ends the turn saying so.
     db = tmp_path / "bubu.db"
-    # The session needs no answer for this: it dies just before its first model call.
+    colours = ("red", "green", "blue", "grey")
+    inventory = "\n".join(
+        f"{i:04d}: item {i} is a {colours[i % 4]} widget on shelf {i % 37}, bin {i % 11}."
+        for i in range(300)
+    )
+    task = f"The inventory follows.\n{inventory}\n{TASK}"
     model = ("-m", f"openai:{MODEL}", "--base-url", llama_server.base_url)
-    died = _run(db, ws, TASK, *model, failpoint="before_model_call")
-    assert died.returncode == -9, died.stderr
-    ctx = bubu_json(db, "context", only_session(db), "--json")
-    assert ctx["window"] == N_CTX
+    done = _run(db, ws, task, *model, "--retry-for", "60s")
+    sid = only_session(db)
+    records = _records(db, sid)
+    (end,) = _ends(records)
+    assert (end.reason, done.returncode) == ("failed", 1), done.stderr
+    assert "compacting did not make the request fit" in (end.message or "")
+    learned = [
+        c.note
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, WindowLearned)
+    ]
+    assert [(n.tokens, n.source) for n in learned] == [(N_CTX, windows.LEARNED)]
+    errors = [c for r in records if isinstance(c := r.event.content, Error)]
+    assert errors, "the server's refusal is in the log"
+    assert all(e.error_class == "context_length" for e in errors), errors
+    assert f"maximum context length is {N_CTX} tokens" in errors[0].message
+    ctx = bubu_json(db, "context", sid, "--json")
+    assert (ctx["window"], ctx["window_source"]) == (N_CTX, windows.LEARNED)
+    verify = bubu(db, "verify", sid)
+    assert verify.returncode == 0, verify.stdout + verify.stderr

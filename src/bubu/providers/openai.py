@@ -464,27 +464,52 @@ class OpenAIProvider:
             return response if said is None else dataclasses.replace(response, notice=said)
 
     def _complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        assembler = ChunkAssembler()
         if self._tool_mode == "whole" and request.tools:
-            error: ProviderError
+            return self._whole(request, on_delta)
+        assembler = ChunkAssembler()
+        try:
+            return _retry.stream_call(
+                self._vendor,
+                open_stream=lambda: self._open(request),
+                feed=lambda chunk: assembler.feed(chunk, on_delta),
+                assembler=assembler,
+                errors=(openai.APIError, httpx2.HTTPError, json.JSONDecodeError),
+                convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
+            )
+        except ProviderError as e:
+            if self._official or e.error_class != "empty_stream":
+                raise
+            empty = e
+        # llama-cpp-python answers a streamed request that overflows its window with a 200 and
+        # nothing; asked the same not streamed, it says so with a 400 that states the window
+        # (or, when the empty stream had another cause, answers). It drops the connection the
+        # empty stream came on, so a reset there is asked once more on a new one. Any other
+        # failure of the second call is the empty stream it followed.
+        for _ in range(2):
             try:
-                completion = self._create(request, stream=False)
-            except (openai.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
-                error = self._convert(exc, streaming=False)
-            else:
-                assembler.take_whole(completion, on_delta)
-                if assembler.complete:
-                    return assembler.result()
-                error = _retry.incomplete_stream_error(self._vendor)
-            raise error
-        return _retry.stream_call(
-            self._vendor,
-            open_stream=lambda: self._open(request),
-            feed=lambda chunk: assembler.feed(chunk, on_delta),
-            assembler=assembler,
-            errors=(openai.APIError, httpx2.HTTPError, json.JSONDecodeError),
-            convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
-        )
+                return self._whole(request, on_delta)
+            except ProviderError as e:
+                if e.error_class == "context_length":
+                    raise
+                if e.error_class != "connection":
+                    break
+        raise empty
+
+    def _whole(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        assembler = ChunkAssembler()
+        error: ProviderError
+        try:
+            completion = self._create(request, stream=False)
+        except (openai.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
+            error = self._convert(exc, streaming=False)
+        else:
+            if not isinstance(completion, ChatCompletion):  # a body that is not JSON
+                raise _retry.bad_response_error(self._vendor, f"not a completion: {completion!r}")
+            assembler.take_whole(completion, on_delta)
+            if assembler.complete:
+                return assembler.result()
+            error = _retry.incomplete_stream_error(self._vendor)
+        raise error
 
     def _open(self, request: ModelRequest) -> openai.Stream[ChatCompletionChunk]:
         return self._create(request, stream=True)  # type: ignore[no-any-return]
