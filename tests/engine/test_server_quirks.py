@@ -146,10 +146,37 @@ def test_an_empty_200_stream_is_tried_once_more_then_ends_with_its_likely_cause(
 
     reason, records, server = _turn(sqlite_store, ws, [EMPTY_STREAM])
     assert reason == "failed"
-    assert len(server.bodies("/v1/chat/completions")) == 2
+    # Two attempts, each asked once more not streamed (to hear an overflow error; none came).
+    assert [b["stream"] for b in server.bodies("/v1/chat/completions")] == [
+        True,
+        False,
+        True,
+        False,
+    ]
     message = turn_end(records).message or ""
     assert "closed the response stream without sending anything" in message
     assert "--context-window" in message
+
+
+def test_llama_cpp_python_s_empty_overflow_stream_teaches_the_window_it_states_not_streamed(
+    sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    answers = [
+        EMPTY_STREAM,
+        json_file("llamacpp_python_400_context.json", 400),
+        stream_file("compatible_text.sse"),
+    ]
+    reason, records, server = _turn(sqlite_store, ws, answers)
+    assert reason == "completed"
+    learned = [
+        c.note
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, WindowLearned)
+    ]
+    assert [n.tokens for n in learned] == [4096]
+    errors = [c for r in records if isinstance(c := r.event.content, Error)]
+    assert [e.error_class for e in errors] == ["context_length"]
+    assert [b["stream"] for b in server.bodies("/v1/chat/completions")] == [True, False, True]
 
 
 def test_a_model_repeating_one_failing_call_is_told_then_stopped(
