@@ -467,21 +467,28 @@ class OpenAIProvider:
         if self._tool_mode == "whole" and request.tools:
             return self._whole(request, on_delta)
         assembler = ChunkAssembler()
+        opened: list[openai.Stream[ChatCompletionChunk]] = []
+
+        def open_stream() -> openai.Stream[ChatCompletionChunk]:
+            opened.append(self._open(request))
+            return opened[-1]
+
         try:
             return _retry.stream_call(
                 self._vendor,
-                open_stream=lambda: self._open(request),
+                open_stream=open_stream,
                 feed=lambda chunk: assembler.feed(chunk, on_delta),
                 assembler=assembler,
                 errors=(openai.APIError, httpx2.HTTPError, json.JSONDecodeError),
                 convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
             )
         except ProviderError as e:
-            if self._official or e.error_class != "empty_stream":
+            silent = bool(opened) and opened[-1].response.num_bytes_downloaded == 0
+            if self._official or e.error_class != "empty_stream" or not silent:
                 raise
             empty = e
         # llama-cpp-python answers a streamed request that overflows its window with a 200 and
-        # nothing; asked the same not streamed, it says so with a 400 that states the window
+        # not one byte; asked the same not streamed, it says so with a 400 that states the window
         # (or, when the empty stream had another cause, answers). It drops the connection the
         # empty stream came on, so a reset there is asked once more on a new one. Any other
         # failure of the second call is the empty stream it followed.
