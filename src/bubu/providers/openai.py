@@ -567,7 +567,7 @@ class OpenAIProvider:
         vendor = self._vendor
         match exc:
             case openai.APIStatusError():
-                return _retry.status_error(
+                error = _retry.status_error(
                     vendor,
                     exc.status_code,
                     body=exc.body,
@@ -575,6 +575,10 @@ class OpenAIProvider:
                     api_message=_field(exc.body, "message"),
                     api_code=exc.code,
                 )
+                # A compatible server's 500 is mostly its handler failing on this request
+                # (llama-cpp-python's schema errors), not an outage.
+                error.repeats_for_the_request = not self._official and exc.status_code == 500
+                return error
             case openai.APITimeoutError() | httpx2.TimeoutException():
                 return _retry.timeout_error(vendor, exc)
             case openai.APIConnectionError():
