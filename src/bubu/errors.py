@@ -92,6 +92,9 @@ class ProviderError(BubuError):
         self.retry_after, self.error_class = retry_after, error_class
         self.served_window: int | None = None
         """The window a context-overflow error says the server serves, when it says."""
+        self.repeats_for_the_request = False
+        """A fault of the server that the same request is likely to get every time (a local
+        server's 500): when it comes back word for word, waiting does not help."""
         super().__init__(message)
 
 

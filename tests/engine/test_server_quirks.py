@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bubu.engine import compacting
+from bubu.engine.attempts import SAME_ANSWER_LIMIT
 from bubu.engine.session import new_session, start_turn
 from bubu.events import (
     Compaction,
@@ -146,10 +147,37 @@ def test_an_empty_200_stream_is_tried_once_more_then_ends_with_its_likely_cause(
 
     reason, records, server = _turn(sqlite_store, ws, [EMPTY_STREAM])
     assert reason == "failed"
-    assert len(server.bodies("/v1/chat/completions")) == 2
+    # Two attempts, each asked once more not streamed (to hear an overflow error; none came).
+    assert [b["stream"] for b in server.bodies("/v1/chat/completions")] == [
+        True,
+        False,
+        True,
+        False,
+    ]
     message = turn_end(records).message or ""
     assert "closed the response stream without sending anything" in message
     assert "--context-window" in message
+
+
+def test_llama_cpp_python_s_empty_overflow_stream_teaches_the_window_it_states_not_streamed(
+    sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    answers = [
+        EMPTY_STREAM,
+        json_file("llamacpp_python_400_context.json", 400),
+        stream_file("compatible_text.sse"),
+    ]
+    reason, records, server = _turn(sqlite_store, ws, answers)
+    assert reason == "completed"
+    learned = [
+        c.note
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, WindowLearned)
+    ]
+    assert [n.tokens for n in learned] == [4096]
+    errors = [c for r in records if isinstance(c := r.event.content, Error)]
+    assert [e.error_class for e in errors] == ["context_length"]
+    assert [b["stream"] for b in server.bodies("/v1/chat/completions")] == [True, False, True]
 
 
 def test_a_model_repeating_one_failing_call_is_told_then_stopped(
@@ -289,3 +317,34 @@ def _bubu(store: SQLiteStore, *args: str) -> str:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def test_a_local_servers_500_that_repeats_word_for_word_ends_the_turn_resumably(
+    sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    # llama-cpp-python's answer to a message its schema refuses: the same 500 every time.
+    refused = json_file("llamacpp_python_500_null_content.json", 500)
+    reason, records, server = _turn(sqlite_store, ws, [refused])
+    assert reason == "failed"
+    asked = server.bodies("/v1/chat/completions")
+    assert len(asked) == SAME_ANSWER_LIMIT
+    assert all(b == asked[0] for b in asked), "the same request each time"
+    end = turn_end(records)
+    assert end.cause == "provider_unavailable"
+    message = end.message or ""
+    assert f"gave this same answer {SAME_ANSWER_LIMIT} times in a row" in message
+    assert "500: 7 validation errors" in message
+    assert "bubu resume" in message
+
+
+def test_a_local_servers_500_that_changes_is_retried_as_a_transient_fault(
+    sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    refused = json_file("llamacpp_python_500_null_content.json", 500)
+    other = Answer(
+        500, b'{"error":{"message":"CUDA out of memory","type":"internal_server_error"}}'
+    )
+    answers = [refused, refused, other, refused, refused, stream_file("compatible_text.sse")]
+    reason, _, server = _turn(sqlite_store, ws, answers)
+    assert reason == "completed"
+    assert len(server.bodies("/v1/chat/completions")) == 6

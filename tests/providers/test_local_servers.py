@@ -7,11 +7,22 @@ fixtures, and drives the real OpenAI-compatible adapter against it.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bubu.errors import ProviderError
 from bubu.providers import windows
-from bubu.providers.base import ModelRequest, TextPart, ToolCallPart, ToolSpec, UserMessage
+from bubu.providers.base import (
+    AssistantMessage,
+    ModelRequest,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    ToolResultsMessage,
+    ToolSpec,
+    UserMessage,
+)
 from bubu.providers.openai import OpenAIProvider
 
 from .servers import EMPTY_STREAM, Answer, json_file, serve, stream_file
@@ -130,10 +141,38 @@ def test_an_empty_200_stream_is_an_empty_stream_with_its_likely_cause() -> None:
         provider = OpenAIProvider("m", base_url=f"{s.url}/v1", context_window=8192)
         with pytest.raises(ProviderError) as caught:
             provider.complete(REQUEST, Deltas())
+        sent = s.bodies("/v1/chat/completions")
     e = caught.value
     assert (e.error_class, e.retryable) == ("empty_stream", True)
     assert "closed the response stream without sending anything" in str(e)
     assert "exceeds its context window" in str(e)
+    # Asked once more not streamed, to hear why; that said nothing either.
+    assert [b["stream"] for b in sent] == [True, False]
+
+
+def test_llama_cpp_python_overflow_is_heard_by_asking_again_not_streamed() -> None:
+    # Its streamed answer to an overflow is a 200 with nothing in it; the same request not
+    # streamed gets the 400 that states the window.
+    answers = [EMPTY_STREAM, json_file("llamacpp_python_400_context.json", 400)]
+    with serve({CHAT: answers}) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        with pytest.raises(ProviderError) as caught:
+            provider.complete(WITH_TOOLS, Deltas())
+        sent = s.bodies("/v1/chat/completions")
+    e = caught.value
+    assert (e.error_class, e.status, e.retryable) == ("context_length", 400, False)
+    assert e.served_window == 4096
+    assert "maximum context length is 4096 tokens" in str(e)
+    assert [b["stream"] for b in sent] == [True, False]
+    assert sent[0]["messages"] == sent[1]["messages"]
+
+
+def test_an_empty_stream_that_was_not_an_overflow_gets_the_whole_answer() -> None:
+    answers = [EMPTY_STREAM, json_file("llamacpp_python_whole_text.json")]
+    with serve({CHAT: answers}) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        response = provider.complete(REQUEST, Deltas())
+    assert response.parts == (TextPart(text="a.txt says hello."),)
 
 
 def test_a_stream_without_usage_is_unknown_usage_and_keeps_the_servers_model_name() -> None:
@@ -248,3 +287,41 @@ def test_a_refusal_that_is_not_about_tools_is_the_ordinary_failure() -> None:
             provider.complete(WITH_TOOLS, Deltas())
         assert len(s.requests) == 1
     assert caught.value.error_class == "context_length"
+
+
+def test_a_turn_of_tool_calls_alone_is_sent_to_a_compatible_server_with_empty_content() -> None:
+    # llama-cpp-python's server answers 500 to an assistant message whose content is null (its
+    # schema wants a string), so a compatible server is sent "" — the same bytes every time, so
+    # a request issued again after a crash is the same request.
+    history = ModelRequest(
+        system="sys",
+        tools=TOOLS,
+        messages=(
+            UserMessage(text="read a.txt"),
+            AssistantMessage(
+                parts=(ToolCallPart(call_id="c1", name="read_file", arguments={"path": "a.txt"}),)
+            ),
+            ToolResultsMessage(
+                results=(ToolResultPart(call_id="c1", name="read_file", content="hello"),)
+            ),
+        ),
+        max_tokens=64,
+    )
+    with serve({CHAT: stream_file("llamacpp_python_text_no_usage.sse")}) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        first = provider.complete(history, Deltas())
+        provider.complete(history, Deltas())
+        sent = [b for _, p, b in s.requests if p == "/v1/chat/completions"]
+    assert first.parts == (TextPart(text="All done."),)
+    assert json.loads(sent[0])["messages"][2] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'},
+            }
+        ],
+    }
+    assert sent[0] == sent[1]

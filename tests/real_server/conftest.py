@@ -148,11 +148,15 @@ def litellm_proxy(
     """LiteLLM's proxy serving the llama server's model on the Anthropic Messages endpoint."""
     here = tmp_path_factory.mktemp("litellm")
     config = here / "config.yaml"
+    # Its `openai/` provider passes the Anthropic system blocks on as a list of content parts,
+    # which llama-cpp-python's server refuses (500: its system content must be a string). The
+    # `docker_model_runner/` provider speaks the same Chat Completions to a llama.cpp engine
+    # and joins content parts into strings first.
     config.write_text(
         "model_list:\n"
         f"  - model_name: {MODEL}\n"
         "    litellm_params:\n"
-        f"      model: openai/{MODEL}\n"
+        f"      model: docker_model_runner/{MODEL}\n"
         f"      api_base: {llama_server.base_url}\n"
         "      api_key: not-needed\n"
         "litellm_settings:\n"
@@ -164,7 +168,7 @@ def litellm_proxy(
     exe = litellm_program()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
     key = "sk-" + secrets.token_hex(32)  # the proxy refuses to start without a master key
-    # Its /v1/messages asks an openai/ model's Responses API unless told to use Chat Completions,
+    # Its /v1/messages asks some providers' Responses API unless told to use Chat Completions,
     # which llama-cpp-python's server is.
     env.update(LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES="True")
     env.update(LITELLM_MASTER_KEY=key, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False",

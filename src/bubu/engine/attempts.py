@@ -17,6 +17,10 @@ from bubu.errors import ProviderError
 from bubu.events import EndCause, Error, ModelSwitch
 from bubu.projections.longrun import LongRunFold, format_duration
 
+SAME_ANSWER_LIMIT = 3
+"""Identical answers in a row to one request after which a server fault that repeats for the
+request (`ProviderError.repeats_for_the_request`) ends the turn instead of being waited out."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Retry:
@@ -71,6 +75,18 @@ def after_failure(
     error = Error(error_class=e.error_class, message=str(e), retryable=e.retryable, status=e.status)
     if not e.retryable:
         return End(error=error, message=str(e))
+    last = fold.last_error
+    if (
+        e.repeats_for_the_request
+        and last is not None
+        and (last.status, last.message) == (e.status, str(e))
+        and fold.same_in_a_row + 1 >= SAME_ANSWER_LIMIT
+    ):
+        message = (
+            f"{e}; the server gave this same answer {fold.same_in_a_row + 1} times in a row to "
+            f"the same request, so waiting will not change it; `bubu resume {session}` asks again"
+        )
+        return End(error=error, message=message, cause="provider_unavailable")
     horizon = fold.retry_for_s or knobs.retry_for_s or DEFAULT_RETRY_FOR_S
     since = fold.since_ms if fold.streak and fold.since_ms is not None else now_ms
     plan = plan_retry(
@@ -103,4 +119,4 @@ def after_failure(
     return Retry(error=recorded, delay_s=delay, switch=switch)
 
 
-__all__ = ["End", "Knobs", "Retry", "after_failure", "wanted_model"]
+__all__ = ["SAME_ANSWER_LIMIT", "End", "Knobs", "Retry", "after_failure", "wanted_model"]

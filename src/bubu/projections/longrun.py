@@ -82,6 +82,8 @@ class LongRunFold:
     since_ms: int | None = None
     last_error: Error | None = None
     last_error_ms: int | None = None
+    same_in_a_row: int = 0
+    """How many of the streak's last failures were word for word `last_error` (status and message)."""
     last_attempt: int = 0
     retrying: bool = False
     """An attempt was made after the last failure and has not answered yet."""
@@ -115,6 +117,9 @@ class LongRunFold:
                 self.since_ms = ev.ts
             self.streak += 1
             self.streak_on_model += 1
+            last = self.last_error
+            same = last is not None and (last.status, last.message) == (c.status, c.message)
+            self.same_in_a_row = self.same_in_a_row + 1 if same else 1
             self.last_error, self.last_error_ms = c, ev.ts
             self.retrying = False
         a = ev.actions
@@ -124,6 +129,7 @@ class LongRunFold:
                 self.steps += 1
                 self.streak = self.streak_on_model = 0
                 self.since_ms = self.last_error = self.last_error_ms = None
+                self.same_in_a_row = 0
             if a is not None and a.token_usage is not None:
                 self.tokens += a.token_usage.input_tokens + a.token_usage.output_tokens
         if self.run_start_ms is not None:
@@ -140,6 +146,7 @@ class LongRunFold:
         self.run_start_ms = self.last_ms = None
         self.streak = self.streak_on_model = 0
         self.since_ms = self.last_error = self.last_error_ms = None
+        self.same_in_a_row = 0
 
     def _close_run(self) -> None:
         if self.run_start_ms is not None and self.last_ms is not None:

@@ -72,8 +72,13 @@ def context_window_for(model: str) -> int:
 # ---- request: ModelRequest -> wire ------------------------------------------------------------
 
 
-def to_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
-    """The Chat Completions `messages` for a request: system, then the history in order."""
+def to_messages(
+    request: ModelRequest, *, compatible: bool = False
+) -> list[ChatCompletionMessageParam]:
+    """The Chat Completions `messages` for a request: system, then the history in order.
+
+    For a `compatible` (non-OpenAI) server an assistant turn of tool calls alone carries
+    `content: ""` rather than OpenAI's `null`: llama-cpp-python's server answers 500 to a null."""
     out: list[ChatCompletionMessageParam] = []
     if request.system:
         out.append({"role": "system", "content": request.system})
@@ -87,7 +92,7 @@ def to_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
                     with_images.append({"type": "text", "text": text})
                 out.append({"role": "user", "content": with_images})
             case AssistantMessage(parts=parts):
-                out.append(_assistant_message(parts))
+                out.append(_assistant_message(parts, compatible=compatible))
             case ToolResultsMessage(results=results):
                 # One `tool` message per result, in call order, right after the assistant turn.
                 for result in results:
@@ -114,7 +119,9 @@ def _image_url(image: ImagePart) -> ChatCompletionContentPartParam:
     }
 
 
-def _assistant_message(parts: tuple[AssistantPart, ...]) -> ChatCompletionMessageParam:
+def _assistant_message(
+    parts: tuple[AssistantPart, ...], *, compatible: bool
+) -> ChatCompletionMessageParam:
     texts: list[str] = []
     calls: list[ChatCompletionMessageFunctionToolCallParam] = []
     for part in parts:
@@ -140,7 +147,11 @@ def _assistant_message(parts: tuple[AssistantPart, ...]) -> ChatCompletionMessag
     text = "".join(texts)
     if not calls:
         return {"role": "assistant", "content": text}
-    return {"role": "assistant", "content": text or None, "tool_calls": calls}
+    return {
+        "role": "assistant",
+        "content": text or ("" if compatible else None),
+        "tool_calls": calls,
+    }
 
 
 def to_tools(tools: tuple[ToolSpec, ...]) -> list[ChatCompletionFunctionToolParam]:
@@ -453,27 +464,59 @@ class OpenAIProvider:
             return response if said is None else dataclasses.replace(response, notice=said)
 
     def _complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        assembler = ChunkAssembler()
         if self._tool_mode == "whole" and request.tools:
-            error: ProviderError
+            return self._whole(request, on_delta)
+        assembler = ChunkAssembler()
+        opened: list[openai.Stream[ChatCompletionChunk]] = []
+
+        def open_stream() -> openai.Stream[ChatCompletionChunk]:
+            opened.append(self._open(request))
+            return opened[-1]
+
+        try:
+            return _retry.stream_call(
+                self._vendor,
+                open_stream=open_stream,
+                feed=lambda chunk: assembler.feed(chunk, on_delta),
+                assembler=assembler,
+                errors=(openai.APIError, httpx2.HTTPError, json.JSONDecodeError),
+                convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
+            )
+        except ProviderError as e:
+            silent = bool(opened) and opened[-1].response.num_bytes_downloaded == 0
+            if self._official or e.error_class != "empty_stream" or not silent:
+                raise
+            empty = e
+        # llama-cpp-python answers a streamed request that overflows its window with a 200 and
+        # not one byte; asked the same not streamed, it says so with a 400 that states the window
+        # (or, when the empty stream had another cause, answers). It drops the connection the
+        # empty stream came on, so a reset there is asked once more on a new one. Any other
+        # failure of the second call is the empty stream it followed.
+        for _ in range(2):
             try:
-                completion = self._create(request, stream=False)
-            except (openai.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
-                error = self._convert(exc, streaming=False)
-            else:
-                assembler.take_whole(completion, on_delta)
-                if assembler.complete:
-                    return assembler.result()
-                error = _retry.incomplete_stream_error(self._vendor)
-            raise error
-        return _retry.stream_call(
-            self._vendor,
-            open_stream=lambda: self._open(request),
-            feed=lambda chunk: assembler.feed(chunk, on_delta),
-            assembler=assembler,
-            errors=(openai.APIError, httpx2.HTTPError, json.JSONDecodeError),
-            convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
-        )
+                return self._whole(request, on_delta)
+            except ProviderError as e:
+                if e.error_class == "context_length":
+                    raise
+                if e.error_class != "connection":
+                    break
+        raise empty
+
+    def _whole(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        assembler = ChunkAssembler()
+        error: ProviderError
+        try:
+            completion = self._create(request, stream=False)
+        except (openai.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
+            error = self._convert(exc, streaming=False)
+        else:
+            if not isinstance(completion, ChatCompletion):  # a body that is not JSON
+                raise _retry.bad_response_error(self._vendor, f"not a completion: {completion!r}")
+            assembler.take_whole(completion, on_delta)
+            if assembler.complete:
+                return assembler.result()
+            error = _retry.incomplete_stream_error(self._vendor)
+        raise error
 
     def _open(self, request: ModelRequest) -> openai.Stream[ChatCompletionChunk]:
         return self._create(request, stream=True)  # type: ignore[no-any-return]
@@ -489,7 +532,7 @@ class OpenAIProvider:
         if stream is False:
             return self._client.chat.completions.create(
                 model=self._model,
-                messages=to_messages(request),
+                messages=to_messages(request, compatible=not self._official),
                 tools=tools or openai.omit,
                 tool_choice="auto" if tools else openai.omit,
                 max_tokens=limit if limit is not None else COMPATIBLE_MAX_OUTPUT,
@@ -501,7 +544,7 @@ class OpenAIProvider:
         if self._official:
             return self._client.chat.completions.create(
                 model=self._model,
-                messages=to_messages(request),
+                messages=to_messages(request, compatible=not self._official),
                 tools=tools or openai.omit,
                 max_completion_tokens=limit if limit is not None else openai.omit,
                 reasoning_effort=effort,
@@ -511,7 +554,7 @@ class OpenAIProvider:
         # A compatible server is asked for "auto" outright: llama-cpp-python drops tools without it.
         return self._client.chat.completions.create(
             model=self._model,
-            messages=to_messages(request),
+            messages=to_messages(request, compatible=not self._official),
             tools=tools or openai.omit,
             tool_choice="auto" if tools and self._tool_mode == "stream" else openai.omit,
             max_tokens=limit if limit is not None else COMPATIBLE_MAX_OUTPUT,
@@ -524,7 +567,7 @@ class OpenAIProvider:
         vendor = self._vendor
         match exc:
             case openai.APIStatusError():
-                return _retry.status_error(
+                error = _retry.status_error(
                     vendor,
                     exc.status_code,
                     body=exc.body,
@@ -532,6 +575,10 @@ class OpenAIProvider:
                     api_message=_field(exc.body, "message"),
                     api_code=exc.code,
                 )
+                # A compatible server's 500 is mostly its handler failing on this request
+                # (llama-cpp-python's schema errors), not an outage.
+                error.repeats_for_the_request = not self._official and exc.status_code == 500
+                return error
             case openai.APITimeoutError() | httpx2.TimeoutException():
                 return _retry.timeout_error(vendor, exc)
             case openai.APIConnectionError():
