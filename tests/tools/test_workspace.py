@@ -6,7 +6,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 import pytest
@@ -110,11 +110,12 @@ def test_bad_arguments_are_an_error_result_never_an_exception(
 
 def test_restore_file_checks_its_arguments_like_every_tool(ctx: ToolContext) -> None:
     restore = RestoreFile(lambda sha: None)
-    for args, message in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"path": "a", "sha256": None}, "argument 'sha256' must be a string, not null"),
         ({"path": "a", "expect": 1}, "argument 'expect' must be a string, not a number"),
         ({"sha256": "ab"}, "missing required argument path"),
-    ]:
+    ]
+    for args, message in cases:
         with pytest.raises(ToolError, match=re.escape(message)):
             restore.prepare(args, ctx)
         result = restore.run(args, ctx, None)
