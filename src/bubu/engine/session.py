@@ -163,7 +163,7 @@ def start_turn(
                       visibility="hidden")  # fmt: skip
         notes = runner.instructions.at_turn_start(
             runner.session.workspace, enabled=host.config.project_instructions,
-            called=runner.turn.model_responses > 0, make_note=_instructions_note(session, turn, now),
+            called=runner.turn.model_responses > 0, make_note=instructions_note(session, turn, now),
         )  # fmt: skip
         with turnstart.window():
             runner.start_run("new", prefix=[request, opened, *notes], blobs=blobs)
@@ -174,7 +174,9 @@ def start_turn(
             return runner.drive()
 
 
-def _instructions_note(session: SessionInfo, turn: str, now: int) -> NoteMaker:
+def instructions_note(session: SessionInfo, turn: str, now: int) -> NoteMaker:
+    """How a turn's project instruction notes are made (hidden in the prefix, visible after)."""
+
     def note(n: ProjectInstructions, visible: bool) -> Event:
         return make(session=session.id, turn=turn, role="system", author="system", ts=now,
                     content=SystemNote(note=n), visibility="visible" if visible else "hidden")  # fmt: skip

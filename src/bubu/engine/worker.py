@@ -32,7 +32,14 @@ from bubu import clock, ids
 from bubu.engine.driver import RunConfig, Runner, owner_id
 from bubu.engine.recovery import Outcome, recover_session
 from bubu.engine.scope import acting_info
-from bubu.engine.session import Host, check_task, new_session, reopen_turn, resumable
+from bubu.engine.session import (
+    Host,
+    check_task,
+    instructions_note,
+    new_session,
+    reopen_turn,
+    resumable,
+)
 from bubu.errors import BubuError, ConfigError, LeaseLost
 from bubu.events import (
     Actions,
@@ -155,11 +162,18 @@ def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
                            network=policy.network, pass_env=list(policy.pass_env),
                            retry_for_s=policy.retry_for_s, fallback_models=list(policy.fallback_models),
                            token_limit=policy.token_limit, time_limit_s=policy.time_limit_s,
-                           workspace=runner.session.workspace, title=runner.session.title)  # fmt: skip
-        opened = make(session=info.id, turn=request.event.turn or ids.turn_id(), role="system",
-                      author="system", ts=clock.now_ms(), content=SystemNote(note=note),
-                      visibility="hidden")  # fmt: skip
-        runner.start_run("new", prefix=[opened])
+                           workspace=runner.session.workspace, title=runner.session.title,
+                           project_instructions=host.config.project_instructions)  # fmt: skip
+        turn, now = request.event.turn or ids.turn_id(), clock.now_ms()
+        opened = make(session=info.id, turn=turn, role="system", author="system", ts=now,
+                      content=SystemNote(note=note), visibility="hidden")  # fmt: skip
+        # The project's AGENTS.md, as a turn started by `bubu run` reads it (a workspace this
+        # machine does not have gives none, and never stops the turn).
+        notes = runner.instructions.at_turn_start(
+            runner.session.workspace, enabled=host.config.project_instructions,
+            called=runner.turn.model_responses > 0, make_note=instructions_note(info, turn, now),
+        )  # fmt: skip
+        runner.start_run("new", prefix=[opened, *notes])
         return runner.drive()
 
 
