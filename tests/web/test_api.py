@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +26,7 @@ from bubu.log.codec import sha256_hex
 from bubu.log.sqlite import SQLiteStore
 from bubu.projections.status import fold_status
 from bubu.web import create_app
+from bubu.web.runs import RunManager
 from bubu.web.auth import BAD_TOKEN, FOREIGN_ORIGIN, NO_TOKEN, NOT_A_HEADER, split_host
 
 from .scenarios import (
@@ -631,6 +633,28 @@ def test_compact_builds_a_checkpoint_of_a_finished_session(
     context = client.get(f"/api/sessions/{sid}/context").json()
     assert context["checkpoint"]["key"] == note.checkpoint
     assert detail(client, sid)["session"]["status"] == "completed"
+
+
+def test_an_action_taken_the_moment_a_turn_completes_waits_for_its_thread_to_close(
+    client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log says `completed` before the UI's thread has let go of its host; compacting or
+    following up right then is not refused as 'running'."""
+    original = RunManager._drop
+
+    def slow_drop(self: RunManager, host: Any) -> None:
+        time.sleep(1.0)  # the thread is still closing after the turn ended
+        original(self, host)
+
+    monkeypatch.setattr(RunManager, "_drop", slow_drop)
+    sid = start(client, tmp_path, "settle", [{"text": "Done."}, {"text": "Again."}])
+    wait_for(lambda: status(client, sid) == "completed", what="the turn")
+    r = client.post(f"/api/sessions/{sid}/compact")
+    assert r.status_code == 200, r.text
+    wait_for(lambda: status(client, sid) == "completed", what="the compaction")
+    r = client.post(f"/api/sessions/{sid}/turns", json={"task": "again"})
+    assert r.status_code == 200, r.text
+    wait_for(lambda: status(client, sid) == "completed", what="the second turn")
 
 
 def test_the_detail_holds_the_plan_and_the_memory_of_the_workspace_only(

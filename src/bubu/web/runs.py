@@ -45,6 +45,9 @@ from bubu.providers.base import Delta
 
 log = logging.getLogger("bubu.web")
 
+SETTLE_SECONDS = 5.0
+"""How long an action waits for a UI thread whose turn has ended to finish closing."""
+
 
 class HostFactory(Protocol):
     """Builds a host for a model spec (with the settings a turn `recorded`, when it continues
@@ -192,6 +195,15 @@ class RunManager:
             t = self._threads.get(session)
             return (t is not None and t.is_alive()) or self._host_running(session) is not None
 
+    def _settle(self, info: SessionInfo) -> None:
+        """Give a UI thread whose turn the log already shows ended a moment to finish (it is
+        releasing its lease and closing its host), so that an action taken the moment a turn
+        completes is not refused as running."""
+        with self._lock:
+            t = self._threads.get(info.id)
+        if t is not None and t.is_alive() and self._state(info) != "running":
+            t.join(timeout=SETTLE_SECONDS)
+
     def error(self, session: str) -> str | None:
         """The last failure of a UI run of the session that the log could not record, if any."""
         with self._lock:
@@ -313,6 +325,7 @@ class RunManager:
         """Run `task` as a new turn of an idle session."""
         check_task(task)
         info = self.store.session(session)
+        self._settle(info)
         state = self._state(info)
         if state == "open":
             raise ConfigError(
@@ -324,6 +337,7 @@ class RunManager:
     def resume(self, session: str, model: str | None = None) -> str:
         """Resume a stopped or suspended turn, or recover a crashed one; returns which."""
         info = self.store.session(session)
+        self._settle(info)
         if self.running_here(info.id):
             raise ConfigError(f"session {info.id} is already running in this UI")
         if needs_recovery(self.store, info):
@@ -346,6 +360,7 @@ class RunManager:
         from bubu.engine.compacting import compact_now
 
         info = self.store.session(session)
+        self._settle(info)
         if self.running_here(info.id) or self._state(info) == "running":
             raise ConfigError(f"session {info.id} is running; compact it once its turn ends")
         host, info = self._continuing(info, None)
