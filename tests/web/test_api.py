@@ -26,8 +26,8 @@ from bubu.log.codec import sha256_hex
 from bubu.log.sqlite import SQLiteStore
 from bubu.projections.status import fold_status
 from bubu.web import create_app
-from bubu.web.runs import RunManager
 from bubu.web.auth import BAD_TOKEN, FOREIGN_ORIGIN, NO_TOKEN, NOT_A_HEADER, split_host
+from bubu.web.runs import RunManager
 
 from .scenarios import (
     CRASH_TASK,
