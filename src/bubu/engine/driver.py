@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, assert_never
 
 from bubu import clock, failpoints, ids
-from bubu.engine import compacting, turnstart
+from bubu.engine import choices, compacting, turnstart
 from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.host import NullObserver, Observer, RunConfig, StopReason
@@ -213,7 +213,7 @@ class Runner:
                 else:
                     foreign = self._catch_up()
                 self.observer.on_records(foreign)
-                if not foreign or not all(_benign(r) for r in foreign):
+                if not choices.benign(foreign):
                     raise
                 if staged:
                     self.stage(staged)
@@ -440,13 +440,17 @@ class Runner:
                         case _:
                             assert_never(step)
                 except _Stop:
-                    stop = self.stop_reason
-                    if stop == "lease_lost" or stop is None:
-                        return None
-                    if not self.turn.open:
-                        return self.turn.end_reason  # the stop came after the turn had ended
-                    self._finish_stopped(stop)
-                    return stop
+                    after = choices.after_stop(self.stop_reason, turn_open=self.turn.open)
+                    match after:
+                        case choices.Leave():
+                            return None
+                        case choices.Ended():
+                            return self.turn.end_reason
+                        case choices.EndStopped(reason=reason):
+                            self._finish_stopped(reason)
+                            return reason
+                        case _:
+                            assert_never(after)
         except LeaseLost:
             return None
         finally:
@@ -516,15 +520,6 @@ def _start_of(pid: int) -> str | None:
     from bubu.engine.scope import proc_start
 
     return proc_start(pid)
-
-
-def _benign(r: Record) -> bool:
-    """A record another process may append to a running session (a notice dismissal)."""
-    c = r.event.content
-    return isinstance(c, SystemNote) and type(c.note).__name__ in (
-        "NoticeDismissed",
-        "MemoryForgotten",
-    )
 
 
 __all__ = [

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
 from bubu.context.policy import ContextPolicy
 from bubu.engine.backoff import WAIT_CAP_S
+from bubu.engine.choices import StopReason
 from bubu.events import Record
 from bubu.providers.base import Delta
-
-StopReason = Literal["stopped", "suspended", "lease_lost"]
 
 
 class Stopped(Exception):
@@ -72,3 +71,6 @@ class RunConfig:
     context: ContextPolicy = field(default_factory=ContextPolicy)
     project_instructions: bool = True
     """Whether the turns this host starts give the model the workspace's AGENTS.md files."""
+
+
+__all__ = ["NullObserver", "Observer", "RunConfig", "StopReason", "Stopped"]

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol, TypeAlias, assert_never
 from bubu import clock, failpoints, ids, images
 from bubu.context.offload import offload_result
 from bubu.engine import choices
-from bubu.engine.host import Observer, RunConfig
+from bubu.engine.host import Observer, RunConfig, StopReason
 from bubu.engine.keep import kept_before
 from bubu.engine.lanes import Admitted, Lanes
 from bubu.engine.loops import warning
@@ -65,7 +65,7 @@ class ToolHost(Protocol):
     pool: cf.ThreadPoolExecutor
     stop_event: threading.Event
     """Set once a stop is asked for: a running tool's cancel signal."""
-    stop_reason: Literal["stopped", "suspended", "lease_lost"] | None
+    stop_reason: StopReason | None
 
     @property
     def asker(self) -> Asker:
