@@ -4,6 +4,9 @@ Every step is an append through the session's lease. A model response is appende
 transaction; a tool call crosses two durable boundaries (DESIGN §4): the dispatch is committed and
 synced before the tool starts, the outcome is committed before the model can see it. Model calls
 and tools run in worker threads so that a stop (Ctrl-C, SIGTERM, a lost lease) is noticed at once.
+
+The runner holds the session's state and the loop; the model call is `modelcall`, the tool calls
+are `toolcalls`, and what the loop decides besides `decide` is in `choices`.
 """
 
 from __future__ import annotations
@@ -23,8 +26,7 @@ from bubu import clock, failpoints, ids
 from bubu.engine import choices, compacting, turnstart
 from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
-from bubu.engine.host import NullObserver, Observer, RunConfig, StopReason
-from bubu.engine.host import Stopped as _Stop
+from bubu.engine.host import NullObserver, Observer, RunConfig, Stopped, StopReason
 from bubu.engine.instructions import Instructions
 from bubu.engine.lanes import Lanes
 from bubu.engine.lease import heartbeat
@@ -275,7 +277,7 @@ class Runner:
     def check_stop(self) -> None:
         """Raise out of whatever the run is doing once a stop was asked for."""
         if self.stop_reason is not None:
-            raise _Stop
+            raise Stopped
 
     def wait(self, fut: cf.Future[T]) -> T:
         """The future's result, waited for in slices so that a stop is noticed at once."""
@@ -439,7 +441,7 @@ class Runner:
                             )
                         case _:
                             assert_never(step)
-                except _Stop:
+                except Stopped:
                     after = choices.after_stop(self.stop_reason, turn_open=self.turn.open)
                     match after:
                         case choices.Leave():
