@@ -23,6 +23,8 @@ PURE = [
     "bubu.context.compaction",
     "bubu.engine.decide",
     "bubu.engine.choices",
+    "bubu.engine.attempts",
+    "bubu.engine.backoff",
 ]
 
 FORBIDDEN = [
@@ -101,6 +103,15 @@ def test_the_compactor_plans_without_reaching_into_the_runner() -> None:
     """The compactor decides and returns a plan; `engine.compacting` carries it out."""
     assert "Runner" not in (SRC / "engine" / "compactor.py").read_text()
     assert "bubu.engine.driver" not in _loaded_after_import("bubu.engine.compactor")
+
+
+@pytest.mark.parametrize("module", ["bubu.engine.modelcall", "bubu.engine.toolcalls"])
+def test_the_runners_parts_are_written_against_a_view_of_it(module: str) -> None:
+    """The model call and the tool calls see the runner through a Protocol: they never load
+    the driver, nor reach into the runner's private state."""
+    assert "bubu.engine.driver" not in _loaded_after_import(module)
+    source = (SRC / "engine" / (module.rsplit(".", 1)[1] + ".py")).read_text()
+    assert "host._" not in source
 
 
 def test_the_checkpoint_view_kind_is_the_one_verify_checks() -> None:

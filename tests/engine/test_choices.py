@@ -1,5 +1,6 @@
 """The driver's pure decisions: outcome forms under a full disk, permission outcomes, the
-compaction trigger and the offload exception for paging tools."""
+compaction trigger, the offload exception for paging tools, what a stop does to the turn and
+which foreign records a running session tolerates."""
 
 from __future__ import annotations
 
@@ -7,15 +8,30 @@ import pytest
 
 from bubu.engine.choices import (
     Ask,
+    Ended,
+    EndStopped,
+    Leave,
     Settled,
+    after_stop,
     answered,
+    benign,
     compact_again,
     cut_note,
     may_offload,
     next_form,
     permission,
 )
-from bubu.events import PermissionDecision
+from bubu.events import (
+    Content,
+    Info,
+    MemoryForgotten,
+    NoticeDismissed,
+    PermissionDecision,
+    Record,
+    SystemNote,
+    Text,
+    make,
+)
 
 
 def test_a_full_disk_degrades_offloaded_to_inline_to_cut_then_gives_up() -> None:
@@ -71,3 +87,29 @@ def test_compaction_runs_while_over_budget_and_moving_at_most_three_times() -> N
     assert compact_again(over_budget=True, passes=1, before=10, after=20)
     assert not compact_again(over_budget=True, passes=1, before=20, after=20)
     assert not compact_again(over_budget=True, passes=3, before=10, after=20)
+
+
+def test_a_stop_ends_an_open_turn_unless_the_lease_was_lost() -> None:
+    assert after_stop("stopped", turn_open=True) == EndStopped("stopped")
+    assert after_stop("suspended", turn_open=True) == EndStopped("suspended")
+    assert after_stop("stopped", turn_open=False) == Ended()
+    assert after_stop("suspended", turn_open=False) == Ended()
+    assert after_stop("lease_lost", turn_open=True) == Leave()
+    assert after_stop("lease_lost", turn_open=False) == Leave()
+    assert after_stop(None, turn_open=True) == Leave()
+
+
+def _record(seq: int, content: Content) -> Record:
+    event = make(session="s", role="system", author="host", ts=0, content=content)
+    return Record(seq=seq, hash="", event=event)
+
+
+def test_only_dismissals_and_forgotten_notes_from_another_process_are_tolerated() -> None:
+    dismissed = _record(1, SystemNote(note=NoticeDismissed(notice_seq=1)))
+    forgot = _record(2, SystemNote(note=MemoryForgotten(key="k")))
+    info = _record(3, SystemNote(note=Info(text="x")))
+    text = _record(4, Text(text="hi"))
+    assert benign([dismissed, forgot])
+    assert not benign([dismissed, info])
+    assert not benign([text])
+    assert not benign([])  # a conflict with nothing new to fold in is a real one

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bubu.engine import driver
+from bubu.engine import modelcall
 from bubu.engine.session import new_session, start_turn
 from bubu.events import FunctionCall, Record
 from bubu.log.sqlite import SQLiteStore
@@ -142,7 +142,7 @@ def test_an_older_log_that_reused_an_id_across_responses_still_recovers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # What Bubu wrote before call ids were made unique: the provider's id, reused, as it came.
-    monkeypatch.setattr(driver, "unique_call_id", lambda provider_id, taken: provider_id)
+    monkeypatch.setattr(modelcall, "unique_call_id", lambda provider_id, taken: provider_id)
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "a.txt").write_text("alpha\n")

@@ -1,16 +1,18 @@
 """The driver's smaller decisions, as pure functions beside `decide`: what a tool's outcome looks
 like in the log (offloaded, inline, or cut when the disk is full), how a permission question is
-settled, and whether the next request must be compacted first.
+settled, whether the next request must be compacted first, what a stop does to the turn and which
+records of another process a running session tolerates.
 
 The driver carries them out; nothing here reads storage, the clock or randomness.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, assert_never
 
-from bubu.events import PermissionDecision
+from bubu.events import PermissionDecision, Record, SystemNote
 
 # -- offload ------------------------------------------------------------------------------------
 
@@ -117,14 +119,75 @@ def compact_again(*, over_budget: bool, passes: int, before: int | None, after: 
     return before is None or after != before
 
 
+# -- stops --------------------------------------------------------------------------------------
+
+StopReason: TypeAlias = Literal["stopped", "suspended", "lease_lost"]
+"""Why a run stops: the user (Ctrl-C, `bubu stop`), an orderly shutdown (SIGTERM), or another
+runner that took the session over."""
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """The run ends and the turn stays open: its lease is lost (another runner has it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The turn had ended before the stop took effect: it stays as it ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndStopped:
+    """End the turn for the stop: what was cut off or never run says so."""
+
+    reason: Literal["stopped", "suspended"]
+
+
+AfterStop: TypeAlias = Leave | Ended | EndStopped
+
+
+def after_stop(reason: StopReason | None, *, turn_open: bool) -> AfterStop:
+    """What a run that was told to stop does with its turn."""
+    match reason:
+        case "lease_lost" | None:
+            return Leave()
+        case "stopped" | "suspended":
+            return EndStopped(reason) if turn_open else Ended()
+        case _:
+            assert_never(reason)
+
+
+# -- conflicts ----------------------------------------------------------------------------------
+
+BENIGN_NOTES = frozenset({"NoticeDismissed", "MemoryForgotten"})
+"""The notes another process may append to a running session."""
+
+
+def benign(records: Sequence[Record]) -> bool:
+    """Whether the records another process appended before ours are ones to fold in and append
+    after (notice dismissals, forgotten notes); anything else is a real conflict."""
+    return bool(records) and all(
+        isinstance(c := r.event.content, SystemNote) and type(c.note).__name__ in BENIGN_NOTES
+        for r in records
+    )
+
+
 __all__ = [
+    "BENIGN_NOTES",
     "COMPACTION_PASSES",
     "PAGING_TOOLS",
+    "AfterStop",
     "Ask",
+    "EndStopped",
+    "Ended",
+    "Leave",
     "OutcomeForm",
     "Permission",
     "Settled",
+    "StopReason",
+    "after_stop",
     "answered",
+    "benign",
     "compact_again",
     "cut_note",
     "may_offload",

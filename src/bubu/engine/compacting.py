@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from bubu import failpoints
+from bubu.engine.host import Stopped
 from bubu.errors import ProviderError
 from bubu.events import Actions, Compaction, Error, SummaryChunk, SystemNote, TokenUsage
 from bubu.events import ModelRequest as ModelRequestNote
@@ -122,7 +123,7 @@ def _call(runner: Runner, request: ModelRequest) -> ModelResponse:
     done = threading.Event()
 
     def on_delta(_: Delta) -> None:
-        if runner._stop is not None:
+        if runner.stop_reason is not None:
             raise _CallStopped
 
     def run() -> None:
@@ -135,8 +136,8 @@ def _call(runner: Runner, request: ModelRequest) -> ModelResponse:
 
     threading.Thread(target=run, name="bubu-summary", daemon=True).start()
     while not done.wait(0.1):
-        runner._check_stop()
-    runner._check_stop()
+        runner.check_stop()
+    runner.check_stop()
     (result,) = box
     if isinstance(result, BaseException):
         raise result
@@ -147,17 +148,15 @@ def compact_now(runner: Runner) -> Compaction | None:
     """Build a checkpoint now, whatever the budget says (`bubu compact`): the same summary,
     validation and fallback as before a model call. Returns the compaction note it committed, or
     None when there was nothing to fold (fewer than two steps after the last checkpoint)."""
-    from bubu.engine.driver import _Stop
-
     beat = threading.Thread(target=runner._beat, name="bubu-lease", daemon=True)
     beat.start()
     start = runner.high_water
     try:
         compact(runner)
-    except _Stop:
+    except Stopped:
         return None  # stopped: whatever was committed stays, the summary is retried later
     finally:
-        runner._stop_event.set()
+        runner.stop_event.set()
     notes = [
         c.note
         for r in runner.store.read(runner.session.id, after=start, kinds=("compaction",))

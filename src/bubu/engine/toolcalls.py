@@ -1,0 +1,505 @@
+"""The tool calls of a model response: permission, dispatch, running them, their outcomes.
+
+A call crosses two durable boundaries (DESIGN §4): its dispatch is committed (and synced when it
+may change something) before the tool starts; its outcome is committed before the model can see
+it. Tools run in the runner's worker threads, so that a stop is noticed at once. What the calls
+need of the runner is `ToolHost`; nothing here imports the driver.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, TypeAlias, assert_never
+
+from bubu import clock, failpoints, ids, images
+from bubu.context.offload import offload_result
+from bubu.engine import choices
+from bubu.engine.host import Observer, RunConfig, StopReason
+from bubu.engine.keep import kept_before
+from bubu.engine.lanes import Admitted, Lanes
+from bubu.engine.loops import warning
+from bubu.engine.memory import workspace_memory
+from bubu.engine.permissions import Answer, Asker, Policy
+from bubu.errors import StorageError, ToolError
+from bubu.events import (
+    Actions,
+    Content,
+    Event,
+    FunctionResponse,
+    PermissionDecision,
+    PermissionRequest,
+    Role,
+    SandboxMode,
+    ToolDispatch,
+)
+from bubu.log import codec, redact
+from bubu.log.store import SessionInfo, Store
+from bubu.projections.memory import Note
+from bubu.projections.turn import CallState, TurnFold
+from bubu.providers.base import Provider, arguments_error
+from bubu.tools import sandbox
+from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
+from bubu.tools.protected import protected_reason, protected_write, relative
+
+Ready: TypeAlias = tuple[CallState, Tool, ToolContext, WriteIntent | None]
+"""A call ready to start: its tool, its context and, for a provable write, its intent."""
+
+
+class ToolHost(Protocol):
+    """What the tool calls need of the runner."""
+
+    store: Store
+    session: SessionInfo
+    provider: Provider
+    tools: dict[str, Tool]
+    config: RunConfig
+    policy: Policy
+    observer: Observer
+    turn: TurnFold
+    run: str | None
+    known_blobs: set[str]
+    """The sha-256 of every result this session offloaded."""
+    pool: cf.ThreadPoolExecutor
+    stop_event: threading.Event
+    """Set once a stop is asked for: a running tool's cancel signal."""
+    stop_reason: StopReason | None
+
+    @property
+    def asker(self) -> Asker:
+        """Who answers a permission request (a person, a web UI, or nobody)."""
+
+    def append(
+        self, events: Sequence[Event], *, durable: bool = ..., blobs: Sequence[bytes] = ...
+    ) -> None: ...
+
+    def stage(self, events: Sequence[Event], *, after: str | None = ...) -> None: ...
+
+    def event(
+        self,
+        role: Role,
+        author: Literal["user", "host", "agent", "tool", "system"],
+        content: Content | None = ...,
+        actions: Actions | None = ...,
+        *,
+        invocation: str | None = ...,
+        visibility: Literal["visible", "hidden"] = ...,
+        status: Literal["completed", "failed", "aborted", "cancelled"] | None = ...,
+    ) -> Event: ...
+
+    def check_stop(self) -> None: ...
+
+    def stopped_by(self) -> str: ...
+
+
+class ToolCalls:
+    """Runs the runner's tool calls."""
+
+    def __init__(self, host: ToolHost) -> None:
+        self.host = host
+        self._confined: tuple[tuple[SandboxMode, bool], sandbox.Sandbox | None] | None = None
+
+    @property
+    def effective_policy(self) -> Policy:
+        """The host's policy widened by the one recorded when the turn started."""
+        p, t = self.host.policy, self.host.turn
+        return Policy(
+            yes=p.yes or t.yes,
+            allow_commands=tuple(dict.fromkeys([*p.allow_commands, *t.allow_commands])),
+            sandbox=self.sandbox_mode[0],
+            network=self.sandbox_mode[1],
+            sandboxed=self.confinement() is not None,
+            pass_env=tuple(dict.fromkeys([*p.pass_env, *t.pass_env])),
+        )
+
+    @property
+    def sandbox_mode(self) -> tuple[SandboxMode, bool]:
+        """The sandbox mode and network flag of the turn: recorded with it, else the host's."""
+        t, p = self.host.turn, self.host.policy
+        return sandbox.turn_mode(t.sandbox, t.network, p.sandbox, p.network)
+
+    def confinement(self) -> sandbox.Sandbox | None:
+        """The sandbox of the turn's commands (looked up once per mode: it searches PATH)."""
+        mode = self.sandbox_mode
+        if self._confined is None or self._confined[0] != mode:
+            self._confined = (mode, sandbox.confinement(*mode))
+        return self._confined[1]
+
+    def context_for(self, call: CallState, *, outside_allowed: bool = False) -> ToolContext:
+        """The context a tool call runs in."""
+        from pathlib import Path
+
+        return ToolContext(
+            workspace=Path(self.host.session.workspace),
+            timeout_s=self.host.config.tool_timeout_s,
+            cancel=self.host.stop_event,
+            stopped_by=self.host.stopped_by,
+            outside_allowed=outside_allowed,
+            blob=self.read_blob,
+            sandbox=self.confinement(),
+            pass_env=self.effective_policy.pass_env,
+            marker=f"{self.host.session.id}/{self.host.run}/{call.call_id}",
+            memory=self.read_memory,
+            images=images.accepts_images(self.host.provider),
+        )
+
+    def read_memory(self) -> dict[str, Note]:
+        """The live notes of this session's workspace (every session of it in the store)."""
+        return workspace_memory(self.host.store, self.host.session.workspace)
+
+    def read_blob(self, handle: str) -> bytes | None:
+        """The bytes of one of this session's offloaded results, by sha-256 or a unique prefix."""
+        handle = handle.strip().lower()
+        matches = [sha for sha in self.host.known_blobs if sha.startswith(handle)]
+        if len(matches) > 1:
+            raise ToolError(f"the handle {handle} matches {len(matches)} results; give more of it")
+        return self.host.store.blob(matches[0]) if matches else None
+
+    def outcome(self, call: CallState, result: ToolResult, started: float | None) -> Event:
+        return self._offloaded(call, result, started, offload=False)[0]
+
+    def _offloaded(
+        self, call: CallState, result: ToolResult, started: float | None, *, offload: bool = True
+    ) -> tuple[Event, bytes | None]:
+        """The outcome event; a large result is offloaded (placeholder inline, bytes as a blob)."""
+        duration = None if started is None else int((clock.monotonic() - started) * 1000)
+        again = warning(self.host.turn.calls.values(), call) if result.is_error else None
+        if again is not None:
+            result = ToolResult(
+                output=f"{result.output}\n[{again}]", is_error=True, full=result.full
+            )
+        text = codec.sanitize_text(result.output)
+        data = result.full if result.full is not None else text.encode("utf-8")
+        # Before the placeholder's excerpt cuts a line (and a secret in it) short.
+        data = redact.data(data)
+        # A page of an offloaded result is never offloaded again.
+        offload = offload and choices.may_offload(call.name)
+        placed = (
+            offload_result(call.name, data, self.host.config.context, dropped=result.dropped)
+            if offload
+            else None
+        )
+        blob = None
+        if placed is not None:
+            text, blob = placed
+        refs, _ = images.refs(result.images)
+        event = self.host.event(
+            "tool", "tool",
+            FunctionResponse(call_id=call.call_id, name=call.name, result=text, is_error=result.is_error,
+                             duration_ms=duration, blob=blob, images=refs),
+            invocation=call.invocation, status="failed" if result.is_error else "completed",
+        )  # fmt: skip
+        return event, (data if blob is not None else None)
+
+    def commit_outcomes(
+        self, done: Sequence[tuple[CallState, ToolResult, float | None]], *, stage: bool = False
+    ) -> bool:
+        """Commit outcomes with their offloaded blobs in one transaction; if storing the blobs
+        fails, commit the results inline instead — never a reference to bytes that are not there.
+        With `stage`, outcomes without blobs are staged for the next append instead (True)."""
+        pairs = [self._offloaded(c, r, t) for c, r, t in done]
+        blobs = [b for _, b in pairs if b is not None] + [
+            d for _, r, _ in done for _, d in r.images
+        ]
+        if stage and not blobs:
+            self.host.stage([e for e, _ in pairs], after="after_outcome")
+            return True
+        form: choices.OutcomeForm | None = "offloaded"
+        while form is not None:
+            try:
+                match form:
+                    case "offloaded":
+                        self.host.append([e for e, _ in pairs], blobs=blobs)
+                    case "inline":
+                        inline = [
+                            ToolResult(
+                                output=r.full.decode("utf-8", "replace"), is_error=r.is_error
+                            )
+                            if r.full
+                            else ToolResult(output=r.output, is_error=r.is_error)  # no images
+                            for _, r, _ in done
+                        ]
+                        self.host.append([self.outcome(c, r, t) for (c, _, t), r in zip(done, inline, strict=True)])  # fmt: skip
+                    case "cut":
+                        # Not even that fits (a full disk): keep the run going with what the tool
+                        # kept for the model, saying what was lost, rather than losing the outcome.
+                        cut = [
+                            ToolResult(output=r.output + choices.cut_note(len(r.full or b"")), is_error=r.is_error)
+                            for _, r, _ in done
+                        ]  # fmt: skip
+                        self.host.append([self.outcome(c, r, t) for (c, _, t), r in zip(done, cut, strict=True)])  # fmt: skip
+                    case _:
+                        assert_never(form)
+                return False
+            except StorageError:
+                form = choices.next_form(form) if blobs else None
+                if form is None:
+                    raise
+        return False
+
+    def run(self, calls: Sequence[CallState]) -> None:
+        ready: list[Ready] = []
+        early: list[Event] = []
+        # Calls on a file that an earlier call of this response writes wait for it (lanes.py).
+        lanes = Lanes.of(calls, self.host.tools, self.context_for)
+        for call in calls:
+            if lanes.must_wait(call):
+                admitted = self._prepare(call, early, with_intent=False)
+                if admitted is not None:
+                    lanes.queue(admitted[:3])
+                continue
+            prepared = self._prepare(call, early)
+            if prepared is not None:
+                ready.append(prepared)
+                lanes.started(call)
+        if early:
+            self.host.append(early)
+        if not ready:
+            return
+        dispatches = [
+            self.host.event("system", "system", actions=Actions(tool_dispatch=self._dispatch_fact(c, t, i)),
+                       invocation=c.invocation)
+            for c, t, _, i in ready
+        ]  # fmt: skip
+        failpoints.hit("before_dispatch")
+        self.host.append(dispatches, durable=any(t.effect != "read_only" for _, t, _, _ in ready),
+                    blobs=kept_before(i for *_, i in ready))  # fmt: skip
+        failpoints.hit("after_dispatch")
+        self.execute(ready, lanes, last_of_step=True)
+
+    def execute(
+        self,
+        ready: Sequence[Ready],
+        lanes: Lanes | None = None,
+        *,
+        last_of_step: bool = False,
+    ) -> None:
+        """Run dispatched calls concurrently and commit each outcome as it arrives; a call
+        waiting in `lanes` for one that finished is then prepared, dispatched and started."""
+        futures: dict[cf.Future[ToolResult], tuple[CallState, float]] = {}
+
+        def submit(
+            call: CallState, tool: Tool, ctx: ToolContext, intent: WriteIntent | None
+        ) -> cf.Future[ToolResult]:
+            self.host.observer.on_activity(f"{tool.name}")
+            fut = self.host.pool.submit(_run_tool, tool, call.arguments, ctx, intent)
+            futures[fut] = (call, clock.monotonic())
+            return fut
+
+        for item in ready:
+            submit(*item)
+        first = next(iter(futures))
+        # Let the first call get going, so that a crash here leaves it genuinely mid-way.
+        cf.wait([first], timeout=0.3)
+        failpoints.hit("mid_tool")
+        pending = set(futures)
+        while pending:
+            done, pending = cf.wait(pending, timeout=0.1, return_when=cf.FIRST_COMPLETED)
+            if not done:
+                continue  # a stop cancels the tools through ctx.cancel; wait for their outcomes
+            failpoints.hit("after_tool")
+            # The step's last outcomes are committed with the next request's note.
+            last = last_of_step and not pending and not any(lanes.waiting.values() if lanes else ())
+            if not self.commit_outcomes(
+                [(futures[f][0], f.result(), futures[f][1]) for f in done], stage=last
+            ):
+                failpoints.hit("after_outcome")
+            if lanes is None or self.host.stop_reason is not None:
+                continue  # a stopped turn dispatches nothing more; its waiting calls are "not run"
+            for f in done:
+                following = self._next_in_lane(lanes.after(futures[f][0]))
+                if following is not None:
+                    pending.add(submit(*following))
+        self.host.observer.on_activity(None)
+        self.host.check_stop()
+
+    def _next_in_lane(self, waiting: deque[Admitted]) -> Ready | None:
+        """Prepare and dispatch the next waiting call on a file, now that the one before it has
+        its outcome: its intent is computed from the file as that call left it."""
+        early: list[Event] = []
+        while waiting:
+            call, tool, ctx = waiting.popleft()
+            intent = None
+            if tool.effect == "provable_write":
+                try:
+                    intent = tool.prepare(call.arguments, ctx)
+                except ToolError as e:
+                    early.append(self.outcome(call, ToolResult(output=str(e), is_error=True), None))
+                    continue
+            if early:
+                self.host.append(early)
+            dispatch = self.host.event("system", "system", actions=Actions(tool_dispatch=self._dispatch_fact(call, tool, intent)),
+                                  invocation=call.invocation)  # fmt: skip
+            failpoints.hit("before_dispatch")
+            self.host.append(
+                [dispatch], durable=tool.effect != "read_only", blobs=kept_before([intent])
+            )
+            failpoints.hit("after_dispatch")
+            return call, tool, ctx, intent
+        if early:
+            self.host.append(early)
+        return None
+
+    def _dispatch_fact(
+        self, call: CallState, tool: Tool, intent: WriteIntent | None
+    ) -> ToolDispatch:
+        return ToolDispatch(
+            call_id=call.call_id, tool=tool.name, effect=tool.effect,
+            args_digest=codec.args_digest(call.arguments),
+            path=None if intent is None else intent.path,
+            before_sha256=None if intent is None else intent.before_sha256,
+            after_sha256=None if intent is None else intent.after_sha256,
+        )  # fmt: skip
+
+    def _prepare(
+        self, call: CallState, early: list[Event], *, with_intent: bool = True
+    ) -> Ready | None:
+        """Resolve the tool, ask permission, compute a write's intent; or queue an error outcome."""
+        tool = self.host.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self.host.tools))
+            early.append(
+                self.outcome(
+                    call,
+                    ToolResult(
+                        output=f"unknown tool {call.name!r}; the tools are: {known}", is_error=True
+                    ),
+                    None,
+                )
+            )
+            return None
+        if call.raw_arguments is not None:
+            early.append(self.outcome(call, ToolResult(
+                output=f"{call.name} did not run: its arguments {arguments_error(call.raw_arguments)}; "
+                       f"send them as one JSON object. They were: {call.raw_arguments[:300]}",
+                is_error=True), None))  # fmt: skip
+            return None
+        ctx = self.context_for(call)
+        try:
+            reason = tool.permission(call.arguments, ctx)
+        except ToolError as e:
+            early.append(self.outcome(call, ToolResult(output=str(e), is_error=True), None))
+            return None
+        guarded = protected_write(tool, call.arguments, ctx)
+        if guarded is not None:
+            reason = f"{guarded}; only a person can approve it (--yes does not)"
+        if reason is not None:
+            answer = self._permission(call, tool, reason, early, protected=guarded is not None)
+            if answer != "allow":
+                return None
+            ctx = self.context_for(call, outside_allowed=True)
+        intent = None
+        if tool.effect == "provable_write" and with_intent:
+            try:
+                intent = tool.prepare(call.arguments, ctx)
+            except ToolError as e:
+                early.append(self.outcome(call, ToolResult(output=str(e), is_error=True), None))
+                return None
+            late = (
+                None if intent is None or guarded else protected_reason(relative(ctx, intent.path))
+            )
+            if late is not None:  # the target changed into a protected one since the check
+                early.append(self.outcome(call, ToolResult(output=f"{late}; nothing was written", is_error=True), None))  # fmt: skip
+                return None
+        return call, tool, ctx, intent
+
+    def _permission(
+        self,
+        call: CallState,
+        tool: Tool,
+        reason: str,
+        early: list[Event],
+        *,
+        protected: bool = False,
+    ) -> Answer:
+        allowed = False
+        if call.decision is None:
+            command = call.arguments.get("command") if tool.name == "run_command" else None
+            if isinstance(command, str):
+                verdict = self.effective_policy.check_command(
+                    command, cwd=self.host.session.workspace
+                )
+                allowed = verdict.allowed
+                reason = verdict.why or reason
+        settled = choices.permission(
+            call.decision,
+            protected=protected,
+            allowed_by_policy=allowed,
+            yes=self.effective_policy.yes,
+        )
+        match settled:
+            case choices.Settled(record=False):
+                decision = settled.answer
+            case choices.Settled() | choices.Ask():
+                decision, by = self._ask(call, tool, reason, early, settled, protected=protected)
+                if by == "nobody":
+                    reason = f"nobody was there to approve it: {reason}"
+            case _:
+                assert_never(settled)
+        if decision != "allow":
+            early.append(
+                self.outcome(
+                    call, ToolResult(output=f"permission denied: {reason}", is_error=True), None
+                )
+            )
+        return decision
+
+    def _ask(
+        self,
+        call: CallState,
+        tool: Tool,
+        reason: str,
+        early: list[Event],
+        settled: choices.Permission,
+        *,
+        protected: bool,
+    ) -> tuple[Answer, choices.By]:
+        """Write the request durably, get the answer (the flag's, or the person's) and write it."""
+        request = PermissionRequest(
+            request_id=ids.new_id("perm"), call_id=call.call_id, tool=tool.name,
+            summary=_summary(tool.name, call.arguments), reason=reason, protected=protected,
+        )  # fmt: skip
+        if early:
+            self.host.append(early)
+            early.clear()
+        self.host.append([self.host.event("system", "agent", actions=Actions(permission_request=request), invocation=call.invocation)],
+                    durable=True)  # fmt: skip
+        answer: Answer
+        by: choices.By
+        if isinstance(settled, choices.Settled) and settled.by is not None:
+            answer, by = settled.answer, settled.by
+        else:
+            self.host.observer.on_activity("waiting for permission")
+            answer, by = choices.answered(self.host.asker(request))
+        self.host.check_stop()
+        dec = PermissionDecision(
+            request_id=request.request_id, call_id=call.call_id, decision=answer, by=by
+        )
+        self.host.append([self.host.event("system", "user" if by == "user" else "host", actions=Actions(permission_decision=dec),
+                                invocation=call.invocation)], durable=True)  # fmt: skip
+        return answer, by
+
+
+def _summary(tool: str, args: dict[str, object]) -> str:
+    if tool == "run_command":
+        return f"run `{args.get('command')}`"
+    path = args.get("path")
+    return f"{tool} {path}" if path is not None else tool
+
+
+def _run_tool(
+    tool: Tool, args: dict[str, Any], ctx: ToolContext, intent: WriteIntent | None
+) -> ToolResult:
+    try:
+        return tool.run(args, ctx, intent)
+    except ToolError as e:
+        return ToolResult(output=str(e), is_error=True)
+    except Exception as e:  # a tool bug is a result the model sees, never a crash of the run
+        return ToolResult(
+            output=f"{tool.name} failed unexpectedly: {type(e).__name__}: {e}", is_error=True
+        )
+
+
+__all__ = ["Ready", "ToolCalls", "ToolHost"]
