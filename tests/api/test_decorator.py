@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -11,9 +12,11 @@ import msgspec
 import pytest
 
 from bubu.errors import ToolError
-from bubu.tools import ToolContext, ToolResult, atomic_write
+from bubu.tools import ToolContext, ToolResult, WriteIntent, atomic_write, builtin_tools
 from bubu.tools.base import Tool
 from bubu.tools.decorator import FunctionTool, parse_docstring, tool
+from bubu.tools.restore import restore_tool
+from bubu.tools.schema import Arguments
 
 
 @tool(effect="read_only")
@@ -393,3 +396,175 @@ def test_nested_arguments_are_validated_and_reach_the_function_typed(ws: Path) -
         assert result.is_error, args
         assert message in result.output, result.output
         assert "\n" not in result.output
+
+
+# ---- the options the built-in tools are declared with ------------------------------------------
+
+
+class Tally(Arguments):
+    """The arguments of `tally`, taken as one Struct."""
+
+    path: Annotated[str, "A file of the workspace."]
+    unit: Annotated[Literal["words", "lines"], "What to count."] = "words"
+    at_least: Annotated[int, msgspec.Meta(ge=1)] = 1
+
+
+WHOLE = Tally(path=".")
+
+
+@tool(effect="read_only", name="tally", path_arg="path")
+def tally(args: Tally, ctx: ToolContext) -> str:
+    """Count the words or lines of a file."""
+    text = (ctx.workspace / args.path).read_text()
+    n = len(text.split() if args.unit == "words" else text.splitlines())
+    return f"{n} {args.unit}" if n >= args.at_least else "too few"
+
+
+def test_an_arguments_struct_is_the_whole_argument_list(ws: Path) -> None:
+    assert tally.parameters == {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "A file of the workspace."},
+            # The description right after the type, as the built-in definitions are sent.
+            "unit": {"type": "string", "description": "What to count.", "enum": ["words", "lines"]},
+            "at_least": {"type": "integer"},
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+    ctx = _ctx(ws)
+    assert tally.run({"path": "a.txt"}, ctx, None) == ToolResult(output="1 words")
+    assert tally.run({"path": "a.txt", "unit": "lines", "at_least": 2}, ctx, None).output == (
+        "too few"
+    )
+    for args, message in (
+        ({"path": "a.txt", "unit": "chars"}, 'argument \'unit\' must be one of "words", "lines"'),
+        ({"path": "a.txt", "at_least": 0}, "argument 'at_least' must be at least 1, not 0"),
+        ({"unit": "words"}, "missing required argument path"),
+        ({"path": "a.txt", "args": {}}, "unknown argument 'args'; expected one of path, unit"),
+    ):
+        result = tally.run(args, ctx, None)
+        assert result.is_error
+        assert message in result.output, result.output
+
+    def defaulted(args: Tally = WHOLE) -> str:
+        return ""
+
+    with pytest.raises(TypeError, match="takes no default"):
+        tool(effect="read_only")(defaulted)
+
+
+def test_a_path_argument_asks_outside_orders_calls_and_must_exist(ws: Path) -> None:
+    ctx = _ctx(ws)
+    reason = tally.permission({"path": "../elsewhere.txt"}, ctx)
+    assert reason is not None
+    assert "outside the workspace" in reason
+    assert tally.permission({"path": "a.txt"}, ctx) is None
+    assert tally.touches({"path": "./a.txt"}, ctx) == str(ws / "a.txt")
+    with pytest.raises(TypeError, match="path_arg='file' names no argument"):
+        tool(effect="read_only", path_arg="file")(tally.fn)
+
+    @tool(effect="read_only", path_arg="path", permission=lambda a: None)
+    def anywhere(path: str) -> str:
+        """Decides for itself."""
+        return path
+
+    assert anywhere.permission({"path": "../elsewhere.txt"}, ctx) is None
+
+
+def test_permission_naming_an_argument_asks_for_every_call(ws: Path) -> None:
+    @tool(effect="side_effecting", permission="query")
+    def lookup(query: str) -> str:
+        """Look something up."""
+        return query
+
+    ctx = _ctx(ws)
+    assert lookup.permission({"query": "who is there"}, ctx) == "who is there"
+    assert lookup.permission({}, ctx) == "lookup (no query given)"
+    assert lookup.permission({"query": 3}, ctx) == "lookup (no query given)"
+
+
+def test_validate_speaks_before_the_schema(ws: Path) -> None:
+    def no_shouting(args: Mapping[str, Any]) -> None:
+        if isinstance(args.get("text"), str) and args["text"].isupper():
+            raise ToolError("the text is all capitals; write it normally")
+
+    @tool(effect="read_only", validate=no_shouting)
+    def echo(text: str, times: int = 1) -> str:
+        """Echo."""
+        return text * times
+
+    ctx = _ctx(ws)
+    assert echo.run({"text": "ab", "times": 2}, ctx, None).output == "abab"
+    assert echo.run({"text": "AB", "times": "x"}, ctx, None) == ToolResult(
+        output="the text is all capitals; write it normally", is_error=True
+    )
+    assert (
+        "argument 'times' must be an integer"
+        in echo.run({"text": "ab", "times": "x"}, ctx, None).output
+    )
+
+
+def _stamp_intent(args: Mapping[str, Any], ctx: ToolContext) -> WriteIntent:
+    path = ctx.workspace / args["name"]
+    before = path.read_bytes() if path.exists() else None
+    after = f"{args['text']}\n".encode()
+    return WriteIntent(
+        path=str(path),
+        before_sha256=None if before is None else hashlib.sha256(before).hexdigest(),
+        after_sha256=hashlib.sha256(after).hexdigest(),
+        content=after,
+        before=before,
+    )
+
+
+@tool(effect="provable_write", path_arg="name", prepare=_stamp_intent)
+def stamp(name: str, text: str, intent: WriteIntent) -> str:
+    """Write a stamp file, exactly as prepared."""
+    atomic_write(intent.path, intent.content, None)
+    return f"stamped {name}"
+
+
+def test_a_provable_write_may_prepare_its_own_intent(ws: Path) -> None:
+    ctx = _ctx(ws)
+    args = {"name": "s.txt", "text": "hi"}
+    intent = stamp.prepare(args, ctx)
+    assert intent is not None
+    assert intent.path == str(ws / "s.txt")
+    assert intent.before_sha256 is None
+    assert intent.after_sha256 == hashlib.sha256(b"hi\n").hexdigest()
+    assert not (ws / "s.txt").exists()  # preparing writes nothing
+    assert stamp.run(args, ctx, intent) == ToolResult(output="stamped s.txt")
+    assert (ws / "s.txt").read_bytes() == b"hi\n"
+    # Run without a prepared intent: it is prepared first, from the file as it is now.
+    assert stamp.run({"name": "s.txt", "text": "again"}, ctx, None).output == "stamped s.txt"
+    assert (ws / "s.txt").read_bytes() == b"again\n"
+    with pytest.raises(ToolError, match="missing required argument text"):
+        stamp.prepare({"name": "s.txt"}, ctx)
+
+    def broken(args: Mapping[str, Any], ctx: ToolContext) -> WriteIntent:
+        raise FileNotFoundError(2, "No such file or directory", "gone.txt")
+
+    failing = tool(effect="provable_write", prepare=broken)(stamp.fn)
+    with pytest.raises(ToolError, match=r"gone\.txt: no such file or directory"):
+        failing.prepare(args, ctx)
+    assert failing.run(args, ctx, None) == ToolResult(
+        output="gone.txt: no such file or directory", is_error=True
+    )
+
+
+def test_prepare_is_declared_with_a_provable_write_only() -> None:
+    with pytest.raises(TypeError, match="prepare= or target= and content=, not both"):
+        tool(effect="provable_write", prepare=_stamp_intent, target=lambda a: "x")
+    with pytest.raises(TypeError, match="provable_write' only"):
+        tool(effect="read_only", prepare=_stamp_intent)
+    with pytest.raises(TypeError, match="a WriteIntent parameter is for a tool with prepare="):
+        tool(effect="side_effecting")(stamp.fn)
+    with pytest.raises(TypeError, match="path_arg= is not needed"):
+        tool(effect="provable_write", path_arg="p", target=lambda a: "x", content=lambda a: "")
+
+
+def test_the_built_in_tools_are_declared_with_tool() -> None:
+    tools = builtin_tools()
+    assert all(isinstance(t, FunctionTool) for t in tools.values()), tools
+    assert isinstance(restore_tool(lambda sha: None), FunctionTool)

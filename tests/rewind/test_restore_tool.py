@@ -10,15 +10,15 @@ import pytest
 
 from bubu.errors import ToolError
 from bubu.projections.recovery import DELETED
-from bubu.tools.base import ToolContext
-from bubu.tools.restore import ABSENT, RestoreFile
+from bubu.tools.base import Tool, ToolContext
+from bubu.tools.restore import ABSENT, restore_tool
 
 OLD = b"old content\n"
 SHA = hashlib.sha256(OLD).hexdigest()
 
 
-def _tool() -> RestoreFile:
-    return RestoreFile({SHA: OLD, hashlib.sha256(b"x").hexdigest(): b"not x"}.get)
+def _tool() -> Tool:
+    return restore_tool({SHA: OLD, hashlib.sha256(b"x").hexdigest(): b"not x"}.get)
 
 
 def _sha(p: Path) -> str:

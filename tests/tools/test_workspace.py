@@ -14,7 +14,7 @@ import pytest
 from bubu.errors import ToolError
 from bubu.tools import ToolContext, builtin_tools
 from bubu.tools.base import JSON, Tool
-from bubu.tools.restore import RestoreFile
+from bubu.tools.restore import restore_tool
 from bubu.tools.schema import Arguments, arguments_schema, convert
 from bubu.tools.workspace import (
     cut_line,
@@ -109,7 +109,7 @@ def test_bad_arguments_are_an_error_result_never_an_exception(
 
 
 def test_restore_file_checks_its_arguments_like_every_tool(ctx: ToolContext) -> None:
-    restore = RestoreFile(lambda sha: None)
+    restore = restore_tool(lambda sha: None)
     cases: list[tuple[dict[str, Any], str]] = [
         ({"path": "a", "sha256": None}, "argument 'sha256' must be a string, not null"),
         ({"path": "a", "expect": 1}, "argument 'expect' must be a string, not a number"),

@@ -60,7 +60,7 @@ from bubu.projections.rewind import Command, FileChange, boundaries, shown_bound
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse
 from bubu.tools.base import Tool, ToolResult
-from bubu.tools.restore import ABSENT, NAME, RestoreFile
+from bubu.tools.restore import ABSENT, NAME, restore_tool
 
 REWIND_KEY = "rewind"
 """The state_delta key of a rewind's plan event."""
@@ -350,7 +350,7 @@ class NoModel:
 
 def rewind_tools(tools: dict[str, Tool], store: Store) -> dict[str, Tool]:
     """`tools` with the restore a rewind makes (for recovering an unfinished rewind)."""
-    return {**tools, NAME: RestoreFile(store.blob)}
+    return {**tools, NAME: restore_tool(store.blob)}
 
 
 def _turn_note(records: Sequence[Record], acting: SessionInfo) -> TurnStarted:

@@ -7,7 +7,9 @@
 
 Each tool follows the seam in `bubu.tools.base`: a JSON schema for its arguments, an effect class,
 `permission` (a reason to ask, or None), `prepare` (the `WriteIntent` of a provable write) and
-`run`, which never raises for an ordinary failure.
+`run`, which never raises for an ordinary failure. The built-ins are declared with `@tool`
+(`bubu.tools.decorator`), the seam users' tools go through, each taking its arguments as one
+`bubu.tools.schema.Arguments` Struct.
 
 Tools reach a host through one seam, the ``bubu.tools`` entry-point group (`bubu.plugins`): the
 built-ins are registered there as ``builtin``, next to third-party plugins. `registered_tools` is
@@ -24,32 +26,18 @@ from typing import get_args
 from bubu.errors import ConfigError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, Tool, ToolContext, ToolResult, WriteIntent
-from bubu.tools.files import EditFile, ReadFile, WriteFile, atomic_write, file_sha256
-from bubu.tools.inspect_result import InspectResult
-from bubu.tools.memory import Recall, Remember, UpdatePlan
-from bubu.tools.results import ReadResult, SearchResult, line_count
-from bubu.tools.search import Grep, ListFiles
-from bubu.tools.shell import RunCommand
-from bubu.tools.workspace import BuiltinTool
+from bubu.tools.files import atomic_write, edit_file, file_sha256, read_file, write_file
+from bubu.tools.inspect_result import inspect_result
+from bubu.tools.memory import recall, remember, update_plan
+from bubu.tools.results import line_count, read_result, search_result
+from bubu.tools.search import grep, list_files
+from bubu.tools.shell import run_command
 
 __all__ = [
     "JSON",
-    "BuiltinTool",
-    "EditFile",
-    "Grep",
-    "InspectResult",
-    "ListFiles",
-    "ReadFile",
-    "ReadResult",
-    "Recall",
-    "Remember",
-    "RunCommand",
-    "SearchResult",
     "Tool",
     "ToolContext",
     "ToolResult",
-    "UpdatePlan",
-    "WriteFile",
     "WriteIntent",
     "atomic_write",
     "builtin_tool_list",
@@ -64,20 +52,21 @@ __all__ = [
 
 
 def builtin_tools() -> dict[str, Tool]:
-    """A fresh instance of every built-in tool, by name, in a fixed order."""
+    """Every built-in tool, by name, in a fixed order: functions declared with `@tool`
+    (`bubu.tools.decorator`), like anyone's tools; they hold no state, so one table serves all."""
     tools: list[Tool] = [
-        ReadFile(),
-        ListFiles(),
-        Grep(),
-        WriteFile(),
-        EditFile(),
-        RunCommand(),
-        ReadResult(),
-        SearchResult(),
-        InspectResult(),
-        Remember(),
-        Recall(),
-        UpdatePlan(),
+        read_file,
+        list_files,
+        grep,
+        write_file,
+        edit_file,
+        run_command,
+        read_result,
+        search_result,
+        inspect_result,
+        remember,
+        recall,
+        update_plan,
     ]
     return {tool.name: tool for tool in tools}
 

@@ -21,18 +21,17 @@ import re
 import secrets
 import stat
 from collections.abc import Iterator
-from typing import Annotated, BinaryIO, TypeVar
+from typing import Annotated, BinaryIO
 
 from msgspec import Meta
 
 from bubu.errors import ToolError
-from bubu.events import EffectClass
-from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+from bubu.tools.base import ToolContext, ToolResult, WriteIntent
+from bubu.tools.decorator import tool
 from bubu.tools.guard import Escape, Located, Root, fsync_dir, locate, open_beneath
 from bubu.tools.schema import Arguments
 from bubu.tools.workspace import (
     SNIFF_BYTES,
-    BuiltinTool,
     Target,
     beneath,
     cut_line,
@@ -147,59 +146,44 @@ class ReadFileArgs(Arguments):
     limit: Annotated[Line, "How many lines to show."] = READ_LIMIT
 
 
-class ReadFile(BuiltinTool[ReadFileArgs]):
+def _read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
     """read_file{path, offset?, limit?}: numbered lines of a text file."""
-
-    name = "read_file"
-    effect: EffectClass = "read_only"
-    description = (
-        "Read a text file in the workspace. Lines come numbered like `cat -n`; `offset` is the "
-        f"first line to show (1-based) and `limit` how many lines (default {READ_LIMIT}). "
-        f"Lines longer than {LINE_CHARS} bytes are cut. Binary files are reported, not shown; "
-        "PNG, JPEG, GIF and WebP images are shown as images to models that see them. "
-        "When the file is longer than one read, the result says which offset to read next."
-    )
-    arguments = ReadFileArgs
-
-    def execute(
-        self, args: ReadFileArgs, ctx: ToolContext, intent: WriteIntent | None
-    ) -> ToolResult:
-        raw, offset, limit = args.path, args.offset, args.limit
-        with beneath(ctx, raw) as t:
-            try:
-                fd = open_beneath(t.root, t.rel, os.O_RDONLY | os.O_NONBLOCK)
-            except FileNotFoundError:
-                raise ToolError(
-                    f"{raw} does not exist; use list_files to find the right path"
-                ) from None
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                os.close(fd)
-                if stat.S_ISDIR(st.st_mode):
-                    raise ToolError(f"{raw} is a directory; use list_files to see what it holds")
-                # Reading a FIFO or a device could wait forever or never end.
-                raise ToolError(f"{raw} is not a regular file; it cannot be read")
-            with os.fdopen(fd, "rb") as f:
-                head = f.read(SNIFF_BYTES)
-                image = _image(raw, head, f, st.st_size, ctx)
-                if image is not None:
-                    return image
-                if is_binary(head):
-                    return ToolResult(
-                        output=f"{raw} is a binary file ({st.st_size:,} bytes); it is not shown."
-                    )
-                f.seek(0)
-                shown, total = _numbered(f, offset, limit)
-        if total == 0:
-            return ToolResult(output=f"{raw} is empty.")
-        if offset > total:
-            raise ToolError(f"{raw} has {total:,} lines; offset {offset:,} is past the end")
-        last = offset + len(shown) - 1
-        body = "\n".join(shown)
-        if offset == 1 and last == total:
-            return ToolResult(output=body)
-        more = f"; next: offset={last + 1}" if last < total else "; end of file"
-        return ToolResult(output=f"{body}\n(lines {offset:,}–{last:,} of {total:,}{more})")
+    raw, offset, limit = args.path, args.offset, args.limit
+    with beneath(ctx, raw) as t:
+        try:
+            fd = open_beneath(t.root, t.rel, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            raise ToolError(
+                f"{raw} does not exist; use list_files to find the right path"
+            ) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise ToolError(f"{raw} is a directory; use list_files to see what it holds")
+            # Reading a FIFO or a device could wait forever or never end.
+            raise ToolError(f"{raw} is not a regular file; it cannot be read")
+        with os.fdopen(fd, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+            image = _image(raw, head, f, st.st_size, ctx)
+            if image is not None:
+                return image
+            if is_binary(head):
+                return ToolResult(
+                    output=f"{raw} is a binary file ({st.st_size:,} bytes); it is not shown."
+                )
+            f.seek(0)
+            shown, total = _numbered(f, offset, limit)
+    if total == 0:
+        return ToolResult(output=f"{raw} is empty.")
+    if offset > total:
+        raise ToolError(f"{raw} has {total:,} lines; offset {offset:,} is past the end")
+    last = offset + len(shown) - 1
+    body = "\n".join(shown)
+    if offset == 1 and last == total:
+        return ToolResult(output=body)
+    more = f"; next: offset={last + 1}" if last < total else "; end of file"
+    return ToolResult(output=f"{body}\n(lines {offset:,}–{last:,} of {total:,}{more})")
 
 
 def _image(raw: str, head: bytes, f: BinaryIO, size: int, ctx: ToolContext) -> ToolResult | None:
@@ -432,63 +416,32 @@ class WriteArgs(Arguments):
     path: FilePath
 
 
-W = TypeVar("W", bound=WriteArgs)
-
-
-class _Write(BuiltinTool[W]):
-    """What write_file and edit_file share: performing a prepared intent."""
-
-    effect: EffectClass = "provable_write"
-
-    def execute(self, args: W, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        if intent is None:
-            intent = self._planned(args, ctx)
-        raw = args.path
-        # Resolved again at write time, beneath the workspace: the path may have been swapped for
-        # a symlink since prepare, and the directory found now is the one written through.
-        with beneath(ctx, raw) as t, locate(t.root, t.rel, create=True) as loc:
-            path = t.root.absolute(loc.rel)
-            if path != intent.path:
+def _perform(raw: str, ctx: ToolContext, intent: WriteIntent, done: str) -> ToolResult:
+    """Write exactly the prepared `intent` to `raw`, or nothing; `done` is what the model is told
+    after the write (write_file and edit_file share this)."""
+    # Resolved again at write time, beneath the workspace: the path may have been swapped for a
+    # symlink since prepare, and the directory found now is the one written through.
+    with beneath(ctx, raw) as t, locate(t.root, t.rel, create=True) as loc:
+        path = t.root.absolute(loc.rel)
+        if path != intent.path:
+            raise ToolError(f"{raw} now resolves to {path}, not {intent.path}; nothing was written")
+        with write_lock(loc.fd, loc.name, cancel=ctx.cancel, shown=raw):
+            now, like = _current_at(raw, loc.fd, loc.name)
+            if now == intent.after_sha256:
+                return ToolResult(output=f"{raw} already has the intended content; nothing to do.")
+            if now != intent.before_sha256:
                 raise ToolError(
-                    f"{raw} now resolves to {path}, not {intent.path}; nothing was written"
+                    f"{raw} changed since this call was prepared; read it again and retry"
                 )
-            with write_lock(loc.fd, loc.name, cancel=ctx.cancel, shown=raw):
-                now, like = _current_at(raw, loc.fd, loc.name)
-                if now == intent.after_sha256:
-                    return ToolResult(
-                        output=f"{raw} already has the intended content; nothing to do."
-                    )
-                if now != intent.before_sha256:
-                    raise ToolError(
-                        f"{raw} changed since this call was prepared; read it again and retry"
-                    )
-                try:
-                    atomic_write_at(loc.fd, loc.name, intent.content, like)
-                except FileNotFoundError as err:
-                    # Its temporary file (or the directory) was removed under it by someone else.
-                    raise ToolError(
-                        f"{raw} was not written: its directory changed while it was being "
-                        "written; look at it again and retry"
-                    ) from err
-        return ToolResult(output=self.summary(raw, intent))
-
-    def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
-        """What the write will do, with the file's hash now and after; ToolError if it cannot."""
-        return self._planned(self.check(args), ctx)
-
-    def _planned(self, args: W, ctx: ToolContext) -> WriteIntent:
-        try:
-            return self.plan(args, ctx)
-        except OSError as err:
-            raise ToolError(os_error_text(err)) from err
-
-    def plan(self, args: W, ctx: ToolContext) -> WriteIntent:
-        """Compute the intent from checked arguments."""
-        raise NotImplementedError
-
-    def summary(self, raw: str, intent: WriteIntent) -> str:
-        """What the model is told after a successful write."""
-        raise NotImplementedError
+            try:
+                atomic_write_at(loc.fd, loc.name, intent.content, like)
+            except FileNotFoundError as err:
+                # Its temporary file (or the directory) was removed under it by someone else.
+                raise ToolError(
+                    f"{raw} was not written: its directory changed while it was being "
+                    "written; look at it again and retry"
+                ) from err
+    return ToolResult(output=done)
 
 
 def _size(data: bytes) -> str:
@@ -502,27 +455,18 @@ class WriteFileArgs(WriteArgs):
     content: Annotated[str, "The whole new content of the file."]
 
 
-class WriteFile(_Write[WriteFileArgs]):
+def _plan_write(args: WriteFileArgs, ctx: ToolContext) -> WriteIntent:
+    """Resolve the target and hash it as it is now and as it will be."""
+    raw = args.path
+    with beneath(ctx, raw) as t:
+        before = _read_current(raw, t)
+        return _intent(t.path, before, _encode(args.content))
+
+
+def _write_file(args: WriteFileArgs, ctx: ToolContext, intent: WriteIntent) -> ToolResult:
     """write_file{path, content}: create or replace a file."""
-
-    name = "write_file"
-    description = (
-        "Write a file in the workspace with exactly `content` (UTF-8), creating it and its parent "
-        "directories if needed and replacing it whole if it exists. For small changes to an "
-        "existing file prefer edit_file."
-    )
-    arguments = WriteFileArgs
-
-    def plan(self, args: WriteFileArgs, ctx: ToolContext) -> WriteIntent:
-        """Resolve the target and hash it as it is now and as it will be."""
-        raw = args.path
-        with beneath(ctx, raw) as t:
-            before = _read_current(raw, t)
-            return _intent(t.path, before, _encode(args.content))
-
-    def summary(self, raw: str, intent: WriteIntent) -> str:
-        verb = "created" if intent.before_sha256 is None else "replaced"
-        return f"{verb} {raw} ({_size(intent.content)})."
+    verb = "created" if intent.before_sha256 is None else "replaced"
+    return _perform(args.path, ctx, intent, f"{verb} {args.path} ({_size(intent.content)}).")
 
 
 def _encode(text: str) -> bytes:
@@ -544,45 +488,36 @@ class EditFileArgs(WriteArgs):
     ] = False
 
 
-class EditFile(_Write[EditFileArgs]):
+def _plan_edit(args: EditFileArgs, ctx: ToolContext) -> WriteIntent:
+    """Apply the edit in memory; raise ToolError when `old` is absent or ambiguous."""
+    raw = args.path
+    old, new = _encode(args.old), _encode(args.new)
+    if not old:
+        raise ToolError("old is empty; give the exact text to replace, or use write_file")
+    if old == new:
+        raise ToolError("old and new are the same; there is nothing to change")
+    with beneath(ctx, raw) as t:
+        before = _read_current(raw, t)
+        path = t.path
+    if before is None:
+        raise ToolError(f"{raw} does not exist; use write_file to create it")
+    found = _occurrences(before, old)
+    if found == 0:
+        raise ToolError(
+            f"old was not found in {raw}; read the file and copy the text exactly, "
+            "whitespace included"
+        )
+    if found > 1 and not args.replace_all:
+        raise ToolError(
+            f"old was found {found} times in {raw}; include more surrounding text to make it "
+            "unique, or set replace_all to true"
+        )
+    return _intent(path, before, before.replace(old, new))
+
+
+def _edit_file(args: EditFileArgs, ctx: ToolContext, intent: WriteIntent) -> ToolResult:
     """edit_file{path, old, new, replace_all?}: replace exact text in a file."""
-
-    name = "edit_file"
-    description = (
-        "Replace the exact text `old` with `new` in a file of the workspace. `old` must occur "
-        "exactly once (include surrounding lines to make it unique) unless `replace_all` is true, "
-        "which replaces every occurrence. Whitespace and indentation must match the file."
-    )
-    arguments = EditFileArgs
-
-    def plan(self, args: EditFileArgs, ctx: ToolContext) -> WriteIntent:
-        """Apply the edit in memory; raise ToolError when `old` is absent or ambiguous."""
-        raw = args.path
-        old, new = _encode(args.old), _encode(args.new)
-        if not old:
-            raise ToolError("old is empty; give the exact text to replace, or use write_file")
-        if old == new:
-            raise ToolError("old and new are the same; there is nothing to change")
-        with beneath(ctx, raw) as t:
-            before = _read_current(raw, t)
-            path = t.path
-        if before is None:
-            raise ToolError(f"{raw} does not exist; use write_file to create it")
-        found = _occurrences(before, old)
-        if found == 0:
-            raise ToolError(
-                f"old was not found in {raw}; read the file and copy the text exactly, "
-                "whitespace included"
-            )
-        if found > 1 and not args.replace_all:
-            raise ToolError(
-                f"old was found {found} times in {raw}; include more surrounding text to make it "
-                "unique, or set replace_all to true"
-            )
-        return _intent(path, before, before.replace(old, new))
-
-    def summary(self, raw: str, intent: WriteIntent) -> str:
-        return f"edited {raw} ({_size(intent.content)})."
+    return _perform(args.path, ctx, intent, f"edited {args.path} ({_size(intent.content)}).")
 
 
 def _occurrences(data: bytes, needle: bytes) -> int:
@@ -592,3 +527,44 @@ def _occurrences(data: bytes, needle: bytes) -> int:
         count += 1
         at = data.find(needle, at + 1)
     return count
+
+
+# ---- the tools, declared like every tool --------------------------------------------------------
+
+
+read_file = tool(
+    effect="read_only",
+    name="read_file",
+    path_arg="path",
+    description=(
+        "Read a text file in the workspace. Lines come numbered like `cat -n`; `offset` is the "
+        f"first line to show (1-based) and `limit` how many lines (default {READ_LIMIT}). "
+        f"Lines longer than {LINE_CHARS} bytes are cut. Binary files are reported, not shown; "
+        "PNG, JPEG, GIF and WebP images are shown as images to models that see them. "
+        "When the file is longer than one read, the result says which offset to read next."
+    ),
+)(_read_file)
+
+write_file = tool(
+    effect="provable_write",
+    name="write_file",
+    path_arg="path",
+    prepare=_plan_write,
+    description=(
+        "Write a file in the workspace with exactly `content` (UTF-8), creating it and its parent "
+        "directories if needed and replacing it whole if it exists. For small changes to an "
+        "existing file prefer edit_file."
+    ),
+)(_write_file)
+
+edit_file = tool(
+    effect="provable_write",
+    name="edit_file",
+    path_arg="path",
+    prepare=_plan_edit,
+    description=(
+        "Replace the exact text `old` with `new` in a file of the workspace. `old` must occur "
+        "exactly once (include surrounding lines to make it unique) unless `replace_all` is true, "
+        "which replaces every occurrence. Whitespace and indentation must match the file."
+    ),
+)(_edit_file)

@@ -9,11 +9,11 @@ import re
 from collections import Counter
 from typing import Literal
 
-from bubu.events import EffectClass
-from bubu.tools.base import ToolContext, ToolResult, WriteIntent
+from bubu.tools.base import ToolContext, ToolResult
+from bubu.tools.decorator import tool
 from bubu.tools.results import Handle, _blob, _handle, line_count
 from bubu.tools.schema import Arguments
-from bubu.tools.workspace import BuiltinTool, decode
+from bubu.tools.workspace import decode
 
 Format = Literal["empty", "binary", "json", "jsonl", "csv", "log", "text"]
 
@@ -116,28 +116,23 @@ class InspectResultArgs(Arguments):
     handle: Handle
 
 
-class InspectResult(BuiltinTool[InspectResultArgs]):
-    """inspect_result{handle}: the structure of an offloaded result."""
-
-    name = "inspect_result"
-    effect: EffectClass = "read_only"
-    path_arg = None
-    description = (
+@tool(
+    effect="read_only",
+    name="inspect_result",
+    description=(
         "Describe a large tool result that was replaced by a placeholder, before paging through "
         "it: bytes, lines, detected format (json, jsonl, csv, log, text, binary), for JSON its "
         "top-level keys and array lengths, for logs the number of lines per level. `handle` is "
         "the sha-256 shown in the placeholder (at least its first 12 hex digits)."
+    ),
+)
+def inspect_result(args: InspectResultArgs, ctx: ToolContext) -> ToolResult:
+    """inspect_result{handle}: the structure of an offloaded result."""
+    handle = _handle(args.handle)
+    data = _blob(ctx, handle)
+    lines = [f"result {handle}:", *describe(data)]
+    lines.append(
+        f'Page with read_result{{"handle": "{handle}", "offset": 1}} or search with '
+        f'search_result{{"handle": "{handle}", "pattern": "…"}}.'
     )
-    arguments = InspectResultArgs
-
-    def execute(
-        self, args: InspectResultArgs, ctx: ToolContext, intent: WriteIntent | None
-    ) -> ToolResult:
-        handle = _handle(args.handle)
-        data = _blob(ctx, handle)
-        lines = [f"result {handle}:", *describe(data)]
-        lines.append(
-            f'Page with read_result{{"handle": "{handle}", "offset": 1}} or search with '
-            f'search_result{{"handle": "{handle}", "pattern": "…"}}.'
-        )
-        return ToolResult(output="\n".join(lines)[:6000])
+    return ToolResult(output="\n".join(lines)[:6000])

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from bubu.errors import ToolError
-from bubu.events import EffectClass
 from bubu.projections.memory import (
     MEMORY_PREFIX,
     Note,
@@ -28,8 +27,8 @@ from bubu.projections.memory import (
     text_sha256,
 )
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+from bubu.tools.decorator import tool
 from bubu.tools.schema import Arguments
-from bubu.tools.workspace import BuiltinTool
 
 MAX_KEY = 100
 """The longest key, in characters."""
@@ -78,46 +77,44 @@ class RememberArgs(Arguments):
     text: Annotated[str, f"The note (at most {MAX_TEXT} chars)."]
 
 
-class Remember(BuiltinTool[RememberArgs]):
-    """remember{key, text}: keep a note for later sessions of this workspace."""
+def _plan_note(args: RememberArgs, ctx: ToolContext) -> WriteIntent:
+    """The note's hash now and the hash of the new text, recorded before the write."""
+    key, text = _key(args.key), _text(args.text)
+    return WriteIntent(
+        path=MEMORY_PREFIX + key,
+        before_sha256=note_hash(_notes(ctx), key),
+        after_sha256=text_sha256(text),
+        content=text.encode("utf-8", "surrogatepass"),
+    )
 
-    name = "remember"
-    effect: EffectClass = "provable_write"
-    path_arg = None
-    description = (
+
+@tool(
+    effect="provable_write",
+    name="remember",
+    prepare=_plan_note,
+    description=(
         "Remember a short note for later sessions in this workspace (how to build or test, a "
         "decision and its reason, a pitfall). `key` names the note; remembering a key again "
         "replaces its text, and the same key and text again changes nothing. Find notes with "
         "recall."
-    )
-    arguments = RememberArgs
+    ),
+)
+def remember(args: RememberArgs, ctx: ToolContext, intent: WriteIntent) -> ToolResult:
+    """remember{key, text}: keep a note for later sessions of this workspace.
 
-    def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
-        """The note's hash now and the hash of the new text, recorded before the write."""
-        checked = self.check(args)
-        key, text = _key(checked.key), _text(checked.text)
-        return WriteIntent(
-            path=MEMORY_PREFIX + key,
-            before_sha256=note_hash(_notes(ctx), key),
-            after_sha256=text_sha256(text),
-            content=text.encode("utf-8", "surrogatepass"),
+    Its successful outcome is the write (the memory projection reads it from the log)."""
+    key, text = _key(args.key), _text(args.text)
+    notes = _notes(ctx)
+    now = note_hash(notes, key)
+    if now == text_sha256(text):
+        return ToolResult(output=f"already remembered {key!r} with this text; nothing changed.")
+    if now != intent.before_sha256:
+        raise ToolError(
+            f"the note {key!r} was changed by another session since this call was prepared; "
+            "recall it and retry"
         )
-
-    def execute(
-        self, args: RememberArgs, ctx: ToolContext, intent: WriteIntent | None
-    ) -> ToolResult:
-        key, text = _key(args.key), _text(args.text)
-        notes = _notes(ctx)
-        now = note_hash(notes, key)
-        if now == text_sha256(text):
-            return ToolResult(output=f"already remembered {key!r} with this text; nothing changed.")
-        if intent is not None and now != intent.before_sha256:
-            raise ToolError(
-                f"the note {key!r} was changed by another session since this call was prepared; "
-                "recall it and retry"
-            )
-        verb = "replaced" if now is not None else "remembered"
-        return ToolResult(output=f"{verb} {key!r} for later sessions of this workspace.")
+    verb = "replaced" if now is not None else "remembered"
+    return ToolResult(output=f"{verb} {key!r} for later sessions of this workspace.")
 
 
 class RecallArgs(Arguments):
@@ -126,41 +123,38 @@ class RecallArgs(Arguments):
     query: Annotated[str, "Words to look for; '' lists all notes."]
 
 
-class Recall(BuiltinTool[RecallArgs]):
-    """recall{query}: the notes of this workspace that match a query."""
-
-    name = "recall"
-    effect: EffectClass = "read_only"
-    path_arg = None
-    description = (
+@tool(
+    effect="read_only",
+    name="recall",
+    description=(
         "Recall notes remembered in this workspace, by earlier sessions too. Matches the words "
         "of `query` against each note's key and text (simple term matching, case-insensitive); "
         f"best matches first, at most {RECALL_NOTES}. An empty query lists every note."
-    )
-    arguments = RecallArgs
-
-    def execute(self, args: RecallArgs, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        query = args.query
-        notes = _notes(ctx)
-        found = search(notes, query)
-        if not found:
-            what = f"matches {query!r}" if query.strip() else "is remembered"
-            has = f"{len(notes)} note{'s' if len(notes) != 1 else ''}"
-            return ToolResult(output=f"no note of this workspace {what} (it has {has}).")
-        lines = [f"{len(found)} of {len(notes)} notes match:" if query.strip() else "notes:"]
-        used = len(lines[0])
-        shown = 0
-        for note in found[:RECALL_NOTES]:
-            text = note.text if len(note.text) <= 1500 else note.text[:1500] + " … [cut]"
-            entry = f"- {note.key}: {text}"
-            if shown and used + len(entry.encode()) > RECALL_BYTES:
-                break
-            lines.append(entry)
-            used += len(entry.encode()) + 1
-            shown += 1
-        if shown < len(found):
-            lines.append(f"({len(found) - shown} more; use a narrower query)")
-        return ToolResult(output="\n".join(lines))
+    ),
+)
+def recall(args: RecallArgs, ctx: ToolContext) -> ToolResult:
+    """recall{query}: the notes of this workspace that match a query."""
+    query = args.query
+    notes = _notes(ctx)
+    found = search(notes, query)
+    if not found:
+        what = f"matches {query!r}" if query.strip() else "is remembered"
+        has = f"{len(notes)} note{'s' if len(notes) != 1 else ''}"
+        return ToolResult(output=f"no note of this workspace {what} (it has {has}).")
+    lines = [f"{len(found)} of {len(notes)} notes match:" if query.strip() else "notes:"]
+    used = len(lines[0])
+    shown = 0
+    for note in found[:RECALL_NOTES]:
+        text = note.text if len(note.text) <= 1500 else note.text[:1500] + " … [cut]"
+        entry = f"- {note.key}: {text}"
+        if shown and used + len(entry.encode()) > RECALL_BYTES:
+            break
+        lines.append(entry)
+        used += len(entry.encode()) + 1
+        shown += 1
+    if shown < len(found):
+        lines.append(f"({len(found) - shown} more; use a narrower query)")
+    return ToolResult(output="\n".join(lines))
 
 
 class PlanStep(Arguments):
@@ -176,37 +170,33 @@ class UpdatePlanArgs(Arguments):
     items: Annotated[list[PlanStep], "Every step of the plan, in order."]
 
 
-class UpdatePlan(BuiltinTool[UpdatePlanArgs]):
-    """update_plan{items}: replace the plan of this task."""
+def _plan_words(args: Mapping[str, JSON]) -> None:
+    """The plan's own words for a bad step ("item 2 has the status 'doing'; …"), which say more
+    than the schema's; the schema check comes after."""
+    raw = args.get("items")
+    if isinstance(raw, list):
+        items = plan_items(raw)
+        if isinstance(items, str):
+            raise ToolError(f"the plan was not changed: {items}")
 
-    name = "update_plan"
-    effect: EffectClass = "read_only"  # its only effect is its own outcome: a re-run is safe
-    path_arg = None
-    description = (
+
+@tool(
+    effect="read_only",  # its only effect is its own outcome: a re-run is safe
+    name="update_plan",
+    validate=_plan_words,
+    description=(
         "Keep a plan for a long task: give the whole list of steps each time, each with a "
         "status (pending, in_progress or completed). The newest plan is shown to the user and "
         "kept across compaction."
-    )
-    arguments = UpdatePlanArgs
-
-    def check(self, args: object) -> UpdatePlanArgs:
-        """The plan's own words for a bad step ("item 2 has the status 'doing'; …"), which say
-        more than the schema's; then the schema check."""
-        raw = args.get("items") if isinstance(args, Mapping) else None
-        if isinstance(raw, list):
-            items = plan_items(raw)
-            if isinstance(items, str):
-                raise ToolError(f"the plan was not changed: {items}")
-        return super().check(args)
-
-    def execute(
-        self, args: UpdatePlanArgs, ctx: ToolContext, intent: WriteIntent | None
-    ) -> ToolResult:
-        items = plan_items([{"text": s.text, "status": s.status} for s in args.items])
-        if isinstance(items, str):
-            raise ToolError(f"the plan was not changed: {items}")
-        if len(items) > MAX_PLAN_ITEMS:
-            raise ToolError(f"the plan was not changed: at most {MAX_PLAN_ITEMS} items")
-        if not items:
-            return ToolResult(output="plan cleared.")
-        return ToolResult(output=f"plan {plan_counts(items)}:\n" + "\n".join(plan_lines(items)))
+    ),
+)
+def update_plan(args: UpdatePlanArgs) -> ToolResult:
+    """update_plan{items}: replace the plan of this task."""
+    items = plan_items([{"text": s.text, "status": s.status} for s in args.items])
+    if isinstance(items, str):
+        raise ToolError(f"the plan was not changed: {items}")
+    if len(items) > MAX_PLAN_ITEMS:
+        raise ToolError(f"the plan was not changed: at most {MAX_PLAN_ITEMS} items")
+    if not items:
+        return ToolResult(output="plan cleared.")
+    return ToolResult(output=f"plan {plan_counts(items)}:\n" + "\n".join(plan_lines(items)))

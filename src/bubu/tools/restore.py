@@ -21,14 +21,14 @@ from typing import Annotated
 from msgspec import UNSET, UnsetType
 
 from bubu.errors import ToolError
-from bubu.events import EffectClass
 from bubu.projections.recovery import DELETED
-from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
+from bubu.tools.decorator import tool
 from bubu.tools.files import FilePath, _current_at, _read_current, atomic_write_at
 from bubu.tools.guard import fsync_dir, locate
 from bubu.tools.protected import protected_reason
 from bubu.tools.schema import Arguments, given
-from bubu.tools.workspace import BuiltinTool, beneath, os_error_text
+from bubu.tools.workspace import beneath
 from bubu.tools.writelock import write_lock
 
 NAME = "restore_file"
@@ -48,35 +48,12 @@ class RestoreFileArgs(Arguments):
     ] = UNSET
 
 
-class RestoreFile(BuiltinTool[RestoreFileArgs]):
-    """restore_file{path, sha256?}: put a file back as it was (see the module docstring)."""
+def restore_tool(blob: Callable[[str], bytes | None]) -> Tool:
+    """restore_file{path, sha256?, expect?}: put a file back as it was, the content read from
+    `blob` (see the module docstring)."""
 
-    name = NAME
-    effect: EffectClass = "provable_write"
-    description = (
-        "Put a file of the workspace back to the content stored under `sha256`, or delete it "
-        "when no sha256 is given. Used by a rewind."
-    )
-    arguments = RestoreFileArgs
-
-    def __init__(self, blob: Callable[[str], bytes | None]) -> None:
-        self._blob = blob
-
-    def permission(self, args: dict[str, JSON], ctx: ToolContext) -> str | None:
-        """Nothing to ask: the rewind's preview was the question."""
-        return None
-
-    def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
+    def plan(args: RestoreFileArgs, ctx: ToolContext) -> WriteIntent:
         """The file's hash now and the one it will have; ToolError when it cannot be restored."""
-        return self._planned(self.check(args), ctx)
-
-    def _planned(self, args: RestoreFileArgs, ctx: ToolContext) -> WriteIntent:
-        try:
-            return self._plan(args, ctx)
-        except OSError as err:
-            raise ToolError(os_error_text(err)) from err
-
-    def _plan(self, args: RestoreFileArgs, ctx: ToolContext) -> WriteIntent:
         raw, sha = args.path, given(args.sha256)
         with beneath(ctx, raw) as t:
             if not t.inside:
@@ -92,7 +69,7 @@ class RestoreFile(BuiltinTool[RestoreFileArgs]):
             raise ToolError(f"{raw} changed since the rewind's preview; it was not touched")
         content = b""
         if sha is not None:
-            stored = self._blob(sha)
+            stored = blob(sha)
             if stored is None or hashlib.sha256(stored).hexdigest() != sha:
                 raise ToolError(f"the content of {raw} to restore ({sha[:12]}…) is not in the log")
             content = stored
@@ -106,45 +83,59 @@ class RestoreFile(BuiltinTool[RestoreFileArgs]):
             before=before,
         )
 
-    def execute(
-        self, args: RestoreFileArgs, ctx: ToolContext, intent: WriteIntent | None
-    ) -> ToolResult:
-        """Perform the prepared restore (or deletion), exactly as prepared, or nothing."""
-        if intent is None:
-            intent = self._planned(args, ctx)
-        raw = args.path
-        delete = intent.after_sha256 == DELETED
-        with beneath(ctx, raw) as t:
-            try:
-                loc = locate(t.root, t.rel, create=not delete)
-            except FileNotFoundError:
+    return tool(
+        effect="provable_write",
+        name=NAME,
+        path_arg="path",
+        permission=_nothing_to_ask,
+        prepare=plan,
+        description=(
+            "Put a file of the workspace back to the content stored under `sha256`, or delete it "
+            "when no sha256 is given. Used by a rewind."
+        ),
+    )(_restore)
+
+
+def _nothing_to_ask(args: object) -> None:
+    """Nothing to ask: the rewind's preview was the question."""
+    return
+
+
+def _restore(args: RestoreFileArgs, ctx: ToolContext, intent: WriteIntent) -> ToolResult:
+    """Perform the prepared restore (or deletion), exactly as prepared, or nothing."""
+    raw = args.path
+    delete = intent.after_sha256 == DELETED
+    with beneath(ctx, raw) as t:
+        try:
+            loc = locate(t.root, t.rel, create=not delete)
+        except FileNotFoundError:
+            if delete:
+                return ToolResult(output=f"{raw} is already gone; nothing to do.")
+            raise
+        with loc:
+            path = t.root.absolute(loc.rel)
+            if path != intent.path:
+                raise ToolError(
+                    f"{raw} now resolves to {path}, not {intent.path}; nothing was written"
+                )
+            with write_lock(loc.fd, loc.name, cancel=ctx.cancel, shown=raw):
+                now, like = _current_at(raw, loc.fd, loc.name)
+                if now == (None if delete else intent.after_sha256):
+                    return ToolResult(output=f"{raw} is already as it was; nothing to do.")
+                if now != intent.before_sha256:
+                    raise ToolError(f"{raw} changed since the rewind looked at it; not touched")
                 if delete:
-                    return ToolResult(output=f"{raw} is already gone; nothing to do.")
-                raise
-            with loc:
-                path = t.root.absolute(loc.rel)
-                if path != intent.path:
-                    raise ToolError(
-                        f"{raw} now resolves to {path}, not {intent.path}; nothing was written"
-                    )
-                with write_lock(loc.fd, loc.name, cancel=ctx.cancel, shown=raw):
-                    now, like = _current_at(raw, loc.fd, loc.name)
-                    if now == (None if delete else intent.after_sha256):
-                        return ToolResult(output=f"{raw} is already as it was; nothing to do.")
-                    if now != intent.before_sha256:
-                        raise ToolError(f"{raw} changed since the rewind looked at it; not touched")
-                    if delete:
-                        try:
-                            os.unlink(loc.name, dir_fd=loc.fd)
-                        except FileNotFoundError:
-                            pass
-                        except OSError as err:
-                            if err.errno != errno.ENOENT:
-                                raise
-                        fsync_dir(loc.fd)
-                        return ToolResult(output=f"deleted {raw} (it was created after the seq).")
-                    atomic_write_at(loc.fd, loc.name, intent.content, like)
-        return ToolResult(output=f"restored {raw} ({len(intent.content):,} bytes).")
+                    try:
+                        os.unlink(loc.name, dir_fd=loc.fd)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as err:
+                        if err.errno != errno.ENOENT:
+                            raise
+                    fsync_dir(loc.fd)
+                    return ToolResult(output=f"deleted {raw} (it was created after the seq).")
+                atomic_write_at(loc.fd, loc.name, intent.content, like)
+    return ToolResult(output=f"restored {raw} ({len(intent.content):,} bytes).")
 
 
-__all__ = ["ABSENT", "NAME", "RestoreFile"]
+__all__ = ["ABSENT", "NAME", "restore_tool"]

@@ -17,10 +17,10 @@ from typing import Annotated
 from msgspec import Meta
 
 from bubu.errors import ToolError
-from bubu.events import EffectClass
-from bubu.tools.base import ToolContext, ToolResult, WriteIntent
+from bubu.tools.base import ToolContext, ToolResult
+from bubu.tools.decorator import tool
 from bubu.tools.schema import Arguments
-from bubu.tools.workspace import BuiltinTool, cut_line, decode, iter_lines
+from bubu.tools.workspace import cut_line, decode, iter_lines
 
 PAGE_LINES = 200
 """Lines read_result shows when no limit is given."""
@@ -90,54 +90,49 @@ class ReadResultArgs(Arguments):
     limit: Annotated[Line, "How many lines to show."] = PAGE_LINES
 
 
-class ReadResult(BuiltinTool[ReadResultArgs]):
-    """read_result{handle, offset?, limit?}: a page of numbered lines of an offloaded result."""
-
-    name = "read_result"
-    effect: EffectClass = "read_only"
-    path_arg = None
-    description = (
+@tool(
+    effect="read_only",
+    name="read_result",
+    description=(
         "Read part of a large tool result that was replaced by a placeholder. `handle` is the "
         "sha-256 shown in the placeholder (at least its first 12 hex digits); `offset` is the "
         f"first line (1-based, default 1) and `limit` how many lines (default {PAGE_LINES}). "
         f"Pages are at most {PAGE_BYTES:,} bytes; each says which lines it holds and how to "
         "get the next."
-    )
-    arguments = ReadResultArgs
-
-    def execute(
-        self, args: ReadResultArgs, ctx: ToolContext, intent: WriteIntent | None
-    ) -> ToolResult:
-        handle = _handle(args.handle)
-        offset, limit = args.offset, args.limit
-        data = _blob(ctx, handle)
-        total = line_count(data)
-        if total == 0:
-            return ToolResult(output=f"result {handle} is empty.")
-        if offset > total:
-            raise ToolError(
-                f"offset {offset:,} is past the end: result {handle} has {total:,} lines "
-                f"(read from offset 1 to {total:,})"
-            )
-        stream = io.BytesIO(data)
-        stream.seek(_line_start(data, offset))
-        shown: list[str] = []
-        used = 0
-        for n, (head, length) in enumerate(iter_lines(stream, LINE_BYTES), start=offset):
-            line = f"{n:6}\t{cut_line(head, length, LINE_BYTES)}"
-            # A page always holds at least one line: a long line is cut to fit.
-            size = len(line.encode()) + 1
-            if shown and (len(shown) >= limit or used + size > PAGE_BYTES):
-                break
-            shown.append(line)
-            used += size
-        last = offset + len(shown) - 1
-        header = f"lines {offset:,}–{last:,} of {total:,} of result {handle} ({len(data):,} bytes)"
-        if last < total:
-            footer = f'next page: read_result{{"handle": "{handle}", "offset": {last + 1}}}'
-        else:
-            footer = "(end of result)"
-        return ToolResult(output="\n".join([header, *shown, footer]))
+    ),
+)
+def read_result(args: ReadResultArgs, ctx: ToolContext) -> ToolResult:
+    """read_result{handle, offset?, limit?}: a page of numbered lines of an offloaded result."""
+    handle = _handle(args.handle)
+    offset, limit = args.offset, args.limit
+    data = _blob(ctx, handle)
+    total = line_count(data)
+    if total == 0:
+        return ToolResult(output=f"result {handle} is empty.")
+    if offset > total:
+        raise ToolError(
+            f"offset {offset:,} is past the end: result {handle} has {total:,} lines "
+            f"(read from offset 1 to {total:,})"
+        )
+    stream = io.BytesIO(data)
+    stream.seek(_line_start(data, offset))
+    shown: list[str] = []
+    used = 0
+    for n, (head, length) in enumerate(iter_lines(stream, LINE_BYTES), start=offset):
+        line = f"{n:6}\t{cut_line(head, length, LINE_BYTES)}"
+        # A page always holds at least one line: a long line is cut to fit.
+        size = len(line.encode()) + 1
+        if shown and (len(shown) >= limit or used + size > PAGE_BYTES):
+            break
+        shown.append(line)
+        used += size
+    last = offset + len(shown) - 1
+    header = f"lines {offset:,}–{last:,} of {total:,} of result {handle} ({len(data):,} bytes)"
+    if last < total:
+        footer = f'next page: read_result{{"handle": "{handle}", "offset": {last + 1}}}'
+    else:
+        footer = "(end of result)"
+    return ToolResult(output="\n".join([header, *shown, footer]))
 
 
 class SearchResultArgs(Arguments):
@@ -147,57 +142,52 @@ class SearchResultArgs(Arguments):
     pattern: Annotated[str, "Python regular expression."]
 
 
-class SearchResult(BuiltinTool[SearchResultArgs]):
-    """search_result{handle, pattern}: the lines of an offloaded result that match a regex."""
-
-    name = "search_result"
-    effect: EffectClass = "read_only"
-    path_arg = None
-    description = (
+@tool(
+    effect="read_only",
+    name="search_result",
+    description=(
         "Search a large tool result that was replaced by a placeholder for a Python regular "
         "expression. Returns the numbers of matching lines with the matching text (the first "
         f"{SEARCH_MAX_MATCHES}; all are counted); read around one with read_result and its line "
         "number as offset."
-    )
-    arguments = SearchResultArgs
-
-    def execute(
-        self, args: SearchResultArgs, ctx: ToolContext, intent: WriteIntent | None
-    ) -> ToolResult:
-        handle = _handle(args.handle)
-        pattern = args.pattern
-        try:
-            regex = re.compile(pattern)
-        except re.error as err:
-            raise ToolError(
-                f"the pattern is not a valid Python regex ({err}); escape special characters "
-                "with a backslash"
-            ) from err
-        data = _blob(ctx, handle)
-        total = line_count(data)
-        shown: list[str] = []
-        used = matched = 0
-        for n, (head, _) in enumerate(iter_lines(io.BytesIO(data), SEARCH_LINE_BYTES), start=1):
-            text = decode(head)
-            found = regex.search(text)
-            if found is None:
-                continue
-            matched += 1
-            line = f"{n:6}\t{_snippet(text, found.start())}"
-            size = len(line.encode()) + 1
-            if len(shown) < SEARCH_MAX_MATCHES and used + size <= PAGE_BYTES:
-                shown.append(line)
-                used += size
-        where = f"result {handle} ({total:,} lines)"
-        if not matched:
-            return ToolResult(output=f"no line of {where} matches {pattern}")
-        header = f"{matched:,} lines of {where} match {pattern}:"
-        footer = (
-            f"showing the first {len(shown)} of {matched:,}; narrow the pattern to see others. "
-            if len(shown) < matched
-            else ""
-        ) + f'Read around a match with read_result{{"handle": "{handle}", "offset": LINE}}.'
-        return ToolResult(output="\n".join([header, *shown, footer]))
+    ),
+)
+def search_result(args: SearchResultArgs, ctx: ToolContext) -> ToolResult:
+    """search_result{handle, pattern}: the lines of an offloaded result that match a regex."""
+    handle = _handle(args.handle)
+    pattern = args.pattern
+    try:
+        regex = re.compile(pattern)
+    except re.error as err:
+        raise ToolError(
+            f"the pattern is not a valid Python regex ({err}); escape special characters "
+            "with a backslash"
+        ) from err
+    data = _blob(ctx, handle)
+    total = line_count(data)
+    shown: list[str] = []
+    used = matched = 0
+    for n, (head, _) in enumerate(iter_lines(io.BytesIO(data), SEARCH_LINE_BYTES), start=1):
+        text = decode(head)
+        found = regex.search(text)
+        if found is None:
+            continue
+        matched += 1
+        line = f"{n:6}\t{_snippet(text, found.start())}"
+        size = len(line.encode()) + 1
+        if len(shown) < SEARCH_MAX_MATCHES and used + size <= PAGE_BYTES:
+            shown.append(line)
+            used += size
+    where = f"result {handle} ({total:,} lines)"
+    if not matched:
+        return ToolResult(output=f"no line of {where} matches {pattern}")
+    header = f"{matched:,} lines of {where} match {pattern}:"
+    footer = (
+        f"showing the first {len(shown)} of {matched:,}; narrow the pattern to see others. "
+        if len(shown) < matched
+        else ""
+    ) + f'Read around a match with read_result{{"handle": "{handle}", "offset": LINE}}.'
+    return ToolResult(output="\n".join([header, *shown, footer]))
 
 
 def _snippet(text: str, start: int) -> str:

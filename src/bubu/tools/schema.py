@@ -1,7 +1,8 @@
 """Tool arguments as types: the JSON schema a model is sent and the check a call must pass.
 
 One system for every tool. A tool's arguments are a `msgspec.Struct` (the built-in tools declare
-one; `@tool` builds one from a function's signature); `json_schema` derives the JSON schema from
+one, an `Arguments`, as their `@tool` function's one parameter; `@tool` builds one from any other
+function's signature); `json_schema` derives the JSON schema from
 the types, and `convert` validates a call's arguments against the same types with msgspec in
 strict mode (no string is taken for a number, no boolean for an integer), nested types included.
 A call that does not fit gets one sentence naming the argument at fault.
@@ -34,8 +35,9 @@ _SCALARS: Mapping[object, str] = {str: "string", int: "integer", float: "number"
 
 
 class Arguments(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Base of a built-in tool's arguments: closed (an unknown argument is refused), keyword-only
-    so optional and required fields may come in the order the schema shows them."""
+    """Base of a tool's arguments taken as one Struct (the one parameter of a `@tool` function, as
+    every built-in's): closed (an unknown argument is refused), keyword-only so optional and
+    required fields may come in the order the schema shows them."""
 
 
 # ---- the schema ---------------------------------------------------------------------------------
@@ -104,8 +106,9 @@ def struct_schema(hint: type[msgspec.Struct], where: str) -> dict[str, JSON]:
 
 
 def arguments_schema(hint: type[Arguments], where: str) -> dict[str, JSON]:
-    """The parameters of a built-in tool: `struct_schema` with each argument's description right
-    after its type, the order in which the built-in definitions have always been sent."""
+    """The parameters of a tool that takes its arguments as one `Arguments` Struct: `struct_schema`
+    with each argument's description right after its type, the order in which the built-in
+    definitions have always been sent."""
     out = struct_schema(hint, where)
     props = out["properties"]
     assert isinstance(props, dict)

@@ -19,15 +19,14 @@ from typing import Annotated
 from msgspec import UNSET, UnsetType
 
 from bubu.errors import ToolError
-from bubu.events import EffectClass
-from bubu.tools.base import ToolContext, ToolResult, WriteIntent
+from bubu.tools.base import ToolContext, ToolResult
+from bubu.tools.decorator import tool
 from bubu.tools.guard import Escape, is_regular, locate, open_beneath
 from bubu.tools.guard import walk_files as walk_beneath
 from bubu.tools.schema import Arguments, given
 from bubu.tools.workspace import (
     JUNK_DIRS,
     SNIFF_BYTES,
-    BuiltinTool,
     Target,
     beneath,
     decode,
@@ -191,41 +190,38 @@ class ListFilesArgs(Arguments):
     path: Annotated[str | UnsetType, "Directory to list, relative to workspace."] = UNSET
 
 
-class ListFiles(BuiltinTool[ListFilesArgs]):
-    """list_files{pattern?, path?}: the files of the workspace that match a glob, sorted."""
-
-    name = "list_files"
-    effect: EffectClass = "read_only"
-    description = (
+@tool(
+    effect="read_only",
+    name="list_files",
+    path_arg="path",
+    description=(
         "List files in the workspace, sorted, as paths relative to the workspace. `path` is the "
         "directory to look in (default: the whole workspace); `pattern` is a glob relative to it "
         "(`*`, `?`, `[abc]`, `**` for any depth, `{py,txt}`); a pattern without `/` matches file "
         f"names at any depth, e.g. `*.py`. Skips .git, node_modules, caches and virtualenvs. At "
         f"most {LIST_MAX} paths are returned."
-    )
-    arguments = ListFilesArgs
+    ),
+)
+def list_files(args: ListFilesArgs, ctx: ToolContext) -> ToolResult:
+    """list_files{pattern?, path?}: the files of the workspace that match a glob, sorted."""
+    pattern = given(args.pattern)
+    total = 0
 
-    def execute(
-        self, args: ListFilesArgs, ctx: ToolContext, intent: WriteIntent | None
-    ) -> ToolResult:
-        pattern = given(args.pattern)
-        total = 0
+    def shown(t: Target) -> Iterator[str]:
+        nonlocal total
+        for found in _selected(ctx, t, pattern):
+            total += 1
+            yield found.shown
 
-        def shown(t: Target) -> Iterator[str]:
-            nonlocal total
-            for found in _selected(ctx, t, pattern):
-                total += 1
-                yield found.shown
-
-        with _existing(ctx, given(args.path)) as t:
-            # nsmallest keeps memory bounded by the cap, however many files match.
-            paths = heapq.nsmallest(LIST_MAX, shown(t))
-        if not paths:
-            return ToolResult(output="no files match" + (f" {pattern}" if pattern else ""))
-        body = "\n".join(paths)
-        if total > len(paths):
-            body += f"\n… {total - len(paths):,} more (narrow the pattern or the path)"
-        return ToolResult(output=body)
+    with _existing(ctx, given(args.path)) as t:
+        # nsmallest keeps memory bounded by the cap, however many files match.
+        paths = heapq.nsmallest(LIST_MAX, shown(t))
+    if not paths:
+        return ToolResult(output="no files match" + (f" {pattern}" if pattern else ""))
+    body = "\n".join(paths)
+    if total > len(paths):
+        body += f"\n… {total - len(paths):,} more (narrow the pattern or the path)"
+    return ToolResult(output=body)
 
 
 class GrepArgs(Arguments):
@@ -236,53 +232,50 @@ class GrepArgs(Arguments):
     glob: Annotated[str | UnsetType, "Only files matching this glob."] = UNSET
 
 
-class Grep(BuiltinTool[GrepArgs]):
-    """grep{pattern, path?, glob?}: lines of text files matching a Python regex."""
-
-    name = "grep"
-    effect: EffectClass = "read_only"
-    description = (
+@tool(
+    effect="read_only",
+    name="grep",
+    path_arg="path",
+    description=(
         "Search text files in the workspace for a Python regular expression and return matching "
         "lines as `path:line:text`. `path` is a file or directory (default: the whole workspace); "
         "`glob` filters file names like list_files' pattern (e.g. `*.py`). Use `(?i)` for "
         f"case-insensitive search. Binary files are skipped. At most {GREP_MAX_MATCHES} matches."
-    )
-    arguments = GrepArgs
-
-    def execute(self, args: GrepArgs, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        pattern = args.pattern
-        try:
-            regex = re.compile(pattern)
-        except re.error as err:
-            raise ToolError(
-                f"the pattern is not a valid Python regex ({err}); escape special characters "
-                "with a backslash"
-            ) from err
-        lines: list[str] = []
-        used = files = 0
-        full = False
-        with _existing(ctx, given(args.path)) as t:
-            for found in _selected(ctx, t, given(args.glob)):
-                hit = False
-                for line in _grep_file(t, found, regex):
-                    lines.append(line)
-                    used += len(line) + 1
-                    hit = True
-                    if len(lines) >= GREP_MAX_MATCHES or used >= GREP_MAX_CHARS:
-                        full = True
-                        break
-                files += hit
-                if full:
+    ),
+)
+def grep(args: GrepArgs, ctx: ToolContext) -> ToolResult:
+    """grep{pattern, path?, glob?}: lines of text files matching a Python regex."""
+    pattern = args.pattern
+    try:
+        regex = re.compile(pattern)
+    except re.error as err:
+        raise ToolError(
+            f"the pattern is not a valid Python regex ({err}); escape special characters "
+            "with a backslash"
+        ) from err
+    lines: list[str] = []
+    used = files = 0
+    full = False
+    with _existing(ctx, given(args.path)) as t:
+        for found in _selected(ctx, t, given(args.glob)):
+            hit = False
+            for line in _grep_file(t, found, regex):
+                lines.append(line)
+                used += len(line) + 1
+                hit = True
+                if len(lines) >= GREP_MAX_MATCHES or used >= GREP_MAX_CHARS:
+                    full = True
                     break
-        if not lines:
-            return ToolResult(output=f"no matches for {pattern}")
-        if full:
-            tail = f"… stopped after {len(lines)} matches; narrow the pattern, path or glob"
-        else:
-            tail = (
-                f"({_plural(len(lines), 'match', 'matches')} in {_plural(files, 'file', 'files')})"
-            )
-        return ToolResult(output="\n".join([*lines, tail]))
+            files += hit
+            if full:
+                break
+    if not lines:
+        return ToolResult(output=f"no matches for {pattern}")
+    if full:
+        tail = f"… stopped after {len(lines)} matches; narrow the pattern, path or glob"
+    else:
+        tail = f"({_plural(len(lines), 'match', 'matches')} in {_plural(files, 'file', 'files')})"
+    return ToolResult(output="\n".join([*lines, tail]))
 
 
 def _grep_file(t: Target, found: Found, regex: re.Pattern[str]) -> Iterator[str]:

@@ -26,14 +26,13 @@ from msgspec import UNSET, Meta, UnsetType
 
 from bubu import clock, ids
 from bubu.errors import ToolError
-from bubu.events import EffectClass
 from bubu.secrets import command_env
 from bubu.tools import proctree
-from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+from bubu.tools.base import ToolContext, ToolResult
+from bubu.tools.decorator import tool
 from bubu.tools.sandbox import Sandbox, wrap
 from bubu.tools.schema import Arguments, given
 from bubu.tools.workspace import (
-    BuiltinTool,
     decode,
     drop_partial_utf8,
     workspace_root,
@@ -323,62 +322,54 @@ class RunCommandArgs(Arguments):
     ] = UNSET
 
 
-class RunCommand(BuiltinTool[RunCommandArgs]):
+@tool(
+    effect="side_effecting",
+    name="run_command",
+    # Always a reason, the command itself: the engine's policy decides whether to ask.
+    permission="command",
+    description=(
+        "Run a shell command (bash -c) in the workspace and return its output (stdout and stderr "
+        "together) and exit code. stdin is empty, so interactive programs fail rather than wait. "
+        "Long output keeps its beginning and end. `timeout_s` limits the run (default from the "
+        f"session, at most {MAX_TIMEOUT_S:g}); on timeout the command and everything it started "
+        "are killed. Background processes that keep the output open are stopped when it ends."
+    ),
+)
+def run_command(args: RunCommandArgs, ctx: ToolContext) -> ToolResult:
     """run_command{command, timeout_s?}: a shell command in the workspace.
 
     A command that ran to its end is a normal result whatever its exit code (the code is in the
     text, and a failing test run is information, not a tool failure); `is_error` is True only when
     the command could not start, timed out or was stopped.
     """
-
-    name = "run_command"
-    effect: EffectClass = "side_effecting"
-    path_arg = None
-    description = (
-        "Run a shell command (bash -c) in the workspace and return its output (stdout and stderr "
-        "together) and exit code. stdin is empty, so interactive programs fail rather than wait. "
-        "Long output keeps its beginning and end. `timeout_s` limits the run (default from the "
-        f"session, at most {MAX_TIMEOUT_S:g}); on timeout the command and everything it started "
-        "are killed. Background processes that keep the output open are stopped when it ends."
+    command = args.command
+    if not command.strip():
+        raise ToolError("the command is empty; give a shell command line")
+    asked = given(args.timeout_s)
+    timeout_s = min(ctx.timeout_s if asked is None else asked, MAX_TIMEOUT_S)
+    if ctx.cancel.is_set():
+        raise ToolError("the turn was stopped before the command started; it did not run")
+    done = run_shell(
+        command,
+        workspace_root(ctx),
+        timeout_s,
+        ctx.cancel,
+        marker=ctx.marker,
+        sandbox=ctx.sandbox,
+        pass_env=ctx.pass_env,
     )
-    arguments = RunCommandArgs
-
-    def permission(self, args: dict[str, JSON], ctx: ToolContext) -> str | None:
-        """Always a reason — the command itself; the engine's policy decides whether to ask."""
-        command = args.get("command")
-        return command if isinstance(command, str) and command else "run_command (no command given)"
-
-    def execute(
-        self, args: RunCommandArgs, ctx: ToolContext, intent: WriteIntent | None
-    ) -> ToolResult:
-        command = args.command
-        if not command.strip():
-            raise ToolError("the command is empty; give a shell command line")
-        asked = given(args.timeout_s)
-        timeout_s = min(ctx.timeout_s if asked is None else asked, MAX_TIMEOUT_S)
-        if ctx.cancel.is_set():
-            raise ToolError("the turn was stopped before the command started; it did not run")
-        done = run_shell(
-            command,
-            workspace_root(ctx),
-            timeout_s,
-            ctx.cancel,
-            marker=ctx.marker,
-            sandbox=ctx.sandbox,
-            pass_env=ctx.pass_env,
+    body = done.output.rstrip("\n") if done.total_bytes else "(no output)"
+    status = _status(done, timeout_s, ctx.stopped_by())
+    dropped = done.omitted if done.full is None else 0
+    if dropped:
+        status += (
+            f"; the output was {done.total_bytes:,} bytes, more than the {FULL_BYTES >> 20} MiB "
+            f"kept whole: only its first and last bytes are kept, {dropped:,} bytes between "
+            "them were dropped"
         )
-        body = done.output.rstrip("\n") if done.total_bytes else "(no output)"
-        status = _status(done, timeout_s, ctx.stopped_by())
-        dropped = done.omitted if done.full is None else 0
-        if dropped:
-            status += (
-                f"; the output was {done.total_bytes:,} bytes, more than the {FULL_BYTES >> 20} MiB "
-                f"kept whole: only its first and last bytes are kept, {dropped:,} bytes between "
-                "them were dropped"
-            )
-        return ToolResult(
-            output=f"{body}\n{status}",
-            is_error=done.ending in ("timed_out", "stopped", "lost"),
-            full=None if done.full is None else done.full + f"\n{status}\n".encode(),
-            dropped=dropped,
-        )
+    return ToolResult(
+        output=f"{body}\n{status}",
+        is_error=done.ending in ("timed_out", "stopped", "lost"),
+        full=None if done.full is None else done.full + f"\n{status}\n".encode(),
+        dropped=dropped,
+    )

@@ -1,4 +1,4 @@
-"""What every built-in tool shares: the workspace guard, argument checks and bounded text.
+"""What every built-in tool shares: the workspace guard, error texts and bounded text.
 
 The guard resolves a path the model gave beneath the workspace's directory descriptor
 (`bubu.tools.guard`): symlinks that stay inside are followed, and a ``..``, an absolute path or a
@@ -7,9 +7,8 @@ reason to ask; `run` refuses it unless the user allowed it (`ToolContext.outside
 then it is resolved from ``/``. `resolved_relative` is the workspace-relative path a call really
 reaches, for checks on where inside the workspace it lands.
 
-`BuiltinTool.run` checks the arguments against the tool's `arguments` Struct (the same msgspec
-machinery as `@tool`, `bubu.tools.schema`) and turns `ToolError` and
-`OSError` into an error result, so a bad call is something the model sees, never an exception.
+The built-in tools are declared with `@tool` (`bubu.tools.decorator`), whose ``path_arg=`` puts
+this guard in front of a path argument.
 """
 
 from __future__ import annotations
@@ -19,15 +18,11 @@ import errno
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Generic, TypeVar
+from typing import BinaryIO
 
 from bubu.errors import ToolError
-from bubu.events import EffectClass
-from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+from bubu.tools.base import ToolContext
 from bubu.tools.guard import Escape, Root, resolve_beneath
-from bubu.tools.schema import Arguments, arguments_schema, convert
-
-A = TypeVar("A", bound=Arguments)
 
 SNIFF_BYTES = 8192
 """How much of a file is read to decide whether it is binary (a NUL byte means binary)."""
@@ -229,74 +224,7 @@ def display(ctx: ToolContext, resolved: str) -> str:
     return resolved
 
 
-# ---- the shared base ----------------------------------------------------------------------------
-
-
-class BuiltinTool(Generic[A]):
-    """Base of the built-in tools: argument checks, path permission and error results.
-
-    Subclasses set `name`, `description`, `effect` and `arguments` (a `bubu.tools.schema.Arguments`
-    Struct; `parameters`, the JSON schema the model is sent, is derived from it), implement
-    `execute`, and name their path argument in `path_arg` (None when the tool touches no path).
-    """
-
-    name: str
-    description: str
-    arguments: type[A]
-    parameters: dict[str, JSON]
-    effect: EffectClass
-    path_arg: str | None = "path"
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        if "arguments" in cls.__dict__:
-            cls.parameters = arguments_schema(cls.arguments, f"tool {cls.__dict__.get('name')}")
-
-    def check(self, args: object) -> A:
-        """The arguments as the tool's `arguments` type; ToolError, one sentence, if they do not
-        fit (a missing or unknown argument, a wrong type at any depth, a bound not met)."""
-        return convert(args, self.arguments, self.parameters)
-
-    def permission(self, args: dict[str, JSON], ctx: ToolContext) -> str | None:
-        """A path outside the workspace needs permission; everything else is allowed."""
-        raw = args.get(self.path_arg) if self.path_arg else None
-        return outside_reason(ctx, raw) if isinstance(raw, str) else None
-
-    def touches(self, args: dict[str, JSON], ctx: ToolContext) -> str | None:
-        """The resolved path this call reads or writes (None without one), so that calls of one
-        response on the same file run one after the other."""
-        raw = args.get(self.path_arg, ".") if self.path_arg else None
-        if not isinstance(raw, str):
-            return None
-        try:
-            return resolve(ctx, raw)
-        except (ToolError, OSError):
-            return None
-
-    def prepare(self, args: dict[str, JSON], ctx: ToolContext) -> WriteIntent | None:
-        """Only provable writes prepare an intent."""
-        return None
-
-    def run(
-        self, args: dict[str, JSON], ctx: ToolContext, intent: WriteIntent | None
-    ) -> ToolResult:
-        """Check the arguments and execute; failures become error results the model sees."""
-        try:
-            return self.execute(self.check(args), ctx, intent)
-        except Escape as err:
-            # Met mid-walk: the path changed into a way out after it was resolved inside.
-            raw = args.get(self.path_arg) if self.path_arg else None
-            return ToolResult(
-                output=escape_text(raw if isinstance(raw, str) else ".", err), is_error=True
-            )
-        except ToolError as err:
-            return ToolResult(output=str(err), is_error=True)
-        except OSError as err:
-            return ToolResult(output=os_error_text(err), is_error=True)
-
-    def execute(self, args: A, ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
-        """Do the work with checked arguments; raise ToolError for a failure the model sees."""
-        raise NotImplementedError
+# ---- errors -----------------------------------------------------------------------------------
 
 
 def os_error_text(err: OSError) -> str:
