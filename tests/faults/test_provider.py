@@ -21,7 +21,7 @@ from bubu.engine.session import new_session, start_turn
 from bubu.events import ModelRequest, Record, SystemNote, Text, TurnEnded, TurnEndReason
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.anthropic import AnthropicProvider
-from bubu.providers.base import Provider
+from bubu.providers.base import Provider, close_provider
 from bubu.providers.openai import OpenAIProvider
 
 from .helpers import (
@@ -166,7 +166,10 @@ def drive(
         provider = api.adapter(server.url, client)
         info = new_session(store, task="fix the bug", workspace=ws, model=provider.spec)
         host = make_host(store, provider, config=config, observer=watcher)
-        reason = start_turn(host, info, "fix the bug")
+        try:
+            reason = start_turn(host, info, "fix the bug")
+        finally:
+            close_provider(provider)
         records = store.read(info.id)
         assert store.verify(info.id).ok
         assert not any(api.key.encode() in payload for _, _, payload in store.raw(info.id))
@@ -463,3 +466,22 @@ def test_an_invalid_api_key_through_the_cli(tmp_path: Path) -> None:
     assert OPENAI_KEY not in done.stdout + done.stderr
     assert server.headers[0]["authorization"] == f"Bearer {OPENAI_KEY}"
     assert db.read_bytes().find(OPENAI_KEY.encode()) == -1, "the key never reaches the log"
+
+
+def test_closing_an_adapter_closes_the_client_it_made_and_not_one_given_in(
+    tmp_path: Path, api: Api
+) -> None:
+    """The owner of a provider closes it when the run ends (the web UI's and the worker's runs
+    do): its pooled sockets are closed then, not found later by the garbage collector, whose
+    ResourceWarning would land in whatever ran next. A client given in belongs to the giver."""
+    with serve([api.text("Done.")]) as server:
+        made = api.adapter(server.url, None)
+        given = httpx2.Client()
+        lent = api.adapter(server.url, given)
+        try:
+            close_provider(made)
+            close_provider(lent)
+            assert made._client.is_closed()  # type: ignore[attr-defined]
+            assert not given.is_closed
+        finally:
+            given.close()

@@ -56,7 +56,7 @@ from bubu.events import (
 from bubu.log.codec import sanitize_text
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.turn import fold
-from bubu.providers.base import Delta, Provider
+from bubu.providers.base import Delta, Provider, close_provider
 from bubu.tools.base import Tool
 from bubu.tools.sandbox import DEFAULT_MODE
 
@@ -411,6 +411,8 @@ class Worker:
                 self._active.pop(n, None)
             with contextlib.suppress(BubuError):
                 store.release_lease(lease)
+            if watch.host is not None:
+                close_provider(watch.host.provider)
         self.handled += 1
         took = time.monotonic() - started
         self._log(f"finish {info.id} {result} epoch={lease.epoch} {took:.1f}s{detail}")

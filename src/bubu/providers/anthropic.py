@@ -482,6 +482,7 @@ class AnthropicProvider:
         self._vendor = _retry.Vendor(
             name=name, key_env="ANTHROPIC_API_KEY", secrets=(key,), stall_s=stall
         )
+        self._owns_client = http_client is None
         # An explicit key stops the SDK from looking for profiles or tokens elsewhere.
         self._client = anthropic.Anthropic(
             api_key=key,
@@ -491,6 +492,11 @@ class AnthropicProvider:
             open_telemetry=False,
             timeout=anthropic.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
         )
+
+    def close(self) -> None:
+        """Close the SDK's HTTP client and its pooled connections (not a client given in)."""
+        if self._owns_client:
+            self._client.close()
 
     @property
     def official(self) -> bool:

@@ -8,6 +8,7 @@ appends in one transaction. Providers never retry on their own: they raise `Prov
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from typing import Protocol
@@ -52,6 +53,7 @@ __all__ = [
     "Usage",
     "UserMessage",
     "arguments_error",
+    "close_provider",
     "parse_arguments",
 ]
 
@@ -72,6 +74,17 @@ class Provider(Protocol):
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Run one model call, streaming deltas to `on_delta`; raise ProviderError on failure."""
         ...
+
+
+def close_provider(provider: object) -> None:
+    """Let go of what a provider holds open (its HTTP client's pooled connections) once its
+    owner is done with it. A provider that keeps such a client has a `close()` method; the
+    seam does not require one, so the rest are left as they are. Closing never fails the
+    caller: the run it served has ended."""
+    close = getattr(provider, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):
+            close()
 
 
 def parse_arguments(raw: str) -> dict[str, JSON] | None:

@@ -390,6 +390,7 @@ class OpenAIProvider:
         self._vendor = _retry.Vendor(
             name=name, key_env="OPENAI_API_KEY", secrets=(key,), stall_s=stall
         )
+        self._owns_client = http_client is None
         self._client = openai.OpenAI(
             api_key=key,
             base_url=base or OPENAI_URL,
@@ -397,6 +398,11 @@ class OpenAIProvider:
             max_retries=0,
             timeout=openai.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
         )
+
+    def close(self) -> None:
+        """Close the SDK's HTTP client and its pooled connections (not a client given in)."""
+        if self._owns_client:
+            self._client.close()
 
     @property
     def official(self) -> bool:

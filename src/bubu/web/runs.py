@@ -41,7 +41,7 @@ from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.providers import resolve
-from bubu.providers.base import Delta
+from bubu.providers.base import Delta, close_provider
 
 log = logging.getLogger("bubu.web")
 
@@ -178,9 +178,11 @@ class RunManager:
         return host
 
     def _drop(self, host: Host) -> None:
+        """The host's run is over (or never started): forget it and close its model client."""
         with self._lock:
             if host in self._hosts:
                 self._hosts.remove(host)
+        close_provider(host.provider)
 
     def _host_running(self, session: str) -> Host | None:
         with self._lock:
