@@ -38,6 +38,23 @@ class Endpoint:
         return _retry.Vendor(name=name, key_env=self.key_env, secrets=(self.key,), stall_s=stall)
 
 
+class AtEndpoint:
+    """What a provider that calls a server says of where its calls go."""
+
+    _official: bool
+    _base_url: str
+
+    @property
+    def official(self) -> bool:
+        """Whether calls go to the provider's own API (whose prices are known)."""
+        return self._official
+
+    @property
+    def base_url(self) -> str:
+        """The server the calls go to (recorded with each turn, so a recovery asks the same)."""
+        return self._base_url
+
+
 def endpoint(
     base_url: str | None,
     api_key: str | None,

@@ -425,7 +425,7 @@ def _tool_call(block: _Block, raw: str) -> ToolCallPart:
 # ---- the provider ------------------------------------------------------------------------------
 
 
-class AnthropicProvider:
+class AnthropicProvider(_endpoint.AtEndpoint):
     """A Claude model through the Messages API."""
 
     def __init__(
@@ -486,11 +486,6 @@ class AnthropicProvider:
         )
 
     @property
-    def official(self) -> bool:
-        """Whether calls go to the provider's own API (whose prices are known)."""
-        return self._official
-
-    @property
     def accepts_images(self) -> bool:
         """Claude models are shown images."""
         return True
@@ -499,11 +494,6 @@ class AnthropicProvider:
     def spec(self) -> str:
         """The model spec, e.g. ``anthropic:claude-sonnet-4-5``."""
         return f"anthropic:{self._model}"
-
-    @property
-    def base_url(self) -> str:
-        """The server the calls go to (recorded with each turn, so a recovery asks the same)."""
-        return self._base_url
 
     @property
     def context_window(self) -> int:

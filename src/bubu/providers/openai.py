@@ -344,7 +344,7 @@ def _reasoning_tokens(usage: CompletionUsage) -> int:
 # ---- the provider ------------------------------------------------------------------------------
 
 
-class OpenAIProvider:
+class OpenAIProvider(_endpoint.AtEndpoint):
     """A Chat Completions model, at OpenAI or at any OpenAI-compatible server."""
 
     def __init__(
@@ -378,11 +378,6 @@ class OpenAIProvider:
         self._vendor, self._client = openai_client(endpoint, stall_timeout, http_client)
 
     @property
-    def official(self) -> bool:
-        """Whether calls go to the provider's own API (whose prices are known)."""
-        return self._official
-
-    @property
     def accepts_images(self) -> bool:
         """Whether the model is shown images: at OpenAI yes (but GPT-3.5); at another server
         only when it says so (`images=True`), since many local models read text only."""
@@ -394,11 +389,6 @@ class OpenAIProvider:
     def spec(self) -> str:
         """The model spec, e.g. ``openai:gpt-4.1``."""
         return f"{self._spec_name}:{self._model}"
-
-    @property
-    def base_url(self) -> str:
-        """The server the calls go to (recorded with each turn, so a recovery asks the same)."""
-        return self._base_url
 
     @property
     def context_window(self) -> int:

@@ -20,7 +20,7 @@ from openai.types.responses import ResponseStreamEvent, ResponseUsage
 from bubu import images
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
-from bubu.providers import _retry
+from bubu.providers import _endpoint, _retry
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -355,7 +355,7 @@ def _failure(
 # ---- the provider ------------------------------------------------------------------------------
 
 
-class OpenAIResponsesProvider:
+class OpenAIResponsesProvider(_endpoint.AtEndpoint):
     """An OpenAI model through the Responses API."""
 
     def __init__(
@@ -385,11 +385,6 @@ class OpenAIResponsesProvider:
         self._vendor, self._client = openai_client(endpoint, stall_timeout, http_client)
 
     @property
-    def official(self) -> bool:
-        """Whether calls go to OpenAI's own API (whose prices are known)."""
-        return self._official
-
-    @property
     def accepts_images(self) -> bool:
         """Whether the model is shown images (every current OpenAI model but GPT-3.5)."""
         return not self._model.startswith("gpt-3.5")
@@ -398,11 +393,6 @@ class OpenAIResponsesProvider:
     def spec(self) -> str:
         """The model spec, e.g. ``openai:gpt-5``."""
         return f"{self._spec_name}:{self._model}"
-
-    @property
-    def base_url(self) -> str:
-        """The server the calls go to (recorded with each turn, so a recovery asks the same)."""
-        return self._base_url
 
     @property
     def context_window(self) -> int:
