@@ -20,7 +20,8 @@ PROVIDERS = ("scripted", "openai", "openai-chat", "openai-responses", "anthropic
 
 
 class ProviderOptions(TypedDict, total=False):
-    """The options `resolve` passes a provider factory: only those given, each at most once."""
+    """The options `resolve` passes a provider factory (only those given); a factory ignores
+    the ones it does not take, and any others."""
 
     base_url: str | None
     context_window: int | None
