@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from importlib.metadata import EntryPoint
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 from bubu.errors import ConfigError
@@ -19,123 +19,83 @@ PROVIDERS = ("scripted", "openai", "openai-chat", "openai-responses", "anthropic
 """The built-in provider names."""
 
 
-def scripted_provider(model: str, /, *, context_window: int | None = None, **_: Any) -> Provider:
+class ProviderOptions(TypedDict, total=False):
+    """The options `resolve` passes a provider factory (only those given); a factory ignores
+    the ones it does not take, and any others."""
+
+    base_url: str | None
+    context_window: int | None
+    thinking_budget: int | None
+    stall_timeout: float | None
+    reasoning_effort: str | None
+    max_output_tokens: int | None
+    cache_ttl: str | None
+
+
+def scripted_provider(model: str, /, **options: Unpack[ProviderOptions]) -> Provider:
     """``scripted:PATH``: replay a JSONL script (DESIGN §9)."""
     from bubu.providers.scripted import ScriptedProvider
 
-    return ScriptedProvider(model, window=context_window or 200_000)
+    return ScriptedProvider(model, window=options.get("context_window") or 200_000)
 
 
-def openai_provider(
-    model: str,
-    /,
-    *,
-    base_url: str | None = None,
-    context_window: int | None = None,
-    stall_timeout: float | None = None,
-    reasoning_effort: str | None = None,
-    max_output_tokens: int | None = None,
-    **_: Any,
-) -> Provider:
+def _openai_options(options: ProviderOptions) -> dict[str, Any]:
+    # What the OpenAI providers take of the options, the base URL from OPENAI_BASE_URL too.
+    return {
+        "base_url": options.get("base_url") or os.environ.get("OPENAI_BASE_URL"),
+        "context_window": options.get("context_window"),
+        "stall_timeout": options.get("stall_timeout"),
+        "reasoning_effort": options.get("reasoning_effort"),
+        "max_output_tokens": options.get("max_output_tokens"),
+    }
+
+
+def openai_provider(model: str, /, **options: Unpack[ProviderOptions]) -> Provider:
     """``openai:MODEL``: the Responses API at OpenAI; Chat Completions at any other server
     (``--base-url`` / OPENAI_BASE_URL), which is what compatible servers speak."""
-    url = base_url or os.environ.get("OPENAI_BASE_URL")
-    options: dict[str, Any] = {
-        "base_url": url,
-        "context_window": context_window,
-        "stall_timeout": stall_timeout,
-        "reasoning_effort": reasoning_effort,
-        "max_output_tokens": max_output_tokens,
-    }
+    chosen = _openai_options(options)
+    url = chosen["base_url"]
     if url and urlsplit(url).hostname != "api.openai.com":
         from bubu.providers.openai import OpenAIProvider
 
-        return OpenAIProvider(model, **options)
+        return OpenAIProvider(model, **chosen)
     from bubu.providers.openai_responses import OpenAIResponsesProvider
 
-    return OpenAIResponsesProvider(model, **options)
+    return OpenAIResponsesProvider(model, **chosen)
 
 
-def openai_chat_provider(
-    model: str,
-    /,
-    *,
-    base_url: str | None = None,
-    context_window: int | None = None,
-    stall_timeout: float | None = None,
-    reasoning_effort: str | None = None,
-    max_output_tokens: int | None = None,
-    **_: Any,
-) -> Provider:
+def openai_chat_provider(model: str, /, **options: Unpack[ProviderOptions]) -> Provider:
     """``openai-chat:MODEL``: Chat Completions, at OpenAI or at any compatible server."""
     from bubu.providers.openai import OpenAIProvider
 
-    return OpenAIProvider(
-        model,
-        base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
-        context_window=context_window,
-        stall_timeout=stall_timeout,
-        reasoning_effort=reasoning_effort,
-        max_output_tokens=max_output_tokens,
-        spec_name="openai-chat",
-    )
+    return OpenAIProvider(model, **_openai_options(options), spec_name="openai-chat")
 
 
-def openai_responses_provider(
-    model: str,
-    /,
-    *,
-    base_url: str | None = None,
-    context_window: int | None = None,
-    stall_timeout: float | None = None,
-    reasoning_effort: str | None = None,
-    max_output_tokens: int | None = None,
-    **_: Any,
-) -> Provider:
+def openai_responses_provider(model: str, /, **options: Unpack[ProviderOptions]) -> Provider:
     """``openai-responses:MODEL``: the Responses API at any server that speaks it (a proxy,
     Azure), as ``openai:MODEL`` speaks it at OpenAI."""
     from bubu.providers.openai_responses import OpenAIResponsesProvider
 
-    return OpenAIResponsesProvider(
-        model,
-        base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
-        context_window=context_window,
-        stall_timeout=stall_timeout,
-        reasoning_effort=reasoning_effort,
-        max_output_tokens=max_output_tokens,
-        spec_name="openai-responses",
-    )
+    return OpenAIResponsesProvider(model, **_openai_options(options), spec_name="openai-responses")
 
 
-def anthropic_provider(
-    model: str,
-    /,
-    *,
-    base_url: str | None = None,
-    context_window: int | None = None,
-    thinking_budget: int | None = None,
-    stall_timeout: float | None = None,
-    reasoning_effort: str | None = None,
-    max_output_tokens: int | None = None,
-    cache_ttl: str | None = None,
-    **_: Any,
-) -> Provider:
+def anthropic_provider(model: str, /, **options: Unpack[ProviderOptions]) -> Provider:
     """``anthropic:MODEL``: the Anthropic Messages API."""
     from bubu.providers.anthropic import AnthropicProvider
 
-    if reasoning_effort is not None:
+    if options.get("reasoning_effort") is not None:
         raise ConfigError(
             "--reasoning-effort is for OpenAI reasoning models; a Claude model thinks with "
             "--thinking TOKENS"
         )
     return AnthropicProvider(
         model,
-        base_url=base_url,
-        context_window=context_window,
-        thinking_budget=thinking_budget,
-        stall_timeout=stall_timeout,
-        max_output_tokens=max_output_tokens,
-        cache_ttl=cache_ttl,
+        base_url=options.get("base_url"),
+        context_window=options.get("context_window"),
+        thinking_budget=options.get("thinking_budget"),
+        stall_timeout=options.get("stall_timeout"),
+        max_output_tokens=options.get("max_output_tokens"),
+        cache_ttl=options.get("cache_ttl"),
     )
 
 
@@ -188,6 +148,7 @@ def resolve(
 __all__ = [
     "PROVIDERS",
     "Provider",
+    "ProviderOptions",
     "anthropic_provider",
     "openai_chat_provider",
     "openai_provider",

@@ -9,11 +9,9 @@ sessions are billed mostly as cache reads. The SDK never retries: the engine doe
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, assert_never
-from urllib.parse import urlsplit
 
 import anthropic
 import httpx2
@@ -31,9 +29,9 @@ from anthropic.types import (
     ToolResultBlockParam,
 )
 
-from bubu import images, secrets
+from bubu import images
 from bubu.errors import ConfigError, ProviderError
-from bubu.providers import _retry, windows
+from bubu.providers import _endpoint, _retry, windows
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -427,7 +425,7 @@ def _tool_call(block: _Block, raw: str) -> ToolCallPart:
 # ---- the provider ------------------------------------------------------------------------------
 
 
-class AnthropicProvider:
+class AnthropicProvider(_endpoint.AtEndpoint):
     """A Claude model through the Messages API."""
 
     def __init__(
@@ -443,17 +441,15 @@ class AnthropicProvider:
         max_output_tokens: int | None = None,
         cache_ttl: str | None = None,
     ) -> None:
-        base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
-        official = base is None or urlsplit(base).hostname == "api.anthropic.com"
-        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
-        secrets.register("ANTHROPIC_API_KEY", key)  # the key in use is kept out of the log
-        if not key:
-            if official:
-                raise ConfigError(
-                    "ANTHROPIC_API_KEY is not set; export your Anthropic API key and run again"
-                )
-            # A proxy that holds the credentials itself still needs a header the SDK can send.
-            key = "not-needed"
+        endpoint = _endpoint.endpoint(
+            base_url,
+            api_key,
+            base_env="ANTHROPIC_BASE_URL",
+            host="api.anthropic.com",
+            key_env="ANTHROPIC_API_KEY",
+            vendor_name="Anthropic",
+            missing="ANTHROPIC_API_KEY is not set; export your Anthropic API key and run again",
+        )
         if thinking_budget is not None and thinking_budget < MIN_THINKING_BUDGET:
             raise ConfigError(
                 f"the thinking budget must be at least {MIN_THINKING_BUDGET} tokens "
@@ -471,37 +467,24 @@ class AnthropicProvider:
         self._cache_ttl = check_cache_ttl(cache_ttl)
         self._max_output = max_output_tokens
         self._model = model
-        self._base_url = base or ANTHROPIC_URL
-        self._official = official
+        self._base_url = endpoint.base or ANTHROPIC_URL
+        self._official = endpoint.official
         self._thinking_budget = thinking_budget
         self._window = (
             windows.Window(context_window, windows.USER) if context_window else window_for(model)
         )
         stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
-        name = "Anthropic" if official else f"the server at {_retry.display_url(base or '')}"
-        self._vendor = _retry.Vendor(
-            name=name, key_env="ANTHROPIC_API_KEY", secrets=(key,), stall_s=stall
-        )
-        self._owns_client = http_client is None
+        self._vendor = endpoint.vendor(stall)
         # An explicit key stops the SDK from looking for profiles or tokens elsewhere.
         self._client = anthropic.Anthropic(
-            api_key=key,
-            base_url=base,
+            api_key=endpoint.key,
+            base_url=endpoint.base,
             http_client=http_client,
             max_retries=0,
             open_telemetry=False,
             timeout=anthropic.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
         )
-
-    def close(self) -> None:
-        """Close the SDK's HTTP client and its pooled connections (not a client given in)."""
-        if self._owns_client:
-            self._client.close()
-
-    @property
-    def official(self) -> bool:
-        """Whether calls go to the provider's own API (whose prices are known)."""
-        return self._official
+        self._owned = None if http_client is not None else self._client
 
     @property
     def accepts_images(self) -> bool:
@@ -512,11 +495,6 @@ class AnthropicProvider:
     def spec(self) -> str:
         """The model spec, e.g. ``anthropic:claude-sonnet-4-5``."""
         return f"anthropic:{self._model}"
-
-    @property
-    def base_url(self) -> str:
-        """The server the calls go to (recorded with each turn, so a recovery asks the same)."""
-        return self._base_url
 
     @property
     def context_window(self) -> int:
@@ -553,22 +531,14 @@ class AnthropicProvider:
         ttl = self._cache_ttl
         system = to_system(request.system, ttl)
         tools = to_tools(request.tools, cache_last=not system, ttl=ttl)
-        if self._thinking_budget is None:
-            return self._client.messages.create(
-                model=self._model,
-                max_tokens=self.max_tokens(request),
-                system=system or anthropic.omit,
-                tools=tools or anthropic.omit,
-                messages=to_messages(request, ttl),
-                stream=True,
-            )
+        budget = self._thinking_budget
         return self._client.messages.create(
             model=self._model,
             max_tokens=self.max_tokens(request),
             system=system or anthropic.omit,
             tools=tools or anthropic.omit,
             messages=to_messages(request, ttl),
-            thinking=thinking_config(self._model, self._thinking_budget),
+            thinking=anthropic.omit if budget is None else thinking_config(self._model, budget),
             stream=True,
         )
 

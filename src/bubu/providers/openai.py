@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
+from collections.abc import Callable
 from typing import Any, assert_never
-from urllib.parse import urlsplit
 
 import httpx2
 import openai
@@ -26,10 +25,10 @@ from openai.types.chat import (
 )
 from openai.types.completion_usage import CompletionUsage
 
-from bubu import images, secrets
-from bubu.errors import ConfigError, ProviderError
+from bubu import images
+from bubu.errors import ProviderError
 from bubu.ids import new_id
-from bubu.providers import _retry, toolmode, windows
+from bubu.providers import _endpoint, _retry, toolmode, windows
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -49,8 +48,8 @@ from bubu.providers.base import (
 )
 
 OPENAI_URL = "https://api.openai.com/v1"
-# Local servers (Ollama, LM Studio, vLLM) ignore the key, but the SDK insists on having one.
-PLACEHOLDER_KEY = "not-needed"
+PLACEHOLDER_KEY = _endpoint.PLACEHOLDER_KEY
+"""The key sent to a server without one set (local servers ignore it; the SDK insists)."""
 COMPATIBLE_MAX_OUTPUT = 8192
 """The output cap sent to a compatible server when none is set: many refuse a cap beyond their
 window, and it bounds a rambling local model (OpenAI's own API gets none: the model's own)."""
@@ -204,13 +203,7 @@ class ChunkAssembler:
             if choice.index != 0:
                 continue
             delta = choice.delta
-            reasoning = _reasoning_fragment(delta.model_extra)
-            if reasoning:
-                self._reasoning.append(reasoning)
-                on_delta(Delta(kind="thinking", text=reasoning))
-            if delta.content:
-                self._text.append(delta.content)
-                on_delta(Delta(kind="text", text=delta.content))
+            self._take_text(delta.model_extra, delta.content, on_delta)
             for fragment in delta.tool_calls or ():
                 self._take_call_fragment(
                     getattr(fragment, "index", None),
@@ -220,6 +213,19 @@ class ChunkAssembler:
                 )
             if choice.finish_reason is not None:
                 self._finish = choice.finish_reason
+
+    def _take_text(
+        self, extra: dict[str, object] | None, content: str | None, on_delta: DeltaSink
+    ) -> None:
+        # The reasoning (a field outside the schema, in `extra`) and the text of a delta or a
+        # whole message, in that order.
+        reasoning = _reasoning_fragment(extra)
+        if reasoning:
+            self._reasoning.append(reasoning)
+            on_delta(Delta(kind="thinking", text=reasoning))
+        if content:
+            self._text.append(content)
+            on_delta(Delta(kind="text", text=content))
 
     def _take_call_fragment(
         self, index: int | None, call_id: str | None, name: str | None, arguments: str | None
@@ -249,13 +255,7 @@ class ChunkAssembler:
         if choice is None:
             return
         message = choice.message
-        reasoning = _reasoning_fragment(message.model_extra)
-        if reasoning:
-            self._reasoning.append(reasoning)
-            on_delta(Delta(kind="thinking", text=reasoning))
-        if message.content:
-            self._text.append(message.content)
-            on_delta(Delta(kind="text", text=message.content))
+        self._take_text(message.model_extra, message.content, on_delta)
         for i, call in enumerate(message.tool_calls or ()):
             function = getattr(call, "function", None)
             name = function.name if function is not None else None
@@ -344,7 +344,7 @@ def _reasoning_tokens(usage: CompletionUsage) -> int:
 # ---- the provider ------------------------------------------------------------------------------
 
 
-class OpenAIProvider:
+class OpenAIProvider(_endpoint.AtEndpoint):
     """A Chat Completions model, at OpenAI or at any OpenAI-compatible server."""
 
     def __init__(
@@ -364,50 +364,19 @@ class OpenAIProvider:
         from bubu.providers.openai_responses import check_effort
 
         self._images = images
-        base = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        official = base is None or urlsplit(base).hostname == "api.openai.com"
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        secrets.register("OPENAI_API_KEY", key)  # the key in use is kept out of the log
-        if not key:
-            if official:
-                raise ConfigError(
-                    "OPENAI_API_KEY is not set; export your OpenAI API key, or pass --base-url "
-                    "to use a local OpenAI-compatible server"
-                )
-            key = PLACEHOLDER_KEY
+        endpoint = openai_endpoint(base_url, api_key)
         self._model = model
         self._spec_name = spec_name
         self._effort = check_effort(reasoning_effort)
         self._max_output = max_output_tokens
-        self._official = official
+        self._official = endpoint.official
         self._tool_mode: toolmode.ToolMode = "stream"
-        self._base_url = base or OPENAI_URL
+        self._base_url = endpoint.base or OPENAI_URL
         self._window: windows.Window | None = (
             windows.Window(context_window, windows.USER) if context_window else None
         )
-        stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
-        name = "OpenAI" if official else f"the server at {_retry.display_url(base or '')}"
-        self._vendor = _retry.Vendor(
-            name=name, key_env="OPENAI_API_KEY", secrets=(key,), stall_s=stall
-        )
-        self._owns_client = http_client is None
-        self._client = openai.OpenAI(
-            api_key=key,
-            base_url=base or OPENAI_URL,
-            http_client=http_client,
-            max_retries=0,
-            timeout=openai.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
-        )
-
-    def close(self) -> None:
-        """Close the SDK's HTTP client and its pooled connections (not a client given in)."""
-        if self._owns_client:
-            self._client.close()
-
-    @property
-    def official(self) -> bool:
-        """Whether calls go to the provider's own API (whose prices are known)."""
-        return self._official
+        self._vendor, self._client = openai_client(endpoint, stall_timeout, http_client)
+        self._owned = None if http_client is not None else self._client
 
     @property
     def accepts_images(self) -> bool:
@@ -421,11 +390,6 @@ class OpenAIProvider:
     def spec(self) -> str:
         """The model spec, e.g. ``openai:gpt-4.1``."""
         return f"{self._spec_name}:{self._model}"
-
-    @property
-    def base_url(self) -> str:
-        """The server the calls go to (recorded with each turn, so a recovery asks the same)."""
-        return self._base_url
 
     @property
     def context_window(self) -> int:
@@ -571,39 +535,94 @@ class OpenAIProvider:
 
     def _convert(self, exc: Exception, *, streaming: bool) -> ProviderError:
         vendor = self._vendor
-        match exc:
-            case openai.APIStatusError():
-                error = _retry.status_error(
-                    vendor,
-                    exc.status_code,
-                    body=exc.body,
-                    headers=exc.response.headers,
-                    api_message=_field(exc.body, "message"),
-                    api_code=exc.code,
-                )
-                # A compatible server's 500 is mostly its handler failing on this request
-                # (llama-cpp-python's schema errors), not an outage.
-                error.repeats_for_the_request = not self._official and exc.status_code == 500
-                return error
-            case openai.APITimeoutError() | httpx2.TimeoutException():
-                return _retry.timeout_error(vendor, exc)
-            case openai.APIConnectionError():
-                return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
-            case httpx2.TransportError():
-                return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
-            case openai.APIError():
-                return _stream_error_event(vendor, exc.body)
-            case _:
-                return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
+        error = convert_error(
+            vendor, exc, streaming=streaming, in_stream=lambda b: _stream_error_event(vendor, b)
+        )
+        if isinstance(exc, openai.APIStatusError):
+            # A compatible server's 500 is mostly its handler failing on this request
+            # (llama-cpp-python's schema errors), not an outage.
+            error.repeats_for_the_request = not self._official and exc.status_code == 500
+        return error
+
+
+# ---- shared with the Responses adapter (openai_responses) --------------------------------------
+
+
+def openai_endpoint(base_url: str | None, api_key: str | None) -> _endpoint.Endpoint:
+    """Where an OpenAI SDK client calls (`base_url`, else OPENAI_BASE_URL, else OpenAI's own API)
+    and with which key (`api_key`, else OPENAI_API_KEY; refused at OpenAI without one)."""
+    return _endpoint.endpoint(
+        base_url,
+        api_key,
+        base_env="OPENAI_BASE_URL",
+        host="api.openai.com",
+        key_env="OPENAI_API_KEY",
+        vendor_name="OpenAI",
+        missing="OPENAI_API_KEY is not set; export your OpenAI API key, or pass --base-url "
+        "to use a local OpenAI-compatible server",
+    )
+
+
+def openai_client(
+    endpoint: _endpoint.Endpoint, stall_timeout: float | None, http_client: httpx2.Client | None
+) -> tuple[_retry.Vendor, openai.OpenAI]:
+    """The vendor failures name and the SDK client (which never retries: the engine does)."""
+    stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
+    client = openai.OpenAI(
+        api_key=endpoint.key,
+        base_url=endpoint.base or OPENAI_URL,
+        http_client=http_client,
+        max_retries=0,
+        timeout=openai.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
+    )
+    return endpoint.vendor(stall), client
+
+
+def convert_error(
+    vendor: _retry.Vendor,
+    exc: Exception,
+    *,
+    streaming: bool,
+    in_stream: Callable[[object], ProviderError],
+) -> ProviderError:
+    """The `ProviderError` for a failure of an OpenAI SDK call; `in_stream` reads the body of an
+    error that came inside a 200 stream."""
+    match exc:
+        case openai.APIStatusError():
+            return _retry.status_error(
+                vendor,
+                exc.status_code,
+                body=exc.body,
+                headers=exc.response.headers,
+                api_message=body_field(exc.body, "message"),
+                api_code=exc.code,
+            )
+        case openai.APITimeoutError() | httpx2.TimeoutException():
+            return _retry.timeout_error(vendor, exc)
+        case openai.APIConnectionError() | httpx2.TransportError():
+            return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
+        case openai.APIError():
+            return in_stream(exc.body)
+        case _:
+            return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
+
+
+def body_field(body: object, key: str) -> str | None:
+    """`body[key]` as text, when `body` is a dict that has it."""
+    if isinstance(body, dict):
+        value = body.get(key)
+        if value is not None:
+            return str(value)
+    return None
 
 
 def _stream_error_event(vendor: _retry.Vendor, body: object) -> ProviderError:
     # An `{"error": …}` object inside a 200 stream. Compatible servers often give the HTTP
     # status they would have used as `code`; without one it is a server fault worth a retry.
-    code = _field(body, "code")
+    code = body_field(body, "code")
     status = int(code) if code is not None and code.isdigit() else 500
     return _retry.status_error(
-        vendor, status, body=body, api_message=_field(body, "message"), api_code=code
+        vendor, status, body=body, api_message=body_field(body, "message"), api_code=code
     )
 
 
@@ -615,15 +634,7 @@ def _error_words(e: ProviderError) -> str:
         body = None
     if isinstance(body, dict):
         inner = body.get("error", body)
-        found = _field(inner, "message") or _field(body, "detail")
+        found = body_field(inner, "message") or body_field(body, "detail")
         if found:
             return found
     return e.body or str(e)
-
-
-def _field(body: object, key: str) -> str | None:
-    if isinstance(body, dict):
-        value = body.get(key)
-        if value is not None:
-            return str(value)
-    return None

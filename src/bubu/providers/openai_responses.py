@@ -11,18 +11,16 @@ cache. The SDK never retries (`max_retries=0`): the engine owns retries.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Literal, TypeAlias, assert_never, cast, get_args
-from urllib.parse import urlsplit
 
 import httpx2
 import openai
 from openai.types.responses import ResponseStreamEvent, ResponseUsage
 
-from bubu import images, secrets
+from bubu import images
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
-from bubu.providers import _retry
+from bubu.providers import _endpoint, _retry
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -40,7 +38,14 @@ from bubu.providers.base import (
     UserMessage,
     parse_arguments,
 )
-from bubu.providers.openai import OPENAI_URL, PLACEHOLDER_KEY, context_window_for
+from bubu.providers.openai import (
+    OPENAI_URL,
+    body_field,
+    context_window_for,
+    convert_error,
+    openai_client,
+    openai_endpoint,
+)
 
 Effort: TypeAlias = Literal["low", "medium", "high"]
 EFFORTS: tuple[str, ...] = get_args(Effort)
@@ -350,7 +355,7 @@ def _failure(
 # ---- the provider ------------------------------------------------------------------------------
 
 
-class OpenAIResponsesProvider:
+class OpenAIResponsesProvider(_endpoint.AtEndpoint):
     """An OpenAI model through the Responses API."""
 
     def __init__(
@@ -366,50 +371,19 @@ class OpenAIResponsesProvider:
         max_output_tokens: int | None = None,
         spec_name: str = "openai",
     ) -> None:
-        base = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        official = base is None or urlsplit(base).hostname == "api.openai.com"
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        secrets.register("OPENAI_API_KEY", key)  # the key in use is kept out of the log
-        if not key:
-            if official:
-                raise ConfigError(
-                    "OPENAI_API_KEY is not set; export your OpenAI API key, or pass --base-url "
-                    "to use a local OpenAI-compatible server"
-                )
-            key = PLACEHOLDER_KEY
+        endpoint = openai_endpoint(base_url, api_key)
         self._model = model
         self._spec_name = spec_name
-        self._official = official
-        self._base_url = base or OPENAI_URL
+        self._official = endpoint.official
+        self._base_url = endpoint.base or OPENAI_URL
         self._effort = check_effort(reasoning_effort)
         self._max_output = max_output_tokens
         self._summaries = True
         """Whether reasoning summaries are asked for (an organization OpenAI has not verified
         is refused them: then the request goes again without, for the rest of the run)."""
         self._context_window = context_window or context_window_for(model)
-        stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
-        name = "OpenAI" if official else f"the server at {_retry.display_url(base or '')}"
-        self._vendor = _retry.Vendor(
-            name=name, key_env="OPENAI_API_KEY", secrets=(key,), stall_s=stall
-        )
-        self._owns_client = http_client is None
-        self._client = openai.OpenAI(
-            api_key=key,
-            base_url=base or OPENAI_URL,
-            http_client=http_client,
-            max_retries=0,
-            timeout=openai.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
-        )
-
-    def close(self) -> None:
-        """Close the SDK's HTTP client and its pooled connections (not a client given in)."""
-        if self._owns_client:
-            self._client.close()
-
-    @property
-    def official(self) -> bool:
-        """Whether calls go to OpenAI's own API (whose prices are known)."""
-        return self._official
+        self._vendor, self._client = openai_client(endpoint, stall_timeout, http_client)
+        self._owned = None if http_client is not None else self._client
 
     @property
     def accepts_images(self) -> bool:
@@ -420,11 +394,6 @@ class OpenAIResponsesProvider:
     def spec(self) -> str:
         """The model spec, e.g. ``openai:gpt-5``."""
         return f"{self._spec_name}:{self._model}"
-
-    @property
-    def base_url(self) -> str:
-        """The server the calls go to (recorded with each turn, so a recovery asks the same)."""
-        return self._base_url
 
     @property
     def context_window(self) -> int:
@@ -485,26 +454,11 @@ class OpenAIResponsesProvider:
 
     def _convert(self, exc: Exception, *, streaming: bool) -> ProviderError:
         vendor = self._vendor
-        match exc:
-            case openai.APIStatusError():
-                return _retry.status_error(
-                    vendor,
-                    exc.status_code,
-                    body=exc.body,
-                    headers=exc.response.headers,
-                    api_message=_field(exc.body, "message"),
-                    api_code=exc.code,
-                )
-            case openai.APITimeoutError() | httpx2.TimeoutException():
-                return _retry.timeout_error(vendor, exc)
-            case openai.APIConnectionError() | httpx2.TransportError():
-                return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
-            case openai.APIError():
-                return _failure(
-                    vendor, _field(exc.body, "code"), _field(exc.body, "message"), exc.body
-                )
-            case _:
-                return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
+
+        def in_stream(body: object) -> ProviderError:
+            return _failure(vendor, body_field(body, "code"), body_field(body, "message"), body)
+
+        return convert_error(vendor, exc, streaming=streaming, in_stream=in_stream)
 
 
 def _summaries_refused(message: str) -> bool:
@@ -512,11 +466,3 @@ def _summaries_refused(message: str) -> bool:
     must be verified to generate reasoning summaries …")."""
     m = message.lower()
     return "summar" in m and "verif" in m
-
-
-def _field(body: object, key: str) -> str | None:
-    if isinstance(body, dict):
-        value = body.get(key)
-        if value is not None:
-            return str(value)
-    return None

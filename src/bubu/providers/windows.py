@@ -159,9 +159,14 @@ def _pick(data: object, model: str) -> dict[str, Any] | None:
     return entries[0] if len(entries) == 1 else None
 
 
+def _listed(client: httpx2.Client, url: str, model: str) -> dict[str, Any] | None:
+    # The entry for `model` in the `data` list a models endpoint answers with.
+    body = _json(client.get(url))
+    return _pick(body.get("data") if isinstance(body, dict) else None, model)
+
+
 def _lm_studio(client: httpx2.Client, root: str, model: str) -> Window | None:
-    body = _json(client.get(f"{root}/api/v0/models"))
-    entry = _pick(body.get("data") if isinstance(body, dict) else None, model)
+    entry = _listed(client, f"{root}/api/v0/models", model)
     if entry is None:
         return None
     loaded = _positive(entry.get("loaded_context_length"))
@@ -172,8 +177,7 @@ def _lm_studio(client: httpx2.Client, root: str, model: str) -> Window | None:
 
 
 def _models_list(client: httpx2.Client, base: str, model: str) -> Window | None:
-    body = _json(client.get(f"{base}/models"))
-    entry = _pick(body.get("data") if isinstance(body, dict) else None, model)
+    entry = _listed(client, f"{base}/models", model)
     if entry is None:
         return None
     vllm = _positive(entry.get("max_model_len"))
