@@ -105,13 +105,20 @@ def test_the_compactor_plans_without_reaching_into_the_runner() -> None:
     assert "bubu.engine.driver" not in _loaded_after_import("bubu.engine.compactor")
 
 
-@pytest.mark.parametrize("module", ["bubu.engine.modelcall", "bubu.engine.toolcalls"])
-def test_the_runners_parts_are_written_against_a_view_of_it(module: str) -> None:
-    """The model call and the tool calls see the runner through a Protocol: they never load
-    the driver, nor reach into the runner's private state."""
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("bubu.engine.modelcall", "host"),
+        ("bubu.engine.toolcalls", "host"),
+        ("bubu.engine.compacting", "runner"),
+    ],
+)
+def test_the_runners_parts_are_written_against_a_view_of_it(module: str, name: str) -> None:
+    """The model call, the tool calls and the compaction see the runner through a Protocol: they
+    never load the driver, nor reach into the runner's private state."""
     assert "bubu.engine.driver" not in _loaded_after_import(module)
     source = (SRC / "engine" / (module.rsplit(".", 1)[1] + ".py")).read_text()
-    assert "host._" not in source
+    assert f"{name}._" not in source
 
 
 def test_the_checkpoint_view_kind_is_the_one_verify_checks() -> None:

@@ -8,7 +8,8 @@ before it, and after it a hidden `summary_chunk` note with the answer and its to
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 
@@ -23,8 +24,51 @@ from bubu.providers import windows
 from bubu.providers.base import Delta, ModelRequest, ModelResponse, TextPart
 
 if TYPE_CHECKING:
-    from bubu.engine.compactor import CompactionPlan
-    from bubu.engine.driver import Runner
+    from bubu.engine.compactor import CompactionPlan, Compactor
+    from bubu.engine.host import RunConfig, StopReason
+    from bubu.events import Actions, Content, Event, Role
+    from bubu.log.store import SessionInfo, Store
+    from bubu.projections.turn import TurnFold
+    from bubu.providers.base import Provider
+
+
+class CompactHost(Protocol):
+    """What carrying out a compaction needs of the runner (the `Runner` is one)."""
+
+    store: Store
+    session: SessionInfo
+    provider: Provider
+    config: RunConfig
+    turn: TurnFold
+    compactor: Compactor
+    stop_reason: StopReason | None
+    stop_event: threading.Event
+    high_water: int
+
+    def blobs_of(self, shas: Sequence[str]) -> dict[str, bytes]: ...
+
+    def digest_at(self, seq: int) -> str: ...
+
+    def append(
+        self, events: Sequence[Event], *, durable: bool = ..., blobs: Sequence[bytes] = ...
+    ) -> None: ...
+
+    def event(
+        self,
+        role: Role,
+        author: Literal["user", "host", "agent", "tool", "system"],
+        content: Content | None = ...,
+        actions: Actions | None = ...,
+        *,
+        visibility: Literal["visible", "hidden"] = ...,
+    ) -> Event: ...
+
+    def note(self, note: Any) -> Event: ...
+
+    def check_stop(self) -> None: ...
+
+    def beat(self) -> None: ...
+
 
 _enc = msgspec.json.Encoder(order="sorted")
 
@@ -33,7 +77,7 @@ class _CallStopped(Exception):
     """Raised into a summarizer call's stream when the run is asked to stop."""
 
 
-def window(runner: Runner) -> int:
+def window(runner: CompactHost) -> int:
     """The model's window in tokens: the host's setting, else the turn's, else the model's."""
     t = runner.turn
     return window_of(
@@ -44,12 +88,12 @@ def window(runner: Runner) -> int:
     )
 
 
-def over_budget(runner: Runner, estimate: int) -> bool:
+def over_budget(runner: CompactHost, estimate: int) -> bool:
     """Whether the next request must be compacted first."""
     return runner.compactor.over_budget(estimate, window(runner))
 
 
-def compact(runner: Runner) -> None:
+def compact(runner: CompactHost) -> None:
     """Summarize up to a new watermark and commit the checkpoint (or a fallback on the facts)."""
     compactor = runner.compactor
     size = window(runner)
@@ -81,7 +125,7 @@ def compact(runner: Runner) -> None:
 
 
 def _traced(
-    runner: Runner, plan: CompactionPlan, i: int, text: str | None, calls: list[str]
+    runner: CompactHost, plan: CompactionPlan, i: int, text: str | None, calls: list[str]
 ) -> tuple[str, str | None]:
     """One summarizer call, traced: its request digest before, its answer and usage after.
     Returns the answer and why it may not be used (None when it may)."""
@@ -116,7 +160,7 @@ def _traced(
     return answer, plan.problem(answer, i)
 
 
-def _call(runner: Runner, request: ModelRequest) -> ModelResponse:
+def _call(runner: CompactHost, request: ModelRequest) -> ModelResponse:
     """The provider call on a daemon thread, so that a stop ends the wait at once (and the stream
     at its next delta) and never keeps the process alive for an answer nobody will read."""
     box: list[ModelResponse | BaseException] = []
@@ -144,11 +188,11 @@ def _call(runner: Runner, request: ModelRequest) -> ModelResponse:
     return result
 
 
-def compact_now(runner: Runner) -> Compaction | None:
+def compact_now(runner: CompactHost) -> Compaction | None:
     """Build a checkpoint now, whatever the budget says (`bubu compact`): the same summary,
     validation and fallback as before a model call. Returns the compaction note it committed, or
     None when there was nothing to fold (fewer than two steps after the last checkpoint)."""
-    beat = threading.Thread(target=runner._beat, name="bubu-lease", daemon=True)
+    beat = threading.Thread(target=runner.beat, name="bubu-lease", daemon=True)
     beat.start()
     start = runner.high_water
     try:

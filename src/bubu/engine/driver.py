@@ -292,7 +292,7 @@ class Runner:
         if self.stop_event.wait(seconds):
             self.check_stop()
 
-    def _beat(self) -> None:
+    def beat(self) -> None:
         """Renew the lease every third of its time; between renewals, look for a stop request
         from another process (`bubu stop`, a web UI that does not run this turn)."""
         heartbeat(
@@ -407,7 +407,7 @@ class Runner:
         `before` runs first, under the same lease heartbeat and stop handling (recovery applies
         its plan there); with `continue_turn` false the run ends after it.
         """
-        self._heartbeat = threading.Thread(target=self._beat, name="bubu-lease", daemon=True)
+        self._heartbeat = threading.Thread(target=self.beat, name="bubu-lease", daemon=True)
         self._heartbeat.start()
         _ACTIVE.add(self)
         if (pending := turnstart.take_pending()) is not None:  # a Ctrl-C before it registered
