@@ -48,6 +48,9 @@ log = logging.getLogger("bubu.web")
 SETTLE_SECONDS = 5.0
 """How long an action waits for a UI thread whose turn has ended to finish closing."""
 
+_UNFINISHED = frozenset({"open", "blocked", "queued"})
+"""Session states in which a turn is under way or waiting to start."""
+
 
 class HostFactory(Protocol):
     """Builds a host for a model spec (with the settings a turn `recorded`, when it continues
@@ -203,7 +206,7 @@ class RunManager:
         completes is not refused as running."""
         with self._lock:
             t = self._threads.get(info.id)
-        if t is not None and t.is_alive() and self._state(info) != "running":
+        if t is not None and t.is_alive() and self._state(info) not in _UNFINISHED:
             t.join(timeout=SETTLE_SECONDS)
 
     def error(self, session: str) -> str | None:
