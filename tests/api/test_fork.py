@@ -17,7 +17,7 @@ from bubu.cli.app import cli
 from bubu.cli.forkcmd import FORK_KEY, fork_session  # importing it registers `bubu fork`
 from bubu.errors import ConfigError, CorruptLog
 from bubu.events import Info, Record, SessionStarted, SystemNote
-from bubu.log.sqlite import SQLiteStore
+from bubu.log.sqlite import SQLiteStore, canonical_payload
 
 from .conftest import Script
 from .helpers import call, kinds
@@ -146,9 +146,11 @@ def test_a_fork_is_refused_where_it_cannot_be_made(script: Script, db: Path, ws:
         raw.backup(dst)
     raw = sqlite3.connect(tampered, isolation_level=None)
     raw.execute("DROP TRIGGER events_no_update")
-    raw.execute(
-        "UPDATE events SET payload = CAST(replace(payload, 'second turn', 'altered turn') AS BLOB)"
-    )
+    for pos, stored in raw.execute("SELECT pos, payload FROM events").fetchall():
+        payload = canonical_payload(stored)  # a large row is stored compressed
+        if b"second turn" in payload:
+            altered = payload.replace(b"second turn", b"altered turn")
+            raw.execute("UPDATE events SET payload = ? WHERE pos = ?", (altered, pos))
     raw.close()
     with SQLiteStore(tampered) as store:
         bad = _seq_of(store.read(source), "text", 4)  # "second turn", the model's last text

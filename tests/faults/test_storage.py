@@ -50,11 +50,12 @@ from .helpers import (
 
 
 def test_a_full_disk_fails_the_run_clearly_and_recovery_continues(tmp_path: Path) -> None:
-    # The agent's own command fills the disk: its 20 KB result cannot be written.
+    # The agent's own command fills the disk: its 20 KB result (random, so it does not compress
+    # to a few bytes) cannot be written.
     ws = tmp_path / "ws"
     ws.mkdir()
     flag = tmp_path / "disk-is-full"
-    fill = f"touch {flag}; head -c 20000 /dev/zero | tr '\\\\0' x"
+    fill = f"touch {flag}; head -c 15000 /dev/urandom | base64 -w 0"
     script = write_script(
         tmp_path / "s.jsonl",
         [{"tool_calls": [call("run_command", command=fill)]}, {"text": "Carrying on."}],

@@ -212,6 +212,36 @@ def test_read_after_upto_and_kinds(store: Store) -> None:
     assert [kind_of(r.event) for r in got] == ["text", "permission_request"]
 
 
+def test_a_large_result_reads_back_as_its_canonical_bytes(
+    store: Store, make_event: EventFactory
+) -> None:
+    """However a backend keeps a large payload (SQLite compresses it), reads, raw rows, the chain
+    and the session list see the canonical bytes."""
+    sid = _new(store)
+    line = "src/bubu/module.py:{n}: def handler_{n}(request, response):  # output\n"
+    result = "".join(line.format(n=n) for n in range(60))
+    big = make_event(sid, FunctionResponse(call_id="c1", name="grep", result=result),
+                     role="tool", author="tool", ts=77)  # fmt: skip
+    events = [make_event(sid, ts=5), big, make_event(sid, ts=6), big]
+    store.append(sid, events[:2], expect=0)
+    store.append(sid, events[2:3], expect=2)
+    store.append(sid, events[3:], expect=3)
+    canonical = [codec.encode(e) for e in events]
+    assert len(canonical[1]) > 4000
+    records = store.read(sid)
+    assert [codec.encode(r.event) for r in records] == canonical
+    assert [r.hash for r in records] == _chain_of(records)
+    raw = store.raw(sid)  # type: ignore[attr-defined]
+    assert [(s, bytes(h).hex(), bytes(p)) for s, h, p in raw] == [
+        (r.seq, r.hash, c) for r, c in zip(records, canonical, strict=True)
+    ]
+    assert [r.seq for r in store.read(sid, kinds=["function_response"])] == [2, 4]
+    report = store.verify(sid)
+    assert (report.ok, report.digest) == (True, records[-1].hash)
+    (info,) = store.sessions()
+    assert (info.high_water, info.last_ms) == (4, 77)
+
+
 def test_head_digest_equals_verify_digest(store: Store, make_event: EventFactory) -> None:
     sid = _new(store)
     report = store.verify(sid)

@@ -16,6 +16,9 @@ class Migration:
     version: int
     name: str
     statements: tuple[str, ...]
+    needed_to_read: bool = True
+    """False for a step a database without it is read correctly without (a read-only open, which
+    never migrates, does not refuse such a database)."""
 
 
 def _immutable(table: str) -> tuple[str, ...]:
@@ -107,5 +110,15 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         3,
         "stop requests on leases",
         ("ALTER TABLE leases ADD COLUMN stop_requested INTEGER NOT NULL DEFAULT 0",),
+    ),
+    Migration(
+        4,
+        "large payloads stored compressed",
+        # No schema change: from here on an event payload over `COMPRESS_OVER` bytes may be
+        # stored as a zlib stream of its canonical bytes (sqlite.py, `Packer`). The step
+        # is recorded so that an older Bubu, which would read such a row as JSON, refuses the
+        # database instead; a database without it holds canonical bytes only and reads as before.
+        (),
+        needed_to_read=False,
     ),
 )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -50,6 +52,56 @@ _INSERT_LEASED_SQL = (
     "INSERT INTO events(pos, kind, payload, hash) SELECT ?,?,?,? "
     "WHERE (SELECT epoch FROM leases WHERE sid = ?) = ?"
 )
+
+
+COMPRESS_OVER = 1024
+"""An event payload longer than this (in canonical bytes) is stored as a zlib stream when that
+saves at least an eighth of it; any other payload is stored as its canonical bytes."""
+_ZLIB_FIRST = 0x78  # the first byte of every zlib stream (deflate, 32 KiB window); JSON starts "{"
+_ZLIB_HEADER = b"\x78\x01"  # deflate, 32 KiB window, fastest level (RFC 1950)
+_FINAL_BLOCK = b"\x03\x00"  # an empty final block, ending the stream after a full flush
+
+
+class Packer:
+    """Stores a large payload as one complete zlib stream of its canonical bytes.
+
+    One compressor lives as long as the store: a full flush after each payload empties it (no
+    match reaches back past it), so each stream stands alone and the compressor's buffers are not
+    allocated and cleared again for every payload, which cost more than the compression itself.
+    Level 1: a ~2 KB tool result shrinks about as much as at level 6, in less time; memory level
+    5: the hash table, cleared at each flush, is 8 KiB (and results a few KB long pack as well)."""
+
+    def __init__(self) -> None:
+        self._deflate = zlib.compressobj(1, zlib.DEFLATED, -15, 5)  # raw deflate: we frame it
+        self._lock = threading.Lock()
+
+    def stored(self, payload: bytes) -> bytes:
+        """What the events table holds for canonical `payload` (the chain hashes `payload`)."""
+        n = len(payload)
+        if n <= COMPRESS_OVER:
+            return payload
+        with self._lock:
+            body = self._deflate.compress(payload) + self._deflate.flush(zlib.Z_FULL_FLUSH)
+        if len(body) + 8 > n - (n >> 3):
+            return payload
+        check = zlib.adler32(payload).to_bytes(4, "big")
+        return b"".join((_ZLIB_HEADER, body, _FINAL_BLOCK, check))
+
+
+def canonical_payload(stored: bytes) -> bytes:
+    """The canonical bytes of a stored payload. One that does not inflate (a damaged row) comes
+    back as stored, so that it fails the chain check and the decode like any altered row."""
+    if not stored or stored[0] != _ZLIB_FIRST:
+        return stored
+    try:
+        return zlib.decompress(stored)
+    except zlib.error:
+        return stored
+
+
+def _payload_sql(stored: bytes | str | None) -> bytes | str | None:
+    """`bubu_payload(payload)` in SQL: the canonical bytes of a stored payload."""
+    return canonical_payload(stored) if isinstance(stored, bytes) else stored
 
 
 def _lease_lost(session: str, lease: Lease, current: object) -> LeaseLost:
@@ -134,6 +186,7 @@ class SQLiteStore(Store):
                     "choose another --db"
                 )
         self._init_group_commit()
+        self._packer = Packer()
         self._sync_full: bool | None = None
         self._sids: dict[str, int] = {}  # session id -> rowid; never changes once created
         self._heads: dict[int, tuple[int, bytes]] = {}  # sid -> (seq, hash) this process wrote
@@ -152,6 +205,7 @@ class SQLiteStore(Store):
                 timeout=BUSY_TIMEOUT_MS / 1000,
             )
             self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._functions()
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode not in ("wal", "memory"):
                 raise StorageError(f"could not put {self.path} in WAL mode (got {mode})")
@@ -168,23 +222,29 @@ class SQLiteStore(Store):
         database reads as an empty one (an in-memory log with the current schema)."""
         if not existing:
             self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            self._functions()
             self._migrate()
             return
         self._db = sqliteopen.connect_readonly(self.path, BUSY_TIMEOUT_MS / 1000)
         self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        self._functions()
         done = {row[0] for row in self._db.execute("SELECT version FROM bubu_migrations")}
         known = {m.version for m in SQLITE_MIGRATIONS}
+        needed = {m.version for m in SQLITE_MIGRATIONS if m.needed_to_read}
         if done - known:
             raise NewerLogError(
                 f"the database {self.path} was written by a newer Bubu (migration "
                 f"{max(done - known)}, this Bubu knows up to {max(known)}); upgrade Bubu to open it"
             )
-        if known - done:
+        if needed - done:
             raise StorageError(
                 f"the database {self.path} was written by an older Bubu (migration "
-                f"{max(done, default=0)} of {max(known)}) and this command only reads; "
+                f"{min(needed - done) - 1} of {max(known)}) and this command only reads; "
                 "`bubu recover` upgrades it"
             )
+
+    def _functions(self) -> None:
+        self._db.create_function("bubu_payload", 1, _payload_sql, deterministic=True)
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
@@ -349,7 +409,8 @@ class SQLiteStore(Store):
         "SELECT s.id, s.title, s.workspace, s.created_ms, s.model, "
         "coalesce((SELECT max(pos) & 4294967295 FROM events e "
         "WHERE e.pos > s.sid << 32 AND e.pos < (s.sid + 1) << 32), 0), "
-        "(SELECT json_extract(CAST(e.payload AS TEXT), '$.ts') FROM events e "
+        "(SELECT json_extract(CAST(bubu_payload(CAST(e.payload AS BLOB)) AS TEXT), '$.ts') "
+        "FROM events e "
         "WHERE e.pos > s.sid << 32 AND e.pos < (s.sid + 1) << 32 ORDER BY e.pos DESC LIMIT 1) "
         "FROM sessions s"
     )
@@ -419,7 +480,7 @@ class SQLiteStore(Store):
                     payload = codec.encode(event)
                     seq = expect + 1
                     digest = codec.chain(head[1], payload)
-                    row = ((sid << SEQ_BITS) | seq, kind, payload, digest)
+                    row = ((sid << SEQ_BITS) | seq, kind, self._packer.stored(payload), digest)
                     self._insert_one(session, sid, row, durable, lease)
                     self._heads[sid] = (seq, digest)
                     hexed = digest.hex()
@@ -544,7 +605,7 @@ class SQLiteStore(Store):
             payload = codec.encode(ev)
             prev = codec.chain(prev, payload)
             seq += 1
-            rows.append(((sid << SEQ_BITS) | seq, kind_of(ev), payload, prev))
+            rows.append(((sid << SEQ_BITS) | seq, kind_of(ev), self._packer.stored(payload), prev))
             # What a reader will decode (canonical key order), not the object given: a fold of
             # this must equal a fold of the log read back.
             records.append(Record(seq=seq, hash=prev.hex(), event=codec.decode(payload)))
@@ -607,9 +668,10 @@ class SQLiteStore(Store):
                 args.extend(ks)
             sql += " ORDER BY pos"
         try:
-            return self._db.execute(sql, args).fetchall()
+            rows = self._db.execute(sql, args).fetchall()
         except sqlite3.Error as e:
             raise _storage_error(self.path, e) from e
+        return [(s, h, p if p[:1] != b"x" else canonical_payload(p)) for s, h, p in rows]
 
     def read(
         self,
