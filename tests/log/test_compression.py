@@ -202,6 +202,28 @@ def test_a_damaged_compressed_row_fails_verify_at_its_seq(
             store.read(sid)
 
 
+def test_a_stored_stream_that_would_inflate_past_any_event_is_a_damaged_row(
+    sqlite_store: SQLiteStore, make_event: EventFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planted zlib bomb is never inflated whole: past the cap it is read as a damaged row."""
+    sid = sqlite_store.create_session(title="t", workspace="/w").id
+    events = [make_event(sid), _response(make_event, sid, _result()), make_event(sid)]
+    sqlite_store.append(sid, events, expect=0)
+    (_, payload) = _stored(Path(sqlite_store.path))[1]
+    whole = canonical_payload(payload)
+    assert whole != payload
+    assert whole.startswith(b"{")
+    bomb = zlib.compress(b"{" + b" " * (8 << 20))
+    assert len(bomb) < 16 << 10
+    monkeypatch.setattr(sqlite_mod, "MAX_INFLATED", 1 << 20)
+    assert canonical_payload(bomb) == bomb
+    monkeypatch.setattr(sqlite_mod, "MAX_INFLATED", len(whole) - 1)
+    assert canonical_payload(payload) == payload
+    report = sqlite_store.verify(sid)
+    assert not report.ok
+    assert report.first_bad_seq == 2
+
+
 def test_the_packer_keeps_small_and_incompressible_bytes_and_its_streams_stand_alone() -> None:
     packer = Packer()
     small = b'{"kind":"text","text":"' + b"a" * (COMPRESS_OVER - 30) + b'"}'

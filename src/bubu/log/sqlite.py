@@ -57,6 +57,9 @@ _INSERT_LEASED_SQL = (
 COMPRESS_OVER = 1024
 """An event payload longer than this (in canonical bytes) is stored as a zlib stream when that
 saves at least an eighth of it; any other payload is stored as its canonical bytes."""
+MAX_INFLATED = 128 << 20
+"""No event's canonical bytes are longer (an import refuses a longer line): a stored stream that
+inflates past it is treated as a damaged row, and never takes more memory than this."""
 _ZLIB_FIRST = 0x78  # the first byte of every zlib stream (deflate, 32 KiB window); JSON starts "{"
 _ZLIB_HEADER = b"\x78\x01"  # deflate, 32 KiB window, fastest level (RFC 1950)
 _FINAL_BLOCK = b"\x03\x00"  # an empty final block, ending the stream after a full flush
@@ -93,10 +96,14 @@ def canonical_payload(stored: bytes) -> bytes:
     back as stored, so that it fails the chain check and the decode like any altered row."""
     if not stored or stored[0] != _ZLIB_FIRST:
         return stored
+    inflate = zlib.decompressobj()
     try:
-        return zlib.decompress(stored)
+        out = inflate.decompress(stored, MAX_INFLATED)
     except zlib.error:
         return stored
+    if inflate.unconsumed_tail or not inflate.eof:
+        return stored  # more than any event holds (a planted bomb), or cut short
+    return out
 
 
 def _payload_sql(stored: bytes | str | None) -> bytes | str | None:
