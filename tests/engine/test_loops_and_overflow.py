@@ -9,7 +9,7 @@ from bubu.engine.loops import GoOn, Stuck, failures_before, verdict, warning
 from bubu.engine.overflow import Again, Shrink, Stop, after_overflow, empty_response
 from bubu.errors import ProviderError
 from bubu.messages import ModelResponse, TextPart, ThinkingPart, ToolCallPart
-from bubu.projections.turn import CallState
+from bubu.projections.turn import CallState, TurnFold
 
 
 def _call(n: int, name: str = "read_file", *, failed: bool = True, raw: str | None = None,
@@ -50,6 +50,64 @@ def test_the_turn_stops_at_the_fifth_failure_in_this_run() -> None:
     # The last call succeeding, or being another call, is no loop.
     assert verdict([*five, _call(6, failed=False)]) == GoOn()
     assert verdict([*five, _call(6, path="other")]) == GoOn()
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [
+        [_call(i) for i in range(1, 6)],
+        [*[_call(i) for i in range(1, 6)], _call(6, failed=False)],
+        [*[_call(i) for i in range(1, 6)], _call(6, path="other")],
+        [_call(1, failed=False)],
+    ],
+    ids=["stuck", "then-ok", "then-other", "one-ok"],
+)
+@pytest.mark.parametrize("after_seq", [0, 31, 51, 61])
+def test_the_last_finished_call_given_gives_the_same_verdict(
+    calls: list[CallState], after_seq: int
+) -> None:
+    """The fold's last finished call is a shortcut, never another answer."""
+    last = max(calls, key=lambda c: c.outcome_seq or 0)
+    assert verdict(calls, after_seq=after_seq, last=last) == verdict(calls, after_seq=after_seq)
+
+
+def last_of(fold: TurnFold) -> CallState | None:
+    """The fold's last finished call, read afresh (each feed changes it)."""
+    return fold.last_outcome
+
+
+def test_the_fold_names_the_call_finished_last() -> None:
+    from bubu.events import FunctionCall, FunctionResponse, make
+    from bubu.events import Record as Rec
+
+    fold = TurnFold()
+    seq = 0
+
+    def feed(**kw: object) -> None:
+        nonlocal seq
+        seq += 1
+        fold.apply(Rec(seq=seq, hash="0" * 64, event=make(session="s", turn=None, ts=0, **kw)))  # type: ignore[arg-type]
+
+    feed(
+        role="model",
+        author="agent",
+        content=FunctionCall(call_id="a", name="read_file", arguments={}),
+    )
+    feed(role="model", author="agent", content=FunctionCall(call_id="b", name="grep", arguments={}))
+    assert last_of(fold) is None
+    feed(
+        role="tool",
+        author="tool",
+        content=FunctionResponse(call_id="b", name="grep", result="x", is_error=True),
+    )
+    feed(
+        role="tool",
+        author="tool",
+        content=FunctionResponse(call_id="a", name="read_file", result="y"),
+    )
+    last = last_of(fold)
+    assert last is not None
+    assert (last.call_id, last.outcome_error) == ("a", False)
 
 
 def _error(error_class: str, window: int | None = None) -> ProviderError:

@@ -71,10 +71,24 @@ def warning(calls: Iterable[CallState], call: CallState, *, warn_at: int = WARN_
     return f"this exact call has failed {failures} times; change approach"
 
 
-def verdict(calls: Iterable[CallState], *, after_seq: int = 0, stop_at: int = STOP_AT) -> Verdict:
+def verdict(
+    calls: Iterable[CallState],
+    *,
+    after_seq: int = 0,
+    stop_at: int = STOP_AT,
+    last: CallState | None = None,
+) -> Verdict:
     """Whether the turn must stop: its last finished call failed and is the same call failing
     for the `stop_at`-th time, counting the outcomes after `after_seq` (the run's start, so that
-    a resumed turn gives the model another chance)."""
+    a resumed turn gives the model another chance).
+
+    `last`, when given, is the call finished last (`TurnFold.last_outcome`): a step whose last
+    call succeeded is then answered without walking the turn's calls, so a long turn costs the
+    same per step at its end as at its start."""
+    if last is not None and (
+        not last.outcome_error or last.outcome_seq is None or last.outcome_seq <= after_seq
+    ):
+        return GoOn()
     finished = [c for c in calls if c.outcome_seq is not None and c.outcome_seq > after_seq]
     if not finished:
         return GoOn()

@@ -230,7 +230,8 @@ class ModelCaller:
 
     def stuck(self) -> bool:
         """End the turn when the model keeps repeating one failing call (loops.py)."""
-        v = verdict(self.host.turn.calls.values(), after_seq=self.host.run_seq)
+        t = self.host.turn
+        v = verdict(t.calls.values(), after_seq=self.host.run_seq, last=t.last_outcome)
         match v:
             case GoOn():
                 return False

@@ -84,6 +84,8 @@ class TurnFold:
     inflight_request: ModelRequest | None = None
     calls: dict[str, CallState] = field(default_factory=dict)
     open_calls: list[str] = field(default_factory=list)
+    last_outcome: CallState | None = None
+    """The call whose outcome was folded last (the highest outcome seq of the turn)."""
     unnoticed: list[ToolRecovery] = field(default_factory=list)
     """Recovery decisions committed since the last recovery notice (what the next one must name)."""
     dropped_in_a_row: int = 0
@@ -109,6 +111,7 @@ class TurnFold:
             st = self.calls.get(c.call_id)
             if st is not None and st.outcome_seq is None:
                 st.outcome_seq, st.outcome_error = r.seq, c.is_error
+                self.last_outcome = st
                 if c.call_id in self.open_calls:
                     self.open_calls.remove(c.call_id)
                 if not self.open_calls and self.open:
@@ -146,7 +149,7 @@ class TurnFold:
             self.mcp_config = n.mcp_config
             self.sandbox, self.network = n.sandbox, n.network
             self.pass_env = tuple(n.pass_env)
-            self.calls, self.open_calls = {}, []
+            self.calls, self.open_calls, self.last_outcome = {}, [], None
             self.awaiting_model, self.inflight_request = True, None
             self.cut_off = False
             self.dropped_in_a_row = 0
