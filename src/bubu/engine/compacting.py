@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
 from bubu import failpoints
-from bubu.engine.host import Stopped
+from bubu.engine.host import RunnerView, Stopped
 from bubu.errors import ProviderError
 from bubu.events import Actions, Compaction, Error, SummaryChunk, SystemNote, TokenUsage
 from bubu.events import ModelRequest as ModelRequestNote
@@ -25,21 +25,13 @@ from bubu.providers.base import Delta, ModelRequest, ModelResponse, TextPart
 
 if TYPE_CHECKING:
     from bubu.engine.compactor import CompactionPlan, Compactor
-    from bubu.engine.host import RunConfig, StopReason
-    from bubu.events import Actions, Content, Event, Role
-    from bubu.log.store import SessionInfo, Store
-    from bubu.projections.turn import TurnFold
-    from bubu.providers.base import Provider
+    from bubu.engine.host import StopReason
+    from bubu.events import Actions
 
 
-class CompactHost(Protocol):
+class CompactHost(RunnerView, Protocol):
     """What carrying out a compaction needs of the runner (the `Runner` is one)."""
 
-    store: Store
-    session: SessionInfo
-    provider: Provider
-    config: RunConfig
-    turn: TurnFold
     compactor: Compactor
     stop_reason: StopReason | None
     stop_event: threading.Event
@@ -48,24 +40,6 @@ class CompactHost(Protocol):
     def blobs_of(self, shas: Sequence[str]) -> dict[str, bytes]: ...
 
     def digest_at(self, seq: int) -> str: ...
-
-    def append(
-        self, events: Sequence[Event], *, durable: bool = ..., blobs: Sequence[bytes] = ...
-    ) -> None: ...
-
-    def event(
-        self,
-        role: Role,
-        author: Literal["user", "host", "agent", "tool", "system"],
-        content: Content | None = ...,
-        actions: Actions | None = ...,
-        *,
-        visibility: Literal["visible", "hidden"] = ...,
-    ) -> Event: ...
-
-    def note(self, note: Any) -> Event: ...
-
-    def check_stop(self) -> None: ...
 
     def beat(self) -> None: ...
 

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from bubu.context.policy import ContextPolicy
 from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.choices import StopReason
 from bubu.events import Record
 from bubu.providers.base import Delta
+
+if TYPE_CHECKING:
+    from bubu.events import Actions, Content, Event, Role
+    from bubu.log.store import SessionInfo, Store
+    from bubu.projections.turn import TurnFold
+    from bubu.providers.base import Provider
 
 
 class Stopped(Exception):
@@ -73,4 +79,35 @@ class RunConfig:
     """Whether the turns this host starts give the model the workspace's AGENTS.md files."""
 
 
-__all__ = ["NullObserver", "Observer", "RunConfig", "StopReason", "Stopped"]
+class RunnerView(Protocol):
+    """What every part of the runner (the model call, the tool calls, the compaction) needs of
+    it: the session and its turn, and appending to the log. Each part's own view adds the rest."""
+
+    store: Store
+    session: SessionInfo
+    provider: Provider
+    config: RunConfig
+    turn: TurnFold
+
+    def append(
+        self, events: Sequence[Event], *, durable: bool = ..., blobs: Sequence[bytes] = ...
+    ) -> None: ...
+
+    def event(
+        self,
+        role: Role,
+        author: Literal["user", "host", "agent", "tool", "system"],
+        content: Content | None = ...,
+        actions: Actions | None = ...,
+        *,
+        invocation: str | None = ...,
+        visibility: Literal["visible", "hidden"] = ...,
+        status: Literal["completed", "failed", "aborted", "cancelled"] | None = ...,
+    ) -> Event: ...
+
+    def note(self, note: Any) -> Event: ...
+
+    def check_stop(self) -> None: ...
+
+
+__all__ = ["NullObserver", "Observer", "RunConfig", "RunnerView", "StopReason", "Stopped"]

@@ -10,14 +10,14 @@ from __future__ import annotations
 import concurrent.futures as cf
 import random
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, TypeVar, assert_never
+from typing import Any, Protocol, TypeVar, assert_never
 
 from bubu import clock, failpoints, ids, pricing
 from bubu.engine import choices
 from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
 from bubu.engine.callids import unique_call_id
 from bubu.engine.compactor import Compactor
-from bubu.engine.host import Observer, RunConfig
+from bubu.engine.host import Observer, RunnerView
 from bubu.engine.instructions import Instructions
 from bubu.engine.loops import GoOn, Stuck, verdict
 from bubu.engine.overflow import Again, Shrink, Stop, after_overflow, empty_response
@@ -30,7 +30,6 @@ from bubu.events import (
     Error,
     Event,
     FunctionCall,
-    Role,
     ServerNote,
     Text,
     Thinking,
@@ -40,11 +39,9 @@ from bubu.events import (
 )
 from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log import codec
-from bubu.log.store import SessionInfo, Store
 from bubu.projections.context import ContextFold
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.request import NextRequest, Prefix, RequestFold, build
-from bubu.projections.turn import TurnFold
 from bubu.providers.base import (
     Delta,
     ModelRequest,
@@ -58,18 +55,14 @@ from bubu.providers.base import (
 T = TypeVar("T")
 
 
-class ModelHost(Protocol):
+class ModelHost(RunnerView, Protocol):
     """What the model call needs of the runner."""
 
-    store: Store
-    session: SessionInfo
     provider: Provider
     """The provider of the model the turn is on now (the call switches it to a fallback)."""
     fallbacks: dict[str, Provider]
-    config: RunConfig
     observer: Observer
     prompt: str | None
-    turn: TurnFold
     longrun: LongRunFold
     requests: RequestFold
     instructions: Instructions
@@ -84,25 +77,7 @@ class ModelHost(Protocol):
     @property
     def context(self) -> ContextFold: ...
 
-    def append(
-        self, events: Sequence[Event], *, durable: bool = ..., blobs: Sequence[bytes] = ...
-    ) -> None: ...
-
     def stage(self, events: Sequence[Event], *, after: str | None = ...) -> None: ...
-
-    def event(
-        self,
-        role: Role,
-        author: Literal["user", "host", "agent", "tool", "system"],
-        content: Content | None = ...,
-        actions: Actions | None = ...,
-        *,
-        invocation: str | None = ...,
-        visibility: Literal["visible", "hidden"] = ...,
-        status: Literal["completed", "failed", "aborted", "cancelled"] | None = ...,
-    ) -> Event: ...
-
-    def note(self, note: Any) -> Event: ...
 
     def end_turn(
         self,
@@ -112,8 +87,6 @@ class ModelHost(Protocol):
         extra: Sequence[Event] = ...,
         cause: EndCause | None = ...,
     ) -> None: ...
-
-    def check_stop(self) -> None: ...
 
     def wait(self, fut: cf.Future[T]) -> T: ...
 

@@ -12,12 +12,12 @@ import concurrent.futures as cf
 import threading
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, TypeAlias, assert_never
+from typing import Any, Protocol, TypeAlias, assert_never
 
 from bubu import clock, failpoints, ids, images
 from bubu.context.offload import offload_result
 from bubu.engine import choices
-from bubu.engine.host import Observer, RunConfig, StopReason
+from bubu.engine.host import Observer, RunnerView, StopReason
 from bubu.engine.keep import kept_before
 from bubu.engine.lanes import Admitted, Lanes
 from bubu.engine.loops import warning
@@ -26,20 +26,17 @@ from bubu.engine.permissions import Answer, Asker, Policy
 from bubu.errors import StorageError, ToolError
 from bubu.events import (
     Actions,
-    Content,
     Event,
     FunctionResponse,
     PermissionDecision,
     PermissionRequest,
-    Role,
     SandboxMode,
     ToolDispatch,
 )
 from bubu.log import codec, redact
-from bubu.log.store import SessionInfo, Store
 from bubu.projections.memory import Note
-from bubu.projections.turn import CallState, TurnFold
-from bubu.providers.base import Provider, arguments_error
+from bubu.projections.turn import CallState
+from bubu.providers.base import arguments_error
 from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.protected import protected_reason, protected_write, relative
@@ -48,17 +45,12 @@ Ready: TypeAlias = tuple[CallState, Tool, ToolContext, WriteIntent | None]
 """A call ready to start: its tool, its context and, for a provable write, its intent."""
 
 
-class ToolHost(Protocol):
+class ToolHost(RunnerView, Protocol):
     """What the tool calls need of the runner."""
 
-    store: Store
-    session: SessionInfo
-    provider: Provider
     tools: dict[str, Tool]
-    config: RunConfig
     policy: Policy
     observer: Observer
-    turn: TurnFold
     run: str | None
     known_blobs: set[str]
     """The sha-256 of every result this session offloaded."""
@@ -71,25 +63,7 @@ class ToolHost(Protocol):
     def asker(self) -> Asker:
         """Who answers a permission request (a person, a web UI, or nobody)."""
 
-    def append(
-        self, events: Sequence[Event], *, durable: bool = ..., blobs: Sequence[bytes] = ...
-    ) -> None: ...
-
     def stage(self, events: Sequence[Event], *, after: str | None = ...) -> None: ...
-
-    def event(
-        self,
-        role: Role,
-        author: Literal["user", "host", "agent", "tool", "system"],
-        content: Content | None = ...,
-        actions: Actions | None = ...,
-        *,
-        invocation: str | None = ...,
-        visibility: Literal["visible", "hidden"] = ...,
-        status: Literal["completed", "failed", "aborted", "cancelled"] | None = ...,
-    ) -> Event: ...
-
-    def check_stop(self) -> None: ...
 
     def stopped_by(self) -> str: ...
 
