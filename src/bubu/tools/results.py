@@ -10,7 +10,6 @@ turn.
 from __future__ import annotations
 
 import io
-import re
 import string
 from typing import Annotated
 
@@ -20,7 +19,7 @@ from bubu.errors import ToolError
 from bubu.tools.base import ToolContext, ToolResult
 from bubu.tools.decorator import tool
 from bubu.tools.schema import Arguments
-from bubu.tools.workspace import cut_line, decode, iter_lines
+from bubu.tools.workspace import compile_pattern, cut_line, decode, iter_lines
 
 PAGE_LINES = 200
 """Lines read_result shows when no limit is given."""
@@ -156,13 +155,7 @@ def search_result(args: SearchResultArgs, ctx: ToolContext) -> ToolResult:
     """search_result{handle, pattern}: the lines of an offloaded result that match a regex."""
     handle = _handle(args.handle)
     pattern = args.pattern
-    try:
-        regex = re.compile(pattern)
-    except re.error as err:
-        raise ToolError(
-            f"the pattern is not a valid Python regex ({err}); escape special characters "
-            "with a backslash"
-        ) from err
+    regex = compile_pattern(pattern)
     data = _blob(ctx, handle)
     total = line_count(data)
     shown: list[str] = []

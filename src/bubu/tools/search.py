@@ -29,6 +29,7 @@ from bubu.tools.workspace import (
     SNIFF_BYTES,
     Target,
     beneath,
+    compile_pattern,
     decode,
     is_binary,
     iter_lines,
@@ -246,13 +247,7 @@ class GrepArgs(Arguments):
 def grep(args: GrepArgs, ctx: ToolContext) -> ToolResult:
     """grep{pattern, path?, glob?}: lines of text files matching a Python regex."""
     pattern = args.pattern
-    try:
-        regex = re.compile(pattern)
-    except re.error as err:
-        raise ToolError(
-            f"the pattern is not a valid Python regex ({err}); escape special characters "
-            "with a backslash"
-        ) from err
+    regex = compile_pattern(pattern)
     lines: list[str] = []
     used = files = 0
     full = False

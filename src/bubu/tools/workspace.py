@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -225,6 +226,17 @@ def display(ctx: ToolContext, resolved: str) -> str:
 
 
 # ---- errors -----------------------------------------------------------------------------------
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """A model's regex (grep, search_result); ToolError, one sentence, when it is not valid."""
+    try:
+        return re.compile(pattern)
+    except re.error as err:
+        raise ToolError(
+            f"the pattern is not a valid Python regex ({err}); escape special characters "
+            "with a backslash"
+        ) from err
 
 
 def os_error_text(err: OSError) -> str:
