@@ -201,14 +201,18 @@ def test_a_refused_symlink_says_why(
 
 
 def _bump(tools: dict[str, Tool], ctx: ToolContext) -> bool:
-    """Read the counter, write it plus one (prepared first, like a dispatch); True if applied."""
-    with open(ctx.workspace / "n.txt") as f:
-        n = int(f.read() or 0)
-    args: dict[str, JSON] = {"path": "n.txt", "content": str(n + 1)}
+    """Read the counter, write it plus one (prepared first, like a dispatch); True if applied.
+
+    The write is meant for the counter as read: when another writer got in between the read and
+    the prepare (whose before-hash is then of another value), it is not made."""
+    seen = (ctx.workspace / "n.txt").read_bytes()
+    args: dict[str, JSON] = {"path": "n.txt", "content": str(int(seen or b"0") + 1)}
     tool = tools["write_file"]
     try:
         intent = tool.prepare(args, ctx)
     except Exception:
+        return False
+    if intent is None or intent.before_sha256 != hashlib.sha256(seen).hexdigest():
         return False
     result = tool.run(args, ctx, intent)
     if result.is_error:
