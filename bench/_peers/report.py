@@ -196,7 +196,8 @@ def _findings(rs: Sequence[Row]) -> list[str]:
             f"Bubu runs a step of its whole engine loop in {_ms(b.step_ms_p50)} "
             f"({_x(b.step_ratio_to_floor)} the floor) and stores {_size(b.bytes_per_step)} per "
             f"step ({_x(b.bytes_ratio_to_floor)}): four events per step, each with its hash, "
-            "against the floor's two bare rows."
+            "its ~2 KB result stored zlib-compressed (SQLite compresses payloads over 1 KiB), "
+            "against the floor's two raw rows."
         )
     for name in ("openai-agents", "google-adk", "langgraph", *LOOPS):
         r = by.get(name)
