@@ -1,15 +1,18 @@
 """An MCP server that never answers `initialize` (and a child it started) is gone when Bubu
 exits: killed by process group after the startup timeout, and after a run that used a working
-server too. A real stub server script, real `bubu` processes."""
+server too; and when Bubu itself is SIGKILLed, which no exit handler sees, by the keeper the
+server runs under. A real stub server script, real `bubu` processes."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
-from .helpers import bubu, error_line, write_script
+from .helpers import bubu, error_line, start_bubu, write_script
 
 SILENT = """
 import os, subprocess, sys, time
@@ -50,6 +53,40 @@ def test_a_server_that_never_answers_is_killed_with_its_children(tmp_path: Path)
     for p in leftover:  # never leave them behind, even when the test fails
         os.kill(p, 9)
     assert leftover == [], "the server and its child outlived bubu"
+
+
+def test_a_server_and_its_child_die_with_a_sigkilled_bubu(tmp_path: Path) -> None:
+    stub = tmp_path / "silent.py"
+    stub.write_text(SILENT)
+    pids = tmp_path / "pids"
+    mcp = tmp_path / "mcp.json"
+    mcp.write_text(
+        json.dumps({"servers": {"silent": {"command": [sys.executable, str(stub), str(pids)]}}})
+    )
+    script = write_script(tmp_path / "s.jsonl", [{"text": "hi"}])
+    proc = start_bubu(tmp_path / "bubu.db", "run", "task", "-w", str(tmp_path), "-m",
+                      f"scripted:{script}", "--mcp", str(mcp),
+                      env={"BUBU_MCP_STARTUP_TIMEOUT": "120"})  # fmt: skip
+    server = child = 0
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids.exists() and pids.read_text().endswith("\n")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the server never started"
+            time.sleep(0.05)
+        server, child = (int(p) for p in pids.read_text().split())
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in (server, child)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        leftover = [p for p in (server, child) if _alive(p)]
+    finally:
+        proc.kill()
+        for p in (server, child):
+            if p and _alive(p):  # never leave them behind, even when the test fails
+                os.kill(p, signal.SIGKILL)
+    assert leftover == [], "the server and its child outlived a SIGKILLed bubu"
 
 
 def test_a_bad_startup_timeout_is_refused(tmp_path: Path) -> None:

@@ -12,6 +12,10 @@ Lines on fd 3 (runner to keeper): ``kill GRACE`` (SIGTERM, then SIGKILL after GR
 Lines on fd 4 (keeper to runner): ``started PID``, ``exit CODE``, ``done LEFT`` (LEFT: how many
 processes of the tree could not be confirmed dead), ``lingering COUNT`` (after ``detach``, when
 background processes remain), ``error ERRNO PATH`` (the command could not be started). The keeper's exit closes fd 4.
+
+`serve` is the same keeper for a long-lived server that talks over its stdin and stdout (an MCP
+server): no control pipes, the server's tree killed when the runner dies or when it is told to
+stop.
 """
 
 from __future__ import annotations
@@ -283,9 +287,80 @@ def main(argv: list[str]) -> int:
                 _say(f"lingering {len(left)}")
 
 
+SERVER_GRACE_S = 1.0
+"""How long a server's tree has after SIGTERM, once its runner is gone, before SIGKILL."""
+
+
+def serve(argv: list[str]) -> int:
+    """Hold a long-lived server (an MCP server, on this process's stdin and stdout) in argv[1:]
+    for the runner whose pid is argv[0]: start it as a child that inherits the pipes, and kill
+    its whole tree when the runner dies (the parent-death signal: a SIGKILLed runner included)
+    or when this process is told to stop (SIGTERM, SIGHUP), or once the server itself exits.
+    The server stays in this process's group, which the runner kills as the server's; the exit
+    code is the server's."""
+    parent, command = int(argv[0]), argv[1:]
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGHUP, _on_term)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        return 0  # the runner died before the parent-death signal was armed: start nothing
+    try:
+        main_pid = os.posix_spawnp(
+            command[0],
+            command,
+            dict(os.environ),
+            setsigdef=(
+                signal.SIGPIPE,
+                signal.SIGXFSZ,
+                signal.SIGCHLD,
+                signal.SIGTERM,
+                signal.SIGHUP,
+            ),
+        )
+    except OSError as e:
+        os.write(2, f"bubu: cannot start the server {command[0]}: {e.strerror}\n".encode())
+        return 127
+    # The server's pipes must reach end of file when it closes them, not when this process does.
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    while True:
+        code = _exited(main_pid)
+        if _dying or code is not None:
+            kill_tree(main_pid, SERVER_GRACE_S if _dying else 0.0)
+            return 0 if code is None else code
+        ready, _, _ = select.select([wake_r], [], [], 0.5)
+        if ready:
+            os.read(wake_r, 512)
+
+
+def _exited(main: int) -> int | None:
+    """Reap every exited child; the main one's exit code once it has exited, else None."""
+    code = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return code
+        if pid == 0:
+            return code
+        if pid == main:
+            code = os.waitstatus_to_exitcode(status)
+
+
 def run() -> None:
     """The entry point: exit without the interpreter's finalization (it only costs time here)."""
     os._exit(main(sys.argv[1:]))
+
+
+def run_server() -> None:
+    """The entry point of `serve`."""
+    os._exit(serve(sys.argv[1:]))
 
 
 if __name__ == "__main__":

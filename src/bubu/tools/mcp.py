@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
@@ -43,7 +44,7 @@ import msgspec
 from bubu import secrets
 from bubu.errors import ConfigError, ToolError
 from bubu.events import EffectClass
-from bubu.tools import mcpprocs, mcpstdout
+from bubu.tools import mcpprocs, mcpstdout, proctree
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
 
 if TYPE_CHECKING:
@@ -320,6 +321,7 @@ class MCPServers:
         # The SDK adds only a few harmless variables (PATH, HOME …) to this: a server sees the
         # secrets its own `env` names and those passed on with --env, no others.
         env = {**secrets.passed_on(self.pass_env), **_expand(server.env)}
+        argv = _held(argv, env, server.cwd)
         params = StdioServerParameters(
             command=argv[0], args=argv[1:], env=env or None, cwd=server.cwd
         )
@@ -538,6 +540,19 @@ class MCPTool:
 
 _open: dict[str, MCPServers] = {}
 _open_lock = threading.Lock()
+
+
+def _held(argv: Sequence[str], env: Mapping[str, str], cwd: str | Path | None) -> list[str]:
+    """A stdio server's command line under a keeper that kills the server's tree when Bubu dies,
+    a SIGKILL included (`keeper.serve`). A command that cannot be found is left as it is, so
+    that starting it fails as plainly as before."""
+    where = env.get("PATH") or os.environ.get("PATH")
+    command = argv[0]
+    if "/" in command and cwd is not None and not os.path.isabs(command):
+        command = os.path.join(str(cwd), command)
+    if shutil.which(command, path=where) is None:
+        return list(argv)
+    return proctree.server_argv(argv)
 
 
 def connect(path: str | Path | None = None, pass_env: Sequence[str] = ()) -> list[MCPTool]:

@@ -30,12 +30,22 @@ MARKER_VAR = "BUBU_CALL"
 KEEPER = str(Path(__file__).with_name("keeper.py"))
 
 
-def keeper_argv(*args: str) -> list[str]:
+def keeper_argv(*args: str, entry: str = "run") -> list[str]:
     """The command line of a keeper: imported rather than run as a script, so that its compiled
     form is cached (its directory last on the path: it must not shadow the standard library);
-    isolated (-I) and without site (-S), so that it starts in a few milliseconds."""
-    boot = f"import sys; sys.path.append({str(Path(KEEPER).parent)!r}); import keeper; keeper.run()"
+    isolated (-I) and without site (-S), so that it starts in a few milliseconds. `entry` is
+    `run` for a command, `run_server` for a long-lived server (`keeper.serve`)."""
+    boot = (
+        f"import sys; sys.path.append({str(Path(KEEPER).parent)!r}); import keeper; "
+        f"keeper.{entry}()"
+    )
     return [sys.executable, "-I", "-S", "-c", boot, *args]
+
+
+def server_argv(argv: Sequence[str]) -> list[str]:
+    """A long-lived server's command line under a keeper that kills its tree when this process
+    dies, however it dies (`keeper.serve`)."""
+    return keeper_argv(str(os.getpid()), *argv, entry="run_server")
 
 
 ANSWER_S = 10.0
