@@ -26,7 +26,7 @@ from bubu.errors import (
     StorageError,
     UnknownSession,
 )
-from bubu.events import Event, Record, kind_of
+from bubu.events import Event, Record
 from bubu.log import codec
 from bubu.log.store import (
     Appended,
@@ -39,6 +39,7 @@ from bubu.log.store import (
     Store,
     VerifyReport,
     View,
+    chain,
 )
 from bubu.log.verify import CHECKPOINT_VIEW, verify_blob_refs, verify_records, verify_views
 
@@ -181,27 +182,14 @@ class MemoryStore(Store):
         seq, prev = entry.head()
         if seq != req.expect:
             raise AppendConflict(req.session, req.expect, seq)
-        rows: list[Row] = []
-        records: list[Record] = []
-        last_ms = entry.last_ms
-        for ev in req.events:
-            if ev.session != req.session:
-                raise codec.InvalidEvent(
-                    f"an event of session {ev.session} cannot be appended to session {req.session}"
-                )
-            payload = codec.encode(ev)
-            prev = codec.chain(prev, payload)
-            seq += 1
-            rows.append((seq, kind_of(ev), payload, prev))
-            # What a reader will decode (canonical key order), not the object given: a fold of
-            # this must equal a fold of the log read back.
-            records.append(Record(seq=seq, hash=prev.hex(), event=codec.decode(payload)))
-            last_ms = ev.ts
+        chained = chain(req, seq, prev)
         for data in req.blobs:
             self.db.blobs.setdefault(codec.sha256_hex(data), bytes(data))
-        entry.rows.extend(rows)
-        entry.last_ms = last_ms
-        return Appended(high_water=seq, digest=prev.hex(), records=tuple(records))
+        entry.rows.extend((c.seq, c.kind, c.payload, c.digest) for c in chained)
+        if chained:
+            entry.last_ms = req.events[-1].ts
+            seq, prev = chained[-1].seq, chained[-1].digest
+        return Appended(high_water=seq, digest=prev.hex(), records=tuple(c.record for c in chained))
 
     # -- reads ------------------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from bubu.log.store import (
     Store,
     VerifyReport,
     View,
+    chain,
 )
 from bubu.log.verify import CHECKPOINT_VIEW, verify_blob_refs, verify_records, verify_views
 
@@ -602,20 +603,14 @@ class SQLiteStore(Store):
                 "INSERT OR IGNORE INTO blobs(sha256, size, data) VALUES (?,?,?)",
                 (codec.sha256_hex(data), len(data), data),
             )
-        rows = []
-        records = []
-        for ev in req.events:
-            if ev.session != req.session:
-                raise codec.InvalidEvent(
-                    f"an event of session {ev.session} cannot be appended to session {req.session}"
-                )
-            payload = codec.encode(ev)
-            prev = codec.chain(prev, payload)
-            seq += 1
-            rows.append(((sid << SEQ_BITS) | seq, kind_of(ev), self._packer.stored(payload), prev))
-            # What a reader will decode (canonical key order), not the object given: a fold of
-            # this must equal a fold of the log read back.
-            records.append(Record(seq=seq, hash=prev.hex(), event=codec.decode(payload)))
+        chained = chain(req, seq, prev)
+        rows = [
+            ((sid << SEQ_BITS) | c.seq, c.kind, self._packer.stored(c.payload), c.digest)
+            for c in chained
+        ]
+        records = [c.record for c in chained]
+        if chained:
+            seq, prev = chained[-1].seq, chained[-1].digest
         try:
             db.executemany(_INSERT_SQL, rows)
             marks = [(sid, kind, pos & _SEQ_MASK) for pos, kind, _, _ in rows if kind in _INDEXED]

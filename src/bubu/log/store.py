@@ -17,8 +17,8 @@ import msgspec
 
 from bubu import clock
 from bubu.errors import UnknownSession
-from bubu.events import Event, Record
-from bubu.log import redact
+from bubu.events import Event, Record, kind_of
+from bubu.log import codec, redact
 
 Durability = Literal["adaptive", "full"]
 """`adaptive`: appends marked durable are fully synced, others ride on the next synced commit.
@@ -110,6 +110,37 @@ class AppendRequest:
     durable: bool
     lease: Lease | None
     blobs: Sequence[bytes] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class Chained:
+    """One event of an append, encoded and chained: the row a backend stores, and its record."""
+
+    seq: int
+    kind: str
+    payload: bytes
+    """The canonical bytes (the chain is over them)."""
+    digest: bytes
+    record: Record
+
+
+def chain(req: AppendRequest, seq: int, prev: bytes) -> list[Chained]:
+    """The events of `req` encoded, numbered after `seq` and chained after the digest `prev`.
+
+    The records are what a reader will decode (canonical key order), not the objects given: a
+    fold of them must equal a fold of the log read back."""
+    out: list[Chained] = []
+    for ev in req.events:
+        if ev.session != req.session:
+            raise codec.InvalidEvent(
+                f"an event of session {ev.session} cannot be appended to session {req.session}"
+            )
+        payload = codec.encode(ev)
+        prev = codec.chain(prev, payload)
+        seq += 1
+        record = Record(seq=seq, hash=prev.hex(), event=codec.decode(payload))
+        out.append(Chained(seq, kind_of(ev), payload, prev, record))
+    return out
 
 
 class PendingAppend:

@@ -10,7 +10,7 @@ import psycopg
 from psycopg import sql
 
 from bubu.errors import AppendConflict, BubuError, LeaseLost, StorageError, UnknownSession
-from bubu.events import Event, Record, kind_of
+from bubu.events import Event, Record
 from bubu.log import codec
 from bubu.log.postgres import _leases
 from bubu.log.postgres._connect import Connection, Row, Target, pg_error
@@ -26,6 +26,7 @@ from bubu.log.store import (
     Store,
     VerifyReport,
     View,
+    chain,
 )
 from bubu.log.verify import CHECKPOINT_VIEW, verify_blob_refs, verify_records, verify_views
 
@@ -287,22 +288,12 @@ class PostgresStore(Store):
         if tip.high_water != req.expect:
             raise AppendConflict(req.session, req.expect, tip.high_water)
         seq, prev = tip.high_water, tip.digest
-        rows: list[tuple[int, str, bytes, bytes]] = []
-        records: list[Record] = []
-        last_ts: int | None = None
-        for ev in req.events:
-            if ev.session != req.session:
-                raise codec.InvalidEvent(
-                    f"an event of session {ev.session} cannot be appended to session {req.session}"
-                )
-            payload = codec.encode(ev)
-            prev = codec.chain(prev, payload)
-            seq += 1
-            rows.append((seq, kind_of(ev), payload, prev))
-            # What a reader will decode (canonical key order), not the object given: a fold of
-            # this must equal a fold of the log read back.
-            records.append(Record(seq=seq, hash=prev.hex(), event=codec.decode(payload)))
-            last_ts = ev.ts
+        chained = chain(req, seq, prev)
+        rows = [(c.seq, c.kind, c.payload, c.digest) for c in chained]
+        records = [c.record for c in chained]
+        last_ts = req.events[-1].ts if chained else None
+        if chained:
+            seq, prev = chained[-1].seq, chained[-1].digest
         # Only a request that staged completely contributes rows to the batch.
         for data in req.blobs:
             out.blobs.setdefault(codec.sha256_hex(data), bytes(data))
