@@ -203,6 +203,21 @@ def _on_term(signum: int, frame: object) -> None:
     _dying = True
 
 
+def _arm(parent: int) -> int:
+    """Become the tree's subreaper, take SIGTERM and SIGHUP as "stop" and the runner's death as
+    SIGTERM, and wake on signals; the read end of the wake-up pipe, or -1 when the runner
+    `parent` is already gone."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGHUP, _on_term)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    return wake_r if os.getppid() == parent else -1
+
+
 def main(argv: list[str]) -> int:
     """Start the command in argv[2:] in directory argv[1] for the runner whose pid is argv[0]."""
     global _tree_pgid
@@ -213,15 +228,8 @@ def main(argv: list[str]) -> int:
             os.set_inheritable(fd, False)
         except OSError:
             pass  # not open: started by hand, without a runner
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    signal.signal(signal.SIGTERM, _on_term)
-    signal.signal(signal.SIGHUP, _on_term)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:
+    wake_r = _arm(parent)
+    if wake_r < 0:
         return 0  # the runner died before the parent-death signal was armed: start nothing
     try:
         os.chdir(cwd)
@@ -299,15 +307,8 @@ def serve(argv: list[str]) -> int:
     The server stays in this process's group, which the runner kills as the server's; the exit
     code is the server's."""
     parent, command = int(argv[0]), argv[1:]
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    signal.signal(signal.SIGTERM, _on_term)
-    signal.signal(signal.SIGHUP, _on_term)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:
+    wake_r = _arm(parent)
+    if wake_r < 0:
         return 0  # the runner died before the parent-death signal was armed: start nothing
     try:
         main_pid = os.posix_spawnp(
