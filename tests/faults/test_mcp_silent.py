@@ -32,7 +32,8 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
 
 
-def test_a_server_that_never_answers_is_killed_with_its_children(tmp_path: Path) -> None:
+def _silent_server(tmp_path: Path) -> tuple[Path, Path]:
+    """An MCP config naming the silent stub, and the file where the stub writes its pids."""
     stub = tmp_path / "silent.py"
     stub.write_text(SILENT)
     pids = tmp_path / "pids"
@@ -40,6 +41,11 @@ def test_a_server_that_never_answers_is_killed_with_its_children(tmp_path: Path)
     mcp.write_text(
         json.dumps({"servers": {"silent": {"command": [sys.executable, str(stub), str(pids)]}}})
     )
+    return mcp, pids
+
+
+def test_a_server_that_never_answers_is_killed_with_its_children(tmp_path: Path) -> None:
+    mcp, pids = _silent_server(tmp_path)
     script = write_script(tmp_path / "s.jsonl", [{"text": "hi"}])
     db = tmp_path / "bubu.db"
     done = bubu(db, "run", "task", "-w", str(tmp_path), "-m", f"scripted:{script}",
@@ -56,13 +62,7 @@ def test_a_server_that_never_answers_is_killed_with_its_children(tmp_path: Path)
 
 
 def test_a_server_and_its_child_die_with_a_sigkilled_bubu(tmp_path: Path) -> None:
-    stub = tmp_path / "silent.py"
-    stub.write_text(SILENT)
-    pids = tmp_path / "pids"
-    mcp = tmp_path / "mcp.json"
-    mcp.write_text(
-        json.dumps({"servers": {"silent": {"command": [sys.executable, str(stub), str(pids)]}}})
-    )
+    mcp, pids = _silent_server(tmp_path)
     script = write_script(tmp_path / "s.jsonl", [{"text": "hi"}])
     proc = start_bubu(tmp_path / "bubu.db", "run", "task", "-w", str(tmp_path), "-m",
                       f"scripted:{script}", "--mcp", str(mcp),

@@ -43,6 +43,10 @@ STATUS_FD = 4
 CONFIRM_S = 3.0
 """How long SIGKILLed processes have to disappear (a loaded machine schedules them late)."""
 
+_DEFAULTED = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP)
+"""Signals the started command gets back at their defaults (this process handles or ignores
+them)."""
+
 _dying = False
 _tree_pgid = 0  # the command's process group: what is killed where /proc cannot be read
 
@@ -242,13 +246,7 @@ def main(argv: list[str]) -> int:
             command,
             dict(os.environ),
             setpgroup=0,
-            setsigdef=(
-                signal.SIGPIPE,
-                signal.SIGXFSZ,
-                signal.SIGCHLD,
-                signal.SIGTERM,
-                signal.SIGHUP,
-            ),
+            setsigdef=_DEFAULTED,
         )
     except OSError as e:
         _say(f"error {e.errno} {command[0]}")
@@ -315,13 +313,7 @@ def serve(argv: list[str]) -> int:
             command[0],
             command,
             dict(os.environ),
-            setsigdef=(
-                signal.SIGPIPE,
-                signal.SIGXFSZ,
-                signal.SIGCHLD,
-                signal.SIGTERM,
-                signal.SIGHUP,
-            ),
+            setsigdef=_DEFAULTED,
         )
     except OSError as e:
         os.write(2, f"bubu: cannot start the server {command[0]}: {e.strerror}\n".encode())
