@@ -381,6 +381,26 @@ class MemoryForgotten(_Note, frozen=True, kw_only=True, tag="memory_forgotten"):
     key: str
 
 
+class TaskHeld(_Note, frozen=True, kw_only=True, tag="task_held"):
+    """A fleet worker held the queued request at `request_seq`: its policy asks for more than the
+    worker's ceiling allows (`reasons`, one per loosening). It waits for a person's approval."""
+
+    request_seq: int
+    reasons: list[str] = msgspec.field(default_factory=list)
+    worker: str = ""
+    """The lease owner of the worker that held it."""
+
+
+class TaskApproved(_Note, frozen=True, kw_only=True, tag="task_approved"):
+    """A person approved the held request at `request_seq` (`bubu approve-task`): a worker runs it
+    under the policy it was submitted with, above its own ceiling."""
+
+    request_seq: int
+    reasons: list[str] = msgspec.field(default_factory=list)
+    """What was approved: the reasons of the hold."""
+    by: str = ""
+
+
 Note: TypeAlias = (
     TurnStarted
     | TurnEnded
@@ -399,6 +419,8 @@ Note: TypeAlias = (
     | SummaryChunk
     | MemoryForgotten
     | ProjectInstructions
+    | TaskHeld
+    | TaskApproved
 )
 
 

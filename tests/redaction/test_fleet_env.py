@@ -54,7 +54,8 @@ def test_a_worker_passes_on_what_the_submission_names(tmp_path: Path, url: str) 
                 "--env", "MY_SERVICE_TOKEN")  # fmt: skip
     assert sub.returncode == 0, sub.stderr
     sid = sub.stdout.strip()
-    worker = _bubu(tmp_path, "worker", "--db", url, "--once")
+    worker = _bubu(tmp_path, "worker", "--db", url, "--once", "--allow-yes",
+                   "--allow-env", "MY_SERVICE_TOKEN")  # fmt: skip
     assert worker.returncode == 0, worker.stderr
     with PostgresStore(url) as pg:
         records = pg.read(sid)

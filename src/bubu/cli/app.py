@@ -100,6 +100,7 @@ for _module in (
     "uicmd",
     "forkcmd",
     "fleetcmds",
+    "fleetadmin",
     "compactcmd",
     "memorycmd",
     "chat",

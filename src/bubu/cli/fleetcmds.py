@@ -20,6 +20,7 @@ from bubu.events import SandboxMode
 from bubu.log.store import SessionInfo, Store
 
 if TYPE_CHECKING:
+    from bubu.engine.ceiling import Ceiling
     from bubu.engine.worker import Queue
     from bubu.log.postgres import PostgresStore
     from bubu.providers.base import Provider
@@ -44,7 +45,7 @@ def fleet_store(ctx: Ctx, db: str | None) -> PostgresStore:
     return store
 
 
-def _db_option(f: Any) -> Any:
+def db_option(f: Any) -> Any:
     return click.option(
         "--db",
         "db",
@@ -78,7 +79,7 @@ def _longrun(f: Any) -> Any:
 
 @cli.command("submit")
 @click.argument("task")
-@_db_option
+@db_option
 @click.option(
     "-w", "--workspace", default=".", type=click.Path(file_okay=False), help="The workspace."
 )
@@ -143,12 +144,22 @@ def equip(info: SessionInfo, mcp: str | None = None) -> tuple[Provider, dict[str
     return resolve(info.model), tools
 
 
+def ceiling_text(c: Ceiling) -> str:
+    """The worker's ceiling in one phrase for its start line."""
+    allowed = [n for n, on in (("--yes", c.allow_yes), ("--network", c.allow_network),
+                               ("unconfined --allow", c.allow_patterns)) if on]  # fmt: skip
+    allowed += [f"--env {n}" for n in sorted(c.allow_env)]
+    return f"tasks up to --sandbox {c.max_sandbox}" + (
+        f" with {', '.join(allowed)}" if allowed else ", nothing looser"
+    )
+
+
 def _say(line: str) -> None:
     echo(f"bubu worker {time.strftime('%H:%M:%S')} {line}", err=True)
 
 
 @cli.command("worker")
-@_db_option
+@db_option
 @click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Sessions run at once.")  # fmt: skip
 @click.option("--once", is_flag=True, help="Exit as soon as nothing is claimable.")
@@ -163,6 +174,18 @@ def _say(line: str) -> None:
 @click.option("--mcp", "mcp", default=None, envvar="BUBU_MCP", metavar="FILE",
               type=click.Path(dir_okay=False),
               help="MCP servers to offer tools from (default $BUBU_HOME/mcp.json if present).")  # fmt: skip
+@click.option("--max-sandbox", default="workspace-write", show_default=True, callback=sandbox_option,
+              metavar="workspace-write|read-only|off",
+              help="The loosest sandbox a task runs in; a task asking for a looser one is held.")  # fmt: skip
+@click.option("--allow-yes", is_flag=True, help="Run tasks submitted with --yes (else held).")
+@click.option(
+    "--allow-network", is_flag=True, help="Run tasks submitted with --network (else held)."
+)
+@click.option("--allow-patterns", is_flag=True,
+              help="Run tasks whose --allow patterns approve unconfined commands (else held).")  # fmt: skip
+@click.option("--allow-env", "allow_env", multiple=True, metavar="NAME",
+              callback=env_names(must_be_set=False),
+              help="A secret variable of this worker that tasks may ask for with --env (else held).")  # fmt: skip
 @pass_ctx
 def worker_cmd(
     ctx: Ctx,
@@ -176,12 +199,22 @@ def worker_cmd(
     poll: float,
     tool_timeout: float,
     mcp: str | None,
+    max_sandbox: SandboxMode,
+    allow_yes: bool,
+    allow_network: bool,
+    allow_patterns: bool,
+    allow_env: tuple[str, ...],
 ) -> None:
     """Claim sessions with work (queued tasks, turns whose runner died) and run them.
+
+    A queued task that asks for more than this worker allows (a looser sandbox than
+    --max-sandbox, --yes, --network, unconfined --allow patterns, a secret variable) is held, not
+    run, until a person approves it with `bubu approve-task`.
 
     SIGTERM or Ctrl-C drains: running turns finish their current step and are handed back to the
     fleet; a second Ctrl-C stops them at once.
     """
+    from bubu.engine.ceiling import Ceiling
     from bubu.engine.driver import RunConfig
     from bubu.engine.worker import Worker, WorkerConfig
     from bubu.log.postgres import PostgresStore, WorkQueue
@@ -195,8 +228,10 @@ def worker_cmd(
         return store, WorkQueue(store)
 
     run = RunConfig(max_steps=None, lease_ttl_s=lease_ttl, tool_timeout_s=tool_timeout)
+    ceiling = Ceiling(max_sandbox=max_sandbox, allow_yes=allow_yes, allow_network=allow_network,
+                      allow_patterns=allow_patterns, allow_env=frozenset(allow_env))  # fmt: skip
     config = WorkerConfig(concurrency=concurrency, once=once, idle_exit_s=idle_exit,
-                          poll_s=poll, run=run)  # fmt: skip
+                          poll_s=poll, run=run, ceiling=ceiling)  # fmt: skip
     worker = Worker(
         open_slot=open_slot, equip=lambda info: equip(info, mcp), config=config, log=_say
     )
@@ -213,7 +248,8 @@ def worker_cmd(
         worker.drain()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    _say(f"started on {where} (concurrency {concurrency}, lease {lease_ttl:g} s)")
+    _say(f"started on {where} (concurrency {concurrency}, lease {lease_ttl:g} s, "
+         f"{ceiling_text(ceiling)})")  # fmt: skip
     try:
         worker.serve()
     finally:

@@ -11,12 +11,12 @@ from bubu.log.store import SessionInfo, Store
 from bubu.projections.status import Status
 
 Shown = Literal[
-    "running", "open turn", "queued", "idle", "completed", "failed", "stopped", "suspended", "blocked"
+    "running", "open turn", "queued", "held", "idle", "completed", "failed", "stopped", "suspended", "blocked"
 ]  # fmt: skip
 """A session's state as every command shows it."""
 
 STATES: tuple[Shown, ...] = (
-    "running", "open turn", "queued", "idle", "completed", "failed", "stopped", "suspended", "blocked",
+    "running", "open turn", "queued", "held", "idle", "completed", "failed", "stopped", "suspended", "blocked",
 )  # fmt: skip
 
 

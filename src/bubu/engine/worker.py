@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import msgspec
 
 from bubu import clock, ids
+from bubu.engine.ceiling import Asked, Ceiling, excess, hold_state
 from bubu.engine.driver import RunConfig, Runner, owner_id
 from bubu.engine.recovery import Outcome, recover_session
 from bubu.engine.scope import acting_info
@@ -48,6 +49,8 @@ from bubu.events import (
     RunStarted,
     SandboxMode,
     SystemNote,
+    TaskApproved,
+    TaskHeld,
     Text,
     TurnEnded,
     TurnStarted,
@@ -58,7 +61,7 @@ from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.turn import fold
 from bubu.providers.base import Delta, Provider, close_provider
 from bubu.tools.base import Tool
-from bubu.tools.sandbox import DEFAULT_MODE
+from bubu.tools.sandbox import DEFAULT_MODE, unavailable
 
 if TYPE_CHECKING:
     from bubu.log.postgres import Claim
@@ -66,8 +69,8 @@ if TYPE_CHECKING:
 SUBMIT_KEY = "submit"
 """The state_delta key under which a queued request records its policy."""
 
-REQUEST_KINDS = ("text", "turn_started", "turn_ended")
-"""The event kinds `queued_request` looks at."""
+REQUEST_KINDS = ("text", "turn_started", "turn_ended", "task_held", "task_approved")
+"""The event kinds `queued_request` and the ceiling's hold look at."""
 
 
 class Submission(msgspec.Struct, frozen=True, kw_only=True):
@@ -148,12 +151,40 @@ def running(host: Host, info: SessionInfo, lease: Lease) -> Iterator[Runner]:
             host.store.release_lease(runner.lease)
 
 
-def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
-    """Open a turn for the session's queued request under its recorded policy and drive it."""
-    queued = queued_request(host.store.read(info.id, kinds=REQUEST_KINDS))
+def asked(policy: Submission | TurnStarted) -> Asked:
+    """The loosening options of a submitted policy or of a started turn, for the ceiling."""
+    return Asked(sandbox=policy.sandbox or "off", yes=policy.yes, network=policy.network,
+                 allow_commands=tuple(policy.allow_commands), pass_env=tuple(policy.pass_env))  # fmt: skip
+
+
+def hold(
+    host: Host, info: SessionInfo, lease: Lease, request: Record, reasons: Sequence[str]
+) -> None:
+    """Record that the worker holds `request` above its ceiling (the queue then lists it held)."""
+    note = TaskHeld(request_seq=request.seq, reasons=list(reasons), worker=lease.owner)
+    ev = make(session=info.id, turn=request.event.turn, role="system", author="host",
+              ts=clock.now_ms(), content=SystemNote(note=note), visibility="hidden")  # fmt: skip
+    host.store.append(info.id, [ev], expect=host.store.head(info.id).high_water, durable=True,
+                      lease=lease)  # fmt: skip
+
+
+def start_queued(
+    host: Host, info: SessionInfo, lease: Lease, ceiling: Ceiling | None = None
+) -> Outcome:
+    """Open a turn for the session's queued request under its recorded policy and drive it; one
+    whose policy asks for more than `ceiling` is held (unless a person approved it)."""
+    records = host.store.read(info.id, kinds=REQUEST_KINDS)
+    queued = queued_request(records)
     if queued is None:
         return "nothing"
     request, policy = queued
+    if ceiling is not None:
+        reasons = excess(ceiling, asked(policy), sandbox_works=unavailable() is None)
+        state = hold_state(records, request.seq) if reasons else "none"
+        if reasons and state != "approved":
+            if state == "none":
+                hold(host, info, lease, request, reasons)
+            return "held"
     with running(host, info, lease) as runner:
         if runner.turn.open:
             return "nothing"
@@ -177,10 +208,37 @@ def start_queued(host: Host, info: SessionInfo, lease: Lease) -> Outcome:
         return runner.drive()
 
 
-def run_claim(host: Host, claim: Claim) -> Outcome:
+def check_open_turn(records: Sequence[Record], ceiling: Ceiling, session: str) -> None:
+    """Refuse to continue an open or retried turn whose recorded policy is above `ceiling`, unless
+    a person approved the request that opened it (a turn started elsewhere, or written straight
+    into the log, never gets more from a worker than a queued task would)."""
+    started: TurnStarted | None = None
+    approved = approved_here = False
+    for r in records:
+        c = r.event.content
+        n = c.note if isinstance(c, SystemNote) else None
+        if isinstance(n, TurnStarted):
+            started, approved, approved_here = n, approved_here, False
+        elif isinstance(n, TurnEnded):
+            approved_here = False
+        elif isinstance(n, TaskApproved):
+            approved_here = True
+    if started is None or approved:
+        return
+    reasons = excess(ceiling, asked(started), sandbox_works=unavailable() is None)
+    if reasons:
+        raise ConfigError(
+            f"session {session}'s open turn runs under a policy above this worker's ceiling "
+            f"({'; '.join(reasons)}); continue it with `bubu recover {session}` where that "
+            "policy is meant, or start the worker with a ceiling that allows it"
+        )
+
+
+def run_claim(host: Host, claim: Claim, ceiling: Ceiling | None = None) -> Outcome:
     """Do the work a claim found: a new turn for a queued request, the continuation of a turn
     handed back cleanly, or the recovery of one whose runner died (never of a session that was
-    imported or forked: the user continues those explicitly)."""
+    imported or forked: the user continues those explicitly). Under a `ceiling`, a queued task
+    that asks for more is held, and an open turn that runs with more is refused."""
     info, facts = acting_info(host.store, claim.session)
     if facts.adopted and claim.state != "queued":
         raise ConfigError(
@@ -193,7 +251,9 @@ def run_claim(host: Host, claim: Claim) -> Outcome:
             "run the worker where it does"
         )
     if claim.state == "queued":
-        return start_queued(host, info, claim.lease)
+        return start_queued(host, info, claim.lease, ceiling)
+    if ceiling is not None:
+        check_open_turn(host.store.read(info.id, kinds=REQUEST_KINDS), ceiling, info.id)
     if claim.state == "retry":
         # The turn gave up waiting for its provider a while ago: try it again, as `bubu resume`.
         with running(host, info, claim.lease) as runner:
@@ -237,6 +297,8 @@ class WorkerConfig:
     poll_s: float = 1.0
     run: RunConfig = field(default_factory=lambda: RunConfig(max_steps=None))
     """`max_steps=None` so the limit recorded with each turn applies."""
+    ceiling: Ceiling = field(default_factory=Ceiling)
+    """The most a task may ask of this worker; a queued task asking for more is held."""
 
 
 class Watch:
@@ -396,7 +458,7 @@ class Worker:
             host = Host(store=store, provider=provider, tools=tools,
                         observer=watch, config=self.config.run, owner=lease.owner)  # fmt: skip
             watch.host = host
-            outcome = run_claim(host, claim)
+            outcome = run_claim(host, claim, self.config.ceiling)
             result = outcome if outcome is not None else "released" if watch.drained else "lost"
         except LeaseLost:
             result = "lost"
@@ -427,6 +489,8 @@ __all__ = [
     "Watch",
     "Worker",
     "WorkerConfig",
+    "asked",
+    "check_open_turn",
     "clean_handoff",
     "queued_request",
     "run_claim",

@@ -15,14 +15,19 @@ from bubu.events import (
     RecoveryNotice,
     RunStarted,
     SystemNote,
+    TaskApproved,
+    TaskHeld,
     Text,
     TurnEnded,
     TurnStarted,
 )
 
-State = Literal["idle", "queued", "open", "completed", "failed", "stopped", "suspended", "blocked"]
+State = Literal[
+    "idle", "queued", "held", "open", "completed", "failed", "stopped", "suspended", "blocked"
+]  # fmt: skip
 """`open` is a turn with no end: running if its runner holds a live lease, crashed otherwise.
-`queued` is a request waiting for a worker to open its turn (`bubu submit`)."""
+`queued` is a request waiting for a worker to open its turn (`bubu submit`); `held` is one a
+worker would not run under its ceiling, waiting for `bubu approve-task`."""
 
 BOUNDARY_KINDS = (
     "text",
@@ -33,6 +38,8 @@ BOUNDARY_KINDS = (
     "notice_dismissed",
     "permission_request",
     "permission_decision",
+    "task_held",
+    "task_approved",
 )
 """The event kinds `fold_status` looks at; a store can read just these."""
 
@@ -60,7 +67,7 @@ def step(s: Status, seq: int, ev: Event) -> Status:
     if a is not None and (a.permission_request is not None or a.permission_decision is not None):
         s = _permissions(s, a.permission_request, a.permission_decision)
     if isinstance(c, Text) and ev.role == "user" and ev.visibility == "visible":
-        if s.state not in ("open", "blocked"):
+        if s.state not in ("open", "blocked", "held"):
             return replace(s, state="queued", reason=None, last_seq=seq)
         return replace(s, last_seq=seq)
     if not isinstance(c, SystemNote):
@@ -93,6 +100,11 @@ def step(s: Status, seq: int, ev: Event) -> Status:
                 notice_dismissed=False,
                 last_seq=seq,
             )
+        case TaskHeld(reasons=reasons):
+            return replace(s, state="held", reason="; ".join(reasons), last_seq=seq)
+        case TaskApproved():
+            state = "queued" if s.state == "held" else s.state
+            return replace(s, state=state, reason=None, last_seq=seq)
         case NoticeDismissed(notice_seq=ns):
             dismissed = s.notice_dismissed or ns == s.notice_seq
             return replace(s, notice_dismissed=dismissed, last_seq=seq)

@@ -25,6 +25,8 @@ from bubu.events import (
     StepLimit,
     SummaryChunk,
     SystemNote,
+    TaskApproved,
+    TaskHeld,
     Text,
     Thinking,
     TurnEnded,
@@ -185,6 +187,13 @@ class Transcript:
                 text = note_line(n)
             case MemoryForgotten(key=key):
                 text = f"note {key!r} forgotten (bubu memory forget)"
+            case TaskHeld(reasons=reasons):
+                kind, text = (
+                    "notice",
+                    "held by the worker, waiting for `bubu approve-task`: " + ("; ".join(reasons)),
+                )
+            case TaskApproved(by=by):
+                text = "approved to run above the worker's ceiling" + (f" by {by}" if by else "")
             case CheckpointBody() | SummaryChunk():
                 text = None  # the compaction note that follows is the marker people see
             case _:

@@ -48,7 +48,7 @@ log = logging.getLogger("bubu.web")
 SETTLE_SECONDS = 5.0
 """How long an action waits for a UI thread whose turn has ended to finish closing."""
 
-_UNFINISHED = frozenset({"open", "blocked", "queued"})
+_UNFINISHED = frozenset({"open", "blocked", "queued", "held"})
 """Session states in which a turn is under way or waiting to start."""
 
 

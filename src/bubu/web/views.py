@@ -40,6 +40,7 @@ State = Literal[
     "running",
     "open turn",
     "queued",
+    "held",
     "idle",
     "completed",
     "failed",
@@ -50,7 +51,7 @@ State = Literal[
 """A session's state as the page shows it (the vocabulary of `bubu status`)."""
 
 STATES: tuple[State, ...] = (
-    "running", "open turn", "queued", "idle", "completed", "failed", "stopped", "suspended", "blocked",
+    "running", "open turn", "queued", "held", "idle", "completed", "failed", "stopped", "suspended", "blocked",
 )  # fmt: skip
 
 HEAD_LINES = 30

@@ -211,6 +211,36 @@ BEGIN
 END $$
 """
 
+# Migration 5: a worker holds a queued task that asks for more than its ceiling (`task_held`)
+# until a person approves it (`task_approved`); a held session is not claimable.
+_WORK_STEP_HELD = _WORK_STEP_RETRY.replace(
+    "OR cur IN ('open', 'blocked') THEN", "OR cur IN ('open', 'blocked', 'held') THEN"
+).replace(
+    "  ELSE\n    RETURN;\n  END IF;\n  INSERT",
+    "  ELSIF p_kind = 'task_held' THEN\n    nxt := 'held';\n"
+    "  ELSIF p_kind = 'task_approved' THEN\n    IF cur IS DISTINCT FROM 'held' THEN\n"
+    "      RETURN;\n    END IF;\n    nxt := 'queued';\n"
+    "  ELSE\n    RETURN;\n  END IF;\n  INSERT",
+)
+
+_WORK_KINDS_HELD = _WORK_KINDS.replace(")", ", 'task_held', 'task_approved')")
+
+# A trigger function finds tables through its pinned path; a temporary table (pg_temp is searched
+# first unless named) must never stand in for `sessions` and feed the chain check a forged head.
+_PIN_PATHS = """
+DO $$
+DECLARE
+  f text;
+BEGIN
+  FOREACH f IN ARRAY ARRAY['events_chain()', 'work_step(bigint, bigint, text, bytea)',
+                           'events_work()', 'sessions_guard()', 'refuse_change()'] LOOP
+    EXECUTE format('ALTER FUNCTION %I.%s SET search_path = %I, pg_catalog, pg_temp',
+                   current_schema(), f, current_schema());
+  END LOOP;
+END $$
+"""
+
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -279,7 +309,33 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             _WORK_STEP_RETRY,
         ),
     ),
+    Migration(
+        5,
+        "held tasks, and trigger functions that never look in pg_temp first",
+        (
+            "ALTER TABLE work DROP CONSTRAINT work_state_check",
+            "ALTER TABLE work ADD CONSTRAINT work_state_check "
+            "CHECK (state IN ('queued', 'open', 'blocked', 'idle', 'retry', 'held'))",
+            _WORK_STEP_HELD.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"),
+            _EVENTS_WORK.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION").replace(
+                _WORK_KINDS, _WORK_KINDS_HELD
+            ),
+            _PIN_PATHS,
+        ),
+    ),
 )
+
+
+def _up_to_date(db: Connection, schema: str) -> bool:
+    """Whether `schema` records exactly the migrations this Bubu knows (a read, no DDL)."""
+    with db.transaction():
+        table = db.execute(
+            "SELECT to_regclass(format('%%I.bubu_migrations', %s::text))", [schema]
+        ).fetchone()
+        if table is None or table[0] is None:
+            return False
+        done = {int(r[0]) for r in db.execute("SELECT version FROM bubu_migrations")}
+    return {m.version for m in PG_MIGRATIONS} == done
 
 
 def migrate(db: Connection, schema: str, where: str) -> None:
@@ -287,6 +343,9 @@ def migrate(db: Connection, schema: str, where: str) -> None:
 
     Raises NewerLogError when the schema records a migration this Bubu does not know.
     """
+    if _up_to_date(db, schema):
+        # A least-privilege role (`bubu fleet roles`) may create nothing: it never has to.
+        return
     with db.transaction():
         # Two processes opening a fresh schema at once must not both create it.
         db.execute("SELECT pg_advisory_xact_lock(hashtext('bubu.migrate.' || %s))", [schema])

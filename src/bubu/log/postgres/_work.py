@@ -2,7 +2,8 @@
 
 The `work` table is derived from the log by a trigger in the same transaction as every append (see
 `_schema`): `queued` (a user request waits for a turn), `open` (a turn has no end), `blocked`,
-`idle`, `retry` (the turn gave up waiting for its provider; claimable again after a while). A session is claimable when it is queued or open, its lease is free or expired by the
+`idle`, `retry` (the turn gave up waiting for its provider; claimable again after a while), `held`
+(a worker would not run the queued task under its ceiling; `bubu approve-task` queues it again). A session is claimable when it is queued or open, its lease is free or expired by the
 server's clock, and no worker deferred it. Claiming locks the session's head row with
 `FOR NO KEY UPDATE … SKIP LOCKED` (the lock every append and lease change takes, so claimers never
 wait on each other or deadlock with appends) and takes the lease in the same transaction.
@@ -20,7 +21,7 @@ from bubu.log.postgres._schema import NOW_MS_SQL
 from bubu.log.postgres._store import PostgresStore
 from bubu.log.store import Lease, SessionInfo
 
-WorkState = Literal["queued", "open", "blocked", "idle", "retry"]
+WorkState = Literal["queued", "open", "blocked", "idle", "retry", "held"]
 """Where a session stands for the fleet (derived from its log)."""
 
 MAX_DEFER_MS = 600_000
@@ -121,6 +122,17 @@ class WorkQueue:
         with self.store._using() as db:
             rows = db.execute("SELECT state, count(*) FROM work GROUP BY state").fetchall()
         return {cast(WorkState, str(r[0])): int(r[1]) for r in rows}
+
+    def listing(self, states: Sequence[WorkState]) -> list[tuple[SessionInfo, WorkState]]:
+        """The sessions in `states` with their state, oldest first (`bubu fleet tasks`)."""
+        with self.store._using() as db:
+            rows = db.execute(
+                "SELECT s.sid, s.id, s.title, s.workspace, s.created_ms, s.model, s.high_water, "
+                "s.last_ms, w.state FROM work w JOIN sessions s ON s.sid = w.sid "
+                "WHERE w.state = ANY(%s) ORDER BY w.since_ms, w.sid",
+                [list(states)],
+            ).fetchall()
+        return [(PostgresStore._info(r[1:8]), cast(WorkState, str(r[8]))) for r in rows]
 
     def waiting(self, states: Sequence[WorkState] = ("queued", "open")) -> list[str]:
         """Ids of the sessions in `states` whose lease is free or expired, oldest first."""
