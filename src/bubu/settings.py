@@ -121,6 +121,15 @@ def via(parse: Callable[[str], object]) -> Callable[[object], object]:
     return run
 
 
+def _size(key: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        from bubu.context.quota import parse_size
+
+        return parse_size(text, option=key)
+
+    return parse
+
+
 def _env_seconds(text: str) -> float:
     """BUBU_STALL_TIMEOUT, refused in the words the provider uses for it."""
     from bubu.providers._retry import STALL_ENV, stall_timeout
@@ -198,6 +207,12 @@ KEYS: tuple[Key, ...] = (
         guard="user_only",
     ),
     Key("max_cost", "max_cost", _pos_float, "USD a turn may spend before it stops"),
+    Key(
+        "store_quota",
+        "store_quota",
+        via(_size("store_quota")),
+        "bytes of whole tool results a session may store (256MiB, 1GiB, off)",
+    ),
     Key("tool_timeout", "tool_timeout", _pos_float, "seconds per tool call"),
     Key(
         "notify",

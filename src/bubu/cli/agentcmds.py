@@ -72,6 +72,25 @@ def sandbox_option(_ctx: click.Context, _param: click.Parameter, value: str | No
     return None if value is None else parse_mode(value)
 
 
+def store_quota_option() -> Any:
+    """`--store-quota SIZE`: the session's quota of bytes of tool results stored whole."""
+
+    def parse(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+        from bubu.context.quota import parse_size
+
+        return None if value is None else parse_size(value)
+
+    return click.option(
+        "--store-quota",
+        "store_quota",
+        default=None,
+        metavar="SIZE",
+        callback=parse,
+        help="Bytes of whole tool results a session may store (e.g. 1GiB, or off); past it a "
+        "large result keeps its head and tail [default: 256MiB].",
+    )
+
+
 def max_cost_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
     """Check a --max-cost value before anything runs, in one line."""
     import math
@@ -202,6 +221,7 @@ def model_options(f: Any) -> Any:
                 show_default=True,
                 help="Seconds per tool call.",
             ),
+            store_quota_option(),
             click.option(
                 "--jsonl",
                 is_flag=True,
@@ -254,6 +274,8 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     chosen = opts.get("mcp")
     mcp = Path(chosen).expanduser() if chosen else default_config_path()
     pass_env: tuple[str, ...] = tuple(opts.get("pass_env") or ())
+    from bubu.context.policy import ContextPolicy
+    from bubu.context.quota import quota_of
     from bubu.engine.settings import ModelSettings, env_stall_timeout
 
     return Host(
@@ -290,6 +312,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             max_cost=opts.get("max_cost"),
             tool_timeout_s=opts.get("tool_timeout", 600.0),
             context_window=opts.get("context_window"),
+            context=ContextPolicy(store_quota=quota_of(opts.get("store_quota"))),
             project_instructions=not opts.get("no_project_instructions"),
         ),
     )

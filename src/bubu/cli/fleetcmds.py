@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bubu.cli import checks
-from bubu.cli.agentcmds import sandbox_option
+from bubu.cli.agentcmds import sandbox_option, store_quota_option
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.envopt import env_names
 from bubu.cli.term import echo
@@ -174,6 +174,7 @@ def _say(line: str) -> None:
 @click.option("--mcp", "mcp", default=None, envvar="BUBU_MCP", metavar="FILE",
               type=click.Path(dir_okay=False),
               help="MCP servers to offer tools from (default $BUBU_HOME/mcp.json if present).")  # fmt: skip
+@store_quota_option()
 @click.option("--max-sandbox", default="workspace-write", show_default=True, callback=sandbox_option,
               metavar="workspace-write|read-only|off",
               help="The loosest sandbox a task runs in; a task asking for a looser one is held.")  # fmt: skip
@@ -199,6 +200,7 @@ def worker_cmd(
     poll: float,
     tool_timeout: float,
     mcp: str | None,
+    store_quota: int | None,
     max_sandbox: SandboxMode,
     allow_yes: bool,
     allow_network: bool,
@@ -214,6 +216,8 @@ def worker_cmd(
     SIGTERM or Ctrl-C drains: running turns finish their current step and are handed back to the
     fleet; a second Ctrl-C stops them at once.
     """
+    from bubu.context.policy import ContextPolicy
+    from bubu.context.quota import quota_of
     from bubu.engine.ceiling import Ceiling
     from bubu.engine.driver import RunConfig
     from bubu.engine.worker import Worker, WorkerConfig
@@ -227,7 +231,8 @@ def worker_cmd(
         store = PostgresStore(url)
         return store, WorkQueue(store)
 
-    run = RunConfig(max_steps=None, lease_ttl_s=lease_ttl, tool_timeout_s=tool_timeout)
+    run = RunConfig(max_steps=None, lease_ttl_s=lease_ttl, tool_timeout_s=tool_timeout,
+                    context=ContextPolicy(store_quota=quota_of(store_quota)))  # fmt: skip
     ceiling = Ceiling(max_sandbox=max_sandbox, allow_yes=allow_yes, allow_network=allow_network,
                       allow_patterns=allow_patterns, allow_env=frozenset(allow_env))  # fmt: skip
     config = WorkerConfig(concurrency=concurrency, once=once, idle_exit_s=idle_exit,

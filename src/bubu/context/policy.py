@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bubu.context.quota import DEFAULT_STORE_QUOTA
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextPolicy:
@@ -15,7 +17,9 @@ class ContextPolicy:
       `hot_max_bytes`; older large ones become placeholders;
     - `compact_at`: compact when the projected request passes this share of the window;
     - `keep_steps`: model steps kept raw after a checkpoint (fewer when they do not fit);
-    - `tail_share`: the largest share of the window the raw tail may take after compaction.
+    - `tail_share`: the largest share of the window the raw tail may take after compaction;
+    - `store_quota`: bytes of whole results a session may store (None: no quota); past it, a
+      large result is kept as its head and tail (`bubu.context.quota`).
     """
 
     offload_bytes: int = 8192
@@ -26,6 +30,12 @@ class ContextPolicy:
     tail_share: float = 0.35
     excerpt_lines: int = 12
     excerpt_bytes: int = 1200
+    store_quota: int | None = DEFAULT_STORE_QUOTA
+
+    @property
+    def bounded_keep(self) -> int:
+        """Bytes kept of each end of a result bounded by the quota: together they stay inline."""
+        return self.offload_bytes * 3 // 8
 
     def reserve(self, window: int) -> int:
         """Tokens kept free for the response and estimation error: min(16,384, window / 4)."""

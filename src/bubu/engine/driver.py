@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, assert_never
 
 from bubu import clock, failpoints, ids
+from bubu.context.quota import StoredWhole
 from bubu.engine import choices, compacting, turnstart
 from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
@@ -104,6 +105,8 @@ class Runner:
         self.instructions = Instructions()
         self.known_blobs: set[str] = set()
         """The sha-256 of every result this session offloaded."""
+        self.stored = StoredWhole(inline_over=self.config.context.offload_bytes)
+        """Bytes of results the session's log stores whole (its quota is counted from the log)."""
         self.call_ids: set[str] = set()
         """Every call id of the session (they must be unique)."""
         self.requests = RequestFold(policy=self.config.context)
@@ -147,6 +150,7 @@ class Runner:
         self.requests = RequestFold(policy=self.config.context)
         self.compactor.fold = self.requests
         self.known_blobs, self.call_ids, self.high_water = set(), set(), 0
+        self.stored = StoredWhole(inline_over=self.config.context.offload_bytes)
         self._catch_up()
 
     def stage(self, events: Sequence[Event], *, after: str | None = None) -> None:
@@ -174,6 +178,7 @@ class Runner:
             self.longrun.apply(r)
             self.instructions.apply(r)
             self.requests.apply(r)
+            self.stored.apply(r)
             blob = getattr(r.event.content, "blob", None)
             if blob is not None:
                 self.known_blobs.add(blob.sha256)

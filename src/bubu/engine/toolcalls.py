@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeAlias, assert_never
 
 from bubu import clock, failpoints, ids, images
 from bubu.context.offload import offload_result
+from bubu.context.quota import StoredWhole, bounded, over_quota
 from bubu.engine import choices
 from bubu.engine.host import Observer, RunnerView, StopReason
 from bubu.engine.keep import kept_before
@@ -54,6 +55,8 @@ class ToolHost(RunnerView, Protocol):
     run: str | None
     known_blobs: set[str]
     """The sha-256 of every result this session offloaded."""
+    stored: StoredWhole
+    """Bytes of results the session's log stores whole, for the quota."""
     pool: cf.ThreadPoolExecutor
     stop_event: threading.Event
     """Set once a stop is asked for: a running tool's cancel signal."""
@@ -167,12 +170,39 @@ class ToolCalls:
         )  # fmt: skip
         return event, (data if blob is not None else None)
 
+    def _within_quota(
+        self, done: Sequence[tuple[CallState, ToolResult, float | None]]
+    ) -> list[tuple[CallState, ToolResult, float | None]]:
+        """Each result that would take the session past its quota of bytes stored whole, kept as
+        its head and tail with a note instead (a page of a stored result is never cut)."""
+        policy = self.host.config.context
+        used = self.host.stored.total
+        out = []
+        for call, r, started in done:
+            data = r.full if r.full is not None else codec.sanitize_text(r.output).encode("utf-8")
+            size = len(data)
+            if not choices.may_offload(call.name) or not over_quota(
+                policy.store_quota, used, size, inline_over=policy.offload_bytes
+            ):
+                used += size if size > policy.offload_bytes else 0
+                out.append((call, r, started))
+                continue
+            assert policy.store_quota is not None  # over_quota says so
+            # Redacted before the cut, which could leave half a secret the scrubber cannot see.
+            text, dropped = bounded(call.name, redact.data(data), keep=policy.bounded_keep,
+                                    quota=policy.store_quota, used=used)  # fmt: skip
+            kept = ToolResult(output=text, is_error=r.is_error, images=r.images,
+                              dropped=r.dropped + dropped)  # fmt: skip
+            out.append((call, kept, started))
+        return out
+
     def commit_outcomes(
         self, done: Sequence[tuple[CallState, ToolResult, float | None]], *, stage: bool = False
     ) -> bool:
         """Commit outcomes with their offloaded blobs in one transaction; if storing the blobs
         fails, commit the results inline instead — never a reference to bytes that are not there.
         With `stage`, outcomes without blobs are staged for the next append instead (True)."""
+        done = self._within_quota(done)
         pairs = [self._offloaded(c, r, t) for c, r, t in done]
         blobs = [b for _, b in pairs if b is not None] + [
             d for _, r, _ in done for _, d in r.images
