@@ -62,6 +62,8 @@ LATER_NOTE_KINDS = frozenset(
         "project_instructions",
         "window_learned",
         "server_note",
+        "task_held",
+        "task_approved",
     }
 )
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones

@@ -39,6 +39,8 @@ from bubu.events import (
     StepLimit,
     SummaryChunk,
     SystemNote,
+    TaskApproved,
+    TaskHeld,
     Text,
     Thinking,
     TokenUsage,
@@ -167,6 +169,12 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
         source_digest=opt_shas,
     ),
     MemoryForgotten: st.builds(MemoryForgotten, key=texts),
+    TaskHeld: st.builds(
+        TaskHeld, request_seq=counts, reasons=st.lists(texts, max_size=3), worker=texts
+    ),
+    TaskApproved: st.builds(
+        TaskApproved, request_seq=counts, reasons=st.lists(texts, max_size=3), by=texts
+    ),
     WindowLearned: st.builds(WindowLearned, tokens=counts, source=texts),
     ServerNote: st.builds(ServerNote, text=texts),
     ProjectInstructions: st.builds(

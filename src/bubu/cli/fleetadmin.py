@@ -12,6 +12,7 @@ from bubu import clock
 from bubu.cli.app import Ctx, cli, emit_json, fail, pass_ctx
 from bubu.cli.fleetcmds import db_option, fleet_store
 from bubu.cli.term import printable
+from bubu.errors import BubuError
 
 
 @cli.group("fleet")
@@ -73,7 +74,15 @@ def approve_task_cmd(ctx: Ctx, /, session: str, *, db: str | None) -> None:
     note = TaskApproved(request_seq=held.request_seq, reasons=list(held.reasons), by=by)
     ev = make(session=info.id, role="system", author="user", ts=clock.now_ms(),
               content=SystemNote(note=note), visibility="hidden")  # fmt: skip
-    store.append(info.id, [ev], expect=store.head(info.id).high_water, durable=True)
+    try:
+        store.append(info.id, [ev], expect=store.head(info.id).high_water, durable=True)
+    except BubuError as e:
+        if "approvals" not in str(e):
+            raise
+        fail(
+            f"this PostgreSQL role may not approve held tasks ({e}); approve as the fleet's "
+            "approver role (`bubu fleet roles --sql`) or the schema's owner"
+        )
     click.echo(f"approved {info.id}; a worker runs it as submitted, although:")
     for reason in held.reasons:
         click.echo(f"  {printable(reason)}")
@@ -84,14 +93,23 @@ def approve_task_cmd(ctx: Ctx, /, session: str, *, db: str | None) -> None:
 @click.option("--schema", default=None, metavar="NAME", help="The log's schema (default bubu).")
 @click.option("--worker", "worker", default=None, metavar="ROLE", help="The workers' role name.")
 @click.option("--submitter", default=None, metavar="ROLE", help="The submitters' role name.")
+@click.option("--approver", default=None, metavar="ROLE",
+              help="The role of those who approve held tasks.")  # fmt: skip
 @click.option("--grant-only", is_flag=True, help="Grant to roles that exist; create none.")
 def roles_cmd(
-    *, as_sql: bool, schema: str | None, worker: str | None, submitter: str | None, grant_only: bool
+    *,
+    as_sql: bool,
+    schema: str | None,
+    worker: str | None,
+    submitter: str | None,
+    approver: str | None,
+    grant_only: bool,
 ) -> None:
-    """Print the SQL that sets up least-privilege PostgreSQL roles for workers and submitters
-    (run it with psql as the schema's owner; see docs/fleet.md)."""
+    """Print the SQL that sets up least-privilege PostgreSQL roles for workers, submitters and
+    approvers (run it with psql as the schema's owner; see docs/fleet.md)."""
     from bubu.log.postgres import DEFAULT_SCHEMA
     from bubu.log.postgres._roles import (
+        DEFAULT_APPROVER_ROLE,
         DEFAULT_SUBMITTER_ROLE,
         DEFAULT_WORKER_ROLE,
         FleetRoles,
@@ -100,7 +118,8 @@ def roles_cmd(
 
     del as_sql  # the script is the output; the flag says so where it is run
     roles = FleetRoles(schema=schema or DEFAULT_SCHEMA, worker=worker or DEFAULT_WORKER_ROLE,
-                       submitter=submitter or DEFAULT_SUBMITTER_ROLE, create=not grant_only)  # fmt: skip
-    if roles.worker == roles.submitter:
-        fail("--worker and --submitter must name two roles; a worker may do more than a submitter")
+                       submitter=submitter or DEFAULT_SUBMITTER_ROLE,
+                       approver=approver or DEFAULT_APPROVER_ROLE, create=not grant_only)  # fmt: skip
+    if len({roles.worker, roles.submitter, roles.approver}) < 3:
+        fail("--worker, --submitter and --approver must name three roles; each may do other things")
     click.echo(roles_sql(roles), nl=False)

@@ -86,8 +86,11 @@ HoldState = Literal["none", "held", "approved"]
 """Where a queued request stands with the worker's ceiling, as far as the log says."""
 
 
-def hold_state(records: Iterable[Record], request_seq: int) -> HoldState:
-    """Whether the request at `request_seq` was held by a worker, and approved since."""
+def hold_state(
+    records: Iterable[Record], request_seq: int, vouched: frozenset[int] | None = None
+) -> HoldState:
+    """Whether the request at `request_seq` was held by a worker, and approved since; with
+    `vouched`, only approvals at those seqs count (those the database vouches for)."""
     state: HoldState = "none"
     for r in records:
         c = r.event.content
@@ -96,7 +99,11 @@ def hold_state(records: Iterable[Record], request_seq: int) -> HoldState:
         n = c.note
         if isinstance(n, TaskHeld) and n.request_seq == request_seq and state == "none":
             state = "held"
-        elif isinstance(n, TaskApproved) and n.request_seq == request_seq:
+        elif (
+            isinstance(n, TaskApproved)
+            and n.request_seq == request_seq
+            and (vouched is None or r.seq in vouched)
+        ):
             state = "approved"
     return state
 

@@ -180,10 +180,11 @@ def start_queued(
     request, policy = queued
     if ceiling is not None:
         reasons = excess(ceiling, asked(policy), sandbox_works=unavailable() is None)
-        state = hold_state(records, request.seq) if reasons else "none"
+        vouched = host.store.vouched_approvals(info.id) if reasons else None
+        state = hold_state(records, request.seq, vouched) if reasons else "none"
         if reasons and state != "approved":
-            if state == "none":
-                hold(host, info, lease, request, reasons)
+            # Again when held before: a queue row put back by hand must not make workers spin.
+            hold(host, info, lease, request, reasons)
             return "held"
     with running(host, info, lease) as runner:
         if runner.turn.open:
@@ -208,10 +209,16 @@ def start_queued(
         return runner.drive()
 
 
-def check_open_turn(records: Sequence[Record], ceiling: Ceiling, session: str) -> None:
+def check_open_turn(
+    records: Sequence[Record],
+    ceiling: Ceiling,
+    session: str,
+    vouched: frozenset[int] | None = None,
+) -> None:
     """Refuse to continue an open or retried turn whose recorded policy is above `ceiling`, unless
     a person approved the request that opened it (a turn started elsewhere, or written straight
-    into the log, never gets more from a worker than a queued task would)."""
+    into the log, never gets more from a worker than a queued task would). With `vouched`, only
+    approvals at those seqs count."""
     started: TurnStarted | None = None
     approved = approved_here = False
     for r in records:
@@ -222,7 +229,7 @@ def check_open_turn(records: Sequence[Record], ceiling: Ceiling, session: str) -
         elif isinstance(n, TurnEnded):
             approved_here = False
         elif isinstance(n, TaskApproved):
-            approved_here = True
+            approved_here = approved_here or vouched is None or r.seq in vouched
     if started is None or approved:
         return
     reasons = excess(ceiling, asked(started), sandbox_works=unavailable() is None)
@@ -253,7 +260,8 @@ def run_claim(host: Host, claim: Claim, ceiling: Ceiling | None = None) -> Outco
     if claim.state == "queued":
         return start_queued(host, info, claim.lease, ceiling)
     if ceiling is not None:
-        check_open_turn(host.store.read(info.id, kinds=REQUEST_KINDS), ceiling, info.id)
+        records = host.store.read(info.id, kinds=REQUEST_KINDS)
+        check_open_turn(records, ceiling, info.id, host.store.vouched_approvals(info.id))
     if claim.state == "retry":
         # The turn gave up waiting for its provider a while ago: try it again, as `bubu resume`.
         with running(host, info, claim.lease) as runner:

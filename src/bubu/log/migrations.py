@@ -44,6 +44,9 @@ INDEXED_KINDS = (
     "permission_request",
     "permission_decision",
     "tool_recovery",
+    # Added after migration 2: no log held either kind before, so there is nothing to backfill.
+    "task_held",
+    "task_approved",
 )
 """The kinds a session's status is folded from (`BOUNDARY_KINDS`): user requests, answers and the
 boundaries of turns and runs, a few per turn, so SQLite indexes them by kind (in `kind_index`)

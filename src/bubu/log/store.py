@@ -326,6 +326,13 @@ class Store(abc.ABC):
     def verify(self, session: str) -> VerifyReport:
         """Recompute the chain (and blob hashes) and report the first bad seq."""
 
+    def vouched_approvals(self, session: str) -> frozenset[int] | None:
+        """The seqs of the session's `task_approved` events that the database vouches a role
+        allowed to approve appended; None where the store trusts whoever can write it (a file of
+        your own)."""
+        del session
+        return None
+
     # -- blobs ------------------------------------------------------------------------------------
 
     @abc.abstractmethod

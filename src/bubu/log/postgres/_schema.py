@@ -23,7 +23,9 @@ NOW_MS_SQL = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 REQUIRED_TRIGGERS: tuple[tuple[str, str], ...] = (
     ("events", "events_chain"),
     ("events", "events_immutable"),
+    ("events", "events_approval"),
     ("blobs", "blobs_immutable"),
+    ("approvals", "approvals_immutable"),
     ("sessions", "sessions_guard"),
 )
 """(table, trigger) pairs that must exist and be enabled for the log's rules to hold."""
@@ -241,6 +243,29 @@ END $$
 """
 
 
+# Migration 6: an approval of a held task (`bubu approve-task`) counts only where the database
+# vouches for it. Appending a `task_approved` event inserts a row into `approvals` as the
+# appending role, so a role without INSERT there (a worker, a submitter) cannot append one; an
+# event that hides its kind gets no row, and workers ignore an approval without one.
+_EVENTS_APPROVAL = """
+CREATE FUNCTION events_approval() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  -- Only when there is one: the privilege is checked even for an INSERT of no rows.
+  IF EXISTS (SELECT 1 FROM new_rows WHERE kind = 'task_approved') THEN
+    INSERT INTO approvals(sid, seq)
+      SELECT sid, seq FROM new_rows WHERE kind = 'task_approved';
+  END IF;
+  RETURN NULL;
+END $$
+"""
+
+_PIN_APPROVAL = _PIN_PATHS.replace(
+    """ARRAY['events_chain()', 'work_step(bigint, bigint, text, bytea)',
+                           'events_work()', 'sessions_guard()', 'refuse_change()']""",
+    "ARRAY['events_approval()']",
+)
+
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -321,6 +346,20 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
                 _WORK_KINDS, _WORK_KINDS_HELD
             ),
             _PIN_PATHS,
+        ),
+    ),
+    Migration(
+        6,
+        "approvals of held tasks, vouched for by the role that appended them",
+        (
+            "CREATE TABLE approvals(sid bigint NOT NULL REFERENCES sessions(sid), "
+            "seq bigint NOT NULL, approver name NOT NULL DEFAULT current_user, "
+            f"approved_ms bigint NOT NULL DEFAULT {NOW_MS_SQL}, PRIMARY KEY (sid, seq))",
+            *_immutable("approvals"),
+            _EVENTS_APPROVAL,
+            _PIN_APPROVAL,
+            "CREATE TRIGGER events_approval AFTER INSERT ON events REFERENCING NEW TABLE AS new_rows "
+            "FOR EACH STATEMENT EXECUTE FUNCTION events_approval()",
         ),
     ),
 )

@@ -393,6 +393,15 @@ class PostgresStore(Store):
                 out[str(sha)] = bool(ok)
         return out
 
+    def vouched_approvals(self, session: str) -> frozenset[int] | None:
+        """The seqs of the session's approvals that the `approvals` table holds (see _schema)."""
+        with self._using() as db:
+            rows = db.execute(
+                "SELECT a.seq FROM approvals a JOIN sessions s ON s.sid = a.sid WHERE s.id = %s",
+                [session],
+            ).fetchall()
+        return frozenset(int(r[0]) for r in rows)
+
     def blob(self, sha256: str) -> bytes | None:
         with self._using() as db:
             row = db.execute(
