@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -37,6 +37,9 @@ from bubu.projections.transcript import (
 )
 from bubu.providers import resolve
 from bubu.providers.scripted import absolute_spec
+
+FC = TypeVar("FC", bound=Callable[..., Any])
+"""A click command function, as an option decorator takes and returns it."""
 
 EXIT = {"completed": 0, "failed": 1, "stopped": 3, "suspended": 4, None: 5}
 """Exit status by how the turn ended (5: the run lost its lease or was blocked)."""
@@ -72,7 +75,7 @@ def sandbox_option(_ctx: click.Context, _param: click.Parameter, value: str | No
     return None if value is None else parse_mode(value)
 
 
-def store_quota_option() -> Any:
+def store_quota_option() -> Callable[[FC], FC]:
     """`--store-quota SIZE`: the session's quota of bytes of tool results stored whole."""
 
     def parse(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:

@@ -42,7 +42,7 @@ from bubu.projections.recovery import (
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.projections.turn import CallState, fold
 
-Outcome = TurnEndReason | Literal["blocked", "busy", "nothing", "held"] | None
+Outcome = TurnEndReason | Literal["blocked", "busy", "nothing"] | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -66,6 +66,9 @@ from bubu.tools.sandbox import DEFAULT_MODE, unavailable
 if TYPE_CHECKING:
     from bubu.log.postgres import Claim
 
+WorkOutcome = Outcome | Literal["held"]
+"""How handling a claim ended: a turn's outcome, or `held` above the worker's ceiling."""
+
 SUBMIT_KEY = "submit"
 """The state_delta key under which a queued request records its policy."""
 
@@ -170,7 +173,7 @@ def hold(
 
 def start_queued(
     host: Host, info: SessionInfo, lease: Lease, ceiling: Ceiling | None = None
-) -> Outcome:
+) -> WorkOutcome:
     """Open a turn for the session's queued request under its recorded policy and drive it; one
     whose policy asks for more than `ceiling` is held (unless a person approved it)."""
     records = host.store.read(info.id, kinds=REQUEST_KINDS)
@@ -241,7 +244,7 @@ def check_open_turn(
         )
 
 
-def run_claim(host: Host, claim: Claim, ceiling: Ceiling | None = None) -> Outcome:
+def run_claim(host: Host, claim: Claim, ceiling: Ceiling | None = None) -> WorkOutcome:
     """Do the work a claim found: a new turn for a queued request, the continuation of a turn
     handed back cleanly, or the recovery of one whose runner died (never of a session that was
     imported or forked: the user continues those explicitly). Under a `ceiling`, a queued task
