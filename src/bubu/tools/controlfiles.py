@@ -243,6 +243,7 @@ def check(before: Scan) -> tuple[Report, Scan]:
         f"{rel}/ (could not be read)" for rel in now.unread if rel not in before.unread
     ]
     moved: dict[str, str] = {}  # now at → was at
+    replaced: dict[str, Entry] = {}  # where the command put a new entry over one of before
     for rel, e in sorted(now.found.items()):
         old = before.found.get(rel)
         if old == e:
@@ -251,25 +252,18 @@ def check(before: Scan) -> tuple[Report, Scan]:
         origin = was_at.get(e.ident)
         if origin is not None and origin != rel:
             moved[rel] = origin  # a control entry of before, moved here: never deleted
-            continue
-        if old is not None and old.ident == e.ident and old.kind == e.kind == "file":
-            if old.data is not None and _restore(path, old.data):
+        elif old is not None and old.ident == e.ident:
+            # Changed in place: a file is rewritten as it was; anything else is for a person.
+            if old.kind == e.kind == "file" and old.data is not None and _restore(path, old.data):
                 restored.append(rel)
             else:
                 held.append(rel)
-            continue
-        if old is not None and old.ident == e.ident:
-            held.append(rel)  # changed in place (a directory's config or hooks)
-            continue
-        if not _remove(path):
+        elif not _remove(path):
             held.append(rel)
-            continue
-        if old is None:
+        elif old is None:
             removed.append(rel)
-        elif old.kind == "file" and old.data is not None and _restore(path, old.data):
-            restored.append(rel)
         else:
-            removed.append(rel)  # what it replaced comes back below if it was only moved
+            replaced[rel] = old
     for rel, origin in moved.items():
         target = os.path.join(root, origin)
         parent = os.path.dirname(target)
@@ -281,6 +275,14 @@ def check(before: Scan) -> tuple[Report, Scan]:
             except OSError:
                 pass
         held.append(f"{rel} (moved from {origin})")
+    for rel, old in replaced.items():
+        path = os.path.join(root, rel)
+        if os.path.lexists(path):
+            continue  # the original was moved back
+        if old.kind == "file" and old.data is not None and _restore(path, old.data):
+            restored.append(rel)
+        else:
+            held.append(f"{rel} (replaced by the command, which was removed; the original is gone)")
     away = set(moved.values())
     gone = [r for r in before.found if r not in away and not os.path.lexists(os.path.join(root, r))]
     held += [f"{rel} (removed or moved away)" for rel in sorted(gone)]
