@@ -234,5 +234,8 @@ def cgroup_for(limits: Limits) -> Cgroup | None:
 def file_size_hit(returncode: int, limits: Limits) -> str | None:
     """The words for a command that a file-size limit stopped (SIGXFSZ), else None."""
     if returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
-        return f"a file reached the file-size limit ({human(limits.file_bytes())})"
+        return (
+            f"a file probably reached the file-size limit ({human(limits.file_bytes())}): "
+            "the command ended by SIGXFSZ"
+        )
     return None
