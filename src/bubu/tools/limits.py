@@ -5,21 +5,24 @@ Two mechanisms, each used where it binds:
 - a **cgroup** per command (v1 ``pids`` and ``memory`` hierarchies that this process may write),
   which the keeper joins before it starts the command: ``pids.max`` and the memory limit bind
   every process of the tree, root's too, and their counters say afterwards which was reached;
-- **rlimits** set inside the sandbox, after bubblewrap made its user namespace (``ulimit`` in
-  the shell that then runs the command): ``RLIMIT_FSIZE`` binds everyone; ``RLIMIT_NPROC``
-  binds a normal user (counted per user namespace, so only the sandbox's processes count) but
-  never root; ``RLIMIT_DATA`` stands in for the memory limit, per process, where there is no
-  cgroup.
+- **rlimits**: ``RLIMIT_FSIZE`` (binds everyone) and, where there is no memory cgroup,
+  ``RLIMIT_DATA`` per process, set by the keeper and inherited; where there is no pids cgroup,
+  ``RLIMIT_NPROC`` set inside the sandbox after bubblewrap made its user namespace (``ulimit``
+  in the shell that then runs the command), which binds a normal user (counted per user
+  namespace, so only the sandbox's processes count) but never root.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import itertools
 import os
 import re
 import signal
 import threading
+import time
 from dataclasses import dataclass
 
 from bubu.errors import ConfigError
@@ -30,6 +33,8 @@ DEFAULT_FILE_SIZE = "4G"
 CGROUP_ROOT = "/sys/fs/cgroup"
 JOIN_VAR = "BUBU_KEEPER_CGROUPS"
 """Tells the keeper which ``cgroup.procs`` files to join (one per line) before it starts."""
+RLIMIT_VAR = "BUBU_KEEPER_RLIMITS"
+"""Tells the keeper which rlimits to set (``FSIZE=BYTES DATA=BYTES``) before it starts."""
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -91,15 +96,26 @@ class Limits:
         return self.file_size or parse_size(DEFAULT_FILE_SIZE, option="--max-file-size")
 
 
-def ulimit_argv(limits: Limits, cgroup: bool, argv: list[str]) -> list[str]:
-    """`argv` run by a bash that first sets the rlimits (hard and soft) inside the sandbox."""
-    sets = [f"ulimit -u {limits.procs}", f"ulimit -f {max(1, limits.file_bytes() // 1024)}"]
-    if not cgroup:  # without a memory cgroup, a per-process data limit stands in
-        sets.append(f"ulimit -d {max(1, limits.memory_bytes() // 1024)}")
-    script = " && ".join(sets) + ' || exit 126; exec "$@"'
+def keeper_rlimits(limits: Limits, cgroup: Cgroup | None) -> str:
+    """The rlimits the keeper sets on itself before it starts bubblewrap, which the command
+    inherits: the file size, and a per-process data limit where no memory cgroup binds."""
+    out = [f"FSIZE={limits.file_bytes()}"]
+    if cgroup is None or cgroup.memory is None:
+        out.append(f"DATA={limits.memory_bytes()}")
+    return " ".join(out)
+
+
+def nproc_argv(limits: Limits, cgroup: Cgroup | None, argv: list[str]) -> list[str]:
+    """`argv` run by a bash that first sets RLIMIT_NPROC, where no pids cgroup binds: inside the
+    sandbox, after bubblewrap made its user namespace, so only the sandbox's processes count
+    (set before, the kernel would count every process of the user against it)."""
+    if cgroup is not None and cgroup.pids is not None:
+        return argv
+    script = f'ulimit -u {limits.procs} || exit 126; exec "$@"'
     return [argv[0], "-c", script, "bubu-limits", *argv]
 
 
+@functools.cache
 def _own(hierarchy: str) -> str | None:
     """This process's cgroup directory in the v1 `hierarchy`, if it may create cgroups there."""
     try:
@@ -168,18 +184,39 @@ class Cgroup:
         return out
 
     def remove(self) -> None:
-        """Remove the cgroups (once the tree is gone; a busy one is left for a later sweep)."""
+        """Remove the cgroups; one still busy (its keeper is exiting) is removed by a later
+        command, at exit, or by the sweep of the next Bubu process."""
         for d in (self.pids, self.memory):
-            if d is None:
-                continue
-            for _ in range(50):
-                try:
-                    os.rmdir(d)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    threading.Event().wait(0.01)  # the last process is still being reaped
+            if d is not None and not _rmdir(d):
+                with _pending_lock:
+                    _pending.append(d)
+
+
+_pending: list[str] = []
+_pending_lock = threading.Lock()
+
+
+def _rmdir(path: str) -> bool:
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _retry_pending(wait_s: float = 0.0) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        with _pending_lock:
+            _pending[:] = [d for d in _pending if not _rmdir(d)]
+            if not _pending or time.monotonic() >= deadline:
+                return
+        time.sleep(0.01)
+
+
+atexit.register(_retry_pending, 1.0)
 
 
 def _read(path: str) -> str:
@@ -198,6 +235,7 @@ def _write(path: str, text: str) -> None:
 def cgroup_for(limits: Limits) -> Cgroup | None:
     """Fresh cgroups holding `limits` for one command, or None where this process cannot make
     them (the rlimits then apply alone)."""
+    _retry_pending()
     pids_parent, mem_parent = _own("pids"), _own("memory")
     if pids_parent is None and mem_parent is None:
         return None

@@ -190,8 +190,9 @@ def spawn_spec(
     cgroup = limits.cgroup_for(opts.limits)
     if cgroup is not None:
         env[limits.JOIN_VAR] = cgroup.procs_files()
+    env[limits.RLIMIT_VAR] = limits.keeper_rlimits(opts.limits, cgroup)
     if os.path.basename(shell) == "bash":
-        argv = limits.ulimit_argv(opts.limits, cgroup is not None and bool(cgroup.memory), argv)
+        argv = limits.nproc_argv(opts.limits, cgroup, argv)
     wrapped = wrap(argv, cwd, sandbox, controls=controls, env=env)
     return Spawn(argv=wrapped, cwd=cwd, env=env, controls=controls, cgroup=cgroup)
 
