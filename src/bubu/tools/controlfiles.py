@@ -37,6 +37,10 @@ RACY_NS = 2_000_000_000
 """A directory changed this close before a scan is listed again by the next one: a change in
 the same tick of the kernel's clock would leave its ctime as it was."""
 
+_PRIVATE_AT_ROOT = frozenset({"proc", "sys", "dev", "tmp", "run"})
+"""With the whole filesystem as the workspace: what the sandbox replaces with its own (or binds
+read-only), where a command's writes never reach the host."""
+
 Kind = Literal["dir", "file", "link", "other"]
 
 
@@ -142,7 +146,9 @@ def scan(root: str, previous: Scan | None = None) -> Scan:
                     for e in listing:
                         if e.name in NAMES:
                             controls.append(e.name)
-                        elif e.is_dir(follow_symlinks=False):
+                        elif e.is_dir(follow_symlinks=False) and not (
+                            path == "/" and e.name in _PRIVATE_AT_ROOT
+                        ):
                             subdirs.append(e.name)
             except OSError:
                 unread.append(rel or ".")
