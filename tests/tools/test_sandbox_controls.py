@@ -187,3 +187,16 @@ def test_a_rescan_sees_what_an_old_listing_would_hide(tmp_path: Path) -> None:
     recent = controlfiles.scan(str(root))
     (root / "c" / ".gitmodules").write_text("")
     assert "c/.gitmodules" in controlfiles.scan(str(root), recent).found
+
+
+def test_a_huge_workspace_is_checked_as_far_as_the_bound_and_says_so(
+    tools: dict[str, Tool], ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(controlfiles, "MAX_DIRS", 3)
+    for name in "abcde":
+        (ws / name).mkdir()
+    out = run(tools, ws, "true")
+    assert out.endswith(
+        "exit code 0; the workspace has more than 3 directories: Bubu looked for git and Bubu "
+        "control files the command made in that many only"
+    ), out

@@ -30,6 +30,10 @@ NAMES = frozenset({".git", ".gitmodules", ".bubu"})
 _INSIDE_GIT = ("config", "config.worktree", "hooks", "info", "commondir", "gitdir")
 """What of a `.git` directory is compared (its own status and these entries'): what runs code."""
 
+MAX_DIRS = 200_000
+"""A workspace with more directories is checked only this far (a home directory as the
+workspace must not cost minutes per command); the result says so."""
+
 MAX_KEPT = 1 << 20
 """A control file's bytes are kept (to restore it) up to this size."""
 
@@ -70,6 +74,8 @@ class Scan:
     found: dict[str, Entry] = field(default_factory=dict)
     unread: tuple[str, ...] = ()
     """Directories that could not be listed (their contents are unknown)."""
+    partial: bool = False
+    """The walk stopped at MAX_DIRS directories."""
     dirs: dict[str, _Dir] = field(default_factory=dict, repr=False)
 
 
@@ -126,6 +132,8 @@ def scan(root: str, previous: Scan | None = None) -> Scan:
     unread: list[str] = []
     stack = [""]
     while stack:
+        if len(dirs) >= MAX_DIRS:
+            break
         rel = stack.pop()
         path = os.path.join(root, rel) if rel else root
         try:
@@ -160,7 +168,9 @@ def scan(root: str, previous: Scan | None = None) -> Scan:
             if entry is not None:
                 found[os.path.join(rel, name)] = entry
         stack.extend(os.path.join(rel, s) for s in here.subdirs)
-    return Scan(root=root, at_ns=at, found=found, unread=tuple(unread), dirs=dirs)
+    return Scan(
+        root=root, at_ns=at, found=found, unread=tuple(unread), dirs=dirs, partial=bool(stack)
+    )
 
 
 def binds(found: Scan) -> list[str]:
@@ -192,10 +202,16 @@ class Report:
     """Changed or replaced by the command, put back as they were."""
     held: tuple[str, ...] = ()
     """Changed where putting them back is not safe: left as they are, for a person to check."""
+    partial: bool = False
+    """The workspace has more than MAX_DIRS directories: only that many were checked."""
 
     def text(self) -> str | None:
         """The note for the command's result; None when the command touched nothing."""
         parts: list[str] = []
+        partial = (
+            f"the workspace has more than {MAX_DIRS:,} directories: Bubu looked for git and Bubu "
+            "control files the command made in that many only"
+        )
         if self.removed:
             parts.append(f"removed what it created: {', '.join(self.removed)}")
         if self.restored:
@@ -206,11 +222,12 @@ class Report:
                 f"{', '.join(self.held)}"
             )
         if not parts:
-            return None
-        return (
+            return partial if self.partial else None
+        said = (
             "the command created or changed git or Bubu control files (.git, .gitmodules, "
             "which run code outside the sandbox, .bubu); Bubu " + "; ".join(parts)
         )
+        return f"{said}; {partial}" if self.partial else said
 
 
 def _remove(path: str) -> bool:
@@ -292,7 +309,12 @@ def check(before: Scan) -> tuple[Report, Scan]:
     away = set(moved.values())
     gone = [r for r in before.found if r not in away and not os.path.lexists(os.path.join(root, r))]
     held += [f"{rel} (removed or moved away)" for rel in sorted(gone)]
-    report = Report(removed=tuple(removed), restored=tuple(restored), held=tuple(held))
+    report = Report(
+        removed=tuple(removed),
+        restored=tuple(restored),
+        held=tuple(held),
+        partial=now.partial,
+    )
     if removed or restored:
         now = scan(root, now)
     return report, now
