@@ -210,15 +210,15 @@ def wrap(
     covered = [] if sandbox.network else sockets.maskable(["/run"], [ws, *toolchain[1::3]])
     tmpfs = [a for d in covered for a in ("--tmpfs", d)]
     allowed = sockets.allowed_paths(opts.allow_sockets, opts.ssh_agent, env or {})
-    # After the workspace's bind, so that a socket inside the workspace is covered too.
-    masks = sockets.mask_args(allowed, [*covered, SANDBOX_TMP], [ws, *toolchain[1::3]])
     if ws == "/":  # bound after /dev, /proc and /tmp it would hide them
-        args = [*_base_args(sandbox.bwrap, sandbox.network, root=kind), *tmpfs, *masks]
+        args = [*_base_args(sandbox.bwrap, sandbox.network, root=kind), *tmpfs]
     else:
         base = _base_args(sandbox.bwrap, sandbox.network)
-        args = [*base, *tmpfs, *toolchain, kind, ws, ws, *masks]
+        args = [*base, *tmpfs, *toolchain, kind, ws, ws]
     if sandbox.mode == "workspace-write" and controls is not None:
         args += binds(controls)
+    # Last, so that a socket inside the workspace (or inside its .git) is covered too.
+    args += sockets.mask_args(allowed, [*covered, SANDBOX_TMP], [ws, *toolchain[1::3]])
     return [*args, "--chdir", os.path.realpath(cwd), "--", *argv]
 
 
