@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -200,3 +201,22 @@ def test_a_huge_workspace_is_checked_as_far_as_the_bound_and_says_so(
         "exit code 0; the workspace has more than 3 directories: Bubu looked for git and Bubu "
         "control files the command made in that many only"
     ), out
+
+
+def test_a_symlink_swapped_in_never_leads_a_removal_outside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = (tmp_path / "ws").resolve()
+    ws.mkdir()
+    outside = tmp_path / "outside"
+    (outside / ".git").mkdir(parents=True)
+    before = controlfiles.scan(str(ws))
+    (ws / "x" / ".git").mkdir(parents=True)
+    seen = controlfiles.scan(str(ws), before)
+    # Between the look and the removal, a parallel command swaps the directory for a symlink.
+    shutil.rmtree(ws / "x")
+    (ws / "x").symlink_to(outside)
+    monkeypatch.setattr(controlfiles, "scan", lambda root, previous=None: seen)
+    report, _ = controlfiles.check(before)
+    assert (outside / ".git").is_dir()
+    assert report.held == ("x/.git",)

@@ -16,11 +16,13 @@ Nothing is skipped: a hostile repository can hide a `.git` anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -230,26 +232,60 @@ class Report:
         return f"{said}; {partial}" if self.partial else said
 
 
-def _remove(path: str) -> bool:
+@contextlib.contextmanager
+def _beneath(root: str, rel: str) -> Iterator[tuple[int, str]]:
+    """The directory holding `rel`, opened beneath `root` one component at a time without
+    following a symlink (another command may have swapped one in), and the entry's name."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.unlink(path)
+        for part in os.path.dirname(rel).split(os.sep):
+            if part:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+        yield fd, os.path.basename(rel)
+    finally:
+        os.close(fd)
+
+
+def _remove(root: str, rel: str) -> bool:
+    try:
+        with _beneath(root, rel) as (fd, name):
+            if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
+                shutil.rmtree(name, dir_fd=fd)
+            else:
+                os.unlink(name, dir_fd=fd)
     except OSError:
         return False
     return True
 
 
-def _restore(path: str, data: bytes) -> bool:
-    tmp = f"{path}.bubu-restore"
+def _restore(root: str, rel: str, data: bytes) -> bool:
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        with _beneath(root, rel) as (fd, name):
+            tmp = f"{name}.bubu-restore"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            out = os.open(tmp, flags, 0o644, dir_fd=fd)
+            try:
+                os.write(out, data)
+            finally:
+                os.close(out)
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
     except OSError:
-        _remove(tmp)
+        return False
+    return True
+
+
+def _move_back(root: str, rel: str, origin: str) -> bool:
+    try:
+        with _beneath(root, rel) as (src, name), _beneath(root, origin) as (dst, target):
+            try:
+                os.lstat(target, dir_fd=dst)
+                return False  # its old place is taken
+            except FileNotFoundError:
+                pass
+            os.rename(name, target, src_dir_fd=src, dst_dir_fd=dst)
+    except OSError:
         return False
     return True
 
@@ -271,38 +307,35 @@ def check(before: Scan) -> tuple[Report, Scan]:
         old = before.found.get(rel)
         if old == e:
             continue
-        path = os.path.join(root, rel)
         origin = was_at.get(e.ident)
         if origin is not None and origin != rel:
             moved[rel] = origin  # a control entry of before, moved here: never deleted
         elif old is not None and old.ident == e.ident:
             # Changed in place: a file is rewritten as it was; anything else is for a person.
-            if old.kind == e.kind == "file" and old.data is not None and _restore(path, old.data):
+            if (
+                old.kind == e.kind == "file"
+                and old.data is not None
+                and _restore(root, rel, old.data)
+            ):
                 restored.append(rel)
             else:
                 held.append(rel)
-        elif not _remove(path):
+        elif not _remove(root, rel):
             held.append(rel)
         elif old is None:
             removed.append(rel)
         else:
             replaced[rel] = old
     for rel, origin in moved.items():
-        target = os.path.join(root, origin)
-        parent = os.path.dirname(target)
-        if not os.path.lexists(target) and os.path.isdir(parent) and not os.path.islink(parent):
-            try:
-                os.rename(os.path.join(root, rel), target)
-                restored.append(f"{origin} (moved back from {rel})")
-                continue
-            except OSError:
-                pass
-        held.append(f"{rel} (moved from {origin})")
+        if _move_back(root, rel, origin):
+            restored.append(f"{origin} (moved back from {rel})")
+        else:
+            held.append(f"{rel} (moved from {origin})")
     for rel, old in replaced.items():
         path = os.path.join(root, rel)
         if os.path.lexists(path):
             continue  # the original was moved back
-        if old.kind == "file" and old.data is not None and _restore(path, old.data):
+        if old.kind == "file" and old.data is not None and _restore(root, rel, old.data):
             restored.append(rel)
         else:
             held.append(f"{rel} (replaced by the command, which was removed; the original is gone)")
