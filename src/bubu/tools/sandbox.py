@@ -207,7 +207,7 @@ def wrap(
     opts = sandbox.options
     # /run holds most host sockets; without the network nothing there is needed (with it,
     # DNS reads its resolver files), so it is an empty tmpfs unless the workspace lies in it.
-    covered = [] if sandbox.network else sockets.maskable(["/run"], [ws, *toolchain[1::3]])
+    covered = [] if sandbox.network else sockets.maskable(sockets.RUN_DIRS, [ws, *toolchain[1::3]])
     tmpfs = [a for d in covered for a in ("--tmpfs", d)]
     allowed = sockets.allowed_paths(opts.allow_sockets, opts.ssh_agent, env or {})
     if ws == "/":  # bound after /dev, /proc and /tmp it would hide them

@@ -17,9 +17,9 @@ import stat
 from collections.abc import Iterable, Sequence
 
 NET_UNIX = "/proc/net/unix"
-MASKED_DIRS = ("/run", "/tmp")
-"""Directories the sandbox covers with an empty tmpfs (``/run`` only without the network: its
-resolver files are what DNS reads)."""
+RUN_DIRS = ("/run", "/var/run")
+"""Where most host sockets live, covered with an empty tmpfs without the network (with it, DNS
+reads its resolver files there); ``/var/run`` is usually a link to ``/run``, then left alone."""
 
 AGENT_VAR = "SSH_AUTH_SOCK"
 
