@@ -4,6 +4,7 @@ command, with or without the network, unless named (``--allow-socket``, ``--ssh-
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -18,7 +19,7 @@ import pytest
 
 from bubu.tools import ToolContext, ToolResult
 from bubu.tools.base import Tool
-from bubu.tools.sandbox import Options, Sandbox, confinement
+from bubu.tools.sandbox import Options, Sandbox, confinement, wrap
 from engine.cli import bubu
 from engine.helpers import call, write_script
 
@@ -187,3 +188,15 @@ def test_bubu_run_allow_socket(tmp_path: Path) -> None:
         f"bubu: error: --allow-socket {tmp_path / 'nothing'}: there is no such socket or "
         "directory; name a Unix socket or the directory that holds it\n"
     )
+
+
+@pytest.mark.skipif(not os.path.isdir("/run"), reason="no /run here")
+def test_run_stays_where_programs_come_from_it(monkeypatch: pytest.MonkeyPatch, ws: Path) -> None:
+    def tmpfs_run(argv: list[str]) -> bool:
+        return any(a == "--tmpfs" and b == "/run" for a, b in itertools.pairwise(argv))
+
+    assert tmpfs_run(wrap(["true"], str(ws), box()))
+    assert not tmpfs_run(wrap(["true"], str(ws), box(network=True))), "DNS reads /run"
+    # NixOS puts every program under /run/current-system: hiding it would break every command.
+    monkeypatch.setenv("PATH", f"/run/current-system/sw/bin{os.pathsep}{os.environ['PATH']}")
+    assert not tmpfs_run(wrap(["true"], str(ws), box()))

@@ -166,13 +166,18 @@ def confinement(
     )
 
 
+def _programs() -> list[str]:
+    """Where the command's programs come from: Bubu's interpreter and virtualenv, and PATH."""
+    found = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    return [*found, *os.environ.get("PATH", "").split(os.pathsep)]
+
+
 def _toolchain_binds() -> list[str]:
     """Read-only binds of the programs that live in the real temp dir — Bubu's own interpreter
     and virtualenv, and PATH entries — which the sandbox's private /tmp would otherwise hide
     (a project cloned and set up under /tmp must still run its own python)."""
     prefix = SANDBOX_TMP.rstrip("/") + "/"
-    found = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    found.update(os.environ.get("PATH", "").split(os.pathsep))
+    found = set(_programs())
     dirs = {
         real
         for d in found
@@ -207,7 +212,7 @@ def wrap(
     opts = sandbox.options
     # /run holds most host sockets; without the network nothing there is needed (with it,
     # DNS reads its resolver files), so it is an empty tmpfs unless the workspace lies in it.
-    covered = [] if sandbox.network else sockets.maskable(sockets.RUN_DIRS, [ws, *toolchain[1::3]])
+    covered = [] if sandbox.network else sockets.maskable(sockets.RUN_DIRS, [ws, *_programs()])
     tmpfs = [a for d in covered for a in ("--tmpfs", d)]
     allowed = sockets.allowed_paths(opts.allow_sockets, opts.ssh_agent, env or {})
     if ws == "/":  # bound after /dev, /proc and /tmp it would hide them

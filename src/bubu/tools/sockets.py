@@ -79,13 +79,14 @@ def mask_args(
 
 
 def maskable(dirs: Sequence[str], keep: Sequence[str]) -> list[str]:
-    """Those of `dirs` that exist as real directories and hold none of `keep` (a workspace or a
-    toolchain under /run must stay visible)."""
+    """Those of `dirs` that exist as real directories and hold none of `keep`, as written or
+    resolved (a workspace, Bubu's interpreter, or PATH entries such as NixOS's
+    ``/run/current-system/sw/bin`` must stay visible)."""
     out = []
     for d in dirs:
         if os.path.islink(d) or not os.path.isdir(d):
             continue
-        if any(_under(os.path.realpath(k), d) for k in keep):
+        if any(_under(k, d) or _under(os.path.realpath(k), d) for k in keep if k):
             continue
         out.append(d)
     return out
