@@ -93,6 +93,15 @@ def _sandbox(v: object) -> str:
         raise Bad(str(e)) from None
 
 
+def _size(option: str, share: bool = False) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        from bubu.tools.limits import parse_size
+
+        return parse_size(text, option=option, share=share)
+
+    return parse
+
+
 def _models(v: object) -> list[str]:
     return [_model(m) for m in _strs(v)]
 
@@ -190,6 +199,37 @@ KEYS: tuple[Key, ...] = (
     Key("mcp", "mcp", _str, "an MCP servers file (JSON)", guard="user_only", relative=True),
     Key("sandbox", "sandbox", _sandbox, "workspace-write, read-only or off", guard="tighten"),
     Key("network", "network", _bool, "sandboxed commands may use the network", guard="tighten"),
+    Key(
+        "allow_socket",
+        "allow_socket",
+        _strs,
+        "host Unix sockets (or their directories) sandboxed commands may reach",
+        guard="user_only",
+    ),
+    Key(
+        "ssh_agent", "ssh_agent", _bool, "sandboxed commands may use the SSH agent", guard="tighten"
+    ),
+    Key(
+        "max_procs",
+        "max_procs",
+        _pos_int,
+        "processes and threads one sandboxed command may have",
+        guard="tighten",
+    ),
+    Key(
+        "max_memory",
+        "max_memory",
+        via(_size("max_memory", share=True)),
+        "memory one sandboxed command may use (a size, or a share like 50%)",
+        guard="tighten",
+    ),
+    Key(
+        "max_file_size",
+        "max_file_size",
+        via(_size("max_file_size")),
+        "the largest file a sandboxed command may write",
+        guard="tighten",
+    ),
     Key("yes", "yes", _bool, "approve every permission request", guard="tighten"),
     Key("allow", "allow", _strs, "command patterns allowed without asking", guard="tighten"),
     Key(
@@ -228,6 +268,21 @@ KEYS: tuple[Key, ...] = (
 BY_NAME = {k.name: k for k in KEYS}
 BY_OPTION = {k.option: k for k in KEYS}
 _STRICTNESS = {"off": 0, "workspace-write": 1, "read-only": 2}
+
+
+def _limit_default(name: str) -> Callable[[], int]:
+    def default() -> int:
+        from bubu.tools.limits import Limits
+
+        limits = Limits()
+        by = {"max_procs": limits.procs, "max_memory": limits.memory_bytes()}
+        return by.get(name) or limits.file_bytes()
+
+    return default
+
+
+_LIMIT_DEFAULTS = {n: _limit_default(n) for n in ("max_procs", "max_memory", "max_file_size")}
+"""The sandbox's limits a workspace file may only lower, and the default each starts from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,9 +409,13 @@ def _guard(
             was = str(before or "workspace-write")
             if _STRICTNESS[str(value)] < _STRICTNESS[was]:
                 looser = f"sandbox {value!r} is looser than {was!r}"
-        elif name in ("network", "yes"):
+        elif name in ("network", "yes", "ssh_agent"):
             if value is True and before is not True:
                 looser = f"{name} = true widens what runs without asking"
+        elif name in _LIMIT_DEFAULTS:
+            ceiling = before if isinstance(before, int) else _LIMIT_DEFAULTS[name]()
+            if isinstance(value, int) and value > ceiling:
+                looser = f"{name} {value:,} is above {ceiling:,}"
         elif name == "allow":
             extra = [p for p in _strs(value) if p not in _strs(before or [])]
             if extra:

@@ -94,6 +94,87 @@ def store_quota_option() -> Callable[[FC], FC]:
     )
 
 
+def _socket_paths(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+    from bubu.tools.sockets import check_allowed
+
+    return tuple(check_allowed(p) for p in value or ())
+
+
+def _size_option(share: bool) -> Any:
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        from bubu.tools.limits import parse_size
+
+        flag = f"--{str(param.name).replace('_', '-')}"
+        return None if value is None else parse_size(value, option=flag, share=share)
+
+    return check
+
+
+def _procs_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    from bubu.tools.limits import parse_procs
+
+    return None if value is None else parse_procs(value)
+
+
+def sandbox_options() -> list[Any]:
+    """What a sandboxed command may reach and use: host sockets, the SSH agent, its limits."""
+    return [
+        click.option(
+            "--allow-socket",
+            "allow_socket",
+            multiple=True,
+            metavar="PATH",
+            callback=_socket_paths,
+            help="Let sandboxed commands reach this host Unix socket (or the sockets in this "
+            "directory), e.g. /var/run/postgresql (repeatable).",
+        ),
+        click.option(
+            "--ssh-agent", is_flag=True, help="Let sandboxed commands use your SSH agent."
+        ),
+        click.option(
+            "--max-procs",
+            "max_procs",
+            default=None,
+            metavar="N",
+            callback=_procs_option,
+            help="Processes and threads one sandboxed command may have [default: 1024].",
+        ),
+        click.option(
+            "--max-memory",
+            "max_memory",
+            default=None,
+            metavar="SIZE",
+            callback=_size_option(share=True),
+            help="Memory one sandboxed command may use, e.g. 4G or 25% [default: 50%].",
+        ),
+        click.option(
+            "--max-file-size",
+            "max_file_size",
+            default=None,
+            metavar="SIZE",
+            callback=_size_option(share=False),
+            help="The largest file a sandboxed command may write [default: 4G].",
+        ),
+    ]
+
+
+def sandbox_box(opts: dict[str, Any]) -> Any:
+    """The sandbox options the command line and the config files chose."""
+    from bubu.tools.limits import Limits
+    from bubu.tools.sandbox import Options
+
+    limits = Limits()
+    return Options(
+        allow_sockets=tuple(opts.get("allow_socket") or ()),
+        ssh_agent=bool(opts.get("ssh_agent")),
+        limits=Limits(
+            procs=opts.get("max_procs") or limits.procs,
+            memory=opts.get("max_memory") or 0,
+            file_size=opts.get("max_file_size") or 0,
+        ),
+    )
+
+
 def max_cost_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
     """Check a --max-cost value before anything runs, in one line."""
     import math
@@ -200,6 +281,7 @@ def model_options(f: Any) -> Any:
                 "sandbox (commands ask).",
             ),
             click.option("--network", is_flag=True, help="Let sandboxed commands use the network."),
+            *sandbox_options(),
             click.option(
                 "--env",
                 "pass_env",
@@ -302,6 +384,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             sandbox=opts.get("sandbox"),
             network=bool(opts.get("network")),
             pass_env=pass_env,
+            box=sandbox_box(opts),
         ),
         asker=observer.ask,
         observer=wrap(observer, opts.get("notify"), store, opts.get("notify_timeout")),

@@ -22,12 +22,13 @@ import os
 import shutil
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from bubu.engine import commandline
 from bubu.events import PermissionRequest, SandboxMode
 from bubu.tools.protected import protected_reason
+from bubu.tools.sandbox import Options
 
 Answer = Literal["allow", "deny"]
 Asker = Callable[[PermissionRequest], Answer | None]
@@ -77,6 +78,9 @@ class Policy:
     """Whether commands really run confined (the mode is not off and bubblewrap works here)."""
     pass_env: tuple[str, ...] = ()
     """Secret environment variables passed on to commands by name (``--env``)."""
+    box: Options = field(default_factory=Options)
+    """The sandbox's sockets, SSH agent and limits (``--allow-socket``, ``--ssh-agent``,
+    ``--max-procs`` …)."""
 
     def allowed_without_asking(
         self, tool: str, command: str | None, *, cwd: str | None = None

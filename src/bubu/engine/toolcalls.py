@@ -89,6 +89,7 @@ class ToolCalls:
             network=self.sandbox_mode[1],
             sandboxed=self.confinement() is not None,
             pass_env=tuple(dict.fromkeys([*p.pass_env, *t.pass_env])),
+            box=p.box,
         )
 
     @property
@@ -101,7 +102,8 @@ class ToolCalls:
         """The sandbox of the turn's commands (looked up once per mode: it searches PATH)."""
         mode = self.sandbox_mode
         if self._confined is None or self._confined[0] != mode:
-            self._confined = (mode, sandbox.confinement(*mode))
+            options = self.host.policy.box
+            self._confined = (mode, sandbox.confinement(*mode, options=options))
         return self._confined[1]
 
     def context_for(self, call: CallState, *, outside_allowed: bool = False) -> ToolContext:

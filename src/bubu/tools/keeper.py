@@ -9,6 +9,8 @@ starts in about ten milliseconds.
 
 Lines on fd 3 (runner to keeper): ``kill GRACE`` (SIGTERM, then SIGKILL after GRACE seconds),
 ``detach`` (the command ended cleanly: keep background processes until the runner dies).
+Before it starts the command it joins the cgroups named in ``BUBU_KEEPER_CGROUPS``, which the
+runner made to limit it, and sets the rlimits named in ``BUBU_KEEPER_RLIMITS``.
 Lines on fd 4 (keeper to runner): ``started PID``, ``exit CODE``, ``done LEFT`` (LEFT: how many
 processes of the tree could not be confirmed dead), ``lingering COUNT`` (after ``detach``, when
 background processes remain), ``error ERRNO PATH`` (the command could not be started). The keeper's exit closes fd 4.
@@ -40,6 +42,10 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 CTL_FD = 3
 STATUS_FD = 4
+CGROUP_VAR = "BUBU_KEEPER_CGROUPS"
+"""The ``cgroup.procs`` files to join before the command starts, one per line (`limits.JOIN_VAR`)."""
+RLIMIT_VAR = "BUBU_KEEPER_RLIMITS"
+"""The rlimits to set before the command starts, ``NAME=VALUE`` apart (`limits.RLIMIT_VAR`)."""
 CONFIRM_S = 3.0
 """How long SIGKILLed processes have to disappear (a loaded machine schedules them late)."""
 
@@ -240,6 +246,27 @@ def main(argv: list[str]) -> int:
     except OSError as e:
         _say(f"error {e.errno} {cwd}")
         return 1
+    # The cgroups that limit the command: joined here, before it starts, so that every process
+    # of its tree is born in them (the runner made them and wrote the limits).
+    for procs in os.environ.pop(CGROUP_VAR, "").splitlines():
+        try:
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        except OSError as e:
+            _say(f"error {e.errno} {procs}")
+            return 1
+    limits = os.environ.pop(RLIMIT_VAR, "")
+    if limits:
+        import resource  # only for a sandboxed command (a small C module)
+
+        for spec in limits.split():
+            name, _, value = spec.partition("=")
+            which = getattr(resource, f"RLIMIT_{name}")
+            hard = resource.getrlimit(which)[1]
+            # Soft and hard alike, so the command cannot raise it; never above a hard limit
+            # the user has already set lower.
+            wanted = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+            resource.setrlimit(which, (wanted, wanted))
     try:
         main_pid = os.posix_spawnp(
             command[0],

@@ -2,8 +2,11 @@
 
 A confined command sees the whole filesystem read-only, a fresh ``/dev`` and ``/proc``, a private
 ``/tmp`` (``TMPDIR``), and the workspace at its real path — writable in ``workspace-write``,
-read-only in ``read-only`` — except the workspace's ``.git`` and ``.bubu``, which stay read-only
-because hooks and configuration there run code later, outside the sandbox. Every namespace is
+read-only in ``read-only`` — except every ``.git``, ``.gitmodules`` and ``.bubu`` in it, at any
+depth, which stay read-only because hooks and configuration there run code later, outside the
+sandbox (`bubu.tools.controlfiles`). No host Unix socket is reachable unless the user names it
+(`bubu.tools.sockets`), and the command runs under process, memory and file-size limits
+(`bubu.tools.limits`). Every namespace is
 unshared (the network too unless allowed), the command gets its own PID namespace, dies with its
 runner, runs in a new terminal session so it cannot push keystrokes into the user's terminal, and
 has no capabilities, so it cannot undo the mounts even when Bubu runs as root.
@@ -22,11 +25,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from bubu.errors import ConfigError
 from bubu.events import SandboxMode
+from bubu.tools import sockets
+from bubu.tools.controlfiles import Scan, binds
+from bubu.tools.limits import Limits
 
 Confined = Literal["workspace-write", "read-only"]
 """The modes that confine a command."""
@@ -41,19 +47,27 @@ BWRAP_ENV = "BUBU_BWRAP"
 PROBE_TIMEOUT_S = 5.0
 """How long the probe waits for bubblewrap to start and run ``true``."""
 
-READ_ONLY_DIRS = (".git", ".bubu")
-"""Workspace entries kept read-only even in workspace-write: what they hold runs code later."""
-
 SANDBOX_TMP = "/tmp"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """What a sandboxed command may reach and use beyond the mode and the network: host Unix
+    sockets named by the user, the SSH agent, and its limits."""
+
+    allow_sockets: tuple[str, ...] = ()
+    ssh_agent: bool = False
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Sandbox:
-    """How a command is confined: the mode and whether it may use the network."""
+    """How a command is confined: the mode, whether it may use the network, and the rest."""
 
     mode: Confined
     network: bool = False
     bwrap: str = "bwrap"
+    options: Options = field(default_factory=Options)
 
 
 def parse_mode(text: str) -> SandboxMode:
@@ -130,7 +144,10 @@ def _tell_stderr(line: str) -> None:
 
 
 def confinement(
-    mode: SandboxMode, network: bool, say: Callable[[str], None] = _tell_stderr
+    mode: SandboxMode,
+    network: bool,
+    say: Callable[[str], None] = _tell_stderr,
+    options: Options | None = None,
 ) -> Sandbox | None:
     """The sandbox a command of a turn in `mode` runs in, or None when it runs unconfined (mode
     off, or bubblewrap unavailable: said once per process through `say`; such commands ask)."""
@@ -144,7 +161,15 @@ def confinement(
         if first:
             say(f"bubu: no sandbox for commands: {why}; each command will ask for approval")
         return None
-    return Sandbox(mode=mode, network=network, bwrap=bwrap_binary() or "bwrap")
+    return Sandbox(
+        mode=mode, network=network, bwrap=bwrap_binary() or "bwrap", options=options or Options()
+    )
+
+
+def _programs() -> list[str]:
+    """Where the command's programs come from: Bubu's interpreter and virtualenv, and PATH."""
+    found = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    return [*found, *os.environ.get("PATH", "").split(os.pathsep)]
 
 
 def _toolchain_binds() -> list[str]:
@@ -152,8 +177,7 @@ def _toolchain_binds() -> list[str]:
     and virtualenv, and PATH entries — which the sandbox's private /tmp would otherwise hide
     (a project cloned and set up under /tmp must still run its own python)."""
     prefix = SANDBOX_TMP.rstrip("/") + "/"
-    found = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    found.update(os.environ.get("PATH", "").split(os.pathsep))
+    found = set(_programs())
     dirs = {
         real
         for d in found
@@ -167,25 +191,39 @@ def _toolchain_binds() -> list[str]:
 
 
 def wrap(
-    argv: Sequence[str], cwd: str, sandbox: Sandbox | None, workspace: str | None = None
+    argv: Sequence[str],
+    cwd: str,
+    sandbox: Sandbox | None,
+    workspace: str | None = None,
+    *,
+    controls: Scan | None = None,
+    env: dict[str, str] | None = None,
 ) -> list[str]:
-    """`argv` as run in `sandbox` from `cwd`, with `workspace` (default `cwd`) bound in it;
-    unchanged when `sandbox` is None."""
+    """`argv` as run in `sandbox` from `cwd`, with `workspace` (default `cwd`) bound in it and
+    the control entries `controls` found in it read-only; unchanged when `sandbox` is None.
+    `env` is the command's environment (its SSH agent socket, when allowed)."""
     if sandbox is None:
         return list(argv)
     # The real path, so the command sees the workspace where it really is (a symlink to it from
     # elsewhere would be read-only inside: only the real path is bound).
     ws = os.path.realpath(workspace if workspace is not None else cwd)
     kind = "--bind" if sandbox.mode == "workspace-write" else "--ro-bind"
+    toolchain = _toolchain_binds()
+    opts = sandbox.options
+    # /run holds most host sockets; without the network nothing there is needed (with it,
+    # DNS reads its resolver files), so it is an empty tmpfs unless the workspace lies in it.
+    covered = [] if sandbox.network else sockets.maskable(sockets.RUN_DIRS, [ws, *_programs()])
+    tmpfs = [a for d in covered for a in ("--tmpfs", d)]
+    allowed = sockets.allowed_paths(opts.allow_sockets, opts.ssh_agent, env or {})
     if ws == "/":  # bound after /dev, /proc and /tmp it would hide them
-        args = _base_args(sandbox.bwrap, sandbox.network, root=kind)
+        args = [*_base_args(sandbox.bwrap, sandbox.network, root=kind), *tmpfs]
     else:
-        args = [*_base_args(sandbox.bwrap, sandbox.network), *_toolchain_binds(), kind, ws, ws]
-    if sandbox.mode == "workspace-write":
-        for name in READ_ONLY_DIRS:
-            inner = os.path.join(ws, name)
-            if os.path.lexists(inner) and not os.path.islink(inner):
-                args += ["--ro-bind", inner, inner]
+        base = _base_args(sandbox.bwrap, sandbox.network)
+        args = [*base, *tmpfs, *toolchain, kind, ws, ws]
+    if sandbox.mode == "workspace-write" and controls is not None:
+        args += binds(controls)
+    # Last, so that a socket inside the workspace (or inside its .git) is covered too.
+    args += sockets.mask_args(allowed, [*covered, SANDBOX_TMP], [ws, *toolchain[1::3]])
     return [*args, "--chdir", os.path.realpath(cwd), "--", *argv]
 
 

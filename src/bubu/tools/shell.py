@@ -27,7 +27,7 @@ from msgspec import UNSET, Meta, UnsetType
 from bubu import clock, ids
 from bubu.errors import ToolError
 from bubu.secrets import command_env
-from bubu.tools import proctree
+from bubu.tools import controlfiles, limits, proctree, sockets
 from bubu.tools.base import ToolContext, ToolResult
 from bubu.tools.decorator import tool
 from bubu.tools.sandbox import Sandbox, wrap
@@ -130,6 +130,9 @@ class Completed:
     """Bytes of the output between the head and the tail kept for the model."""
     left: int = 0
     """Processes of the command that were to be killed but could not be confirmed dead."""
+    notes: tuple[str, ...] = ()
+    """What the sandbox saw: limits reached, control files the command changed and Bubu put
+    back."""
 
 
 def _shell() -> str:
@@ -151,11 +154,14 @@ def _drain(fd: int, capture: _Capture) -> bool:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Spawn:
-    """What is started for a command: its argv, directory and environment."""
+    """What is started for a command: its argv, directory and environment, and, in a sandbox,
+    the control entries it started with and the cgroup that limits it."""
 
     argv: list[str]
     cwd: str
     env: dict[str, str]
+    controls: controlfiles.Scan | None = None
+    cgroup: limits.Cgroup | None = None
 
 
 def spawn_spec(
@@ -167,11 +173,46 @@ def spawn_spec(
     pass_env: Sequence[str] = (),
 ) -> Spawn:
     """The one place a command's argv, directory and environment are built: the argv wrapped in
-    `sandbox` unless None, secret variables withheld unless named in `pass_env`, the marker set
-    last so that no filter drops it."""
+    `sandbox` unless None (its control entries read-only, its limits set), secret variables
+    withheld unless named in `pass_env`, the marker set last so that no filter drops it."""
     env = command_env(pass_env)
     env[proctree.MARKER_VAR] = marker
-    return Spawn(argv=wrap([_shell(), "-c", command], cwd, sandbox), cwd=cwd, env=env)
+    shell = _shell()
+    argv = [shell, "-c", command]
+    if sandbox is None:
+        return Spawn(argv=argv, cwd=cwd, env=env)
+    opts = sandbox.options
+    if not opts.ssh_agent:
+        env.pop(sockets.AGENT_VAR, None)
+    controls = None
+    if sandbox.mode == "workspace-write":
+        controls = controlfiles.before_command(os.path.realpath(cwd))
+    cgroup = limits.cgroup_for(opts.limits)
+    if cgroup is not None:
+        env[limits.JOIN_VAR] = cgroup.procs_files()
+    env[limits.RLIMIT_VAR] = limits.keeper_rlimits(opts.limits, cgroup)
+    if os.path.basename(shell) == "bash":
+        argv = limits.nproc_argv(opts.limits, cgroup, argv)
+    wrapped = wrap(argv, cwd, sandbox, controls=controls, env=env)
+    return Spawn(argv=wrapped, cwd=cwd, env=env, controls=controls, cgroup=cgroup)
+
+
+def _aftermath(spec: Spawn, returncode: int | None, sandbox: Sandbox | None) -> tuple[str, ...]:
+    """After a sandboxed command: the limits it reached and what it did to control entries
+    (reverted here); its cgroup removed."""
+    notes: list[str] = []
+    if spec.cgroup is not None:
+        notes += spec.cgroup.hit()
+        spec.cgroup.remove()
+    if sandbox is not None and returncode is not None:
+        hit = limits.file_size_hit(returncode, sandbox.options.limits)
+        if hit is not None:
+            notes.append(hit)
+    if spec.controls is not None:
+        said = controlfiles.after_command(spec.controls).text()
+        if said is not None:
+            notes.append(said)
+    return tuple(notes)
 
 
 def run_shell(
@@ -202,6 +243,7 @@ def run_shell(
         tree = proctree.start(spec.argv, cwd=spec.cwd, env=spec.env, output=out_w)
     except BaseException:
         os.close(out_r)
+        _aftermath(spec, None, sandbox)
         raise
     finally:
         os.close(out_w)
@@ -222,6 +264,7 @@ def run_shell(
                 os.close(fd)
                 tree.kill(0)
                 capture.full()  # closes its spool
+                _aftermath(spec, None, sandbox)
                 number, _, path = tree.error.partition(" ")
                 raise OSError(int(number), os.strerror(int(number)), path)
             if exited_at is None and tree.returncode is not None:
@@ -262,14 +305,16 @@ def run_shell(
                 if any(key.fd == fd for key, _ in sel.select(_POLL_S)):
                     pipe_open = not _drain(fd, capture)
     os.close(fd)
+    returncode = tree.returncode if tree.returncode is not None else -signal.SIGKILL
     return Completed(
         ending=ending,
-        returncode=tree.returncode if tree.returncode is not None else -signal.SIGKILL,
+        returncode=returncode,
         output=capture.text(),
         total_bytes=capture.total,
         omitted=capture.omitted(),
         full=capture.full(),
         left=left,
+        notes=_aftermath(spec, returncode, sandbox),
     )
 
 
@@ -359,7 +404,7 @@ def run_command(args: RunCommandArgs, ctx: ToolContext) -> ToolResult:
         pass_env=ctx.pass_env,
     )
     body = done.output.rstrip("\n") if done.total_bytes else "(no output)"
-    status = _status(done, timeout_s, ctx.stopped_by())
+    status = "; ".join([_status(done, timeout_s, ctx.stopped_by()), *done.notes])
     dropped = done.omitted if done.full is None else 0
     if dropped:
         status += (
