@@ -93,11 +93,12 @@ def _sandbox(v: object) -> str:
         raise Bad(str(e)) from None
 
 
-def _size(option: str, share: bool = False) -> Callable[[str], int]:
+def _size(option: str, *, share: bool = False, off: bool = False) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        from bubu.tools.limits import parse_size
+        from bubu import sizes
 
-        return parse_size(text, option=option, share=share)
+        percent_of = sizes.memory_total if share else None
+        return sizes.parse_size(text, option=option, off=off, percent_of=percent_of)
 
     return parse
 
@@ -128,15 +129,6 @@ def via(parse: Callable[[str], object]) -> Callable[[object], object]:
             raise Bad(str(e)) from None
 
     return run
-
-
-def _size(key: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        from bubu.context.quota import parse_size
-
-        return parse_size(text, option=key)
-
-    return parse
 
 
 def _env_seconds(text: str) -> float:
@@ -250,7 +242,7 @@ KEYS: tuple[Key, ...] = (
     Key(
         "store_quota",
         "store_quota",
-        via(_size("store_quota")),
+        via(_size("store_quota", off=True)),
         "bytes of whole tool results a session may store (256MiB, 1GiB, off)",
     ),
     Key("tool_timeout", "tool_timeout", _pos_float, "seconds per tool call"),

@@ -100,7 +100,7 @@ def test_a_bad_quota_is_refused_in_one_line(tmp_path: Path) -> None:
     home.mkdir()
     done = bubu(home, tmp_path, "run", "x", "-m", "scripted:/dev/null", "--store-quota", "lots")
     assert done.returncode != 0
-    assert "--store-quota must be a size such as 256MiB" in done.stderr
+    assert "--store-quota takes a size such as 256MiB" in done.stderr
     (home / "config.toml").write_text('store_quota = "-3MB"\n')
     done = bubu(home, tmp_path, "config")
     assert done.returncode != 0

@@ -10,35 +10,20 @@ quota holds the same after a restart, a recovery or on another worker.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from bubu.errors import ConfigError
+from bubu import sizes
 from bubu.events import FunctionResponse, Record
 
 DEFAULT_STORE_QUOTA = 256 << 20
 """256 MiB: four whole outputs of the largest size a command's output is kept whole (64 MiB), and
 far above what an ordinary day-long session stores (test runs of a few MiB each)."""
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}  # fmt: skip
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
-
 
 def parse_size(text: str, *, option: str = "--store-quota") -> int:
     """Bytes in `text` (`256MiB`, `1GiB`, `500MB`, a plain number of bytes), or 0 for `off`;
     anything else is a ConfigError naming `option`."""
-    raw = text.strip().lower()
-    if raw in ("off", "none", "unlimited"):
-        return 0
-    m = _SIZE.match(raw)
-    unit = _UNITS.get(m.group(2)) if m else None
-    if m is None or unit is None:
-        raise ConfigError(f"{option} must be a size such as 256MiB, 1GiB or off, not {text!r}")
-    size = int(float(m.group(1)) * unit)
-    if size <= 0:
-        raise ConfigError(f"{option} must be above zero (or off), not {text!r}")
-    return size
+    return sizes.parse_size(text, option=option, off=True)
 
 
 def quota_of(setting: int | None) -> int | None:

@@ -25,6 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from bubu import sizes
 from bubu.errors import ConfigError
 
 DEFAULT_PROCS = 1024
@@ -36,26 +37,11 @@ JOIN_VAR = "BUBU_KEEPER_CGROUPS"
 RLIMIT_VAR = "BUBU_KEEPER_RLIMITS"
 """Tells the keeper which rlimits to set (``FSIZE=BYTES DATA=BYTES``) before it starts."""
 
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def _mem_total() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
 
 def parse_size(text: str, *, option: str, share: bool = False) -> int:
     """Bytes named by `text` (``512M``, ``4G``, a plain number of bytes, or with `share` a
     percentage of this machine's memory); a one-line ConfigError otherwise."""
-    value = str(text).strip().lower().removesuffix("ib").removesuffix("b")
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt%]?)", value)
-    if m is None or (m.group(2) == "%" and not share):
-        example = "50% or 4G" if share else "1G or 500M"
-        raise ConfigError(f"{option} takes a size such as {example}, got {text!r}")
-    number, unit = float(m.group(1)), m.group(2)
-    size = int(_mem_total() * number / 100) if unit == "%" else int(number * _UNITS[unit])
-    if size <= 0 or (unit == "%" and number > 100):
-        raise ConfigError(f"{option} must be above 0 (and at most 100%), got {text!r}")
-    return size
+    return sizes.parse_size(text, option=option, percent_of=sizes.memory_total if share else None)
 
 
 def parse_procs(text: str | int, *, option: str = "--max-procs") -> int:
