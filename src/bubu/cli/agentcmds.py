@@ -426,6 +426,7 @@ def run_cmd(
     if session_ref or cont:
         info = store.session(session_ref) if session_ref else latest_here(store, workspace)
         host, info, model = continuing_host(store, info, opts, observer, new_turn=True)
+        host.check_integrity(info.id)  # before anything is said or written
         _check_images(host, attached)
     else:
         opts = settle(opts, workspace)

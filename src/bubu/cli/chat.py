@@ -78,6 +78,7 @@ class Chat:
             self.host, self.info, self.model = continuing_host(
                 self.store, info, self.opts, self.view, new_turn=True
             )
+            self.host.check_integrity(self.info.id)  # refused before the chat opens
             self.opts = {**self.opts, "model": self.model}
         else:
             self.opts = settle(self.opts, self.workspace)

@@ -33,6 +33,10 @@ def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
     for r in records:
         if r.event.actions is not None and (u := r.event.actions.token_usage) is not None:
             cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
+    from bubu.log.verify import verify_chain
+
+    # The chain alone (no decoding): cheap enough for a listing, and what a run checks first.
+    chain = verify_chain(info.id, store.raw(info.id))
     return {
         "id": info.id,
         "title": info.title,
@@ -45,6 +49,8 @@ def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
         "turns": st.turns,
         "cost_usd": cost.total,
         "cost": cost.text(),
+        "verified": chain.ok,
+        "integrity": None if chain.ok else f"seq {chain.first_bad_seq}: {chain.problem}",
     }
 
 
@@ -89,6 +95,8 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None, text: str |
         click.echo(
             f"{r['id']}  {r['status']:<10} {r['events']:>6} events  {r['cost']:>13}  {title}"
         )
+        if not r["verified"]:
+            echo(f"    does not verify at {r['integrity']}; it is not continued (`bubu verify`)")
         match = r.get("match")
         if isinstance(match, dict):
             click.echo(printable(f"    seq {match['seq']}: {match['snippet']}"))
