@@ -381,6 +381,15 @@ class MemoryForgotten(_Note, frozen=True, kw_only=True, tag="memory_forgotten"):
     key: str
 
 
+class MemoryAccepted(_Note, frozen=True, kw_only=True, tag="memory_accepted"):
+    """`bubu memory accept KEY`: the imported note `key`, with text hash `sha256`, written in
+    session `source`, is recalled as the workspace's own from now on."""
+
+    key: str
+    sha256: str
+    source: str
+
+
 Note: TypeAlias = (
     TurnStarted
     | TurnEnded
@@ -398,6 +407,7 @@ Note: TypeAlias = (
     | CheckpointBody
     | SummaryChunk
     | MemoryForgotten
+    | MemoryAccepted
     | ProjectInstructions
 )
 

@@ -200,10 +200,31 @@ def import_cmd(ctx: Ctx, file: str, as_json: bool) -> None:
 def _import_notes(store: Store, info: SessionInfo, copied: int) -> None:
     """Say, on stderr, what an import leaves to the user: a workspace only the header vouches
     for, and an unfinished turn that waits for an explicit `bubu recover`."""
-    if not store.read(info.id, upto=copied, kinds=("session_started",)):
+    from bubu.engine.memory import memory_of
+    from bubu.projections.origin import FACT_KINDS, fold_facts
+
+    # A session's facts are chained by its turns' notes as well as by a session_started note
+    # (which only imports and forks write): an export of a plain session has the former only.
+    facts = fold_facts(
+        store.read(info.id, upto=copied, kinds=FACT_KINDS),
+        workspace=info.workspace,
+        title=info.title,
+        model=info.model,
+    )
+    if not facts.chained:
         click.echo(
             f"bubu: the export predates chained session facts, so its workspace "
             f"{printable(info.workspace)} is the file header's word alone",
+            err=True,
+        )
+    brought = [n for n in memory_of(store, info.workspace).imported.values()
+               if n.session == info.id]  # fmt: skip
+    if brought:
+        keys = ", ".join(repr(n.key) for n in brought)
+        click.echo(
+            f"bubu: the export carries {len(brought)} remembered note(s) ({printable(keys)}); "
+            "they are not recalled here until you accept them: `bubu memory accept KEY -w "
+            f"{printable(info.workspace)}` (`bubu memory list` shows them)",
             err=True,
         )
     if fold_status(store.read(info.id, kinds=BOUNDARY_KINDS)).state == "open":

@@ -13,6 +13,7 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     Info,
+    MemoryAccepted,
     MemoryForgotten,
     ModelSwitch,
     NoticeDismissed,
@@ -185,6 +186,8 @@ class Transcript:
                 text = note_line(n)
             case MemoryForgotten(key=key):
                 text = f"note {key!r} forgotten (bubu memory forget)"
+            case MemoryAccepted(key=key, source=source):
+                text = f"imported note {key!r} of {source} accepted (bubu memory accept)"
             case CheckpointBody() | SummaryChunk():
                 text = None  # the compaction note that follows is the marker people see
             case _:
