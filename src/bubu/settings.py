@@ -586,7 +586,8 @@ def resolve(
                 "user_only" if key.guard == "user_only" else "looser"
             )  # fmt: skip
             ignored.append(Ignored(key.name, theirs, _where(ws, key.name, table), why, kind))
-        if why is None or (key.guard == "patterns" and value != mine.value):
+        narrowed = key.guard == "patterns" and value != (mine.value or [])
+        if why is None or narrowed:
             out[key.name] = Setting(key.name, value, "workspace", str(ws.path))
         else:
             out[key.name] = mine
