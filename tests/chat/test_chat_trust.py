@@ -92,3 +92,16 @@ def test_the_chat_asks_once_and_a_no_keeps_the_users_model(
     assert recorded is not None
     assert recorded.trusted is True
     assert json.loads((home / "trust.json").read_text())["version"] == 1
+
+
+def test_chat_c_refuses_a_session_whose_log_was_altered(tmp_path: Path, panes: list[Pane]) -> None:
+    from log.test_integrity_on_every_path import altered_session
+
+    db, ws, sid, _ = altered_session(tmp_path)
+    pane = Pane(tmp_path, db, "chat", "-c", "-w", str(ws), cwd=ws,
+                env={**chat_env(db.parent),
+                     "PYTHONPATH": str(Path(bubu.__file__).resolve().parents[1])})  # fmt: skip
+    panes.append(pane)
+    shown = pane.wait(f"bubu: error: session {sid} is not continued: its log does not verify")
+    assert "bubu chat ·" not in shown  # refused before the chat opened
+    assert pane.exit_status() == 1
