@@ -74,6 +74,7 @@ class Host:
         check = verify_chain if session in self.verified else verify_records
         report = check(session, rows)
         if not report.ok:
+            newer_event(rows, report.first_bad_seq)
             raise CorruptLog(refusal(report), session=session, seq=report.first_bad_seq)
         self.verified.add(session)
 
@@ -148,6 +149,23 @@ def check_task(task: str) -> str:
             "the task is larger than 1 MB; put the material in a file in the workspace and refer to it"
         )
     return task
+
+
+def newer_event(rows: Sequence[tuple[int, bytes, bytes]], seq: int | None) -> None:
+    """Raise NewerLogError when the row at `seq` was written by a newer Bubu: that, not an
+    altered log, is why it does not verify, and upgrading is the remedy."""
+    from bubu.errors import NewerLogError
+    from bubu.log import codec
+
+    payload = next((p for at, _, p in rows if at == seq), None)
+    if payload is None or seq is None:
+        return
+    try:
+        codec.decode(bytes(payload), seq=seq)
+    except NewerLogError:
+        raise
+    except BubuError:
+        pass  # damaged or altered: the caller says so
 
 
 def refusal(report: VerifyReport) -> str:
