@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -46,3 +47,39 @@ def open_backend(backend: str, tmp_path: Path) -> tuple[Store, Callable[[], None
             pg.close()
 
     return pg, dispose
+
+
+def tamper_payload(store: Store, session: str, seq: int, old: bytes, new: bytes) -> None:
+    """Rewrite one stored event behind the store's back, with its immutability trigger off."""
+    if isinstance(store, MemoryStore):
+        rows = store.db.sessions[session].rows
+        at, kind, payload, digest = rows[seq - 1]
+        rows[seq - 1] = (at, kind, payload.replace(old, new), digest)
+        return
+    if isinstance(store, SQLiteStore):
+        raw = sqlite3.connect(store.path, isolation_level=None)
+        try:
+            raw.execute("DROP TRIGGER events_no_update")
+            (payload,) = raw.execute("SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()
+            raw.execute(
+                "UPDATE events SET payload = ? WHERE seq = ?", (payload.replace(old, new), seq)
+            )
+        finally:
+            raw.close()
+        return
+    import psycopg
+    from psycopg import sql
+
+    from bubu.log.postgres import PostgresStore
+
+    assert isinstance(store, PostgresStore)
+    with psycopg.connect(store.target.conninfo, autocommit=True) as pg:
+        pg.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(store.schema)))
+        pg.execute("ALTER TABLE events DISABLE TRIGGER events_immutable")
+        pg.execute(
+            "UPDATE events SET payload = "
+            "convert_to(replace(convert_from(payload, 'UTF8'), %s, %s), 'UTF8') "
+            "WHERE seq = %s AND sid = (SELECT sid FROM sessions WHERE id = %s)",
+            [old.decode(), new.decode(), seq, session],
+        )
+        pg.execute("ALTER TABLE events ENABLE TRIGGER events_immutable")

@@ -401,6 +401,15 @@ class TaskApproved(_Note, frozen=True, kw_only=True, tag="task_approved"):
     by: str = ""
 
 
+class MemoryAccepted(_Note, frozen=True, kw_only=True, tag="memory_accepted"):
+    """`bubu memory accept KEY`: the imported note `key`, with text hash `sha256`, written in
+    session `source`, is recalled as the workspace's own from now on."""
+
+    key: str
+    sha256: str
+    source: str
+
+
 Note: TypeAlias = (
     TurnStarted
     | TurnEnded
@@ -418,6 +427,7 @@ Note: TypeAlias = (
     | CheckpointBody
     | SummaryChunk
     | MemoryForgotten
+    | MemoryAccepted
     | ProjectInstructions
     | TaskHeld
     | TaskApproved

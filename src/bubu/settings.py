@@ -1,15 +1,19 @@
 """Settings from config files: `$BUBU_HOME/config.toml`, a workspace's `.bubu/config.toml` and
 their `[profiles.NAME]` tables, under the command line and the environment.
 
-Precedence, highest first: flag > environment > profile > workspace file > user file > default.
-A workspace file comes with the repository, so it may only tighten permissions; keys that would
-run commands or send requests elsewhere belong to the user's own file. Every key is one row of
-`KEYS`: the run option it feeds, how its value is checked, and how a workspace may set it.
+Precedence, highest first: flag > environment > the config files > default. The user's file
+and the user's profile make the user's setting; a workspace file comes with the repository, so it
+may only lower limits and tighten permissions against that setting (its `[profiles.NAME]` against
+the user's profile of the same name), trusted or not, and its keys that choose who acts count
+only once the user trusts the workspace (`bubu.trust`). What a workspace file may not set is
+ignored and listed (`Settings.ignored`), never applied. Every key is one row of `KEYS`: the run
+option it feeds, how its value is checked, and how a workspace may set it (`Guard`).
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import tomllib
@@ -21,8 +25,13 @@ from typing import Literal
 from bubu.errors import ConfigError
 
 Source = Literal["flag", "env", "profile", "workspace", "user", "default"]
-Guard = Literal["free", "tighten", "user_only"]
-"""How a workspace file may set a key: freely, only tighter than the user's, or not at all."""
+Guard = Literal["free", "trust", "user_only", "sandbox", "off_only", "lower", "budget", "patterns"]
+"""How a workspace file may set a key: `free`ly; only once the workspace is trusted (`trust`:
+it chooses who acts); never (`user_only`); or only tighter than the user's setting: a stricter
+`sandbox` mode, `off_only` (false, never true), `lower` (a limit; set where the user has none
+unless the key has an `unset` value to stay under), `budget` (lower than a value the user set;
+nothing where the user set none, since none means nothing is spent) or `patterns` (only
+patterns the user's list already has, unless trusted)."""
 
 FILE_NAME = "config.toml"
 
@@ -146,6 +155,23 @@ def _env_seconds(text: str) -> float:
     return checked
 
 
+def _limit_default(name: str) -> Callable[[], int]:
+    def default() -> int:
+        from bubu.tools.limits import Limits
+
+        limits = Limits()
+        by = {"max_procs": limits.procs, "max_memory": limits.memory_bytes()}
+        return by.get(name) or limits.file_bytes()
+
+    return default
+
+
+def _quota_default() -> int:
+    from bubu.context.quota import DEFAULT_STORE_QUOTA
+
+    return DEFAULT_STORE_QUOTA
+
+
 @dataclass(frozen=True, slots=True)
 class Key:
     """One config key: the run option it feeds and how it is read and guarded."""
@@ -160,26 +186,59 @@ class Key:
     guard: Guard = "free"
     relative: bool = False
     """A path, relative to the directory of the file that names it."""
+    unset: object = None
+    """The value in force when nobody set the key (a limit a workspace must stay under), or a
+    function that computes it (a share of this machine's memory)."""
+    zero_is_off: bool = False
+    """0 lifts the limit (``off``), so it is the loosest value, not the lowest."""
 
 
 KEYS: tuple[Key, ...] = (
-    Key("model", "model", _model, "provider:model for new sessions", env="BUBU_MODEL"),
-    Key("base_url", "base_url", _str, "an OpenAI-compatible server", guard="user_only"),
-    Key("context_window", "context_window", _pos_int, "the model's window in tokens"),
-    Key("thinking", "thinking", _pos_int, "extended thinking budget in tokens (Anthropic)"),
+    Key(
+        "model",
+        "model",
+        _model,
+        "provider:model for new sessions",
+        env="BUBU_MODEL",
+        guard="trust",
+    ),
+    Key("base_url", "base_url", _str, "an OpenAI-compatible server", guard="trust"),
+    Key(
+        "context_window",
+        "context_window",
+        _pos_int,
+        "the model's window in tokens",
+        guard="budget",
+    ),
+    Key(
+        "thinking",
+        "thinking",
+        _pos_int,
+        "extended thinking budget in tokens (Anthropic)",
+        guard="budget",
+    ),
     Key(
         "reasoning_effort",
         "reasoning_effort",
         _one_of("low", "medium", "high"),
         "how hard an OpenAI reasoning model thinks",
+        guard="budget",
     ),
     Key(
         "max_output_tokens",
         "max_output_tokens",
         _pos_int,
         "tokens one model call may produce, reasoning included",
+        guard="budget",
     ),
-    Key("cache_ttl", "cache_ttl", _one_of("5m", "1h"), "how long Anthropic keeps the prompt cache"),
+    Key(
+        "cache_ttl",
+        "cache_ttl",
+        _one_of("5m", "1h"),
+        "how long Anthropic keeps the prompt cache",
+        guard="lower",
+        unset="5m",
+    ),
     Key(
         "stall_timeout",
         "stall_timeout",
@@ -188,9 +247,9 @@ KEYS: tuple[Key, ...] = (
         env="BUBU_STALL_TIMEOUT",
         env_parse=_env_seconds,
     ),
-    Key("mcp", "mcp", _str, "an MCP servers file (JSON)", guard="user_only", relative=True),
-    Key("sandbox", "sandbox", _sandbox, "workspace-write, read-only or off", guard="tighten"),
-    Key("network", "network", _bool, "sandboxed commands may use the network", guard="tighten"),
+    Key("mcp", "mcp", _str, "an MCP servers file (JSON)", guard="trust", relative=True),
+    Key("sandbox", "sandbox", _sandbox, "workspace-write, read-only or off", guard="sandbox"),
+    Key("network", "network", _bool, "sandboxed commands may use the network", guard="off_only"),
     Key(
         "allow_socket",
         "allow_socket",
@@ -199,38 +258,68 @@ KEYS: tuple[Key, ...] = (
         guard="user_only",
     ),
     Key(
-        "ssh_agent", "ssh_agent", _bool, "sandboxed commands may use the SSH agent", guard="tighten"
+        "ssh_agent",
+        "ssh_agent",
+        _bool,
+        "sandboxed commands may use the SSH agent",
+        guard="off_only",
     ),
     Key(
         "max_procs",
         "max_procs",
         _pos_int,
         "processes and threads one sandboxed command may have",
-        guard="tighten",
+        guard="lower",
+        unset=_limit_default("max_procs"),
     ),
     Key(
         "max_memory",
         "max_memory",
         via(_size("max_memory", share=True)),
         "memory one sandboxed command may use (a size, or a share like 50%)",
-        guard="tighten",
+        guard="lower",
+        unset=_limit_default("max_memory"),
     ),
     Key(
         "max_file_size",
         "max_file_size",
         via(_size("max_file_size")),
         "the largest file a sandboxed command may write",
-        guard="tighten",
+        guard="lower",
+        unset=_limit_default("max_file_size"),
     ),
-    Key("yes", "yes", _bool, "approve every permission request", guard="tighten"),
-    Key("allow", "allow", _strs, "command patterns allowed without asking", guard="tighten"),
+    Key("yes", "yes", _bool, "approve every permission request", guard="off_only"),
+    Key("allow", "allow", _strs, "command patterns allowed without asking", guard="patterns"),
     Key(
-        "fallback_models", "fallback_model", _models, "models to switch to while the primary fails"
+        "fallback_models",
+        "fallback_model",
+        _models,
+        "models to switch to while the primary fails",
+        guard="trust",
     ),
-    Key("retry_for", "retry_for", via(_duration("retry_for")), "how long to wait out outages"),
-    Key("max_steps", "max_steps", _pos_int, "model calls per turn"),
-    Key("max_tokens", "max_tokens", _pos_int, "tokens (in + out) a turn may use before it stops"),
-    Key("max_time", "max_time", via(_duration("max_time")), "running time a turn may take"),
+    Key(
+        "retry_for",
+        "retry_for",
+        via(_duration("retry_for")),
+        "how long to wait out outages",
+        guard="lower",
+        unset=6 * 3600.0,  # bubu.engine.backoff.DEFAULT_RETRY_FOR_S
+    ),
+    Key("max_steps", "max_steps", _pos_int, "model calls per turn", guard="lower"),
+    Key(
+        "max_tokens",
+        "max_tokens",
+        _pos_int,
+        "tokens (in + out) a turn may use before it stops",
+        guard="lower",
+    ),
+    Key(
+        "max_time",
+        "max_time",
+        via(_duration("max_time")),
+        "running time a turn may take",
+        guard="lower",
+    ),
     Key(
         "env",
         "pass_env",
@@ -238,14 +327,17 @@ KEYS: tuple[Key, ...] = (
         "secret variables passed on to commands by name",
         guard="user_only",
     ),
-    Key("max_cost", "max_cost", _pos_float, "USD a turn may spend before it stops"),
+    Key("max_cost", "max_cost", _pos_float, "USD a turn may spend before it stops", guard="lower"),
     Key(
         "store_quota",
         "store_quota",
         via(_size("store_quota", off=True)),
         "bytes of whole tool results a session may store (256MiB, 1GiB, off)",
+        guard="lower",
+        unset=_quota_default,
+        zero_is_off=True,
     ),
-    Key("tool_timeout", "tool_timeout", _pos_float, "seconds per tool call"),
+    Key("tool_timeout", "tool_timeout", _pos_float, "seconds per tool call", guard="lower"),
     Key(
         "notify",
         "notify",
@@ -253,7 +345,14 @@ KEYS: tuple[Key, ...] = (
         "a command told about turn ends and requests",
         guard="user_only",
     ),
-    Key("notify_timeout", "notify_timeout", _pos_float, "seconds a notifier may run"),
+    Key(
+        "notify_timeout",
+        "notify_timeout",
+        _pos_float,
+        "seconds a notifier may run",
+        guard="lower",
+        unset=10.0,  # bubu.notify.DEFAULT_TIMEOUT_S
+    ),
 )
 """Every key a config file may set; a new run option is one more row here."""
 
@@ -262,18 +361,6 @@ BY_OPTION = {k.option: k for k in KEYS}
 _STRICTNESS = {"off": 0, "workspace-write": 1, "read-only": 2}
 
 
-def _limit_default(name: str) -> Callable[[], int]:
-    def default() -> int:
-        from bubu.tools.limits import Limits
-
-        limits = Limits()
-        by = {"max_procs": limits.procs, "max_memory": limits.memory_bytes()}
-        return by.get(name) or limits.file_bytes()
-
-    return default
-
-
-_LIMIT_DEFAULTS = {n: _limit_default(n) for n in ("max_procs", "max_memory", "max_file_size")}
 """The sandbox's limits a workspace file may only lower, and the default each starts from."""
 
 
@@ -381,41 +468,75 @@ def _read(path: Path) -> _Layer | None:
     return layer
 
 
-def _guard(
-    layer: _Layer, values: Mapping[str, object], base: Mapping[str, object], table: str | None
-) -> None:
-    """Refuse what a workspace file may not set: keys of the user's, and any loosening."""
-    for name, value in values.items():
-        key = BY_NAME[name]
-        where = _where(layer, name, table)
-        if key.guard == "user_only":
-            raise ConfigError(
-                f"{where}: key {name!r} may not be set in a workspace file (a repository must not "
-                f"choose what runs or where requests go); set it in {user_file()}"
+_RANK = {"low": 0, "medium": 1, "high": 2, "5m": 0, "1h": 1}
+"""How much an ordered choice spends (a workspace may only pick one that spends less)."""
+
+TrustState = Literal["trusted", "untrusted", "changed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """A workspace key that was not applied: where it is set, what it said, and why not."""
+
+    key: str
+    value: object
+    where: str
+    reason: str
+    kind: Literal["untrusted", "looser", "user_only"]
+
+
+def _amount(value: object, zero_is_off: bool = False) -> float:
+    if zero_is_off and value == 0:
+        return math.inf
+    if isinstance(value, str):
+        return float(_RANK[value])
+    assert isinstance(value, int | float)  # a limit's parser gives a number
+    return float(value)
+
+
+def _admit(key: Key, value: object, user: object, trusted: bool) -> tuple[object, str | None]:
+    """What of a workspace's `value` stands against the user's effective `user` value: the
+    value to use (`value`, or the part that tightens) and, when something was left out, why."""
+    name = key.name
+    if key.guard == "free":
+        return value, None
+    if key.guard == "user_only":
+        return None, f"only your own config file may set {name!r} ({user_file()})"
+    if key.guard == "trust":
+        if trusted:
+            return value, None
+        return None, "the workspace is not trusted, and this key chooses who acts (`bubu trust`)"
+    if key.guard == "sandbox":
+        was = str(user or "workspace-write")
+        if _STRICTNESS[str(value)] < _STRICTNESS[was]:
+            return None, f"sandbox {value!r} is looser than your {was!r}"
+        return value, None
+    if key.guard == "off_only":
+        if value is True and user is not True:
+            return None, f"{name} = true widens what runs without asking"
+        return value, None
+    if key.guard == "patterns":
+        if trusted:
+            return value, None
+        mine = _strs(user or [])
+        extra = [p for p in _strs(value) if p not in mine]
+        kept = [p for p in _strs(value) if p in mine]
+        if extra:
+            return kept, (
+                f"allow adds {', '.join(repr(p) for p in extra)}, which your settings do not "
+                "allow and the workspace is not trusted (`bubu trust`)"
             )
-        if key.guard != "tighten":
-            continue
-        before = base.get(name)
-        looser: str | None = None
-        if name == "sandbox":
-            was = str(before or "workspace-write")
-            if _STRICTNESS[str(value)] < _STRICTNESS[was]:
-                looser = f"sandbox {value!r} is looser than {was!r}"
-        elif name in ("network", "yes", "ssh_agent"):
-            if value is True and before is not True:
-                looser = f"{name} = true widens what runs without asking"
-        elif name in _LIMIT_DEFAULTS:
-            ceiling = before if isinstance(before, int) else _LIMIT_DEFAULTS[name]()
-            if isinstance(value, int) and value > ceiling:
-                looser = f"{name} {value:,} is above {ceiling:,}"
-        elif name == "allow":
-            extra = [p for p in _strs(value) if p not in _strs(before or [])]
-            if extra:
-                looser = f"allow adds {extra[0]!r}, which the user's settings do not allow"
-        if looser is not None:
-            raise ConfigError(
-                f"{where}: key {name!r}: a workspace file may only tighten permissions; {looser}"
-            )
+        return value, None
+    limit = user if user is not None else key.unset
+    if callable(limit):
+        limit = limit()
+    if limit is None:
+        if key.guard == "lower":
+            return value, None  # no limit of the user's: any limit is tighter
+        return None, f"{name} spends more than you set (you set none)"
+    if _amount(value, key.zero_is_off) > _amount(limit, key.zero_is_off):
+        return None, f"{name} {value!r} is above your {limit!r}"
+    return value, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +546,54 @@ class Settings:
     values: dict[str, Setting]
     files: tuple[str, ...]
     profile: str | None
+    ignored: tuple[Ignored, ...] = ()
+    """Workspace keys that were not applied, and why."""
+    trust: TrustState | None = None
+    """Whether the workspace file (if any) is trusted to choose who acts."""
+    workspace: str | None = None
+    """The workspace whose file was read (its root directory)."""
+
+
+def chooser_files(ws: _Layer) -> list[Path]:
+    """The workspace file and every file it names for a key that chooses who acts (an MCP
+    servers file): what a trust is recorded for."""
+    named: list[Path] = []
+    for table in (ws.values, *ws.profiles.values()):
+        for name, value in table.items():
+            if BY_NAME[name].guard == "trust" and BY_NAME[name].relative and isinstance(value, str):
+                named.append(Path(value))
+    return [ws.path, *dict.fromkeys(named)]
+
+
+def choosers(ws: _Layer) -> list[str]:
+    """The keys (with their table) by which the workspace file would choose who acts."""
+    out = [n for n in ws.values if BY_NAME[n].guard == "trust"]
+    for pname, table in ws.profiles.items():
+        out += [f"profiles.{pname}.{n}" for n in table if BY_NAME[n].guard == "trust"]
+    return out
+
+
+def workspace_layer(workspace: str | Path) -> _Layer | None:
+    """A workspace's config file, checked (None when it has none, or it is the user's)."""
+    ws = _read(workspace_file(workspace))
+    if ws is not None and ws.path.resolve() == user_file().expanduser().resolve():
+        return None  # a workspace at $BUBU_HOME's parent: the one file is the user's
+    return ws
+
+
+def root_of(ws: _Layer) -> str:
+    """The workspace directory of a workspace's `.bubu/config.toml`."""
+    return str(ws.path.parent.parent)
+
+
+def trust_state(ws: _Layer) -> TrustState:
+    """Whether the user trusts this workspace file (and the files it names) as it is now."""
+    from bubu import trust
+
+    entry = trust.answer(root_of(ws))
+    if entry is None or not entry.trusted:
+        return "untrusted"
+    return "trusted" if entry.digest == trust.digest(chooser_files(ws)) else "changed"
 
 
 def resolve(
@@ -438,58 +607,92 @@ def resolve(
 ) -> Settings:
     """Merge the layers; `flags` holds the values the command line (or a flag's own variable) gave.
 
-    Raises ConfigError with `path:line: key` for a bad file, before anything is written.
+    Raises ConfigError with `path:line: key` for a bad file, before anything is written; what a
+    workspace file may not set is left out and listed in `Settings.ignored`.
     """
     environ = os.environ if env is None else env
     user = _read(user_file())
-    ws = _read(workspace_file(workspace)) if workspace is not None else None
-    if ws is not None and user is not None and ws.path.resolve() == user.path.resolve():
-        ws = None  # a workspace at $BUBU_HOME's parent: the one file is the user's
-    base = dict(user.values) if user else {}
-    if ws is not None:
-        _guard(ws, ws.values, base, None)
-        for pname, table in ws.profiles.items():
-            _guard(ws, table, base, f"profiles.{pname}")
+    ws = workspace_layer(workspace) if workspace is not None else None
     name = profile or (user.profile if user else None)
     if profile is None and name is not None:
         profile_source = "user"
-    chosen: dict[str, object] = {}
-    origin: str | None = None
-    if name is not None:
-        found = [
-            (layer, layer.profiles[name])
-            for layer in (user, ws)
-            if layer and name in layer.profiles
-        ]
-        if not found:
-            known = sorted({p for layer in (user, ws) if layer for p in layer.profiles})
-            listed = ", ".join(known) if known else "none are defined"
-            by = {"flag": "-p", "env": "BUBU_PROFILE", "user": f"{user_file()} (profile =)"}.get(
-                profile_source, "-p"
-            )
-            raise ConfigError(f"no profile {name!r} ({by}); profiles: {listed}")
-        for _layer, table in found:  # the user's profile, then the workspace's on top
-            chosen.update(table)
-        origin = name
+    if name is not None and not any(layer and name in layer.profiles for layer in (user, ws)):
+        known = sorted({p for layer in (user, ws) if layer for p in layer.profiles})
+        listed = ", ".join(known) if known else "none are defined"
+        by = {"flag": "-p", "env": "BUBU_PROFILE", "user": f"{user_file()} (profile =)"}.get(
+            profile_source, "-p"
+        )
+        raise ConfigError(f"no profile {name!r} ({by}); profiles: {listed}")
+    state = trust_state(ws) if ws is not None else None
+    trusted = state == "trusted"
+    user_profile = user.profiles.get(name, {}) if user and name else {}
+    ws_profile = ws.profiles.get(name, {}) if ws and name else {}
+    ignored: list[Ignored] = []
     out: dict[str, Setting] = {}
     for key in KEYS:
         if key.option in flags:
             value, src, where = flags[key.option]
             out[key.name] = Setting(key.name, value, src, where)
-        elif key.env and environ.get(key.env):
+            continue
+        if key.env and environ.get(key.env):
             raw = environ[key.env]
             try:
                 value = key.env_parse(raw) if key.env_parse else key.parse(raw)
             except Bad as e:
                 raise ConfigError(f"${key.env}: {e}") from None
             out[key.name] = Setting(key.name, value, "env", key.env)
-        elif key.name in chosen:
-            out[key.name] = Setting(key.name, chosen[key.name], "profile", origin)
-        elif ws is not None and key.name in ws.values:
-            out[key.name] = Setting(key.name, ws.values[key.name], "workspace", str(ws.path))
+            continue
+        # The user's own setting: their profile, else their file, else the default.
+        mine = Setting(key.name, defaults.get(key.option), "default")
+        if key.name in user_profile:
+            mine = Setting(key.name, user_profile[key.name], "profile", name)
         elif user is not None and key.name in user.values:
-            out[key.name] = Setting(key.name, user.values[key.name], "user", str(user.path))
+            mine = Setting(key.name, user.values[key.name], "user", str(user.path))
+        # The workspace's: its profile of that name, else its top level.
+        table: str | None = None
+        if key.name in ws_profile:
+            table = f"profiles.{name}"
+            theirs = ws_profile[key.name]
+        elif ws is not None and key.name in ws.values:
+            theirs = ws.values[key.name]
         else:
-            out[key.name] = Setting(key.name, defaults.get(key.option), "default")
+            out[key.name] = mine
+            continue
+        assert ws is not None
+        if key.guard in ("free", "trust") and table is None and mine.source == "profile":
+            out[key.name] = mine  # the user's profile outranks a workspace's top level
+            continue
+        value, why = _admit(key, theirs, mine.value, trusted)
+        if why is not None:
+            if key.guard == "trust" and state == "changed":
+                why = "the workspace file changed since you trusted it (`bubu trust` again)"
+            kind: Literal["untrusted", "looser", "user_only"] = (
+                "untrusted" if key.guard in ("trust", "patterns") else
+                "user_only" if key.guard == "user_only" else "looser"
+            )  # fmt: skip
+            ignored.append(Ignored(key.name, theirs, _where(ws, key.name, table), why, kind))
+        narrowed = key.guard == "patterns" and value != (mine.value or [])
+        if why is None or narrowed:
+            out[key.name] = Setting(key.name, value, "workspace", str(ws.path))
+        else:
+            out[key.name] = mine
     files = tuple(str(layer.path) for layer in (user, ws) if layer is not None)
-    return Settings(values=out, files=files, profile=name)
+    return Settings(
+        values=out,
+        files=files,
+        profile=name,
+        ignored=tuple(ignored),
+        trust=state,
+        workspace=root_of(ws) if ws is not None else None,
+    )
+
+
+def ignored_line(s: Settings) -> str | None:
+    """One line naming the workspace keys that were ignored (None: none were)."""
+    if not s.ignored:
+        return None
+    keys = ", ".join(dict.fromkeys(i.key for i in s.ignored))
+    trust = (
+        " (`bubu trust` if you wrote it)" if any(i.kind == "untrusted" for i in s.ignored) else ""
+    )
+    return f"workspace config: ignored {keys}; `bubu config` says why{trust}"

@@ -18,6 +18,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from backends import tamper_payload
 from bubu.errors import BubuError, CorruptLog, StorageError
 from bubu.events import (
     Actions,
@@ -30,7 +31,6 @@ from bubu.events import (
 )
 from bubu.log import codec
 from bubu.log.codec import InvalidEvent
-from bubu.log.memory import MemoryStore
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.store import Appended, Store
 
@@ -184,42 +184,6 @@ def test_an_unknown_event_kind_is_named_and_the_prefix_stays_readable(
     assert "hologram" in report.problem
 
 
-def _tamper_payload(store: Store, session: str, seq: int, old: bytes, new: bytes) -> None:
-    """Rewrite one stored event behind the store's back, with its immutability trigger off."""
-    if isinstance(store, MemoryStore):
-        rows = store.db.sessions[session].rows
-        at, kind, payload, digest = rows[seq - 1]
-        rows[seq - 1] = (at, kind, payload.replace(old, new), digest)
-        return
-    if isinstance(store, SQLiteStore):
-        raw = sqlite3.connect(store.path, isolation_level=None)
-        try:
-            raw.execute("DROP TRIGGER events_no_update")
-            (payload,) = raw.execute("SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()
-            raw.execute(
-                "UPDATE events SET payload = ? WHERE seq = ?", (payload.replace(old, new), seq)
-            )
-        finally:
-            raw.close()
-        return
-    import psycopg
-    from psycopg import sql
-
-    from bubu.log.postgres import PostgresStore
-
-    assert isinstance(store, PostgresStore)
-    with psycopg.connect(store.target.conninfo, autocommit=True) as pg:
-        pg.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(store.schema)))
-        pg.execute("ALTER TABLE events DISABLE TRIGGER events_immutable")
-        pg.execute(
-            "UPDATE events SET payload = "
-            "convert_to(replace(convert_from(payload, 'UTF8'), %s, %s), 'UTF8') "
-            "WHERE seq = %s AND sid = (SELECT sid FROM sessions WHERE id = %s)",
-            [old.decode(), new.decode(), seq, session],
-        )
-        pg.execute("ALTER TABLE events ENABLE TRIGGER events_immutable")
-
-
 def test_a_damaged_event_that_names_a_blob_is_reported_not_raised(store: Store) -> None:
     sid = store.create_session(title="t", workspace="/w").id
     data = b"offloaded output\n" * 100
@@ -228,7 +192,7 @@ def test_a_damaged_event_that_names_a_blob_is_reported_not_raised(store: Store) 
         _text(sid, ""), content=FunctionResponse(call_id="c", name="grep", result="…", blob=ref)
     )
     store.append(sid, [_text(sid, "a"), response, _text(sid, "b")], expect=0, blobs=[data])
-    _tamper_payload(store, sid, 2, b'"sha256"', b'"sha257"')
+    tamper_payload(store, sid, 2, b'"sha256"', b'"sha257"')
     report = store.verify(sid)
     assert (report.ok, report.first_bad_seq) == (False, 2)
     assert report.problem is not None

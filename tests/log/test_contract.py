@@ -231,7 +231,7 @@ def test_a_large_result_reads_back_as_its_canonical_bytes(
     records = store.read(sid)
     assert [codec.encode(r.event) for r in records] == canonical
     assert [r.hash for r in records] == _chain_of(records)
-    raw = store.raw(sid)  # type: ignore[attr-defined]
+    raw = store.raw(sid)
     assert [(s, bytes(h).hex(), bytes(p)) for s, h, p in raw] == [
         (r.seq, r.hash, c) for r, c in zip(records, canonical, strict=True)
     ]

@@ -152,11 +152,12 @@ def test_flags_and_config_keys_set_the_limits(tmp_path: Path) -> None:
     db.unlink()
     done = bubu(db, *run_args)
     assert _refused_after(done.stdout) < 40, done.stdout
+    # A raise is ignored, said once, and the user's 66 holds.
     (ws / ".bubu" / "config.toml").write_text("max_procs = 5000\n")
+    db.unlink()
     done = bubu(db, *run_args)
-    assert done.returncode != 0
-    assert "a workspace file may only tighten permissions; max_procs 5,000 is above 66" in (
-        done.stderr
-    ), done.stderr
+    assert done.returncode == 0, done.stderr
+    assert "ignored max_procs" in done.stderr, done.stderr
+    assert 50 < _refused_after(done.stdout) < 66, done.stdout
     bad = bubu(db, *run_args, "--max-memory", "lots")
     assert bad.stderr == "bubu: error: --max-memory takes a size such as 50% or 4G, got 'lots'\n"

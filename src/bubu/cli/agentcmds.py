@@ -14,7 +14,7 @@ import click
 
 from bubu.cli import checks, shutdown
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
-from bubu.cli.configcmd import profile_option, settle
+from bubu.cli.configcmd import announce, profile_option, settle
 from bubu.cli.envopt import ENV_HELP, env_names
 from bubu.cli.longrun import budget_json, longrun_options, waiting_json, waiting_line
 from bubu.cli.render import JsonlObserver, TerminalObserver, printable
@@ -62,9 +62,14 @@ def default_model(configured: str | None = None) -> str:
         return "anthropic:claude-sonnet-5-5"
     if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
         return "openai:gpt-5"
+    from bubu.cli import configcmd
+
+    # A workspace's model that was not trusted is why there is none: say so.
+    said = f" ({configcmd.unsaid()})" if configcmd.unsaid() else ""
     raise ConfigError(
         "no model given: pass -m provider:model (e.g. -m anthropic:claude-sonnet-5-5, "
-        "-m openai:gpt-5, -m scripted:FILE) or set BUBU_MODEL; try `bubu demo` for a run without a key"
+        "-m openai:gpt-5, -m scripted:FILE) or set BUBU_MODEL; try `bubu demo` for a run without a "
+        f"key{said}"
     )
 
 
@@ -530,6 +535,7 @@ def run_cmd(
     if session_ref or cont:
         info = store.session(session_ref) if session_ref else latest_here(store, workspace)
         host, info, model = continuing_host(store, info, opts, observer, new_turn=True)
+        host.check_integrity(info.id)  # before anything is said or written
         _check_images(host, attached)
     else:
         opts = settle(opts, workspace)
@@ -541,6 +547,9 @@ def run_cmd(
         if isinstance(observer, TerminalObserver):
             banner = f"bubu · {info.id} · {model} · {printable(info.workspace)}"
             observer.line(click.style(banner, dim=True) if observer.color else banner)
+            announce(observer.line)
+        else:
+            announce()
         # Other sessions' crashes are looked at once this task is durable, and continued in
         # processes of their own: never in this one's way.
         finder = Finder(store, ctx.db, skip={info.id})
@@ -591,6 +600,7 @@ def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
     observer = observer_for(opts["jsonl"])
     # The turn's own recorded settings, changed only by the flags given here.
     host, info, _ = continuing_host(store, info, opts, observer)
+    announce(observer.line if isinstance(observer, TerminalObserver) else None)
     with signals(host):
         # A crashed turn is recovered (and continued) rather than resumed.
         if needs_recovery(store, info):

@@ -66,6 +66,7 @@ class Chat:
     def open(self, session_ref: str | None, cont: bool) -> None:
         """Continue `session_ref` (or this workspace's latest with `cont`), else get ready for a
         new session; a bad model spec or session fails here, before anything is written."""
+        self.ask_trust()
         if session_ref or cont:
             from bubu.cli.continuing import continuing_host
 
@@ -77,11 +78,44 @@ class Chat:
             self.host, self.info, self.model = continuing_host(
                 self.store, info, self.opts, self.view, new_turn=True
             )
+            self.host.check_integrity(self.info.id)  # refused before the chat opens
             self.opts = {**self.opts, "model": self.model}
         else:
             self.opts = settle(self.opts, self.workspace)
             self.model = self.opts["model"] or default_model(self.opts["configured_model"])
             self.host = make_host(self.store, self.model, self.opts, self.view)
+
+    def ask_trust(self) -> None:
+        """Ask once whether to trust this workspace's config file, when it chooses who acts (a
+        model, a server, MCP servers) and has no answer for what it says now; record the answer."""
+        from bubu import trust
+        from bubu.settings import chooser_files, choosers, root_of, workspace_layer
+
+        ws = workspace_layer(self.workspace)
+        keys = choosers(ws) if ws is not None else []
+        if ws is None or not keys:
+            return
+        current = trust.digest(chooser_files(ws))
+        prior = trust.answer(root_of(ws))
+        if prior is not None and prior.digest == current:
+            return  # trusted as it is, or already declined as it is
+        changed = " (changed since you trusted it)" if prior is not None and prior.trusted else ""
+        self.say(
+            f"{ws.path}{changed} sets {', '.join(keys)}: it would choose who acts here. Trust it "
+            "only if you wrote it or have read it; a change to it asks again."
+        )
+        try:
+            reply = self._ask_line("Trust this workspace's config? [y/N] ")
+        except (EOFError, KeyboardInterrupt):
+            reply = ""
+        yes = reply.strip().lower() in ("y", "yes")
+        trust.record(root_of(ws), current, trusted=yes)
+        self.say(
+            "trusted (`bubu trust --revoke` undoes it)"
+            if yes
+            else "not trusted: its model, server and MCP servers are ignored (`bubu trust` later)",
+            dim=True,
+        )
 
     def header(self) -> None:
         """Which session, model and workspace; what is pending on it; how to get help."""
@@ -89,6 +123,9 @@ class Chat:
         sid = self.info.id if self.info is not None else "new session"
         self.say(f"bubu chat · {sid} · {self.model} · {where}", dim=True)
         self.say("/help lists the commands · Ctrl-C stops a turn · Ctrl-D leaves", dim=True)
+        from bubu.cli.configcmd import announce
+
+        announce(self.say)
         if self.info is not None:
             self.pending()
         # As `bubu run` does: sessions whose runner died here are continued, each in a process

@@ -1,8 +1,10 @@
-"""Config files under the run commands' options, and `bubu config` to see the result."""
+"""Config files under the run commands' options, `bubu config` to see the result, and
+`bubu trust` to let a workspace's file choose who acts (`bubu.trust`)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -10,6 +12,7 @@ from click.core import ParameterSource
 
 from bubu.cli.app import cli, emit_json
 from bubu.cli.term import printable
+from bubu.errors import ConfigError
 from bubu.settings import BY_NAME, Settings, Source, resolve
 
 
@@ -89,7 +92,33 @@ def settle(opts: dict[str, Any], workspace: str | None) -> dict[str, Any]:
         elif option not in out:
             out[option] = s.value
     out["settings"] = settings
+    global _unsaid
+    from bubu.settings import ignored_line
+
+    _unsaid = ignored_line(settings)
     return out
+
+
+_unsaid: str | None = None
+"""The line about ignored workspace keys, until the run's header has said it (once)."""
+
+
+def unsaid() -> str | None:
+    """The line about ignored workspace keys, if the header has not said it yet."""
+    return _unsaid
+
+
+def announce(say: Callable[[str], object] | None = None) -> None:
+    """Say, once, under the run's header, which workspace keys were ignored (with `say`, else
+    on stderr, where a script's output is not disturbed)."""
+    global _unsaid
+    line, _unsaid = _unsaid, None
+    if line is None:
+        return
+    if say is not None:
+        say(printable(line))
+    else:
+        click.echo(f"bubu: {printable(line)}", err=True)
 
 
 def settings_json(s: Settings) -> dict[str, object]:
@@ -100,6 +129,11 @@ def settings_json(s: Settings) -> dict[str, object]:
         "settings": {
             k: {"value": v.value, "source": v.source, "where": v.where} for k, v in s.values.items()
         },
+        "workspace_trust": s.trust,
+        "ignored": [
+            {"key": i.key, "value": i.value, "where": i.where, "reason": i.reason, "kind": i.kind}
+            for i in s.ignored
+        ],
     }
 
 
@@ -151,3 +185,48 @@ def config_cmd(workspace: str, profile: str | None, as_json: bool) -> None:
         shown = "(unset)" if v.value is None else json.dumps(v.value)
         origin = v.source + (f" {v.where}" if v.where else "")
         click.echo(f"  {name:<{width}} = {printable(shown):<32} # {printable(origin)}")
+    if s.ignored:
+        click.echo(f"ignored in the workspace file ({s.trust}):")
+        for i in s.ignored:
+            shown = f"{i.key} = {json.dumps(i.value)}"
+            click.echo(f"  {printable(shown)} # {printable(i.where)}: {printable(i.reason)}")
+
+
+@cli.command("trust")
+@click.argument("directory", default=".", type=click.Path(file_okay=False), required=False)
+@click.option("--revoke", is_flag=True, help="Stop trusting the workspace.")
+@click.option("--list", "list_", is_flag=True, help="List the trusted workspaces.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (with --list).")
+def trust_cmd(directory: str, revoke: bool, list_: bool, as_json: bool) -> None:
+    """Let DIRECTORY's .bubu/config.toml choose the model, server and MCP servers, as it is now
+    (any change to the file revokes it); limits and permissions it may only ever tighten."""
+    from pathlib import Path
+
+    from bubu import trust
+    from bubu.settings import chooser_files, choosers, workspace_layer
+
+    if list_:
+        rows = [e for e in trust.entries().values() if e.trusted]
+        if as_json:
+            emit_json([{"workspace": e.workspace, "digest": e.digest, "at": e.at} for e in rows])
+            return
+        for e in rows:
+            click.echo(f"{printable(e.workspace)}  (since {e.at})")
+        if not rows:
+            click.echo("no workspace is trusted")
+        return
+    root = str(Path(directory).expanduser().resolve())
+    if revoke:
+        known = trust.revoke(root)
+        click.echo(f"{'no longer trusted' if known else 'was not trusted'}: {printable(root)}")
+        return
+    ws = workspace_layer(root)
+    if ws is None:
+        raise ConfigError(
+            f"{root} has no .bubu/config.toml, so there is nothing to trust; a workspace "
+            "without one uses your own settings"
+        )
+    trust.record(root, trust.digest(chooser_files(ws)), trusted=True)
+    keys = choosers(ws)
+    said = f" (it sets {', '.join(keys)})" if keys else ""
+    click.echo(f"trusted: {printable(str(ws.path))}{said}; a change to it revokes this")

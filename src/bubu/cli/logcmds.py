@@ -33,6 +33,10 @@ def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
     for r in records:
         if r.event.actions is not None and (u := r.event.actions.token_usage) is not None:
             cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
+    from bubu.log.verify import verify_chain
+
+    # The chain alone (no decoding): cheap enough for a listing, and what a run checks first.
+    chain = verify_chain(info.id, store.raw(info.id))
     return {
         "id": info.id,
         "title": info.title,
@@ -45,6 +49,8 @@ def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
         "turns": st.turns,
         "cost_usd": cost.total,
         "cost": cost.text(),
+        "verified": chain.ok,
+        "integrity": None if chain.ok else f"seq {chain.first_bad_seq}: {chain.problem}",
     }
 
 
@@ -89,6 +95,8 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None, text: str |
         click.echo(
             f"{r['id']}  {r['status']:<10} {r['events']:>6} events  {r['cost']:>13}  {title}"
         )
+        if not r["verified"]:
+            echo(f"    does not verify at {r['integrity']}; it is not continued (`bubu verify`)")
         match = r.get("match")
         if isinstance(match, dict):
             click.echo(printable(f"    seq {match['seq']}: {match['snippet']}"))
@@ -192,10 +200,31 @@ def import_cmd(ctx: Ctx, file: str, as_json: bool) -> None:
 def _import_notes(store: Store, info: SessionInfo, copied: int) -> None:
     """Say, on stderr, what an import leaves to the user: a workspace only the header vouches
     for, and an unfinished turn that waits for an explicit `bubu recover`."""
-    if not store.read(info.id, upto=copied, kinds=("session_started",)):
+    from bubu.engine.memory import memory_of
+    from bubu.projections.origin import FACT_KINDS, fold_facts
+
+    # A session's facts are chained by its turns' notes as well as by a session_started note
+    # (which only imports and forks write): an export of a plain session has the former only.
+    facts = fold_facts(
+        store.read(info.id, upto=copied, kinds=FACT_KINDS),
+        workspace=info.workspace,
+        title=info.title,
+        model=info.model,
+    )
+    if not facts.chained:
         click.echo(
             f"bubu: the export predates chained session facts, so its workspace "
             f"{printable(info.workspace)} is the file header's word alone",
+            err=True,
+        )
+    brought = [n for n in memory_of(store, info.workspace).imported.values()
+               if n.session == info.id]  # fmt: skip
+    if brought:
+        keys = ", ".join(repr(n.key) for n in brought)
+        click.echo(
+            f"bubu: the export carries {len(brought)} remembered note(s) ({printable(keys)}); "
+            "they are not recalled here until you accept them: `bubu memory accept KEY -w "
+            f"{printable(info.workspace)}` (`bubu memory list` shows them)",
             err=True,
         )
     if fold_status(store.read(info.id, kinds=BOUNDARY_KINDS)).state == "open":

@@ -12,6 +12,7 @@ from bubu import clock
 from bubu.cli import shutdown
 from bubu.cli.agentcmds import EXIT, model_options, observer_for, signals
 from bubu.cli.app import Ctx, cli, emit_json, fail, pass_ctx
+from bubu.cli.configcmd import announce
 from bubu.cli.render import TerminalObserver
 from bubu.cli.term import echo
 from bubu.engine.driver import owner_id
@@ -80,6 +81,7 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, force: bool, **
             continue
         if isinstance(observer, TerminalObserver):
             observer.line(recover_line(acting, facts.describe() if facts.adopted else None))
+            announce(observer.line)
         with signals(host):
             rec = recover_session(host, info, force=force)
         code = 5 if rec.outcome in ("blocked", "busy") else EXIT.get(rec.outcome, 0)

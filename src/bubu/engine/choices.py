@@ -159,7 +159,7 @@ def after_stop(reason: StopReason | None, *, turn_open: bool) -> AfterStop:
 
 # -- conflicts ----------------------------------------------------------------------------------
 
-BENIGN_NOTES = frozenset({"NoticeDismissed", "MemoryForgotten"})
+BENIGN_NOTES = frozenset({"NoticeDismissed", "MemoryForgotten", "MemoryAccepted"})
 """The notes another process may append to a running session."""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from bubu.log.store import SessionInfo, Store
-from bubu.projections.memory import MEMORY_KINDS, Note, fold_memory
+from bubu.projections.memory import MEMORY_KINDS, Memory, Note, fold_workspace
 
 
 def same_workspace(a: str, b: str) -> bool:
@@ -20,5 +20,10 @@ def workspace_sessions(store: Store, workspace: str) -> list[SessionInfo]:
 
 def workspace_memory(store: Store, workspace: str) -> dict[str, Note]:
     """The live notes of a workspace, over every session of it in the store."""
+    return memory_of(store, workspace).live
+
+
+def memory_of(store: Store, workspace: str) -> Memory:
+    """A workspace's live notes and the imported ones that wait for `bubu memory accept`."""
     sessions = workspace_sessions(store, workspace)
-    return fold_memory((s.id, store.read(s.id, kinds=MEMORY_KINDS)) for s in sessions)
+    return fold_workspace((s.id, store.read(s.id, kinds=MEMORY_KINDS)) for s in sessions)

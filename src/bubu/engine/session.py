@@ -15,7 +15,7 @@ from bubu.engine.instructions import NoteMaker
 from bubu.engine.permissions import Asker, Policy, nobody
 from bubu.engine.scope import acting_info, holder_gone
 from bubu.engine.settings import ModelSettings, public_url
-from bubu.errors import BubuError, ConfigError
+from bubu.errors import BubuError, ConfigError, CorruptLog
 from bubu.events import (
     EndCause,
     Event,
@@ -26,7 +26,7 @@ from bubu.events import (
     TurnStarted,
     make,
 )
-from bubu.log.store import SessionInfo, Store
+from bubu.log.store import SessionInfo, Store, VerifyReport
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.turn import TurnFold, fold
 from bubu.providers import windows
@@ -59,6 +59,24 @@ class Host:
     runner: Runner | None = None
     fallbacks: dict[str, Provider] = field(default_factory=dict)
     """Providers for fallback models, by spec, built with the host's options."""
+    verified: set[str] = field(default_factory=set)
+    """Sessions whose whole log this host verified once; later runs recompute only the chain."""
+
+    def check_integrity(self, session: str) -> None:
+        """Refuse to run a session whose log does not verify (an altered or damaged row would
+        reach the model as if it were the session's). The first run here verifies everything,
+        later ones only the hash chain (no decoding), so a long chat pays little per message."""
+        from bubu.log.verify import verify_chain, verify_records
+
+        # Not `Store.verify`: a derived view that disagrees with the log is ignored and rebuilt,
+        # never a reason to refuse the log itself.
+        rows = self.store.raw(session)
+        check = verify_chain if session in self.verified else verify_records
+        report = check(session, rows)
+        if not report.ok:
+            newer_event(rows, report.first_bad_seq)
+            raise CorruptLog(refusal(report), session=session, seq=report.first_bad_seq)
+        self.verified.add(session)
 
     def adopt_turn_tools(self, turn: TurnFold) -> None:
         """Offer the tools of the MCP configuration `turn` was started with, when it differs
@@ -77,6 +95,7 @@ class Host:
     @contextmanager
     def runner_for(self, session: SessionInfo) -> Iterator[Runner]:
         """Hold the session's lease for the duration of a `Runner`."""
+        self.check_integrity(session.id)
         # A held lease raises LeaseError: "session S is being run by OWNER; wait for it …". A
         # lease whose process died on this host is held by nobody: take it at once.
         current = self.store.current_lease(session.id)
@@ -130,6 +149,33 @@ def check_task(task: str) -> str:
             "the task is larger than 1 MB; put the material in a file in the workspace and refer to it"
         )
     return task
+
+
+def newer_event(rows: Sequence[tuple[int, bytes, bytes]], seq: int | None) -> None:
+    """Raise NewerLogError when the row at `seq` was written by a newer Bubu: that, not an
+    altered log, is why it does not verify, and upgrading is the remedy."""
+    from bubu.errors import NewerLogError
+    from bubu.log import codec
+
+    payload = next((p for at, _, p in rows if at == seq), None)
+    if payload is None or seq is None:
+        return
+    try:
+        codec.decode(bytes(payload), seq=seq)
+    except NewerLogError:
+        raise
+    except BubuError:
+        pass  # damaged or altered: the caller says so
+
+
+def refusal(report: VerifyReport) -> str:
+    """Why a session whose log does not verify is not run, and what to do."""
+    sid = report.session
+    return (
+        f"session {sid} is not continued: its log does not verify at seq {report.first_bad_seq} "
+        f"({report.problem}); `bubu verify {sid}` shows it — restore the database from a backup, "
+        "or start a new session"
+    )
 
 
 def start_turn(

@@ -71,6 +71,15 @@ class ToolHost(RunnerView, Protocol):
     def stopped_by(self) -> str: ...
 
 
+def read_only_refusal(tool: str) -> str:
+    """What the model is told when a write tool is called in a read-only turn."""
+    return (
+        f"{tool} did not run: this turn runs with --sandbox read-only, so no file may be written "
+        "or edited; nothing was changed. Describe the change instead, or ask the user to run "
+        "with --sandbox workspace-write"
+    )
+
+
 class ToolCalls:
     """Runs the runner's tool calls."""
 
@@ -381,6 +390,11 @@ class ToolCalls:
                 output=f"{call.name} did not run: its arguments {arguments_error(call.raw_arguments)}; "
                        f"send them as one JSON object. They were: {call.raw_arguments[:300]}",
                 is_error=True), None))  # fmt: skip
+            return None
+        if tool.effect == "provable_write" and self.sandbox_mode[0] == "read-only":
+            # Read-only means read-only: the file tools refuse as the sandbox does, unasked.
+            early.append(self.outcome(call, ToolResult(output=read_only_refusal(call.name),
+                                                       is_error=True), None))  # fmt: skip
             return None
         ctx = self.context_for(call)
         try:

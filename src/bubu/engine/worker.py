@@ -139,7 +139,14 @@ def clean_handoff(records: Sequence[Record]) -> bool:
 
 @contextmanager
 def running(host: Host, info: SessionInfo, lease: Lease) -> Iterator[Runner]:
-    """A `Runner` under an already held lease, released when done."""
+    """A `Runner` under an already held lease, released when done (never for a session whose
+    log does not verify: the lease is released and the refusal raised)."""
+    try:
+        host.check_integrity(info.id)
+    except BubuError:
+        with contextlib.suppress(BubuError):
+            host.store.release_lease(lease)
+        raise
     runner = Runner(
         store=host.store, session=info, provider=host.provider, tools=host.tools, lease=lease,
         policy=host.policy, asker=host.asker, observer=host.observer, config=host.config,

@@ -323,6 +323,12 @@ class Store(abc.ABC):
         """Records with `after < seq <= upto` in seq order, optionally only of the given kinds."""
 
     @abc.abstractmethod
+    def raw(
+        self, session: str, *, after: int = 0, upto: int | None = None
+    ) -> list[tuple[int, bytes, bytes]]:
+        """(seq, hash, canonical payload) rows, undecoded, for export and verification."""
+
+    @abc.abstractmethod
     def verify(self, session: str) -> VerifyReport:
         """Recompute the chain (and blob hashes) and report the first bad seq."""
 

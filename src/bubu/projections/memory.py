@@ -6,6 +6,13 @@ hidden `memory_forgotten` note. The memory of a workspace is the fold, in time o
 facts over every session whose workspace is that directory: the newest write of a key wins, a
 forget removes it. Nothing else is kept, so nothing is ever deleted in place.
 
+**Imported notes are not memory.** A session imported from an export (or forked from one) carries
+the other machine's facts before its `session_started` note of origin; a `remember` there is
+listed as *imported* and never recalled until the user accepts it here (`bubu memory accept`,
+a `memory_accepted` note naming the note's text hash, so a different text is not accepted with
+it). Facts before a fork's origin note are copies of its source's, which count in the source
+session itself; an acceptance inside an imported prefix counts for nothing.
+
 For recovery a note is a "file" named ``memory:KEY`` whose content hash is the sha-256 of its
 text (None when there is no note): a dangling `remember` is proven applied when the note already
 has the intended text, and re-run when it still has the text it had at dispatch.
@@ -23,12 +30,26 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from bubu.events import FunctionCall, FunctionResponse, MemoryForgotten, Record, SystemNote
+from bubu.events import (
+    FunctionCall,
+    FunctionResponse,
+    MemoryAccepted,
+    MemoryForgotten,
+    Record,
+    SessionStarted,
+    SystemNote,
+)
 
 MEMORY_PREFIX = "memory:"
 """The dispatch `path` of a remember call: ``memory:KEY`` (never a file on disk)."""
 
-MEMORY_KINDS = ("function_call", "function_response", "memory_forgotten")
+MEMORY_KINDS = (
+    "function_call",
+    "function_response",
+    "memory_forgotten",
+    "memory_accepted",
+    "session_started",
+)
 """The event kinds the memory and plan projections read."""
 
 PlanStatus = Literal["pending", "in_progress", "completed"]
@@ -45,6 +66,8 @@ class Note:
     text: str
     ts: int
     session: str
+    accepted: bool = False
+    """An imported note the user accepted (`session` is where it was written, elsewhere)."""
 
     @property
     def sha256(self) -> str:
@@ -70,29 +93,83 @@ def is_memory_path(path: str | None) -> bool:
     return bool(path) and str(path).startswith(MEMORY_PREFIX)
 
 
-def fold_memory(streams: Iterable[tuple[str, Sequence[Record]]]) -> dict[str, Note]:
-    """The live notes, by key, of the given (session, records) streams of one workspace."""
-    facts: list[tuple[int, str, int, str, str | None]] = []  # ts, session, seq, key, text|None
-    for session, records in streams:
-        calls: dict[str, FunctionCall] = {}
-        for r in records:
-            c = r.event.content
-            if isinstance(c, FunctionCall) and c.name == "remember":
-                calls[c.call_id] = c
-            elif isinstance(c, FunctionResponse) and c.name == "remember" and not c.is_error:
-                call = calls.get(c.call_id)
-                key, text = _note_args(call)
-                if key is not None and text is not None:
-                    facts.append((r.event.ts, session, r.seq, key, text))
-            elif isinstance(c, SystemNote) and isinstance(c.note, MemoryForgotten):
-                facts.append((r.event.ts, session, r.seq, c.note.key, None))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Memory:
+    """A workspace's notes: the live ones (recalled) and the imported ones awaiting acceptance."""
+
+    live: dict[str, Note]
+    imported: dict[str, Note]
+
+
+_Fact = tuple[int, str, int, str, str | None, str | None]
+"""ts, session, seq, key, text (None: a forget), accepted hash (an acceptance)."""
+
+
+def _own_and_imported(records: Sequence[Record]) -> tuple[Sequence[Record], Sequence[Record]]:
+    """The records written in this session itself, and those an import brought (before its
+    origin note); a fork's copied records are neither (they count in its source)."""
+    for i in range(len(records) - 1, -1, -1):
+        c = records[i].event.content
+        note = c.note if isinstance(c, SystemNote) else None
+        if isinstance(note, SessionStarted) and note.origin != "new":
+            return records[i + 1 :], records[:i] if note.origin == "import" else ()
+    return records, ()
+
+
+def _facts(session: str, records: Sequence[Record], *, own: bool) -> list[_Fact]:
+    facts: list[_Fact] = []
+    calls: dict[str, FunctionCall] = {}
+    for r in records:
+        c = r.event.content
+        if isinstance(c, FunctionCall) and c.name == "remember":
+            calls[c.call_id] = c
+        elif isinstance(c, FunctionResponse) and c.name == "remember" and not c.is_error:
+            key, text = _note_args(calls.get(c.call_id))
+            if key is not None and text is not None:
+                facts.append((r.event.ts, session, r.seq, key, text, None))
+        elif isinstance(c, SystemNote) and isinstance(c.note, MemoryForgotten):
+            facts.append((r.event.ts, session, r.seq, c.note.key, None, None))
+        elif own and isinstance(c, SystemNote) and isinstance(c.note, MemoryAccepted):
+            facts.append((r.event.ts, session, r.seq, c.note.key, None, c.note.sha256))
+    return facts
+
+
+def _fold(facts: list[_Fact], imported: dict[str, Note]) -> tuple[dict[str, Note], set[str]]:
+    """The notes after `facts` in time order, and the hashes accepted on the way."""
     notes: dict[str, Note] = {}
-    for ts, session, _, key, text in sorted(facts, key=lambda f: (f[0], f[1], f[2])):
-        if text is None:
+    accepted: set[str] = set()
+    for ts, session, _, key, text, sha in sorted(facts, key=lambda f: (f[0], f[1], f[2])):
+        if sha is not None:
+            found = imported.get(key)
+            if found is not None and found.sha256 == sha:
+                notes[key] = Note(key=key, text=found.text, ts=ts, session=found.session,
+                                  accepted=True)  # fmt: skip
+                accepted.add(f"{key}\0{sha}")
+        elif text is None:
             notes.pop(key, None)
         else:
             notes[key] = Note(key=key, text=text, ts=ts, session=session)
-    return notes
+    return notes, accepted
+
+
+def fold_workspace(streams: Iterable[tuple[str, Sequence[Record]]]) -> Memory:
+    """The live and the imported notes of the given (session, records) streams of a workspace."""
+    own: list[_Fact] = []
+    brought: list[_Fact] = []
+    for session, records in streams:
+        mine, theirs = _own_and_imported(records)
+        own += _facts(session, mine, own=True)
+        brought += _facts(session, theirs, own=False)
+    imported, _ = _fold(brought, {})
+    live, accepted = _fold(own, imported)
+    waiting = {k: n for k, n in imported.items() if f"{k}\0{n.sha256}" not in accepted}
+    return Memory(live=live, imported=waiting)
+
+
+def fold_memory(streams: Iterable[tuple[str, Sequence[Record]]]) -> dict[str, Note]:
+    """The live notes, by key, of the given (session, records) streams of one workspace (what
+    `recall` answers from; imported notes only once accepted)."""
+    return fold_workspace(streams).live
 
 
 def _note_args(call: FunctionCall | None) -> tuple[str | None, str | None]:

@@ -13,6 +13,7 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     Info,
+    MemoryAccepted,
     MemoryForgotten,
     ModelSwitch,
     NoticeDismissed,
@@ -194,6 +195,9 @@ class Transcript:
                 )
             case TaskApproved(by=by):
                 text = "approved to run above the worker's ceiling" + (f" by {by}" if by else "")
+
+            case MemoryAccepted(key=key, source=source):
+                text = f"imported note {key!r} of {source} accepted (bubu memory accept)"
             case CheckpointBody() | SummaryChunk():
                 text = None  # the compaction note that follows is the marker people see
             case _:

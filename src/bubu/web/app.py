@@ -23,7 +23,14 @@ from starlette.staticfiles import StaticFiles
 
 from bubu import clock
 from bubu.engine.driver import owner_id
-from bubu.errors import AppendConflict, BubuError, ConfigError, LeaseError, UnknownSession
+from bubu.errors import (
+    AppendConflict,
+    BubuError,
+    ConfigError,
+    CorruptLog,
+    LeaseError,
+    UnknownSession,
+)
 from bubu.events import NoticeDismissed, SandboxMode, SystemNote, make
 from bubu.log.store import Store
 from bubu.projections.status import fold_status
@@ -107,8 +114,8 @@ class _Error(msgspec.Struct):
 def _status_for(e: BubuError) -> int:
     if isinstance(e, UnknownSession):
         return 404
-    if isinstance(e, LeaseError):
-        return 409
+    if isinstance(e, LeaseError | CorruptLog):
+        return 409  # a log that does not verify is not run: the session's state, not a bug
     return 400 if isinstance(e, ConfigError) else 500
 
 

@@ -408,7 +408,13 @@ class RunManager:
         chosen = model or (note.model if note is not None else None) or acting.model
         if not chosen:
             raise ConfigError(f"session {info.id} has no model recorded; give a model spec")
-        return self.host(chosen, recorded=note, new_turn=new_turn), acting
+        host = self.host(chosen, recorded=note, new_turn=new_turn)
+        try:
+            host.check_integrity(acting.id)  # refused here, in the request, with the reason
+        except BubuError:
+            self._drop(host)
+            raise
+        return host, acting
 
     def _spawn(self, session: str, host: Host, work: Callable[[], object]) -> None:
         with self._lock:

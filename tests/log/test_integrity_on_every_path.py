@@ -1,0 +1,144 @@
+"""A session whose log was altered in the real SQLite file is never run again: `bubu run -c`,
+`--session`, `resume` and the web UI refuse with the reason and write nothing, and `bubu
+sessions` marks it. And read-only means read-only: the file tools refuse under `--sandbox
+read-only` as the sandbox does, and the model is told so."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from backends import tamper_payload
+from bubu.engine.session import Host
+from bubu.errors import CorruptLog
+from bubu.events import Text, make
+from bubu.log.sqlite import SQLiteStore
+from bubu.providers.scripted import ScriptedProvider
+from engine.cli import bubu, bubu_json, only_session
+from engine.helpers import write_script
+
+
+def _events(db: Path) -> int:
+    with closing(sqlite3.connect(db)) as raw:
+        (n,) = raw.execute("SELECT count(*) FROM events").fetchone()
+        return int(n)
+
+
+def altered_session(tmp_path: Path) -> tuple[Path, Path, str, Path]:
+    """A completed session in a real database whose model answer was rewritten behind the
+    store's back; the database, workspace, session id and the next turn's script."""
+    db, ws = tmp_path / "bubu.db", tmp_path / "ws"
+    ws.mkdir()
+    first = write_script(tmp_path / "one.jsonl", [{"text": "the tests pass: bonjour"}])
+    done = bubu(db, "run", "-w", str(ws), "-m", f"scripted:{first}", "--jsonl", "check it")
+    assert done.returncode == 0, done.stderr
+    sid = only_session(db)
+    with SQLiteStore(db) as store:
+        (seq,) = [
+            r.seq
+            for r in store.read(sid)
+            if isinstance(r.event.content, Text) and "bonjour" in r.event.content.text
+        ]
+        tamper_payload(store, sid, seq, b"the tests pass", b"rm -rf is safe")
+    second = write_script(tmp_path / "two.jsonl", [{"text": "continued"}])
+    return db, ws, sid, second
+
+
+def test_continuing_an_altered_session_is_refused_with_the_reason(tmp_path: Path) -> None:
+    db, ws, sid, script = altered_session(tmp_path)
+    before = _events(db)
+    for args in (
+        ("run", "-c", "-w", str(ws), "-m", f"scripted:{script}", "go on"),
+        ("run", "--session", sid, "-m", f"scripted:{script}", "--jsonl", "go on"),
+        ("resume", sid, "-m", f"scripted:{script}"),
+    ):
+        done = bubu(db, *args)
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"bubu: error: session {sid} is not continued: its log does not "
+                               "verify at seq "), line  # fmt: skip
+        assert "does not match its content" in line
+        assert f"`bubu verify {sid}`" in line
+        assert "continued" not in done.stdout
+        assert _events(db) == before  # nothing was written
+    rows = bubu_json(db, "sessions", "--json")
+    assert [(r["id"], r["verified"]) for r in rows] == [(sid, False)]
+    assert "does not match its content" in rows[0]["integrity"]
+    text = bubu(db, "sessions").stdout
+    assert "does not verify at seq" in text
+
+
+def test_a_host_verifies_once_in_full_then_only_the_chain(tmp_path: Path) -> None:
+    db, _, sid, script = altered_session(tmp_path)
+    with SQLiteStore(db) as store:
+        host = Host(store=store, provider=ScriptedProvider(str(script)), tools={})
+        with pytest.raises(CorruptLog) as refused:
+            host.check_integrity(sid)
+        assert refused.value.session == sid
+        assert sid not in host.verified
+    # Once verified, a row altered later behind the host's back is still found (by the chain).
+    with SQLiteStore(tmp_path / "other.db") as store:
+        host = Host(store=store, provider=ScriptedProvider(str(script)), tools={})
+        clean = store.create_session(title="t", workspace=str(tmp_path)).id
+        store.append(clean, [make(session=clean, role="user", author="user", ts=1,
+                                  content=Text(text="hello"))], expect=0)  # fmt: skip
+        host.check_integrity(clean)
+        assert clean in host.verified
+        tamper_payload(store, clean, 1, b"hello", b"hullo")
+        with pytest.raises(CorruptLog) as refused:
+            host.check_integrity(clean)  # the chain check finds the row altered since
+        assert refused.value.seq == 1
+
+
+def test_the_web_ui_refuses_to_continue_an_altered_session(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from bubu.web import create_app
+
+    db, ws, sid, _ = altered_session(tmp_path)
+    before = _events(db)
+    token = "test-token-0123456789"
+    with SQLiteStore(db) as store:
+        app = create_app(store, token=token, recover=False, workspace=str(ws), hosts=())
+        with TestClient(app, base_url="http://127.0.0.1:8642",
+                        headers={"authorization": f"Bearer {token}"}) as client:  # fmt: skip
+            r = client.post(f"/api/sessions/{sid}/turns", json={"task": "go on"})
+            assert r.status_code == 409, r.text
+            assert "its log does not verify at seq" in r.json()["error"], r.text
+    assert _events(db) == before
+
+
+def test_read_only_file_tools_refuse_and_the_model_is_told(tmp_path: Path) -> None:
+    db, ws = tmp_path / "bubu.db", tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("x = 1\n")
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [
+                {"name": "write_file", "arguments": {"path": "new.py", "content": "y = 2\n"}},
+                {"name": "edit_file", "arguments": {"path": "a.py", "old": "x = 1", "new": "x = 9"}},
+            ]},
+            {"text": "done"},
+        ],
+    )  # fmt: skip
+    done = bubu(db, "run", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "read-only",
+                "--yes", "--jsonl", "change things")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not (ws / "new.py").exists()
+    assert (ws / "a.py").read_text() == "x = 1\n"
+    results = [
+        json.loads(line)["event"]["content"]
+        for line in bubu(db, "log", only_session(db), "--jsonl").stdout.splitlines()
+        if '"function_response"' in line
+    ]
+    assert len(results) == 2
+    for r in results:
+        assert r["is_error"] is True
+        assert "--sandbox read-only, so no file may be written" in r["result"]
+    # Refused, not asked: no permission request was made (--yes or not).
+    assert '"permission_request"' not in bubu(db, "log", only_session(db), "--jsonl").stdout
