@@ -53,8 +53,10 @@ def open_store(
         try:
             from bubu.log.postgres import PostgresStore
         except ImportError as e:
+            from bubu.extras import install_hint
+
             raise ConfigError(
-                "PostgreSQL support needs psycopg; install it with `pip install 'bubu-agent[postgres]'`"
+                f"PostgreSQL support needs psycopg; {install_hint('postgres')}"
             ) from e
         return PostgresStore(target, durability=durability)
     from bubu.log.sqlite import SQLiteStore
