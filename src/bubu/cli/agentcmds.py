@@ -44,6 +44,8 @@ EXIT_UNAVAILABLE = 75
 """Exit status of a turn that gave up waiting for its provider (EX_TEMPFAIL: try again later)."""
 
 DEFAULT_MODEL_ENV = "BUBU_MODEL"
+OFFLINE_CHAT = "`bubu chat -m scripted:answers.jsonl`"
+"""The chat that needs no key and no network, named wherever a model is missing."""
 
 
 def default_model(configured: str | None = None) -> str:
@@ -61,7 +63,9 @@ def default_model(configured: str | None = None) -> str:
         return "openai:gpt-5"
     raise ConfigError(
         "no model given: pass -m provider:model (e.g. -m anthropic:claude-sonnet-5-5, "
-        "-m openai:gpt-5, -m scripted:FILE) or set BUBU_MODEL; try `bubu demo` for a run without a key"
+        "-m openai:gpt-5, -m scripted:FILE) or set BUBU_MODEL; without a key, "
+        f"{OFFLINE_CHAT} chats offline, each answer a line of a JSONL file "
+        "(docs/interactive.md#offline-a-scripted-chat), and `bubu demo` shows a whole run"
     )
 
 
