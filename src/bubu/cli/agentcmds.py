@@ -244,9 +244,13 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     if opts.get("max_cost") is not None:
         official = getattr(provider, "official", True)
         if call_cost(provider.spec, input_tokens=1, output_tokens=1, official=official) is None:
+            from bubu.settings import Settings, said_by
+
+            settings = opts.get("settings")
+            given = settings.values.get("max_cost") if isinstance(settings, Settings) else None
             click.echo(
-                f"bubu: warning: the price of {provider.spec} is unknown, so --max-cost "
-                "cannot limit it (its calls count as nothing)",
+                f"bubu: warning: the price of {provider.spec} is unknown, so "
+                f"{said_by(given, '--max-cost')} cannot limit it (its calls count as nothing)",
                 err=True,
             )
     # An MCP file the user named is their choice; without one, a recovered or resumed turn gets
