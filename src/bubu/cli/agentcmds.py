@@ -703,5 +703,6 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         st = fold_status(ctx.store.read(info.id))
         assert st.notice is not None
         click.echo("  recovery notice:")
-        for ln in printable(notice_text(st.notice)).splitlines():
+        ongoing = st.state in ("open", "queued")  # else the recovered turn has ended since
+        for ln in printable(notice_text(st.notice, ongoing=ongoing)).splitlines():
             click.echo("    " + ln)
