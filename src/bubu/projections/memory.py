@@ -71,7 +71,8 @@ def is_memory_path(path: str | None) -> bool:
 
 
 def fold_memory(streams: Iterable[tuple[str, Sequence[Record]]]) -> dict[str, Note]:
-    """The live notes, by key, of the given (session, records) streams of one workspace."""
+    """The live notes, by key, of the given (session, records) streams of one workspace; a note
+    is credited to the session that wrote its text, not to one that remembered the same again."""
     facts: list[tuple[int, str, int, str, str | None]] = []  # ts, session, seq, key, text|None
     for session, records in streams:
         calls: dict[str, FunctionCall] = {}
@@ -90,7 +91,8 @@ def fold_memory(streams: Iterable[tuple[str, Sequence[Record]]]) -> dict[str, No
     for ts, session, _, key, text in sorted(facts, key=lambda f: (f[0], f[1], f[2])):
         if text is None:
             notes.pop(key, None)
-        else:
+        elif key not in notes or notes[key].text != text:
+            # The same text remembered again changes nothing: the note stays the first writer's.
             notes[key] = Note(key=key, text=text, ts=ts, session=session)
     return notes
 
