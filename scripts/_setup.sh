@@ -32,6 +32,7 @@ apt_install() {
 system_tools() {
   apt_install chromium chromium "the web UI tests"
   apt_install bwrap bubblewrap "the sandbox tests"
+  apt_install tmux tmux "the chat's terminal tests"
 }
 
 # run_pytest SELECTION [PYTEST ARGS]: run pytest on the tests matching the marker expression
