@@ -1,6 +1,6 @@
 """An agent with the tools of an MCP server (examples/notes_server.py over stdio).
 
-    python examples/mcp_agent.py
+    python examples/mcp_agent.py      # needs the mcp extra; without it, says how to install it
 
 The configuration marks the server trusted, so its tools that declare readOnlyHint are read-only
 for Bubu (re-run silently after a crash); `add_note` stays side-effecting and asks for
@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from bubu import Agent, Policy
+from bubu.errors import ConfigError
 
 HERE = Path(__file__).resolve().parent
 
@@ -50,4 +51,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ConfigError as e:  # the mcp extra missing, say: one line that says what to run
+        sys.exit(f"mcp_agent.py: {e}")

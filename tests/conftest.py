@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import hermetic
 import hypo
 from backends import BACKENDS, open_backend
 from bubu.events import Actions, Author, Content, Event, Role, Status, Text, Visibility, make
@@ -62,8 +63,10 @@ def make_event(
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """A quick selection (``-m "not slow"``) runs the property tests with fewer examples."""
+    """A quick selection (``-m "not slow"``) runs the property tests with fewer examples; no
+    installed third-party plugin takes part (`hermetic`)."""
     hypo.choose(str(config.getoption("markexpr", "") or ""))
+    hermetic.pin_plugins()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -12,12 +12,14 @@ the same seam: they are declared as entry points of the ``bubu-agent`` distribut
 metadata lacks them) still finds them.
 
 A name claimed by two distributions is a conflict: resolving it fails with a message naming both,
-while every other name keeps working. Tests pass `entry_points` explicitly instead of relying on
-what is installed.
+while every other name keeps working. ``BUBU_PLUGINS`` chooses which installed distributions may
+register anything (`ALLOW_ENV`); Bubu's test suite sets it to ``none``, so a plugin installed in
+the same environment never changes a result. Tests may also pass `entry_points` explicitly.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +36,10 @@ Group = Literal["bubu.providers", "bubu.tools"]
 
 DISTRIBUTION = "bubu-agent"
 """The distribution that registers the built-ins."""
+
+ALLOW_ENV = "BUBU_PLUGINS"
+"""Which installed distributions' entry points count: unset, every one; ``none``, none (the
+built-ins only); else a comma-separated list of distribution names."""
 
 UNKNOWN = "an unknown package"
 """Who registered an entry point that came without its distribution (one passed in by hand)."""
@@ -101,9 +107,11 @@ class Registry:
         plugin = self.plugins.get(name)
         if plugin is None:
             known = ", ".join(self.names()) or "none"
+            allowed = os.environ.get(ALLOW_ENV)
+            pinned = "" if allowed is None else f"; {ALLOW_ENV}={allowed} leaves out the others"
             raise ConfigError(
                 f"unknown {what} {name!r}; known: {known} (a plugin adds one through the "
-                f"{self.group!r} entry-point group)"
+                f"{self.group!r} entry-point group{pinned})"
             )
         return plugin
 
@@ -121,11 +129,31 @@ def _dist_of(ep: metadata.EntryPoint) -> str:
     return dist.name if dist is not None else UNKNOWN
 
 
+def allowed_distributions() -> frozenset[str] | None:
+    """The distributions `BUBU_PLUGINS` lets register entry points (normalized names), or None
+    for every installed one."""
+    value = os.environ.get(ALLOW_ENV)
+    if value is None:
+        return None
+    names = {_normalize(n.strip()) for n in value.split(",") if n.strip()}
+    return frozenset(names - {"none"})
+
+
+def installed_entry_points(group: Group) -> list[metadata.EntryPoint]:
+    """The installed entry points of `group` from the distributions `BUBU_PLUGINS` allows."""
+    allowed = allowed_distributions()
+    found = metadata.entry_points(group=group)
+    if allowed is None:
+        return list(found)
+    return [ep for ep in found if _normalize(_dist_of(ep)) in allowed]
+
+
 def registry(group: Group, entry_points: Iterable[metadata.EntryPoint] | None = None) -> Registry:
     """The registrations of `group`: the built-ins, then the installed entry points.
 
     `entry_points` replaces the installed ones (for tests and embedding); the built-ins are always
     there. An entry point of bubu-agent itself re-declares a built-in and is not a conflict.
+    Installed ones come from the distributions `BUBU_PLUGINS` allows (`installed_entry_points`).
     """
     if group not in get_args(Group):
         raise ConfigError(f"unknown plugin group {group!r}; known: {', '.join(get_args(Group))}")
@@ -134,7 +162,7 @@ def registry(group: Group, entry_points: Iterable[metadata.EntryPoint] | None = 
         for name, value in BUILTINS[group].items()
     }
     claims: dict[str, list[str]] = {}
-    found = metadata.entry_points(group=group) if entry_points is None else entry_points
+    found = installed_entry_points(group) if entry_points is None else entry_points
     for ep in found:
         if ep.group != group:
             continue
@@ -208,12 +236,15 @@ def plugin_tools(entry_points: Iterable[metadata.EntryPoint] | None = None) -> l
 
 
 __all__ = [
+    "ALLOW_ENV",
     "BUILTINS",
     "DISTRIBUTION",
     "Group",
     "Plugin",
     "ProviderFactory",
     "Registry",
+    "allowed_distributions",
+    "installed_entry_points",
     "plugin_tools",
     "provider_factory",
     "registry",

@@ -374,6 +374,20 @@ class Setting:
     where: str | None = None
 
 
+def said_by(setting: Setting | None, flag: str) -> str:
+    """How a message names where `setting` came from: `flag` when it was given so (or is not
+    known), else its variable, its profile, or the key and the config file that set it."""
+    if setting is None or setting.source in ("flag", "default"):
+        return flag
+    match setting.source:
+        case "env":
+            return f"${setting.where}" if setting.where else flag
+        case "profile":
+            return f"{setting.key} of the profile {setting.where}"
+        case _:
+            return f"{setting.key} in {setting.where}"
+
+
 @dataclass(slots=True)
 class _Layer:
     path: Path

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from bubu.api import Agent
+from bubu.plugins import ALLOW_ENV
 from bubu.tools import registered_tools
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,6 +89,7 @@ def test_the_example_plugin_installs_through_its_entry_points(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.syspath_prepend(str(EXAMPLES / "plugin"))
+    monkeypatch.setenv(ALLOW_ENV, project["name"])  # the suite lets no other installed plugin in
     try:
         assert registered_tools()["greet"].effect == "read_only"
         with Agent(model="hello:world", plugins=True, store=db, workspace=ws) as agent:

@@ -27,6 +27,7 @@ from mcp.types import (
     TextResourceContents,
 )
 
+import hermetic
 from bubu.api import Agent
 from bubu.engine.permissions import Policy
 from bubu.errors import ConfigError
@@ -261,7 +262,7 @@ def test_a_crash_reruns_trusted_reads_and_never_untrusted_calls(
     assert web_url is not None
     child_mcp = tmp_path / "child-mcp.json"
     child_mcp.write_text(json.dumps(_config(web_url, tallies, "child-")))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BUBU_")}
+    env = hermetic.environ("BUBU_")
     env |= {"BUBU_HOME": str(tmp_path), "BUBU_FAILPOINT": "mid_tool"}
     child = subprocess.run(
         [sys.executable, str(CHILD), str(db), str(ws), model.partition(":")[2], str(child_mcp)],
@@ -311,7 +312,7 @@ def test_a_crash_reruns_trusted_reads_and_never_untrusted_calls(
 def _cli(
     db: Path, home: Path, *args: str, failpoint: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BUBU_")}
+    env = hermetic.environ("BUBU_")
     env["BUBU_HOME"] = str(home)
     if failpoint is not None:
         env["BUBU_FAILPOINT"] = failpoint

@@ -2,13 +2,16 @@
 
 Most tests install a real distribution: a temporary sys.path entry holding the module
 `bubu_echo_plugin` (a copy of `plugin_sample.py`) and its ``.dist-info`` with an
-``entry_points.txt``, found by `importlib.metadata` like any installed package. Others pass the
-entry points explicitly, as the seam allows.
+``entry_points.txt``, found by `importlib.metadata` like any installed package, and name it in
+`BUBU_PLUGINS`, so that only it (and no plugin really installed beside Bubu) takes part. Others
+pass the entry points explicitly, as the seam allows.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
@@ -17,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
+import hermetic
 from bubu.api import Agent
 from bubu.errors import ConfigError
-from bubu.plugins import BUILTINS, plugin_tools, provider_factory, registry
+from bubu.plugins import ALLOW_ENV, BUILTINS, plugin_tools, provider_factory, registry
 from bubu.providers import resolve
 from bubu.providers.scripted import ScriptedProvider
 from bubu.tools import builtin_tools, registered_tools
@@ -39,8 +43,11 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install
     """Install distributions (with the plugin module beside them) for the length of a test."""
     shutil.copyfile(SAMPLE, tmp_path / f"{MODULE}.py")
     monkeypatch.syspath_prepend(str(tmp_path))
+    installed: list[str] = []
 
     def add(dist: str, groups: Mapping[str, Mapping[str, str]]) -> Path:
+        installed.append(dist)
+        monkeypatch.setenv(ALLOW_ENV, ",".join(installed))
         info = tmp_path / f"{dist.replace('-', '_')}-1.0.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
@@ -152,3 +159,58 @@ def test_a_plugin_tool_may_not_take_a_builtin_name(install: Install) -> None:
 def test_an_unknown_group_is_refused() -> None:
     with pytest.raises(ConfigError, match="unknown plugin group"):
         registry("bubu.widgets", entry_points=[])  # type: ignore[arg-type]  # the mistake under test
+
+
+HELLO = {
+    "bubu.providers": {"hello": "bubu_hello:provider"},
+    "bubu.tools": {"hello": "bubu_hello:tools"},
+}
+"""What `pip install ./examples/plugin` registers."""
+
+
+def installed_dist(where: Path, dist: str, groups: Mapping[str, Mapping[str, str]]) -> None:
+    """A distribution's .dist-info in `where`, as pip leaves it in site-packages."""
+    info = where / f"{dist.replace('-', '_')}-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n")
+    lines = [
+        f"[{g}]\n" + "".join(f"{n} = {v}\n" for n, v in names.items())
+        for g, names in groups.items()
+    ]
+    (info / "entry_points.txt").write_text("\n".join(lines))
+
+
+def test_a_plugin_installed_beside_bubu_takes_no_part_in_the_tests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installed_dist(tmp_path, "bubu-hello", HELLO)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert os.environ[ALLOW_ENV] == "none"  # the suite's pin (tests/hermetic.py)
+    assert "hello" not in registry("bubu.providers").names()
+    assert "hello" not in registry("bubu.tools").names()
+    # Nor in a `bubu` process a test starts, in the clean environment tests build for it.
+    env = {**hermetic.environ("BUBU_"), "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    code = "from bubu.plugins import registry; print(registry('bubu.providers').names())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, timeout=60).stdout  # fmt: skip
+    assert "hello" not in out
+    assert "scripted" in out
+
+
+def test_bubu_plugins_chooses_the_distributions_that_register(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installed_dist(tmp_path, "bubu-hello", HELLO)
+    installed_dist(tmp_path, "other-plugin", {"bubu.providers": {"other": "x:y"}})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(ALLOW_ENV)
+    assert {"hello", "other"} <= set(registry("bubu.providers").names())  # unset: every one
+    monkeypatch.setenv(ALLOW_ENV, "Bubu_Hello")  # names compare as pip normalizes them
+    names = registry("bubu.providers").names()
+    assert "hello" in names
+    assert "other" not in names
+    monkeypatch.setenv(ALLOW_ENV, "none")
+    reg = registry("bubu.providers")
+    assert reg.names() == ["anthropic", "openai", "openai-chat", "openai-responses", "scripted"]
+    with pytest.raises(ConfigError, match=r"BUBU_PLUGINS=none leaves out the others"):
+        reg.get("hello", what="model provider")

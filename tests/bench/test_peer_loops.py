@@ -12,6 +12,8 @@ import msgspec
 import pytest
 from bench._peers.common import LOOPS, Measured
 
+pytestmark = pytest.mark.peers
+
 PEERS = Path(__file__).resolve().parents[2] / "bench" / "peers.py"
 STEPS = 5
 

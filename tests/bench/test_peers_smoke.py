@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.peers
+
 PEERS = Path(__file__).resolve().parents[2] / "bench" / "peers.py"
 SYSTEMS = [
     "floor",

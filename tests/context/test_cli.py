@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import hermetic
 from bubu.context.compaction import VIEW_KIND
 from bubu.events import FunctionResponse, Text, TurnEnded
 from bubu.log.sqlite import SQLiteStore
@@ -30,7 +30,7 @@ KEYS = {
 
 def bubu(db: Path, *args: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run `bubu --db DB ARGS…` in a clean environment and capture its output."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BUBU_")}
+    env = hermetic.environ("BUBU_")
     env["BUBU_HOME"] = str(db.parent)
     if failpoint is not None:
         env["BUBU_FAILPOINT"] = failpoint

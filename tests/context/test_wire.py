@@ -10,7 +10,6 @@ headings only is refused and the goal stays in the request; a stop ends a summar
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import sqlite3
@@ -25,6 +24,7 @@ from typing import Any
 import msgspec
 import pytest
 
+import hermetic
 from bubu.cli.forkcmd import fork_session
 from bubu.context.compaction import VIEW_KIND
 from bubu.engine.compacting import compact
@@ -83,7 +83,7 @@ def bubu(db: Path, srv: Server, *args: str, **kw: Any) -> subprocess.CompletedPr
 
 
 def _env(db: Path, srv: Server) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BUBU_", "OPENAI_"))}
+    env = hermetic.environ("BUBU_", "OPENAI_")
     env |= {"BUBU_HOME": str(db.parent), "OPENAI_BASE_URL": srv.url, "OPENAI_API_KEY": KEY}
     return env
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,26 @@ def test_demo_output_fits_one_screen(home: Path, tmp_path: Path) -> None:
     assert len(lines) <= 60, f"{len(lines)} lines"
     # Plain output when not on a terminal: no escape sequences.
     assert "\x1b[" not in out.stdout
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+@pytest.mark.slow
+def test_the_readmes_sample_is_what_the_demo_prints(home: Path, tmp_path: Path) -> None:
+    text = README.read_text()
+    start = text.index("```text\n⏺ edit_file stats.py") + len("```text\n")
+    sample = text[start : text.index("```", start)]
+    out = _bubu(home, "demo", "--dir", str(tmp_path / "project"))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    def plain(s: str) -> str:  # the ids, folders and hashes of one run
+        s = re.sub(r"ses_[0-9a-z]+", "SES", s)
+        s = re.sub(r"/tmp/bubu-demo-[0-9a-z_]+|" + re.escape(str(tmp_path / "project")), "DIR", s)
+        return re.sub(r"\b[0-9a-f]{16}\b", "HASH", s)
+
+    printed = plain(out.stdout)
+    for line in plain(sample).splitlines():
+        if line.endswith("…") or not line.strip():
+            continue  # the README cuts the model's long sentences; the demo prints them whole
+        assert line in printed, line

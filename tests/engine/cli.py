@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import hermetic
 from bubu.log.sqlite import SQLiteStore
 
 
@@ -20,7 +21,7 @@ def bubu_cmd(db: Path, *args: str) -> list[str]:
 
 def bubu_env(home: Path, failpoint: str | None = None) -> dict[str, str]:
     """A clean environment: no inherited database, model or failpoint."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BUBU_")}
+    env = hermetic.environ("BUBU_")
     env["BUBU_HOME"] = str(home)
     if failpoint is not None:
         env["BUBU_FAILPOINT"] = failpoint

@@ -132,7 +132,7 @@ def test_bubu_stop_stops_a_turn_running_in_another_process(tmp_path: Path) -> No
     assert results(records)[-1].is_error
 
     again = bubu(db, "stop", session)
-    assert again.returncode == 1
+    assert again.returncode == 2
     assert error_line(again.stderr) == (
         f"bubu: error: nothing is running session {session}; its turn is stopped"
     )
@@ -149,7 +149,7 @@ def test_bubu_stop_on_a_crashed_turn_says_nobody_runs_it(tmp_path: Path) -> None
     session = only_session(db)
     before = snapshot(db)
     stop = bubu(db, "stop", session, "--wait", "5")
-    assert stop.returncode == 1, stop.stdout + stop.stderr
+    assert stop.returncode == 2, stop.stdout + stop.stderr
     assert error_line(stop.stderr) == (
         f"bubu: error: nothing is running session {session}; its turn is open (its runner is "
         "gone: `bubu recover` continues it)"

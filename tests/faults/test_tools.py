@@ -76,6 +76,7 @@ def only_result(run: Run) -> tuple[str, bool]:
     ("tool", "args"),
     [
         ("read_file", {"path": "../outside/secret.txt"}),
+        ("read_file", {"path": "/etc/passwd"}),  # absolute: it says only the workspace
         ("write_file", {"path": "../outside/escape.txt", "content": "x"}),
         ("edit_file", {"path": "../outside/secret.txt", "old": "SECRET", "new": "PWNED"}),
         ("list_files", {"path": ".."}),
@@ -90,10 +91,10 @@ def test_a_path_leading_out_is_asked_for_and_refused(
     path = str(args["path"])
     target = os.path.realpath(ws / path)
     assert is_error
-    assert text == (
-        f"permission denied: nobody was there to approve it: {path} is outside the workspace "
-        f"({target})"
-    )
+    said = f"{path} is outside the workspace {ws.resolve()}"
+    if target != path:
+        said += f" (it leads to {target})"
+    assert text == f"permission denied: nobody was there to approve it: {said}"
     assert run.kinds[4:8] == [
         "function_call", "permission_request", "permission_decision", "function_response",
     ]  # fmt: skip

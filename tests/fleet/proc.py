@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import hermetic
+
 # `bubu` with the fleet and UI commands registered (importing them again is harmless once app.py
 # lists them).
 BUBU = [
@@ -23,7 +25,7 @@ BUBU = [
 
 def clean_env(home: Path) -> dict[str, str]:
     """No inherited database, model or failpoint."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BUBU_")}
+    env = hermetic.environ("BUBU_")
     env["BUBU_HOME"] = str(home)
     return env
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import hermetic
 from bubu.log import codec
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.transfer import export_lines
@@ -24,7 +24,7 @@ MAIN = "from bubu.cli import main; main()"
 
 def bubu(home: Path, *args: str, db: Path | None = None) -> subprocess.CompletedProcess[bytes]:
     """Run `bubu ARGS` in a clean environment whose BUBU_HOME is `home` (and BUBU_DB is `db`)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BUBU_")}
+    env = hermetic.environ("BUBU_")
     env["BUBU_HOME"] = str(home)
     if db is not None:
         env["BUBU_DB"] = str(db)

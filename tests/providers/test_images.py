@@ -4,13 +4,13 @@ events hold references only), and sent in each adapter's documented image form."
 from __future__ import annotations
 
 import base64
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import hermetic
 from bubu.engine.session import Host, new_session, start_turn
 from bubu.events import FunctionResponse, ImageRef, Text
 from bubu.log.sqlite import SQLiteStore
@@ -55,9 +55,7 @@ HISTORY = ModelRequest(
 
 
 def bubu(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("BUBU_", "OPENAI_", "ANTHROPIC_"))
-    }
+    env = hermetic.environ("BUBU_", "OPENAI_", "ANTHROPIC_")
     env["BUBU_HOME"] = str(db.parent)
     return subprocess.run(
         [sys.executable, "-m", "bubu", "--db", str(db), *args],

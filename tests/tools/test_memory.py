@@ -85,6 +85,22 @@ def test_remembering_is_idempotent_by_key_and_text_and_a_new_text_replaces(tmp_p
     assert [(n["key"], n["text"]) for n in out["notes"]] == [("style", "four spaces")]
 
 
+def test_a_note_is_credited_to_the_session_that_wrote_it_not_one_that_repeated_it(
+    tmp_path: Path,
+) -> None:
+    db, a, _ = _dirs(tmp_path)
+    note = {"key": "style", "text": "tabs, never spaces"}
+    one = _run(tmp_path, db, a, "one", [("remember", note)])
+    _run(tmp_path, db, a, "two", [("remember", note)])  # the same text: nothing changed
+    shown = bubu_json(db, "memory", "show", "style", "-w", str(a), "--json")["note"]
+    assert (shown["text"], shown["session"]) == ("tabs, never spaces", one)
+    plain = bubu(db, "memory", "show", "style", "-w", str(a))
+    assert plain.stdout.splitlines()[0] == f"style  (remembered by {one})"
+    three = _run(tmp_path, db, a, "three", [("remember", {"key": "style", "text": "spaces"})])
+    shown = bubu_json(db, "memory", "show", "style", "-w", str(a), "--json")["note"]
+    assert (shown["text"], shown["session"]) == ("spaces", three)
+
+
 @pytest.mark.slow
 def test_forget_is_an_event_and_the_note_is_no_longer_recalled(tmp_path: Path) -> None:
     db, a, b = _dirs(tmp_path)

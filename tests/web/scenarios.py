@@ -4,7 +4,6 @@ SIGKILL (`bubu run` with a failpoint, as a subprocess) then recovered by `bubu r
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import sqlite3
@@ -20,6 +19,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
+import hermetic
 from bubu.engine.driver import RunConfig
 from bubu.engine.permissions import Policy
 from bubu.engine.session import Host, new_session, start_turn
@@ -51,9 +51,7 @@ def bubu(db: Path, *args: str) -> list[str]:
 
 def clean_env() -> dict[str, str]:
     """The environment for a child `bubu` without failpoints or model keys."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("BUBU_", "OPENAI", "ANTHROPIC"))
-    }
+    env = hermetic.environ("BUBU_", "OPENAI", "ANTHROPIC")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

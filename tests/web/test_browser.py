@@ -465,3 +465,19 @@ def test_the_session_page_shows_the_plan_and_the_workspace_memory(
     expect(page.locator(".session h1")).to_have_text("Print the numbers up to 500")
     expect(page.locator("#plan")).to_have_count(0)
     expect(page.locator("#memory")).to_have_count(0)
+
+
+def test_a_command_of_two_lines_stays_two_lines_in_its_card_and_the_rewind_dialog(
+    page: Page, site: Site
+) -> None:
+    two = "echo checked\necho cleaned"
+    run_scripted(site.store, site.root, "two-lines", "Check, then clean",
+                 [{"tool_calls": [{"name": "run_command", "arguments": {"command": two}}]},
+                  {"text": "Both ran."}])  # fmt: skip
+    page.goto(site.url())
+    page.locator("#sessions-body tr", has_text="Check, then clean").locator("a.title").click()
+    expect(page.locator(".tool-arg").first).to_have_text("echo checked⏎ echo cleaned")
+    page.locator(".msg.user button.rewind").first.click()
+    expect(page.locator("#rewind .rw-commands li")).to_contain_text(
+        "run_command echo checked⏎ echo cleaned"
+    )

@@ -47,6 +47,8 @@ EXIT_UNAVAILABLE = 75
 """Exit status of a turn that gave up waiting for its provider (EX_TEMPFAIL: try again later)."""
 
 DEFAULT_MODEL_ENV = "BUBU_MODEL"
+OFFLINE_CHAT = "`bubu chat -m scripted:answers.jsonl`"
+"""The chat that needs no key and no network, named wherever a model is missing."""
 
 
 def default_model(configured: str | None = None) -> str:
@@ -68,8 +70,10 @@ def default_model(configured: str | None = None) -> str:
     said = f" ({configcmd.unsaid()})" if configcmd.unsaid() else ""
     raise ConfigError(
         "no model given: pass -m provider:model (e.g. -m anthropic:claude-sonnet-5-5, "
-        "-m openai:gpt-5, -m scripted:FILE) or set BUBU_MODEL; try `bubu demo` for a run without a "
-        f"key{said}"
+        "-m openai:gpt-5, -m scripted:FILE) or set BUBU_MODEL; without a key, "
+        f"{OFFLINE_CHAT} chats offline, each answer a line of a JSONL file "
+        "(docs/interactive.md#offline-a-scripted-chat), and `bubu demo` shows a whole run"
+        f"{said}"
     )
 
 
@@ -350,9 +354,13 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     if opts.get("max_cost") is not None:
         official = getattr(provider, "official", True)
         if call_cost(provider.spec, input_tokens=1, output_tokens=1, official=official) is None:
+            from bubu.settings import Settings, said_by
+
+            settings = opts.get("settings")
+            given = settings.values.get("max_cost") if isinstance(settings, Settings) else None
             click.echo(
-                f"bubu: warning: the price of {provider.spec} is unknown, so --max-cost "
-                "cannot limit it (its calls count as nothing)",
+                f"bubu: warning: the price of {provider.spec} is unknown, so "
+                f"{said_by(given, '--max-cost')} cannot limit it (its calls count as nothing)",
                 err=True,
             )
     # An MCP file the user named is their choice; without one, a recovered or resumed turn gets
@@ -814,5 +822,6 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         st = fold_status(ctx.store.read(info.id))
         assert st.notice is not None
         click.echo("  recovery notice:")
-        for ln in printable(notice_text(st.notice)).splitlines():
+        ongoing = st.state in ("open", "queued")  # else the recovered turn has ended since
+        for ln in printable(notice_text(st.notice, ongoing=ongoing)).splitlines():
             click.echo("    " + ln)

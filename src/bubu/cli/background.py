@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from bubu.engine.scope import scan
+from bubu.log import make_home
 from bubu.log.store import Store
 
 FAILPOINT_ENV = "BUBU_FAILPOINT"
@@ -36,7 +37,8 @@ def logs_dir() -> Path:
 def spawn_recovery(db: str | None, session: str) -> tuple[int, Path]:
     """Start `bubu recover SESSION` detached, its output appended to a log file; (pid, log)."""
     logs = logs_dir()
-    logs.mkdir(parents=True, exist_ok=True)
+    make_home(logs.parent)
+    logs.mkdir(mode=0o700, exist_ok=True)
     path = logs / f"recover-{session}.log"
     env = dict(os.environ)
     # A failpoint is meant for the command it was given to, not for the sessions it finds.

@@ -135,12 +135,18 @@ class Chat:
         continue_crashed(self.store, self.ctx.db, skip={self.info.id} if self.info else set())
 
     def pending(self) -> None:
-        """Say what the session waits for: an unfinished turn, an undismissed notice."""
+        """Recap the session continued, and say what it waits for: an unfinished turn, an
+        undismissed notice."""
         from bubu.engine.recovery import needs_recovery
         from bubu.projections.status import fold_status
 
         assert self.info is not None
-        st = fold_status(self.store.read(self.info.id))
+        records = self.store.read(self.info.id)
+        from bubu.cli.chatrecap import recap
+
+        for line in recap(records):
+            self.say(line, dim=True)
+        st = fold_status(records)
         if st.notice is not None and not st.notice_dismissed:
             self.view.notice(st.notice, self.info.id)
         if needs_recovery(self.store, self.info):

@@ -17,6 +17,7 @@ from pathlib import Path
 from prompt_toolkit.history import FileHistory
 
 from bubu import secrets
+from bubu.log import make_home
 
 HISTORY_FILE = "chat_history"
 
@@ -51,7 +52,7 @@ class ChatHistory(FileHistory):
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or history_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_home(self.path.parent)
         fd = os.open(self.path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
         try:
             os.fchmod(fd, 0o600)  # an older file with a wider mode is narrowed

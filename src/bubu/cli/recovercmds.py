@@ -130,7 +130,8 @@ def stop_cmd(ctx: Ctx, /, session: str, wait_s: float) -> None:
     if lease is None:
         state = fold_status(store.read(info.id)).state
         hint = " (its runner is gone: `bubu recover` continues it)" if state == "open" else ""
-        fail(f"nothing is running session {info.id}; its turn is {state}{hint}")
+        # Exit 2, as `bubu resume` of a turn that cannot be resumed: nothing was asked of anyone.
+        fail(f"nothing is running session {info.id}; its turn is {state}{hint}", code=2)
     echo(f"asked {lease.owner} to stop session {info.id}")
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:

@@ -31,6 +31,7 @@ from bubu.events import (
 from bubu.pricing import CostTally
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.memory import plan_counts, plan_items
+from bubu.projections.recovery import one_line_marked
 from bubu.projections.transcript import notice_text, server_text, switch_text, unknown_usage
 from bubu.providers.base import Delta
 
@@ -43,7 +44,8 @@ def call_label(c: FunctionCall) -> str:
     """A one-line label for a tool call."""
     a = c.arguments
     main = a.get("command") or a.get("pattern") or a.get("path") or a.get("handle") or ""
-    return f"{_short(c.name, 40)} {_short(main)}".rstrip()
+    # A newline stays visible (⏎): `echo ok` and `rm -rf x` on two lines are two commands.
+    return f"{_short(c.name, 40)} {_short(one_line_marked(str(main)))}".rstrip()
 
 
 def result_label(c: FunctionResponse) -> str:

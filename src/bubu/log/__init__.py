@@ -18,8 +18,25 @@ __all__ = [
     "VerifyReport",
     "View",
     "default_db",
+    "make_home",
     "open_store",
 ]
+
+
+def make_home(home: Path) -> None:
+    """Create the Bubu home directory `home` if missing, mode 0700: it holds the log, the chat
+    history and the background logs, which only their owner should read. An existing one is kept
+    as it is."""
+    if home.is_dir():
+        return
+    home.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(mode=0o700)
+    except FileExistsError:
+        if not home.is_dir():
+            raise
+        return  # made by another process meanwhile
+    os.chmod(home, 0o700)  # whatever the umask
 
 
 def default_db() -> str:
@@ -29,7 +46,7 @@ def default_db() -> str:
         return env
     home = Path(os.environ.get("BUBU_HOME") or Path.home() / ".bubu").expanduser()
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        make_home(home)
     except FileExistsError as e:
         raise ConfigError(
             f"BUBU_HOME is {home}, which is a file, not a directory; point BUBU_HOME at a "
@@ -53,8 +70,10 @@ def open_store(
         try:
             from bubu.log.postgres import PostgresStore
         except ImportError as e:
+            from bubu.extras import install_hint
+
             raise ConfigError(
-                "PostgreSQL support needs psycopg; install it with `pip install 'bubu-agent[postgres]'`"
+                f"PostgreSQL support needs psycopg; {install_hint('postgres')}"
             ) from e
         return PostgresStore(target, durability=durability)
     from bubu.log.sqlite import SQLiteStore

@@ -202,10 +202,13 @@ class SQLiteStore(Store):
         existing = self.path != ":memory:" and sqliteopen.exists_nonempty(self.path)
         if existing:
             sqliteopen.refuse_foreign(self.path)
+            sqliteopen.warn_if_readable(self.path)
         try:
             if readonly:
                 self._open_readonly(existing)
                 return
+            if self.path != ":memory:":
+                sqliteopen.create_private(self.path)
             self._db = sqlite3.connect(
                 self.path,
                 isolation_level=None,

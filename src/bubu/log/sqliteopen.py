@@ -2,13 +2,17 @@
 
 A file that is not a Bubu log (another program's SQLite database, or not SQLite at all) is refused
 untouched: no WAL switch, no tables. A read-only command opens an existing log without migrating
-it, and on a read-only mount falls back to SQLite's read-only and immutable opens.
+it, and on a read-only mount falls back to SQLite's read-only and immutable opens. The log holds
+every message and tool output, so a new one is created readable by its owner only (SQLite gives
+its -wal and -shm files the main file's mode), and an existing one that others may read is named
+in one warning line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sqlite3
 import sys
 from pathlib import Path
@@ -18,6 +22,11 @@ from bubu.errors import CorruptLog, StorageError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MARKER_TABLE = "bubu_migrations"
+PRIVATE = 0o600
+"""The mode of a new log database (and so of its -wal and -shm files)."""
+
+_warned: set[str] = set()
+"""The databases already named as readable by others in this process: one line each."""
 
 
 def _uri(path: str, **params: str) -> str:
@@ -31,6 +40,36 @@ def exists_nonempty(path: str) -> bool:
         return os.stat(path).st_size > 0
     except OSError:
         return False
+
+
+def create_private(path: str) -> None:
+    """Create the database file `path`, empty and mode 0600, unless it exists; SQLite then fills
+    it and gives its -wal and -shm files the same mode."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE)
+    except FileExistsError:
+        return
+    except OSError:
+        return  # SQLite's own open says what is wrong, in its words
+    try:
+        os.fchmod(fd, PRIVATE)  # whatever the umask
+    finally:
+        os.close(fd)
+
+
+def warn_if_readable(path: str) -> None:
+    """One warning line (once per process) when others than its owner may read the log."""
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o077 == 0 or path in _warned:
+        return
+    _warned.add(path)
+    sys.stderr.write(
+        f"bubu: warning: the log {path} is readable by others (mode {mode:04o}), and it holds "
+        f"every message and tool output; `chmod 600 {shlex.quote(path)}` makes it yours alone\n"
+    )
 
 
 def tables_of(path: str) -> list[str]:

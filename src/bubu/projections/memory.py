@@ -147,7 +147,8 @@ def _fold(facts: list[_Fact], imported: dict[str, Note]) -> tuple[dict[str, Note
                 accepted.add(f"{key}\0{sha}")
         elif text is None:
             notes.pop(key, None)
-        else:
+        elif key not in notes or notes[key].text != text:
+            # The same text remembered again changes nothing: the note stays the first writer's.
             notes[key] = Note(key=key, text=text, ts=ts, session=session)
     return notes, accepted
 

@@ -72,8 +72,19 @@ was created after the seq it goes back to): applied when the file is absent."""
 _RANK: dict[EffectClass, int] = {"read_only": 0, "provable_write": 1, "side_effecting": 2}
 
 
+NEWLINE_MARK = "⏎"
+"""Where a label folded onto one line had a newline (the same mark the permission prompt uses)."""
+
+
+def one_line_marked(text: str) -> str:
+    """`text` on one line: each newline kept as ⏎, so two commands never read as one, and the
+    runs of other whitespace folded."""
+    return f"{NEWLINE_MARK} ".join(" ".join(line.split()) for line in text.split("\n"))
+
+
 def label(name: str, args: Mapping[str, object]) -> str:
-    """A short human label for a call: the tool and its main argument."""
+    """A short human label for a call: the tool and its main argument (on one line, newlines
+    marked ⏎)."""
     main = (
         args.get("command")
         or args.get("path")
@@ -81,7 +92,7 @@ def label(name: str, args: Mapping[str, object]) -> str:
         or args.get("handle")
         or args.get("key")
     )
-    text = " ".join(str(main).split()) if main is not None else ""
+    text = one_line_marked(str(main)) if main is not None else ""
     if len(text) > 60:
         text = text[:59] + "…"
     return f"{name} {text}".rstrip()

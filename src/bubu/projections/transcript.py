@@ -235,13 +235,14 @@ FORCE_HINT = (
 """What a person can do about a blocked session (besides `bubu fork`)."""
 
 
-def notice_text(n: RecoveryNotice, session: str | None = None) -> str:
-    """The recovery notice as a person reads it (naming `session`, what `--force` would do)."""
+def notice_text(n: RecoveryNotice, session: str | None = None, *, ongoing: bool = True) -> str:
+    """The recovery notice as a person reads it (naming `session`, what `--force` would do).
+    `ongoing`: the recovered turn still runs; once it has ended, the notice says it recovered."""
     if n.status == "blocked":
         killed = "".join(f"\nleft running by the crashed run: {line}" for line in n.leftovers)
         hint = "" if session is None else "\n" + FORCE_HINT.format(session=session)
         return f"recovery blocked: {n.reason}{killed}{hint}"
-    lines = ["unfinished task detected, auto-recovering"]
+    lines = [f"unfinished task detected, {'auto-recovering' if ongoing else 'recovered'}"]
     if n.forced is not None:
         lines = [f"recovery forced by the user past a block ({n.forced}); nothing was re-run"]
     if n.silent_retries:

@@ -278,15 +278,35 @@ def connection_error(vendor: Vendor, detail: str, *, during_stream: bool) -> Pro
     )
 
 
-def empty_stream_error(vendor: Vendor) -> ProviderError:
-    """A 200 whose stream closed with nothing in it: no chunk, no end. llama-cpp-python's server
-    answers so when the request does not fit its context window."""
-    return ProviderError(
-        f"{vendor.name} closed the response stream without sending anything (llama-cpp-python's "
-        "server does this when the request exceeds its context window)",
-        retryable=True,
-        error_class="empty_stream",
-    )
+EMPTY_STREAM_CAUSES = (
+    "the request exceeds its context window, it cannot stream what was asked (llama-cpp-python's "
+    "server cannot stream an automatic choice of tools), or it failed in the middle of the "
+    "request; the server's log says which"
+)
+"""What makes a server answer 200 with an empty stream, which the answer itself cannot tell apart
+(worded so that toolmode.py does not read a refusal of tools into it)."""
+
+_CAUSES_SAID: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("context window", "context length", "context size", "exceed"), "the request does not fit its context window"),
+    (("tool choice", "tool_choice", "function call"), "it cannot stream the choice of tools asked"),
+)  # fmt: skip
+"""Words of a server's own error, and the cause of the empty stream they name."""
+
+
+def empty_stream_error(vendor: Vendor, said: ProviderError | None = None) -> ProviderError:
+    """A 200 whose stream closed with nothing in it: no chunk, no end. The likely causes are
+    named; `said` is the server's error when asked again without streaming, quoted, with the
+    cause it names when it names one."""
+    what = f"{vendor.name} closed the response stream without sending anything"
+    if said is None:
+        message = f"{what}; a server does this when {EMPTY_STREAM_CAUSES}"
+    else:
+        text = scrub(str(said), vendor.secrets, limit=_MESSAGE_LIMIT)
+        lowered = text.lower()
+        cause = next((c for words, c in _CAUSES_SAID if any(w in lowered for w in words)), None)
+        because = f": {cause}" if cause else f"; a server does this when {EMPTY_STREAM_CAUSES}"
+        message = f"{what}, and asked again without streaming it failed ({text}){because}"
+    return ProviderError(message, retryable=True, error_class="empty_stream")
 
 
 def incomplete_stream_error(vendor: Vendor) -> ProviderError:

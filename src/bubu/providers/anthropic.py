@@ -493,7 +493,7 @@ class AnthropicProvider(_endpoint.AtEndpoint):
 
     @property
     def spec(self) -> str:
-        """The model spec, e.g. ``anthropic:claude-sonnet-4-5``."""
+        """The model spec, e.g. ``anthropic:claude-sonnet-5-5``."""
         return f"anthropic:{self._model}"
 
     @property

@@ -63,7 +63,7 @@ class Provider(Protocol):
 
     @property
     def spec(self) -> str:
-        """The model spec, e.g. ``anthropic:claude-sonnet-4-5``."""
+        """The model spec, e.g. ``anthropic:claude-sonnet-5-5``."""
         ...
 
     @property

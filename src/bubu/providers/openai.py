@@ -469,7 +469,8 @@ class OpenAIProvider(_endpoint.AtEndpoint):
                 if e.error_class == "context_length":
                     raise
                 if e.error_class != "connection":
-                    break
+                    # What the server said names the cause, when it says anything.
+                    raise _retry.empty_stream_error(self._vendor, said=e) from None
         raise empty
 
     def _whole(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:

@@ -232,9 +232,11 @@ class MCPServers:
         try:
             import mcp  # noqa: F401  # the SDK is an optional dependency
         except ImportError as e:
+            from bubu.extras import install_hint
+
             raise ConfigError(
                 f"{self.where} lists MCP servers, but the mcp package is not installed; "
-                "install it with `pip install 'bubu-agent[mcp]'`"
+                f"{install_hint('mcp')}"
             ) from e
         mcpprocs.install()
         loop = asyncio.new_event_loop()

@@ -118,7 +118,11 @@ def _outside_path(ctx: ToolContext, raw: str) -> str:
 
 
 def _outside(ctx: ToolContext, raw: str) -> str:
-    return f"{raw} is outside the workspace ({_outside_path(ctx, raw)})"
+    """`raw` is outside the workspace, which is named; where it leads too, when that is not
+    what `raw` says already."""
+    leads = _outside_path(ctx, raw)
+    said = f"{raw} is outside the workspace {workspace_root(ctx)}"
+    return said if leads == raw else f"{said} (it leads to {leads})"
 
 
 @contextlib.contextmanager

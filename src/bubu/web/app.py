@@ -7,6 +7,7 @@ Handlers are thin: reads go to `views`, actions to the `RunManager`. Every route
 
 from __future__ import annotations
 
+import mimetypes
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -17,9 +18,8 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
 
 from bubu import clock
 from bubu.engine.driver import owner_id
@@ -42,6 +42,16 @@ from bubu.web.stream import session_events
 from bubu.web.uiwords import ui_words
 
 STATIC = Path(__file__).parent / "static"
+
+
+TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+"""The assets' media types, not left to the machine's mime.types."""
+
+
+def load_assets(directory: Path) -> dict[str, bytes]:
+    """Every file of the page (index.html, its script, style and icon), by name, in memory."""
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
 
 T = TypeVar("T")
 
@@ -140,16 +150,21 @@ def create_app(
     recover: bool = True,
     workspace: str | None = None,
     hosts: Sequence[str] = (),
+    static: Path = STATIC,
 ) -> Starlette:
     """The web UI over `store`, guarded by `token`; recovers crashed sessions at start if `recover`.
+    The page and its assets are read from `static` once, here.
 
     `hosts` are names the UI answers to besides loopback and the address it is bound to."""
     manager = RunManager(store, host_factory=host_factory)
     index = views.SessionIndex(store, manager)
     closing = False
+    # Read once at start: an upgrade or reinstall of the package while the UI runs (pip
+    # replacing its files) must not take the page away from under it.
+    files = load_assets(static)
 
     def page(request: Request) -> Response:
-        response = FileResponse(STATIC / "index.html", headers=SHELL_HEADERS)
+        response = Response(files["index.html"], media_type="text/html", headers=SHELL_HEADERS)
         for name in request.cookies:
             if name.startswith("bubu_token_"):  # set by older versions; it grants nothing now
                 response.delete_cookie(name)
@@ -288,6 +303,14 @@ def create_app(
             closing = True
             await _threaded(manager.shutdown)
 
+    def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        body = files.get(name)
+        if body is None or name == "index.html":
+            return Response("not found", status_code=404, media_type="text/plain")
+        kind = TYPES.get(Path(name).suffix) or mimetypes.guess_type(name)[0] or "text/plain"
+        return Response(body, media_type=kind, headers={"Cache-Control": "no-cache"})
+
     sid = "/api/sessions/{sid}"
     routes = [
         Route("/", page),
@@ -308,7 +331,7 @@ def create_app(
         Route(sid + "/permissions/{rid}", answer, methods=["POST"]),
         *rewind_routes(store, sid),
         Route("/api/blobs/{sha}", blob),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        Route("/static/{name}", asset),
     ]
     app = Starlette(
         routes=routes,

@@ -27,6 +27,7 @@ from bubu.events import (
     ToolDispatch,
 )
 from bubu.projections.recovery import label
+from bubu.projections.status import fold_status
 from bubu.projections.transcript import notice_text
 
 MAX_DIFF_BYTES = 2_000_000
@@ -120,7 +121,7 @@ def notice_view(
     return NoticeView(
         seq=notice_seq,
         status=notice.status,
-        text=notice_text(notice),
+        text=notice_text(notice, ongoing=fold_status(records).state in ("open", "queued")),
         silent_retries=list(notice.silent_retries),
         verified_applied=list(notice.verified_applied),
         pending_review=list(notice.pending_review),

@@ -10,7 +10,7 @@ _REWRITES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     for pattern, words in (
         (
             r"pass -m provider:model \(e\.g\. -m ([^,]+), -m ([^,]+), -m ([^)]+)\) or set BUBU_MODEL;"
-            r" try `bubu demo` for a run without a key",
+            r" without a key, .*$",
             r"fill in the Model field with provider:model (e.g. \1, \2 or \3), or start `bubu ui` "
             r"with BUBU_MODEL set",
         ),

@@ -595,9 +595,10 @@ function messageItem(m) {
   }
 }
 
+// The main argument on one line; a newline stays visible as ⏎ (two commands never read as one).
 function mainArg(args) {
   const v = args.command ?? args.path ?? args.pattern ?? args.handle ?? "";
-  return String(v).replace(/\s+/g, " ").slice(0, 120);
+  return String(v).split("\n").map((l) => l.replace(/\s+/g, " ").trim()).join("⏎ ").slice(0, 120);
 }
 
 function toolCard(s, t) {
