@@ -35,6 +35,7 @@ from bubu.events import (
     Thinking,
     TurnEnded,
 )
+from bubu.log import redact
 from bubu.pricing import CostTally
 from bubu.projections.transcript import notice_text
 from bubu.providers.base import Delta
@@ -143,7 +144,8 @@ class ChatView(TerminalObserver):
     def _renderable(self) -> RenderableType:
         parts: list[RenderableType] = []
         if self._draft:
-            tail = "\n".join(self._draft.splitlines()[-12:])  # what streams, near the prompt
+            # What streams, near the prompt; a run that may be the start of a secret waits.
+            tail = "\n".join(redact.shown_prefix(self._draft).splitlines()[-12:])
             style = "" if self._draft_kind == "text" else "dim italic"
             parts.append(RichText(printable(tail), style=style))
         parts.append(RichText(self.status_text(), style="dim"))
