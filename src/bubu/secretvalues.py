@@ -42,6 +42,9 @@ class Pattern:
     source: str
     group: int = 0
     ignore_case: bool = False
+    whole_run: bool = True
+    """Whether a match takes in the rest of its run of token characters (a key longer than the
+    pattern's count is replaced whole, not cut)."""
 
 
 _DS = "detect-secrets 1.5.0, plugins/"
@@ -52,6 +55,7 @@ PATTERNS: tuple[Pattern, ...] = (
         regex=r"-----BEGIN ((?:DSA|EC|OPENSSH|PGP|RSA|SSH2 ENCRYPTED) )?PRIVATE KEY( BLOCK)?-----"
         r"[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)",
         source=_DS + "private_key.py",
+        whole_run=False,
     ),
     Pattern(
         kind="putty-key",
@@ -73,6 +77,7 @@ PATTERNS: tuple[Pattern, ...] = (
         regex=r"://[^:/\?\#\[\]@!\$\&'\(\)\*\+,;=\s\\\"]+:([^:/\?\#\[\]@!\$\&'\(\)\*\+,;=\s\\\"]+)@",
         source=_DS + "basic_auth.py (quotes and backslashes also end it, for JSON)",
         group=1,
+        whole_run=False,
     ),
     Pattern(
         kind="github-token",
@@ -182,14 +187,17 @@ def _compiled() -> tuple[_Compiled, ...]:
     # engine scans for quickly, which an alternation of them all defeats (50x slower here);
     # substring pre-checks cost more than the searches they would save.
     flags = re.IGNORECASE
-    return tuple(
-        _Compiled(
-            pattern=p,
-            text=re.compile(p.regex, flags if p.ignore_case else 0),
-            data=re.compile(p.regex.encode(), flags if p.ignore_case else 0),
+    out: list[_Compiled] = []
+    for p in PATTERNS:
+        regex = f"(?:{p.regex}){_RUN}" if p.whole_run else p.regex
+        f = flags if p.ignore_case else 0
+        out.append(
+            _Compiled(pattern=p, text=re.compile(regex, f), data=re.compile(regex.encode(), f))
         )
-        for p in PATTERNS
-    )
+    return tuple(out)
+
+
+_RUN = r"[A-Za-z0-9_\-]*"
 
 
 def search(data: bytes) -> str | None:
