@@ -230,3 +230,16 @@ def test_a_real_run_shows_and_stores_the_key_the_model_prints_redacted(tmp_path:
     # The command's environment lacked DEPLOYED: its value looks like a GitHub token.
     assert results[0].splitlines()[1].strip() == "0", results[0]
     assert "token=[redacted:anthropic-key]" in results[0]
+
+
+def test_the_web_uis_live_draft_is_redacted(tmp_path: Path) -> None:
+    """The draft the web UI polls while a model streams is shown as the log will hold it."""
+    from bubu.log.sqlite import SQLiteStore
+    from bubu.web.runs import RunManager
+
+    with SQLiteStore(tmp_path / "b.db") as store:
+        manager = RunManager(store)
+        for piece in ["The key ", GITHUB[:9], GITHUB[9:], " is set; next ", AWS[:5]]:
+            manager.update_live("ses_x", delta=Delta(kind="text", text=piece))
+        live = manager.live("ses_x")
+    assert live.draft == "The key [redacted:github-token] is set; next "
