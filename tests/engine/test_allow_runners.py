@@ -269,7 +269,7 @@ def test_a_program_is_known_by_its_basename_and_without_its_version() -> None:
 
 # ---- the patterns the docs recommend, run for real ------------------------------------------------
 
-RECOMMENDED = ["git status", "git diff*", "git diff *", "pytest", "pytest *", "pytest*"]
+RECOMMENDED = ["git status", "git diff", "git diff*", "git diff *", "pytest", "pytest *", "pytest*"]
 """Every `--allow` pattern docs/permissions.md, docs/configuration.md and the README recommend."""
 
 _HOSTILE = [
@@ -327,6 +327,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ws
 
 
+@pytest.mark.slow  # runs real pytest and git some hundred times
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 @pytest.mark.parametrize("pattern", RECOMMENDED)
 def test_a_recommended_pattern_cannot_write_outside_or_run_another_program(
