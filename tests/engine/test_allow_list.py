@@ -378,3 +378,36 @@ def test_parse_is_total() -> None:
     """Any text, however broken, parses to commands or a refusal, never an exception."""
     for text in ["", ";", "\0", "\udcff", "'" * 1000, "$(" * 500, "<<" * 300, os.urandom(64).hex()]:
         parse(text)
+
+
+_WORD_BITS = [
+    "a", "1", "x", "-", "/", "~", "=", ":", "*", "?", "[", "]", "{", "}", ",", "..", "'", '"',
+    "\\", "$", "@", "HEAD", "@{u}", "%", "!", "^", "+", " ", "\t", "#",
+]  # fmt: skip
+
+
+@settings(
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(st.sampled_from(_WORD_BITS), min_size=1, max_size=8).map("".join))
+def test_a_word_called_plain_is_what_bash_passes(tmp_path: Path, word: str) -> None:
+    """Whenever the parse calls a word plain, bash passes exactly that value to the program,
+    in a directory whose files a glob would match and with a HOME a tilde would expand to."""
+    where = tmp_path / "w"
+    where.mkdir(exist_ok=True)
+    for name in ("a", "a1", "x", "ax", "1"):
+        (where / name).touch()
+    line = parse(f"printf '%s\\0' {word}")
+    if line.refusal or line.expands or len(line.commands) != 1 or len(line.commands[0].argv) < 3:
+        return  # asks; or no argument (printf then prints its format once)
+    got = subprocess.run(
+        ["/bin/bash", "--norc", "--noprofile", "-c", f"printf '%s\\0' {word}"],
+        cwd=where, env={"PATH": "/usr/bin:/bin", "HOME": "/home/someone"},
+        capture_output=True, timeout=10, check=False,
+    )  # fmt: skip
+    if got.returncode != 0:
+        return  # bash could not read it either
+    passed = got.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
+    assert passed == list(line.commands[0].argv[2:]), (word, passed)

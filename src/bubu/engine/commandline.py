@@ -20,6 +20,7 @@ The module is pure: it reads no file and runs nothing.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 from functools import cache
@@ -136,6 +137,7 @@ _BARE = frozenset(
     {"word", "number", "simple_expansion", "expansion", "variable_name", "brace_expression"}
 )
 """Word kinds in which bash never sees a line break (outside quotes a newline ends a word)."""
+_UNESCAPED_BLANK = re.compile(rb"(?<!\\)[ \t]")
 _WORD_TOKENS = frozenset({'"', "$", "${", "}", "{", "..", "="})
 _WHY = {
     "command_substitution": "it runs a command substitution",
@@ -213,7 +215,8 @@ class _Walk:
         elif t == "comment":
             # bash starts a comment only where a word could start; `{#x` is a word to bash.
             before = self.src[n.start_byte - 1 : n.start_byte] if n.start_byte else b" "
-            joined = self.src[max(n.start_byte - 2, 0) : n.start_byte] == b"\\\n"
+            # …nor after an escaped blank (`a\\ #x` is one word).
+            joined = self.src[max(n.start_byte - 2, 0) : n.start_byte] in (b"\\\n", b"\\ ", b"\\\t")
             if joined or (before not in _BLANK and before not in _METACHARACTERS):
                 raise self.refuse(n, "the parser and bash may split it differently")
         elif t == "test_command" and n.children and n.children[0].type == "[":
@@ -264,6 +267,9 @@ class _Walk:
         kids = n.children
         for a, b in pairwise(kids):
             self.blanks(a.end_byte, b.start_byte, n)
+            if a.end_byte == b.start_byte and b.type in _WORDS and a.type != "variable_assignment":
+                # Two words with nothing between are one word to bash (`x}\*`), two to the parser.
+                raise self.refuse(n, "the parser and bash may split it differently")
         parts: list[str] = []
         argv: list[str | None] = []
         name: str | None = None
@@ -318,7 +324,9 @@ class _Walk:
         if t not in _WORDS and t != "variable_assignment":
             self.node(n)  # a substitution or another construct: refused with its reason
             return
-        if t in _BARE and b"\n" in self.src[n.start_byte : n.end_byte]:
+        raw = self.src[n.start_byte : n.end_byte]
+        if t in _BARE and (b"\n" in raw or _UNESCAPED_BLANK.search(raw)):
+            # Outside quotes a blank ends a word for bash; the parser reads `{ {` as one word.
             raise self.refuse(n, "the parser and bash may split it differently")
         for c in n.children:
             if c.is_named:
@@ -401,17 +409,18 @@ def _chars(src: bytes, n: tree_sitter.Node) -> list[tuple[str, bool]] | None:
         case "raw_string":
             return [(ch, True) for ch in text[1:-1]]
         case "string":
-            inner = [c for c in n.named_children if c.is_named]
-            if any(c.type != "string_content" for c in inner):
+            if any(c.type != "string_content" for c in n.named_children):
                 return None
-            content = "".join(
-                _unescape(src[c.start_byte : c.end_byte].decode("utf-8", "surrogateescape"), _DQ)
-                for c in inner
-            )
-            return [(ch, True) for ch in content]
+            # The text between the quotes, not only the content nodes: the parser leaves blanks
+            # and a lone `$` out of them.
+            return [(ch, True) for ch in _unescape(text[1:-1], _DQ)]
         case "concatenation":
             out: list[tuple[str, bool]] = []
-            for c in n.named_children:
+            for c in n.children:
+                if not c.is_named:  # a token such as a lone `$`: as bash reads it, unquoted
+                    tok = src[c.start_byte : c.end_byte].decode("utf-8", "surrogateescape")
+                    out += _unquoted(tok)
+                    continue
                 part = _chars(src, c)
                 if part is None:
                     return None
@@ -440,7 +449,8 @@ def _expands(chars: list[tuple[str, bool]], *, assignment: bool) -> bool:
         if ch == "[" and "]" in rest:
             return True
         if ch == "{" and "}" in rest:
-            inside = rest[: rest.index("}")]
+            # Bash looks past a `}` for the one that closes a list (`{u},/}` expands).
+            inside = rest[: rest.rindex("}")]
             if "," in inside or ".." in inside:
                 return True
         if ch == "~":
