@@ -243,3 +243,34 @@ def test_the_web_uis_live_draft_is_redacted(tmp_path: Path) -> None:
             manager.update_live("ses_x", delta=Delta(kind="text", text=piece))
         live = manager.live("ses_x")
     assert live.draft == "The key [redacted:github-token] is set; next "
+
+
+def test_a_log_written_elsewhere_with_a_key_is_refused_not_altered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export (or a store to copy) that holds a value of a known shape, as an older Bubu
+    wrote it, is refused in one sentence with nothing created: its chain forbids editing it."""
+    from bubu.cli.storecmds import copy_session
+    from bubu.errors import StorageError
+    from bubu.events import Text, make
+    from bubu.log.sqlite import SQLiteStore
+    from bubu.log.transfer import export_lines, import_lines
+
+    with monkeypatch.context() as m:  # as a version without shape redaction wrote it
+        m.setattr(secretvalues, "sub", lambda text, marker="": text)
+        m.setattr(secretvalues, "search", lambda data: None)
+        old = SQLiteStore(tmp_path / "old.db")
+        sid = old.create_session(title="t", workspace=str(tmp_path)).id
+        text = Text(text=f"the key {GITHUB}")
+        old.append(
+            sid, [make(session=sid, role="user", author="user", ts=1, content=text)], expect=0
+        )
+        lines = list(export_lines(old, old.session(sid)))
+    with SQLiteStore(tmp_path / "new.db") as new:
+        with pytest.raises(StorageError, match="looks like a github-token"):
+            import_lines(new, lines)
+        result = copy_session(old, new, old.session(sid))
+        assert result.result == "refused"
+        assert "github-token" in (result.reason or "")
+        assert list(new.sessions()) == []
+    old.close()

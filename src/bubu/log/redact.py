@@ -240,6 +240,19 @@ def _clean(r: Redactor | None, value: str) -> str:
     return secretvalues.sub(value if r is None else r.text(value))
 
 
+def shape_in(events: Sequence[Event], blobs: Sequence[bytes] = ()) -> str | None:
+    """The kind of a value of a known shape that `events` or text `blobs` hold, or None: a log
+    written elsewhere that holds one would be altered on its way in, so it is refused instead."""
+    for payload in (codec.encode(ev) for ev in events):
+        kind = secretvalues.search(payload)
+        if kind is not None:
+            return kind
+    for blob in blobs:
+        if _shapes(bytes(blob)) != blob:
+            return secretvalues.search(bytes(blob))
+    return None
+
+
 def _walk(r: Redactor | None, value: Any, *, careful: bool = False) -> Any:
     if isinstance(value, str):
         return _clean(r, value)
@@ -309,6 +322,7 @@ __all__ = [
     "found_in",
     "marker",
     "scrub",
+    "shape_in",
     "shown_prefix",
     "text",
     "variants",
