@@ -3,16 +3,21 @@ kept out of the log.
 
 A variable is a **secret** when its name (compared case-insensitively) matches `is_secret_name`:
 
-- it contains ``PASSWORD``, ``PASSWD`` or ``PASSPHRASE`` (``PGPASSWORD``, ``DB_PASSWORD``);
-- one of its words (the parts between underscores) is ``TOKEN``, ``SECRET`` or ``APIKEY``
-  (``GITHUB_TOKEN``, ``AWS_SESSION_TOKEN``, ``CLIENT_SECRET``, ``AWS_SECRET_ACCESS_KEY``);
-- its last word is ``KEY`` and it has more than one word (``OPENAI_API_KEY``, ``STRIPE_KEY``,
-  ``SSH_PRIVATE_KEY``);
-- it is one of `KNOWN_NAMES` (``MYSQL_PWD``), or it was registered while running (the key a
-  provider actually uses, a variable an MCP server's headers expand).
+- it contains ``PASSWORD``, ``PASSWD``, ``PASSPHRASE``, ``CREDENTIAL`` or ``WEBHOOK``
+  (``PGPASSWORD``, ``DB_PASSWD``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``SLACK_WEBHOOK_URL``);
+- one of its words (the parts between underscores or dashes) is ``TOKEN``, ``SECRET``,
+  ``APIKEY``, ``PASS``, ``PAT``, ``DSN``, ``PEM``, ``PRIVATE``, ``CREDS`` or ``COOKIE``
+  (``GITHUB_TOKEN``, ``CLIENT_SECRET``, ``DB_PASS``, ``GITHUB_PAT``, ``SENTRY_DSN``,
+  ``PRIVATE_KEY_PEM``; not ``MAX_TOKENS``);
+- its last word is ``KEY``, ``KEYS`` or ``PWD`` and it has more than one word
+  (``OPENAI_API_KEY``, ``STRIPE_KEY``, ``MYSQL_PWD``; not ``PWD`` itself);
+- it is one of `KNOWN_NAMES`, or it was registered while running (the key a provider actually
+  uses, a variable an MCP server's headers expand, a variable whose value looks like a secret).
 
-Secret variables are removed from the environment of commands and MCP servers unless the user
-passes them on by name (``--env NAME``). Their values — passed on or not — are replaced by
+A variable is also withheld when its **value** looks like a secret, whatever its name
+(`bubu.secretvalues.looks_secret`: a provider's key, a private-key block, a URL with a password,
+a long high-entropy token). Secret variables are removed from the environment of commands and
+MCP servers unless the user passes them on by name (``--env NAME``). Their values — passed on or not — are replaced by
 ``[redacted:NAME]`` in every event before it is appended (`bubu.log.redact`). The values are read
 from the environment once, when first needed, and only ever held in memory.
 """
@@ -25,16 +30,23 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from bubu import secretvalues
 from bubu.hardening import harden_process
 
 MIN_SECRET_CHARS = 8
 """Values shorter than this are withheld but not redacted: ``1`` or ``yes`` would shred the log."""
 
-KNOWN_NAMES = frozenset({"MYSQL_PWD"})
+KNOWN_NAMES = frozenset({"MYSQL_PWD", "PGPASS", "NETRC", "HTPASSWD", "AUTH0_CLIENT_SECRET"})
 """Secret variables whose names the patterns do not catch."""
 
-_SUBSTRINGS = ("PASSWORD", "PASSWD", "PASSPHRASE")
-_WORDS = frozenset({"TOKEN", "SECRET", "APIKEY"})
+_SUBSTRINGS = ("PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "WEBHOOK")
+_WORDS = frozenset(
+    {
+        *("TOKEN", "SECRET", "APIKEY", "PASS", "PAT", "DSN", "PEM", "PRIVATE", "CREDS"),
+        "COOKIE",
+    }
+)
+_LAST_WORDS = frozenset({"KEY", "KEYS", "PWD"})
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -43,10 +55,10 @@ def is_secret_name(name: str) -> bool:
     upper = name.upper()
     if upper in KNOWN_NAMES or any(s in upper for s in _SUBSTRINGS):
         return True
-    words = [w for w in upper.split("_") if w]
+    words = [w for w in upper.replace("-", "_").split("_") if w]
     if _WORDS.intersection(words):
         return True
-    return len(words) > 1 and words[-1] == "KEY"
+    return len(words) > 1 and words[-1] in _LAST_WORDS
 
 
 def check_name(name: str) -> str:
@@ -152,8 +164,15 @@ def reset(environ: Mapping[str, str] | None = None) -> None:
 
 
 def withheld(name: str) -> bool:
-    """Whether the variable `name` is kept from commands unless passed on by name."""
+    """Whether the variable `name` is kept from commands unless passed on by name (by its name,
+    or because its value was seen to look like a secret)."""
     return is_secret_name(name) or name in _registry.names()
+
+
+def withheld_value(name: str, value: str) -> bool:
+    """Whether the variable `name` set to `value` is kept from commands unless passed on by name:
+    by its name, or by a value that looks like a secret (`secretvalues.looks_secret`)."""
+    return withheld(name) or secretvalues.looks_secret(value) is not None
 
 
 def command_env(
@@ -162,18 +181,28 @@ def command_env(
     """The environment a command runs with: `environ` (default the process's) without its secret
     variables, except those named in `pass_on`. A secret seen here for the first time (set after
     start-up) is registered, so its value is redacted like the others; and the process is
-    hardened first (`harden_process`), so the command cannot read the secret from its parent."""
-    harden_process(is_secret=withheld)
+    hardened first (`harden_process`), so the command cannot read the secret from its parent.
+    A variable whose value looks like a secret is withheld and registered the same way."""
     env = os.environ if environ is None else environ
+    _judge_values(env)
+    harden_process(is_secret=withheld)
     keep = frozenset(pass_on)
     out: dict[str, str] = {}
     for name, value in env.items():
-        if withheld(name):
+        if withheld_value(name, value):
             register(name, value)
             if name not in keep:
                 continue
         out[name] = value
     return out
+
+
+def _judge_values(env: Mapping[str, str]) -> None:
+    """Register each variable whose value looks like a secret, so that `withheld` (and the
+    hardening, which knows names only) treats it as one."""
+    for name, value in env.items():
+        if not withheld(name) and secretvalues.looks_secret(value) is not None:
+            register(name, value)
 
 
 def passed_on(pass_on: Iterable[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -197,4 +226,5 @@ __all__ = [
     "reset",
     "version",
     "withheld",
+    "withheld_value",
 ]

@@ -11,6 +11,7 @@ from bubu.cli.app import Ctx
 from bubu.cli.chat import Chat
 from bubu.cli.chatview import always_pattern
 from bubu.cli.slash import COMMANDS, SlashCompleter, run_slash
+from bubu.engine.permissions import Policy
 from bubu.log.sqlite import SQLiteStore
 from engine.cli import bubu
 from engine.helpers import call, write_script
@@ -158,7 +159,33 @@ def test_tab_completes_slash_commands() -> None:
         ("rm -rf build", "rm -rf build"),
         ("git push --force", "git push --force"),
         ("curl http://example.com", "curl http://example.com"),
+        # A program that runs code gets the exact line: interpreters, shells, package runners.
+        ("python3 a.py", "python3 a.py"),
+        ("python a.py", "python a.py"),
+        ("/usr/bin/python3.12 -m pytest", "/usr/bin/python3.12 -m pytest"),
+        ("node index.js", "node index.js"),
+        ("npx jest", "npx jest"),
+        ("uv run pytest", "uv run pytest"),
+        ("make test", "make test"),
+        ("prlimit pytest", "prlimit pytest"),
+        ("sed -n 1p x", "sed -n 1p x"),
+        # An option that writes or runs, or a builtin that evaluates a word, is the exact line.
+        ("sort -o out.txt in.txt", "sort -o out.txt in.txt"),
+        ("printf -v 'a[1]' x", "printf -v 'a[1]' x"),
+        ("ls ~", "ls ~"),
+        ("pytest -k 'a and b'", "pytest *"),
     ],
 )
 def test_always_never_approves_more_than_was_shown(command: str, pattern: str) -> None:
     assert always_pattern(command) == pattern
+
+
+def test_always_on_a_script_does_not_approve_inline_code(tmp_path: Path) -> None:
+    """The pattern "always" records is judged by the allow-list: after `a` on `python3 a.py`,
+    `python3 -c 'print(42)'` still asks, and the call that was shown does not."""
+    pattern = always_pattern("python3 a.py")
+    added = (pattern.removesuffix(" *"), pattern) if pattern.endswith(" *") else (pattern,)
+    policy = Policy(allow_commands=added)
+    assert policy.check_command("python3 a.py", cwd=str(tmp_path)).allowed
+    assert not policy.check_command("python3 -c 'print(42)'", cwd=str(tmp_path)).allowed
+    assert not policy.check_command("python3 b.py", cwd=str(tmp_path)).allowed

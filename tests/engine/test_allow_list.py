@@ -4,6 +4,7 @@ redirected around it: tables of attack strings, and real bash as the judge of wh
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -111,6 +112,15 @@ ATTACKS = [
     "pytest\\\n; rm x",
     "pytest; rm x #",
     "pytest; # ok\nrm x",
+    # An approved line's words are plain: the shell expands none of them.
+    "pytest $HOME ${HOME}",
+    "pytest *.py",
+    "pytest ~/x",
+    "pytest {a,b}",
+    "pytest a[12]",
+    "pytest x=~/y",
+    "pytest <<< $HOME",
+    "X=~/y pytest",
 ]
 
 
@@ -140,8 +150,6 @@ ALLOWED = [
     "(pytest)",
     "{ pytest; }",
     "! pytest",
-    "pytest $HOME ${HOME}",
-    "pytest *.py",
     "pytest \\\n  -q",
     "pytest # a comment; rm x",
     "pytest <<'EOF'\n$(not run: quoted)\nEOF",
@@ -234,19 +242,42 @@ _FRAGMENTS = [
     "#", "(", ")", "{", "}", "<<", "<<-", "'EOF'", "EOF", "\nEOF\n", "touch pwned", "echo", "x",
     "\t", "${x}", "=", "!", "*", ">", "2>&1", "<", "$(", "\\\n", "\r", "coproc ", "time ",
     "then ", "do ", "done", "if ", "fi", "{ ", " }", "[[ ", " ]]", "case ", " in ", "esac",
+    # builtins that evaluate a word, and programs that run other programs
+    "printf -v ", "'a[$(touch pwned)]' ", "read ", "unset ", "test -v ", "[ -v ", " ]", "let ",
+    "mapfile -C ", "a=(1) ", "declare ", "set -k ", "env ", "prlimit ", "setarch x86_64 ",
+    "timeout 5 ", "nice ", "bash -c ", "xargs ", "find . -exec ", " {} ';'", "sort -o pwned ",
 ]  # fmt: skip
+
+_SHIMS = ("touch", "env", "prlimit", "setarch", "timeout", "nice", "bash", "xargs", "find", "sort")
+"""Real programs put on the judge's PATH behind a shim that records each time one is run."""
 
 
 def _bash_runs(command: str, where: Path) -> list[str]:
     """The simple commands bash actually runs for `command`, from a DEBUG trap, with nothing but
-    a recording `pytest` on PATH (builtins still run, so each is named by the trap)."""
+    a recording `pytest` and recording shims of `_SHIMS` on PATH (builtins still run, so each
+    is named by the trap)."""
+    return _judge(command, where)[0]
+
+
+def _judge(command: str, where: Path) -> tuple[list[str], list[str]]:
+    """What bash runs for `command`: its simple commands (from a DEBUG trap) and the programs
+    executed from PATH (from the shims, which also see a program started by another)."""
     stubs = where / "bin"
     stubs.mkdir(exist_ok=True)
+    execs = where / "execs"
     if not (stubs / "pytest").exists():
-        (stubs / "pytest").write_text("#!/bin/sh\nexit 0\n")
+        (stubs / "pytest").write_text(f"#!/bin/sh\nprintf 'pytest\\0' >> {execs}\nexit 0\n")
         (stubs / "pytest").chmod(0o755)
+        for name in _SHIMS:
+            real = shutil.which(name)
+            if real is None:
+                continue
+            shim = stubs / name
+            shim.write_text(f'#!/bin/sh\nprintf "{name}\\0" >> {execs}\nexec {real} "$@"\n')
+            shim.chmod(0o755)
     trace = where / "trace"
     trace.unlink(missing_ok=True)
+    execs.unlink(missing_ok=True)
     script = f'set -T; trap \'printf "%s\\0" "$BASH_COMMAND" >> {trace}\' DEBUG\neval "$BUBU_CMD"'
     subprocess.run(
         ["/bin/bash", "--norc", "--noprofile", "-c", script],
@@ -255,13 +286,15 @@ def _bash_runs(command: str, where: Path) -> list[str]:
     )  # fmt: skip
     seen = trace.read_bytes().split(b"\0") if trace.exists() else []
     ran = [s.decode("utf-8", "replace") for s in seen if s][1:]  # [0] is the eval itself
+    ran_programs = execs.read_bytes().split(b"\0") if execs.exists() else []
     # A line of nothing but redirections (`2>&1`, `> out`) runs no program; after a lone `!`
     # bash names the trap's own command.
-    return [
+    commands = [
         r
         for r in ran
         if not r.lstrip("0123456789").startswith((">", "<", "&>")) and not r.startswith("printf ")
     ]
+    return commands, [p.decode() for p in ran_programs if p]
 
 
 @settings(
@@ -276,17 +309,56 @@ def _bash_runs(command: str, where: Path) -> list[str]:
 )
 def test_what_a_pattern_approves_is_all_that_bash_runs(tmp_path: Path, command: str) -> None:
     """For every line the allow-list approves under `pytest*`, real bash runs only pytest; under
-    `*`, only the commands the parse showed."""
+    `*`, only the commands the parse showed, and no program that none of them names."""
+    _assert_bash_agrees(command, tmp_path)
+
+
+_HEADS = [
+    "printf -v", "printf", "read", "read -a", "unset", "test -v", "[ -v", "let", "mapfile -C",
+    "readarray", "wait -p", "getopts a", "env", "prlimit", "setarch x86_64", "timeout 5", "nice",
+    "bash -c", "xargs", "find . -exec", "sort -o", "a=(1);", "declare", "set -k;", "pytest",
+    "command", "exec", "eval", "trap",
+]  # fmt: skip
+_ARGS = [
+    "'a[$(touch pwned)]'", "a[0]", "x", "touch", "pwned", "pytest", "]", "';'", "{}", "-q",
+    "a=b", "'touch pwned'", "%s", "1", "'$(touch pwned)'", "'`touch pwned`'", "<<< 'a[$(touch pwned)]'",
+]  # fmt: skip
+
+
+@settings(
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.tuples(st.sampled_from(_HEADS), st.lists(st.sampled_from(_ARGS), max_size=5)).map(
+        lambda t: " ".join([t[0], *t[1]])
+    )
+)
+def test_builtins_and_wrappers_run_no_more_than_the_parse_shows(
+    tmp_path: Path, command: str
+) -> None:
+    """Builtins that evaluate a word and programs that start others, judged by real bash."""
+    _assert_bash_agrees(command, tmp_path)
+
+
+def _assert_bash_agrees(command: str, tmp_path: Path) -> None:
     where = tmp_path / "run"
     where.mkdir(exist_ok=True)
+    (where / "pwned").unlink(missing_ok=True)
     if PYTEST.check_command(command, cwd=str(where)).allowed:
-        ran = _bash_runs(command, where)
+        ran, programs = _judge(command, where)
         assert all(r.startswith("pytest") for r in ran), (command, ran)
+        assert set(programs) <= {"pytest"}, (command, programs)
         assert not (where / "pwned").exists(), command
     if ANY.check_command(command, cwd=str(where)).allowed:
-        # Under `*` bash may run no more commands than the parse showed for judging.
-        ran = _bash_runs(command, where)
-        assert len(ran) <= len(parse(command).commands), (command, ran)
+        # Under `*` bash may run no more commands than the parse showed for judging, and no
+        # program other than those the parse named.
+        ran, programs = _judge(command, where)
+        line = parse(command)
+        assert len(ran) <= len(line.commands), (command, ran)
+        names = {os.path.basename(c.name or "") for c in line.commands}
+        assert set(programs) <= names, (command, programs)
 
 
 def test_the_bash_judge_sees_what_is_chained(tmp_path: Path) -> None:
@@ -295,7 +367,47 @@ def test_the_bash_judge_sees_what_is_chained(tmp_path: Path) -> None:
     assert ran == ["pytest -q", "echo chained"]
 
 
+def test_the_bash_judge_sees_a_program_started_by_another(tmp_path: Path) -> None:
+    """The shims see what a wrapper starts, which the DEBUG trap does not."""
+    ran, programs = _judge("prlimit touch x", tmp_path)
+    assert ran == ["prlimit touch x"]
+    assert programs == ["prlimit", "touch"]
+
+
 def test_parse_is_total() -> None:
     """Any text, however broken, parses to commands or a refusal, never an exception."""
     for text in ["", ";", "\0", "\udcff", "'" * 1000, "$(" * 500, "<<" * 300, os.urandom(64).hex()]:
         parse(text)
+
+
+_WORD_BITS = [
+    "a", "1", "x", "-", "/", "~", "=", ":", "*", "?", "[", "]", "{", "}", ",", "..", "'", '"',
+    "\\", "$", "@", "HEAD", "@{u}", "%", "!", "^", "+", " ", "\t", "#",
+]  # fmt: skip
+
+
+@settings(
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(st.sampled_from(_WORD_BITS), min_size=1, max_size=8).map("".join))
+def test_a_word_called_plain_is_what_bash_passes(tmp_path: Path, word: str) -> None:
+    """Whenever the parse calls a word plain, bash passes exactly that value to the program,
+    in a directory whose files a glob would match and with a HOME a tilde would expand to."""
+    where = tmp_path / "w"
+    where.mkdir(exist_ok=True)
+    for name in ("a", "a1", "x", "ax", "1"):
+        (where / name).touch()
+    line = parse(f"printf '%s\\0' {word}")
+    if line.refusal or line.expands or len(line.commands) != 1 or len(line.commands[0].argv) < 3:
+        return  # asks; or no argument (printf then prints its format once)
+    got = subprocess.run(
+        ["/bin/bash", "--norc", "--noprofile", "-c", f"printf '%s\\0' {word}"],
+        cwd=where, env={"PATH": "/usr/bin:/bin", "HOME": "/home/someone"},
+        capture_output=True, timeout=10, check=False,
+    )  # fmt: skip
+    if got.returncode != 0:
+        return  # bash could not read it either
+    passed = got.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
+    assert passed == list(line.commands[0].argv[2:]), (word, passed)

@@ -24,7 +24,8 @@ from rich.text import Text as RichText
 from bubu.cli import shutdown
 from bubu.cli.render import TerminalObserver, prompt_lines
 from bubu.cli.term import printable, styled
-from bubu.engine.permissions import WRAPPERS, Answer, asked_command
+from bubu.engine import commandline, runners
+from bubu.engine.permissions import Answer, asked_command
 from bubu.events import (
     PermissionRequest,
     Record,
@@ -34,6 +35,7 @@ from bubu.events import (
     Thinking,
     TurnEnded,
 )
+from bubu.log import redact
 from bubu.pricing import CostTally
 from bubu.projections.transcript import notice_text
 from bubu.providers.base import Delta
@@ -88,18 +90,25 @@ def always_pattern(command: str) -> str:
     """The allow-list pattern that "always" approves for `command`: its program and any
     arguments (``pytest *``) when it is one plain command, else the line itself, exactly.
 
-    A program that runs other programs (``bash``, ``env`` …, `WRAPPERS`), one that deletes,
-    moves or sends (`DESTRUCTIVE`), a line of several commands, an assignment or anything a shell would expand gets the exact line: a wildcard
-    must never approve more than the person saw."""
-    words = command.split()
-    simple = (
-        len(words) >= 1
-        and words[0] not in WRAPPERS
-        and words[0] not in DESTRUCTIVE
-        and "=" not in words[0]
-        and not any(ch in command for ch in "\n;&|<>`$(){}*?[]\\'\"#~")
-    )
-    return f"{words[0]} *" if simple else command.strip(" \t\n")
+    The line is judged by the allow-list's own parser: several commands, a redirection, an
+    assignment, a word the shell would expand, a program that runs code (a shell, an
+    interpreter, a package runner: `runners.RUNNERS`), an option that writes or runs
+    (`runners.OPTIONS`) or a program that deletes, moves or sends (`DESTRUCTIVE`) gets the exact
+    line: a wildcard must never approve more than the person saw (``python3 a.py`` must not
+    become ``python3 *``, which approves ``python3 -c …``)."""
+    exact = command.strip(" \t\n")
+    line = commandline.parse(command)
+    if line.refusal or line.expands or line.writes or len(line.commands) != 1:
+        return exact
+    c = line.commands[0]
+    if c.assigns or c.name is None or not c.argv or "\n" in exact:
+        return exact
+    program = runners.program(c.name)
+    if runners.runner(c.name) or runners.refusal(c.argv) or program in DESTRUCTIVE:
+        return exact
+    if any(ch in exact for ch in "#\\"):
+        return exact  # a comment or an escape: what is shown is not what one word says
+    return f"{exact.split(maxsplit=1)[0]} *"
 
 
 class ChatView(TerminalObserver):
@@ -135,7 +144,8 @@ class ChatView(TerminalObserver):
     def _renderable(self) -> RenderableType:
         parts: list[RenderableType] = []
         if self._draft:
-            tail = "\n".join(self._draft.splitlines()[-12:])  # what streams, near the prompt
+            # What streams, near the prompt; a run that may be the start of a secret waits.
+            tail = "\n".join(redact.shown_prefix(self._draft).splitlines()[-12:])
             style = "" if self._draft_kind == "text" else "dim italic"
             parts.append(RichText(printable(tail), style=style))
         parts.append(RichText(self.status_text(), style="dim"))

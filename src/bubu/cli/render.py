@@ -28,6 +28,7 @@ from bubu.events import (
     TurnEnded,
     WindowLearned,
 )
+from bubu.log import redact
 from bubu.pricing import CostTally
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.memory import plan_counts, plan_items
@@ -89,6 +90,7 @@ class TerminalObserver:
         """Whether model text was streamed since the last committed answer or failed attempt."""
         self._in_text = False
         self._cr = False
+        self._stream = redact.Stream()
         self._last_kind = "text"
         self._status_shown = False
         self.longrun = LongRunFold()
@@ -155,10 +157,18 @@ class TerminalObserver:
             self.out.flush()
 
     def _end_text(self) -> None:
+        self._flush_stream()
         if self._in_text:
             self.out.write("\n")
             self._in_text = False
         self._cr = False
+
+    def _flush_stream(self) -> None:
+        """Show what the stream held back (a text that ended inside a run of characters)."""
+        rest = self._stream.flush()
+        if rest:
+            safe = printable(rest)
+            self.out.write(safe if self._last_kind == "text" else self._style(safe, dim=True))
 
     # -- Observer ---------------------------------------------------------------------------------
 
@@ -169,12 +179,15 @@ class TerminalObserver:
         with self._lock:
             self._clear_status()
             if self._in_text and delta.kind != self._last_kind:
+                self._flush_stream()
                 self.out.write("\n")
                 self._cr = False
             # A CR-LF may be split across two deltas: hold a trailing CR until the next one.
             raw = ("\r" if self._cr else "") + delta.text
             self._cr = raw.endswith("\r")
-            safe = printable(raw[:-1] if self._cr else raw)
+            # A secret may arrive in several deltas: the stream holds a run until it is whole,
+            # then shows it redacted, as the log will hold it.
+            safe = printable(self._stream.feed(raw[:-1] if self._cr else raw))
             text = safe if delta.kind == "text" else self._style(safe, dim=True, italic=True)
             self._last_kind = delta.kind
             if delta.kind == "text" and delta.text:

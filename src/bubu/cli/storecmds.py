@@ -85,6 +85,14 @@ def copy_session(src: Store, dst: Store, info: SessionInfo) -> CopyResult:
             reason=f"it holds the value of {leaked}, a secret of this environment that Bubu keeps "
             f"out of its logs; unset {leaked} to copy it as it is",
         )
+    shape = redact.shape_in([r.event for r in records], list(blobs.values()))
+    if shape is not None:
+        return CopyResult(
+            session=sid,
+            result="refused",
+            reason=f"it holds a value that looks like a {shape}, which Bubu keeps out of its "
+            "logs and cannot take out of a chain; export it to read it",
+        )
     try:
         # With its events in one transaction: an interrupted copy leaves nothing to skip later.
         dst.create_session(

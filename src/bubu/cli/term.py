@@ -8,6 +8,9 @@ what was shown, and bidi controls reorder it. Everything the CLI prints passes t
 characters `\\x1b`), so a person sees that something was there and the terminal obeys nothing.
 Newlines and tabs stay; a CR-LF line end becomes a newline.
 
+It also shows every secret redacted, as the log stores it (`bubu.log.redact.text`): a key the
+model prints is not on the screen either.
+
 Because the ESC byte itself (or the C1 introducer) is replaced, a sequence split across two
 streamed pieces is neutralised too: each piece can be passed through on its own. JSON output
 (`--json`, `--jsonl`) is not altered: JSON escapes control characters by itself.
@@ -18,6 +21,8 @@ from __future__ import annotations
 import re
 
 import click
+
+from bubu.log import redact
 
 _CONTROLS = (
     "\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f"  # C0 (but tab and newline), DEL, C1 (U+009B is a CSI)
@@ -40,8 +45,9 @@ def _escape_unless_sgr(m: re.Match[str]) -> str:
 
 def printable(text: str) -> str:
     """`text` safe to print on a terminal: every control, escape and bidi character becomes a
-    visible escape like `\\x1b`; newlines and tabs stay (a CR-LF becomes a newline)."""
-    return _CONTROL.sub(_escape, text.replace("\r\n", "\n"))
+    visible escape like `\\x1b`; newlines and tabs stay (a CR-LF becomes a newline); secrets are
+    shown redacted."""
+    return _CONTROL.sub(_escape, redact.text(text).replace("\r\n", "\n"))
 
 
 def styled(text: str) -> str:

@@ -20,6 +20,7 @@ The module is pure: it reads no file and runs nothing.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 from functools import cache
@@ -52,6 +53,8 @@ class SimpleCommand:
     text: str
     name: str | None
     assigns: bool
+    argv: tuple[str, ...] = ()
+    """The program and its arguments after quote removal (empty when a word is not plain)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +64,8 @@ class CommandLine:
     commands: tuple[SimpleCommand, ...] = ()
     writes: tuple[Write, ...] = ()
     refusal: str | None = None
+    expands: str | None = None
+    """The first word the shell would expand (``$HOME``, ``*.py``, ``~/x``), as written."""
 
 
 class _Refused(Exception):
@@ -86,7 +91,11 @@ def parse(command: str) -> CommandLine:
         return CommandLine(refusal=str(e))
     except RecursionError:
         return CommandLine(refusal="it is nested too deeply")
-    return CommandLine(commands=tuple(walk.commands), writes=tuple(walk.writes))
+    return CommandLine(
+        commands=tuple(walk.commands),
+        writes=tuple(walk.writes),
+        expands=walk.expands[0] if walk.expands else None,
+    )
 
 
 def _odd_character(command: str) -> str | None:
@@ -128,6 +137,7 @@ _BARE = frozenset(
     {"word", "number", "simple_expansion", "expansion", "variable_name", "brace_expression"}
 )
 """Word kinds in which bash never sees a line break (outside quotes a newline ends a word)."""
+_UNESCAPED_BLANK = re.compile(rb"(?<!\\)[ \t]")
 _WORD_TOKENS = frozenset({'"', "$", "${", "}", "{", "..", "="})
 _WHY = {
     "command_substitution": "it runs a command substitution",
@@ -153,6 +163,14 @@ class _Walk:
         self.src = src
         self.commands: list[SimpleCommand] = []
         self.writes: list[Write] = []
+        self.expands: list[str] = []
+
+    def plain(self, n: tree_sitter.Node, *, assignment: bool = False) -> str | None:
+        """The word's literal value; a word the shell would expand is noted in `expands`."""
+        value = literal(self.src, n, assignment=assignment)
+        if value is None:
+            self.expands.append(self.text(n))
+        return value
 
     def text(self, n: tree_sitter.Node) -> str:
         return self.src[n.start_byte : n.end_byte].decode("utf-8", "surrogateescape")
@@ -192,17 +210,29 @@ class _Walk:
             self.heredoc(n)
         elif t == "herestring_redirect":
             self.children(n, frozenset({"<<<"}), words=True)
+            for c in n.named_children:
+                self.plain(c)
         elif t == "comment":
             # bash starts a comment only where a word could start; `{#x` is a word to bash.
             before = self.src[n.start_byte - 1 : n.start_byte] if n.start_byte else b" "
-            joined = self.src[max(n.start_byte - 2, 0) : n.start_byte] == b"\\\n"
+            # …nor after an escaped blank (`a\\ #x` is one word).
+            joined = self.src[max(n.start_byte - 2, 0) : n.start_byte] in (b"\\\n", b"\\ ", b"\\\t")
             if joined or (before not in _BLANK and before not in _METACHARACTERS):
                 raise self.refuse(n, "the parser and bash may split it differently")
         elif t == "test_command" and n.children and n.children[0].type == "[":
             if b"\n" in self.src[n.start_byte : n.end_byte]:
                 raise self.refuse(n, "the parser and bash may split it differently")
             self.scan(n)  # `[ … ]` is the command `[`; `[[ … ]]` is refused below
-            self.commands.append(SimpleCommand(text=self.text(n), name="[", assigns=False))
+            words = [self.plain(w) for w in _test_words(n)]
+            argv = ("[", *(w for w in words if w is not None), "]")
+            self.commands.append(
+                SimpleCommand(
+                    text=self.text(n),
+                    name="[",
+                    assigns=False,
+                    argv=argv if None not in words else (),
+                )
+            )
         elif t in _WORDS:
             self.word(n)  # e.g. the words of `<<<` or after `&>`
         else:
@@ -237,7 +267,11 @@ class _Walk:
         kids = n.children
         for a, b in pairwise(kids):
             self.blanks(a.end_byte, b.start_byte, n)
+            if a.end_byte == b.start_byte and b.type in _WORDS and a.type != "variable_assignment":
+                # Two words with nothing between are one word to bash (`x}\*`), two to the parser.
+                raise self.refuse(n, "the parser and bash may split it differently")
         parts: list[str] = []
+        argv: list[str | None] = []
         name: str | None = None
         assigns = False
         for c in n.children:
@@ -246,22 +280,35 @@ class _Walk:
             if c.type == "variable_assignment":
                 assigns = assigns or name is None
                 self.word(c)
+                value = c.child_by_field_name("value")
+                if value is not None:
+                    self.plain(value, assignment=True)
                 parts.append(self.text(c))
             elif c.type == "command_name":
                 if len(c.named_children) != 1:
                     raise self.refuse(c, "its command name is unusual")
                 inner = c.named_children[0]
                 self.word(inner)
-                name = literal(self.src, inner)
+                name = self.plain(inner)
+                argv.append(name)
                 parts.append(self.text(c))
             elif c.type in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
                 self.node(c)
             elif c.type in _WORDS:
                 self.word(c)
+                argv.append(self.plain(c))
                 parts.append(self.text(c))
             else:
                 self.node(c)  # refuses with the construct's reason
-        self.commands.append(SimpleCommand(text=" ".join(parts), name=name, assigns=assigns))
+        plain = tuple(a for a in argv if a is not None)
+        self.commands.append(
+            SimpleCommand(
+                text=" ".join(parts),
+                name=name,
+                assigns=assigns,
+                argv=plain if len(plain) == len(argv) else (),
+            )
+        )
 
     def word(self, n: tree_sitter.Node) -> None:
         """Check a word (or an assignment) contains nothing that runs code."""
@@ -277,7 +324,9 @@ class _Walk:
         if t not in _WORDS and t != "variable_assignment":
             self.node(n)  # a substitution or another construct: refused with its reason
             return
-        if t in _BARE and b"\n" in self.src[n.start_byte : n.end_byte]:
+        raw = self.src[n.start_byte : n.end_byte]
+        if t in _BARE and (b"\n" in raw or _UNESCAPED_BLANK.search(raw)):
+            # Outside quotes a blank ends a word for bash; the parser reads `{ {` as one word.
             raise self.refuse(n, "the parser and bash may split it differently")
         for c in n.children:
             if c.is_named:
@@ -330,34 +379,104 @@ class _Walk:
                 raise self.refuse(n, f"it uses `{c.type}` in a here-document")
 
 
-_UNQUOTED_SPECIAL = frozenset("*?[]{}~$`")
+def _test_words(n: tree_sitter.Node) -> list[tree_sitter.Node]:
+    """The words of a ``[ … ]`` test, its operators (``-v``) included."""
+    out: list[tree_sitter.Node] = []
+    for c in n.named_children:
+        if c.type in _WORDS or c.type == "test_operator":
+            out.append(c)
+        else:
+            out += _test_words(c)
+    return out
 
 
-def literal(src: bytes, n: tree_sitter.Node) -> str | None:
-    """A word's value after quote removal, or None when the shell would expand it."""
+def literal(src: bytes, n: tree_sitter.Node, *, assignment: bool = False) -> str | None:
+    """A word's value after quote removal, or None when the shell would expand any of it (a
+    variable, a glob, a brace or tilde expansion); `assignment` for the value of ``NAME=…``,
+    where a ``~`` after ``:`` expands too."""
+    chars = _chars(src, n)
+    if chars is None or _expands(chars, assignment=assignment):
+        return None
+    return "".join(ch for ch, _ in chars)
+
+
+def _chars(src: bytes, n: tree_sitter.Node) -> list[tuple[str, bool]] | None:
+    """A word's characters after quote removal, each with whether it was quoted."""
     text = src[n.start_byte : n.end_byte].decode("utf-8", "surrogateescape")
     match n.type:
-        case "word" | "number":
-            if any(ch in _UNQUOTED_SPECIAL for ch in text):
-                return None
-            return _unescape(text, None)
+        case "word" | "number" | "test_operator":
+            return _unquoted(text)
         case "raw_string":
-            return text[1:-1]
+            return [(ch, True) for ch in text[1:-1]]
         case "string":
-            inner = [c for c in n.children if c.is_named]
-            if any(c.type != "string_content" for c in inner):
+            if any(c.type != "string_content" for c in n.named_children):
                 return None
-            return "".join(
-                _unescape(
-                    src[c.start_byte : c.end_byte].decode("utf-8", "surrogateescape"), '$`"\\\n'
-                )
-                for c in inner
-            )
+            # The text between the quotes, not only the content nodes: the parser leaves blanks
+            # and a lone `$` out of them.
+            return [(ch, True) for ch in _unescape(text[1:-1], _DQ)]
         case "concatenation":
-            parts = [literal(src, c) for c in n.named_children]
-            return None if any(p is None for p in parts) else "".join(p or "" for p in parts)
+            out: list[tuple[str, bool]] = []
+            for c in n.children:
+                if not c.is_named:  # a token such as a lone `$`: as bash reads it, unquoted
+                    tok = src[c.start_byte : c.end_byte].decode("utf-8", "surrogateescape")
+                    out += _unquoted(tok)
+                    continue
+                part = _chars(src, c)
+                if part is None:
+                    return None
+                out += part
+            return out
         case _:
             return None
+
+
+_DQ = '$`"\\\n'
+_GLOB = frozenset("*?$`")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def _expands(chars: list[tuple[str, bool]], *, assignment: bool) -> bool:
+    """Whether bash would expand an unquoted character of a word: ``*``, ``?``, a ``[…]``
+    bracket, a ``{a,b}`` or ``{1..3}`` brace, a leading ``~`` (also after ``=`` in a word that
+    looks like an assignment, and after ``:`` in an assignment's value)."""
+    plain = "".join(ch if not q else "\0" for ch, q in chars)
+    if any(ch in _GLOB for ch, q in chars if not q):
+        return True
+    for i, (ch, q) in enumerate(chars):
+        if q:
+            continue
+        rest = "".join(c for c, _ in chars[i + 1 :])
+        if ch == "[" and "]" in rest:
+            return True
+        if ch == "{" and "}" in rest:
+            # Bash looks past a `}` for the one that closes a list (`{u},/}` expands).
+            inside = rest[: rest.rindex("}")]
+            if "," in inside or ".." in inside:
+                return True
+        if ch == "~":
+            before = plain[:i]
+            if i == 0 or (assignment and before.endswith(":")):
+                return True
+            name = before.split("=", 1)[0] if "=" in before else None
+            if name and name[0] not in "0123456789" and set(name) <= _NAME_CHARS:
+                return True
+    return False
+
+
+def _unquoted(text: str) -> list[tuple[str, bool]]:
+    """The characters of an unquoted word: a backslash quotes the next one (and a
+    backslash-newline disappears)."""
+    out: list[tuple[str, bool]] = []
+    i = 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text):
+            if text[i + 1] != "\n":
+                out.append((text[i + 1], True))
+            i += 2
+            continue
+        out.append((text[i], False))
+        i += 1
+    return out
 
 
 def _unescape(text: str, escapable: str | None) -> str:

@@ -9,10 +9,13 @@ be protected, and nothing may run that the parse does not show (substitutions, h
 that expand, constructs it does not judge); otherwise the whole line asks. A pattern that is
 character for character the whole line also approves it, as the user wrote it out.
 
-A wildcard cannot reach past the program it names: a command that starts with an assignment
-(``FOO=1 pytest``) or whose program runs other programs (``bash -c``, ``env``, ``xargs``,
-``eval`` …, see `WRAPPERS`) is approved only by a pattern whose first word is that same word,
-written out (``--allow 'env *'``).
+An approved line's words are plain: nothing in them is expanded (``$HOME``, ``*.py``, ``~``,
+``{a,b}`` make the line ask). A wildcard cannot reach past the program it names: a command that
+starts with an assignment (``FOO=1 pytest``) or whose program runs other programs (``bash -c``,
+``env``, ``prlimit``, ``python``, ``npx`` …, see `bubu.engine.runners.RUNNERS`) is approved only
+by a pattern whose first word is that same word, written out (``--allow 'env *'``). An option
+that writes a file or runs a program (``git diff --output=F``, ``find -exec``), or a word a bash
+builtin would evaluate (``printf -v 'a[$(…)]'``), asks under any pattern (`runners.refusal`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bubu.engine import commandline
+from bubu.engine import commandline, runners
 from bubu.events import PermissionRequest, SandboxMode
 from bubu.tools.protected import protected_reason
 from bubu.tools.sandbox import Options
@@ -34,18 +37,7 @@ Answer = Literal["allow", "deny"]
 Asker = Callable[[PermissionRequest], Answer | None]
 """Asks a person; returns None when nobody can answer (no TTY, no UI)."""
 
-WRAPPERS = frozenset(
-    {
-        *("sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox"),
-        *("eval", "exec", "source", ".", "command", "builtin", "trap", "alias", "hash"),
-        *("env", "xargs", "nohup", "nice", "ionice", "timeout", "time", "setsid", "stdbuf"),
-        *("sudo", "doas", "su", "runuser", "chroot", "unshare", "nsenter", "flock", "watch"),
-        *("strace", "ltrace", "parallel", "script", "taskset", "chrt", "enable"),
-        # Reserved words the parser may read as a program's name: `coproc rm x` runs `rm x`.
-        *("coproc", "select", "function", "if", "then", "else", "elif", "fi", "case", "esac"),
-        *("for", "while", "until", "do", "done", "in", "{", "}", "[[", "]]", "!"),
-    }
-)
+WRAPPERS = frozenset(runners.RUNNERS)
 """Programs that run another program named in their arguments; a wildcard never approves them."""
 
 _CWD_CHANGERS = frozenset({"cd", "pushd", "popd"})
@@ -109,9 +101,15 @@ class Policy:
             return Verdict(allowed=False, why=f"the allow-list does not judge it: {line.refusal}")
         if not line.commands:
             return Verdict(allowed=False, why="there is no command in it")
+        if line.expands is not None:
+            plain = f"the shell expands `{line.expands}`, and a pattern approves only plain words"
+            return Verdict(allowed=False, why=plain)
         for c in line.commands:
             if not any(_approves(p, c) for p in patterns):
                 return Verdict(allowed=False, why=f"`{c.text}` {_unmatched(c)}")
+            risky = runners.refusal(c.argv)
+            if risky is not None:
+                return Verdict(allowed=False, why=f"`{c.text}` asks under any pattern: {risky}")
         moved = any(c.name in _CWD_CHANGERS for c in line.commands)
         for w in line.writes:
             why = _write_problem(w, cwd, moved)
@@ -129,7 +127,7 @@ def _approves(pattern: str, c: commandline.SimpleCommand) -> bool:
         return False  # the program is an expansion or a glob: nobody knows what runs
     if not fnmatch.fnmatchcase(c.text, pattern):
         return False
-    if c.assigns or os.path.basename(c.name or "") in WRAPPERS:
+    if c.assigns or runners.runner(c.name) is not None:
         return _first_word(pattern) == _first_word(c.text)
     return True
 
@@ -139,9 +137,10 @@ def _unmatched(c: commandline.SimpleCommand) -> str:
         return "runs a program named by an expansion or a glob; no pattern approves it"
     if c.assigns:
         return "sets variables for the program; only a pattern that starts with them approves it"
-    if os.path.basename(c.name or "") in WRAPPERS:
+    why = runners.runner(c.name)
+    if why is not None:
         return (
-            f"runs other programs through {c.name}; only a pattern that starts with "
+            f"runs other programs through {c.name} ({why}); only a pattern that starts with "
             f"{_first_word(c.text)} approves it"
         )
     return "matches no --allow pattern"

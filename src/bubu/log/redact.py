@@ -5,6 +5,11 @@ so the canonical bytes, and the hash chain over them, only ever hold ``[redacted
 secret's value was. A value is found as it is, JSON-escaped (once or twice, with or without
 ``\\/`` and ``\\uXXXX`` escapes) and percent-encoded; a value transformed otherwise (base64,
 reversed, split across lines) is not recognised. The secrets are those of `bubu.secrets`.
+
+Values of a known shape are replaced too, whoever's they are (a key the model printed, a token in
+a file it read): provider key prefixes, private-key blocks, the password of a URL
+(`bubu.secretvalues.PATTERNS`, from detect-secrets' plugins), each by ``[redacted:KIND]``
+(``[redacted:github-token]``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from urllib.parse import quote, quote_plus
 
 import msgspec
 
-from bubu import secrets
+from bubu import secrets, secretvalues
 from bubu.events import BlobRef, Event, FunctionResponse, Text
 from bubu.log import codec
 
@@ -132,15 +137,83 @@ def current() -> Redactor | None:
 
 
 def text(value: str) -> str:
-    """`value` with every secret replaced by its marker."""
+    """`value` with every secret, and every value of a known shape, replaced by its marker."""
     r = current()
-    return value if r is None else r.text(value)
+    return secretvalues.sub(value if r is None else r.text(value))
 
 
 def data(value: bytes) -> bytes:
-    """Bytes (a tool's whole output, a blob) with every secret replaced by its marker."""
+    """Bytes (a tool's whole output, a blob) with every secret replaced by its marker; values
+    of a known shape too when the bytes are text (an image is left whole)."""
     r = current()
-    return value if r is None else r.data(value)
+    value = value if r is None else r.data(value)
+    return _shapes(value)
+
+
+def _shapes(value: bytes) -> bytes:
+    if secretvalues.search(value) is None:
+        return value
+    try:
+        decoded = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value
+    return secretvalues.sub(decoded).encode("utf-8")
+
+
+# ---- what a terminal shows while text streams ---------------------------------------------------
+
+HOLD_MAX = 4096
+"""The longest unbroken run of streamed text held back before it is shown anyway (redacted)."""
+_KEY_START = "-----BEGIN"
+
+
+def _ready(buf: str) -> int:
+    """How much of streamed `buf` can be shown now: up to its last blank (a secret is one
+    unbroken run of characters, so a run still growing may be the start of one), and nothing
+    from a private-key block that has not ended."""
+    k = buf.find(_KEY_START)
+    if k >= 0 and "-----END" not in buf[k:]:
+        header = buf[k : k + 64].split("\n", 1)
+        if "PRIVATE KEY" in header[0] or (len(header) == 1 and len(header[0]) < 64):
+            buf = buf[:k]  # a key block (or what may become one) waits for its END line
+    cut = max(buf.rfind(" "), buf.rfind("\n"), buf.rfind("\t"))
+    return cut + 1
+
+
+def shown_prefix(text: str) -> str:
+    """The part of a text still streaming that a terminal may show, redacted (`Stream` for a
+    view that redraws the whole text each time)."""
+    end = _ready(text)
+    if len(text) - end > HOLD_MAX:
+        end = len(text)
+    return _display(text[:end])
+
+
+def _display(text: str) -> str:
+    r = current()
+    return secretvalues.sub(text if r is None else r.text(text))
+
+
+class Stream:
+    """Streamed text made safe to show as it arrives: each piece comes out redacted, a run of
+    characters that may be the start of a secret is held until it is complete."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        """The text that can be shown now that `piece` arrived."""
+        buf = self._held + piece
+        end = _ready(buf)
+        if len(buf) - end > HOLD_MAX:
+            end = len(buf)
+        self._held = buf[end:]
+        return _display(buf[:end])
+
+    def flush(self) -> str:
+        """What is still held, redacted: the text ended."""
+        held, self._held = self._held, ""
+        return _display(held)
 
 
 _FIXED = frozenset(
@@ -163,19 +236,36 @@ def found_in(events: Sequence[Event], blobs: Sequence[bytes] = ()) -> str | None
     return None
 
 
-def _walk(r: Redactor, value: Any, *, careful: bool = False) -> Any:
+def _clean(r: Redactor | None, value: str) -> str:
+    return secretvalues.sub(value if r is None else r.text(value))
+
+
+def shape_in(events: Sequence[Event], blobs: Sequence[bytes] = ()) -> str | None:
+    """The kind of a value of a known shape that `events` or text `blobs` hold, or None: a log
+    written elsewhere that holds one would be altered on its way in, so it is refused instead."""
+    for payload in (codec.encode(ev) for ev in events):
+        kind = secretvalues.search(payload)
+        if kind is not None:
+            return kind
+    for blob in blobs:
+        if _shapes(bytes(blob)) != blob:
+            return secretvalues.search(bytes(blob))
+    return None
+
+
+def _walk(r: Redactor | None, value: Any, *, careful: bool = False) -> Any:
     if isinstance(value, str):
-        return r.text(value)
+        return _clean(r, value)
     if isinstance(value, dict):
         if careful:
             return {k: v if k in _FIXED else _walk(r, v, careful=True) for k, v in value.items()}
-        return {r.text(k) if isinstance(k, str) else k: _walk(r, v) for k, v in value.items()}
+        return {_clean(r, k) if isinstance(k, str) else k: _walk(r, v) for k, v in value.items()}
     if isinstance(value, list):
         return [_walk(r, v, careful=careful) for v in value]
     return value
 
 
-def _event(r: Redactor, ev: Event, renamed: dict[str, BlobRef]) -> Event:
+def _event(r: Redactor | None, ev: Event, renamed: dict[str, BlobRef]) -> Event:
     c = ev.content
     if renamed and isinstance(c, FunctionResponse) and c.blob is not None:
         new = renamed.get(c.blob.sha256)
@@ -194,7 +284,8 @@ def _event(r: Redactor, ev: Event, renamed: dict[str, BlobRef]) -> Event:
             for i in images
         ]
         ev = msgspec.structs.replace(ev, content=msgspec.structs.replace(c, images=moved))
-    if not r.hits(codec.encode(ev)):
+    payload = codec.encode(ev)
+    if not (r is not None and r.hits(payload)) and secretvalues.search(payload) is None:
         return ev
     raw = msgspec.to_builtins(ev)
     try:
@@ -211,12 +302,10 @@ def scrub(events: Sequence[Event], blobs: Sequence[bytes] = ()) -> tuple[list[Ev
     """The events and blobs of one append with every secret value replaced by its marker; a
     scrubbed blob is stored under its new hash, and the events that refer to it say so."""
     r = current()
-    if r is None:
-        return list(events), list(blobs)
     renamed: dict[str, BlobRef] = {}
     clean: list[bytes] = []
     for blob in blobs:
-        scrubbed = r.data(bytes(blob))
+        scrubbed = _shapes(bytes(blob) if r is None else r.data(bytes(blob)))
         if scrubbed != blob:
             renamed[codec.sha256_hex(bytes(blob))] = BlobRef(
                 sha256=codec.sha256_hex(scrubbed), size=len(scrubbed), lines=_lines(scrubbed)
@@ -225,4 +314,16 @@ def scrub(events: Sequence[Event], blobs: Sequence[bytes] = ()) -> tuple[list[Ev
     return [_event(r, ev, renamed) for ev in events], clean
 
 
-__all__ = ["Redactor", "current", "data", "found_in", "marker", "scrub", "text", "variants"]
+__all__ = [
+    "Redactor",
+    "Stream",
+    "current",
+    "data",
+    "found_in",
+    "marker",
+    "scrub",
+    "shape_in",
+    "shown_prefix",
+    "text",
+    "variants",
+]

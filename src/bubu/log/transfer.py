@@ -203,9 +203,12 @@ def import_file(store: Store, f: BinaryIO) -> tuple[SessionInfo, Head]:
     first: Record | None = None
     r = redact.current()
     leaked = None if r is None else next(filter(None, map(r.found, blobs.values())), None)
+    shape = redact.shape_in((), list(blobs.values()))
     for n, ev in enumerate(_event_lines(lines, header, blobs), start=1):
         if leaked is None and r is not None:
             leaked = r.found(codec.encode(ev))
+        if shape is None:
+            shape = redact.shape_in((ev,))
         rec = Record(seq=n, hash="", event=ev)
         if n == 1:
             first = rec
@@ -222,6 +225,11 @@ def import_file(store: Store, f: BinaryIO) -> tuple[SessionInfo, Head]:
         raise StorageError(
             f"the file holds the value of {leaked}, a secret of this environment that Bubu keeps "
             f"out of its logs; unset {leaked} to import it as it is"
+        )
+    if shape is not None:
+        raise StorageError(
+            f"the file holds a value that looks like a {shape}, which Bubu keeps out of its logs "
+            "and cannot take out of an exported chain; read the file itself to see the session"
         )
     # Where it came from, as a chained fact after the copy: an imported session is continued
     # only when the user runs it explicitly.

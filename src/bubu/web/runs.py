@@ -37,6 +37,7 @@ from bubu.engine.settings import (
 )
 from bubu.errors import BubuError, ConfigError
 from bubu.events import PermissionRequest, Record, SandboxMode, SystemNote, TurnEnded, TurnStarted
+from bubu.log import redact
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
@@ -247,7 +248,11 @@ class RunManager:
         """A copy of the session's live state."""
         with self._lock:
             cur = self._live.get(session)
-            return Live() if cur is None else Live(cur.activity, cur.draft, cur.thinking)
+            if cur is None:
+                return Live()
+            activity, draft, thinking = cur.activity, cur.draft, cur.thinking
+        # Shown as the log will hold it: redacted, a run that may be a secret's start held back.
+        return Live(activity, redact.shown_prefix(draft), redact.shown_prefix(thinking))
 
     # -- permissions --------------------------------------------------------------------------
 
