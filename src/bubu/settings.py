@@ -77,6 +77,14 @@ def _strs(v: object) -> list[str]:
     return list(v)
 
 
+def _paths(v: object) -> list[str]:
+    paths = _strs(v)
+    for p in paths:
+        if not (os.path.isabs(p) or p.startswith("~")):
+            raise Bad(f"expected absolute paths (or ~/…), got {p!r}")
+    return [os.path.normpath(os.path.expanduser(p)) for p in paths]
+
+
 def _command(v: object) -> list[str]:
     cmd = _strs(v)
     if not cmd:
@@ -183,6 +191,13 @@ KEYS: tuple[Key, ...] = (
     Key("network", "network", _bool, "sandboxed commands may use the network", guard="tighten"),
     Key("yes", "yes", _bool, "approve every permission request", guard="tighten"),
     Key("allow", "allow", _strs, "command patterns allowed without asking", guard="tighten"),
+    Key(
+        "allow_write",
+        "allow_write",
+        _paths,
+        "paths outside the workspace the file tools may write without asking",
+        guard="user_only",
+    ),
     Key(
         "fallback_models", "fallback_model", _models, "models to switch to while the primary fails"
     ),

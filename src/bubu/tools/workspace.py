@@ -3,8 +3,8 @@
 The guard resolves a path the model gave beneath the workspace's directory descriptor
 (`bubu.tools.guard`): symlinks that stay inside are followed, and a ``..``, an absolute path or a
 symlink that leads out is seen for what it is: outside. `permission` reports such a path as a
-reason to ask; `run` refuses it unless the user allowed it (`ToolContext.outside_allowed`), and
-then it is resolved from ``/``. `resolved_relative` is the workspace-relative path a call really
+reason to ask; `run` refuses it unless the user allowed it (`ToolContext.outside_allowed` for
+one call, `ToolContext.allow_write` ahead of time), and then it is resolved from ``/``. `resolved_relative` is the workspace-relative path a call really
 reaches, for checks on where inside the workspace it lands.
 
 The built-in tools are declared with `@tool` (`bubu.tools.decorator`), whose ``path_arg=`` puts
@@ -134,7 +134,7 @@ def beneath(ctx: ToolContext, raw: str) -> Iterator[Target]:
         if target is not None:
             yield target
             return
-        if not ctx.outside_allowed:
+        if not (ctx.outside_allowed or named_outside(ctx, _outside_path(ctx, raw))):
             raise ToolError(
                 f"{_outside(ctx, raw)}; use a path inside the workspace or ask the user to allow it"
             )
@@ -203,9 +203,19 @@ def outside_reason(ctx: ToolContext, raw: str) -> str | None:
         inside = resolved_relative(ctx, raw) is not None
     except (ToolError, OSError):
         return None  # run() reports the bad path; nothing to ask about
-    if inside or ctx.outside_allowed:
+    if inside or ctx.outside_allowed or named_outside(ctx, _outside_path(ctx, raw)):
         return None
     return _outside(ctx, raw)
+
+
+def named_outside(ctx: ToolContext, resolved: str) -> bool:
+    """Whether the user named `resolved` (an absolute path, symlinks resolved) ahead of time with
+    ``--allow-write``: it is one of those paths or lies below one."""
+    for entry in ctx.allow_write:
+        for form in dict.fromkeys((os.path.normpath(entry), os.path.realpath(entry))):
+            if resolved == form or resolved.startswith(form.rstrip(os.sep) + os.sep):
+                return True
+    return False
 
 
 def guard(ctx: ToolContext, raw: str) -> str:
