@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bubu.events import FunctionResponse, PermissionRequest
+from bubu.events import FunctionResponse, PermissionRequest, Record, SystemNote, TurnStarted
 from bubu.log.sqlite import SQLiteStore
 
 from .cli import bubu_cmd, bubu_env
@@ -46,6 +46,7 @@ class Home:
         self.ws.mkdir(parents=True)
         self.bubu_home.mkdir()
         self.db = self.bubu_home / "bubu.db"
+        self.records: list[Record] = []
 
     def run(
         self, tool_calls: list[dict[str, object]], *flags: str
@@ -65,6 +66,7 @@ class Home:
         with SQLiteStore(self.db) as store:
             (info,) = [s for s in store.sessions() if s.workspace == str(self.ws)][-1:]
             records = store.read(info.id)
+        self.records = records
         by_call = outcomes(records)
         # In the order of the calls (a denied call's outcome is committed before the others).
         results = [by_call[c.call_id][-1][1] for _, c in calls(records)]
@@ -123,6 +125,12 @@ def test_allow_write_lets_exactly_the_named_path_through(home: Home) -> None:
     assert npmrc.read_text() == "x=1\n"
     assert not any(p.exists() for p in others)
     assert len(requests) == 2, "the named path was not asked about"
+    (started,) = [
+        r.event.content.note
+        for r in home.records
+        if isinstance(r.event.content, SystemNote) and isinstance(r.event.content.note, TurnStarted)
+    ]
+    assert started.allow_write == [str(npmrc)], "recorded, so a recovery writes the same"
 
 
 def test_a_directory_named_with_allow_write_keeps_its_protected_files(home: Home) -> None:

@@ -33,8 +33,11 @@ _VENV_CONFIG = {
 _STARTUP = frozenset({"sitecustomize", "usercustomize"})
 
 
-def _fold(name: str) -> str:
-    return unicodedata.normalize("NFC", name).casefold()
+def fold(name: str) -> str:
+    """A name as a case-insensitive file system compares it: HFS+ also ignores invisible format
+    characters (``.g\u200cit`` is ``.git``) and NTFS trailing dots and spaces."""
+    kept = "".join(ch for ch in name if unicodedata.category(ch) != "Cf")
+    return unicodedata.normalize("NFC", kept).casefold().rstrip(". ") or kept
 
 
 def _is_file(path: str) -> bool:
@@ -85,7 +88,7 @@ def kind_reason(path: str, *, stop: str) -> str | None:
 
 def _in_venv(root: str, below: list[str]) -> str | None:
     """Why a path `below` a virtualenv's `root` runs code at the next ordinary step, or None."""
-    folded = [_fold(p) for p in below]
+    folded = [fold(p) for p in below]
     if len(folded) == 1 and folded[0] in _VENV_CONFIG:
         return _VENV_CONFIG[folded[0]]
     if len(folded) > 1 and folded[0] in _VENV_SCRIPTS:
@@ -167,9 +170,9 @@ def _imported(text: str) -> set[str]:
             continue  # site.py cannot run it either
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                out.update(_fold(a.name.split(".", 1)[0]) for a in node.names)
+                out.update(fold(a.name.split(".", 1)[0]) for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                out.add(_fold(node.module.split(".", 1)[0]))
+                out.add(fold(node.module.split(".", 1)[0]))
             elif (
                 isinstance(node, ast.Call)
                 and node.args
@@ -177,7 +180,7 @@ def _imported(text: str) -> set[str]:
                 and isinstance(node.args[0].value, str)
                 and _called(node.func) in ("__import__", "import_module")
             ):
-                out.add(_fold(node.args[0].value.split(".", 1)[0]))
+                out.add(fold(node.args[0].value.split(".", 1)[0]))
     return out
 
 

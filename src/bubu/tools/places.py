@@ -19,6 +19,7 @@ it, except ``$BUBU_HOME``, the database and the workspace's own dot-entries of a
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pwd
 from collections.abc import Sequence
@@ -60,12 +61,18 @@ def _chain(path: str) -> list[Identity]:
     return out
 
 
+@functools.cache
+def _account_home(uid: int) -> str | None:
+    """The home directory the password database gives `uid` (read once: it is a file read)."""
+    with contextlib.suppress(KeyError, OSError):
+        return pwd.getpwuid(uid).pw_dir
+    return None
+
+
 def _homes() -> list[str]:
     """The user's home directory as `HOME` says and as the password database says."""
-    homes = [os.path.expanduser("~")]
-    with contextlib.suppress(KeyError, OSError):
-        homes.append(pwd.getpwuid(os.getuid()).pw_dir)
-    return list(dict.fromkeys(homes))
+    homes = [os.path.expanduser("~"), _account_home(os.getuid())]
+    return list(dict.fromkeys(h for h in homes if h))
 
 
 def place_reason(path: str, *, root: str, own: Sequence[str] = ()) -> str | None:
@@ -77,7 +84,7 @@ def place_reason(path: str, *, root: str, own: Sequence[str] = ()) -> str | None
     chain = _chain(path)
     if not chain:
         return None
-    ident = _identity(path)
+    ident = _identity(path) if own else None
     for db in own:
         for suffix in _JOURNALS:
             f = db + suffix

@@ -33,12 +33,11 @@ it, protected files excepted.
 from __future__ import annotations
 
 import os
-import unicodedata
 from pathlib import PurePosixPath
 
 from bubu.errors import ToolError
 from bubu.tools.base import JSON, Tool, ToolContext
-from bubu.tools.kinds import kind_reason
+from bubu.tools.kinds import fold, kind_reason
 from bubu.tools.places import place_reason
 from bubu.tools.workspace import is_inside, named_outside, resolve, workspace_root
 
@@ -145,7 +144,7 @@ def protected_reason(path: str) -> str | None:
     `path` is relative to the workspace (or absolute, for a path outside it); names are compared
     case-insensitively, because macOS and Windows file systems ignore case.
     """
-    parts = [_fold(p) for p in PurePosixPath(path.replace(os.sep, "/")).parts if p != "/"]
+    parts = [fold(p) for p in PurePosixPath(path.replace(os.sep, "/")).parts if p != "/"]
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         if part == ".git" and last:
@@ -167,13 +166,6 @@ def protected_reason(path: str) -> str | None:
     return None
 
 
-def _fold(name: str) -> str:
-    """A name as a case-insensitive file system compares it: HFS+ also ignores invisible format
-    characters (``.g\u200cit`` is ``.git``) and NTFS trailing dots and spaces."""
-    kept = "".join(ch for ch in name if unicodedata.category(ch) != "Cf")
-    return unicodedata.normalize("NFC", kept).casefold().rstrip(". ") or kept
-
-
 def protected_target(ctx: ToolContext, raw: str) -> str | None:
     """Why a write to the path argument `raw` must be approved by a person, or None.
 
@@ -189,7 +181,7 @@ def protected_target(ctx: ToolContext, raw: str) -> str | None:
         return None
     return (
         _protected_at(ctx, written)
-        or _protected_at(ctx, resolved)
+        or (None if resolved == written else _protected_at(ctx, resolved))
         or outside_write_reason(ctx, resolved)
     )
 
