@@ -206,3 +206,62 @@ def test_the_log_database_inside_the_workspace_is_protected(home: Home) -> None:
     assert "Bubu's log database" in results[0].result
     with SQLiteStore(home.db) as store:
         assert store.sessions(), "the log is intact"
+
+
+def _in_process(
+    tmp_path: Path, ws: Path, tool_calls: list[dict[str, object]]
+) -> list[FunctionResponse]:
+    """One turn under --yes in this process, nobody to ask; the outcomes in call order."""
+    from dataclasses import replace
+
+    from bubu.engine.permissions import Policy
+    from bubu.engine.session import new_session, start_turn
+
+    from .helpers import make_host, scripted
+
+    script = write_script(tmp_path / "s.jsonl", [{"tool_calls": tool_calls}, {"text": "ok"}])
+    with SQLiteStore(tmp_path / "in-process.db") as store:
+        provider = scripted(script)
+        info = new_session(store, task="t", workspace=ws, model=provider.spec)
+        host = make_host(store, provider, policy=replace(Policy(yes=True), sandbox="off"))
+        assert start_turn(host, info, "t") == "completed"
+        records = store.read(info.id)
+    by_call = outcomes(records)
+    return [by_call[c.call_id][-1][1] for _, c in calls(records)]
+
+
+def test_a_workspace_that_is_the_home_directory_keeps_its_dot_files_protected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    xdg = tmp_path / "xdg-config"
+    for d in (home / "src", xdg):
+        d.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    monkeypatch.setenv("BUBU_HOME", str(tmp_path / "state"))
+    protected = [".config/git/config", ".local/share/applications/x.desktop", ".tmux.conf"]
+    results = _in_process(
+        tmp_path, home,
+        [call("write_file", path=p, content="x\n") for p in [*protected, "src/app.py"]]
+        + [call("write_file", path=str(xdg / "git" / "config"), content="x\n")],
+    )  # fmt: skip
+    assert [r.is_error for r in results] == [True, True, True, False, True]
+    assert "in your home directory" in results[0].result, results[0].result
+    assert "dot-file of your home directory" in results[2].result
+    assert not (home / ".config").exists()
+    assert not (xdg / "git").exists()
+
+
+def test_a_workspace_inside_a_dot_directory_of_home_is_the_users_choice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    ws = home / ".config" / "nvim"
+    ws.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("BUBU_HOME", str(tmp_path / "state"))
+    results = _in_process(tmp_path, ws, [call("write_file", path="init.lua", content="x\n")])
+    assert [r.is_error for r in results] == [False]
+    assert (ws / "init.lua").read_text() == "x\n"

@@ -113,10 +113,10 @@ def place_reason(path: str, *, root: str, own: Sequence[str] = ()) -> str | None
         at = chain.index(hid) + 1  # the entry of the home directory the path goes through
         if at < len(parts) and parts[at].startswith(".") and (ws_at is None or ws_at < at):
             entry = os.path.join(base, parts[at])
-            where = "" if at == len(parts) - 1 else f" {entry},"
+            where = "is a dot-file of" if at == len(parts) - 1 else f"is under {entry} in"
             return (
-                f"{path} is in{where} your home directory, where the programs you start read "
-                "their configuration and start-up files"
+                f"{path} {where} your home directory, where the programs you start read their "
+                "configuration and start-up files"
             )
     for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME"):
         value = os.environ.get(var)
