@@ -15,6 +15,9 @@ from bubu.engine.permissions import Policy
 from bubu.engine.session import new_session, start_turn
 from bubu.events import FunctionResponse, PermissionRequest
 from bubu.log.sqlite import SQLiteStore
+from bubu.tools.base import ToolContext
+from bubu.tools.decorator import tool
+from bubu.tools.workspace import guard
 
 from .helpers import call, calls, make_host, outcomes, scripted, write_script
 
@@ -228,3 +231,30 @@ def test_an_allow_listed_redirection_into_a_protected_directory_asks(
     assert not verdict.allowed
     assert verdict.why is not None
     assert "protected" in verdict.why
+
+
+def test_a_writing_tool_of_ones_own_is_judged_by_its_path(
+    tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    @tool(effect="side_effecting", path_arg="path")
+    def append_line(path: str, line: str, ctx: ToolContext) -> str:
+        """Append a line to a file."""
+        with open(guard(ctx, path), "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+        return "appended"
+
+    (ws / ".hg").mkdir()
+    (ws / ".hg" / "hgrc").write_text("[ui]\n")
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [{"tool_calls": [call("append_line", path=".hg/hgrc", line="[hooks]\npre-status = touch pwned"),
+                         call("append_line", path="notes.txt", line="ok")]},
+         {"text": "ok"}],
+    )  # fmt: skip
+    provider = scripted(script)
+    info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
+    host = make_host(sqlite_store, provider, policy=replace(Policy(yes=True), sandbox="off"))
+    host.tools["append_line"] = append_line
+    assert start_turn(host, info, "t") == "completed"
+    assert (ws / ".hg" / "hgrc").read_text() == "[ui]\n"
+    assert (ws / "notes.txt").read_text() == "ok\n"
