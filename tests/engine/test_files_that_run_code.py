@@ -258,3 +258,29 @@ def test_a_writing_tool_of_ones_own_is_judged_by_its_path(
     assert start_turn(host, info, "t") == "completed"
     assert (ws / ".hg" / "hgrc").read_text() == "[ui]\n"
     assert (ws / "notes.txt").read_text() == "ok\n"
+
+
+def test_a_git_directory_cannot_be_made_one_file_at_a_time(
+    tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    (ws / "src").mkdir()
+    (ws / "src" / "config").mkdir()  # an ordinary project directory named config
+    steps = [
+        ("src/objects/info/packs", False),
+        ("src/refs/heads/main", False),
+        ("src/HEAD", True),  # the one file every Git directory needs
+        ("src/config/app.toml", False),
+        ("src/main.py", False),
+    ]
+    results, _ = _turn(
+        tmp_path, sqlite_store, ws,
+        [call("write_file", path=p, content="ref: refs/heads/main\n") for p, _ in steps],
+    )  # fmt: skip
+    assert [r.is_error for r in results] == [asks for _, asks in steps]
+    done = subprocess.run(
+        ["git", "-C", str(ws / "src"), "rev-parse", "--git-dir"],
+        capture_output=True, text=True, check=False,
+        env={"GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
+             "GIT_CEILING_DIRECTORIES": str(ws)},
+    )  # fmt: skip
+    assert done.returncode != 0, f"git found a repository: {done.stdout}"

@@ -53,7 +53,7 @@ def test_a_directory_is_a_git_directory_by_what_it_holds(tmp_path: Path) -> None
     (lookalike / "HEAD").write_text("a file named HEAD\n")
     assert not is_git_dir(str(lookalike)), "no refs/: not a repository"
     assert kind_reason(str(tmp_path / "bare" / "config"), stop=str(tmp_path)) is not None
-    assert kind_reason(str(lookalike / "HEAD"), stop=str(tmp_path)) is None
+    assert kind_reason(str(lookalike / "readme.md"), stop=str(tmp_path)) is None
 
 
 def test_a_workspace_inside_a_virtualenv_is_not_protected_by_it(tmp_path: Path) -> None:

@@ -72,6 +72,10 @@ DIRECTORIES: dict[str, str] = {
 
 FILES: dict[str, str] = {
     ".gitmodules": "Git fetches and checks out what it names",
+    # Without a HEAD no directory is a Git directory; with one (and objects/, refs/), git run
+    # there obeys that directory's config, so one cannot be made a file at a time.
+    "head": "Git takes a directory holding HEAD, objects/ and refs/ for a repository",
+    "commondir": "Git takes a directory holding HEAD and commondir for a worktree's repository",
     ".gitconfig": _GIT,
     ".envrc": "direnv runs it when a shell enters the directory",
     "mise.toml": "mise runs its hooks when a shell enters the directory",
