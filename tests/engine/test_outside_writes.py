@@ -209,7 +209,7 @@ def test_the_log_database_inside_the_workspace_is_protected(home: Home) -> None:
 
 
 def _in_process(
-    tmp_path: Path, ws: Path, tool_calls: list[dict[str, object]]
+    tmp_path: Path, ws: Path, tool_calls: list[dict[str, object]], allow_write: tuple[str, ...] = ()
 ) -> list[FunctionResponse]:
     """One turn under --yes in this process, nobody to ask; the outcomes in call order."""
     from dataclasses import replace
@@ -223,7 +223,8 @@ def _in_process(
     with SQLiteStore(tmp_path / "in-process.db") as store:
         provider = scripted(script)
         info = new_session(store, task="t", workspace=ws, model=provider.spec)
-        host = make_host(store, provider, policy=replace(Policy(yes=True), sandbox="off"))
+        policy = Policy(yes=True, allow_write=allow_write)
+        host = make_host(store, provider, policy=replace(policy, sandbox="off"))
         assert start_turn(host, info, "t") == "completed"
         records = store.read(info.id)
     by_call = outcomes(records)
@@ -265,3 +266,25 @@ def test_a_workspace_inside_a_dot_directory_of_home_is_the_users_choice(
     results = _in_process(tmp_path, ws, [call("write_file", path="init.lua", content="x\n")])
     assert [r.is_error for r in results] == [False]
     assert (ws / "init.lua").read_text() == "x\n"
+
+
+def test_a_directory_named_inside_a_dot_directory_of_home_opens_only_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    ws = home / "src"
+    app = home / ".config" / "myapp"
+    for d in (ws, app, home / ".config" / "git"):
+        d.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("BUBU_HOME", str(tmp_path / "state"))
+    results = _in_process(
+        tmp_path, ws,
+        [call("write_file", path=str(app / "settings.json"), content="{}\n"),
+         call("write_file", path=str(home / ".config" / "git" / "config"), content="x\n"),
+         call("write_file", path=str(home / ".bashrc"), content="x\n")],
+        allow_write=(str(app), str(home)),
+    )  # fmt: skip
+    assert [r.is_error for r in results] == [False, True, True]
+    assert (app / "settings.json").read_text() == "{}\n"

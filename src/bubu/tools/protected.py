@@ -39,7 +39,7 @@ from bubu.errors import ToolError
 from bubu.tools.base import JSON, Tool, ToolContext
 from bubu.tools.kinds import fold, kind_reason
 from bubu.tools.places import place_reason
-from bubu.tools.workspace import is_inside, named_outside, resolve, workspace_root
+from bubu.tools.workspace import is_inside, named_base, named_outside, resolve, workspace_root
 
 _GIT = "Git runs the commands its config and hooks name (core.fsmonitor, core.pager, hooks)"
 _SHELL = "a shell runs it when it starts"
@@ -110,6 +110,7 @@ FILES: dict[str, str] = {
             ".bash_profile",
             ".bash_login",
             ".bash_logout",
+            ".bash_aliases",
             ".profile",
             ".zshrc",
             ".zshenv",
@@ -203,10 +204,14 @@ def _protected_at(ctx: ToolContext, path: str) -> str | None:
     """Why the absolute `path` is protected by its name, the directory it is in or the place it
     is in, or None."""
     root = workspace_root(ctx)
+    inside = is_inside(ctx, path)
+    # A directory named with --allow-write is chosen like the workspace: the place around it
+    # (a dot-directory of the home directory) does not protect what is below it.
+    chosen = root if inside else named_base(ctx, path) or root
     return (
         protected_reason(relative(ctx, path))
-        or kind_reason(path, stop=root if is_inside(ctx, path) else os.sep)
-        or place_reason(path, root=root, own=ctx.own_files)
+        or kind_reason(path, stop=root if inside else os.sep)
+        or place_reason(path, root=chosen, own=ctx.own_files)
     )
 
 

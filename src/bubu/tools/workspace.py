@@ -211,11 +211,18 @@ def outside_reason(ctx: ToolContext, raw: str) -> str | None:
 def named_outside(ctx: ToolContext, resolved: str) -> bool:
     """Whether the user named `resolved` (an absolute path, symlinks resolved) ahead of time with
     ``--allow-write``: it is one of those paths or lies below one."""
+    return named_base(ctx, resolved) is not None
+
+
+def named_base(ctx: ToolContext, resolved: str) -> str | None:
+    """The deepest ``--allow-write`` path that `resolved` is or lies below, or None."""
+    found: str | None = None
     for entry in ctx.allow_write:
         for form in dict.fromkeys((os.path.normpath(entry), os.path.realpath(entry))):
-            if resolved == form or resolved.startswith(form.rstrip(os.sep) + os.sep):
-                return True
-    return False
+            below = resolved == form or resolved.startswith(form.rstrip(os.sep) + os.sep)
+            if below and (found is None or len(form) > len(found)):
+                found = form
+    return found
 
 
 def guard(ctx: ToolContext, raw: str) -> str:
