@@ -180,6 +180,10 @@ def test_the_prompt_shows_every_line_of_a_command() -> None:
         (".dir-locals.el", True),
         (".zed/settings.json", True),
         (".devcontainer.json", True),
+        (".H\u200cG/hgrc", True),  # HFS+ ignores the zero-width non-joiner
+        (".NPMRC", True),
+        (".tool-versions.", True),  # NTFS ignores a trailing dot
+        ("src/HEAD", True),
         (".nvmrc", False),
         (".python-version", False),
         (".node-version", False),
