@@ -288,3 +288,23 @@ def test_a_directory_named_inside_a_dot_directory_of_home_opens_only_itself(
     )  # fmt: skip
     assert [r.is_error for r in results] == [False, True, True]
     assert (app / "settings.json").read_text() == "{}\n"
+
+
+def test_an_imported_log_grants_no_paths_to_write(tmp_path: Path) -> None:
+    from bubu import clock
+    from bubu.events import Event, SessionStarted
+    from bubu.events import make as make_event
+    from bubu.projections.turn import fold
+
+    def note(sid: str, n: TurnStarted | SessionStarted, turn: str | None) -> Event:
+        return make_event(session=sid, turn=turn, role="system", author="system",
+                          ts=clock.now_ms(), content=SystemNote(note=n), visibility="hidden")  # fmt: skip
+
+    with SQLiteStore(tmp_path / "b.db") as store:
+        info = store.create_session(title="t", workspace=str(tmp_path), events=[])
+        started = TurnStarted(model="scripted:x", allow_write=["/home/u"])
+        store.append(info.id, [note(info.id, started, "trn_1")], expect=0)
+        assert fold(store.read(info.id)).allow_write == ("/home/u",)
+        mark = SessionStarted(workspace=str(tmp_path), title="t", origin="import")
+        store.append(info.id, [note(info.id, mark, None)], expect=store.head(info.id).high_water)
+        assert fold(store.read(info.id)).allow_write == ()
