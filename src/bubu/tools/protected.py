@@ -187,7 +187,7 @@ def protected_target(ctx: ToolContext, raw: str) -> str | None:
     return (
         _protected_at(ctx, written)
         or (None if resolved == written else _protected_at(ctx, resolved))
-        or outside_write_reason(ctx, resolved)
+        or outside_write_reason(ctx, resolved, shown=raw)
     )
 
 
@@ -215,15 +215,17 @@ def _protected_at(ctx: ToolContext, path: str) -> str | None:
     )
 
 
-def outside_write_reason(ctx: ToolContext, resolved: str) -> str | None:
+def outside_write_reason(ctx: ToolContext, resolved: str, *, shown: str = "") -> str | None:
     """Why a write to `resolved` asks a person because it is outside the workspace, or None
-    (inside it, or named ahead of time with ``--allow-write``)."""
+    (inside it, or named ahead of time with ``--allow-write``); `shown` is the path as given."""
     if is_inside(ctx, resolved) or named_outside(ctx, resolved):
         return None
-    return (
-        f"{resolved} is outside the workspace (name it with --allow-write to allow writing it "
-        "ahead of time)"
+    head = (
+        f"{resolved} is outside the workspace"
+        if not shown or shown == resolved
+        else f"{shown} is outside the workspace ({resolved})"
     )
+    return f"{head}; --allow-write PATH allows a write there ahead of time"
 
 
 def named_exactly(ctx: ToolContext, path: str) -> bool:
