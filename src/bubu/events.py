@@ -139,6 +139,8 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     max_steps: int | None = None
     yes: bool = False
     allow_commands: list[str] = msgspec.field(default_factory=list)
+    allow_write: list[str] = msgspec.field(default_factory=list)
+    """Paths outside the workspace the user allowed the file tools to write (``--allow-write``)."""
     system_prompt: str | None = None
     """A custom system prompt (None: Bubu's own), so a recovered run asks the model the same way."""
     project_instructions: bool = True

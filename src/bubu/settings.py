@@ -86,6 +86,14 @@ def _strs(v: object) -> list[str]:
     return list(v)
 
 
+def _paths(v: object) -> list[str]:
+    paths = _strs(v)
+    for p in paths:
+        if not (os.path.isabs(p) or p.startswith("~")):
+            raise Bad(f"expected absolute paths (or ~/…), got {p!r}")
+    return [os.path.normpath(os.path.expanduser(p)) for p in paths]
+
+
 def _command(v: object) -> list[str]:
     cmd = _strs(v)
     if not cmd:
@@ -255,6 +263,13 @@ KEYS: tuple[Key, ...] = (
         "allow_socket",
         _strs,
         "host Unix sockets (or their directories) sandboxed commands may reach",
+        guard="user_only",
+    ),
+    Key(
+        "allow_write",
+        "allow_write",
+        _paths,
+        "paths outside the workspace the file tools may write without asking",
         guard="user_only",
     ),
     Key(

@@ -183,3 +183,35 @@ def test_a_path_outside_the_workspace_asks(
     is_error, text = _only_outcome(records)
     assert ("secret" in text) == allowed
     assert is_error != allowed
+
+
+@pytest.mark.parametrize(("answer", "written"), [(None, False), ("allow", True)])
+def test_a_write_outside_the_workspace_asks_a_person_under_yes(
+    tmp_path: Path, sqlite_store: SQLiteStore, ws: Path, answer: Answer | None, written: bool
+) -> None:
+    outside = tmp_path / "elsewhere" / "notes.txt"
+    outside.parent.mkdir()
+    records, asked = _run(
+        tmp_path, sqlite_store, ws, call("write_file", path=str(outside), content="x\n"),
+        policy=Policy(yes=True), answer=answer,
+    )  # fmt: skip
+    assert len(asked) == 1, "--yes does not approve a write outside the workspace"
+    assert asked[0].protected
+    (decision,) = _decisions(records)
+    assert (decision.decision, decision.by) == (
+        "allow" if written else "deny",
+        "user" if written else "nobody",
+    )
+    assert outside.exists() == written
+
+
+def test_a_read_outside_the_workspace_is_still_approved_by_yes(
+    tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret\n")
+    records, asked = _run(
+        tmp_path, sqlite_store, ws, call("read_file", path=str(outside)), policy=Policy(yes=True)
+    )
+    assert asked == []
+    assert "secret" in _only_outcome(records)[1]

@@ -281,6 +281,15 @@ def model_options(f: Any) -> Any:
                 help="Allow commands matching PATTERN.",
             ),
             click.option(
+                "--allow-write",
+                "allow_write",
+                multiple=True,
+                metavar="PATH",
+                callback=checks.absolute_paths,
+                help="Let the file tools write PATH outside the workspace without asking (a "
+                "file, or a directory and what is below it); repeatable.",
+            ),
+            click.option(
                 "--sandbox",
                 default=None,
                 envvar="BUBU_SANDBOX",
@@ -398,6 +407,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             network=bool(opts.get("network")),
             pass_env=pass_env,
             box=sandbox_box(opts),
+            allow_write=tuple(opts.get("allow_write") or ()),
         ),
         asker=observer.ask,
         observer=wrap(observer, opts.get("notify"), store, opts.get("notify_timeout")),

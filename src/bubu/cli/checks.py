@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import click
 
@@ -99,3 +100,16 @@ __all__ = [
     "seconds",
     "thinking",
 ]
+
+
+def absolute_paths(
+    _ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Paths made absolute against the current directory (``~`` expanded), so a recorded turn
+    and a recovery mean the same files; an empty one is refused."""
+    out: list[str] = []
+    for raw in value:
+        if not raw.strip() or "\0" in raw:
+            raise ConfigError(f"{_flag(param)} takes a path (e.g. {_flag(param)} ~/.npmrc)")
+        out.append(os.path.abspath(os.path.expanduser(raw)))
+    return tuple(dict.fromkeys(out))

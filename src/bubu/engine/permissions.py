@@ -30,6 +30,8 @@ from typing import Literal
 
 from bubu.engine import commandline, runners
 from bubu.events import PermissionRequest, SandboxMode
+from bubu.tools.kinds import kind_reason
+from bubu.tools.places import place_reason
 from bubu.tools.protected import protected_reason
 from bubu.tools.sandbox import Options
 
@@ -73,6 +75,9 @@ class Policy:
     box: Options = field(default_factory=Options)
     """The sandbox's sockets, SSH agent and limits (``--allow-socket``, ``--ssh-agent``,
     ``--max-procs`` …)."""
+    allow_write: tuple[str, ...] = ()
+    """Absolute paths outside the workspace the file tools may write without asking
+    (``--allow-write``): a file, or a directory and what is below it."""
 
     def allowed_without_asking(
         self, tool: str, command: str | None, *, cwd: str | None = None
@@ -159,8 +164,11 @@ def _write_problem(w: commandline.Write, cwd: str | None, moved: bool) -> str | 
     target = os.path.realpath(os.path.join(root, w.path))
     if target != root and not target.startswith(root.rstrip(os.sep) + os.sep):
         return f"goes outside the workspace ({target})"
-    protected = protected_reason(os.path.relpath(target, root)) or protected_reason(
-        os.path.normpath(w.path)
+    protected = (
+        protected_reason(os.path.relpath(target, root))
+        or protected_reason(os.path.normpath(w.path))
+        or kind_reason(target, stop=root)
+        or place_reason(target, root=root)
     )
     return None if protected is None else f"goes to a protected file ({protected})"
 

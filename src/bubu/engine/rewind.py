@@ -205,21 +205,22 @@ def _shown(workspace: str, path: str) -> str | None:
 def _step(
     store: Store, workspace: str, fc: FileChange, to: int, *, delete: bool, forced: bool
 ) -> FileStep:
+    from pathlib import Path
+
+    from bubu.tools.base import ToolContext
     from bubu.tools.files import UNREACHABLE, sha256_beneath
-    from bubu.tools.protected import protected_reason
+    from bubu.tools.protected import write_reason
 
     rel = _shown(workspace, fc.path)
     if rel is None:
         return FileStep(
             path=fc.path, action="cannot", reason="outside the workspace; restore it by hand"
         )
-    why = protected_reason(rel)
+    # The same judgement restore_file makes: by name, by the directory it is in, by the place.
+    why = write_reason(ToolContext(workspace=Path(workspace)), fc.path)
     if why is not None:
-        return FileStep(
-            path=rel,
-            action="cannot",
-            reason=f"{why.removeprefix(rel + ' is ')}; restore it by hand",
-        )
+        shown = why.removeprefix(f"{rel} is ").removeprefix(f"{fc.path} is ")
+        return FileStep(path=rel, action="cannot", reason=f"{shown}; restore it by hand")
     now = sha256_beneath(workspace, fc.path)
     if now is not None and (now == UNREACHABLE or now.startswith("unreadable")):
         return FileStep(path=rel, action="cannot", reason=f"{now}; not touched")

@@ -308,6 +308,7 @@ def _turn_started(
         time_limit_s=c.time_limit_s if c.time_limit_s is not None else b.time_limit_s,
         yes=host.policy.yes or p.yes,
         allow_commands=list(dict.fromkeys([*p.allow_commands, *host.policy.allow_commands])),
+        allow_write=list(dict.fromkeys([*p.allow_write, *host.policy.allow_write])),
         system_prompt=host.prompt if host.prompt is not None else p.system_prompt,
         project_instructions=host.config.project_instructions,
         context_window=window,

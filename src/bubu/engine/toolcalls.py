@@ -40,7 +40,8 @@ from bubu.projections.turn import CallState
 from bubu.providers.base import arguments_error
 from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
-from bubu.tools.protected import protected_reason, protected_write, relative
+from bubu.tools.places import store_files
+from bubu.tools.protected import protected_write, write_reason
 
 Ready: TypeAlias = tuple[CallState, Tool, ToolContext, WriteIntent | None]
 """A call ready to start: its tool, its context and, for a provable write, its intent."""
@@ -99,6 +100,7 @@ class ToolCalls:
             sandboxed=self.confinement() is not None,
             pass_env=tuple(dict.fromkeys([*p.pass_env, *t.pass_env])),
             box=p.box,
+            allow_write=tuple(dict.fromkeys([*p.allow_write, *t.allow_write])),
         )
 
     @property
@@ -125,6 +127,8 @@ class ToolCalls:
             cancel=self.host.stop_event,
             stopped_by=self.host.stopped_by,
             outside_allowed=outside_allowed,
+            allow_write=self.effective_policy.allow_write,
+            own_files=store_files(self.host.store.url),
             blob=self.read_blob,
             sandbox=self.confinement(),
             pass_env=self.effective_policy.pass_env,
@@ -417,9 +421,7 @@ class ToolCalls:
             except ToolError as e:
                 early.append(self.outcome(call, ToolResult(output=str(e), is_error=True), None))
                 return None
-            late = (
-                None if intent is None or guarded else protected_reason(relative(ctx, intent.path))
-            )
+            late = None if intent is None or guarded else write_reason(ctx, intent.path)
             if late is not None:  # the target changed into a protected one since the check
                 early.append(self.outcome(call, ToolResult(output=f"{late}; nothing was written", is_error=True), None))  # fmt: skip
                 return None

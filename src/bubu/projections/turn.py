@@ -63,6 +63,7 @@ class TurnFold:
     max_steps: int | None = None
     yes: bool = False
     allow_commands: tuple[str, ...] = ()
+    allow_write: tuple[str, ...] = ()
     system_prompt: str | None = None
     context_window: int | None = None
     window_source: str | None = None
@@ -143,6 +144,7 @@ class TurnFold:
             self.turn, self.open, self.end_reason = r.event.turn, True, None
             self.model, self.max_steps = n.model, n.max_steps
             self.yes, self.allow_commands = n.yes, tuple(n.allow_commands)
+            self.allow_write = tuple(n.allow_write)
             self.system_prompt = n.system_prompt
             self.context_window = n.context_window
             self.window_source = n.window_source
@@ -158,6 +160,7 @@ class TurnFold:
             # its turn may do without asking, how its commands are confined, which secrets they
             # see and which MCP servers it gets.
             self.yes, self.allow_commands, self.mcp_config = False, (), None
+            self.allow_write = ()
             self.sandbox, self.network, self.pass_env = None, False, ()
             for call in self.calls.values():
                 call.decision = None  # asked again, of the importer

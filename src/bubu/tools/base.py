@@ -64,7 +64,8 @@ class WriteIntent:
 class ToolContext:
     """What a running tool may use.
 
-    `workspace` is resolved; `outside_allowed` holds paths the user allowed outside it;
+    `workspace` is resolved; `outside_allowed` says the user allowed this call's path outside it,
+    `allow_write` names the paths outside it the user allowed ahead of time (``--allow-write``);
     `cancel` is set when the run is stopped, and `stopped_by()` then says who stopped it, in
     words for the model ("stopped by the user", "stopped by an orderly shutdown" …); `blob` reads
     offloaded results by sha-256; `memory` reads the workspace's live notes (remember, recall).
@@ -75,6 +76,11 @@ class ToolContext:
     cancel: threading.Event = field(default_factory=threading.Event)
     stopped_by: Callable[[], str] = lambda: "stopped by the user"
     outside_allowed: bool = False
+    allow_write: tuple[str, ...] = ()
+    """Absolute paths (a file, or a directory and what is below it) the file tools may write
+    outside the workspace without asking (``--allow-write``)."""
+    own_files: tuple[str, ...] = ()
+    """Bubu's own files besides ``$BUBU_HOME`` (the log database), which no tool writes unasked."""
     blob: Callable[[str], bytes | None] | None = None
     sandbox: Sandbox | None = None
     """The operating-system sandbox commands run in (None: unconfined)."""

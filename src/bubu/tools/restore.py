@@ -26,7 +26,7 @@ from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.decorator import tool
 from bubu.tools.files import FilePath, _current_at, _read_current, atomic_write_at
 from bubu.tools.guard import fsync_dir, locate
-from bubu.tools.protected import protected_reason
+from bubu.tools.protected import write_reason
 from bubu.tools.schema import Arguments, given
 from bubu.tools.workspace import beneath
 from bubu.tools.writelock import write_lock
@@ -58,7 +58,7 @@ def restore_tool(blob: Callable[[str], bytes | None]) -> Tool:
         with beneath(ctx, raw) as t:
             if not t.inside:
                 raise ToolError(f"{raw} is outside the workspace; a rewind restores none there")
-            why = protected_reason(t.resolved)
+            why = write_reason(ctx, t.path)
             if why is not None:
                 raise ToolError(f"{why}; a rewind does not write it, restore it by hand")
             before = _read_current(raw, t)

@@ -3,8 +3,8 @@
 The guard resolves a path the model gave beneath the workspace's directory descriptor
 (`bubu.tools.guard`): symlinks that stay inside are followed, and a ``..``, an absolute path or a
 symlink that leads out is seen for what it is: outside. `permission` reports such a path as a
-reason to ask; `run` refuses it unless the user allowed it (`ToolContext.outside_allowed`), and
-then it is resolved from ``/``. `resolved_relative` is the workspace-relative path a call really
+reason to ask; `run` refuses it unless the user allowed it (`ToolContext.outside_allowed` for
+one call, `ToolContext.allow_write` ahead of time), and then it is resolved from ``/``. `resolved_relative` is the workspace-relative path a call really
 reaches, for checks on where inside the workspace it lands.
 
 The built-in tools are declared with `@tool` (`bubu.tools.decorator`), whose ``path_arg=`` puts
@@ -138,7 +138,7 @@ def beneath(ctx: ToolContext, raw: str) -> Iterator[Target]:
         if target is not None:
             yield target
             return
-        if not ctx.outside_allowed:
+        if not (ctx.outside_allowed or named_outside(ctx, _outside_path(ctx, raw))):
             raise ToolError(
                 f"{_outside(ctx, raw)}; use a path inside the workspace or ask the user to allow it"
             )
@@ -207,9 +207,26 @@ def outside_reason(ctx: ToolContext, raw: str) -> str | None:
         inside = resolved_relative(ctx, raw) is not None
     except (ToolError, OSError):
         return None  # run() reports the bad path; nothing to ask about
-    if inside or ctx.outside_allowed:
+    if inside or ctx.outside_allowed or named_outside(ctx, _outside_path(ctx, raw)):
         return None
     return _outside(ctx, raw)
+
+
+def named_outside(ctx: ToolContext, resolved: str) -> bool:
+    """Whether the user named `resolved` (an absolute path, symlinks resolved) ahead of time with
+    ``--allow-write``: it is one of those paths or lies below one."""
+    return named_base(ctx, resolved) is not None
+
+
+def named_base(ctx: ToolContext, resolved: str) -> str | None:
+    """The deepest ``--allow-write`` path that `resolved` is or lies below, or None."""
+    found: str | None = None
+    for entry in ctx.allow_write:
+        for form in dict.fromkeys((os.path.normpath(entry), os.path.realpath(entry))):
+            below = resolved == form or resolved.startswith(form.rstrip(os.sep) + os.sep)
+            if below and (found is None or len(form) > len(found)):
+                found = form
+    return found
 
 
 def guard(ctx: ToolContext, raw: str) -> str:
