@@ -18,6 +18,7 @@ import pytest
 
 from bubu.cli.app import COMMANDS, cli
 from faults.helpers import seed
+from providers.servers import serve, stream_file
 
 CLI = Path(__file__).resolve().parents[2] / "src" / "bubu" / "cli"
 
@@ -128,3 +129,28 @@ def test_help_lists_each_command_as_if_every_module_were_loaded(tmp_path: Path) 
     cli.load_all(ctx)  # type: ignore[attr-defined]
     assert cli.get_help(ctx) + "\n" == lazy_page
     assert all(f"  {name} " in lazy_page for name in COMMANDS)
+
+
+@pytest.mark.parametrize(
+    ("model", "route", "answer", "other"),
+    [
+        ("anthropic:claude-haiku-4-5", "/v1/messages", "anthropic_text.sse", "openai"),
+        ("openai:gpt-4.1-mini", "/v1/chat/completions", "openai_text.sse", "anthropic"),
+    ],
+)
+def test_a_run_loads_only_its_own_provider(
+    tmp_path: Path, model: str, route: str, answer: str, other: str
+) -> None:
+    db = tmp_path / "run.db"
+    with serve({("POST", route): stream_file(answer)}) as server:
+        base = server.url + ("/v1" if model.startswith("openai") else "")
+        os.environ.update(ANTHROPIC_API_KEY="sk-ant-test", OPENAI_API_KEY="sk-test")
+        try:
+            loaded = _loaded(tmp_path, db, "run", "say hello", "-m", model, "--base-url", base)
+        finally:
+            del os.environ["ANTHROPIC_API_KEY"], os.environ["OPENAI_API_KEY"]
+        assert f"POST {route}" in server.paths()  # the run reached the wire
+    own = model.split(":", maxsplit=1)[0]
+    assert own in loaded
+    assert [m for m in loaded if m.split(".")[0] == other] == []
+    assert f"bubu.providers.{other}" not in loaded
