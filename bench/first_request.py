@@ -46,7 +46,7 @@ class Server(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     server: Server
 
-    def do_POST(self) -> None:  # noqa: N802  # the name http.server calls
+    def do_POST(self) -> None:  # the name http.server calls
         if self.server.first_cpu is None and self.server.child:
             self.server.first_cpu = cpu_of_pid(self.server.child)
         self.rfile.read(int(self.headers.get("content-length") or 0))
@@ -58,7 +58,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.send_response(404)
         self.send_header("content-length", "0")
         self.end_headers()
