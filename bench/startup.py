@@ -4,6 +4,7 @@ Makes a demo database (`bubu demo --no-crash` under a temporary BUBU_HOME) unles
 one, then runs each command in a fresh process, round-robin over the commands so that a busy
 machine slows all of them alike, and reports the median of the rounds. `--src DIR` (repeatable)
 measures other trees' Bubu (e.g. an older release's `src`) in the same rounds, for a baseline.
+Bytecode caching is on, as in an installed Bubu, even where PYTHONDONTWRITEBYTECODE is set.
 
 Usage: python bench/startup.py [--runs 5] [--db PATH] [--src DIR ...].
 Last line: one JSON object.
@@ -23,6 +24,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OWN_SRC = HERE.parent / "src"
+
+
+def installed_env(cache: Path) -> dict[str, str]:
+    """The environment with bytecode caching on, as in an installed Bubu (pip compiles on
+    install): the caches go to `cache`, written by the first round, which is not counted."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": str(cache)}
 
 
 def cpu_of(argv: list[str], env: dict[str, str]) -> float:
@@ -84,18 +92,21 @@ def main() -> None:
             "verify": ["verify", session],
             "context": ["context", session],
         }
+        cache = Path(tmp) / "pycache"
         trees = {"this": OWN_SRC, **{f"src{i}": Path(s) for i, s in enumerate(args.src)}}
         cases: dict[str, tuple[list[str], dict[str, str]]] = {
-            "python -c pass": ([sys.executable, "-c", "pass"], dict(os.environ))
+            "python -c pass": ([sys.executable, "-c", "pass"], installed_env(cache))
         }
         for tree, src in trees.items():
-            env = {**os.environ, "PYTHONPATH": str(src), "BUBU_HOME": tmp}
+            env = {**installed_env(cache), "PYTHONPATH": str(src), "BUBU_HOME": tmp}
             for name, rest in commands.items():
                 cases[f"{tree}: {name}"] = ([sys.executable, "-m", "bubu", "--db", db, *rest], env)
         times: dict[str, list[float]] = {k: [] for k in cases}
-        for _ in range(args.runs):
+        for n in range(args.runs + 1):
             for key, (argv, env) in cases.items():
-                times[key].append(cpu_of(argv, env))
+                cpu = cpu_of(argv, env)
+                if n:  # the first round writes the bytecode caches
+                    times[key].append(cpu)
     medians = {k: round(statistics.median(v) * 1000, 1) for k, v in times.items()}
     width = max(map(len, medians))
     for key, ms in medians.items():
