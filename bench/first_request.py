@@ -52,6 +52,10 @@ class Server(ThreadingHTTPServer):
     child: int = 0
     first_cpu: float | None = None
 
+    def watch(self, pid: int) -> None:
+        """Note the CPU of `pid` at the next request (0: of no process)."""
+        self.child, self.first_cpu = pid, None
+
 
 class Handler(BaseHTTPRequestHandler):
     server: Server
@@ -85,10 +89,9 @@ def first_request(server: Server, provider: str, src: Path, work: Path, cache: P
            "ANTHROPIC_API_KEY": "sk-ant-bench", "OPENAI_API_KEY": "sk-bench"}  # fmt: skip
     argv = [sys.executable, "-m", "bubu", "--db", str(work / "bench.db"), "run", "say hello",
             "-m", MODELS[provider], "--base-url", base, "--yes"]  # fmt: skip
-    server.first_cpu = None
     proc = subprocess.Popen(argv, env=env, cwd=work, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)  # fmt: skip
-    server.child = proc.pid
+    server.watch(proc.pid)
     _, err = proc.communicate(timeout=120)
     server.child = 0
     if server.first_cpu is None:

@@ -126,7 +126,7 @@ def test_help_lists_each_command_as_if_every_module_were_loaded(tmp_path: Path) 
     lazy_page = subprocess.run([sys.executable, "-m", "bubu", "--help"], env=env, check=True,
                                capture_output=True, text=True, timeout=60).stdout  # fmt: skip
     ctx = cli.make_context("bubu", [], terminal_width=78, resilient_parsing=True)  # 80 columns
-    cli.load_all(ctx)  # type: ignore[attr-defined]
+    cli.load_all(ctx)
     assert cli.get_help(ctx) + "\n" == lazy_page
     assert all(f"  {name} " in lazy_page for name in COMMANDS)
 
