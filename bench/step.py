@@ -9,7 +9,11 @@ durable-append floor, measured in the same run: the step's call and result inser
 SQLite (WAL, synchronous=FULL), each in its own transaction. Storage per step is each database's
 file and WAL after the closing checkpoint, divided by the steps.
 
-Usage: python bench/step.py [--steps N]. Last line: one JSON object.
+The two sides run in alternating rounds (floor then Bubu, then Bubu then floor, ...), each round
+on fresh files, and the figures are the medians of the rounds (the ratio is the median of each
+round's ratio), so a machine whose load changes during the run slows both sides alike.
+
+Usage: python bench/step.py [--steps N] [--rounds R]. Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -95,22 +99,23 @@ class NoopTool:
         return out
 
 
-def bubu_steps(tmp: Path, steps: int) -> tuple[float, float, float]:
+def bubu_steps(tmp: Path, steps: int) -> tuple[float, float, float, float]:
     """Mean and total runtime seconds per step through the engine (model and tool time removed),
-    and the database's bytes per step (file and WAL after the closing checkpoint)."""
+    the database's bytes per step (file and WAL after the closing checkpoint) and the CPU seconds
+    per step."""
     store = SQLiteStore(tmp / "bubu.db")
     model, tool = InstantModel(steps), NoopTool()
     host = Host(
         store=store, provider=model, tools={"noop": tool}, config=RunConfig(max_steps=steps + 5)
     )
     info = new_session(store, task="bench", workspace=tmp, model=model.spec)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     reason = start_turn(host, info, "bench")
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     assert reason == "completed", reason
     runtime = wall - model.seconds - tool.seconds
     store.close()
-    return runtime / steps, wall, on_disk(tmp / "bubu.db") / steps
+    return runtime / steps, wall, on_disk(tmp / "bubu.db") / steps, cpu / steps
 
 
 def floor_steps(tmp: Path, steps: int) -> tuple[list[float], float]:
@@ -127,29 +132,53 @@ def floor_steps(tmp: Path, steps: int) -> tuple[list[float], float]:
 
 
 def main() -> None:
-    """Run both and print the ratio."""
+    """Run both sides in alternating rounds and print the medians of the rounds."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=500)
-    steps = ap.parse_args().steps
+    ap.add_argument("--steps", type=int, default=500, help="Steps per round and side.")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    steps = args.steps
+    floors, bubus, ratios, cpus, walls = [], [], [], [], []
+    floor_bytes = bubu_bytes = 0.0
     with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        floor, floor_bytes = floor_steps(tmp, steps)
-        per_step, wall, bubu_bytes = bubu_steps(tmp, steps)
-    floor_mean = statistics.fmean(floor)
-    print(f"steps: {steps}")
+        for n in range(args.rounds):
+            tmp = Path(d) / f"round{n}"
+            (tmp / "floor").mkdir(parents=True)
+            (tmp / "bubu").mkdir()
+            if n % 2 == 0:
+                floor, floor_bytes = floor_steps(tmp / "floor", steps)
+                per_step, wall, bubu_bytes, cpu = bubu_steps(tmp / "bubu", steps)
+            else:
+                per_step, wall, bubu_bytes, cpu = bubu_steps(tmp / "bubu", steps)
+                floor, floor_bytes = floor_steps(tmp / "floor", steps)
+            floor_mean = statistics.fmean(floor)
+            floors.append(floor_mean)
+            bubus.append(per_step)
+            ratios.append(per_step / floor_mean)
+            cpus.append(cpu)
+            walls.append(wall)
+            print(f"round {n + 1}: floor {floor_mean * 1000:.3f} ms, bubu {per_step * 1000:.3f} ms, "
+                  f"{per_step / floor_mean:.2f}x")  # fmt: skip
+    floor_ms = statistics.median(floors) * 1000
+    bubu_ms = statistics.median(bubus) * 1000
+    ratio = statistics.median(ratios)
+    print(f"steps: {steps} per round and side, {args.rounds} rounds")
     print(
-        f"floor (bench/append.py: call and result, each a synced raw commit): mean {floor_mean * 1000:.3f} ms"
+        f"floor (bench/append.py: call and result, each a synced raw commit): median {floor_ms:.3f} ms"
     )
+    print(f"bubu runtime per step (model and tool time removed): median {bubu_ms:.3f} ms")
     print(
-        f"bubu runtime per step (model and tool time removed): {per_step * 1000:.3f} ms  (wall {wall:.2f} s)"
+        f"ratio: median {ratio:.2f}x of the rounds ({min(ratios):.2f}-{max(ratios):.2f}x)  (target <= 3x)"
     )
-    print(f"ratio: {per_step / floor_mean:.2f}x  (target <= 3x)")
+    print(f"bubu CPU per step: median {statistics.median(cpus) * 1000:.3f} ms")
     print(
         f"storage per step: bubu {bubu_bytes:,.0f} B, floor {floor_bytes:,.0f} B, "
         f"{bubu_bytes / floor_bytes:.2f}x  (target <= 1.2x)"
     )
-    print(json.dumps({"steps": steps, "runtime_step_ms": round(per_step * 1000, 4),
-                      "floor_step_ms": round(floor_mean * 1000, 4), "ratio": round(per_step / floor_mean, 3),
+    print(json.dumps({"steps": steps, "rounds": args.rounds, "runtime_step_ms": round(bubu_ms, 4),
+                      "floor_step_ms": round(floor_ms, 4), "ratio": round(ratio, 3),
+                      "ratios": [round(r, 3) for r in ratios],
+                      "cpu_step_ms": round(statistics.median(cpus) * 1000, 4),
                       "bytes_per_step": round(bubu_bytes), "floor_bytes_per_step": round(floor_bytes),
                       "storage_ratio": round(bubu_bytes / floor_bytes, 3)}))  # fmt: skip
 

@@ -16,7 +16,9 @@ from .helpers import seed
 
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     found = []
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # the top group imports a command's module on demand
+        command = group.get_command(ctx, name)
         found.append((*prefix, name))
         if isinstance(command, click.Group):
             found += _commands(command, (*prefix, name))

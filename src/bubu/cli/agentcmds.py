@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -17,11 +17,7 @@ from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.configcmd import announce, profile_option, settle
 from bubu.cli.envopt import ENV_HELP, env_names
 from bubu.cli.longrun import budget_json, longrun_options, waiting_json, waiting_line
-from bubu.cli.render import JsonlObserver, TerminalObserver, printable
-from bubu.engine import turnstart
-from bubu.engine.driver import RunConfig, stop_all
-from bubu.engine.permissions import Policy
-from bubu.engine.session import Host, check_task, new_session, resume_turn, start_turn
+from bubu.cli.term import printable
 from bubu.errors import ConfigError
 from bubu.events import TurnEndReason
 from bubu.log.store import SessionInfo, Store
@@ -35,8 +31,12 @@ from bubu.projections.transcript import (
     transcript,
     unknown_usage,
 )
-from bubu.providers import resolve
-from bubu.providers.scripted import absolute_spec
+
+# `show` and `status` live here too: the engine, the providers and the terminal view load only
+# when a turn runs, so that reading a session starts fast.
+if TYPE_CHECKING:
+    from bubu.cli.render import JsonlObserver, TerminalObserver
+    from bubu.engine.session import Host
 
 FC = TypeVar("FC", bound=Callable[..., Any])
 """A click command function, as an option decorator takes and returns it."""
@@ -343,7 +343,11 @@ def model_options(f: Any) -> Any:
 
 def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> Host:
     """A Host for the CLI: provider, built-in tools, policy and the terminal as asker."""
+    from bubu.engine.driver import RunConfig
+    from bubu.engine.permissions import Policy
+    from bubu.engine.session import Host
     from bubu.notify import wrap
+    from bubu.providers import resolve
     from bubu.tools import host_tools
     from bubu.tools.mcp import default_config_path
 
@@ -435,6 +439,8 @@ def signals(host: Host | None = None) -> Iterator[None]:
     With no turn running yet Ctrl-C interrupts as usual; SIGTERM/SIGHUP suspend the turn as soon as
     it starts (or exit within seconds if none does).
     """
+    from bubu.engine import turnstart
+    from bubu.engine.driver import stop_all
 
     def on_int(*_: object) -> None:
         if stop_all("stopped"):
@@ -462,11 +468,15 @@ def signals(host: Host | None = None) -> Iterator[None]:
 
 def observer_for(jsonl: bool) -> TerminalObserver | JsonlObserver:
     """The live terminal view, or JSON lines."""
+    from bubu.cli.render import JsonlObserver, TerminalObserver
+
     return JsonlObserver() if jsonl else TerminalObserver()
 
 
 def finish(reason: TurnEndReason | None, observer: Any, session: str | None = None) -> None:
     """Close the view and exit with the turn's status; say why when the run lost `session`."""
+    from bubu.cli.render import TerminalObserver
+
     if isinstance(observer, TerminalObserver):
         observer.close()
     if reason is None and session is not None:
@@ -545,6 +555,9 @@ def run_cmd(
     from bubu import images
     from bubu.cli.background import Finder
     from bubu.cli.continuing import continuing_host
+    from bubu.cli.render import TerminalObserver
+    from bubu.engine.session import check_task, new_session, start_turn
+    from bubu.providers.scripted import absolute_spec
 
     observer = observer_for(opts["jsonl"])
     check_task(task)
@@ -613,6 +626,7 @@ def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
     store = ctx.store
     from bubu.cli.continuing import continuing_host
     from bubu.engine.recovery import needs_recovery, recover_session
+    from bubu.engine.session import resume_turn
 
     info = store.session(session)
     observer = observer_for(opts["jsonl"])

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-import msgspec
 
-from bubu.log import Store, open_store
+from bubu.cli.dbopt import accept_db
+from bubu.cli.lazy import Lazy, LazyGroup
+
+if TYPE_CHECKING:
+    from bubu.log import Store
 
 
 class Ctx:
@@ -24,6 +26,8 @@ class Ctx:
     def store(self) -> Store:
         """The store named by --db / BUBU_DB / BUBU_HOME, opened on first use."""
         if self._store is None:
+            from bubu.log import open_store  # `bubu --help` needs no store
+
             self._store = open_store(self.db, readonly=self.readonly)
         return self._store
 
@@ -39,7 +43,46 @@ READ_ONLY_COMMANDS = frozenset({"sessions", "show", "status", "log", "verify", "
 """Commands that only read the log: they never create, migrate or write the database."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+# Where each command lives, and its short help for `bubu --help`: a command's module is imported
+# only when the command runs or shows its own help. tests/cli/test_startup.py keeps it in step.
+COMMANDS = {
+    "approve-task": Lazy(module="bubu.cli.fleetadmin", short_help="Approve a task a worker held above its ceiling: the next worker runs it under the policy it was submitted with (the approval is a fact in the session's log)."),
+    "chat": Lazy(module="bubu.cli.chat", short_help="Talk to Bubu in this terminal: each message is a turn of one session (/help inside)."),
+    "compact": Lazy(module="bubu.cli.compactcmd", short_help="Summarize SESSION's older events into a checkpoint now (the newest steps stay raw)."),
+    "config": Lazy(module="bubu.cli.configcmd", short_help="Print the effective settings and where each came from (flag, env, profile, file, default)."),
+    "context": Lazy(module="bubu.cli.contextcmd", short_help="Show the next model request of SESSION and what happened to each event."),
+    "copy-store": Lazy(module="bubu.cli.storecmds", short_help="Copy sessions from the store SRC to the store DST (SQLite paths or postgresql:// URLs)."),
+    "demo": Lazy(module="bubu.cli.democmd", short_help="Watch Bubu fix a failing test offline, survive a real SIGKILL, and finish by itself."),
+    "dismiss": Lazy(module="bubu.cli.recovercmds", short_help="Dismiss the session's recovery notice (the continuation is not affected)."),
+    "export": Lazy(module="bubu.cli.logcmds", short_help="Write a session (header, then one event per line) as JSONL to stdout."),
+    "fleet": Lazy(module="bubu.cli.fleetadmin", short_help="The fleet's queue and its PostgreSQL roles."),
+    "fork": Lazy(module="bubu.cli.forkcmd", short_help="Start a new session from events 1..SEQ of SESSION (verified first) and print its id."),
+    "import": Lazy(module="bubu.cli.logcmds", short_help="Import a session exported with `bubu export`; refuses a file whose chain does not verify."),
+    "log": Lazy(module="bubu.cli.logcmds", short_help="Print a session's events in seq order."),
+    "memory": Lazy(module="bubu.cli.memorycmd", short_help="List, show or forget the notes remembered in a workspace (default: list)."),
+    "recover": Lazy(module="bubu.cli.recovercmds", short_help="Recover every session with an unfinished turn (or just SESSION) and continue it to its end."),
+    "resume": Lazy(module="bubu.cli.agentcmds", short_help="Continue a stopped or suspended turn, or one that gave up waiting for its provider (a crashed one is recovered by `bubu recover`); limits given here replace the turn's."),
+    "rewind": Lazy(module="bubu.cli.rewindcmd", short_help="Restore the files SESSION changed after SEQ and fork its log at SEQ."),
+    "run": Lazy(module="bubu.cli.agentcmds", short_help="Run TASK as a new turn (in a new session unless --session or -c)."),
+    "sessions": Lazy(module="bubu.cli.logcmds", short_help="List sessions, newest first, with their status derived from the log."),
+    "show": Lazy(module="bubu.cli.agentcmds", short_help="Print a session's transcript."),
+    "status": Lazy(module="bubu.cli.agentcmds", short_help="Print a session's status (and its recovery notice until dismissed)."),
+    "stop": Lazy(module="bubu.cli.recovercmds", short_help="Stop the turn running in another process (a terminal, the web UI, a worker)."),
+    "submit": Lazy(module="bubu.cli.fleetcmds", short_help="Queue TASK for the fleet's workers and print its session id."),
+    "trust": Lazy(module="bubu.cli.configcmd", short_help="Let DIRECTORY's .bubu/config.toml choose the model, server and MCP servers, as it is now (any change to the file revokes it); limits and permissions it may only ever tighten."),
+    "ui": Lazy(module="bubu.cli.uicmd", short_help="Serve the web UI: sessions, live transcripts, the recovery notice, approvals."),
+    "verify": Lazy(module="bubu.cli.logcmds", short_help="Recompute the hash chain of one session (or all); exit 1 if anything is wrong."),
+    "worker": Lazy(module="bubu.cli.fleetcmds", short_help="Claim sessions with work (queued tasks, turns whose runner died) and run them."),
+}  # fmt: skip
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy=COMMANDS,
+    prepare=accept_db,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    invoke_without_command=True,
+)
 @click.option(
     "--db",
     envvar="BUBU_DB",
@@ -57,27 +100,32 @@ def cli(ctx: click.Context, db: str | None) -> None:
     if ctx.invoked_subcommand is None:  # plain `bubu`: a chat on a terminal, else the help
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise click.exceptions.NoArgsIsHelpError(ctx)
-        chat = cli.commands["chat"]
+        chat = cli.get_command(ctx, "chat")
+        assert chat is not None
         with chat.make_context("chat", [], parent=ctx) as sub:
             chat.invoke(sub)
 
 
-_json = msgspec.json.Encoder(order="sorted")
-
-
 def to_builtins(obj: Any) -> Any:
     """Plain JSON-able data from dataclasses, Structs and containers."""
+    import msgspec  # `bubu --help` prints no JSON
+
     return msgspec.to_builtins(obj, order="sorted")
 
 
 def emit_json(obj: Any) -> None:
     """Print one JSON document (stable, sorted keys) on stdout."""
-    sys.stdout.write(msgspec.json.format(_json.encode(to_builtins(obj)), indent=2).decode() + "\n")
+    import msgspec
+
+    text = msgspec.json.format(msgspec.json.encode(to_builtins(obj), order="sorted"), indent=2)
+    sys.stdout.write(text.decode() + "\n")
 
 
 def emit_jsonl(obj: Any) -> None:
     """Print one compact JSON line on stdout."""
-    sys.stdout.buffer.write(_json.encode(to_builtins(obj)) + b"\n")
+    import msgspec
+
+    sys.stdout.buffer.write(msgspec.json.encode(to_builtins(obj), order="sorted") + b"\n")
     sys.stdout.flush()
 
 
@@ -87,27 +135,3 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
     click.echo(f"bubu: error: {printable(message)}", err=True)
     sys.exit(code)
-
-
-# Command modules register themselves on `cli` when imported.
-for _module in (
-    "logcmds",
-    "agentcmds",
-    "recovercmds",
-    "democmd",
-    "storecmds",
-    "contextcmd",
-    "uicmd",
-    "forkcmd",
-    "fleetcmds",
-    "fleetadmin",
-    "compactcmd",
-    "memorycmd",
-    "chat",
-    "rewindcmd",
-):
-    importlib.import_module(f"bubu.cli.{_module}")
-
-from bubu.cli.dbopt import accept_db_everywhere  # noqa: E402  # after every command registered
-
-accept_db_everywhere(cli)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -13,7 +13,9 @@ from click.core import ParameterSource
 from bubu.cli.app import cli, emit_json
 from bubu.cli.term import printable
 from bubu.errors import ConfigError
-from bubu.settings import BY_NAME, Settings, Source, resolve
+
+if TYPE_CHECKING:  # `bubu show` and `status` share a module with the options; only runs resolve
+    from bubu.settings import Settings, Source
 
 
 def _flag_name(p: click.Parameter) -> str:
@@ -67,6 +69,8 @@ def settle(opts: dict[str, Any], workspace: str | None) -> dict[str, Any]:
     The model lands in `configured_model` (a continued session keeps its own unless `-m`);
     `settings` holds the whole resolution. A bad file raises ConfigError before anything runs.
     """
+    from bubu.settings import BY_NAME, resolve
+
     ctx = click.get_current_context()
     out = dict(opts)
     profile = out.pop("profile", None)
@@ -162,6 +166,7 @@ def profile_option(f: Any) -> Any:
 def config_cmd(workspace: str, profile: str | None, as_json: bool) -> None:
     """Print the effective settings and where each came from (flag, env, profile, file, default)."""
     from bubu.cli.agentcmds import run_cmd
+    from bubu.settings import resolve
 
     defaults = _defaults(run_cmd.params)
     ctx = click.get_current_context()

@@ -18,21 +18,26 @@ def _set_db(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
         state.db = value
 
 
-def accept_db_everywhere(group: click.Group) -> None:
-    """Give every command of `group` (and of its subgroups) a `--db` option that sets the
-    global one; commands with a `--db` of their own keep it."""
-    for command in group.commands.values():
-        if not any("--db" in getattr(p, "opts", ()) for p in command.params):
-            command.params.append(
-                click.Option(
-                    ["--db"],
-                    metavar="PATH|URL",
-                    default=None,
-                    expose_value=False,
-                    is_eager=True,
-                    callback=_set_db,
-                    help=HELP,
-                )
+def accept_db(command: click.Command) -> None:
+    """Give `command` (and its subcommands) a `--db` option that sets the global one; commands
+    with a `--db` of their own keep it."""
+    if not any("--db" in getattr(p, "opts", ()) for p in command.params):
+        command.params.append(
+            click.Option(
+                ["--db"],
+                metavar="PATH|URL",
+                default=None,
+                expose_value=False,
+                is_eager=True,
+                callback=_set_db,
+                help=HELP,
             )
-        if isinstance(command, click.Group):
-            accept_db_everywhere(command)
+        )
+    if isinstance(command, click.Group):
+        accept_db_everywhere(command)
+
+
+def accept_db_everywhere(group: click.Group) -> None:
+    """`accept_db` for every command of `group`."""
+    for command in group.commands.values():
+        accept_db(command)

@@ -14,7 +14,6 @@ from bubu.errors import BubuError, CorruptLog
 from bubu.lines import LineTooLong
 from bubu.log import codec
 from bubu.log.store import SessionInfo, Store
-from bubu.log.transfer import export_lines, import_file, import_source
 from bubu.projections.status import BOUNDARY_KINDS, Status, fold_status
 
 
@@ -162,6 +161,8 @@ def verify_cmd(ctx: Ctx, session: str | None, as_json: bool) -> None:
 def export_cmd(ctx: Ctx, session: str) -> None:
     """Write a session (header, then one event per line) as JSONL to stdout."""
     info = ctx.store.session(session)
+    from bubu.log.transfer import export_lines  # only export and import move whole sessions
+
     for line in export_lines(ctx.store, info):
         sys.stdout.buffer.write(line + b"\n")
     sys.stdout.flush()
@@ -173,6 +174,8 @@ def export_cmd(ctx: Ctx, session: str) -> None:
 @pass_ctx
 def import_cmd(ctx: Ctx, file: str, as_json: bool) -> None:
     """Import a session exported with `bubu export`; refuses a file whose chain does not verify."""
+    from bubu.log.transfer import import_file, import_source
+
     try:
         source = import_source(file)
     except OSError as e:

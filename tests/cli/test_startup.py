@@ -1,0 +1,156 @@
+"""Read-only commands import only what they use: no tools, providers, SDKs, asyncio, ssl or web.
+
+Each command runs in a fresh interpreter that prints the modules it loaded at exit, so a stray
+top-level import anywhere on a read-only command's path fails here by name.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from bubu.cli.app import COMMANDS, cli
+from faults.helpers import seed
+from providers.servers import serve, stream_file
+
+CLI = Path(__file__).resolve().parents[2] / "src" / "bubu" / "cli"
+
+FORBIDDEN_ROOTS = {"asyncio", "ssl", "httpx", "httpcore", "openai", "anthropic", "starlette",
+                   "uvicorn", "pydantic", "concurrent"}  # fmt: skip
+FORBIDDEN_PREFIXES = ("bubu.tools", "bubu.providers", "bubu.web", "bubu.engine.driver",
+                      "bubu.engine.permissions", "bubu.engine.session", "bubu.cli.render")  # fmt: skip
+BUDGET = 230
+"""Modules a read-only command may load in all (the interpreter alone loads about 30; 341 did
+when every command's module loaded for each)."""
+
+WRAPPER = """
+import json, runpy, sys
+sys.argv = ["bubu", *sys.argv[1:]]
+try:
+    runpy.run_module("bubu", run_name="__main__")
+except SystemExit:
+    pass
+with open(__import__("os").environ["MODULES_OUT"], "w") as f:
+    json.dump(sorted(sys.modules), f)
+"""
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    db, _, ids = seed(tmp_path_factory.mktemp("startup"), 1)
+    return db, ids[0]
+
+
+def _loaded(tmp_path: Path, db: Path, *args: str) -> list[str]:
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "MODULES_OUT": str(out), "BUBU_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, "--db", str(db), *args], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    loaded: list[str] = json.loads(out.read_text())
+    return loaded
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["sessions"],
+        ["status", "{id}"],
+        ["show", "{id}"],
+        ["log", "{id}"],
+        ["verify", "{id}"],
+        ["verify"],
+        ["export", "{id}"],
+    ],
+    ids=" ".join,
+)
+def test_a_read_only_command_loads_no_engine_tools_providers_or_network(
+    tmp_path: Path, seeded: tuple[Path, str], args: list[str]
+) -> None:
+    db, session = seeded
+    loaded = _loaded(tmp_path, db, *(a.format(id=session) for a in args))
+    forbidden = [
+        m for m in loaded
+        if m.split(".")[0] in FORBIDDEN_ROOTS or m.startswith(FORBIDDEN_PREFIXES)
+    ]  # fmt: skip
+    assert forbidden == []
+    assert len(loaded) <= BUDGET
+
+
+def test_help_imports_no_command_module(tmp_path: Path, seeded: tuple[Path, str]) -> None:
+    loaded = _loaded(tmp_path, seeded[0], "--help")
+    modules = {c.module for c in COMMANDS.values()}
+    assert [m for m in loaded if m in modules] == []
+    assert "bubu.log" not in loaded
+    assert "msgspec" not in loaded
+
+
+def _declared() -> dict[str, str]:
+    """Every `@cli.command("NAME")` / `@cli.group("NAME")` in the CLI's sources, by module."""
+    found = {}
+    for path in CLI.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "cli"
+                and node.func.attr in ("command", "group")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                found[str(node.args[0].value)] = f"bubu.cli.{path.stem}"
+    return found
+
+
+def test_the_lazy_table_names_every_command_its_module_and_its_help() -> None:
+    declared = _declared()
+    assert {name: c.module for name, c in COMMANDS.items()} == declared
+    ctx = click.Context(cli)
+    for name, lazy in COMMANDS.items():
+        command = cli.get_command(ctx, name)
+        assert command is not None
+        assert command.get_short_help_str(limit=10_000) == lazy.short_help, name
+
+
+def test_help_lists_each_command_as_if_every_module_were_loaded(tmp_path: Path) -> None:
+    env = {**os.environ, "COLUMNS": "80", "BUBU_HOME": str(tmp_path)}
+    lazy_page = subprocess.run([sys.executable, "-m", "bubu", "--help"], env=env, check=True,
+                               capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+    ctx = cli.make_context("bubu", [], terminal_width=78, resilient_parsing=True)  # 80 columns
+    cli.load_all(ctx)
+    assert cli.get_help(ctx) + "\n" == lazy_page
+    assert all(f"  {name} " in lazy_page for name in COMMANDS)
+
+
+@pytest.mark.parametrize(
+    ("model", "route", "answer", "other"),
+    [
+        ("anthropic:claude-haiku-4-5", "/v1/messages", "anthropic_text.sse", "openai"),
+        ("openai:gpt-4.1-mini", "/v1/chat/completions", "openai_text.sse", "anthropic"),
+    ],
+)
+def test_a_run_loads_only_its_own_provider(
+    tmp_path: Path, model: str, route: str, answer: str, other: str
+) -> None:
+    db = tmp_path / "run.db"
+    with serve({("POST", route): stream_file(answer)}) as server:
+        base = server.url + ("/v1" if model.startswith("openai") else "")
+        os.environ.update(ANTHROPIC_API_KEY="sk-ant-test", OPENAI_API_KEY="sk-test")
+        try:
+            loaded = _loaded(tmp_path, db, "run", "say hello", "-m", model, "--base-url", base)
+        finally:
+            del os.environ["ANTHROPIC_API_KEY"], os.environ["OPENAI_API_KEY"]
+        assert f"POST {route}" in server.paths()  # the run reached the wire
+    own = model.split(":", maxsplit=1)[0]
+    assert own in loaded
+    assert [m for m in loaded if m.split(".")[0] == other] == []
+    assert f"bubu.providers.{other}" not in loaded
