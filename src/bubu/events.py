@@ -90,6 +90,20 @@ class BlobRef(_Base, frozen=True, kw_only=True):
     lines: int
 
 
+class WorkspaceSnapshot(_Base, frozen=True, kw_only=True):
+    """The workspace as a step left it: the sha-256 of its root tree object in the store (None
+    when none could be stored), what it holds, and what it had to leave out.
+
+    `partial` says why the snapshot is incomplete (a full disk, a cap, a permission); such a
+    snapshot never blocks or fails the step that took it."""
+
+    tree: str | None
+    files: int = 0
+    bytes: int = 0
+    skipped: int = 0
+    partial: str | None = None
+
+
 class FunctionResponse(_Base, frozen=True, kw_only=True, tag="function_response", tag_field="kind"):
     """The committed outcome of a tool call, paired to the call by `call_id`.
 
@@ -105,6 +119,8 @@ class FunctionResponse(_Base, frozen=True, kw_only=True, tag="function_response"
     blob: BlobRef | None = None
     duration_ms: int | None = None
     images: list[ImageRef] = msgspec.field(default_factory=list)
+    snapshot: WorkspaceSnapshot | None = None
+    """The workspace after a step that may have changed it (never part of a model request)."""
     """Images the result shows the model (`read_file` on an image), kept as blobs."""
 
 
@@ -473,6 +489,8 @@ class ToolDispatch(_Base, frozen=True, kw_only=True):
     path: str | None = None
     before_sha256: str | None = None
     after_sha256: str | None = None
+    snapshot: WorkspaceSnapshot | None = None
+    """The workspace before the turn's first call that may change it."""
 
 
 RecoveryDecision = Literal["rerun", "applied", "rerun_not_applied", "interrupted"]

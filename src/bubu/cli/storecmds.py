@@ -20,6 +20,7 @@ from bubu.cli.term import echo
 from bubu.errors import BubuError, StorageError, UnknownSession
 from bubu.log import codec, open_store, redact
 from bubu.log.store import SessionInfo, Store
+from bubu.log.transfer import put_snapshots
 
 Outcome = Literal["copied", "skipped", "refused", "failed"]
 
@@ -84,6 +85,12 @@ def copy_session(src: Store, dst: Store, info: SessionInfo) -> CopyResult:
             result="refused",
             reason=f"it holds the value of {leaked}, a secret of this environment that Bubu keeps "
             f"out of its logs; unset {leaked} to copy it as it is",
+        )
+    # The workspace snapshots' objects first: never an event naming a tree DST lacks.
+    lost = put_snapshots(src, dst, records)
+    if lost is not None:
+        return CopyResult(
+            session=sid, result="refused", reason=f"workspace object {lost[:12]}… is missing"
         )
     try:
         # With its events in one transaction: an interrupted copy leaves nothing to skip later.

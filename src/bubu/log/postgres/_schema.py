@@ -24,6 +24,7 @@ REQUIRED_TRIGGERS: tuple[tuple[str, str], ...] = (
     ("events", "events_chain"),
     ("events", "events_immutable"),
     ("blobs", "blobs_immutable"),
+    ("objects", "objects_immutable"),
     ("sessions", "sessions_guard"),
 )
 """(table, trigger) pairs that must exist and be enabled for the log's rules to hold."""
@@ -277,6 +278,15 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             "DROP INDEX work_ready",
             "CREATE INDEX work_ready ON work(since_ms, sid) WHERE state IN ('queued', 'open', 'retry')",
             _WORK_STEP_RETRY,
+        ),
+    ),
+    Migration(
+        5,
+        "workspace snapshot objects",
+        (
+            "CREATE TABLE objects(sha256 text PRIMARY KEY, size bigint NOT NULL CHECK (size >= 0), "
+            "data bytea NOT NULL)",
+            *_immutable("objects"),
         ),
     ),
 )

@@ -1,0 +1,42 @@
+"""The workspace snapshots a log names, and the objects they reach (for export and copies)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from bubu.events import Record, WorkspaceSnapshot
+from bubu.snapshot import tree
+
+
+def snapshot_of(record: Record) -> WorkspaceSnapshot | None:
+    """The snapshot an event records: an outcome's (after its step), or a dispatch's (before)."""
+    ev = record.event
+    snap = getattr(ev.content, "snapshot", None)
+    if snap is None and ev.actions is not None and ev.actions.tool_dispatch is not None:
+        snap = ev.actions.tool_dispatch.snapshot
+    return snap if isinstance(snap, WorkspaceSnapshot) else None
+
+
+def roots(records: Iterable[Record]) -> list[str]:
+    """The root trees the events name, in log order, each once."""
+    out: dict[str, None] = {}
+    for r in records:
+        snap = snapshot_of(r)
+        if snap is not None and snap.tree is not None:
+            out.setdefault(snap.tree)
+    return list(out)
+
+
+def objects_of(get: tree.GetObject, names: Iterable[str]) -> Iterator[tuple[str, bytes | None]]:
+    """Every object the snapshots `names` reach, each once, with its bytes (None: missing);
+    files before the trees that name them, so that a copy stored in this order is never a tree
+    without its files."""
+    seen: set[str] = set()
+    for root in names:
+        found = list(tree.reachable(get, root, seen))
+        for sha, is_tree in found:
+            if not is_tree:
+                yield sha, get(sha)
+        for sha, is_tree in reversed(found):
+            if is_tree:
+                yield sha, get(sha)

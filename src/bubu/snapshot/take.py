@@ -1,0 +1,319 @@
+"""Taking a snapshot of a workspace: walk it, read only what changed, store the new objects.
+
+A stat cache (size, mtime_ns, inode, ctime_ns, mode) per path says which files are as the last
+snapshot of this process saw them, so an incremental snapshot reads only changed files, and a
+directory whose entries are unchanged keeps its tree without encoding it again. A file whose
+mtime is as recent as the scan is read again next time (git's "racily clean" rule). Objects are
+stored before the trees that name them, and trees before any event names the root; a snapshot
+that fails says why in `partial` and never raises.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from stat import S_ISDIR, S_ISLNK, S_ISREG
+
+from bubu import failpoints
+from bubu.errors import BubuError
+from bubu.events import WorkspaceSnapshot
+from bubu.log import codec, redact
+from bubu.log.store import Store
+from bubu.snapshot import tree
+from bubu.snapshot.ignore import NO_RULES, Rules
+from bubu.snapshot.tree import LINK
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Caps:
+    """How much one snapshot holds; what is over is listed as skipped, never dropped silently."""
+
+    file_bytes: int = 16 << 20
+    total_bytes: int = 1 << 30
+    files: int = 200_000
+
+
+StatKey = tuple[int, int, int, int, int]
+"""(size, mtime_ns, inode, ctime_ns, mode) of a path."""
+
+_FLUSH_BYTES = 32 << 20
+_RACY_NS = 20_000_000
+"""A file modified this close to the scan's start may change again within one mtime tick."""
+
+
+@dataclass(slots=True)
+class _Scan:
+    start_ns: int
+    caps: Caps
+    pending: dict[str, bytes] = field(default_factory=dict)
+    trees: dict[str, bytes] = field(default_factory=dict)
+    pending_bytes: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    files: int = 0
+    total: int = 0
+    partial: str | None = None
+    cap_total: int = 0
+    cap_files: int = 0
+    files_seen: dict[str, tuple[StatKey, str]] = field(default_factory=dict)
+    dirs_seen: dict[str, tuple[list[tree.Entry], str]] = field(default_factory=dict)
+
+
+class Snapshotter:
+    """Takes snapshots of one workspace into one store, keeping the stat cache between them."""
+
+    def __init__(
+        self, store: Store, root: str | os.PathLike[str], *, caps: Caps | None = None
+    ) -> None:
+        self.store = store
+        self.root = os.path.realpath(root)
+        self.caps = caps or Caps()
+        self._lock = threading.Lock()
+        self._files: dict[str, tuple[StatKey, str]] = {}
+        self._dirs: dict[str, tuple[list[tree.Entry], str]] = {}
+        self._rules: dict[str, tuple[Rules, StatKey | None, Rules]] = {}
+        self._decided: dict[str, tuple[Rules, dict[str, bool]]] = {}
+        self._held: set[str] = set()
+        self._exclude = _own_files(store, self.root)
+        self.last: WorkspaceSnapshot | None = None
+
+    def take(self) -> WorkspaceSnapshot:
+        """Snapshot the workspace now; on any failure a partial snapshot saying why."""
+        with self._lock:
+            try:
+                snap = self._take()
+            except (OSError, BubuError) as e:
+                reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+                snap = WorkspaceSnapshot(tree=None, partial=f"the snapshot failed: {reason}")
+            self.last = snap
+            return snap
+
+    def _take(self) -> WorkspaceSnapshot:
+        if not os.path.isdir(self.root):
+            return WorkspaceSnapshot(tree=None, partial=f"the workspace {self.root} is missing")
+        scan = _Scan(start_ns=time.time_ns(), caps=self.caps)
+        scan.cap_total, scan.cap_files = self.caps.total_bytes, self.caps.files
+        got = self._walk(self.root, "", NO_RULES, scan)
+        root_sha = got[0] if got is not None else self._put_tree(scan, "", [], [])
+        self._flush(scan)
+        failpoints.hit("mid_snapshot")
+        self._flush(scan, trees=True)
+        self._files, self._dirs = scan.files_seen, scan.dirs_seen
+        return WorkspaceSnapshot(
+            tree=root_sha, files=scan.files, bytes=scan.total, skipped=len(scan.skipped),
+            partial=scan.partial,
+        )  # fmt: skip
+
+    def _rules_in(self, rel: str, parent: Rules, items: list[os.DirEntry[str]]) -> Rules:
+        gi = next((d for d in items if d.name == ".gitignore"), None)
+        key: StatKey | None = None
+        if gi is not None:
+            try:
+                s = gi.stat()
+                key = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns, s.st_mode)
+            except OSError:
+                gi = None
+        cached = self._rules.get(rel)
+        if cached is not None and cached[0] is parent and cached[1] == key:
+            return cached[2]
+        text = None
+        if gi is not None and key is not None:
+            try:
+                text = Path(gi.path).read_text("utf-8", "replace")
+            except OSError:
+                text = None
+        rules = parent.within(rel, text)
+        self._rules[rel] = (parent, key, rules)
+        return rules
+
+    def _walk(self, path: str, rel: str, parent: Rules, scan: _Scan) -> tuple[str, int] | None:
+        """The tree sha and total size of the directory `rel`, or None if it cannot be read."""
+        if scan.partial is not None:  # over a cap: the rest is not walked at all
+            scan.skipped.append((rel, "over the workspace's cap"))
+            return None
+        try:
+            with os.scandir(path) as it:
+                items = list(it)
+        except OSError as e:
+            scan.skipped.append((rel or ".", f"unreadable: {e.strerror}"))
+            return None
+        rules = self._rules_in(rel, parent, items)
+        decided = self._decided.get(rel)
+        if decided is None or decided[0] is not rules:
+            decided = (rules, {})
+            self._decided[rel] = decided
+        verdicts = decided[1]
+        entries: list[tree.Entry] = []
+        size = 0
+        old_files, seen, exclude = self._files, scan.files_seen, self._exclude
+        fresh = scan.start_ns - _RACY_NS
+        for d in items:
+            name = d.name
+            p = rel + name
+            if exclude and p in exclude:
+                continue
+            try:
+                s = d.stat(follow_symlinks=False)
+            except OSError as e:
+                scan.skipped.append((p, f"unreadable: {e.strerror}"))
+                continue
+            mode = s.st_mode
+            isdir = S_ISDIR(mode)
+            ignored = verdicts.get(name)
+            if ignored is None:
+                ignored = verdicts[name] = rules.ignored(p, directory=isdir)
+            if ignored:
+                continue
+            if not isdir:
+                key = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns, mode)
+                hit = old_files.get(p)
+                if (
+                    hit is not None
+                    and hit[0] == key
+                    and scan.files < scan.cap_files
+                    and scan.total + key[0] <= scan.cap_total
+                ):
+                    # The fast path: a file as the last snapshot saw it.
+                    seen[p] = hit
+                    scan.files += 1
+                    scan.total += key[0]
+                    size += key[0]
+                    entries.append((name, LINK if S_ISLNK(mode) else mode, hit[1], key[0]))
+                    continue
+            if isdir:
+                sub = self._walk(d.path, p + "/", rules, scan)
+                if sub is not None:
+                    entries.append((name, tree.DIR, sub[0], sub[1]))
+                    size += sub[1]
+                continue
+            if not (S_ISREG(mode) or S_ISLNK(mode)):
+                scan.skipped.append((p, "not a regular file or a link"))
+                continue
+            key = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns, mode)
+            hit = old_files.get(p)
+            if hit is not None and hit[0] == key:
+                sha = hit[1]
+            else:
+                got = self._read(d.path, p, s.st_size, S_ISLNK(mode), scan)
+                if got is None:
+                    continue
+                sha = got
+            if scan.files >= scan.caps.files or scan.total + s.st_size > scan.caps.total_bytes:
+                scan.skipped.append((p, "over the workspace's cap"))
+                scan.partial = (
+                    f"the workspace is over the snapshot's cap of {scan.caps.files} files or "
+                    f"{scan.caps.total_bytes} bytes"
+                )
+                continue
+            if s.st_mtime_ns < fresh:
+                seen[p] = (key, sha)
+            scan.files += 1
+            scan.total += s.st_size
+            size += s.st_size
+            entries.append((name, LINK if S_ISLNK(mode) else mode, sha, s.st_size))
+        entries.sort()
+        if rel == "":
+            return self._put_tree(scan, rel, entries, sorted(scan.skipped)), size
+        return self._put_tree(scan, rel, entries, []), size
+
+    def _put_tree(
+        self, scan: _Scan, rel: str, entries: list[tree.Entry], skipped: list[tuple[str, str]]
+    ) -> str:
+        cached = self._dirs.get(rel)
+        if cached is not None and cached[0] == entries and not skipped and rel:
+            scan.dirs_seen[rel] = cached
+            return cached[1]
+        data = tree.encode(entries, skipped)
+        sha = codec.sha256_hex(data)
+        if sha not in self._held:
+            scan.trees[sha] = data
+        scan.dirs_seen[rel] = (entries, sha)
+        return sha
+
+    def _read(self, path: str, rel: str, size: int, link: bool, scan: _Scan) -> str | None:
+        """Read one changed file (or link), queue its object, and return its sha-256."""
+        try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:
+            scan.skipped.append((rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+                                 "its name is not UTF-8"))  # fmt: skip
+            return None
+        if not link and size > scan.caps.file_bytes:
+            scan.skipped.append((rel, f"over the per-file cap of {scan.caps.file_bytes} bytes"))
+            return None
+        try:
+            if link:
+                data = os.fsencode(os.readlink(path))
+            else:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                with os.fdopen(fd, "rb", closefd=True) as f:
+                    data = f.read(scan.caps.file_bytes + 1)
+        except OSError as e:
+            scan.skipped.append((rel, f"unreadable: {e.strerror}"))
+            return None
+        if len(data) > scan.caps.file_bytes:
+            scan.skipped.append((rel, f"over the per-file cap of {scan.caps.file_bytes} bytes"))
+            return None
+        r = redact.current()
+        leaked = None if r is None else r.found(data)
+        if leaked is not None:
+            scan.skipped.append(
+                (rel, f"it holds the value of {leaked}, a secret kept out of the log")
+            )
+            return None
+        sha = codec.sha256_hex(data)
+        if sha not in self._held and sha not in scan.pending:
+            scan.pending[sha] = data
+            scan.pending_bytes += len(data)
+            if scan.pending_bytes >= _FLUSH_BYTES:
+                self._flush(scan)
+        return sha
+
+    def _flush(self, scan: _Scan, *, trees: bool = False) -> None:
+        """Store the queued file objects the store does not hold yet; with `trees`, the trees
+        (only once every file they name is stored)."""
+        batch = scan.trees if trees else scan.pending
+        if not batch:
+            return
+        missing = self.store.missing_objects(batch)
+        self.store.put_objects({s: batch[s] for s in missing})
+        self._held.update(batch)
+        if trees:
+            scan.trees = {}
+        else:
+            scan.pending = {}
+            scan.pending_bytes = 0
+
+
+def _own_files(store: Store, root: str) -> frozenset[str]:
+    """The store's own files beneath the workspace (relative paths): never snapshotted."""
+    path = getattr(store, "path", None)
+    if not isinstance(path, str) or path == ":memory:":
+        return frozenset()
+    real = os.path.realpath(path)
+    if not real.startswith(root + os.sep):
+        return frozenset()
+    rel = real[len(root) + 1 :]
+    return frozenset(rel + suffix for suffix in ("", "-wal", "-shm", "-journal"))
+
+
+def snapshots_enabled() -> bool:
+    """Whether steps snapshot the workspace (`BUBU_SNAPSHOTS=off` turns it off)."""
+    return os.environ.get("BUBU_SNAPSHOTS", "on").strip().lower() not in ("off", "0", "no")
+
+
+_registry: dict[tuple[str, str], Snapshotter] = {}
+_registry_lock = threading.Lock()
+
+
+def snapshotter(store: Store, root: str | os.PathLike[str]) -> Snapshotter:
+    """The process's snapshotter of a workspace in a store (its stat cache lives as long)."""
+    key = (store.url, os.path.realpath(root))
+    with _registry_lock:
+        found = _registry.get(key)
+        if found is None:
+            found = _registry[key] = Snapshotter(store, root)
+        found.store = store  # another handle on the same database: the cache still holds
+        return found
