@@ -270,6 +270,8 @@ class RecoveryNotice(_Note, frozen=True, kw_only=True, tag="recovery_notice"):
     reason: str | None = None
     leftovers: list[str] = msgspec.field(default_factory=list)
     """Processes of the dead run that were still running and were killed (one line each)."""
+    workspace_changes: list[str] = msgspec.field(default_factory=list)
+    """What each interrupted call changed in the workspace, from its snapshots (`call: line`)."""
     forced: str | None = None
     """The block the user overrode with `bubu recover --force` (its reason), if any."""
 

@@ -614,6 +614,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "verified_applied": n.verified_applied,
             "pending_review": n.pending_review,
             "leftovers": n.leftovers,
+            "workspace_changes": n.workspace_changes,
             "reason": n.reason,
             "forced": n.forced,
             "dismissed": st.notice_dismissed,

@@ -239,6 +239,10 @@ def notice_text(n: RecoveryNotice, session: str | None = None) -> str:
         lines.append(
             "awaiting your review (may or may not have happened): " + ", ".join(n.pending_review)
         )
+    if n.workspace_changes:
+        lines.append(
+            "changed in the workspace while interrupted: " + "; ".join(n.workspace_changes)
+        )
     if n.dropped_model_calls:
         lines.append(f"in-flight model call issued again: {n.dropped_model_calls}")
     if n.leftovers:

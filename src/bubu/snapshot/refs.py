@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from bubu.events import Record, WorkspaceSnapshot
 from bubu.snapshot import tree
@@ -40,3 +40,16 @@ def objects_of(get: tree.GetObject, names: Iterable[str]) -> Iterator[tuple[str,
         for sha, is_tree in reversed(found):
             if is_tree:
                 yield sha, get(sha)
+
+
+def snapshot_before(records: Sequence[Record], seq: int) -> WorkspaceSnapshot | None:
+    """The last snapshot with a tree recorded at or before `seq` (the workspace as a call
+    dispatched at `seq` found it), or None."""
+    found = None
+    for r in records:
+        if r.seq > seq:
+            break
+        snap = snapshot_of(r)
+        if snap is not None and snap.tree is not None:
+            found = snap
+    return found
