@@ -53,3 +53,19 @@ def snapshot_before(records: Sequence[Record], seq: int) -> WorkspaceSnapshot | 
         if snap is not None and snap.tree is not None:
             found = snap
     return found
+
+
+def snapshot_at(records: Sequence[Record], seq: int) -> WorkspaceSnapshot | None:
+    """The workspace as it was at the boundary `seq`: the snapshot the next turn took before its
+    first call that could change it (only reads ran before it), else the last one at or before
+    `seq`."""
+    for r in records:
+        if r.seq <= seq:
+            continue
+        snap = snapshot_of(r)
+        if snap is None or snap.tree is None:
+            continue
+        if r.event.actions is not None and r.event.actions.tool_dispatch is not None:
+            return snap
+        break
+    return snapshot_before(records, seq)
