@@ -104,6 +104,7 @@ for _module in (
     "memorycmd",
     "chat",
     "rewindcmd",
+    "workspacecmds",
 ):
     importlib.import_module(f"bubu.cli.{_module}")
 

@@ -69,3 +69,30 @@ def snapshot_at(records: Sequence[Record], seq: int) -> WorkspaceSnapshot | None
             return snap
         break
     return snapshot_before(records, seq)
+
+
+def turn_spans(records: Sequence[Record]) -> list[tuple[int, int]]:
+    """(start, end) seqs of each turn, in order: from the boundary before its start to its last
+    event (an open turn ends at the log's last seq)."""
+    from bubu.events import SystemNote, TurnEnded, TurnStarted
+
+    spans: list[tuple[int, int]] = []
+    start: int | None = None
+    for r in records:
+        c = r.event.content
+        if isinstance(c, SystemNote) and isinstance(c.note, TurnStarted):
+            if start is not None:
+                spans.append((start, r.seq - 1))
+            start = r.seq - 1
+        elif isinstance(c, SystemNote) and isinstance(c.note, TurnEnded) and start is not None:
+            spans.append((start, r.seq))
+            start = None
+    if start is not None and records:
+        spans.append((start, records[-1].seq))
+    return spans
+
+
+def span(records: Sequence[Record], start: int, end: int) -> tuple[str | None, str | None]:
+    """The trees of the workspace at `start` and as the last snapshot by `end` left it."""
+    a, b = snapshot_at(records, start), snapshot_before(records, end)
+    return (None if a is None else a.tree), (None if b is None else b.tree)
