@@ -399,6 +399,15 @@ class MemoryForgotten(_Note, frozen=True, kw_only=True, tag="memory_forgotten"):
     key: str
 
 
+class WorkspaceTaken(_Note, frozen=True, kw_only=True, tag="workspace_snapshot"):
+    """A snapshot of the workspace taken outside a step: the directory a task was submitted
+    from (`bubu submit --snapshot`), for the worker that materializes it."""
+
+    snapshot: WorkspaceSnapshot
+    source: str
+    """The directory it was taken from."""
+
+
 Note: TypeAlias = (
     TurnStarted
     | TurnEnded
@@ -417,6 +426,7 @@ Note: TypeAlias = (
     | SummaryChunk
     | MemoryForgotten
     | ProjectInstructions
+    | WorkspaceTaken
 )
 
 

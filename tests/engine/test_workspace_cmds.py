@@ -55,7 +55,7 @@ def test_diff_prints_what_the_commands_changed(tmp_path: Path) -> None:
 
 
 def test_checkout_materializes_the_workspace_with_modes_and_links(tmp_path: Path) -> None:
-    db, ws, sid = _ran(tmp_path, TWO_TURNS)
+    db, _, sid = _ran(tmp_path, TWO_TURNS)
     out = tmp_path / "elsewhere"
     done = bubu(db, "checkout", sid, str(out))
     assert done.returncode == 0, done.stderr

@@ -47,6 +47,8 @@ from bubu.events import (
     TurnEnded,
     TurnStarted,
     WindowLearned,
+    WorkspaceSnapshot,
+    WorkspaceTaken,
 )
 
 # Any Unicode scalar value UTF-8 can carry (no lone surrogates: those are refused, see bad input).
@@ -169,6 +171,18 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
     MemoryForgotten: st.builds(MemoryForgotten, key=texts),
     WindowLearned: st.builds(WindowLearned, tokens=counts, source=texts),
     ServerNote: st.builds(ServerNote, text=texts),
+    WorkspaceTaken: st.builds(
+        WorkspaceTaken,
+        source=texts,
+        snapshot=st.builds(
+            WorkspaceSnapshot,
+            tree=opt_shas,
+            files=counts,
+            bytes=counts,
+            skipped=counts,
+            partial=opt_texts,
+        ),
+    ),
     ProjectInstructions: st.builds(
         ProjectInstructions,
         cause=st.sampled_from(["start", "directory", "changed"]),

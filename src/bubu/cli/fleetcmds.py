@@ -90,6 +90,9 @@ def _longrun(f: Any) -> Any:
 @click.option("--network", is_flag=True, help="Let the task's sandboxed commands use the network.")
 @click.option("--env", "pass_env", multiple=True, metavar="NAME", callback=env_names(must_be_set=False),
               help="Pass the worker's secret variable NAME on to the task's commands.")  # fmt: skip
+@click.option("--snapshot", is_flag=True,
+              help="Store a snapshot of the workspace with the task, so that a worker on another "
+              "machine (`bubu worker --workspaces DIR`) materializes it.")  # fmt: skip
 @_longrun
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
@@ -112,6 +115,7 @@ def submit_cmd(
     fallback_model: tuple[str, ...] = (),
     max_tokens: int | None = None,
     max_time: float | None = None,
+    snapshot: bool = False,
 ) -> None:
     """Queue TASK for the fleet's workers and print its session id."""
     from bubu.cli.agentcmds import default_model
@@ -123,7 +127,8 @@ def submit_cmd(
                         sandbox=sandbox or "workspace-write", network=network, pass_env=pass_env,
                         retry_for_s=retry_for, fallback_models=tuple(check_model(m) for m in fallback_model),
                         token_limit=max_tokens, time_limit_s=max_time)  # fmt: skip
-    info = submit(store, task=task, workspace=workspace, model=spec, policy=policy)
+    info = submit(store, task=task, workspace=workspace, model=spec, policy=policy,
+                  snapshot=snapshot)  # fmt: skip
     if as_json:
         emit_json({"session": info.id, "workspace": info.workspace, "model": spec})
     else:
@@ -163,6 +168,9 @@ def _say(line: str) -> None:
 @click.option("--mcp", "mcp", default=None, envvar="BUBU_MCP", metavar="FILE",
               type=click.Path(dir_okay=False),
               help="MCP servers to offer tools from (default $BUBU_HOME/mcp.json if present).")  # fmt: skip
+@click.option("--workspaces", default=None, metavar="DIR", type=click.Path(file_okay=False),
+              help="Run each session in DIR/SESSION, materialized from its snapshots when missing "
+              "(a machine that does not have the sessions' workspaces).")  # fmt: skip
 @pass_ctx
 def worker_cmd(
     ctx: Ctx,
@@ -176,6 +184,7 @@ def worker_cmd(
     poll: float,
     tool_timeout: float,
     mcp: str | None,
+    workspaces: str | None = None,
 ) -> None:
     """Claim sessions with work (queued tasks, turns whose runner died) and run them.
 
@@ -196,7 +205,7 @@ def worker_cmd(
 
     run = RunConfig(max_steps=None, lease_ttl_s=lease_ttl, tool_timeout_s=tool_timeout)
     config = WorkerConfig(concurrency=concurrency, once=once, idle_exit_s=idle_exit,
-                          poll_s=poll, run=run)  # fmt: skip
+                          poll_s=poll, run=run, workspaces=workspaces)  # fmt: skip
     worker = Worker(
         open_slot=open_slot, equip=lambda info: equip(info, mcp), config=config, log=_say
     )

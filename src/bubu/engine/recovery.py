@@ -95,11 +95,18 @@ def observe(
 
 
 def recover_session(
-    host: Host, info: SessionInfo, *, continue_turn: bool = True, force: bool = False
+    host: Host,
+    info: SessionInfo,
+    *,
+    continue_turn: bool = True,
+    force: bool = False,
+    workspace: str | None = None,
 ) -> Recovered:
     """Take the lease, plan, commit the recovery facts and the notice, then continue the turn.
 
-    With `force`, a blocked plan gives way to `forced_plan` (the user looked and said so)."""
+    With `force`, a blocked plan gives way to `forced_plan` (the user looked and said so). With
+    `workspace`, the turn continues there (a fleet worker's own copy) instead of where its chain
+    says."""
     store = host.store
     current = store.current_lease(info.id)
     steal = holder_gone(store, info.id, current)
@@ -141,6 +148,8 @@ def recover_session(
             plan = forced_plan(records, plan)
         # The workspace the chain records, never the header's (an export can edit the header).
         acting, facts = acting_info(store, info)
+        if workspace is not None:
+            acting = replace(acting, workspace=workspace)
         if facts.origin == "import":
             plan = _not_on_an_imports_word(plan)
         changes = _changes(store, acting.workspace, records, plan)

@@ -121,7 +121,12 @@ def snapshot_roots(payload: bytes) -> list[str]:
         return []
     found = []
     dispatch = ev.actions.tool_dispatch if ev.actions is not None else None
-    for snap in (getattr(ev.content, "snapshot", None), getattr(dispatch, "snapshot", None)):
+    note = getattr(ev.content, "note", None)
+    for snap in (
+        getattr(ev.content, "snapshot", None),
+        getattr(dispatch, "snapshot", None),
+        getattr(note, "snapshot", None),
+    ):
         if snap is not None and snap.tree is not None:
             found.append(snap.tree)
     return found

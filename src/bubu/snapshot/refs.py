@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from bubu.events import Record, WorkspaceSnapshot
+from bubu.events import Record, SystemNote, WorkspaceSnapshot
 from bubu.snapshot import tree
 
 
@@ -14,6 +14,8 @@ def snapshot_of(record: Record) -> WorkspaceSnapshot | None:
     snap = getattr(ev.content, "snapshot", None)
     if snap is None and ev.actions is not None and ev.actions.tool_dispatch is not None:
         snap = ev.actions.tool_dispatch.snapshot
+    if snap is None and isinstance(ev.content, SystemNote):
+        snap = getattr(ev.content.note, "snapshot", None)
     return snap if isinstance(snap, WorkspaceSnapshot) else None
 
 
