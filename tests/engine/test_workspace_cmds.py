@@ -26,7 +26,7 @@ def _ran(tmp: Path, lines: list[dict[str, object]]) -> tuple[Path, Path, str]:
     return db, ws, only_session(db)
 
 
-TWO_TURNS = [
+TWO_TURNS: list[dict[str, object]] = [
     {"tool_calls": [call("run_command", command="sed -i s/2/3/ src/a.py; rm old.txt; echo n > new.txt")]},
     {"text": "done"},
 ]  # fmt: skip

@@ -25,11 +25,11 @@ def test_objects_are_found_by_their_hash_and_stored_once(store: Store) -> None:
     data = b"print('hello')\n" * 1000
     sha = codec.sha256_hex(data)
     assert store.missing_objects([sha]) == {sha}
-    assert store.object(sha) is None
+    assert store.get_object(sha) is None
     store.put_objects({sha: data})
     store.put_objects({sha: data, codec.sha256_hex(b""): b""})
-    assert store.object(sha) == data
-    assert store.object(codec.sha256_hex(b"")) == b""
+    assert store.get_object(sha) == data
+    assert store.get_object(codec.sha256_hex(b"")) == b""
     assert store.missing_objects([sha, "0" * 64]) == {"0" * 64}
 
 
@@ -56,9 +56,9 @@ def test_a_snapshot_named_by_an_outcome_verifies(store: Store, tmp_path: Path) -
     sid = _new(store)
     store.append(sid, _outcome(sid, snap), expect=0)  # type: ignore[arg-type]
     assert store.verify(sid).ok
-    found = dict(tree.files(store.object, snap.tree))
+    found = dict(tree.files(store.get_object, snap.tree))
     assert found["link"].mode == tree.LINK
-    assert store.object(found["link"].sha256) == b"src/a.py"
+    assert store.get_object(found["link"].sha256) == b"src/a.py"
     assert found["src/run.sh"].mode & 0o777 == 0o755
 
 
@@ -96,7 +96,7 @@ def test_a_damaged_object_is_found_by_verify(sqlite_store: SQLiteStore, tmp_path
     assert not report.ok
     assert report.problem is not None
     assert sha[:12] in report.problem
-    assert sqlite_store.object(sha) is None
+    assert sqlite_store.get_object(sha) is None
 
 
 @on_disk

@@ -32,7 +32,7 @@ def _session(store: Store, ws: Path) -> tuple[str, WorkspaceSnapshot]:
 
 
 def _files(store: Store, root: str) -> dict[str, bytes | None]:
-    return {p: store.object(f.sha256) for p, f in tree.files(store.object, root)}
+    return {p: store.get_object(f.sha256) for p, f in tree.files(store.get_object, root)}
 
 
 def test_export_then_import_carries_the_snapshots(tmp_path: Path) -> None:

@@ -54,7 +54,9 @@ def test_a_kill_mid_snapshot_leaves_no_reference_to_a_missing_object(
     with SQLiteStore(tmp_path / "crash" / "bubu.db") as store:
         (info,) = store.sessions()
         missing = [
-            sha for sha, data in refs.objects_of(store.object, refs.roots(o.after)) if data is None
+            sha
+            for sha, data in refs.objects_of(store.get_object, refs.roots(o.after))
+            if data is None
         ]
         assert missing == []
         assert store.verify(info.id).ok

@@ -30,7 +30,7 @@ def changed_by_turn(store: Store, records: list[Record]) -> list[diff.Changed]:
     if a is None or b is None or a == b:
         return []
     try:
-        return diff.summarize(store.object, tree.changes(store.object, a, b))
+        return diff.summarize(store.get_object, tree.changes(store.get_object, a, b))
     except CorruptLog:
         return []
 
@@ -78,8 +78,8 @@ def diff_cmd(
     records = store.read(info.id)
     a, b, what = _range(records, info.id, turn, start, end)
     try:
-        changes = tree.changes(store.object, a, b)
-        changed = diff.summarize(store.object, changes)
+        changes = tree.changes(store.get_object, a, b)
+        changed = diff.summarize(store.get_object, changes)
     except CorruptLog as e:
         fail(f"{e}; `bubu verify {info.id}` tells what is damaged")
     if as_json:
@@ -93,7 +93,7 @@ def diff_cmd(
         for line in diff.stat_lines(changed):
             click.echo(printable(line))
         return
-    sys.stdout.write(diff.unified(store.object, changes))
+    sys.stdout.write(diff.unified(store.get_object, changes))
 
 
 @cli.command("checkout")
@@ -115,7 +115,7 @@ def checkout_cmd(ctx: Ctx, /, *, session: str, directory: Path, at: int | None) 
     if snap is None or snap.tree is None:
         fail(NO_SNAPSHOT.format(sid=info.id, where=f"for seq {seq}"))
     try:
-        n = materialize(store.object, snap.tree, directory)
+        n = materialize(store.get_object, snap.tree, directory)
     except FileExistsError:
         fail(f"{directory} is not empty; check out into a new or empty directory")
     except CorruptLog as e:

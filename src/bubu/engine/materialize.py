@@ -46,6 +46,6 @@ def local_workspace(store: Store, info: SessionInfo, root: str | None) -> Sessio
     partial = home / f".{info.id}.partial"
     if partial.exists():  # a materialization cut short: start it again
         shutil.rmtree(partial)
-    materialize(store.object, snap.tree, partial)
+    materialize(store.get_object, snap.tree, partial)
     os.rename(partial, local)
     return replace(info, workspace=str(local))

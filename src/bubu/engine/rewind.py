@@ -368,7 +368,7 @@ def changed_files(
         return sorted(out.values(), key=lambda f: f.path)
     root = os.path.realpath(workspace)
     try:
-        changes = tree.changes(store.object, at.tree, last.tree)
+        changes = tree.changes(store.get_object, at.tree, last.tree)
     except CorruptLog:
         return sorted(out.values(), key=lambda f: f.path)
     for c in changes:
@@ -415,7 +415,7 @@ def rewind_tools(tools: dict[str, Tool], store: Store) -> dict[str, Tool]:
     def content(sha: str) -> bytes | None:
         # A write kept what it replaced as a blob; a snapshot holds every file as an object.
         found = store.blob(sha)
-        return found if found is not None else store.object(sha)
+        return found if found is not None else store.get_object(sha)
 
     return {**tools, NAME: restore_tool(content)}
 

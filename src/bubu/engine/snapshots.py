@@ -69,9 +69,9 @@ def change_since(
     if since is None or now is None or since.tree is None or now.tree is None:
         return None
     try:
-        changes = tree.changes(store.object, since.tree, now.tree)
-        changed = diff.summarize(store.object, changes)
-        full = diff.unified(store.object, changes).encode("utf-8", "replace")
+        changes = tree.changes(store.get_object, since.tree, now.tree)
+        changed = diff.summarize(store.get_object, changes)
+        full = diff.unified(store.get_object, changes).encode("utf-8", "replace")
     except BubuError:  # a damaged store must not stop recovery: it falls back to the old words
         return None
     return WorkspaceChange(since=since.tree, now=now, changed=changed, diff=full)

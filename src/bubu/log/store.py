@@ -351,7 +351,7 @@ class Store(abc.ABC):
     def missing_objects(self, shas: Iterable[str]) -> set[str]:
         """Which of these objects the store does not hold."""
 
-    def object(self, sha256: str) -> bytes | None:
+    def get_object(self, sha256: str) -> bytes | None:
         """The bytes of a snapshot object, or None when it is missing or damaged."""
         row = self._object_rows([sha256]).get(sha256)
         if row is None:

@@ -71,7 +71,7 @@ def export_lines(store: Store, info: SessionInfo) -> Iterator[bytes]:
     blobs = [(sha, store.blob(sha)) for sha in shas]
     # Walked twice (to count, then to write), so the objects are never all held at once.
     names = refs.roots(records)
-    count = sum(1 for _, data in refs.objects_of(store.object, names) if data is not None)
+    count = sum(1 for _, data in refs.objects_of(store.get_object, names) if data is not None)
     yield _enc.encode(
         _Header(
             format=EXPORT_FORMAT,
@@ -89,7 +89,7 @@ def export_lines(store: Store, info: SessionInfo) -> Iterator[bytes]:
     for sha, data in blobs:
         if data is not None:
             yield _enc.encode(_Blob(blob=sha, data=data))
-    for sha, data in refs.objects_of(store.object, names):
+    for sha, data in refs.objects_of(store.get_object, names):
         if data is not None:
             yield _enc.encode(_Object(object=sha, data=data))
     for r in records:
@@ -336,7 +336,7 @@ def put_snapshots(src: Store, dst: Store, records: Sequence[Record]) -> str | No
     trees, in batches); the first missing object's name if `src` lacks one."""
     batch: dict[str, bytes] = {}
     size = 0
-    for sha, data in refs.objects_of(src.object, refs.roots(records)):
+    for sha, data in refs.objects_of(src.get_object, refs.roots(records)):
         if data is None:
             return sha
         batch[sha] = data
