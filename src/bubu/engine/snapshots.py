@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from bubu.context.offload import line_count
 from bubu.errors import BubuError
 from bubu.events import BlobRef, WorkspaceSnapshot
-from bubu.log import codec
+from bubu.log import codec, redact
 from bubu.log.store import Store
 from bubu.snapshot import diff, tree
 
@@ -51,7 +51,8 @@ class WorkspaceChange:
         words = f"{head} {self.sentence()}"
         if not self.diff:
             return words, None, None
-        whole = f"{words}\n\n".encode() + self.diff
+        # Redacted before it is named: the store would redact it anyway, and the name must hold.
+        whole = redact.data(f"{words}\n\n".encode() + self.diff)
         ref = BlobRef(sha256=codec.sha256_hex(whole), size=len(whole), lines=line_count(whole))
         text = (
             f"{words} The full diff ({ref.lines:,} lines) is stored whole: handle {ref.sha256}; "
