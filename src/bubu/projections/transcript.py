@@ -30,6 +30,7 @@ from bubu.events import (
     TurnEnded,
     TurnStarted,
     WindowLearned,
+    WorkspaceTaken,
 )
 from bubu.pricing import CostTally
 
@@ -185,6 +186,12 @@ class Transcript:
                 text = note_line(n)
             case MemoryForgotten(key=key):
                 text = f"note {key!r} forgotten (bubu memory forget)"
+            case WorkspaceTaken(snapshot=snap, source=source):
+                text = (
+                    f"workspace {source} stored with the task ({snap.files} files)"
+                    if snap.tree is not None
+                    else f"the workspace {source} could not be stored: {snap.partial}"
+                )
             case CheckpointBody() | SummaryChunk():
                 text = None  # the compaction note that follows is the marker people see
             case _:
