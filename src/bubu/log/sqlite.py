@@ -179,6 +179,10 @@ def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
     return StorageError(f"the database {path} failed: {msg}")
 
 
+OBJECTS_BUSY_TIMEOUT_MS = 500
+"""How long storing a snapshot's objects waits for another process's lock before giving up."""
+
+
 class SQLiteStore(Store):
     """A `Store` in one SQLite file."""
 
@@ -766,15 +770,21 @@ class SQLiteStore(Store):
         with self._lock, self._guard():
             db = self._db
             self._set_sync(self.durability == "full")
-            db.execute("BEGIN IMMEDIATE")
+            # A snapshot never waits long for a lock another process holds: it gives up (and is
+            # recorded as partial), leaving the wait to the appends the task depends on.
+            db.execute(f"PRAGMA busy_timeout={OBJECTS_BUSY_TIMEOUT_MS}")
             try:
-                db.executemany(
-                    "INSERT OR IGNORE INTO objects(sha256, size, data) VALUES (?,?,?)", rows
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                _rollback(db)
-                raise
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.executemany(
+                        "INSERT OR IGNORE INTO objects(sha256, size, data) VALUES (?,?,?)", rows
+                    )
+                    db.execute("COMMIT")
+                except BaseException:
+                    _rollback(db)
+                    raise
+            finally:
+                db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
     def missing_objects(self, shas: Iterable[str]) -> set[str]:
         want = set(shas)
