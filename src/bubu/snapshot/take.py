@@ -57,7 +57,8 @@ class _Scan:
     partial: str | None = None
     cap_total: int = 0
     cap_files: int = 0
-    files_seen: dict[str, tuple[StatKey, str]] = field(default_factory=dict)
+    files_seen: dict[str, dict[str, tuple[StatKey, str]]] = field(default_factory=dict)
+    """Per directory, per name: the stat key and sha-256 of each file this scan trusts."""
     dirs_seen: dict[str, tuple[list[tree.Entry], str]] = field(default_factory=dict)
 
 
@@ -71,7 +72,7 @@ class Snapshotter:
         self.root = os.path.realpath(root)
         self.caps = caps or Caps()
         self._lock = threading.Lock()
-        self._files: dict[str, tuple[StatKey, str]] = {}
+        self._files: dict[str, dict[str, tuple[StatKey, str]]] = {}
         self._dirs: dict[str, tuple[list[tree.Entry], str]] = {}
         self._rules: dict[str, tuple[Rules, StatKey | None, Rules]] = {}
         self._decided: dict[str, tuple[Rules, dict[str, bool]]] = {}
@@ -147,76 +148,104 @@ class Snapshotter:
         verdicts = decided[1]
         entries: list[tree.Entry] = []
         size = 0
-        old_files, seen, exclude = self._files, scan.files_seen, self._exclude
+        old = self._files.get(rel) or {}
+        seen: dict[str, tuple[StatKey, str]] = {}
+        scan.files_seen[rel] = seen
+        exclude = self._exclude
         fresh = scan.start_ns - _RACY_NS
+        # The counters live in locals through the fast path (a file as the last scan saw it),
+        # and go back to `scan` around anything that reads or changes them.
+        files, total = scan.files, scan.total
+        cap_files, cap_total = scan.cap_files, scan.cap_total
         for d in items:
             name = d.name
-            p = rel + name
-            if exclude and p in exclude:
+            if exclude and rel + name in exclude:
                 continue
             try:
                 s = d.stat(follow_symlinks=False)
             except OSError as e:
-                scan.skipped.append((p, f"unreadable: {e.strerror}"))
+                scan.skipped.append((rel + name, f"unreadable: {e.strerror}"))
                 continue
             mode = s.st_mode
             isdir = S_ISDIR(mode)
             ignored = verdicts.get(name)
             if ignored is None:
-                ignored = verdicts[name] = rules.ignored(p, directory=isdir)
+                ignored = verdicts[name] = rules.ignored(rel + name, directory=isdir)
             if ignored:
                 continue
             if not isdir:
-                key = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns, mode)
-                hit = old_files.get(p)
+                n = s.st_size
+                key = (n, s.st_mtime_ns, s.st_ino, s.st_ctime_ns, mode)
+                hit = old.get(name)
                 if (
                     hit is not None
                     and hit[0] == key
-                    and scan.files < scan.cap_files
-                    and scan.total + key[0] <= scan.cap_total
+                    and files < cap_files
+                    and total + n <= cap_total
                 ):
-                    # The fast path: a file as the last snapshot saw it.
-                    seen[p] = hit
-                    scan.files += 1
-                    scan.total += key[0]
-                    size += key[0]
-                    entries.append((name, LINK if S_ISLNK(mode) else mode, hit[1], key[0]))
+                    seen[name] = hit
+                    files += 1
+                    total += n
+                    size += n
+                    entries.append((name, LINK if S_ISLNK(mode) else mode, hit[1], n))
                     continue
-            if isdir:
-                sub = self._walk(d.path, p + "/", rules, scan)
-                if sub is not None:
-                    entries.append((name, tree.DIR, sub[0], sub[1]))
-                    size += sub[1]
-                continue
-            if not (S_ISREG(mode) or S_ISLNK(mode)):
-                scan.skipped.append((p, "not a regular file or a link"))
-                continue
-            key = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns, mode)
-            hit = old_files.get(p)
-            if hit is not None and hit[0] == key:
-                sha = hit[1]
-            else:
-                got = self._read(d.path, p, s.st_size, S_ISLNK(mode), scan)
-                if got is None:
-                    continue
-                sha = got
-            if scan.files >= scan.caps.files or scan.total + s.st_size > scan.caps.total_bytes:
-                scan.skipped.append((p, "over the workspace's cap"))
-                scan.partial = (
-                    f"the workspace is over the snapshot's cap of {scan.caps.files} files or "
-                    f"{scan.caps.total_bytes} bytes"
-                )
-                continue
-            if s.st_mtime_ns < fresh:
-                seen[p] = (key, sha)
-            scan.files += 1
-            scan.total += s.st_size
-            size += s.st_size
-            entries.append((name, LINK if S_ISLNK(mode) else mode, sha, s.st_size))
+            scan.files, scan.total = files, total
+            got = self._slow(d, rel, name, s, isdir=isdir, rules=rules, old=old, seen=seen,
+                             fresh=fresh, scan=scan)  # fmt: skip
+            files, total = scan.files, scan.total
+            if got is not None:
+                entries.append(got)
+                size += got[3]
+        scan.files, scan.total = files, total
         entries.sort()
         if rel == "":
             return self._put_tree(scan, rel, entries, sorted(scan.skipped)), size
         return self._put_tree(scan, rel, entries, []), size
+
+    def _slow(
+        self,
+        d: os.DirEntry[str],
+        rel: str,
+        name: str,
+        s: os.stat_result,
+        *,
+        isdir: bool,
+        rules: Rules,
+        old: dict[str, tuple[StatKey, str]],
+        seen: dict[str, tuple[StatKey, str]],
+        fresh: int,
+        scan: _Scan,
+    ) -> tree.Entry | None:
+        """The entry of a directory, or of a file the last scan did not see as it is now."""
+        p = rel + name
+        mode = s.st_mode
+        if isdir:
+            sub = self._walk(d.path, p + "/", rules, scan)
+            return None if sub is None else (name, tree.DIR, sub[0], sub[1])
+        if not (S_ISREG(mode) or S_ISLNK(mode)):
+            scan.skipped.append((p, "not a regular file or a link"))
+            return None
+        key = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns, mode)
+        hit = old.get(name)
+        if hit is not None and hit[0] == key:
+            sha = hit[1]
+        else:
+            got = self._read(d.path, p, s.st_size, S_ISLNK(mode), scan)
+            if got is None:
+                return None
+            sha = got
+        if scan.files >= scan.caps.files or scan.total + s.st_size > scan.caps.total_bytes:
+            scan.skipped.append((p, "over the workspace's cap"))
+            scan.partial = (
+                f"the workspace is over the snapshot's cap of {scan.caps.files} files or "
+                f"{scan.caps.total_bytes} bytes"
+            )
+            return None
+        if s.st_mtime_ns < fresh:
+            seen[name] = (key, sha)
+        scan.files += 1
+        scan.total += s.st_size
+        return (name, LINK if S_ISLNK(mode) else mode, sha, s.st_size)
 
     def _put_tree(
         self, scan: _Scan, rel: str, entries: list[tree.Entry], skipped: list[tuple[str, str]]
