@@ -76,3 +76,29 @@ def test_a_killed_command_is_reported_by_the_paths_it_changed(tmp_path: Path) ->
     (shown,) = seen[-1].results
     assert _paths(shown.content) == want, shown.content
     assert "snapshot" not in str(provider.requests[-1].tools)
+
+
+def test_a_write_is_proven_against_the_whole_workspace(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    (ws / "other.txt").write_text("other\n")
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [{"tool_calls": [call("write_file", path="a.txt", content="A\n")]}, {"text": "ok"}],
+    )
+    db = tmp_path / "bubu.db"
+    proc = start_bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
+                      env={"BUBU_FAILPOINT": "after_dispatch"})  # fmt: skip
+    assert finish(proc)[0] == -9
+    (ws / "other.txt").write_text("changed by someone\n")  # between the crash and the recovery
+    provider = Recording(ScriptedProvider(str(script)))
+    with Agent(model=provider, store=db, workspace=ws) as agent:
+        agent.recover(only_session(db))
+    (fact,) = [
+        a.tool_recovery for r in read(db) if (a := r.event.actions) and a.tool_recovery
+    ]  # fmt: skip
+    assert fact.decision == "rerun_not_applied"
+    assert "1 other path changed" in fact.reason
+    assert "modified other.txt (+1 −1)" in fact.reason
+    assert (ws / "a.txt").read_text() == "A\n"
