@@ -12,7 +12,8 @@ from bubu.engine.permissions import Policy
 from bubu.log.sqlite import SQLiteStore
 from bubu.web.app import create_app
 
-from .test_rewind_api import AUTH, BASE, TOKEN
+from .scenarios import TOKEN
+from .test_rewind_api import AUTH, BASE
 
 
 def test_a_turns_changes_and_diff(tmp_path: Path) -> None:
