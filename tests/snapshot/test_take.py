@@ -134,3 +134,43 @@ def test_a_failing_store_gives_a_partial_snapshot_and_never_raises(tmp_path: Pat
     snap = Snapshotter(Full(tmp_path / "bubu.db"), ws).take()
     assert snap.tree is None
     assert snap.partial == "the snapshot failed: the disk is full"
+
+
+def test_a_new_process_starts_from_the_saved_stat_cache(store: SQLiteStore, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "d").mkdir(parents=True)
+    for n in range(120):
+        (ws / "d" / f"f{n}.txt").write_text(f"file {n}\n")
+    time.sleep(0.05)  # older than the racy window: the first scan trusts them all
+    first = Snapshotter(store, ws).take()
+    read: list[str] = []
+
+    class Counting(Snapshotter):
+        def _read(self, path: str, rel: str, size: int, link: bool, scan: _Scan) -> str | None:
+            read.append(rel)
+            return super()._read(path, rel, size, link, scan)
+
+    again = Counting(store, ws)  # as a new process would
+    assert again.load_cache() == 120
+    (ws / "d" / "f7.txt").write_text("changed\n")
+    assert again.take().tree != first.tree
+    assert read == ["d/f7.txt"]
+
+
+def test_a_saved_cache_naming_a_missing_object_is_not_trusted(tmp_path: Path) -> None:
+    from bubu.log import codec
+    from bubu.log.memory import MemoryStore
+
+    store = MemoryStore()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for n in range(120):
+        (ws / f"f{n}.txt").write_text(f"file {n}\n")
+    time.sleep(0.05)
+    Snapshotter(store, ws).take()
+    del store.db.objects[codec.sha256_hex(b"file 3\n")]
+    again = Snapshotter(store, ws)
+    assert again.load_cache() == 119
+    snap = again.take()
+    assert snap.tree is not None
+    assert store.get_object(codec.sha256_hex(b"file 3\n")) == b"file 3\n"  # read and stored again

@@ -10,18 +10,22 @@ that fails says why in `partial` and never raises.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISDIR, S_ISLNK, S_ISREG
+
+import msgspec
 
 from bubu import failpoints
 from bubu.errors import BubuError
 from bubu.events import WorkspaceSnapshot
 from bubu.log import codec, redact
-from bubu.log.store import Store
+from bubu.log.store import Store, View
 from bubu.snapshot import tree
 from bubu.snapshot.ignore import NO_RULES, Rules
 from bubu.snapshot.tree import LINK
@@ -39,6 +43,14 @@ class Caps:
 StatKey = tuple[int, int, int, int, int]
 """(size, mtime_ns, inode, ctime_ns, mode) of a path."""
 
+CACHE_VIEW = "snapshot_stat_cache"
+"""The kind of the derived view that keeps a workspace's stat cache between processes."""
+
+SAVE_AFTER_READS = 100
+"""A scan that read this many files saves the stat cache (a first snapshot, a large change):
+the next process then reads only what changed since, and a step that read a few files saves
+nothing."""
+
 _FLUSH_BYTES = 32 << 20
 _RACY_NS = 20_000_000
 """A file modified this close to the scan's start may change again within one mtime tick."""
@@ -55,6 +67,8 @@ class _Scan:
     files: int = 0
     total: int = 0
     partial: str | None = None
+    read: int = 0
+    """Files read (not found in the stat cache) by this scan."""
     cap_total: int = 0
     cap_files: int = 0
     files_seen: dict[str, dict[str, tuple[StatKey, str]]] = field(default_factory=dict)
@@ -102,10 +116,43 @@ class Snapshotter:
         failpoints.hit("mid_snapshot")
         self._flush(scan, trees=True)
         self._files, self._dirs = scan.files_seen, scan.dirs_seen
+        if scan.read >= SAVE_AFTER_READS:
+            self._save_cache()
         return WorkspaceSnapshot(
             tree=root_sha, files=scan.files, bytes=scan.total, skipped=len(scan.skipped),
             partial=scan.partial,
         )  # fmt: skip
+
+    def load_cache(self) -> int:
+        """Start from the stat cache an earlier process saved in the store (a derived view,
+        dropped and rebuilt at will), keeping only entries whose objects the store holds; the
+        number of files it covers."""
+        try:
+            view = self.store.get_view(CACHE_VIEW, "", self.root)
+            if view is None:
+                return 0
+            raw = zlib.decompress(view.data)
+            cached = msgspec.msgpack.decode(raw, type=dict[str, dict[str, tuple[StatKey, str]]])
+            missing = self.store.missing_objects(
+                {sha for d in cached.values() for _, sha in d.values()}
+            )
+        except (BubuError, zlib.error, msgspec.DecodeError, msgspec.ValidationError):
+            return 0
+        with self._lock:
+            self._files = {
+                rel: {n: e for n, e in entries.items() if e[1] not in missing}
+                for rel, entries in cached.items()
+            }
+            self._held.update(sha for d in self._files.values() for _, sha in d.values())
+        return sum(map(len, self._files.values()))
+
+    def _save_cache(self) -> None:
+        """Keep the stat cache in the store for the next process (a failure only costs it)."""
+        data = zlib.compress(msgspec.msgpack.encode(self._files), 1)
+        view = View(kind=CACHE_VIEW, session="", key=self.root, source_high_water=0,
+                    source_digest="", data=data)  # fmt: skip
+        with contextlib.suppress(BubuError):
+            self.store.put_view(view)
 
     def _rules_in(self, rel: str, parent: Rules, items: list[os.DirEntry[str]]) -> Rules:
         gi = next((d for d in items if d.name == ".gitignore"), None)
@@ -292,6 +339,7 @@ class Snapshotter:
                 (rel, f"it holds the value of {leaked}, a secret kept out of the log")
             )
             return None
+        scan.read += 1
         sha = codec.sha256_hex(data)
         if sha not in self._held and sha not in scan.pending:
             scan.pending[sha] = data
@@ -344,5 +392,6 @@ def snapshotter(store: Store, root: str | os.PathLike[str]) -> Snapshotter:
         found = _registry.get(key)
         if found is None:
             found = _registry[key] = Snapshotter(store, root)
+            found.load_cache()
         found.store = store  # another handle on the same database: the cache still holds
         return found
