@@ -90,6 +90,20 @@ class BlobRef(_Base, frozen=True, kw_only=True):
     lines: int
 
 
+class WorkspaceSnapshot(_Base, frozen=True, kw_only=True):
+    """The workspace as a step left it: the sha-256 of its root tree object in the store (None
+    when none could be stored), what it holds, and what it had to leave out.
+
+    `partial` says why the snapshot is incomplete (a full disk, a cap, a permission); such a
+    snapshot never blocks or fails the step that took it."""
+
+    tree: str | None
+    files: int = 0
+    bytes: int = 0
+    skipped: int = 0
+    partial: str | None = None
+
+
 class FunctionResponse(_Base, frozen=True, kw_only=True, tag="function_response", tag_field="kind"):
     """The committed outcome of a tool call, paired to the call by `call_id`.
 
@@ -105,6 +119,8 @@ class FunctionResponse(_Base, frozen=True, kw_only=True, tag="function_response"
     blob: BlobRef | None = None
     duration_ms: int | None = None
     images: list[ImageRef] = msgspec.field(default_factory=list)
+    snapshot: WorkspaceSnapshot | None = None
+    """The workspace after a step that may have changed it (never part of a model request)."""
     """Images the result shows the model (`read_file` on an image), kept as blobs."""
 
 
@@ -256,6 +272,8 @@ class RecoveryNotice(_Note, frozen=True, kw_only=True, tag="recovery_notice"):
     reason: str | None = None
     leftovers: list[str] = msgspec.field(default_factory=list)
     """Processes of the dead run that were still running and were killed (one line each)."""
+    workspace_changes: list[str] = msgspec.field(default_factory=list)
+    """What each interrupted call changed in the workspace, from its snapshots (`call: line`)."""
     forced: str | None = None
     """The block the user overrode with `bubu recover --force` (its reason), if any."""
 
@@ -412,6 +430,15 @@ class MemoryAccepted(_Note, frozen=True, kw_only=True, tag="memory_accepted"):
     source: str
 
 
+class WorkspaceTaken(_Note, frozen=True, kw_only=True, tag="workspace_snapshot"):
+    """A snapshot of the workspace taken outside a step: the directory a task was submitted
+    from (`bubu submit --snapshot`), for the worker that materializes it."""
+
+    snapshot: WorkspaceSnapshot
+    source: str
+    """The directory it was taken from."""
+
+
 Note: TypeAlias = (
     TurnStarted
     | TurnEnded
@@ -433,6 +460,7 @@ Note: TypeAlias = (
     | ProjectInstructions
     | TaskHeld
     | TaskApproved
+    | WorkspaceTaken
 )
 
 
@@ -507,6 +535,8 @@ class ToolDispatch(_Base, frozen=True, kw_only=True):
     path: str | None = None
     before_sha256: str | None = None
     after_sha256: str | None = None
+    snapshot: WorkspaceSnapshot | None = None
+    """The workspace before the turn's first call that may change it."""
 
 
 RecoveryDecision = Literal["rerun", "applied", "rerun_not_applied", "interrupted"]

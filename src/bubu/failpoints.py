@@ -29,6 +29,7 @@ NAMES = frozenset(
         "mid_recovery",
         "mid_compaction",
         "mid_rewind",
+        "mid_snapshot",
     }
 )
 

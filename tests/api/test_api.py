@@ -230,7 +230,8 @@ def test_recover_continues_a_crashed_turn_with_the_same_prompt(
     assert [c.decision for c in result.recovery.calls] == ["interrupted"]
     assert [r.system for r in provider.requests] == ["Be careful.", "Be careful."]
     seen = [m for m in provider.requests[-1].messages if isinstance(m, ToolResultsMessage)]
-    assert [r.content for r in seen[-1].results] == [INTERRUPTED]
+    assert [r.content[: len(INTERRUPTED)] for r in seen[-1].results] == [INTERRUPTED]
+    assert "Nothing in the workspace changed" in seen[-1].results[0].content
     assert nothing.reason == "nothing"
     assert crashed == [True]  # never re-run
 

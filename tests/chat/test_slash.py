@@ -129,6 +129,35 @@ def test_rewind_restores_the_files_and_the_chat_follows_the_fork(
     assert bubu(db, "verify").returncode == 0
 
 
+def test_undo_reverts_what_the_last_turns_command_did_and_the_chat_follows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, ws = tmp_path / "bubu.db", tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("before\n")
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [{"tool_calls": [call("run_command", command="rm a.txt")]}, {"text": "done"}],
+    )
+    ran = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off",
+               "--yes")  # fmt: skip
+    assert ran.returncode == 0
+    assert not (ws / "a.txt").exists()
+    ctx = Ctx(str(db))
+    try:
+        c = Chat(ctx, str(ws), {})
+        c.info = c.store.sessions()[-1]
+        source = c.info.id
+        monkeypatch.setattr("bubu.cli.rewindcmd._interactive", lambda: True)
+        monkeypatch.setattr("click.confirm", lambda *a, **k: True)
+        run_slash(c, "/undo")
+        assert (ws / "a.txt").read_text() == "before\n"
+        assert c.info.id != source
+        assert f"this chat goes on in {c.info.id}" in capsys.readouterr().out
+    finally:
+        ctx.close()
+
+
 def test_tab_completes_slash_commands() -> None:
     from prompt_toolkit.completion import CompleteEvent
     from prompt_toolkit.document import Document

@@ -45,6 +45,8 @@ from bubu.events import (
     TurnEnded,
     TurnStarted,
     WindowLearned,
+    WorkspaceSnapshot,
+    WorkspaceTaken,
     make,
 )
 from bubu.log import codec
@@ -64,6 +66,8 @@ LATER_NOTE_KINDS = frozenset(
         "server_note",
         "task_held",
         "task_approved",
+        "workspace_snapshot",
+        "memory_accepted",
     }
 )
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones
@@ -326,4 +330,6 @@ def session_events(
         path="pkg/AGENTS.md", sha256="ab" * 32, size=12, text="Use tabs.\n")])))  # fmt: skip
     add("system", "system", note(note=WindowLearned(tokens=4096, source="learned: the server's overflow error")))  # fmt: skip
     add("system", "system", note(note=ServerNote(text="the server cannot call tools; the model answers in text only")))  # fmt: skip
+    add("system", "host", note(note=WorkspaceTaken(source="/w", snapshot=WorkspaceSnapshot(
+        tree=None, partial="the snapshot failed: No space left on device"))), hidden=True)  # fmt: skip
     return events

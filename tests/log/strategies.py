@@ -25,6 +25,7 @@ from bubu.events import (
     FunctionResponse,
     Info,
     InstructionFile,
+    MemoryAccepted,
     MemoryForgotten,
     ModelRequest,
     ModelSwitch,
@@ -49,6 +50,8 @@ from bubu.events import (
     TurnEnded,
     TurnStarted,
     WindowLearned,
+    WorkspaceSnapshot,
+    WorkspaceTaken,
 )
 
 # Any Unicode scalar value UTF-8 can carry (no lone surrogates: those are refused, see bad input).
@@ -175,8 +178,21 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
     TaskApproved: st.builds(
         TaskApproved, request_seq=counts, reasons=st.lists(texts, max_size=3), by=texts
     ),
+    MemoryAccepted: st.builds(MemoryAccepted, key=texts, sha256=shas, source=texts),
     WindowLearned: st.builds(WindowLearned, tokens=counts, source=texts),
     ServerNote: st.builds(ServerNote, text=texts),
+    WorkspaceTaken: st.builds(
+        WorkspaceTaken,
+        source=texts,
+        snapshot=st.builds(
+            WorkspaceSnapshot,
+            tree=st.none(),  # a random log names no stored object (verify would miss it)
+            files=counts,
+            bytes=counts,
+            skipped=counts,
+            partial=opt_texts,
+        ),
+    ),
     ProjectInstructions: st.builds(
         ProjectInstructions,
         cause=st.sampled_from(["start", "directory", "changed"]),

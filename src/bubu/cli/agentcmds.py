@@ -625,6 +625,7 @@ def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
     crashed one is recovered by `bubu recover`); limits given here replace the turn's."""
     store = ctx.store
     from bubu.cli.continuing import continuing_host
+    from bubu.cli.render import TerminalObserver
     from bubu.engine.recovery import needs_recovery, recover_session
     from bubu.engine.session import resume_turn
 
@@ -757,6 +758,12 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
     out["cause"] = lr.end_cause if not lr.open else None
     out["waiting"] = waiting_json(waiting, clock.now_ms()) if waiting is not None else None
     out["turn"] = budget_json(lr, clock.now_ms()) if lr.turn is not None else None
+    if state in ("running", "open turn"):
+        from bubu.cli.workspacecmds import changed_by_turn
+
+        out["changed"] = [c.line() for c in changed_by_turn(store, records)]
+    else:
+        out["changed"] = []
     if st.notice is not None:
         n = st.notice
         out["recovery"] = {
@@ -765,6 +772,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "verified_applied": n.verified_applied,
             "pending_review": n.pending_review,
             "leftovers": n.leftovers,
+            "workspace_changes": n.workspace_changes,
             "reason": n.reason,
             "forced": n.forced,
             "dismissed": st.notice_dismissed,
@@ -839,6 +847,11 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
             click.echo(f"    last error: {printable(w.message)}")
     click.echo(f"  {usage_line(usage)}")
     click.echo(cost_lines(usage))
+    changed: Any = d["changed"]
+    if changed:
+        click.echo(
+            f"  changed by this turn so far ({len(changed)}): " + printable("; ".join(changed))
+        )
     if d["plan"]:
         click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it
     rec: Any = d["recovery"]

@@ -54,6 +54,7 @@ class Chat:
 
         self.view = ChatView(ask_line=self._ask_line)
         self.view.on_always = self._allow_always
+        self.view.objects = self.store.get_object
         self.info: SessionInfo | None = None
         self.host: Host
         self.model: str

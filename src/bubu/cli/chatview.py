@@ -127,6 +127,11 @@ class ChatView(TerminalObserver):
         self.always: list[str] = []
         """Patterns the person answered "always" to; the chat adds them to the host's policy."""
         self.on_always: Callable[[str], None] | None = None
+        self.objects: Callable[[str], bytes | None] | None = None
+        """The store's snapshot objects: the status line then names what the turn changed."""
+        self._first_tree: str | None = None
+        self.changed: list[str] = []
+        """The paths the running turn has changed so far (from its snapshots)."""
 
     # -- the live region --------------------------------------------------------------------------
 
@@ -158,6 +163,7 @@ class ChatView(TerminalObserver):
         self.cost = CostTally()
         self.activity = None
         self._draft = ""
+        self._first_tree, self.changed = None, []
         self._start_live()
 
     def _start_live(self) -> None:
@@ -222,6 +228,7 @@ class ChatView(TerminalObserver):
         thinking dimmed; then the cards and lines of `TerminalObserver`."""
         for r in records:
             c = r.event.content
+            self._follow_snapshots(r)
             if isinstance(c, SystemNote) and isinstance(c.note, TurnEnded):
                 self._cut_draft()  # what streamed of a call the end cut off, before the end
             if r.event.role != "model":
@@ -234,6 +241,30 @@ class ChatView(TerminalObserver):
                 md = Markdown(printable(c.text), code_theme="monokai", hyperlinks=False)
                 self.print(md)
         super().on_records(records)
+
+    def _follow_snapshots(self, r: Record) -> None:
+        """Keep `changed` up to date from the turn's first snapshot to its latest."""
+        from bubu.errors import CorruptLog
+        from bubu.snapshot import refs, tree
+
+        snap = refs.snapshot_of(r)
+        if snap is None or snap.tree is None or self.objects is None:
+            return
+        if self._first_tree is None:
+            self._first_tree = snap.tree
+            return
+        with contextlib.suppress(CorruptLog):
+            self.changed = [c.path for c in tree.changes(self.objects, self._first_tree, snap.tree)]
+
+    def status_text(self) -> str:
+        """The status line, and the files the turn has changed so far."""
+        text = super().status_text()
+        if not self.changed:
+            return text
+        shown = ", ".join(self.changed[:3]) + (
+            f" +{len(self.changed) - 3}" if len(self.changed) > 3 else ""
+        )
+        return f"{text} · changed {printable(shown)}"
 
     def _shows_committed_text(self) -> bool:
         return False  # printed above as Markdown, whether it streamed or not

@@ -91,6 +91,9 @@ def _longrun(f: Any) -> Any:
 @click.option("--network", is_flag=True, help="Let the task's sandboxed commands use the network.")
 @click.option("--env", "pass_env", multiple=True, metavar="NAME", callback=env_names(must_be_set=False),
               help="Pass the worker's secret variable NAME on to the task's commands.")  # fmt: skip
+@click.option("--snapshot", is_flag=True,
+              help="Store a snapshot of the workspace with the task, so that a worker on another "
+              "machine (`bubu worker --workspaces DIR`) materializes it.")  # fmt: skip
 @_longrun
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
@@ -113,6 +116,7 @@ def submit_cmd(
     fallback_model: tuple[str, ...] = (),
     max_tokens: int | None = None,
     max_time: float | None = None,
+    snapshot: bool = False,
 ) -> None:
     """Queue TASK for the fleet's workers and print its session id."""
     from bubu.cli.agentcmds import default_model
@@ -124,7 +128,8 @@ def submit_cmd(
                         sandbox=sandbox or "workspace-write", network=network, pass_env=pass_env,
                         retry_for_s=retry_for, fallback_models=tuple(check_model(m) for m in fallback_model),
                         token_limit=max_tokens, time_limit_s=max_time)  # fmt: skip
-    info = submit(store, task=task, workspace=workspace, model=spec, policy=policy)
+    info = submit(store, task=task, workspace=workspace, model=spec, policy=policy,
+                  snapshot=snapshot)  # fmt: skip
     if as_json:
         emit_json({"session": info.id, "workspace": info.workspace, "model": spec})
     else:
@@ -187,6 +192,9 @@ def _say(line: str) -> None:
 @click.option("--allow-env", "allow_env", multiple=True, metavar="NAME",
               callback=env_names(must_be_set=False),
               help="A secret variable of this worker that tasks may ask for with --env (else held).")  # fmt: skip
+@click.option("--workspaces", default=None, metavar="DIR", type=click.Path(file_okay=False),
+              help="Run each session in DIR/SESSION, materialized from its snapshots when missing "
+              "(a machine that does not have the sessions' workspaces).")  # fmt: skip
 @pass_ctx
 def worker_cmd(
     ctx: Ctx,
@@ -206,6 +214,7 @@ def worker_cmd(
     allow_network: bool,
     allow_patterns: bool,
     allow_env: tuple[str, ...],
+    workspaces: str | None = None,
 ) -> None:
     """Claim sessions with work (queued tasks, turns whose runner died) and run them.
 
@@ -236,7 +245,7 @@ def worker_cmd(
     ceiling = Ceiling(max_sandbox=max_sandbox, allow_yes=allow_yes, allow_network=allow_network,
                       allow_patterns=allow_patterns, allow_env=frozenset(allow_env))  # fmt: skip
     config = WorkerConfig(concurrency=concurrency, once=once, idle_exit_s=idle_exit,
-                          poll_s=poll, run=run, ceiling=ceiling)  # fmt: skip
+                          poll_s=poll, run=run, ceiling=ceiling, workspaces=workspaces)  # fmt: skip
     worker = Worker(
         open_slot=open_slot, equip=lambda info: equip(info, mcp), config=config, log=_say
     )

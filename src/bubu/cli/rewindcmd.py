@@ -1,4 +1,5 @@
-"""`bubu rewind SESSION --to SEQ`: put the files back as they were at SEQ and fork the log there.
+"""`bubu rewind SESSION --to SEQ`: put the files back as they were at SEQ and fork the log there;
+`bubu undo SESSION`: the same, to the start of the last turn.
 
 The preview comes first (`bubu.engine.rewind.preview`): each file and what will happen to it,
 and the commands whose effects cannot be undone. Then, once confirmed (``--yes``, or an answer
@@ -11,14 +12,16 @@ or the user says so at the terminal.
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import click
 
 from bubu.cli.app import Ctx, cli, emit_json, fail, pass_ctx
 from bubu.cli.term import printable
 from bubu.engine.rewind import NoModel, Preview, preview, rewind, unfinished
+from bubu.events import Record, SystemNote, TurnStarted
 from bubu.log.store import Store
+from bubu.projections.rewind import boundaries
 
 
 def _interactive() -> bool:
@@ -118,10 +121,44 @@ def rewind_cmd(
 ) -> None:
     """Restore the files SESSION changed after SEQ and fork its log at SEQ.
 
-    Shows what will happen to each file first; commands' effects cannot be undone."""
+    Shows what will happen to each file first. What commands changed is restored from the
+    workspace snapshots; without them (snapshots off), commands' effects cannot be undone."""
     if to < 0:
         fail(f"--to {to} is negative; give a seq of the session (0 is before its first request)")
     run_rewind(ctx.store, session, to, yes=yes, force=force, as_json=as_json)
 
 
-__all__ = ["run_rewind"]
+def last_turn_start(records: Sequence[Record]) -> int | None:
+    """The boundary just before the session's last turn (what `bubu undo` rewinds to), or None
+    when it has had no turn."""
+    started = [
+        r.seq
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnStarted)
+    ]
+    if not started:
+        return None
+    before = [b for b in boundaries(records) if b < started[-1]]
+    return before[-1] if before else None
+
+
+@cli.command("undo")
+@click.argument("session")
+@click.option("--yes", "-y", is_flag=True, help="Do it without asking (for scripts).")
+@click.option("--force-file", "force", multiple=True, metavar="PATH",
+              help="Overwrite PATH even though it changed since Bubu's last step (repeatable).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the preview and the result as JSON.")
+@pass_ctx
+def undo_cmd(
+    ctx: Ctx, /, *, session: str, yes: bool, force: tuple[str, ...], as_json: bool
+) -> None:
+    """Revert SESSION's last turn: the workspace as it was before it (what its commands did
+    too), and the log forked there (`bubu rewind` to the start of that turn)."""
+    info = ctx.store.session(session)
+    to = last_turn_start(ctx.store.read(info.id))
+    if to is None:
+        fail(f"session {info.id} has no turn to undo")
+    run_rewind(ctx.store, info.id, to, yes=yes, force=force, as_json=as_json)
+
+
+__all__ = ["last_turn_start", "run_rewind"]

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/model": ("[provider:model]", "show the model, or use another from the next message on"),
     "/fork": ("[SEQ]", "go on in a copy of the log up to SEQ, default all (bubu fork)"),
     "/rewind": ("[SEQ]", "go back to SEQ, default before the last message (bubu rewind)"),
+    "/undo": ("", "revert the last turn, what its commands did too (bubu undo)"),
     "/stop": ("", "stop the turn running in another process (bubu stop)"),
     "/resume": ("", "continue a stopped, suspended or crashed turn (bubu resume)"),
     "/dismiss": ("", "dismiss the recovery notice (bubu dismiss)"),
@@ -214,6 +215,19 @@ def _rewind(chat: Chat, arg: str) -> None:
         chat.say(f"this chat goes on in {made[0].id}")
 
 
+def _undo(chat: Chat, _: str) -> None:
+    sid = _session(chat)
+    if sid is None:
+        return
+    before = {s.id for s in chat.store.sessions()}
+    if invoke(chat, "undo", sid) != 0:
+        return
+    made = [s for s in chat.store.sessions() if s.id not in before]
+    if len(made) == 1:  # the undone log goes on in a session of its own: so does the chat
+        chat.info = made[0]
+        chat.say(f"this chat goes on in {made[0].id}")
+
+
 def _resume(chat: Chat, _: str) -> None:
     from bubu.engine.recovery import needs_recovery, recover_session
     from bubu.engine.session import resume_turn
@@ -242,6 +256,7 @@ _HANDLERS: dict[str, Callable[[Chat, str], Any]] = {
     "/model": _model,
     "/fork": _fork,
     "/rewind": _rewind,
+    "/undo": _undo,
     "/stop": _on_session("stop", "--wait", "5"),
     "/resume": _resume,
     "/dismiss": _on_session("dismiss"),

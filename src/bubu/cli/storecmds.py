@@ -20,6 +20,7 @@ from bubu.cli.term import echo
 from bubu.errors import BubuError, StorageError, UnknownSession
 from bubu.log import codec, open_store, redact
 from bubu.log.store import SessionInfo, Store
+from bubu.log.transfer import put_snapshots
 
 Outcome = Literal["copied", "skipped", "refused", "failed"]
 
@@ -92,6 +93,12 @@ def copy_session(src: Store, dst: Store, info: SessionInfo) -> CopyResult:
             result="refused",
             reason=f"it holds a value that looks like a {shape}, which Bubu keeps out of its "
             "logs and cannot take out of a chain; export it to read it",
+        )
+    # The workspace snapshots' objects first: never an event naming a tree DST lacks.
+    lost = put_snapshots(src, dst, records)
+    if lost is not None:
+        return CopyResult(
+            session=sid, result="refused", reason=f"workspace object {lost[:12]}… is missing"
         )
     try:
         # With its events in one transaction: an interrupted copy leaves nothing to skip later.

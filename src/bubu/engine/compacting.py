@@ -26,7 +26,6 @@ from bubu.providers.base import Delta, ModelRequest, ModelResponse, TextPart
 if TYPE_CHECKING:
     from bubu.engine.compactor import CompactionPlan, Compactor
     from bubu.engine.host import StopReason
-    from bubu.events import Actions
 
 
 class CompactHost(RunnerView, Protocol):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -14,14 +14,18 @@ from bubu.engine.memory import workspace_memory
 from bubu.engine.rewind import finish, rewind_tools, unfinished
 from bubu.engine.scope import acting_info, holder_gone, lease_is_stale
 from bubu.engine.session import Host
+from bubu.engine.snapshots import WorkspaceChange, change_since
 from bubu.errors import BubuError, LeaseError
 from bubu.events import (
     Actions,
+    BlobRef,
     Event,
     FunctionResponse,
+    Record,
     RecoveryNotice,
     ToolRecovery,
     TurnEndReason,
+    WorkspaceSnapshot,
 )
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.memory import (
@@ -41,6 +45,8 @@ from bubu.projections.recovery import (
 )
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.projections.turn import CallState, fold
+from bubu.snapshot import refs
+from bubu.snapshot.take import snapshots_enabled, snapshotter
 
 Outcome = TurnEndReason | Literal["blocked", "busy", "nothing"] | None
 
@@ -89,11 +95,18 @@ def observe(
 
 
 def recover_session(
-    host: Host, info: SessionInfo, *, continue_turn: bool = True, force: bool = False
+    host: Host,
+    info: SessionInfo,
+    *,
+    continue_turn: bool = True,
+    force: bool = False,
+    workspace: str | None = None,
 ) -> Recovered:
     """Take the lease, plan, commit the recovery facts and the notice, then continue the turn.
 
-    With `force`, a blocked plan gives way to `forced_plan` (the user looked and said so)."""
+    With `force`, a blocked plan gives way to `forced_plan` (the user looked and said so). With
+    `workspace`, the turn continues there (a fleet worker's own copy) instead of where its chain
+    says."""
     store = host.store
     current = store.current_lease(info.id)
     steal = holder_gone(store, info.id, current)
@@ -135,8 +148,11 @@ def recover_session(
             plan = forced_plan(records, plan)
         # The workspace the chain records, never the header's (an export can edit the header).
         acting, facts = acting_info(store, info)
+        if workspace is not None:
+            acting = replace(acting, workspace=workspace)
         if facts.origin == "import":
             plan = _not_on_an_imports_word(plan)
+        changes = _changes(store, acting.workspace, records, plan)
         runner = Runner(
             store=store, session=acting, provider=host.provider, tools=tools, lease=lease,
             policy=host.policy, asker=host.asker, observer=host.observer, config=host.config,
@@ -153,9 +169,10 @@ def recover_session(
             return Recovered(session=info.id, plan=plan, outcome="blocked")
 
         def apply() -> None:
-            _apply(runner, plan, leftovers)
+            _apply(runner, plan, leftovers, changes)
             failpoints.hit("mid_recovery")
-            runner.append([runner.note(_notice(plan, runner, leftovers))], durable=True)
+            notice = _notice(plan, runner, leftovers, changes)
+            runner.append([runner.note(notice)], durable=True)
             if rewinding is not None:
                 finish(runner, rewinding)
 
@@ -182,7 +199,29 @@ def _not_on_an_imports_word(plan: Plan) -> Plan:
     return replace(plan, calls=calls)
 
 
-def _notice(plan: Plan, runner: Runner, leftovers: Leftovers) -> RecoveryNotice:
+def _changes(
+    store: Store, workspace: str, records: Sequence[Record], plan: Plan
+) -> dict[str, WorkspaceChange]:
+    """For each dangling call that may have changed the workspace: the workspace now against
+    the snapshot taken at its dispatch (the dead run's processes are already stopped)."""
+    changing = [c for c in plan.calls if c.effect != "read_only"]
+    if plan.kind != "ready" or not changing or not snapshots_enabled():
+        return {}
+    now = snapshotter(store, workspace).take()
+    out: dict[str, WorkspaceChange] = {}
+    for cp in changing:
+        change = change_since(store, refs.snapshot_before(records, cp.dispatch_seq), now)
+        if change is not None:
+            out[cp.call_id] = change
+    return out
+
+
+def _notice(
+    plan: Plan,
+    runner: Runner,
+    leftovers: Leftovers,
+    changes: Mapping[str, WorkspaceChange] | None = None,
+) -> RecoveryNotice:
     """The notice names every recovery decision committed since the last notice: this plan's, and
     those of an earlier recovery that died before it could show its own."""
     labels: dict[str, list[str]] = {"silent": [], "applied": [], "review": []}
@@ -203,6 +242,11 @@ def _notice(plan: Plan, runner: Runner, leftovers: Leftovers) -> RecoveryNotice:
         dropped_model_calls=plan.dropped_model_calls,
         leftovers=leftovers.lines(lambda c: _label_of(runner, c)),
         forced=plan.reason if plan.forced else None,
+        workspace_changes=[
+            f"{_label_of(runner, cid)}: {c.line()}"
+            for cid, change in (changes or {}).items()
+            for c in change.changed
+        ],
     )
 
 
@@ -211,8 +255,15 @@ def _label_of(runner: Runner, call_id: str) -> str:
     return call_id if call is None else label(call.name, call.arguments)
 
 
-def _apply(runner: Runner, plan: Plan, leftovers: Leftovers) -> None:
-    """Commit facts and outcomes: proven outcomes in one transaction, re-runs after their fact."""
+def _apply(
+    runner: Runner,
+    plan: Plan,
+    leftovers: Leftovers,
+    changes: Mapping[str, WorkspaceChange] | None = None,
+) -> None:
+    """Commit facts and outcomes: proven outcomes in one transaction, re-runs after their fact.
+    An interrupted call's result says what its snapshots show it changed (`changes`)."""
+    changes = changes or {}
     calls = runner.turn.calls
     from bubu.tools.files import remove_stray_temp_files
 
@@ -227,26 +278,43 @@ def _apply(runner: Runner, plan: Plan, leftovers: Leftovers) -> None:
             # A kill inside atomic_write leaves its temporary file in the user's workspace.
             remove_stray_temp_files(runner.session.workspace, d.path)
     settled: list[Event] = []
+    blobs: list[bytes] = []
     reruns: list[tuple[CallPlan, CallState]] = []
     for cp in plan.calls:
         call = calls[cp.call_id]
+        change = changes.get(cp.call_id)
+        d = call.dispatch
+        reason = cp.reason
+        if change is not None and cp.effect == "provable_write" and cp.decision != "interrupted":
+            # Proven against the whole workspace, not only the target file.
+            target = _relative(runner.session.workspace, d.path if d is not None else None)
+            reason = f"{cp.reason}. {change.sentence(skip=target)}"
         fact = runner.event("system", "system", actions=Actions(tool_recovery=ToolRecovery(
-            call_id=cp.call_id, tool=cp.tool, decision=cp.decision, reason=cp.reason, dispatch_seq=cp.dispatch_seq)),
+            call_id=cp.call_id, tool=cp.tool, decision=cp.decision, reason=reason, dispatch_seq=cp.dispatch_seq)),
             invocation=call.invocation)  # fmt: skip
         settled.append(fact)
         if cp.decision == "applied":
             settled.append(
                 _response(
-                    runner, call, f"{cp.tool} was applied before the crash: {cp.reason}.", False
+                    runner,
+                    call,
+                    f"{cp.tool} was applied before the crash: {reason.rstrip('.')}.",
+                    False,
                 )
             )
         elif cp.decision == "interrupted":
             said = leftovers.sentence(cp.call_id) if cp.tool == "run_command" else ""
-            settled.append(_response(runner, call, INTERRUPTED + said, True))
+            if change is None:
+                settled.append(_response(runner, call, INTERRUPTED + said, True))
+            else:
+                text, whole, ref = change.result(INTERRUPTED + said)
+                if whole is not None:
+                    blobs.append(whole)
+                settled.append(_response(runner, call, text, True, snapshot=change.now, blob=ref))
         else:
             reruns.append((cp, call))
     if settled:
-        runner.append(settled, durable=True)
+        runner.append(settled, durable=True, blobs=blobs)
     if not reruns:
         return
     ready = []
@@ -274,11 +342,30 @@ def _apply(runner: Runner, plan: Plan, leftovers: Leftovers) -> None:
         runner.execute(ready)
 
 
-def _response(runner: Runner, call: CallState, text: str, is_error: bool) -> Event:
+def _response(
+    runner: Runner,
+    call: CallState,
+    text: str,
+    is_error: bool,
+    *,
+    snapshot: WorkspaceSnapshot | None = None,
+    blob: BlobRef | None = None,
+) -> Event:
     return runner.event(
-        "tool", "tool", FunctionResponse(call_id=call.call_id, name=call.name, result=text, is_error=is_error),
+        "tool", "tool", FunctionResponse(call_id=call.call_id, name=call.name, result=text,
+                                         is_error=is_error, snapshot=snapshot, blob=blob),
         invocation=call.invocation, status="failed" if is_error else "completed",
     )  # fmt: skip
+
+
+def _relative(workspace: str, path: str | None) -> str | None:
+    """A dispatch's target as a snapshot names it (relative to the workspace)."""
+    if path is None:
+        return None
+    import os
+
+    real, root = os.path.realpath(path), os.path.realpath(workspace)
+    return os.path.relpath(real, root) if real.startswith(root + os.sep) else None
 
 
 __all__ = ["Outcome", "Recovered", "lease_is_stale", "needs_recovery", "observe", "recover_session"]

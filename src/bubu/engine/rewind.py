@@ -59,6 +59,7 @@ from bubu.log.store import SessionInfo, Store
 from bubu.projections.rewind import Command, FileChange, boundaries, shown_boundaries, since
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse
+from bubu.snapshot import refs, tree
 from bubu.tools.base import Tool, ToolResult
 from bubu.tools.restore import ABSENT, NAME, restore_tool
 
@@ -82,6 +83,8 @@ class FileStep:
     """The content to put back (restore), or None."""
     now: str | None = None
     """The file's hash now (None: absent)."""
+    mode: int | None = None
+    """The permission bits to restore (from a snapshot), or None."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +97,8 @@ class Preview:
     delete: bool
     files: tuple[FileStep, ...]
     commands: tuple[Command, ...]
+    snapshots: bool = False
+    """The workspace snapshots cover the span, so what commands changed is among `files`."""
 
     @property
     def writes(self) -> list[FileStep]:
@@ -112,7 +117,13 @@ class Preview:
             out.append("  no file was changed by Bubu after that seq")
         for f in self.files:
             out.append(f"  {f.action:<9} {f.path}: {f.reason}")
-        if self.commands:
+        if self.commands and self.snapshots:
+            out.append(
+                f"  {len(self.commands)} command(s) ran after seq {self.to}; what they changed in "
+                "the workspace is listed above (from its snapshots):"
+            )
+            out.extend(f"    seq {c.seq}: {c.label}" for c in self.commands)
+        elif self.commands:
             out.append(
                 f"  {len(self.commands)} command(s) ran after seq {self.to}; their effects "
                 "cannot be undone (inspect the workspace):"
@@ -146,7 +157,13 @@ class Preview:
                 for f in self.files
             ],
             "commands": [{"seq": c.seq, "label": c.label} for c in self.commands],
-            "commands_note": "commands' effects cannot be undone" if self.commands else None,
+            "commands_note": (
+                None
+                if not self.commands
+                else "what commands changed in the workspace is among the files"
+                if self.snapshots
+                else "commands' effects cannot be undone"
+            ),
         }
 
 
@@ -158,6 +175,7 @@ class Step(msgspec.Struct, frozen=True, kw_only=True):
     sha256: str | None = None
     expect: str | None = None
     """The file's hash when previewed (`ABSENT`: no file)."""
+    mode: int | None = None
 
 
 class Plan(msgspec.Struct, frozen=True, kw_only=True):
@@ -247,13 +265,16 @@ def _step(
             return FileStep(path=rel, action="keep", now=now,
                             reason=f"created after seq {to}; a fork with --restore-files deletes nothing")  # fmt: skip
         return FileStep(path=rel, action="delete", now=now, reason=f"created after seq {to}{over}")
-    if store.blob(fc.at_seq) is None:
+    if fc.link:
+        return FileStep(path=rel, action="cannot", now=now,
+                        reason="a symbolic link at the seq or since; restore it by hand")  # fmt: skip
+    if store.blob(fc.at_seq) is None and store.missing_objects([fc.at_seq]):
         return FileStep(
             path=rel, action="cannot", now=now,
             reason=f"its content at seq {to} ({fc.at_seq[:12]}) was not kept (over "
             f"{KEEP_MAX_BYTES // (1024 * 1024)} MiB, holding a secret, or written by an older Bubu)",
         )  # fmt: skip
-    return FileStep(path=rel, action="restore", sha256=fc.at_seq, now=now,
+    return FileStep(path=rel, action="restore", sha256=fc.at_seq, now=now, mode=fc.mode,
                     reason=f"back to its content at seq {to} ({fc.at_seq[:12]}){over}")  # fmt: skip
 
 
@@ -306,7 +327,7 @@ def preview(
     ws = acting.workspace
     forced = {os.path.normpath(p) for p in force}
     steps = []
-    for fc in since(records, to).files:
+    for fc in changed_files(store, records, to, ws):
         rel = _shown(ws, fc.path)
         steps.append(
             _step(store, ws, fc, to, delete=delete,
@@ -325,7 +346,47 @@ def preview(
     return Preview(
         session=info.id, workspace=ws, to=to, delete=delete, files=tuple(steps),
         commands=since(records, to).commands,
+        snapshots=_covered(records, to),
     )  # fmt: skip
+
+
+def _covered(records: Sequence[Record], to: int) -> bool:
+    """Whether snapshots name the workspace at `to` and as the session last left it."""
+    last = records[-1].seq if records else 0
+    return None not in (refs.snapshot_at(records, to), refs.snapshot_before(records, last))
+
+
+def changed_files(
+    store: Store, records: Sequence[Record], to: int, workspace: str
+) -> list[FileChange]:
+    """Every file the session changed after `to`: those its writes changed (`since`), and
+    those its snapshots show changed from the workspace at `to` to the last one recorded —
+    what commands created, changed or deleted too. The snapshots win where both know a file:
+    they saw what happened after the last write."""
+    out = {fc.path: fc for fc in since(records, to).files}
+    at, last = refs.snapshot_at(records, to), refs.snapshot_before(records, records[-1].seq)
+    if at is None or last is None or at.tree is None or last.tree is None:
+        return sorted(out.values(), key=lambda f: f.path)
+    root = os.path.realpath(workspace)
+    try:
+        changes = tree.changes(store.get_object, at.tree, last.tree)
+    except CorruptLog:
+        return sorted(out.values(), key=lambda f: f.path)
+    for c in changes:
+        path = os.path.join(root, c.path)
+        link = any(s is not None and s.mode == tree.LINK for s in (c.old, c.new))
+        out[path] = FileChange(
+            path=path,
+            at_seq=None if c.old is None else c.old.sha256,
+            last_after=None if c.new is None else c.new.sha256,
+            last_write_seq=0,
+            writes=out[path].writes if path in out else 0,
+            command_after=False,
+            link=link,
+            from_snapshots=True,
+            mode=None if c.old is None else c.old.mode & 0o7777,
+        )
+    return sorted(out.values(), key=lambda f: f.path)
 
 
 # ---- the recorded operation ---------------------------------------------------------------------
@@ -351,7 +412,13 @@ class NoModel:
 
 def rewind_tools(tools: dict[str, Tool], store: Store) -> dict[str, Tool]:
     """`tools` with the restore a rewind makes (for recovering an unfinished rewind)."""
-    return {**tools, NAME: restore_tool(store.blob)}
+
+    def content(sha: str) -> bytes | None:
+        # A write kept what it replaced as a blob; a snapshot holds every file as an object.
+        found = store.blob(sha)
+        return found if found is not None else store.get_object(sha)
+
+    return {**tools, NAME: restore_tool(content)}
 
 
 def _turn_note(records: Sequence[Record], acting: SessionInfo) -> TurnStarted:
@@ -386,7 +453,13 @@ def rewind(
         fork=fork_id or ids.session_id(),
         delete=p.delete,
         steps=[
-            Step(call=ids.new_id("rw"), path=f.path, sha256=f.sha256, expect=f.now or ABSENT)
+            Step(
+                call=ids.new_id("rw"),
+                path=f.path,
+                sha256=f.sha256,
+                expect=f.now or ABSENT,
+                mode=f.mode,
+            )
             for f in p.writes
         ],
         skipped=[f"{f.path}: {f.action}" for f in p.files if f.action not in ACTS],
@@ -448,6 +521,8 @@ def finish(runner: Runner, plan: Plan) -> None:
             args["sha256"] = step.sha256
         if step.expect is not None:
             args["expect"] = step.expect
+        if step.mode is not None:
+            args["mode"] = step.mode
         made = runner.event(
             "model", "host", FunctionCall(call_id=step.call, name=NAME, arguments=args),
             actions=Actions(end_invocation=True), invocation=ids.new_id("inv"), visibility="hidden",

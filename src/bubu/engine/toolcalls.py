@@ -33,11 +33,13 @@ from bubu.events import (
     PermissionRequest,
     SandboxMode,
     ToolDispatch,
+    WorkspaceSnapshot,
 )
 from bubu.log import codec, redact
 from bubu.projections.memory import Note
 from bubu.projections.turn import CallState
 from bubu.providers.base import arguments_error
+from bubu.snapshot.take import snapshots_enabled, snapshotter
 from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.places import store_files
@@ -87,6 +89,22 @@ class ToolCalls:
     def __init__(self, host: ToolHost) -> None:
         self.host = host
         self._confined: tuple[tuple[SandboxMode, bool], sandbox.Sandbox | None] | None = None
+        self._snapped_turn: str | None = None
+        """The turn whose workspace was snapshotted before its first call that may change it."""
+
+    def snapshot(self) -> WorkspaceSnapshot | None:
+        """A snapshot of the workspace now (None when snapshots are off); never raises."""
+        if not snapshots_enabled():
+            return None
+        return snapshotter(self.host.store, self.host.session.workspace).take()
+
+    def _before(self, tools: Sequence[Tool]) -> WorkspaceSnapshot | None:
+        """The snapshot to record with the turn's first dispatch that may change the workspace."""
+        turn = self.host.turn.turn
+        if turn == self._snapped_turn or all(t.effect == "read_only" for t in tools):
+            return None
+        self._snapped_turn = turn
+        return self.snapshot()
 
     @property
     def effective_policy(self) -> Policy:
@@ -149,11 +167,23 @@ class ToolCalls:
             raise ToolError(f"the handle {handle} matches {len(matches)} results; give more of it")
         return self.host.store.blob(matches[0]) if matches else None
 
-    def outcome(self, call: CallState, result: ToolResult, started: float | None) -> Event:
-        return self._offloaded(call, result, started, offload=False)[0]
+    def outcome(
+        self,
+        call: CallState,
+        result: ToolResult,
+        started: float | None,
+        snapshot: WorkspaceSnapshot | None = None,
+    ) -> Event:
+        return self._offloaded(call, result, started, snapshot, offload=False)[0]
 
     def _offloaded(
-        self, call: CallState, result: ToolResult, started: float | None, *, offload: bool = True
+        self,
+        call: CallState,
+        result: ToolResult,
+        started: float | None,
+        snapshot: WorkspaceSnapshot | None = None,
+        *,
+        offload: bool = True,
     ) -> tuple[Event, bytes | None]:
         """The outcome event; a large result is offloaded (placeholder inline, bytes as a blob)."""
         duration = None if started is None else int((clock.monotonic() - started) * 1000)
@@ -180,7 +210,7 @@ class ToolCalls:
         event = self.host.event(
             "tool", "tool",
             FunctionResponse(call_id=call.call_id, name=call.name, result=text, is_error=result.is_error,
-                             duration_ms=duration, blob=blob, images=refs),
+                             duration_ms=duration, blob=blob, images=refs, snapshot=snapshot),
             invocation=call.invocation, status="failed" if result.is_error else "completed",
         )  # fmt: skip
         return event, (data if blob is not None else None)
@@ -216,9 +246,13 @@ class ToolCalls:
     ) -> bool:
         """Commit outcomes with their offloaded blobs in one transaction; if storing the blobs
         fails, commit the results inline instead — never a reference to bytes that are not there.
-        With `stage`, outcomes without blobs are staged for the next append instead (True)."""
+        With `stage`, outcomes without blobs are staged for the next append instead (True).
+        A call that may have changed the workspace carries the snapshot taken after it."""
         done = self._within_quota(done)
-        pairs = [self._offloaded(c, r, t) for c, r, t in done]
+        changing = [self._may_change(c) for c, _, _ in done]
+        after = self.snapshot() if any(changing) else None
+        snaps = [after if ch else None for ch in changing]
+        pairs = [self._offloaded(c, r, t, s) for (c, r, t), s in zip(done, snaps, strict=True)]
         blobs = [b for _, b in pairs if b is not None] + [
             d for _, r, _ in done for _, d in r.images
         ]
@@ -240,7 +274,7 @@ class ToolCalls:
                             else ToolResult(output=r.output, is_error=r.is_error)  # no images
                             for _, r, _ in done
                         ]
-                        self.host.append([self.outcome(c, r, t) for (c, _, t), r in zip(done, inline, strict=True)])  # fmt: skip
+                        self.host.append([self.outcome(c, r, t, s) for (c, _, t), r, s in zip(done, inline, snaps, strict=True)])  # fmt: skip
                     case "cut":
                         # Not even that fits (a full disk): keep the run going with what the tool
                         # kept for the model, saying what was lost, rather than losing the outcome.
@@ -248,7 +282,7 @@ class ToolCalls:
                             ToolResult(output=r.output + choices.cut_note(len(r.full or b"")), is_error=r.is_error)
                             for _, r, _ in done
                         ]  # fmt: skip
-                        self.host.append([self.outcome(c, r, t) for (c, _, t), r in zip(done, cut, strict=True)])  # fmt: skip
+                        self.host.append([self.outcome(c, r, t, s) for (c, _, t), r, s in zip(done, cut, snaps, strict=True)])  # fmt: skip
                     case _:
                         assert_never(form)
                 return False
@@ -257,6 +291,10 @@ class ToolCalls:
                 if form is None:
                     raise
         return False
+
+    def _may_change(self, call: CallState) -> bool:
+        tool = self.host.tools.get(call.name)
+        return tool is not None and tool.effect != "read_only"
 
     def run(self, calls: Sequence[CallState]) -> None:
         ready: list[Ready] = []
@@ -277,10 +315,12 @@ class ToolCalls:
             self.host.append(early)
         if not ready:
             return
+        before = self._before([t for _, t, _, _ in ready])
+        first = next((n for n, (_, t, _, _) in enumerate(ready) if t.effect != "read_only"), -1)
         dispatches = [
-            self.host.event("system", "system", actions=Actions(tool_dispatch=self._dispatch_fact(c, t, i)),
-                       invocation=c.invocation)
-            for c, t, _, i in ready
+            self.host.event("system", "system", actions=Actions(tool_dispatch=self._dispatch_fact(
+                c, t, i, before if n == first else None)), invocation=c.invocation)
+            for n, (c, t, _, i) in enumerate(ready)
         ]  # fmt: skip
         failpoints.hit("before_dispatch")
         self.host.append(dispatches, durable=any(t.effect != "read_only" for _, t, _, _ in ready),
@@ -349,7 +389,8 @@ class ToolCalls:
                     continue
             if early:
                 self.host.append(early)
-            dispatch = self.host.event("system", "system", actions=Actions(tool_dispatch=self._dispatch_fact(call, tool, intent)),
+            fact = self._dispatch_fact(call, tool, intent, self._before([tool]))
+            dispatch = self.host.event("system", "system", actions=Actions(tool_dispatch=fact),
                                   invocation=call.invocation)  # fmt: skip
             failpoints.hit("before_dispatch")
             self.host.append(
@@ -362,14 +403,18 @@ class ToolCalls:
         return None
 
     def _dispatch_fact(
-        self, call: CallState, tool: Tool, intent: WriteIntent | None
+        self,
+        call: CallState,
+        tool: Tool,
+        intent: WriteIntent | None,
+        snapshot: WorkspaceSnapshot | None = None,
     ) -> ToolDispatch:
         return ToolDispatch(
             call_id=call.call_id, tool=tool.name, effect=tool.effect,
             args_digest=codec.args_digest(call.arguments),
             path=None if intent is None else intent.path,
             before_sha256=None if intent is None else intent.before_sha256,
-            after_sha256=None if intent is None else intent.after_sha256,
+            after_sha256=None if intent is None else intent.after_sha256, snapshot=snapshot,
         )  # fmt: skip
 
     def _prepare(

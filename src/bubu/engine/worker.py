@@ -31,6 +31,7 @@ import msgspec
 from bubu import clock, ids
 from bubu.engine.ceiling import Asked, Ceiling, excess, hold_state
 from bubu.engine.driver import RunConfig, Runner, owner_id
+from bubu.engine.materialize import local_workspace
 from bubu.engine.recovery import Outcome, recover_session
 from bubu.engine.scope import acting_info
 from bubu.engine.session import (
@@ -54,6 +55,7 @@ from bubu.events import (
     Text,
     TurnEnded,
     TurnStarted,
+    WorkspaceTaken,
     make,
 )
 from bubu.log.codec import sanitize_text
@@ -99,14 +101,28 @@ def submit(
     workspace: str | Path,
     model: str,
     policy: Submission | None = None,
+    snapshot: bool = False,
 ) -> SessionInfo:
-    """Create a session whose log holds `task` and its policy: queued for the fleet."""
+    """Create a session whose log holds `task` and its policy: queued for the fleet. With
+    `snapshot`, the workspace is snapshotted into the store first and named before the request,
+    so a worker on another machine materializes it."""
     check_task(task)
     info = new_session(store, task=task, workspace=workspace, model=model)
     delta = {SUBMIT_KEY: msgspec.to_builtins(policy or Submission())}
     request = make(session=info.id, turn=ids.turn_id(), role="user", author="user", ts=clock.now_ms(),
                    content=Text(text=sanitize_text(task)), actions=Actions(state_delta=delta))  # fmt: skip
-    store.append(info.id, [request], expect=0, durable=True)
+    taken = []
+    if snapshot:
+        from bubu.snapshot.take import Snapshotter
+
+        snap = Snapshotter(store, info.workspace).take()
+        if snap.tree is None:
+            raise ConfigError(
+                f"the workspace {info.workspace} could not be snapshotted: {snap.partial}"
+            )
+        taken.append(make(session=info.id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
+                          content=SystemNote(note=WorkspaceTaken(snapshot=snap, source=info.workspace))))  # fmt: skip
+    store.append(info.id, [*taken, request], expect=0, durable=True)
     return info
 
 
@@ -251,22 +267,22 @@ def check_open_turn(
         )
 
 
-def run_claim(host: Host, claim: Claim, ceiling: Ceiling | None = None) -> WorkOutcome:
+def run_claim(
+    host: Host, claim: Claim, ceiling: Ceiling | None = None, *, workspaces: str | None = None
+) -> WorkOutcome:
     """Do the work a claim found: a new turn for a queued request, the continuation of a turn
     handed back cleanly, or the recovery of one whose runner died (never of a session that was
     imported or forked: the user continues those explicitly). Under a `ceiling`, a queued task
-    that asks for more is held, and an open turn that runs with more is refused."""
+    that asks for more is held, and an open turn that runs with more is refused. With
+    `workspaces`, the session runs in a copy of its workspace of this worker's own
+    (`bubu.engine.materialize`)."""
     info, facts = acting_info(host.store, claim.session)
     if facts.adopted and claim.state != "queued":
         raise ConfigError(
             f"session {info.id} was {facts.describe()}, so its unfinished turn is continued only "
             f"explicitly: `bubu recover {info.id}`"
         )
-    if not Path(info.workspace).is_dir():
-        raise ConfigError(
-            f"the workspace {info.workspace} of session {info.id} does not exist on this machine; "
-            "run the worker where it does"
-        )
+    info = local_workspace(host.store, info, workspaces)
     if claim.state == "queued":
         return start_queued(host, info, claim.lease, ceiling)
     if ceiling is not None:
@@ -283,7 +299,7 @@ def run_claim(host: Host, claim: Claim, ceiling: Ceiling | None = None) -> WorkO
         with running(host, info, claim.lease) as runner:
             runner.start_run("resume")
             return runner.drive()
-    return recover_session(host, info).outcome
+    return recover_session(host, info, workspace=info.workspace).outcome
 
 
 class Queue(Protocol):
@@ -317,6 +333,8 @@ class WorkerConfig:
     """`max_steps=None` so the limit recorded with each turn applies."""
     ceiling: Ceiling = field(default_factory=Ceiling)
     """The most a task may ask of this worker; a queued task asking for more is held."""
+    workspaces: str | None = None
+    """A root of this worker's own workspace copies (`bubu worker --workspaces DIR`)."""
 
 
 class Watch:
@@ -476,7 +494,7 @@ class Worker:
             host = Host(store=store, provider=provider, tools=tools,
                         observer=watch, config=self.config.run, owner=lease.owner)  # fmt: skip
             watch.host = host
-            outcome = run_claim(host, claim, self.config.ceiling)
+            outcome = run_claim(host, claim, self.config.ceiling, workspaces=self.config.workspaces)
             result = outcome if outcome is not None else "released" if watch.drained else "lost"
         except LeaseLost:
             result = "lost"

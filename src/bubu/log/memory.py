@@ -41,7 +41,13 @@ from bubu.log.store import (
     View,
     chain,
 )
-from bubu.log.verify import CHECKPOINT_VIEW, verify_blob_refs, verify_records, verify_views
+from bubu.log.verify import (
+    CHECKPOINT_VIEW,
+    verify_blob_refs,
+    verify_records,
+    verify_snapshots,
+    verify_views,
+)
 
 Row = tuple[int, str, bytes, bytes]
 """One stored event: (seq, kind, canonical payload, chain hash)."""
@@ -66,6 +72,7 @@ class MemoryDB:
     lock: threading.RLock = field(default_factory=threading.RLock)
     sessions: dict[str, _Session] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
+    objects: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     views: dict[tuple[str, str, str], View] = field(default_factory=dict)
     order: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -235,8 +242,12 @@ class MemoryStore(Store):
             for sha in verify_blob_refs(payload) if b'"blob":' in payload else ():
                 data = self.blob(sha)
                 refs[sha] = data is not None and codec.sha256_hex(data) == sha
-        return verify_views(
-            verify_records(session, rows, refs), rows, lambda key: self._cached(session, key)
+        return verify_snapshots(
+            verify_views(
+                verify_records(session, rows, refs), rows, lambda key: self._cached(session, key)
+            ),
+            rows,
+            self._object_rows,
         )
 
     def _cached(self, session: str, key: str) -> tuple[str, bytes] | None:
@@ -248,6 +259,21 @@ class MemoryStore(Store):
     def blob(self, sha256: str) -> bytes | None:
         with self._open().lock:
             return self.db.blobs.get(sha256)
+
+    # -- workspace objects --------------------------------------------------------------------------
+
+    def _put_objects(self, rows: Sequence[tuple[str, int, bytes]]) -> None:
+        with self._open().lock:
+            for sha, size, data in rows:
+                self.db.objects.setdefault(sha, (size, bytes(data)))
+
+    def missing_objects(self, shas: Iterable[str]) -> set[str]:
+        with self._open().lock:
+            return {s for s in shas if s not in self.db.objects}
+
+    def _object_rows(self, shas: Sequence[str]) -> dict[str, tuple[int, bytes]]:
+        with self._open().lock:
+            return {s: self.db.objects[s] for s in shas if s in self.db.objects}
 
     # -- leases -----------------------------------------------------------------------------------
 

@@ -124,4 +124,17 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         (),
         needed_to_read=False,
     ),
+    Migration(
+        5,
+        "workspace snapshot objects",
+        (
+            # Content-addressed by the sha-256 of the uncompressed bytes (`bubu.log.objects`),
+            # shared by every session: a workspace's files are stored once across its sessions.
+            "CREATE TABLE objects(sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, "
+            "data BLOB NOT NULL)",
+            *_immutable("objects"),
+        ),
+        # A database without it holds no snapshot; a reader finds no object there.
+        needed_to_read=False,
+    ),
 )

@@ -37,7 +37,13 @@ from bubu.log.store import (
     View,
     chain,
 )
-from bubu.log.verify import CHECKPOINT_VIEW, verify_blob_refs, verify_records, verify_views
+from bubu.log.verify import (
+    CHECKPOINT_VIEW,
+    verify_blob_refs,
+    verify_records,
+    verify_snapshots,
+    verify_views,
+)
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -171,6 +177,10 @@ def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
             "point --db elsewhere"
         )
     return StorageError(f"the database {path} failed: {msg}")
+
+
+OBJECTS_BUSY_TIMEOUT_MS = 500
+"""How long storing a snapshot's objects waits for another process's lock before giving up."""
 
 
 class SQLiteStore(Store):
@@ -713,6 +723,7 @@ class SQLiteStore(Store):
         report = verify_views(
             verify_records(session, rows, refs), rows, lambda key: self._cached(session, key)
         )
+        report = verify_snapshots(report, rows, self._object_rows)
         if not report.ok:
             return report
         # The kind index is written by the store, so an event inserted behind its back is
@@ -755,6 +766,65 @@ class SQLiteStore(Store):
         with self._lock, self._guard():
             row = self._db.execute("SELECT data FROM blobs WHERE sha256=?", (sha256,)).fetchone()
         return None if row is None else bytes(row[0])
+
+    # -- workspace objects --------------------------------------------------------------------------
+
+    def _put_objects(self, rows: Sequence[tuple[str, int, bytes]]) -> None:
+        with self._lock, self._guard():
+            db = self._db
+            self._set_sync(self.durability == "full")
+            # A snapshot never waits long for a lock another process holds: it gives up (and is
+            # recorded as partial), leaving the wait to the appends the task depends on.
+            db.execute(f"PRAGMA busy_timeout={OBJECTS_BUSY_TIMEOUT_MS}")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.executemany(
+                        "INSERT OR IGNORE INTO objects(sha256, size, data) VALUES (?,?,?)", rows
+                    )
+                    db.execute("COMMIT")
+                except BaseException:
+                    _rollback(db)
+                    raise
+            finally:
+                db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+
+    def missing_objects(self, shas: Iterable[str]) -> set[str]:
+        want = set(shas)
+        if not want:
+            return set()
+        held: set[str] = set()
+        wanted = sorted(want)
+        with self._lock, self._guard():
+            for i in range(0, len(wanted), 500):
+                part = wanted[i : i + 500]
+                try:
+                    rows = self._db.execute(
+                        f"SELECT sha256 FROM objects WHERE sha256 IN ({','.join('?' * len(part))})",
+                        part,
+                    ).fetchall()
+                except sqlite3.OperationalError as e:
+                    if "no such table" not in str(e):  # a read-only open of an older database
+                        raise
+                    return want
+                held.update(str(r[0]) for r in rows)
+        return want - held
+
+    def _object_rows(self, shas: Sequence[str]) -> dict[str, tuple[int, bytes]]:
+        out: dict[str, tuple[int, bytes]] = {}
+        with self._lock, self._guard():
+            for sha in shas:
+                try:
+                    row = self._db.execute(
+                        "SELECT size, data FROM objects WHERE sha256=?", (sha,)
+                    ).fetchone()
+                except sqlite3.OperationalError as e:
+                    if "no such table" not in str(e):
+                        raise
+                    return {}
+                if row is not None:
+                    out[sha] = (int(row[0]), bytes(row[1]))
+        return out
 
     # -- leases -----------------------------------------------------------------------------------
 

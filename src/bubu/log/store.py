@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Self
 
@@ -19,6 +19,7 @@ from bubu import clock
 from bubu.errors import UnknownSession
 from bubu.events import Event, Record, kind_of
 from bubu.log import codec, redact
+from bubu.log import objects as _objects
 
 Durability = Literal["adaptive", "full"]
 """`adaptive`: appends marked durable are fully synced, others ride on the next synced commit.
@@ -344,6 +345,36 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def blob(self, sha256: str) -> bytes | None:
         """The bytes stored under `sha256`, or None."""
+
+    # -- workspace objects --------------------------------------------------------------------------
+
+    def put_objects(self, objects: Mapping[str, bytes]) -> None:
+        """Store snapshot objects (file contents, trees), each named by the sha-256 of its bytes,
+        compressed, in one transaction of their own. Storing one already held is a no-op. A
+        snapshot's objects are committed before the event that names its tree."""
+        rows = [_objects.pack(data, sha) for sha, data in objects.items()]
+        if rows:
+            self._put_objects(rows)
+
+    @abc.abstractmethod
+    def _put_objects(self, rows: Sequence[tuple[str, int, bytes]]) -> None:
+        """Insert (sha-256, size, compressed bytes) rows, ignoring those already present."""
+
+    @abc.abstractmethod
+    def missing_objects(self, shas: Iterable[str]) -> set[str]:
+        """Which of these objects the store does not hold."""
+
+    def get_object(self, sha256: str) -> bytes | None:
+        """The bytes of a snapshot object, or None when it is missing or damaged."""
+        row = self._object_rows([sha256]).get(sha256)
+        if row is None:
+            return None
+        data = _objects.unpack(row[1], row[0])
+        return data if data is not None and codec.sha256_hex(data) == sha256 else None
+
+    @abc.abstractmethod
+    def _object_rows(self, shas: Sequence[str]) -> dict[str, tuple[int, bytes]]:
+        """The stored (size, compressed bytes) of these objects, where held."""
 
     # -- leases -----------------------------------------------------------------------------------
 

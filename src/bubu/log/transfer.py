@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
 import msgspec
@@ -17,6 +17,7 @@ from bubu.lines import LineTooLong, bounded_lines
 from bubu.log import codec, redact
 from bubu.log.store import Head, SessionInfo, Store
 from bubu.projections.origin import SessionFacts, disagreement, fold_facts
+from bubu.snapshot import refs
 
 EXPORT_FORMAT = "bubu-session/1"
 
@@ -33,10 +34,18 @@ class _Header(msgspec.Struct, kw_only=True):
     blobs: int = 0
     """How many blob lines follow the header (offloaded results the events refer to, and the
     content writes replaced, kept for a rewind)."""
+    objects: int = 0
+    """How many workspace object lines follow the blobs (the files and trees of the snapshots
+    the events name)."""
 
 
 class _Blob(msgspec.Struct, kw_only=True):
     blob: str
+    data: bytes
+
+
+class _Object(msgspec.Struct, kw_only=True):
+    object: str
     data: bytes
 
 
@@ -60,6 +69,9 @@ def export_lines(store: Store, info: SessionInfo) -> Iterator[bytes]:
     # The content each write replaced, where it was kept, so that a rewind works after an import.
     shas += [s for s in dict.fromkeys(_kept(records)) if s not in shas]
     blobs = [(sha, store.blob(sha)) for sha in shas]
+    # Walked twice (to count, then to write), so the objects are never all held at once.
+    names = refs.roots(records)
+    count = sum(1 for _, data in refs.objects_of(store.get_object, names) if data is not None)
     yield _enc.encode(
         _Header(
             format=EXPORT_FORMAT,
@@ -71,11 +83,15 @@ def export_lines(store: Store, info: SessionInfo) -> Iterator[bytes]:
             high_water=head.high_water,
             digest=head.digest,
             blobs=sum(1 for _, data in blobs if data is not None),
+            objects=count,
         )
     )
     for sha, data in blobs:
         if data is not None:
             yield _enc.encode(_Blob(blob=sha, data=data))
+    for sha, data in refs.objects_of(store.get_object, names):
+        if data is not None:
+            yield _enc.encode(_Object(object=sha, data=data))
     for r in records:
         yield b'{"event":' + codec.encode(r.event) + f',"hash":"{r.hash}","seq":{r.seq}}}'.encode()
 
@@ -161,8 +177,14 @@ def _event_lines(
         )
 
 
-def _head(f: BinaryIO) -> tuple[_Header, dict[str, bytes], Iterator[tuple[int, bytes]]]:
-    """The header, the blobs, and the lines after them."""
+ObjectSink = Callable[[str, bytes], None]
+
+
+def _head(
+    f: BinaryIO, objects: ObjectSink | None = None
+) -> tuple[_Header, dict[str, bytes], Iterator[tuple[int, bytes]]]:
+    """The header, the blobs, and the lines after them; each workspace object (verified
+    against its name) is handed to `objects`."""
     lines = _lines(f)
     first = next(lines, None)
     if first is None:
@@ -188,6 +210,19 @@ def _head(f: BinaryIO) -> tuple[_Header, dict[str, bytes], Iterator[tuple[int, b
         if codec.sha256_hex(b.data) != b.blob:
             raise CorruptLog(f"the blob on line {n} does not hash to its name {b.blob[:16]}…")
         blobs[b.blob] = b.data
+    for _ in range(header.objects):
+        got = next(lines, None)
+        if got is None:
+            break
+        n, raw = got
+        try:
+            o = msgspec.json.decode(raw, type=_Object)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
+            raise CorruptLog(f"line {n} is not an exported workspace object ({e})") from e
+        if codec.sha256_hex(o.data) != o.object:
+            raise CorruptLog(f"the object on line {n} does not hash to its name {o.object[:16]}…")
+        if objects is not None:
+            objects(o.object, o.data)
     return header, blobs, lines
 
 
@@ -198,18 +233,32 @@ def import_file(store: Store, f: BinaryIO) -> tuple[SessionInfo, Head]:
     session's facts, once to insert the events in chunks inside one transaction. Memory holds
     the blobs and one chunk of events, not the file."""
     start = f.tell()
-    header, blobs, lines = _head(f)
+    names: set[str] = set()
+    leaks: list[str] = []
+    r = redact.current()
+
+    def look(sha: str, data: bytes) -> None:
+        names.add(sha)
+        if r is not None and not leaks and (found := r.found(data)) is not None:
+            leaks.append(found)
+
+    header, blobs, lines = _head(f, look)
     notes: list[Record] = []
     first: Record | None = None
-    r = redact.current()
     leaked = None if r is None else next(filter(None, map(r.found, blobs.values())), None)
     shape = redact.shape_in((), list(blobs.values()))
+    leaked = leaked or next(iter(leaks), None)
     for n, ev in enumerate(_event_lines(lines, header, blobs), start=1):
         if leaked is None and r is not None:
             leaked = r.found(codec.encode(ev))
         if shape is None:
             shape = redact.shape_in((ev,))
         rec = Record(seq=n, hash="", event=ev)
+        missing = [t for t in refs.roots([rec]) if t not in names]
+        if missing:
+            raise CorruptLog(
+                f"the event at seq {n} names a workspace snapshot the file does not hold", seq=n
+            )
         if n == 1:
             first = rec
         if isinstance(ev.content, SystemNote):
@@ -241,6 +290,20 @@ def import_file(store: Store, f: BinaryIO) -> tuple[SessionInfo, Head]:
         )),
     )  # fmt: skip
 
+    # The snapshots' objects go in first, in transactions of their own: the events that name
+    # them are committed after (an import cut short leaves only unnamed objects behind).
+    if header.objects:
+        f.seek(start)
+        batch: dict[str, bytes] = {}
+
+        def put(sha: str, data: bytes) -> None:
+            batch[sha] = data
+            if sum(map(len, batch.values())) >= 32 << 20:
+                _put_missing(store, batch)
+
+        _head(f, put)
+        _put_missing(store, batch)
+
     def chunks() -> Iterator[list[Event]]:
         # The second pass verifies again, so a file changed between the passes is refused
         # (inside the transaction: nothing of it stays).
@@ -267,6 +330,30 @@ def import_file(store: Store, f: BinaryIO) -> tuple[SessionInfo, Head]:
     if header.high_water and (not copied or copied[-1].hash != header.digest):
         raise CorruptLog("the imported chain does not match the export (a bug); nothing is lost")
     return info, Head(high_water=header.high_water, digest=header.digest)
+
+
+def _put_missing(store: Store, batch: dict[str, bytes]) -> None:
+    """Store the objects of `batch` the store lacks, and empty it."""
+    missing = store.missing_objects(batch)
+    store.put_objects({s: batch[s] for s in missing})
+    batch.clear()
+
+
+def put_snapshots(src: Store, dst: Store, records: Sequence[Record]) -> str | None:
+    """Copy the objects of every snapshot the records name from `src` to `dst` (files before
+    trees, in batches); the first missing object's name if `src` lacks one."""
+    batch: dict[str, bytes] = {}
+    size = 0
+    for sha, data in refs.objects_of(src.get_object, refs.roots(records)):
+        if data is None:
+            return sha
+        batch[sha] = data
+        size += len(data)
+        if size >= 32 << 20:
+            _put_missing(dst, batch)
+            size = 0
+    _put_missing(dst, batch)
+    return None
 
 
 def imported_facts(

@@ -127,3 +127,79 @@ def verify_views(
                 "it and rebuilds it from the log",
             )
     return report
+
+
+def snapshot_roots(payload: bytes) -> list[str]:
+    """The workspace trees an event's canonical bytes name (in its dispatch or its outcome)."""
+    if b'"snapshot":' not in payload:
+        return []
+    try:
+        ev = codec.decode(payload)
+    except BubuError:
+        return []
+    found = []
+    dispatch = ev.actions.tool_dispatch if ev.actions is not None else None
+    note = getattr(ev.content, "note", None)
+    for snap in (
+        getattr(ev.content, "snapshot", None),
+        getattr(dispatch, "snapshot", None),
+        getattr(note, "snapshot", None),
+    ):
+        if snap is not None and snap.tree is not None:
+            found.append(snap.tree)
+    return found
+
+
+def verify_snapshots(
+    report: VerifyReport,
+    rows: Sequence[tuple[int, bytes, bytes]],
+    object_rows: Callable[[Sequence[str]], dict[str, tuple[int, bytes]]],
+) -> VerifyReport:
+    """Check that every object of every workspace snapshot the log names is stored and intact:
+    the trees, and each file and link they name (each object checked once)."""
+    if not report.ok:
+        return report
+    from bubu.log import objects
+    from bubu.snapshot import tree
+
+    seen: set[str] = set()
+    intact: dict[str, bytes | None] = {}
+
+    def get(sha: str) -> bytes | None:
+        if sha not in intact:
+            row = object_rows([sha]).get(sha)
+            data = None if row is None else objects.unpack(row[1], row[0])
+            intact[sha] = data if data is not None and codec.sha256_hex(data) == sha else None
+        return intact[sha]
+
+    for seq, _, payload in rows:
+        for root in snapshot_roots(payload):
+            files: list[str] = []
+            try:
+                for sha, is_tree in tree.reachable(get, root, seen):
+                    if is_tree:
+                        if get(sha) is None:
+                            return _bad_snapshot(report, seq, f"its tree {sha[:12]}…")
+                    else:
+                        files.append(sha)
+            except BubuError as e:
+                return _bad_snapshot(report, seq, f"a tree that does not decode ({e})")
+            for i in range(0, len(files), 200):
+                part = files[i : i + 200]
+                got = object_rows(part)
+                for sha in part:
+                    row = got.get(sha)
+                    if row is None or not objects.intact(sha, row[1], row[0]):
+                        return _bad_snapshot(report, seq, f"the file object {sha[:12]}…")
+    return report
+
+
+def _bad_snapshot(report: VerifyReport, seq: int, what: str) -> VerifyReport:
+    return VerifyReport(
+        session=report.session,
+        ok=False,
+        high_water=report.high_water,
+        digest=report.digest,
+        first_bad_seq=seq,
+        problem=f"the workspace snapshot named at seq {seq} is missing or damaged: {what}",
+    )

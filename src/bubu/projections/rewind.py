@@ -35,6 +35,12 @@ class FileChange:
     writes: int
     command_after: bool
     """A command (or another unprovable effect) ran after Bubu's last write to it."""
+    link: bool = False
+    """A symbolic link at the seq or in Bubu's last snapshot (put back by hand)."""
+    from_snapshots: bool = False
+    mode: int | None = None
+    """Its permission bits at the seq, where a snapshot recorded them."""
+    """Known from the workspace snapshots (what commands changed too), not only from writes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,6 +33,7 @@ from bubu.events import (
     TurnEnded,
     TurnStarted,
     WindowLearned,
+    WorkspaceTaken,
 )
 from bubu.pricing import CostTally
 
@@ -198,6 +199,12 @@ class Transcript:
 
             case MemoryAccepted(key=key, source=source):
                 text = f"imported note {key!r} of {source} accepted (bubu memory accept)"
+            case WorkspaceTaken(snapshot=snap, source=source):
+                text = (
+                    f"workspace {source} stored with the task ({snap.files} files)"
+                    if snap.tree is not None
+                    else f"the workspace {source} could not be stored: {snap.partial}"
+                )
             case CheckpointBody() | SummaryChunk():
                 text = None  # the compaction note that follows is the marker people see
             case _:
@@ -252,6 +259,10 @@ def notice_text(n: RecoveryNotice, session: str | None = None, *, ongoing: bool 
     if n.pending_review:
         lines.append(
             "awaiting your review (may or may not have happened): " + ", ".join(n.pending_review)
+        )
+    if n.workspace_changes:
+        lines.append(
+            "changed in the workspace while interrupted: " + "; ".join(n.workspace_changes)
         )
     if n.dropped_model_calls:
         lines.append(f"in-flight model call issued again: {n.dropped_model_calls}")

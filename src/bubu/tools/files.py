@@ -322,7 +322,9 @@ def _make_parents(directory: str) -> None:
             os.close(parent)
 
 
-def atomic_write_at(dir_fd: int, name: str, content: bytes, like: os.stat_result | None) -> None:
+def atomic_write_at(
+    dir_fd: int, name: str, content: bytes, like: os.stat_result | None, mode: int | None = None
+) -> None:
     """Replace the file `name` of the directory `dir_fd` with `content`, wholly or not at all.
 
     Writes a temporary file in that directory, fsyncs it, renames it over the target and fsyncs
@@ -341,7 +343,9 @@ def atomic_write_at(dir_fd: int, name: str, content: bytes, like: os.stat_result
         with os.fdopen(fd, "wb") as f:
             f.write(content)
             f.flush()
-            if like is None:
+            if mode is not None:  # the permission bits a snapshot recorded
+                os.fchmod(f.fileno(), mode & 0o7777)
+            elif like is None:
                 os.fchmod(f.fileno(), 0o666 & ~_umask())
             else:
                 # Only root may give a file away; anyone else already owns what they create.

@@ -46,6 +46,9 @@ class RestoreFileArgs(Arguments):
         f"The file's sha-256 when the rewind was previewed ({ABSENT!r}: "
         "no file); a file that differs now is not touched.",
     ] = UNSET
+    mode: Annotated[
+        int | UnsetType, "The permission bits to give the restored file (from a snapshot)."
+    ] = UNSET
 
 
 def restore_tool(blob: Callable[[str], bytes | None]) -> Tool:
@@ -134,7 +137,7 @@ def _restore(args: RestoreFileArgs, ctx: ToolContext, intent: WriteIntent) -> To
                             raise
                     fsync_dir(loc.fd)
                     return ToolResult(output=f"deleted {raw} (it was created after the seq).")
-                atomic_write_at(loc.fd, loc.name, intent.content, like)
+                atomic_write_at(loc.fd, loc.name, intent.content, like, given(args.mode))
     return ToolResult(output=f"restored {raw} ({len(intent.content):,} bytes).")
 
 

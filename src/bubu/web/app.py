@@ -36,6 +36,7 @@ from bubu.log.store import Store
 from bubu.projections.status import fold_status
 from bubu.web import views
 from bubu.web.auth import TokenGuard
+from bubu.web.diffapi import diff_routes
 from bubu.web.rewindapi import rewind_routes
 from bubu.web.runs import HostFactory, RunManager, default_host
 from bubu.web.stream import session_events
@@ -330,6 +331,7 @@ def create_app(
         Route(sid + "/compact", compact, methods=["POST"]),
         Route(sid + "/permissions/{rid}", answer, methods=["POST"]),
         *rewind_routes(store, sid),
+        *diff_routes(store, sid),
         Route("/api/blobs/{sha}", blob),
         Route("/static/{name}", asset),
     ]

@@ -23,7 +23,8 @@ DEFAULT_SUBMITTER_ROLE = "bubu_submitter"
 DEFAULT_APPROVER_ROLE = "bubu_approver"
 
 _LOG_TABLES = (
-    "bubu_migrations", "sessions", "events", "blobs", "leases", "work", "views", "approvals"
+    "bubu_migrations", "sessions", "events", "blobs", "leases", "work", "views", "approvals",
+    "objects",
 )  # fmt: skip
 
 
@@ -52,7 +53,7 @@ def _grants(r: FleetRoles) -> list[tuple[str, str]]:
         # Appending: events and blobs are insert-only (their triggers refuse UPDATE, DELETE and
         # TRUNCATE whoever asks); a session row is inserted once, and the chain trigger, which
         # runs as the appender, moves its head (`sessions_guard` refuses anyone else moving it).
-        ("GRANT INSERT ON {s}.events, {s}.blobs TO {who}", everyone),
+        ("GRANT INSERT ON {s}.events, {s}.blobs, {s}.objects TO {who}", everyone),
         (
             "GRANT INSERT (id, title, workspace, model, created_ms) ON {s}.sessions TO {who}",
             everyone,

@@ -26,6 +26,7 @@ REQUIRED_TRIGGERS: tuple[tuple[str, str], ...] = (
     ("events", "events_approval"),
     ("blobs", "blobs_immutable"),
     ("approvals", "approvals_immutable"),
+    ("objects", "objects_immutable"),
     ("sessions", "sessions_guard"),
 )
 """(table, trigger) pairs that must exist and be enabled for the log's rules to hold."""
@@ -360,6 +361,15 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             _PIN_APPROVAL,
             "CREATE TRIGGER events_approval AFTER INSERT ON events REFERENCING NEW TABLE AS new_rows "
             "FOR EACH STATEMENT EXECUTE FUNCTION events_approval()",
+        ),
+    ),
+    Migration(
+        7,
+        "workspace snapshot objects",
+        (
+            "CREATE TABLE objects(sha256 text PRIMARY KEY, size bigint NOT NULL CHECK (size >= 0), "
+            "data bytea NOT NULL)",
+            *_immutable("objects"),
         ),
     ),
 )

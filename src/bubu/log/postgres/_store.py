@@ -28,7 +28,13 @@ from bubu.log.store import (
     View,
     chain,
 )
-from bubu.log.verify import CHECKPOINT_VIEW, verify_blob_refs, verify_records, verify_views
+from bubu.log.verify import (
+    CHECKPOINT_VIEW,
+    verify_blob_refs,
+    verify_records,
+    verify_snapshots,
+    verify_views,
+)
 
 RawRow = tuple[int, bytes, bytes]
 
@@ -361,8 +367,14 @@ class PostgresStore(Store):
             head = self.head(session)
             rows = self._rows(session, 0, None, None)
             blobs_ok = self._blob_check(db, rows)
-        report = verify_views(
-            verify_records(session, rows, blobs_ok), rows, lambda key: self._cached(session, key)
+        report = verify_snapshots(
+            verify_views(
+                verify_records(session, rows, blobs_ok),
+                rows,
+                lambda key: self._cached(session, key),
+            ),
+            rows,
+            self._object_rows,
         )
         if report.ok and (report.high_water, report.digest) != (head.high_water, head.digest):
             return VerifyReport(
@@ -408,6 +420,38 @@ class PostgresStore(Store):
                 "SELECT data FROM blobs WHERE sha256 = %s", [sha256], binary=True
             ).fetchone()
         return None if row is None else bytes(row[0])
+
+    # -- workspace objects --------------------------------------------------------------------------
+
+    def _put_objects(self, rows: Sequence[tuple[str, int, bytes]]) -> None:
+        with self._using() as db, db.transaction():
+            db.execute(
+                "INSERT INTO objects(sha256, size, data) SELECT * FROM "
+                "unnest(%s::text[], %s::bigint[], %s::bytea[]) ON CONFLICT (sha256) DO NOTHING",
+                [[r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]],
+            )
+
+    def missing_objects(self, shas: Iterable[str]) -> set[str]:
+        want = set(shas)
+        if not want:
+            return set()
+        with self._using() as db:
+            held = {
+                str(r[0])
+                for r in db.execute(
+                    "SELECT sha256 FROM objects WHERE sha256 = ANY(%s)", [sorted(want)]
+                )
+            }
+        return want - held
+
+    def _object_rows(self, shas: Sequence[str]) -> dict[str, tuple[int, bytes]]:
+        with self._using() as db:
+            rows = db.execute(
+                "SELECT sha256, size, data FROM objects WHERE sha256 = ANY(%s)",
+                [list(shas)],
+                binary=True,
+            ).fetchall()
+        return {str(r[0]): (int(r[1]), bytes(r[2])) for r in rows}
 
     # -- leases -----------------------------------------------------------------------------------
 

@@ -583,8 +583,10 @@ function renderItem(s, it) {
 function messageItem(m) {
   switch (m.kind) {
     case "user": return h("div", { class: "msg user", dataset: { seq: m.seq } }, h("div", { class: "who", text: "You" },
-      h("button", { class: "rewind small", title: "Put the files back as they were before this turn, in a fork",
-        onclick: () => openRewind(app.session, m.seq - 1) }, "Rewind")), h("div", { class: "text", text: m.text }));
+      h("button", { class: "rewind small", title: "Undo this turn and what followed: the files (what commands did too) go back as they were before it, in a fork",
+        onclick: () => openRewind(app.session, m.seq - 1) }, "Rewind"),
+      h("button", { class: "changes small", title: "What this turn changed in the workspace",
+        onclick: () => openDiff(app.session, m.seq) }, "Changes")), h("div", { class: "text", text: m.text }));
     case "assistant": return h("div", { class: "msg assistant", dataset: { seq: m.seq } }, h("div", { class: "who", text: "Bubu" }), h("div", { class: "text", text: m.text }));
     case "thinking": return h("details", { class: "thinking", dataset: { seq: m.seq } }, h("summary", { text: "Thinking" }), h("div", { class: "text", text: m.text }));
     case "error": return h("div", { class: "msg error", dataset: { seq: m.seq }, text: m.text });
@@ -815,6 +817,31 @@ document.addEventListener("DOMContentLoaded", async () => {
   route();
 });
 
+// ---- what a turn changed ------------------------------------------------------------------
+
+async function openDiff(s, at) {
+  if (!s) return;
+  let d;
+  try {
+    d = await api(`/api/sessions/${encodeURIComponent(s.sid)}/diff?at=${at}`);
+  } catch (e) {
+    toast(e.message);
+    return;
+  }
+  let dlg = $("#diff");
+  if (!dlg) { dlg = h("dialog", { id: "diff", class: "rewind diff" }); document.body.append(dlg); }
+  const body = d.reason
+    ? h("p", { class: "muted", text: d.reason })
+    : d.changes.length
+      ? [h("ul", { class: "rw-files" }, ...d.changes.map((c) => h("li", { class: "mono small", text: c.line }))),
+         h("pre", { class: "diff mono small", text: d.diff + (d.cut ? "\n… (cut: `bubu diff` prints it whole)" : "") })]
+      : h("p", { text: "This turn changed nothing in the workspace." });
+  fill(dlg, h("h2", { text: `What this turn changed (seq ${d.from}–${d.to})` }),
+    ...(Array.isArray(body) ? body : [body]),
+    h("div", { class: "buttons" }, h("button", { onclick: () => dlg.close() }, "Close")));
+  if (!dlg.open) dlg.showModal();
+}
+
 // ---- rewind --------------------------------------------------------------------------------
 
 const REWIND_LABEL = { restore: "restore", delete: "delete", keep: "keep", unchanged: "unchanged",
@@ -842,7 +869,7 @@ async function openRewind(s, to, force = []) {
         onchange: (ev) => openRewind(s, to, ev.target.checked ? [...force, f.path] : force.filter((x) => x !== f.path)) }),
         " overwrite it anyway") : null));
   const cmds = p.commands.length
-    ? h("div", { class: "rw-commands" }, h("strong", { text: "Commands ran after this point; their effects cannot be undone:" }),
+    ? h("div", { class: "rw-commands" }, h("strong", { text: `Commands ran after this point (${p.commands_note}):` }),
       h("ul", {}, ...p.commands.map((c) => h("li", { class: "mono small", text: `seq ${c.seq}: ${c.label}` }))))
     : null;
   const confirm = h("button", { class: "primary", id: "rewind-confirm", onclick: async () => {
