@@ -32,7 +32,8 @@ from bubu.projections.turn import TurnFold, fold
 from bubu.providers import windows
 from bubu.providers.base import Provider
 from bubu.tools.base import Tool
-from bubu.tools.sandbox import DEFAULT_MODE
+from bubu.engine.toolcalls import recorded_box
+from bubu.tools.sandbox import DEFAULT_MODE, box_fields, turn_options
 
 
 @dataclass(kw_only=True)
@@ -317,6 +318,8 @@ def _turn_started(
         sandbox=host.policy.sandbox or p.sandbox or DEFAULT_MODE,
         network=host.policy.network or (host.policy.sandbox is None and p.network),
         pass_env=list(dict.fromkeys([*p.pass_env, *host.policy.pass_env])),
+        # The reopened turn's sockets, agent and limits; the host's may only tighten them.
+        **box_fields(turn_options(recorded_box(p), host.policy.box)),
         base_url=public_url(getattr(host.provider, "base_url", None) or ms.base_url),
         stall_timeout=ms.stall_timeout,
         thinking_budget=ms.thinking_budget,
