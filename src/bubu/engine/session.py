@@ -15,6 +15,7 @@ from bubu.engine.instructions import NoteMaker
 from bubu.engine.permissions import Asker, Policy, nobody
 from bubu.engine.scope import acting_info, holder_gone
 from bubu.engine.settings import ModelSettings, public_url
+from bubu.engine.toolcalls import recorded_box
 from bubu.errors import BubuError, ConfigError, CorruptLog
 from bubu.events import (
     EndCause,
@@ -32,7 +33,6 @@ from bubu.projections.turn import TurnFold, fold
 from bubu.providers import windows
 from bubu.providers.base import Provider
 from bubu.tools.base import Tool
-from bubu.engine.toolcalls import recorded_box
 from bubu.tools.sandbox import DEFAULT_MODE, box_fields, turn_options
 
 
