@@ -273,8 +273,10 @@ def worker_cmd(
     """Claim sessions with work (queued tasks, turns whose runner died) and run them.
 
     A queued task that asks for more than this worker allows (a looser sandbox than
-    --max-sandbox, --yes, --network, unconfined --allow patterns, a secret variable) is held, not
-    run, until a person approves it with `bubu approve-task`.
+    --max-sandbox, --yes, --network, unconfined --allow patterns, a secret variable, a host
+    socket, the SSH agent) is held, not run, until a person approves it with `bubu approve-task`.
+    A task's sandbox limits above this worker's --max-procs, --max-memory, --max-file-size (or
+    their defaults) are clamped to them.
 
     SIGTERM or Ctrl-C drains: running turns finish their current step and are handed back to the
     fleet; a second Ctrl-C stops them at once.
