@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from bubu import clock
 from bubu.cli.fleetcmds import worker_box
 from bubu.engine.ceiling import Asked, Ceiling, excess
-from bubu.events import SystemNote, TaskHeld, TurnStarted
+from bubu.engine.worker import check_open_turn
+from bubu.errors import ConfigError
+from bubu.events import Record, SystemNote, TaskHeld, TurnStarted, make
 from bubu.log.postgres import PostgresStore, WorkQueue
 from bubu.projections.status import fold_status
 from bubu.tools.limits import Limits
@@ -103,6 +106,16 @@ def test_a_task_asking_for_a_socket_is_held_until_approved_or_allowed(
     got = (allowed_ws / "got.txt").read_text()
     assert "b'hello from first'" in got, got
     assert "hello from second" not in got, got
+
+
+def test_an_open_turn_with_a_socket_is_not_continued_by_a_default_worker() -> None:
+    ev = make(session="s", role="system", author="host", ts=clock.now_ms(), visibility="hidden",
+              content=SystemNote(note=TurnStarted(model="scripted:x", sandbox="workspace-write",
+                                                  allow_sockets=["/run/x.sock"])))  # fmt: skip
+    opened = [Record(seq=2, hash="", event=ev)]
+    with pytest.raises(ConfigError, match=r"/run/x\.sock"):
+        check_open_turn(opened, Ceiling(), "s")
+    check_open_turn(opened, Ceiling(allow_sockets=frozenset({"/run/x.sock"})), "s")
 
 
 def test_submit_names_a_socket_by_its_absolute_path(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -78,7 +79,7 @@ def _worker_socket(_ctx: click.Context, _param: click.Parameter, value: Any) -> 
                 f"--allow-socket {p}: a submitted task names the socket by its absolute path on "
                 "the worker's machine, e.g. --allow-socket /var/run/postgresql"
             )
-    return tuple(value or ())
+    return tuple(os.path.normpath(p) for p in value or ())
 
 
 def _box_options(f: Any) -> Any:
