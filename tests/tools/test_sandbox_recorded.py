@@ -68,14 +68,18 @@ def test_a_recovered_turn_reaches_its_recorded_socket_and_no_other(
     tmp_path: Path, two_sockets: tuple[str, str]
 ) -> None:
     first, second = two_sockets
-    db, ws, model = _project(tmp_path, _both(first, second))
+    write = "; echo; (head -c 3M /dev/zero > big); echo size=$(wc -c < big)"
+    db, ws, model = _project(tmp_path, _both(first, second) + write)
     crashed = bubu(db, "run", "t", "-w", str(ws), "-m", model, "--allow-socket", first,
-                   "--max-procs", "200", failpoint="before_dispatch")  # fmt: skip
+                   "--max-procs", "200", "--max-file-size", "1M",
+                   failpoint="before_dispatch")  # fmt: skip
     assert crashed.returncode == -9, crashed.stderr
-    # Recovered by a command that names the other socket and a higher limit: neither applies.
-    done = bubu(db, "recover", only_session(db), "--allow-socket", second, "--max-procs", "4000")
+    # Recovered by a command that names the other socket and higher limits: none applies.
+    done = bubu(db, "recover", only_session(db), "--allow-socket", second, "--max-procs", "4000",
+                "--max-file-size", "8M")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     (result,) = _results(db)
+    assert "size=1048576" in result, result  # the recorded file-size limit still binds
     assert "b'hello from first'" in result, result
     assert "hello from second" not in result, result
     assert "ConnectionRefusedError" in result, result
