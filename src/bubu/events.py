@@ -185,6 +185,17 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     pass_env: list[str] = msgspec.field(default_factory=list)
     """The secret environment variables the user passed on to commands (``--env NAME``): names
     only, never values, so a recovered turn passes on the same ones."""
+    allow_sockets: list[str] = msgspec.field(default_factory=list)
+    """Host Unix sockets (or directories of them) the turn's sandboxed commands may reach
+    (``--allow-socket``), so a recovered or resumed turn reaches the same ones and no others."""
+    ssh_agent: bool = False
+    """Whether the turn's sandboxed commands may use the SSH agent (``--ssh-agent``)."""
+    max_procs: int | None = None
+    """Processes and threads one sandboxed command may have (None: the default)."""
+    max_memory: int | None = None
+    """Bytes of memory one sandboxed command may use (None: the default share of the machine)."""
+    max_file_size: int | None = None
+    """The largest file in bytes a sandboxed command may write (None: the default)."""
     base_url: str | None = None
     """The model server the turn talked to (its official API included), without any credentials
     in it, so a recovery asks the same server and never another one (None: a provider with no

@@ -168,7 +168,7 @@ def _limit_default(name: str) -> Callable[[], int]:
         from bubu.tools.limits import Limits
 
         limits = Limits()
-        by = {"max_procs": limits.procs, "max_memory": limits.memory_bytes()}
+        by = {"max_procs": limits.proc_count(), "max_memory": limits.memory_bytes()}
         return by.get(name) or limits.file_bytes()
 
     return default

@@ -102,7 +102,7 @@ def test_defaults_a_test_suite_fits_in(tools: dict[str, Tool], ws: Path) -> None
     if CGROUP is None or CGROUP.pids is None:
         assert run(tools, ws, box(), "ulimit -u") == "1024\nexit code 0"
     assert Limits().memory_bytes() == limits.parse_size("50%", option="x", share=True)
-    assert Limits().procs == 1024
+    assert Limits().proc_count() == 1024
 
 
 def test_sizes_parse_or_fail_in_one_sentence() -> None:

@@ -172,12 +172,11 @@ def sandbox_box(opts: dict[str, Any]) -> Any:
     from bubu.tools.limits import Limits
     from bubu.tools.sandbox import Options
 
-    limits = Limits()
     return Options(
         allow_sockets=tuple(opts.get("allow_socket") or ()),
         ssh_agent=bool(opts.get("ssh_agent")),
         limits=Limits(
-            procs=opts.get("max_procs") or limits.procs,
+            procs=opts.get("max_procs") or 0,
             memory=opts.get("max_memory") or 0,
             file_size=opts.get("max_file_size") or 0,
         ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bubu.cli import checks
-from bubu.cli.agentcmds import sandbox_option, store_quota_option
+from bubu.cli.agentcmds import sandbox_box, sandbox_option, sandbox_options, store_quota_option
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.envopt import env_names
 from bubu.cli.term import echo
@@ -69,6 +70,31 @@ def check_model(spec: str) -> str:
     return spec
 
 
+def _worker_socket(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+    """Socket paths as a worker's machine names them: absolute, since a submitter's working
+    directory and home mean nothing on the worker."""
+    for p in value or ():
+        if not Path(p).is_absolute():
+            raise ConfigError(
+                f"--allow-socket {p}: a submitted task names the socket by its absolute path on "
+                "the worker's machine, e.g. --allow-socket /var/run/postgresql"
+            )
+    return tuple(os.path.normpath(p) for p in value or ())
+
+
+def _box_options(f: Any) -> Any:
+    """The sandbox options of a submitted task: `bubu run`'s, with sockets named absolutely."""
+    options = sandbox_options()
+    options[0] = click.option(
+        "--allow-socket", "allow_socket", multiple=True, metavar="PATH", callback=_worker_socket,
+        help="Let the task's sandboxed commands reach this Unix socket of the worker (or the "
+        "sockets in this directory); a worker holds the task unless it allows it (repeatable).",
+    )  # fmt: skip
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
 def _longrun(f: Any) -> Any:
     from bubu.cli.longrun import longrun_options
 
@@ -94,6 +120,7 @@ def _longrun(f: Any) -> Any:
 @click.option("--snapshot", is_flag=True,
               help="Store a snapshot of the workspace with the task, so that a worker on another "
               "machine (`bubu worker --workspaces DIR`) materializes it.")  # fmt: skip
+@_box_options
 @_longrun
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
@@ -117,17 +144,20 @@ def submit_cmd(
     max_tokens: int | None = None,
     max_time: float | None = None,
     snapshot: bool = False,
+    **box: Any,
 ) -> None:
     """Queue TASK for the fleet's workers and print its session id."""
     from bubu.cli.agentcmds import default_model
     from bubu.engine.worker import Submission, submit
+    from bubu.tools.sandbox import box_fields
 
     store = fleet_store(ctx, db)
     spec = check_model(model or default_model())
     policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps,
                         sandbox=sandbox or "workspace-write", network=network, pass_env=pass_env,
                         retry_for_s=retry_for, fallback_models=tuple(check_model(m) for m in fallback_model),
-                        token_limit=max_tokens, time_limit_s=max_time)  # fmt: skip
+                        token_limit=max_tokens, time_limit_s=max_time,
+                        **box_fields(sandbox_box(box)))  # fmt: skip
     info = submit(store, task=task, workspace=workspace, model=spec, policy=policy,
                   snapshot=snapshot)  # fmt: skip
     if as_json:
@@ -154,9 +184,35 @@ def ceiling_text(c: Ceiling) -> str:
     allowed = [n for n, on in (("--yes", c.allow_yes), ("--network", c.allow_network),
                                ("unconfined --allow", c.allow_patterns)) if on]  # fmt: skip
     allowed += [f"--env {n}" for n in sorted(c.allow_env)]
+    allowed += [f"--allow-socket {p}" for p in sorted(c.allow_sockets)]
+    allowed += ["--ssh-agent"] if c.allow_ssh_agent else []
     return f"tasks up to --sandbox {c.max_sandbox}" + (
         f" with {', '.join(allowed)}" if allowed else ", nothing looser"
     )
+
+
+def _socket_paths(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    from bubu.tools.sockets import check_allowed
+
+    return tuple(check_allowed(p) for p in value or ())
+
+
+def _limit_options(f: Any) -> Any:
+    """`bubu run`'s limit options (--max-procs, --max-memory, --max-file-size)."""
+    for opt in reversed(sandbox_options()[2:]):
+        f = opt(f)
+    return f
+
+
+def worker_box(limits: dict[str, Any]) -> Any:
+    """The worker's sandbox options: its limits, each made explicit (its default included) so
+    that a task's higher one is clamped to it and a lower one kept."""
+    from bubu.tools.limits import Limits
+    from bubu.tools.sandbox import Options
+
+    given = sandbox_box(limits).limits
+    return Options(limits=Limits(procs=given.proc_count(), memory=given.memory_bytes(),
+                                 file_size=given.file_bytes()))  # fmt: skip
 
 
 def _say(line: str) -> None:
@@ -195,6 +251,11 @@ def _say(line: str) -> None:
 @click.option("--workspaces", default=None, metavar="DIR", type=click.Path(file_okay=False),
               help="Run each session in DIR/SESSION, materialized from its snapshots when missing "
               "(a machine that does not have the sessions' workspaces).")  # fmt: skip
+@click.option("--allow-socket", "allow_socket", multiple=True, metavar="PATH", callback=_socket_paths,
+              help="A Unix socket (exact path) tasks may ask to reach with --allow-socket (else held).")  # fmt: skip
+@click.option("--allow-ssh-agent", is_flag=True,
+              help="Run tasks submitted with --ssh-agent, with this worker's agent (else held).")  # fmt: skip
+@_limit_options
 @pass_ctx
 def worker_cmd(
     ctx: Ctx,
@@ -215,12 +276,17 @@ def worker_cmd(
     allow_patterns: bool,
     allow_env: tuple[str, ...],
     workspaces: str | None = None,
+    allow_socket: tuple[str, ...] = (),
+    allow_ssh_agent: bool = False,
+    **limits: Any,
 ) -> None:
     """Claim sessions with work (queued tasks, turns whose runner died) and run them.
 
     A queued task that asks for more than this worker allows (a looser sandbox than
-    --max-sandbox, --yes, --network, unconfined --allow patterns, a secret variable) is held, not
-    run, until a person approves it with `bubu approve-task`.
+    --max-sandbox, --yes, --network, unconfined --allow patterns, a secret variable, a host
+    socket, the SSH agent) is held, not run, until a person approves it with `bubu approve-task`.
+    A task's sandbox limits above this worker's --max-procs, --max-memory, --max-file-size (or
+    their defaults) are clamped to them.
 
     SIGTERM or Ctrl-C drains: running turns finish their current step and are handed back to the
     fleet; a second Ctrl-C stops them at once.
@@ -243,9 +309,11 @@ def worker_cmd(
     run = RunConfig(max_steps=None, lease_ttl_s=lease_ttl, tool_timeout_s=tool_timeout,
                     context=ContextPolicy(store_quota=quota_of(store_quota)))  # fmt: skip
     ceiling = Ceiling(max_sandbox=max_sandbox, allow_yes=allow_yes, allow_network=allow_network,
-                      allow_patterns=allow_patterns, allow_env=frozenset(allow_env))  # fmt: skip
+                      allow_patterns=allow_patterns, allow_env=frozenset(allow_env),
+                      allow_sockets=frozenset(allow_socket), allow_ssh_agent=allow_ssh_agent)  # fmt: skip
     config = WorkerConfig(concurrency=concurrency, once=once, idle_exit_s=idle_exit,
-                          poll_s=poll, run=run, ceiling=ceiling, workspaces=workspaces)  # fmt: skip
+                          poll_s=poll, run=run, ceiling=ceiling, box=worker_box(limits),
+                          workspaces=workspaces)  # fmt: skip
     worker = Worker(
         open_slot=open_slot, equip=lambda info: equip(info, mcp), config=config, log=_say
     )

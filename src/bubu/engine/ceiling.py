@@ -2,10 +2,12 @@
 
 Whoever can submit to the fleet's log chooses a task's policy, and a worker runs it unattended on
 its own machine with its own secrets. So a worker never takes the submitter's word for the
-loosening options (`--sandbox`, `--yes`, `--network`, `--allow`, `--env`): each must fit under the
-worker's ceiling (`bubu worker --max-sandbox … --allow-yes …`), and a task that asks for more is
-held, in the log, until a person approves it with `bubu approve-task`. The check is pure; the
-worker does the I/O (DESIGN §7).
+loosening options (`--sandbox`, `--yes`, `--network`, `--allow`, `--env`, `--allow-socket`,
+`--ssh-agent`): each must fit under the worker's ceiling (`bubu worker --max-sandbox …
+--allow-yes …`), and a task that asks for more is held, in the log, until a person approves it
+with `bubu approve-task`. A task's sandbox limits are not judged here: the worker clamps them to
+its own (`bubu.tools.sandbox.turn_options`). The check is pure; the worker does the I/O
+(DESIGN §7).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class Ceiling:
     """Whether a task's `--allow` patterns approve commands that run unconfined."""
     allow_env: frozenset[str] = frozenset()
     """The worker's secret variables a task may have passed on to its commands (`--env`)."""
+    allow_sockets: frozenset[str] = frozenset()
+    """The host Unix sockets (exact paths) a task's sandboxed commands may reach."""
+    allow_ssh_agent: bool = False
+    """Whether a task's sandboxed commands may use the worker's SSH agent."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +54,8 @@ class Asked:
     network: bool = False
     allow_commands: Sequence[str] = ()
     pass_env: Sequence[str] = ()
+    allow_sockets: Sequence[str] = ()
+    ssh_agent: bool = False
 
 
 def excess(ceiling: Ceiling, asked: Asked, *, sandbox_works: bool = True) -> tuple[str, ...]:
@@ -78,6 +86,17 @@ def excess(ceiling: Ceiling, asked: Asked, *, sandbox_works: bool = True) -> tup
         reasons.append(
             f"it asks for the worker's secret variables {', '.join(extra)}, which this worker "
             "does not pass on (--allow-env NAME)"
+        )
+    confined = asked.sandbox != "off"  # unconfined, every socket is reachable anyway
+    sockets = [p for p in asked.allow_sockets if p not in ceiling.allow_sockets]
+    if sockets and confined:
+        reasons.append(
+            f"it asks to reach the host sockets {', '.join(sockets)}, which this worker does not "
+            "allow (--allow-socket PATH)"
+        )
+    if asked.ssh_agent and confined and not ceiling.allow_ssh_agent:
+        reasons.append(
+            "it asks for --ssh-agent, which this worker does not allow (--allow-ssh-agent)"
         )
     return tuple(reasons)
 

@@ -15,6 +15,7 @@ from bubu.engine.instructions import NoteMaker
 from bubu.engine.permissions import Asker, Policy, nobody
 from bubu.engine.scope import acting_info, holder_gone
 from bubu.engine.settings import ModelSettings, public_url
+from bubu.engine.toolcalls import recorded_box
 from bubu.errors import BubuError, ConfigError, CorruptLog
 from bubu.events import (
     EndCause,
@@ -32,7 +33,7 @@ from bubu.projections.turn import TurnFold, fold
 from bubu.providers import windows
 from bubu.providers.base import Provider
 from bubu.tools.base import Tool
-from bubu.tools.sandbox import DEFAULT_MODE
+from bubu.tools.sandbox import DEFAULT_MODE, box_fields, turn_options
 
 
 @dataclass(kw_only=True)
@@ -318,6 +319,8 @@ def _turn_started(
         sandbox=host.policy.sandbox or p.sandbox or DEFAULT_MODE,
         network=host.policy.network or (host.policy.sandbox is None and p.network),
         pass_env=list(dict.fromkeys([*p.pass_env, *host.policy.pass_env])),
+        # The reopened turn's sockets, agent and limits; the host's may only tighten them.
+        **box_fields(turn_options(recorded_box(p), host.policy.box)),
         base_url=public_url(getattr(host.provider, "base_url", None) or ms.base_url),
         stall_timeout=ms.stall_timeout,
         thinking_budget=ms.thinking_budget,

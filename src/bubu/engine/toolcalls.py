@@ -37,7 +37,7 @@ from bubu.events import (
 )
 from bubu.log import codec, redact
 from bubu.projections.memory import Note
-from bubu.projections.turn import CallState
+from bubu.projections.turn import CallState, TurnFold
 from bubu.providers.base import arguments_error
 from bubu.snapshot.take import snapshots_enabled, snapshotter
 from bubu.tools import sandbox
@@ -83,12 +83,24 @@ def read_only_refusal(tool: str) -> str:
     )
 
 
+def recorded_box(t: TurnFold) -> sandbox.Options | None:
+    """The sandbox options the turn `t` recorded, or None when it recorded no sandbox (an older
+    Bubu, an imported log: the host's options apply)."""
+    if t.sandbox is None:
+        return None
+    return sandbox.recorded_options(
+        t.allow_sockets, t.ssh_agent, t.max_procs, t.max_memory, t.max_file_size
+    )
+
+
 class ToolCalls:
     """Runs the runner's tool calls."""
 
     def __init__(self, host: ToolHost) -> None:
         self.host = host
-        self._confined: tuple[tuple[SandboxMode, bool], sandbox.Sandbox | None] | None = None
+        self._confined: (
+            tuple[tuple[SandboxMode, bool, sandbox.Options], sandbox.Sandbox | None] | None
+        ) = None
         self._snapped_turn: str | None = None
         """The turn whose workspace was snapshotted before its first call that may change it."""
 
@@ -117,7 +129,7 @@ class ToolCalls:
             network=self.sandbox_mode[1],
             sandboxed=self.confinement() is not None,
             pass_env=tuple(dict.fromkeys([*p.pass_env, *t.pass_env])),
-            box=p.box,
+            box=self.sandbox_options,
             allow_write=tuple(dict.fromkeys([*p.allow_write, *t.allow_write])),
         )
 
@@ -127,12 +139,18 @@ class ToolCalls:
         t, p = self.host.turn, self.host.policy
         return sandbox.turn_mode(t.sandbox, t.network, p.sandbox, p.network)
 
+    @property
+    def sandbox_options(self) -> sandbox.Options:
+        """The sockets, SSH agent and limits of the turn's commands: recorded with it, where the
+        host's may only tighten them."""
+        return sandbox.turn_options(recorded_box(self.host.turn), self.host.policy.box)
+
     def confinement(self) -> sandbox.Sandbox | None:
         """The sandbox of the turn's commands (looked up once per mode: it searches PATH)."""
-        mode = self.sandbox_mode
-        if self._confined is None or self._confined[0] != mode:
-            options = self.host.policy.box
-            self._confined = (mode, sandbox.confinement(*mode, options=options))
+        mode, network = self.sandbox_mode
+        key = (mode, network, self.sandbox_options)
+        if self._confined is None or self._confined[0] != key:
+            self._confined = (key, sandbox.confinement(mode, network, options=key[2]))
         return self._confined[1]
 
     def context_for(self, call: CallState, *, outside_allowed: bool = False) -> ToolContext:

@@ -32,6 +32,7 @@ from bubu import clock, ids
 from bubu.engine.ceiling import Asked, Ceiling, excess, hold_state
 from bubu.engine.driver import RunConfig, Runner, owner_id
 from bubu.engine.materialize import local_workspace
+from bubu.engine.permissions import Policy
 from bubu.engine.recovery import Outcome, recover_session
 from bubu.engine.scope import acting_info
 from bubu.engine.session import (
@@ -63,7 +64,7 @@ from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.turn import fold
 from bubu.providers.base import Delta, Provider, close_provider
 from bubu.tools.base import Tool
-from bubu.tools.sandbox import DEFAULT_MODE, unavailable
+from bubu.tools.sandbox import DEFAULT_MODE, Options, unavailable
 
 if TYPE_CHECKING:
     from bubu.log.postgres import Claim
@@ -92,6 +93,14 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     network: bool = False
     pass_env: tuple[str, ...] = ()
     """Secret variables of the worker's environment passed on to commands (names only)."""
+    allow_sockets: tuple[str, ...] = ()
+    """Host Unix sockets the task's sandboxed commands may reach (``--allow-socket``)."""
+    ssh_agent: bool = False
+    """Whether the task's sandboxed commands may use the worker's SSH agent."""
+    max_procs: int | None = None
+    max_memory: int | None = None
+    max_file_size: int | None = None
+    """The task's sandbox limits (None: the worker's; above the worker's, clamped to them)."""
 
 
 def submit(
@@ -180,7 +189,8 @@ def running(host: Host, info: SessionInfo, lease: Lease) -> Iterator[Runner]:
 def asked(policy: Submission | TurnStarted) -> Asked:
     """The loosening options of a submitted policy or of a started turn, for the ceiling."""
     return Asked(sandbox=policy.sandbox or "off", yes=policy.yes, network=policy.network,
-                 allow_commands=tuple(policy.allow_commands), pass_env=tuple(policy.pass_env))  # fmt: skip
+                 allow_commands=tuple(policy.allow_commands), pass_env=tuple(policy.pass_env),
+                 allow_sockets=tuple(policy.allow_sockets), ssh_agent=policy.ssh_agent)  # fmt: skip
 
 
 def hold(
@@ -221,7 +231,10 @@ def start_queued(
                            retry_for_s=policy.retry_for_s, fallback_models=list(policy.fallback_models),
                            token_limit=policy.token_limit, time_limit_s=policy.time_limit_s,
                            workspace=runner.session.workspace, title=runner.session.title,
-                           project_instructions=host.config.project_instructions)  # fmt: skip
+                           project_instructions=host.config.project_instructions,
+                           allow_sockets=list(policy.allow_sockets), ssh_agent=policy.ssh_agent,
+                           max_procs=policy.max_procs, max_memory=policy.max_memory,
+                           max_file_size=policy.max_file_size)  # fmt: skip
         turn, now = request.event.turn or ids.turn_id(), clock.now_ms()
         opened = make(session=info.id, turn=turn, role="system", author="system", ts=now,
                       content=SystemNote(note=note), visibility="hidden")  # fmt: skip
@@ -335,6 +348,9 @@ class WorkerConfig:
     """The most a task may ask of this worker; a queued task asking for more is held."""
     workspaces: str | None = None
     """A root of this worker's own workspace copies (`bubu worker --workspaces DIR`)."""
+    box: Options = field(default_factory=Options)
+    """The worker's own sandbox limits, which clamp a task's (its sockets and agent are none:
+    a task's come from its policy, under the ceiling)."""
 
 
 class Watch:
@@ -491,8 +507,9 @@ class Worker:
         result: str
         try:
             provider, tools = self._equip(info)
-            host = Host(store=store, provider=provider, tools=tools,
-                        observer=watch, config=self.config.run, owner=lease.owner)  # fmt: skip
+            host = Host(store=store, provider=provider, tools=tools, observer=watch,
+                        config=self.config.run, owner=lease.owner,
+                        policy=Policy(box=self.config.box))  # fmt: skip
             watch.host = host
             outcome = run_claim(host, claim, self.config.ceiling, workspaces=self.config.workspaces)
             result = outcome if outcome is not None else "released" if watch.drained else "lost"

@@ -71,6 +71,11 @@ class TurnFold:
     sandbox: SandboxMode | None = None
     network: bool = False
     pass_env: tuple[str, ...] = ()
+    allow_sockets: tuple[str, ...] = ()
+    ssh_agent: bool = False
+    max_procs: int | None = None
+    max_memory: int | None = None
+    max_file_size: int | None = None
     max_cost: float | None = None
     turn_cost: float = 0.0
     """What the turn's priced model calls cost so far, in USD (over all its runs)."""
@@ -151,6 +156,9 @@ class TurnFold:
             self.mcp_config = n.mcp_config
             self.sandbox, self.network = n.sandbox, n.network
             self.pass_env = tuple(n.pass_env)
+            self.allow_sockets, self.ssh_agent = tuple(n.allow_sockets), n.ssh_agent
+            self.max_procs, self.max_memory = n.max_procs, n.max_memory
+            self.max_file_size = n.max_file_size
             self.calls, self.open_calls, self.last_outcome = {}, [], None
             self.awaiting_model, self.inflight_request = True, None
             self.cut_off = False
@@ -162,6 +170,8 @@ class TurnFold:
             self.yes, self.allow_commands, self.mcp_config = False, (), None
             self.allow_write = ()
             self.sandbox, self.network, self.pass_env = None, False, ()
+            self.allow_sockets, self.ssh_agent = (), False
+            self.max_procs = self.max_memory = self.max_file_size = None
             for call in self.calls.values():
                 call.decision = None  # asked again, of the importer
         elif isinstance(n, TurnEnded):

@@ -67,11 +67,16 @@ def human(size: int) -> str:
 class Limits:
     """What one sandboxed command may use: processes (threads count), memory, one file's size."""
 
-    procs: int = DEFAULT_PROCS
+    procs: int = 0
+    """Processes and threads (0: the default)."""
     memory: int = 0
     """Bytes (0: the default share of this machine's memory)."""
     file_size: int = 0
     """Bytes (0: the default)."""
+
+    def proc_count(self) -> int:
+        """The process limit."""
+        return self.procs or DEFAULT_PROCS
 
     def memory_bytes(self) -> int:
         """The memory limit in bytes."""
@@ -80,6 +85,20 @@ class Limits:
     def file_bytes(self) -> int:
         """The file-size limit in bytes."""
         return self.file_size or parse_size(DEFAULT_FILE_SIZE, option="--max-file-size")
+
+
+def tighter(recorded: Limits, given: Limits) -> Limits:
+    """The `recorded` limits, lowered where `given` names a lower one (a limit `given` leaves at
+    its default, or names higher, changes nothing)."""
+
+    def low(r: int, g: int, effective: int) -> int:
+        return r if not g or g >= effective else g
+
+    return Limits(
+        procs=low(recorded.procs, given.procs, recorded.proc_count()),
+        memory=low(recorded.memory, given.memory, recorded.memory_bytes()),
+        file_size=low(recorded.file_size, given.file_size, recorded.file_bytes()),
+    )
 
 
 def keeper_rlimits(limits: Limits, cgroup: Cgroup | None) -> str:
@@ -97,7 +116,7 @@ def nproc_argv(limits: Limits, cgroup: Cgroup | None, argv: list[str]) -> list[s
     (set before, the kernel would count every process of the user against it)."""
     if cgroup is not None and cgroup.pids is not None:
         return argv
-    script = f'ulimit -u {limits.procs} || exit 126; exec "$@"'
+    script = f'ulimit -u {limits.proc_count()} || exit 126; exec "$@"'
     return [argv[0], "-c", script, "bubu-limits", *argv]
 
 
@@ -153,7 +172,7 @@ class Cgroup:
             if m and int(m.group(1)) > 0:
                 n = int(m.group(1))
                 out.append(
-                    f"the process limit ({self.limits.procs:,} processes and threads) was "
+                    f"the process limit ({self.limits.proc_count():,} processes and threads) was "
                     f"reached: {n:,} {'fork was' if n == 1 else 'forks were'} refused"
                 )
         if self.memory is not None:
@@ -233,7 +252,7 @@ def cgroup_for(limits: Limits) -> Cgroup | None:
     name = f"bubu-{os.getpid()}-{next(_counter)}"
     made: dict[str, str | None] = {"pids": None, "memory": None}
     for kind, parent, file, value in (
-        ("pids", pids_parent, "pids.max", str(limits.procs)),
+        ("pids", pids_parent, "pids.max", str(limits.proc_count())),
         ("memory", mem_parent, "memory.limit_in_bytes", str(limits.memory_bytes())),
     ):
         if parent is None:

@@ -26,13 +26,13 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from bubu.errors import ConfigError
 from bubu.events import SandboxMode
 from bubu.tools import sockets
 from bubu.tools.controlfiles import Scan, binds
-from bubu.tools.limits import Limits
+from bubu.tools.limits import Limits, tighter
 
 Confined = Literal["workspace-write", "read-only"]
 """The modes that confine a command."""
@@ -235,3 +235,41 @@ def turn_mode(
     if recorded is not None:
         return recorded, recorded_network
     return chosen or DEFAULT_MODE, network
+
+
+def recorded_options(
+    allow_sockets: Sequence[str],
+    ssh_agent: bool,
+    procs: int | None,
+    memory: int | None,
+    file_size: int | None,
+) -> Options:
+    """The options a turn recorded (`TurnStarted`'s fields; None: the default limit)."""
+    limits = Limits(procs=procs or 0, memory=memory or 0, file_size=file_size or 0)
+    return Options(allow_sockets=tuple(allow_sockets), ssh_agent=ssh_agent, limits=limits)
+
+
+def turn_options(recorded: Options | None, given: Options) -> Options:
+    """The options a turn's commands run with: those recorded with it (so a recovered or resumed
+    turn keeps them), where the command that continues it may only tighten — a lower limit it
+    names applies, a socket or the SSH agent it names that the turn did not record is not
+    added; with nothing recorded (an older Bubu, an imported log), the given ones."""
+    if recorded is None:
+        return given
+    return Options(
+        allow_sockets=recorded.allow_sockets,
+        ssh_agent=recorded.ssh_agent,
+        limits=tighter(recorded.limits, given.limits),
+    )
+
+
+def box_fields(options: Options) -> dict[str, Any]:
+    """`options` as the fields of the `TurnStarted` that records them."""
+    limits = options.limits
+    return {
+        "allow_sockets": list(options.allow_sockets),
+        "ssh_agent": options.ssh_agent,
+        "max_procs": limits.procs or None,
+        "max_memory": limits.memory or None,
+        "max_file_size": limits.file_size or None,
+    }
