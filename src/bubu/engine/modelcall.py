@@ -196,7 +196,7 @@ class ModelCaller:
             response = h.wait(h.pool.submit(self._complete, request))
             empty_response(response, h.provider.spec)
         except ProviderError as e:
-            if not self._overflowed(e, attempt, estimate):
+            if not self._overflowed(e, estimate):
                 self._failed_attempt(e, attempt)
             return
         self._commit_response(response, estimate)
@@ -214,18 +214,22 @@ class ModelCaller:
             case _:
                 assert_never(v)
 
-    def _overflowed(self, e: ProviderError, attempt: int, estimate: int) -> bool:
+    def _overflowed(self, e: ProviderError, estimate: int) -> bool:
         """Handle an overflow or an empty answer (overflow.py); False: the retry policy decides."""
         h = self.host
         window = h.window()
         calibrated = int(estimate * h.compactor.calibration.factor)
-        plan = after_overflow(e, attempt=attempt, window=window, estimate=calibrated)
+        lr = h.longrun
+        in_a_row = 1 + (
+            lr.overflows_in_a_row if e.error_class == "context_length" else lr.odd_in_a_row
+        )
+        plan = after_overflow(e, in_a_row=in_a_row, window=window, estimate=calibrated)
         if plan is None:
             return False
         error = Error(
             error_class=e.error_class,
             message=str(e),
-            retryable=not isinstance(plan, Stop),
+            retryable=not isinstance(plan, Stop) or plan.cause is not None,
             status=e.status,
         )
         match plan:
@@ -238,9 +242,11 @@ class ModelCaller:
                 )
             case Again():
                 h.append([h.event("system", "system", error)])
-            case Stop(message=message):
+            case Stop(message=message, cause=cause):
                 h.append([h.event("system", "system", error)])
-                h.end_turn("failed", message)
+                if cause is not None:
+                    message += f"; `bubu resume {h.session.id}` asks again"
+                h.end_turn("failed", message, cause=cause)
             case _:
                 assert_never(plan)
         return True
