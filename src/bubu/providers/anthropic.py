@@ -550,7 +550,7 @@ class AnthropicProvider(_endpoint.AtEndpoint):
                 status = exc.status_code
                 if status < 400:  # an error event inside a 200 stream
                     status = _STATUS_OF_ERROR_TYPE.get(error_type or "", 500)
-                return _retry.status_error(
+                error = _retry.status_error(
                     vendor,
                     status,
                     body=exc.body,
@@ -558,12 +558,23 @@ class AnthropicProvider(_endpoint.AtEndpoint):
                     api_message=_error_field(exc.body, "message"),
                     api_code=error_type,
                 )
+                return _retry.probe_server(error, self._models_status)
             case anthropic.APITimeoutError() | httpx2.TimeoutException():
                 return _retry.timeout_error(vendor, exc)
             case anthropic.APIConnectionError() | httpx2.TransportError():
                 return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
             case _:
                 return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
+
+    def _models_status(self) -> int:
+        """The HTTP status of `GET /v1/models` at the server (is it up?), quickly."""
+        try:
+            self._client.with_options(timeout=_retry.PROBE_S).get(
+                "/v1/models", cast_to=httpx2.Response
+            )
+        except anthropic.APIStatusError as exc:
+            return exc.status_code
+        return 200
 
 
 def _error_field(body: object, key: str) -> str | None:

@@ -538,11 +538,7 @@ class OpenAIProvider(_endpoint.AtEndpoint):
         error = convert_error(
             vendor, exc, streaming=streaming, in_stream=lambda b: _stream_error_event(vendor, b)
         )
-        if isinstance(exc, openai.APIStatusError):
-            # A compatible server's 500 is mostly its handler failing on this request
-            # (llama-cpp-python's schema errors), not an outage.
-            error.repeats_for_the_request = not self._official and exc.status_code == 500
-        return error
+        return _retry.probe_server(error, lambda: models_status(self._client))
 
 
 # ---- shared with the Responses adapter (openai_responses) --------------------------------------
@@ -605,6 +601,15 @@ def convert_error(
             return in_stream(exc.body)
         case _:
             return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
+
+
+def models_status(client: openai.OpenAI) -> int:
+    """The HTTP status of `GET /models` at the client's server (is it up?), quickly."""
+    try:
+        client.with_options(timeout=_retry.PROBE_S).get("/models", cast_to=httpx2.Response)
+    except openai.APIStatusError as exc:
+        return exc.status_code
+    return 200
 
 
 def body_field(body: object, key: str) -> str | None:

@@ -43,6 +43,7 @@ from bubu.providers.openai import (
     body_field,
     context_window_for,
     convert_error,
+    models_status,
     openai_client,
     openai_endpoint,
 )
@@ -458,7 +459,8 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
         def in_stream(body: object) -> ProviderError:
             return _failure(vendor, body_field(body, "code"), body_field(body, "message"), body)
 
-        return convert_error(vendor, exc, streaming=streaming, in_stream=in_stream)
+        error = convert_error(vendor, exc, streaming=streaming, in_stream=in_stream)
+        return _retry.probe_server(error, lambda: models_status(self._client))
 
 
 def _summaries_refused(message: str) -> bool:
