@@ -351,3 +351,20 @@ def test_a_local_servers_500_that_changes_is_retried_as_a_transient_fault(
     reason, _, server = _turn(sqlite_store, ws, answers)
     assert reason == "completed"
     assert len(server.bodies("/v1/chat/completions")) == 6
+
+
+def test_empty_streams_for_tool_calls_switch_the_run_to_whole_answers_recorded_once(
+    sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    (ws / "a.txt").write_text("hello\n")
+    answers = [
+        EMPTY_STREAM,
+        json_file("llamacpp_python_whole_tool_call.json"),
+        json_file("llamacpp_python_whole_text.json"),
+    ]
+    reason, records, server = _turn(sqlite_store, ws, answers)
+    assert reason == "completed"
+    assert [b["stream"] for b in server.bodies("/v1/chat/completions")] == [True, False, False]
+    infos = [n.text for n in _notes(records, ServerNote) if isinstance(n, ServerNote)]
+    assert len([t for t in infos if "cannot stream tool calls" in t]) == 1
+    assert [c for r in records if isinstance(c := r.event.content, Error)] == [], "no failure"

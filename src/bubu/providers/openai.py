@@ -464,12 +464,21 @@ class OpenAIProvider(_endpoint.AtEndpoint):
         # failure of the second call is the empty stream it followed.
         for _ in range(2):
             try:
-                return self._whole(request, on_delta)
+                response = self._whole(request, on_delta)
             except ProviderError as e:
                 if e.error_class == "context_length":
                     raise
                 if e.error_class != "connection":
                     break
+            else:
+                # llama-cpp-python streams nothing whenever its answer starts with a tool call:
+                # asked whole from now on, so no step is sent twice, and the log says so once.
+                if request.tools and self._tool_mode == "stream":
+                    self._tool_mode = "whole"
+                    said = "it sent an empty stream where the answer was due, then answered whole"
+                    notice = toolmode.notice("whole", self._vendor.name, said)
+                    return dataclasses.replace(response, notice=notice)
+                return response
         raise empty
 
     def _whole(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
