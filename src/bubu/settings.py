@@ -207,6 +207,7 @@ KEYS: tuple[Key, ...] = (
         guard="user_only",
     ),
     Key("notify_timeout", "notify_timeout", _pos_float, "seconds a notifier may run"),
+    Key("loop_limit", "loop_limit", _pos_int, "same call, same result, in a row before a stop"),
 )
 """Every key a config file may set; a new run option is one more row here."""
 

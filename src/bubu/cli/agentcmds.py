@@ -254,6 +254,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     chosen = opts.get("mcp")
     mcp = Path(chosen).expanduser() if chosen else default_config_path()
     pass_env: tuple[str, ...] = tuple(opts.get("pass_env") or ())
+    from bubu.engine.loops import DEFAULT_LOOP_LIMIT
     from bubu.engine.settings import ModelSettings, env_stall_timeout
 
     return Host(
@@ -291,6 +292,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             tool_timeout_s=opts.get("tool_timeout", 600.0),
             context_window=opts.get("context_window"),
             project_instructions=not opts.get("no_project_instructions"),
+            loop_limit=opts.get("loop_limit") or DEFAULT_LOOP_LIMIT,
         ),
     )
 

@@ -19,7 +19,7 @@ from bubu.engine.callids import unique_call_id
 from bubu.engine.compactor import Compactor
 from bubu.engine.host import Observer, RunnerView
 from bubu.engine.instructions import Instructions
-from bubu.engine.loops import GoOn, Stuck, verdict
+from bubu.engine.loops import GoOn, Looping, Stuck, verdict
 from bubu.engine.overflow import Again, Shrink, Stop, after_overflow, empty_response
 from bubu.engine.prompt import system_prompt
 from bubu.errors import ProviderError
@@ -202,13 +202,15 @@ class ModelCaller:
         self._commit_response(response, estimate)
 
     def stuck(self) -> bool:
-        """End the turn when the model keeps repeating one failing call (loops.py)."""
+        """End the turn when the model keeps repeating one failing call, or one call that keeps
+        returning the same result (loops.py)."""
         t = self.host.turn
-        v = verdict(t.calls.values(), after_seq=self.host.run_seq, last=t.last_outcome)
+        v = verdict(t.calls.values(), after_seq=self.host.run_seq, last=t.last_outcome,
+                    loop_limit=self.host.config.loop_limit)  # fmt: skip
         match v:
             case GoOn():
                 return False
-            case Stuck():
+            case Stuck() | Looping():
                 self.host.end_turn("stopped", v.message)
                 return True
             case _:

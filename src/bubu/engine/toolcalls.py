@@ -20,7 +20,7 @@ from bubu.engine import choices
 from bubu.engine.host import Observer, RunnerView, StopReason
 from bubu.engine.keep import kept_before
 from bubu.engine.lanes import Admitted, Lanes
-from bubu.engine.loops import warning
+from bubu.engine.loops import repeat_note, warning
 from bubu.engine.memory import workspace_memory
 from bubu.engine.permissions import Answer, Asker, Policy
 from bubu.errors import StorageError, ToolError
@@ -35,7 +35,7 @@ from bubu.events import (
 )
 from bubu.log import codec, redact
 from bubu.projections.memory import Note
-from bubu.projections.turn import CallState
+from bubu.projections.turn import CallState, result_digest
 from bubu.providers.base import arguments_error
 from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
@@ -158,6 +158,10 @@ class ToolCalls:
         blob = None
         if placed is not None:
             text, blob = placed
+        if not result.is_error:
+            seen = repeat_note(self.host.turn.last_same(call), result_digest(text))
+            if seen is not None:
+                text += seen
         refs, _ = images.refs(result.images)
         event = self.host.event(
             "tool", "tool",
