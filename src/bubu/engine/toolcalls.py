@@ -34,6 +34,7 @@ from bubu.events import (
     ToolDispatch,
 )
 from bubu.log import codec, redact
+from bubu.projections.longrun import LongRunFold, format_duration
 from bubu.projections.memory import Note
 from bubu.projections.turn import CallState, result_digest
 from bubu.providers.base import arguments_error
@@ -58,6 +59,7 @@ class ToolHost(RunnerView, Protocol):
     stop_event: threading.Event
     """Set once a stop is asked for: a running tool's cancel signal."""
     stop_reason: StopReason | None
+    longrun: LongRunFold
 
     @property
     def asker(self) -> Asker:
@@ -105,9 +107,15 @@ class ToolCalls:
         """The context a tool call runs in."""
         from pathlib import Path
 
+        lr = self.host.longrun
+        left = None
+        if lr.time_limit_s is not None:
+            left = max(0.0, lr.time_limit_s - lr.running_ms(clock.now_ms()) / 1000)
         return ToolContext(
             workspace=Path(self.host.session.workspace),
             timeout_s=self.host.config.tool_timeout_s,
+            time_left_s=left,
+            time_limit=format_duration(lr.time_limit_s) if lr.time_limit_s is not None else "",
             cancel=self.host.stop_event,
             stopped_by=self.host.stopped_by,
             outside_allowed=outside_allowed,

@@ -86,6 +86,11 @@ class ToolContext:
     memory: Callable[[], dict[str, Note]] | None = None
     images: bool = False
     """Whether the model is shown images (`read_file` returns an image, else says it is one)."""
+    time_left_s: float | None = None
+    """Seconds left before the turn's time limit (`--max-time`), when it has one: a command
+    still running then is stopped, and its result says so."""
+    time_limit: str = ""
+    """The turn's time limit as a person wrote it (``5s``), for that result."""
 
 
 class Tool(Protocol):
