@@ -121,6 +121,34 @@ def via(parse: Callable[[str], object]) -> Callable[[object], object]:
     return run
 
 
+_PRICE_FIELDS = ("input", "output", "cache_read", "cache_write")
+
+
+def _prices(v: object) -> dict[str, dict[str, float]]:
+    """`[prices."provider:model"]` tables: USD per million tokens, `input` and `output` needed."""
+    if not isinstance(v, dict):
+        raise Bad('expected tables [prices."provider:model"] with input and output per million')
+    out: dict[str, dict[str, float]] = {}
+    for spec, table in v.items():
+        _model(spec)
+        if not isinstance(table, dict):
+            raise Bad(f'[prices."{spec}"] must be a table, e.g. input = 0.5, output = 1.5')
+        unknown = [k for k in table if k not in _PRICE_FIELDS]
+        if unknown:
+            raise Bad(f'[prices."{spec}"]: unknown field {unknown[0]!r}; fields: '
+                      f"{', '.join(_PRICE_FIELDS)}")  # fmt: skip
+        for need in ("input", "output"):
+            if need not in table:
+                raise Bad(f'[prices."{spec}"] needs {need} (USD per million tokens)')
+        row: dict[str, float] = {}
+        for k, price in table.items():
+            if isinstance(price, bool) or not isinstance(price, int | float) or price < 0:
+                raise Bad(f'[prices."{spec}"]: {k} must be a number of USD per million, 0 or more')
+            row[k] = float(price)
+        out[spec] = row
+    return out
+
+
 def _env_seconds(text: str) -> float:
     """BUBU_STALL_TIMEOUT, refused in the words the provider uses for it."""
     from bubu.providers._retry import STALL_ENV, stall_timeout
@@ -208,6 +236,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("notify_timeout", "notify_timeout", _pos_float, "seconds a notifier may run"),
     Key("loop_limit", "loop_limit", _pos_int, "same call, same result, in a row before a stop"),
+    Key("prices", "prices", _prices, "USD per million tokens by model", guard="user_only"),
 )
 """Every key a config file may set; a new run option is one more row here."""
 

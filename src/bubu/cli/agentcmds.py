@@ -234,17 +234,19 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         max_output_tokens=opts.get("max_output_tokens"),
         cache_ttl=opts.get("cache_ttl"),
     )
-    from bubu.pricing import call_cost, warm
+    from bubu.pricing import configure_from, known, warm
 
+    configure_from(opts.get("prices"))
     warm(provider.spec)
-    if opts.get("max_cost") is not None:
-        official = getattr(provider, "official", True)
-        if call_cost(provider.spec, input_tokens=1, output_tokens=1, official=official) is None:
-            click.echo(
-                f"bubu: warning: the price of {provider.spec} is unknown, so --max-cost "
-                "cannot limit it (its calls count as nothing)",
-                err=True,
-            )
+    official = getattr(provider, "official", True)
+    if opts.get("max_cost") is not None and not known(provider.spec, official=official):
+        click.echo(
+            f"bubu: warning: the price of {provider.spec} is unknown, so --max-cost "
+            "cannot limit it (its calls count as nothing); set "
+            f'[prices."{provider.spec}"] input = …, output = … (USD per million tokens) in '
+            "your config file to price it",
+            err=True,
+        )
     # An MCP file the user named is their choice; without one, a recovered or resumed turn gets
     # the servers it was started with (recorded with the turn).
     fallbacks = {
@@ -644,12 +646,28 @@ def usage_line(usage: Any) -> str:
     return line + unknown_usage(int(usage.get("usage_unknown_calls") or 0))
 
 
-def cost_lines(usage: Any) -> str:
-    """The cost part of `bubu status`: the total, then one line per model."""
+def load_prices() -> None:
+    """Price models as the user's config file says (`[prices."provider:model"]`), for views
+    that tell $0 from an unknown price before a session's first call."""
+    from bubu.pricing import configure_from
+    from bubu.settings import resolve
+
+    try:
+        found = resolve(workspace=None, flags={}, defaults={}).values.get("prices")
+    except ConfigError:
+        return  # a broken file is said by the commands that run with it
+    configure_from(found.value if found is not None else None)
+
+
+def cost_lines(usage: Any, *, priced: bool = False) -> str:
+    """The cost part of `bubu status`: the total, then one line per model (`priced`: the
+    session's model has a price, so no call yet is $0 rather than unknown)."""
     from bubu.pricing import format_usd
 
     models: dict[str, Any] = usage["by_model"]
-    total = format_usd(usage["cost_usd"]) if usage["cost_usd"] is not None or models else "$0"
+    total = format_usd(usage["cost_usd"])
+    if usage["cost_usd"] is None and not models and priced:
+        total = "$0"  # no call yet, of a model with a price
     if usage["unpriced_calls"] and usage["cost_usd"] is not None:
         total += f" (+{usage['unpriced_calls']} calls of unknown price)"
     lines = [f"  cost: {total}"]
@@ -689,7 +707,10 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
             click.echo(f"  {waiting_line(w, clock.now_ms())}")
             click.echo(f"    last error: {printable(w.message)}")
     click.echo(f"  {usage_line(usage)}")
-    click.echo(cost_lines(usage))
+    from bubu.pricing import known
+
+    load_prices()
+    click.echo(cost_lines(usage, priced=known(info.model)))
     if d["plan"]:
         click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it
     rec: Any = d["recovery"]

@@ -24,12 +24,12 @@ def session_status(store: Store, info: SessionInfo) -> Status:
 
 
 def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
-    from bubu.pricing import CostTally
+    from bubu.pricing import CostTally, known
 
     # A model call's usage rides on its response's last event: a text, a call or a thinking.
     records = store.read(info.id, kinds=(*BOUNDARY_KINDS, "function_call", "thinking"))
     st = fold_status(records)
-    cost = CostTally()
+    cost = CostTally(priced=known(info.model))
     for r in records:
         if r.event.actions is not None and (u := r.event.actions.token_usage) is not None:
             cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
@@ -67,6 +67,9 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None, text: str |
 
     found = None if text is None else matching(ctx.store, text)
     infos = [s for s in ctx.store.sessions() if found is None or s.id in found]
+    from bubu.cli.agentcmds import load_prices
+
+    load_prices()
     rows = [_session_row(ctx.store, s) for s in infos]
     for r in rows:
         if found is not None:
