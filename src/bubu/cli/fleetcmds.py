@@ -20,7 +20,7 @@ from bubu.events import SandboxMode
 from bubu.log.store import SessionInfo, Store
 
 if TYPE_CHECKING:
-    from bubu.engine.worker import Queue
+    from bubu.engine.worker import Queue, SubmittedModel
     from bubu.log.postgres import PostgresStore
     from bubu.providers.base import Provider
     from bubu.tools.base import Tool
@@ -76,6 +76,32 @@ def _longrun(f: Any) -> Any:
     return f
 
 
+_SETTINGS = (
+    click.option("--base-url", default=None, help="An OpenAI-compatible server (credentials in "
+                 "it are dropped: the log holds none; give them to the workers' environment)."),
+    click.option("--context-window", type=int, default=None, callback=checks.context_window,
+                 help="Override the model's window (tokens)."),
+    click.option("--thinking", "thinking_budget", type=int, default=None, callback=checks.thinking,
+                 metavar="TOKENS", help="Extended thinking budget (Anthropic)."),
+    click.option("--reasoning-effort", default=None, metavar="low|medium|high",
+                 callback=checks.one_of("low", "medium", "high",
+                                        what="how hard an OpenAI reasoning model thinks"),
+                 help="How hard an OpenAI reasoning model thinks."),
+    click.option("--max-output-tokens", default=None, callback=checks.max_output_tokens,
+                 metavar="TOKENS", help="Tokens one model call may produce."),
+    click.option("--cache-ttl", default=None, metavar="5m|1h",
+                 callback=checks.one_of("5m", "1h", what="how long Anthropic keeps the prompt cache"),
+                 help="How long Anthropic keeps the prompt cache."),
+)  # fmt: skip
+
+
+def _model_settings(f: Any) -> Any:
+    """`bubu run`'s model options, for a submitted task (recorded with it for the workers)."""
+    for opt in reversed(_SETTINGS):
+        f = opt(f)
+    return f
+
+
 @cli.command("submit")
 @click.argument("task")
 @_db_option
@@ -91,6 +117,7 @@ def _longrun(f: Any) -> Any:
 @click.option("--env", "pass_env", multiple=True, metavar="NAME", callback=env_names(must_be_set=False),
               help="Pass the worker's secret variable NAME on to the task's commands.")  # fmt: skip
 @_longrun
+@_model_settings
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def submit_cmd(
@@ -112,17 +139,20 @@ def submit_cmd(
     fallback_model: tuple[str, ...] = (),
     max_tokens: int | None = None,
     max_time: float | None = None,
+    **model_settings: Any,
 ) -> None:
     """Queue TASK for the fleet's workers and print its session id."""
     from bubu.cli.agentcmds import default_model
-    from bubu.engine.worker import Submission, submit
+    from bubu.engine.settings import public_url
+    from bubu.engine.worker import Submission, SubmittedModel, submit
 
     store = fleet_store(ctx, db)
     spec = check_model(model or default_model())
     policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps,
                         sandbox=sandbox or "workspace-write", network=network, pass_env=pass_env,
                         retry_for_s=retry_for, fallback_models=tuple(check_model(m) for m in fallback_model),
-                        token_limit=max_tokens, time_limit_s=max_time)  # fmt: skip
+                        token_limit=max_tokens, time_limit_s=max_time,
+                        model=SubmittedModel(**{**model_settings, "base_url": public_url(model_settings.get("base_url"))}))  # fmt: skip
     info = submit(store, task=task, workspace=workspace, model=spec, policy=policy)
     if as_json:
         emit_json({"session": info.id, "workspace": info.workspace, "model": spec})
@@ -130,9 +160,14 @@ def submit_cmd(
         click.echo(info.id)
 
 
-def equip(info: SessionInfo, mcp: str | None = None) -> tuple[Provider, dict[str, Tool]]:
-    """The model recorded with the session, the built-in tools and those of the MCP servers in
-    `mcp` (default ``$BUBU_HOME/mcp.json`` when it exists)."""
+def equip(
+    info: SessionInfo, mcp: str | None = None, url: str | None = None
+) -> tuple[Provider, dict[str, Tool]]:
+    """The model recorded with the session (built with the model options it was submitted with,
+    read from the store at `url`), the built-in tools and those of the MCP servers in `mcp`
+    (default ``$BUBU_HOME/mcp.json`` when it exists)."""
+    import msgspec
+
     from bubu.providers import resolve
     from bubu.tools import builtin_tools, tool_table
     from bubu.tools.mcp import connect
@@ -140,7 +175,26 @@ def equip(info: SessionInfo, mcp: str | None = None) -> tuple[Provider, dict[str
     if not info.model:
         raise ConfigError(f"session {info.id} has no model recorded; it cannot run in the fleet")
     tools = tool_table([*builtin_tools().values(), *connect(mcp)], where="the worker's tools")
-    return resolve(info.model), tools
+    options = submitted_model(info, url) if url is not None else None
+    given = (
+        {k: v for k, v in msgspec.structs.asdict(options).items() if v is not None}
+        if options
+        else {}
+    )
+    return resolve(info.model, **given), tools
+
+
+def submitted_model(info: SessionInfo, url: str) -> SubmittedModel | None:
+    """The model options of the session's submitted request (its first), if it has one."""
+    from bubu.engine.worker import queued_request
+    from bubu.log.postgres import PostgresStore
+
+    store = PostgresStore(url)
+    try:
+        first = queued_request(store.read(info.id, upto=8))
+    finally:
+        store.close()
+    return first[1].model if first is not None else None
 
 
 def _say(line: str) -> None:
@@ -198,7 +252,7 @@ def worker_cmd(
     config = WorkerConfig(concurrency=concurrency, once=once, idle_exit_s=idle_exit,
                           poll_s=poll, run=run)  # fmt: skip
     worker = Worker(
-        open_slot=open_slot, equip=lambda info: equip(info, mcp), config=config, log=_say
+        open_slot=open_slot, equip=lambda info: equip(info, mcp, url), config=config, log=_say
     )
     received = 0
 

@@ -70,6 +70,18 @@ REQUEST_KINDS = ("text", "turn_started", "turn_ended")
 """The event kinds `queued_request` looks at."""
 
 
+class SubmittedModel(msgspec.Struct, frozen=True, kw_only=True):
+    """How the worker builds a queued task's provider (`bubu submit`'s model options)."""
+
+    base_url: str | None = None
+    """The server, without credentials (they never enter the log)."""
+    context_window: int | None = None
+    thinking_budget: int | None = None
+    reasoning_effort: str | None = None
+    max_output_tokens: int | None = None
+    cache_ttl: str | None = None
+
+
 class Submission(msgspec.Struct, frozen=True, kw_only=True):
     """The policy a queued request runs under, recorded with the request in the log."""
 
@@ -84,6 +96,8 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     network: bool = False
     pass_env: tuple[str, ...] = ()
     """Secret variables of the worker's environment passed on to commands (names only)."""
+    model: SubmittedModel = SubmittedModel()
+    """The model options the task was submitted with."""
 
 
 def submit(
@@ -424,6 +438,7 @@ __all__ = [
     "Equip",
     "Queue",
     "Submission",
+    "SubmittedModel",
     "Watch",
     "Worker",
     "WorkerConfig",
