@@ -710,7 +710,7 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     from bubu.pricing import known
 
     load_prices()
-    click.echo(cost_lines(usage, priced=known(info.model)))
+    click.echo(cost_lines(usage, priced=bool(info.model) and known(info.model or "")))
     if d["plan"]:
         click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it
     rec: Any = d["recovery"]

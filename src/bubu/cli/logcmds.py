@@ -29,7 +29,7 @@ def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
     # A model call's usage rides on its response's last event: a text, a call or a thinking.
     records = store.read(info.id, kinds=(*BOUNDARY_KINDS, "function_call", "thinking"))
     st = fold_status(records)
-    cost = CostTally(priced=known(info.model))
+    cost = CostTally(priced=bool(info.model) and known(info.model or ""))
     for r in records:
         if r.event.actions is not None and (u := r.event.actions.token_usage) is not None:
             cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
@@ -81,7 +81,15 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None, text: str |
         return
     if not rows:
         if text is not None:
-            click.echo(f"no session matches {text!r}")
+            where = f" among the {status_filter} sessions" if status_filter else ""
+            click.echo(f"no session matches {text!r}{where}")
+            return
+        if status_filter and infos:
+            n = len(infos)
+            click.echo(
+                f"no {status_filter} sessions ({n} session{'s' if n != 1 else ''} in other "
+                "states; `bubu sessions` lists them all)"
+            )
             return
         click.echo('no sessions yet; start one with `bubu run "TASK"` or try `bubu demo`')
         return
