@@ -68,9 +68,9 @@ def terms(query: str) -> list[list[str]]:
                     ws[-1] += PREFIX
                 out.append(ws)
         else:
-            for token in part.split():
-                if i and token.startswith(PREFIX) and out:
-                    token = token[1:]  # the * of the phrase before
+            for raw in part.split():
+                # A leading * is the mark of the phrase before.
+                token = raw[1:] if i and raw.startswith(PREFIX) and out else raw
                 ws = words(token)
                 if ws and token.endswith(PREFIX):
                     ws[-1] += PREFIX
