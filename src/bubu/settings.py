@@ -121,6 +121,18 @@ def via(parse: Callable[[str], object]) -> Callable[[object], object]:
     return run
 
 
+def _share(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1:
+        raise Bad("expected a share of the window between 0 and 1, e.g. 0.8")
+    return float(v)
+
+
+def _share_or_all(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
+        raise Bad("expected a share of the window above 0, at most 1 (1: every result whole)")
+    return float(v)
+
+
 _PRICE_FIELDS = ("input", "output", "cache_read", "cache_write")
 
 
@@ -237,6 +249,14 @@ KEYS: tuple[Key, ...] = (
     Key("notify_timeout", "notify_timeout", _pos_float, "seconds a notifier may run"),
     Key("loop_limit", "loop_limit", _pos_int, "same call, same result, in a row before a stop"),
     Key("prices", "prices", _prices, "USD per million tokens by model", guard="user_only"),
+    Key("compact_at", "compact_at", _share, "share of the window that starts a compaction"),
+    Key("compact_to", "compact_to", _share, "share of the window a compaction aims at"),
+    Key(
+        "summary_result_share",
+        "summary_result_share",
+        _share_or_all,
+        "share of the window one result takes in a summary's reading",
+    ),
 )
 """Every key a config file may set; a new run option is one more row here."""
 

@@ -105,3 +105,12 @@ def test_max_cost_with_an_unpriced_model_says_once_it_cannot_bind(tmp_path: Path
     assert done.stderr.count("cannot limit it") == 1
     assert '[prices."openai:local"]' in done.stderr
     assert "price unknown" in bubu(db, "sessions").stdout
+
+
+def test_compact_to_must_be_below_compact_at() -> None:
+    from bubu.cli.agentcmds import context_policy
+
+    assert context_policy(None, None).compact_to == 0.3
+    assert context_policy(0.5, None).compact_to == 0.25, "half the trigger when only it is set"
+    with pytest.raises(ConfigError, match=r"compact_to \(0.6\) must be below compact_at \(0.5\)"):
+        context_policy(0.5, 0.6)

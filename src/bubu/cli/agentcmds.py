@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +23,9 @@ from bubu.engine.driver import RunConfig, stop_all
 from bubu.engine.permissions import Policy
 from bubu.engine.session import Host, check_task, new_session, resume_turn, start_turn
 from bubu.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bubu.context.policy import ContextPolicy
 from bubu.events import TurnEndReason
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
@@ -295,6 +298,9 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             context_window=opts.get("context_window"),
             project_instructions=not opts.get("no_project_instructions"),
             loop_limit=opts.get("loop_limit") or DEFAULT_LOOP_LIMIT,
+            context=context_policy(
+                opts.get("compact_at"), opts.get("compact_to"), opts.get("summary_result_share")
+            ),
         ),
     )
 
@@ -644,6 +650,26 @@ def usage_line(usage: Any) -> str:
     ]
     line += f" ({' · '.join(extra)})" if extra else ""
     return line + unknown_usage(int(usage.get("usage_unknown_calls") or 0))
+
+
+def context_policy(
+    compact_at: float | None, compact_to: float | None, summary_result_share: float | None = None
+) -> ContextPolicy:
+    """The bounded-context policy with the config's compaction shares (`compact_at` starts a
+    compaction, `compact_to` is what it aims at: it must be lower)."""
+    from bubu.context.policy import ContextPolicy
+
+    base = ContextPolicy()
+    at = compact_at if compact_at is not None else base.compact_at
+    to = compact_to if compact_to is not None else min(base.compact_to, at / 2)
+    if to >= at:
+        raise ConfigError(
+            f"compact_to ({to:g}) must be below compact_at ({at:g}): a compaction aims below the "
+            "share that starts one; lower compact_to or raise compact_at"
+        )
+    if summary_result_share is None:
+        return ContextPolicy(compact_at=at, compact_to=to)
+    return ContextPolicy(compact_at=at, compact_to=to, summary_result_share=summary_result_share)
 
 
 def load_prices() -> None:
