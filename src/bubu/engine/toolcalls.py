@@ -150,10 +150,17 @@ class ToolCalls:
         again = warning(self.host.turn.calls.values(), call) if result.is_error else None
         if again is not None:
             result = ToolResult(
-                output=f"{result.output}\n[{again}]", is_error=True, full=result.full
+                output=f"{result.output}\n[{again}]",
+                is_error=True,
+                full=result.full,
+                status=result.status,
             )
         text = codec.sanitize_text(result.output)
         data = result.full if result.full is not None else text.encode("utf-8")
+        status = result.status
+        if result.full is None and status is not None and text.endswith("\n" + status):
+            # An offloaded result is the output alone; how it ended stays in the placeholder.
+            data = text[: -len(status) - 1].encode("utf-8")
         # Before the placeholder's excerpt cuts a line (and a secret in it) short.
         data = redact.data(data)
         # A page of an offloaded result is never offloaded again.
@@ -166,6 +173,8 @@ class ToolCalls:
         blob = None
         if placed is not None:
             text, blob = placed
+            if status is not None:
+                text += f"\n{status}"  # the output is the blob; how it ended, here
         if not result.is_error:
             seen = repeat_note(self.host.turn.last_same(call), result_digest(text))
             if seen is not None:

@@ -45,6 +45,10 @@ class ToolResult:
     blobs."""
     dropped: int = 0
     """Bytes of the tool's output kept nowhere (neither in `output` nor in `full`)."""
+    status: str | None = None
+    """How the tool ended (a command's exit code), kept apart from `full`: an offloaded result
+    is the output alone, so it reads as what the command printed (JSON, CSV, a log), and its
+    placeholder ends with this line."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

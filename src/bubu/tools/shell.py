@@ -379,6 +379,7 @@ def run_command(args: RunCommandArgs, ctx: ToolContext) -> ToolResult:
     return ToolResult(
         output=f"{body}\n{status}",
         is_error=done.ending in ("timed_out", "stopped", "lost"),
-        full=None if done.full is None else done.full + f"\n{status}\n".encode(),
+        full=done.full,
         dropped=dropped,
+        status=status,
     )
