@@ -19,7 +19,7 @@ def test_a_commands_json_is_offloaded_without_its_exit_status(
 ) -> None:
     rows = [{"id": i, "name": f"item-{i}", "tags": ["a", "b"]} for i in range(400)]
     (ws / "data.json").write_text(json.dumps(rows))
-    lines = [{"text": "look", "tool_calls": [call("run_command", command="cat data.json")]},
+    lines: list[dict[str, object]] = [{"text": "look", "tool_calls": [call("run_command", command="cat data.json")]},
              {"text": "done"}]  # fmt: skip
     provider = scripted(write_script(tmp_path / "s.jsonl", lines))
     info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)

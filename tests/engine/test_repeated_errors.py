@@ -83,7 +83,10 @@ def wire(request: pytest.FixtureRequest) -> Wire:
 def _turn(
     store: SQLiteStore, ws: Path, wire: Wire, answers: list[Answer], models: Answer
 ) -> tuple[str | None, list[Record], LocalServer]:
-    routes = {("POST", wire.path): answers, ("GET", "/v1/models"): models}
+    routes: dict[tuple[str, str], Answer | list[Answer]] = {
+        ("POST", wire.path): answers,
+        ("GET", "/v1/models"): models,
+    }
     with serve(routes) as server:
         provider = wire.adapter(server.url)
         try:

@@ -11,9 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from bubu.engine.loops import DEFAULT_LOOP_LIMIT, REPEAT_WARN_AT, GoOn, Looping, verdict
-from bubu.engine.session import SessionInfo, new_session, resume_turn, start_turn
+from bubu.engine.session import new_session, resume_turn, start_turn
 from bubu.events import FunctionResponse, Record
 from bubu.log.sqlite import SQLiteStore
+from bubu.log.store import SessionInfo
 from bubu.projections.turn import fold
 
 from .helpers import FAST, call, make_host, scripted, turn_end, write_script
@@ -36,7 +37,7 @@ def test_the_same_successful_read_forty_times_is_told_then_stopped_resumably(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
     (ws / "a.txt").write_text("hello\n")
-    same = {"text": "again", "tool_calls": [call("read_file", path="a.txt")]}
+    same: dict[str, object] = {"text": "again", "tool_calls": [call("read_file", path="a.txt")]}
     reason, records, info = _run(tmp_path, sqlite_store, ws, [same] * 40 + [{"text": "done"}])
     assert reason == "stopped"
     results = _results(records)
@@ -62,7 +63,10 @@ def test_the_same_successful_read_forty_times_is_told_then_stopped_resumably(
 def test_polling_whose_result_changes_is_left_alone(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
-    poll = {"text": "poll", "tool_calls": [call("run_command", command="date +%s%N")]}
+    poll: dict[str, object] = {
+        "text": "poll",
+        "tool_calls": [call("run_command", command="date +%s%N")],
+    }
     n = DEFAULT_LOOP_LIMIT + 4
     reason, records, _ = _run(tmp_path, sqlite_store, ws, [poll] * n + [{"text": "done"}])
     assert reason == "completed"
@@ -75,7 +79,7 @@ def test_the_loop_limit_is_configurable(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
     (ws / "a.txt").write_text("hello\n")
-    same = {"text": "again", "tool_calls": [call("list_files", path=".")]}
+    same: dict[str, object] = {"text": "again", "tool_calls": [call("list_files", path=".")]}
     reason, records, _ = _run(tmp_path, sqlite_store, ws, [same] * 10, loop_limit=4)
     assert reason == "stopped"
     assert len(_results(records)) == 4

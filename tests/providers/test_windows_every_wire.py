@@ -3,6 +3,8 @@ the figure: the real adapters against a real local server that states no window.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from bubu.providers.anthropic import AnthropicProvider
@@ -13,7 +15,7 @@ from bubu.providers.windows import UNKNOWN, UNKNOWN_WINDOW, Window
 
 from .servers import json_file, serve
 
-ADAPTERS = {
+ADAPTERS: dict[str, Callable[[str], Provider]] = {
     "chat": lambda url: OpenAIProvider("local-model", base_url=f"{url}/v1"),
     "messages": lambda url: AnthropicProvider("local-model", base_url=url),
     "responses": lambda url: OpenAIResponsesProvider("local-model", base_url=f"{url}/v1"),
