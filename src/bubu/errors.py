@@ -95,6 +95,9 @@ class ProviderError(BubuError):
         self.repeats_for_the_request = False
         """A fault of the server that the same request is likely to get every time (a local
         server's 500): when it comes back word for word, waiting does not help."""
+        self.server_up = False
+        """The server answered another request after this failure: it is up, so a failure that
+        repeats word for word is about this request, not an outage."""
         super().__init__(message)
 
 

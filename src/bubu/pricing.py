@@ -1,15 +1,17 @@
 """What a model call cost in US dollars, from its token usage and the `genai-prices` table.
 
 The price is computed when the call's usage is committed, so the log says what was charged at
-that time's prices; a model the table does not know (scripted, a local server) has no price
-(None), which every view shows as "price unknown", never as $0.00.
+that time's prices. A price the user configured (`[prices."provider:model"]`, per million
+tokens) wins over the table and applies at any server (a local one, a proxy); a model neither
+knows (scripted, a local server) has no price (None), which every view shows as "price
+unknown", never as $0.00.
 """
 
 from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,50 @@ PRICED_PROVIDERS = {
     "anthropic": "anthropic",
 }
 """Bubu's provider names, by the `genai-prices` provider id their official APIs are priced as."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Price:
+    """A configured price in USD per million tokens: input (not cached), output, cache reads and
+    cache writes (the last two default to the input price)."""
+
+    input: float
+    output: float
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+    def cost(self, inp: int, out: int, read: int, write: int) -> float:
+        """The cost of a call's tokens (`inp` counts all input, reads and writes included)."""
+        fresh = max(0, inp - read - write)
+        rate_read = self.input if self.cache_read is None else self.cache_read
+        rate_write = self.input if self.cache_write is None else self.cache_write
+        total = fresh * self.input + out * self.output + read * rate_read + write * rate_write
+        return total / 1_000_000
+
+
+_CONFIGURED: dict[str, Price] = {}
+
+
+def configure(prices: Mapping[str, Price]) -> None:
+    """Use these prices (by model spec, ``provider:model``) from now on, before the table."""
+    _CONFIGURED.clear()
+    _CONFIGURED.update(prices)
+
+
+def configure_from(table: object) -> None:
+    """Use the prices of a config file's checked `prices` table (None: none configured)."""
+    rows = table if isinstance(table, dict) else {}
+    configure({spec: Price(**row) for spec, row in rows.items()})
+
+
+def configured(spec: str) -> Price | None:
+    """The price the user configured for `spec`, if any."""
+    return _CONFIGURED.get(spec)
+
+
+def known(spec: str, *, official: bool = True) -> bool:
+    """Whether calls of `spec` get a price (configured, or the table's at the official API)."""
+    return call_cost(spec, input_tokens=1, output_tokens=1, official=official) is not None
 
 
 def call_cost(
@@ -41,6 +87,9 @@ def call_cost(
     `official` is false for a server other than the provider's own API, whose prices are unknown.
     `cache_write_1h_tokens` are the part of the cache writes kept for an hour (priced higher).
     """
+    mine = _CONFIGURED.get(spec)
+    if mine is not None:
+        return mine.cost(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
     name, _, model = spec.partition(":")
     provider = PRICED_PROVIDERS.get(name)
     if provider is None or not official or not model:
@@ -93,7 +142,7 @@ def _price(
 def warm(spec: str) -> None:
     """Load the price table in the background (about a second), so the first call's commit
     does not wait for it; a no-op for models that are never priced."""
-    if spec.partition(":")[0] not in PRICED_PROVIDERS:
+    if spec.partition(":")[0] not in PRICED_PROVIDERS or spec in _CONFIGURED:
         return
     import threading
 
@@ -118,6 +167,8 @@ class CostTally:
     priced_calls: int = 0
     unpriced_calls: int = 0
     by_model: dict[str, ModelCost] = field(default_factory=dict)
+    priced: bool = False
+    """Whether the model in use has a price: before any call, $0 is said only then."""
 
     def add(self, model: str, cost: float | None, tokens_in: int, tokens_out: int) -> None:
         """Count one call."""
@@ -141,7 +192,7 @@ class CostTally:
     def text(self) -> str:
         """The total for people, saying when part of it is unknown."""
         if not self.priced_calls:
-            return "price unknown" if self.unpriced_calls else "$0"
+            return "$0" if self.priced and not self.unpriced_calls else "price unknown"
         partial = f" (+{self.unpriced_calls} calls of unknown price)" if self.unpriced_calls else ""
         return format_usd(self.usd) + partial
 

@@ -148,6 +148,46 @@ def via(parse: Callable[[str], object]) -> Callable[[object], object]:
     return run
 
 
+def _share(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1:
+        raise Bad("expected a share of the window between 0 and 1, e.g. 0.8")
+    return float(v)
+
+
+def _share_or_all(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
+        raise Bad("expected a share of the window above 0, at most 1 (1: every result whole)")
+    return float(v)
+
+
+_PRICE_FIELDS = ("input", "output", "cache_read", "cache_write")
+
+
+def _prices(v: object) -> dict[str, dict[str, float]]:
+    """`[prices."provider:model"]` tables: USD per million tokens, `input` and `output` needed."""
+    if not isinstance(v, dict):
+        raise Bad('expected tables [prices."provider:model"] with input and output per million')
+    out: dict[str, dict[str, float]] = {}
+    for spec, table in v.items():
+        _model(spec)
+        if not isinstance(table, dict):
+            raise Bad(f'[prices."{spec}"] must be a table, e.g. input = 0.5, output = 1.5')
+        unknown = [k for k in table if k not in _PRICE_FIELDS]
+        if unknown:
+            raise Bad(f'[prices."{spec}"]: unknown field {unknown[0]!r}; fields: '
+                      f"{', '.join(_PRICE_FIELDS)}")  # fmt: skip
+        for need in ("input", "output"):
+            if need not in table:
+                raise Bad(f'[prices."{spec}"] needs {need} (USD per million tokens)')
+        row: dict[str, float] = {}
+        for k, price in table.items():
+            if isinstance(price, bool) or not isinstance(price, int | float) or price < 0:
+                raise Bad(f'[prices."{spec}"]: {k} must be a number of USD per million, 0 or more')
+            row[k] = float(price)
+        out[spec] = row
+    return out
+
+
 def _env_seconds(text: str) -> float:
     """BUBU_STALL_TIMEOUT, refused in the words the provider uses for it."""
     from bubu.providers._retry import STALL_ENV, stall_timeout
@@ -172,6 +212,12 @@ def _limit_default(name: str) -> Callable[[], int]:
         return by.get(name) or limits.file_bytes()
 
     return default
+
+
+def _loop_default() -> int:
+    from bubu.engine.loops import DEFAULT_LOOP_LIMIT
+
+    return DEFAULT_LOOP_LIMIT
 
 
 def _quota_default() -> int:
@@ -368,15 +414,29 @@ KEYS: tuple[Key, ...] = (
         guard="lower",
         unset=10.0,  # bubu.notify.DEFAULT_TIMEOUT_S
     ),
+    Key(
+        "loop_limit",
+        "loop_limit",
+        _pos_int,
+        "same call, same result, in a row before a stop",
+        guard="lower",
+        unset=_loop_default,
+    ),
+    Key("prices", "prices", _prices, "USD per million tokens by model", guard="user_only"),
+    Key("compact_at", "compact_at", _share, "share of the window that starts a compaction"),
+    Key("compact_to", "compact_to", _share, "share of the window a compaction aims at"),
+    Key(
+        "summary_result_share",
+        "summary_result_share",
+        _share_or_all,
+        "share of the window one result takes in a summary's reading",
+    ),
 )
 """Every key a config file may set; a new run option is one more row here."""
 
 BY_NAME = {k.name: k for k in KEYS}
 BY_OPTION = {k.option: k for k in KEYS}
 _STRICTNESS = {"off": 0, "workspace-write": 1, "read-only": 2}
-
-
-"""The sandbox's limits a workspace file may only lower, and the default each starts from."""
 
 
 @dataclass(frozen=True, slots=True)

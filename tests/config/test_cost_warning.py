@@ -23,7 +23,8 @@ def test_the_warning_names_the_flag_or_the_file_that_set_the_limit(tmp_path: Pat
     assert by_flag.returncode == 0, by_flag.stderr
     assert _warning(by_flag.stderr) == (
         f"bubu: warning: the price of {model} is unknown, so --max-cost cannot limit it "
-        "(its calls count as nothing)"
+        f'(its calls count as nothing); set [prices."{model}"] input = …, output = … (USD per '
+        "million tokens) in your config file to price it"
     )
     config = (
         tmp_path / "config.toml"

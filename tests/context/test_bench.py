@@ -71,3 +71,18 @@ def test_policy_overrides_reach_the_engine() -> None:
     )  # fmt: skip
     assert bad.returncode != 0
     assert "expected FIELD=VALUE with a ContextPolicy field" in bad.stderr
+
+
+def test_a_small_window_is_compacted_below_its_trigger_so_it_is_not_summarized_every_step() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--steps", "300", "--window", "8192"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    assert r["within_budget"]
+    assert r["failed_compactions"] == 0
+    # Compacted down to compact_to (below compact_at), reading each offloaded result's head and
+    # tail: summarizer calls stay at most a tenth of the turn's calls (592 for 300 before).
+    assert r["summary_calls"] <= 300 // 10
+    assert (r["policy"]["compact_at"], r["policy"]["compact_to"]) == (0.8, 0.3)

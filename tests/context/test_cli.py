@@ -43,8 +43,14 @@ def bubu(db: Path, *args: str, failpoint: str | None = None) -> subprocess.Compl
 NOISY: dict[str, Any] = {"tool_calls": [{"name": "run_command", "arguments": {"command": NOISE}}]}
 
 
+def _noisy(step: int) -> dict[str, Any]:
+    # Each step's output differs: the same call with the same result would be a loop.
+    command = f"{NOISE}; echo step {step}"
+    return {"tool_calls": [{"name": "run_command", "arguments": {"command": command}}]}
+
+
 def _noisy_script(tmp_path: Path, steps: int, tail: list[dict[str, Any]]) -> Path:
-    return write_script(tmp_path / "s.jsonl", [NOISY] * steps + tail)
+    return write_script(tmp_path / "s.jsonl", [_noisy(i) for i in range(steps)] + tail)
 
 
 def _session(db: Path) -> str:

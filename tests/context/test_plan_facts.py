@@ -29,13 +29,13 @@ def test_every_checkpoint_fact_sheet_holds_the_plan_and_the_notes(
     lines: list[dict[str, object]] = [
         {"tool_calls": [{"name": "update_plan", "arguments": {"items": STEPS}}]},
         {"tool_calls": [{"name": "remember", "arguments": {"key": "parser", "text": "LL(1)"}}]},
-        *noisy_lines(16),
+        *noisy_lines(40),
     ]
     provider = model(write_script(tmp_path / "s.jsonl", lines), summarize=summary_text(SUMMARY))
     ws = tmp_path / "ws"
     ws.mkdir()
     info = new_session(sqlite_store, task="fix the parser", workspace=ws, model=provider.spec)
-    h = host(sqlite_store, provider, noisy_payloads(16))
+    h = host(sqlite_store, provider, noisy_payloads(40))
     assert start_turn(h, info, "fix the parser") == "completed"
     bodies = [b for _, b in notes(sqlite_store.read(info.id), CheckpointBody)]
     assert len(bodies) >= 2, "the window forces more than one checkpoint"

@@ -68,7 +68,7 @@ def test_past_the_quota_a_result_keeps_its_head_and_tail_with_a_note_and_a_resta
     assert second.blob is None
     assert second.result.startswith("[large result of run_command kept bounded, past the ")
     assert "]\n1\n2\n3\n" in second.result
-    assert second.result.endswith("\n40001\n\nexit code 0")
+    assert second.result.endswith("\n40001")
     assert "store_quota, is 300,000" in second.result
     assert "stored nowhere" in second.result
     assert len(second.result) < 8192

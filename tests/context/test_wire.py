@@ -27,6 +27,7 @@ import pytest
 import hermetic
 from bubu.cli.forkcmd import fork_session
 from bubu.context.compaction import VIEW_KIND
+from bubu.context.policy import ContextPolicy
 from bubu.engine.compacting import compact
 from bubu.engine.driver import RunConfig
 from bubu.engine.inspect import inspect_request
@@ -83,6 +84,9 @@ def bubu(db: Path, srv: Server, *args: str, **kw: Any) -> subprocess.CompletedPr
 
 
 def _env(db: Path, srv: Server) -> dict[str, str]:
+    # These runs test the summarizer reading results whole, in chunks (a small window would
+    # otherwise read each offloaded result's head and tail only).
+    (db.parent / "config.toml").write_text("summary_result_share = 1.0\n")
     env = hermetic.environ("BUBU_", "OPENAI_")
     env |= {"BUBU_HOME": str(db.parent), "OPENAI_BASE_URL": srv.url, "OPENAI_API_KEY": KEY}
     return env
@@ -306,7 +310,8 @@ def test_a_fork_in_the_middle_of_a_compaction_sends_the_next_summary_request(
             refuses = FunctionProvider(_refuse, spec="openai:gpt-compact",
                                        context_window=int(WINDOW), summarize=_refuse)  # fmt: skip
             host = Host(store=store, provider=refuses, tools=builtin_tools(),
-                        config=RunConfig(context_window=int(WINDOW)))  # fmt: skip
+                        config=RunConfig(context_window=int(WINDOW),
+                                         context=ContextPolicy(summary_result_share=1.0)))  # fmt: skip
             with host.runner_for(info) as runner:
                 compact(runner)
             sent = [n for s, n in model_requests(store.read(info.id)) if s > seq - 1]

@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from bubu.engine.loops import GoOn, Stuck, failures_before, verdict, warning
-from bubu.engine.overflow import Again, Shrink, Stop, after_overflow, empty_response
+from bubu.engine.overflow import (
+    ODD_ANSWER_LIMIT,
+    Again,
+    Shrink,
+    Stop,
+    after_overflow,
+    empty_response,
+)
 from bubu.errors import ProviderError
 from bubu.messages import ModelResponse, TextPart, ThinkingPart, ToolCallPart
 from bubu.projections.turn import CallState, TurnFold
@@ -117,12 +124,12 @@ def _error(error_class: str, window: int | None = None) -> ProviderError:
 
 
 def test_an_overflow_that_states_the_window_teaches_it_once() -> None:
-    plan = after_overflow(_error("context_length", 4096), attempt=1, window=32_768, estimate=5000)
+    plan = after_overflow(_error("context_length", 4096), in_a_row=1, window=32_768, estimate=5000)
     assert plan == Shrink(window=4096, source="the server's overflow error")
     # After another failure (a 503 first), a stated window is still learned.
-    later = after_overflow(_error("context_length", 4096), attempt=2, window=32_768, estimate=5000)
+    later = after_overflow(_error("context_length", 4096), in_a_row=2, window=32_768, estimate=5000)
     assert isinstance(later, Shrink)
-    again = after_overflow(_error("context_length", 4096), attempt=2, window=4096, estimate=5000)
+    again = after_overflow(_error("context_length", 4096), in_a_row=2, window=4096, estimate=5000)
     assert isinstance(again, Stop)
     assert (
         "compacting did not make the request fit (about 5,000 tokens for a window of 4,096)"
@@ -131,25 +138,31 @@ def test_an_overflow_that_states_the_window_teaches_it_once() -> None:
 
 
 def test_an_overflow_without_a_figure_takes_the_window_to_be_below_the_request() -> None:
-    plan = after_overflow(_error("context_length"), attempt=1, window=32_768, estimate=8000)
+    plan = after_overflow(_error("context_length"), in_a_row=1, window=32_768, estimate=8000)
     assert isinstance(plan, Shrink)
     assert plan.window == 6000
     assert "no figure" in plan.source
     # A request already at the smallest window cannot be helped.
-    tiny = after_overflow(_error("context_length"), attempt=1, window=2048, estimate=1500)
+    tiny = after_overflow(_error("context_length"), in_a_row=1, window=2048, estimate=1500)
     assert isinstance(tiny, Stop)
 
 
 @pytest.mark.parametrize("error_class", ["empty_stream", "empty_response"])
-def test_an_empty_answer_is_asked_once_more_then_stops(error_class: str) -> None:
-    assert after_overflow(_error(error_class), attempt=1, window=8192, estimate=100) == Again()
-    stop = after_overflow(_error(error_class), attempt=2, window=8192, estimate=100)
+def test_an_odd_answer_is_asked_again_at_once_then_waited_out_then_ends_resumably(
+    error_class: str,
+) -> None:
+    assert after_overflow(_error(error_class), in_a_row=1, window=8192, estimate=100) == Again()
+    for n in range(2, ODD_ANSWER_LIMIT):
+        # Left to the retry policy: backed off and bounded by the horizon.
+        assert after_overflow(_error(error_class), in_a_row=n, window=8192, estimate=100) is None
+    stop = after_overflow(_error(error_class), in_a_row=ODD_ANSWER_LIMIT, window=8192, estimate=100)
     assert isinstance(stop, Stop)
-    assert "2 times in a row" in stop.message
+    assert stop.cause == "provider_unavailable", "resumable, never failed for good"
+    assert f"{ODD_ANSWER_LIMIT} times in a row" in stop.message
 
 
 def test_other_failures_are_left_to_the_retry_policy() -> None:
-    assert after_overflow(_error("rate_limited"), attempt=1, window=8192, estimate=100) is None
+    assert after_overflow(_error("rate_limited"), in_a_row=1, window=8192, estimate=100) is None
 
 
 def test_an_answer_with_neither_text_nor_a_call_is_empty() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bubu.engine import compacting
 from bubu.engine.attempts import SAME_ANSWER_LIMIT
+from bubu.engine.overflow import ODD_ANSWER_LIMIT
 from bubu.engine.session import new_session, start_turn
 from bubu.events import (
     Compaction,
@@ -123,7 +124,7 @@ def test_a_tool_that_does_not_exist_gets_the_list_of_tools(
     assert "run_command" in result.result
 
 
-def test_an_empty_answer_is_asked_again_once_then_ends_the_turn_saying_so(
+def test_an_empty_answer_is_asked_again_then_waited_out_then_ends_the_turn_resumably(
     sqlite_store: SQLiteStore, ws: Path
 ) -> None:
     once = [stream_file("compatible_empty_answer.sse"), stream_file("compatible_text.sse")]
@@ -134,12 +135,17 @@ def test_an_empty_answer_is_asked_again_once_then_ends_the_turn_saying_so(
 
     reason, records, server = _turn(sqlite_store, ws, [stream_file("compatible_empty_answer.sse")])
     assert reason == "failed"
-    assert len(server.bodies("/v1/chat/completions")) == 2
+    assert len(server.bodies("/v1/chat/completions")) == ODD_ANSWER_LIMIT
     end = turn_end(records)
-    assert "answered with neither text nor a tool call, 2 times in a row" in (end.message or "")
+    assert end.cause == "provider_unavailable", "resumable: `bubu resume` asks again"
+    message = end.message or ""
+    assert (
+        f"answered with neither text nor a tool call, {ODD_ANSWER_LIMIT} times in a row" in message
+    )
+    assert "bubu resume" in message
 
 
-def test_an_empty_200_stream_is_tried_once_more_then_ends_with_its_likely_cause(
+def test_an_empty_200_stream_is_tried_again_then_ends_resumably_with_its_likely_cause(
     sqlite_store: SQLiteStore, ws: Path
 ) -> None:
     reason, records, _ = _turn(sqlite_store, ws, [EMPTY_STREAM, stream_file("compatible_text.sse")])
@@ -147,13 +153,10 @@ def test_an_empty_200_stream_is_tried_once_more_then_ends_with_its_likely_cause(
 
     reason, records, server = _turn(sqlite_store, ws, [EMPTY_STREAM])
     assert reason == "failed"
-    # Two attempts, each asked once more not streamed (to hear an overflow error; none came).
-    assert [b["stream"] for b in server.bodies("/v1/chat/completions")] == [
-        True,
-        False,
-        True,
-        False,
-    ]
+    # Each attempt asked once more not streamed (to hear an overflow error; none came).
+    streamed = [b["stream"] for b in server.bodies("/v1/chat/completions")]
+    assert streamed == [True, False] * ODD_ANSWER_LIMIT
+    assert turn_end(records).cause == "provider_unavailable"
     message = turn_end(records).message or ""
     assert "closed the response stream without sending anything" in message
     assert "--context-window" in message
@@ -348,3 +351,20 @@ def test_a_local_servers_500_that_changes_is_retried_as_a_transient_fault(
     reason, _, server = _turn(sqlite_store, ws, answers)
     assert reason == "completed"
     assert len(server.bodies("/v1/chat/completions")) == 6
+
+
+def test_empty_streams_for_tool_calls_switch_the_run_to_whole_answers_recorded_once(
+    sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    (ws / "a.txt").write_text("hello\n")
+    answers = [
+        EMPTY_STREAM,
+        json_file("llamacpp_python_whole_tool_call.json"),
+        json_file("llamacpp_python_whole_text.json"),
+    ]
+    reason, records, server = _turn(sqlite_store, ws, answers)
+    assert reason == "completed"
+    assert [b["stream"] for b in server.bodies("/v1/chat/completions")] == [True, False, False]
+    infos = [n.text for n in _notes(records, ServerNote) if isinstance(n, ServerNote)]
+    assert len([t for t in infos if "cannot stream tool calls" in t]) == 1
+    assert [c for r in records if isinstance(c := r.event.content, Error)] == [], "no failure"

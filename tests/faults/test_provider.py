@@ -18,7 +18,7 @@ import pytest
 
 from bubu.engine.driver import RunConfig
 from bubu.engine.session import new_session, start_turn
-from bubu.events import ModelRequest, Record, SystemNote, Text, TurnEnded, TurnEndReason
+from bubu.events import ModelRequest, Record, SystemNote, Text, TurnEndReason
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.anthropic import AnthropicProvider
 from bubu.providers.base import Provider, close_provider
@@ -333,13 +333,31 @@ def test_a_complete_but_empty_answer_is_asked_again_once(tmp_path: Path, api: Ap
     assert err.error_class == "empty_response"
 
 
-def test_two_empty_answers_in_a_row_end_the_turn_saying_so(tmp_path: Path, api: Api) -> None:
-    turn = drive(tmp_path, api, [api.text(""), api.text("")])
+def test_empty_answers_in_a_row_are_waited_out_and_end_the_turn_resumably(
+    tmp_path: Path, api: Api
+) -> None:
+    turn = drive(tmp_path, api, [api.text("")] * 3)
     assert turn.reason == "failed"
-    assert _shape(turn) == ["model_request", "error", "model_request", "error", "turn_ended"]
-    end = [n for r in turn.records if isinstance(c := r.event.content, SystemNote)
-           and isinstance(n := c.note, TurnEnded)]  # fmt: skip
-    assert "answered with neither text nor a tool call, 2 times in a row" in (end[0].message or "")
+    # The first is asked again at once; the next ones are the retry policy's (3 attempts here).
+    assert _shape(turn) == [*["model_request", "error"] * 3, "turn_ended"]
+    end = turn_end(turn.records)
+    assert end.cause == "provider_unavailable", "resumable: the server may answer next time"
+    assert "gave up waiting for the provider after 3 attempts" in (end.message or "")
+    assert "answered with neither text nor a tool call" in (end.message or "")
+
+
+def test_an_outage_followed_by_one_empty_answer_ends_no_task(tmp_path: Path, api: Api) -> None:
+    # A restarted server's first answer is empty: it is the first odd answer in a row, however
+    # long the outage before it was.
+    down = api.error(503, "Service Unavailable")
+    empty = Reply(body=(b"data: [DONE]\n\n",) if api.name == "openai" else (b"",))
+    replies = [down, down, down, empty, api.text("Answer.")]
+    turn = drive(tmp_path, api, replies, config=replace(FAST, model_attempts=10))
+    assert turn.reason == "completed"
+    assert [e.error_class for e in errors(turn.records)] == [
+        "server_error", "server_error", "server_error", "empty_stream",
+    ]  # fmt: skip
+    assert turn.answer == ["Answer."]
 
 
 # ---- what the model asked for ------------------------------------------------------------------
@@ -392,7 +410,8 @@ def test_a_call_to_an_unknown_tool_is_an_error_result(tmp_path: Path, api: Api) 
     assert result.is_error
     assert result.result == (
         "unknown tool 'launch_rockets'; the tools are: edit_file, grep, inspect_result, "
-        "list_files, read_file, read_result, recall, remember, run_command, search_result, "
+        "list_files, query_result, read_file, read_result, recall, remember, run_command, "
+        "search_result, "
         "update_plan, write_file"
     )
     assert "tool_dispatch" not in kinds(turn.records), "nothing was dispatched"

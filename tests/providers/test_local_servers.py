@@ -215,6 +215,35 @@ WITH_TOOLS = ModelRequest(
 )
 
 
+def test_a_server_sending_empty_streams_for_tool_calls_is_asked_whole_for_the_rest_of_the_run() -> (
+    None
+):
+    # llama-cpp-python answers a streamed request whose answer starts with a tool call with an
+    # empty 200; asked the same whole, it answers. From then on every step is asked whole once.
+    answers = [
+        EMPTY_STREAM,
+        json_file("llamacpp_python_whole_tool_call.json"),
+        json_file("llamacpp_python_whole_text.json"),
+        json_file("llamacpp_python_whole_text.json"),
+    ]
+    with serve({CHAT: answers}) as s:
+        provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
+        first = provider.complete(WITH_TOOLS, Deltas())
+        second = provider.complete(WITH_TOOLS, Deltas())
+        third = provider.complete(WITH_TOOLS, Deltas())
+        sent = s.bodies("/v1/chat/completions")
+    assert [b["stream"] for b in sent] == [True, False, False, False], "not twice per step"
+    assert first.parts[0] == ToolCallPart(
+        call_id="call__0_read_file_cmpl-7c1d", name="read_file", arguments={"path": "a.txt"}
+    )
+    assert first.notice is not None
+    assert "cannot stream tool calls (it sent an empty stream where the answer was due" in (
+        first.notice
+    )
+    assert (second.notice, third.notice) == (None, None), "said once"
+    assert second.parts == (TextPart(text="a.txt says hello."),)
+
+
 def test_llama_cpp_python_refusing_streamed_auto_gets_its_answers_whole() -> None:
     answers = [
         json_file("llamacpp_python_500_streaming_tool_choice.json", 500),

@@ -39,7 +39,8 @@ def _fill(store: Store) -> list[str]:
             make(session=s, role="model", author="agent", ts=TS, content=Text(text=model),
                  invocation="i1"),
             make(session=s, role="model", author="agent", ts=TS, invocation="i1",
-                 content=FunctionCall(call_id=f"c{s}", name="grep", arguments={"pattern": "x"}),
+                 content=FunctionCall(call_id=f"c{s}", name="grep",
+                                      arguments={"pattern": f"needle{len(ids) - 1}", "path": "src"}),
                  actions=Actions(end_invocation=True)),
             make(session=s, role="system", author="system", ts=TS, actions=Actions(
                 tool_dispatch=ToolDispatch(call_id=f"c{s}", tool="grep", effect="read_only",
@@ -63,6 +64,14 @@ QUERIES = [
     ("the", [0, 1, 2]),
     ("* ^ : -", []),
     ("absent", []),
+    # The tool calls' arguments are indexed, and a trailing * matches a prefix.
+    ("needle1", [1]),
+    ("needle*", [0, 1, 2]),
+    ("tokeni*", [0]),
+    ('"brown fo"*', [2]),
+    ('"brown fo"', []),
+    ("zebr*", [1]),
+    ("zebr", []),
 ]
 
 
@@ -109,7 +118,7 @@ def test_the_index_catches_up_with_new_events_and_is_not_doubled(tmp_path: Path)
         assert "giraffe" in hits[0].snippet
         search(store, "giraffe")
         rows = store._db.execute("SELECT count(*) FROM search_fts").fetchone()[0]
-        assert rows == 10  # request, text and result of 3 sessions, and the new request once
+        assert rows == 13  # request, text, call and result of 3 sessions, the new request once
 
 
 def test_a_database_that_cannot_be_written_is_searched_all_the_same(tmp_path: Path) -> None:
@@ -145,6 +154,17 @@ def test_sessions_search_shows_a_snippet(tmp_path: Path) -> None:
 
 def test_a_query_is_words_and_phrases_only() -> None:
     assert terms('fix "the parser" NEAR(a) *') == [["fix"], ["the", "parser"], ["near"], ["a"]]
+    assert terms('pyte* "run the"* x') == [["pyte*"], ["run", "the*"], ["x"]]
+
+
+def test_an_index_built_before_tool_calls_were_indexed_is_built_anew(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "b.db") as store:
+        ids = _fill(store)
+        search(store, "needle1")
+        # As an older index left it: the digests unmarked, and no row of a tool call.
+        store._db.execute("UPDATE search_done SET digest = substr(digest, 4)")
+        store._db.execute("DELETE FROM search_fts WHERE words LIKE 'grep needle%'")
+        assert [h.session for h in search(store, "needle1")] == [ids[1]]
 
 
 def test_an_index_that_disagrees_with_the_log_is_rebuilt(tmp_path: Path) -> None:
@@ -159,4 +179,18 @@ def test_an_index_that_disagrees_with_the_log_is_rebuilt(tmp_path: Path) -> None
         rows = store._db.execute(
             "SELECT count(*) FROM search_fts WHERE session=?", (ids[1],)
         ).fetchone()[0]
-        assert rows == 3  # rebuilt from the log, nothing doubled
+        assert rows == 4  # rebuilt from the log, nothing doubled
+
+
+def test_a_status_filter_that_matches_nothing_says_so_not_that_there_are_no_sessions(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "b.db"
+    with SQLiteStore(db) as store:
+        _fill(store)
+    out = CliRunner().invoke(cli, ["--db", str(db), "sessions", "--status", "running"])
+    assert out.exit_code == 0, out.output
+    assert out.output.strip() == (
+        "no running sessions (3 sessions in other states; `bubu sessions` lists them all)"
+    )
+    assert "no sessions yet" not in out.output

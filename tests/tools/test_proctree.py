@@ -40,8 +40,10 @@ def test_a_timeout_kills_setsid_children_before_it_says_killed(
 ) -> None:
     started = time.monotonic()
     result = run(tools, ctx, ESCAPEES, timeout_s=0.5)
+    said = "timed out after 0.5s; the command and its processes were killed"
     assert result == ToolResult(
-        output="started\ntimed out after 0.5s; the command and its processes were killed",
+        output=f"started\n{said}",
+        status=said,
         is_error=True,
     )
     # Dead when the result is returned, not some time later.

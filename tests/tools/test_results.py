@@ -118,11 +118,43 @@ def test_long_lines_are_cut_but_a_page_always_moves_on(
         out[1]
         == "     2\t" + "z" * LINE_BYTES + f" … [line cut: {100_000 - LINE_BYTES:,} more bytes]"
     )
-    assert out[-1].endswith('"offset": 3}')
+    assert out[-2].endswith('"offset": 3}')
+    # The cut line says where to read on inside it: its start (6) plus what the page showed.
+    assert out[-1] == (
+        f"line 2 is 100,000 bytes, cut here: read inside it with "
+        f'read_result{{"handle": "{sha}", "byte_offset": {6 + LINE_BYTES}}}'
+    )
     assert (
         page(tools, rctx, handle=sha, offset=3).output.splitlines()[1]
         == "     3\t\ufffd\ufffd tail"
     )
+
+
+def test_a_byte_range_reads_inside_a_long_line_to_its_end(
+    tools: dict[str, Tool], rctx: ToolContext, blobs: dict[str, bytes]
+) -> None:
+    # Minified JSON: one line of 50,000 bytes with a needle in its middle.
+    body = b'{"a": "' + b"x" * 25_000 + b'", "needle": 42, "b": "' + b"y" * 25_000 + b'"}'
+    sha = store(blobs, body)
+    at = body.index(b'"needle"')
+    out = page(tools, rctx, handle=sha, byte_offset=at, bytes=20).output.splitlines()
+    assert (
+        out[0] == f"bytes {at:,}–{at + 19:,} of {len(body):,} of result {sha} (from inside line 1)"
+    )
+    assert out[1] == '"needle": 42, "b": "'
+    assert out[2] == f'next range: read_result{{"handle": "{sha}", "byte_offset": {at + 20}}}'
+    # Paging on by the footer reaches the end, every byte once.
+    seen, start = b"", 0
+    while True:
+        lines = page(tools, rctx, handle=sha, byte_offset=start).output.split("\n")
+        seen += "\n".join(lines[1:-1]).encode()
+        if lines[-1] == "(end of result)":
+            break
+        start = int(lines[-1].rsplit(" ", 1)[1].rstrip("}"))
+    assert seen == body
+    past = page(tools, rctx, handle=sha, byte_offset=len(body))
+    assert past.is_error
+    assert f"byte_offset {len(body):,} is past the end" in past.output
 
 
 def test_a_page_of_wide_characters_stays_within_the_byte_cap(

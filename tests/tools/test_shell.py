@@ -41,8 +41,12 @@ def wait_for(path: Path) -> int:
 def test_output_and_exit_code(tools: dict[str, Tool], ws: Path, ctx: ToolContext) -> None:
     (ws / "a.txt").write_text("hello\n")
     result = run(tools, ctx, "cat a.txt; echo oops >&2; exit 3")
-    assert result == ToolResult(output="hello\noops\nexit code 3", is_error=False)
-    assert run(tools, ctx, "true") == ToolResult(output="(no output)\nexit code 0")
+    assert result == ToolResult(
+        output="hello\noops\nexit code 3", is_error=False, status="exit code 3"
+    )
+    assert run(tools, ctx, "true") == ToolResult(
+        output="(no output)\nexit code 0", status="exit code 0"
+    )
     assert run(tools, ctx, "pwd").output == f"{ws}\nexit code 0"
     assert run(tools, ctx, "cat; echo done").output == "done\nexit code 0"  # stdin is empty
     assert run(tools, ctx, "printf 'no newline'").output == "no newline\nexit code 0"
@@ -143,9 +147,8 @@ def test_a_daemon_holding_the_output_open_does_not_hang_the_tool(
     tools: dict[str, Tool], ws: Path, ctx: ToolContext
 ) -> None:
     result = run(tools, ctx, "sleep 300 & echo $! > pid; echo started")
-    assert result == ToolResult(
-        output="started\nexit code 0; background processes kept the output open and were stopped"
-    )
+    said = "exit code 0; background processes kept the output open and were stopped"
+    assert result == ToolResult(output=f"started\n{said}", status=said)
     assert not alive(int((ws / "pid").read_text()))
 
 
@@ -183,7 +186,9 @@ def test_a_stop_kills_the_command_and_says_who_stopped_it(
     who = stopped_by or "stopped by the user"
     assert results == [
         ToolResult(
-            output=f"working\n{who}; the command and its processes were killed", is_error=True
+            output=f"working\n{who}; the command and its processes were killed",
+            is_error=True,
+            status=f"{who}; the command and its processes were killed",
         )
     ]
     assert not alive(pid)

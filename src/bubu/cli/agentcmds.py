@@ -18,7 +18,11 @@ from bubu.cli.configcmd import announce, profile_option, settle
 from bubu.cli.envopt import ENV_HELP, env_names
 from bubu.cli.longrun import budget_json, longrun_options, waiting_json, waiting_line
 from bubu.cli.term import printable
+from bubu.context.quota import DEFAULT_STORE_QUOTA
 from bubu.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bubu.context.policy import ContextPolicy
 from bubu.events import TurnEndReason
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
@@ -360,21 +364,23 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         max_output_tokens=opts.get("max_output_tokens"),
         cache_ttl=opts.get("cache_ttl"),
     )
-    from bubu.pricing import call_cost, warm
+    from bubu.pricing import configure_from, known, warm
 
+    configure_from(opts.get("prices"))
     warm(provider.spec)
-    if opts.get("max_cost") is not None:
-        official = getattr(provider, "official", True)
-        if call_cost(provider.spec, input_tokens=1, output_tokens=1, official=official) is None:
-            from bubu.settings import Settings, said_by
+    official = getattr(provider, "official", True)
+    if opts.get("max_cost") is not None and not known(provider.spec, official=official):
+        from bubu.settings import Settings, said_by
 
-            settings = opts.get("settings")
-            given = settings.values.get("max_cost") if isinstance(settings, Settings) else None
-            click.echo(
-                f"bubu: warning: the price of {provider.spec} is unknown, so "
-                f"{said_by(given, '--max-cost')} cannot limit it (its calls count as nothing)",
-                err=True,
-            )
+        settings = opts.get("settings")
+        given = settings.values.get("max_cost") if isinstance(settings, Settings) else None
+        click.echo(
+            f"bubu: warning: the price of {provider.spec} is unknown, so "
+            f"{said_by(given, '--max-cost')} cannot limit it (its calls count as nothing); set "
+            f'[prices."{provider.spec}"] input = …, output = … (USD per million tokens) in '
+            "your config file to price it",
+            err=True,
+        )
     # An MCP file the user named is their choice; without one, a recovered or resumed turn gets
     # the servers it was started with (recorded with the turn).
     fallbacks = {
@@ -384,8 +390,8 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     chosen = opts.get("mcp")
     mcp = Path(chosen).expanduser() if chosen else default_config_path()
     pass_env: tuple[str, ...] = tuple(opts.get("pass_env") or ())
-    from bubu.context.policy import ContextPolicy
     from bubu.context.quota import quota_of
+    from bubu.engine.loops import DEFAULT_LOOP_LIMIT
     from bubu.engine.settings import ModelSettings, env_stall_timeout
 
     return Host(
@@ -424,8 +430,14 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             max_cost=opts.get("max_cost"),
             tool_timeout_s=opts.get("tool_timeout", 600.0),
             context_window=opts.get("context_window"),
-            context=ContextPolicy(store_quota=quota_of(opts.get("store_quota"))),
             project_instructions=not opts.get("no_project_instructions"),
+            loop_limit=opts.get("loop_limit") or DEFAULT_LOOP_LIMIT,
+            context=context_policy(
+                opts.get("compact_at"),
+                opts.get("compact_to"),
+                opts.get("summary_result_share"),
+                store_quota=quota_of(opts.get("store_quota")),
+            ),
         ),
     )
 
@@ -800,12 +812,54 @@ def usage_line(usage: Any) -> str:
     return line + unknown_usage(int(usage.get("usage_unknown_calls") or 0))
 
 
-def cost_lines(usage: Any) -> str:
-    """The cost part of `bubu status`: the total, then one line per model."""
+def context_policy(
+    compact_at: float | None,
+    compact_to: float | None,
+    summary_result_share: float | None = None,
+    *,
+    store_quota: int | None = DEFAULT_STORE_QUOTA,
+) -> ContextPolicy:
+    """The bounded-context policy with the config's compaction shares (`compact_at` starts a
+    compaction, `compact_to` is what it aims at: it must be lower) and the session's quota of
+    bytes stored whole (None: no quota)."""
+    from bubu.context.policy import ContextPolicy
+
+    base = ContextPolicy()
+    at = compact_at if compact_at is not None else base.compact_at
+    to = compact_to if compact_to is not None else min(base.compact_to, at / 2)
+    if to >= at:
+        raise ConfigError(
+            f"compact_to ({to:g}) must be below compact_at ({at:g}): a compaction aims below the "
+            "share that starts one; lower compact_to or raise compact_at"
+        )
+    if summary_result_share is None:
+        summary_result_share = base.summary_result_share
+    return ContextPolicy(compact_at=at, compact_to=to, summary_result_share=summary_result_share,
+                         store_quota=store_quota)  # fmt: skip
+
+
+def load_prices() -> None:
+    """Price models as the user's config file says (`[prices."provider:model"]`), for views
+    that tell $0 from an unknown price before a session's first call."""
+    from bubu.pricing import configure_from
+    from bubu.settings import resolve
+
+    try:
+        found = resolve(workspace=None, flags={}, defaults={}).values.get("prices")
+    except ConfigError:
+        return  # a broken file is said by the commands that run with it
+    configure_from(found.value if found is not None else None)
+
+
+def cost_lines(usage: Any, *, priced: bool = False) -> str:
+    """The cost part of `bubu status`: the total, then one line per model (`priced`: the
+    session's model has a price, so no call yet is $0 rather than unknown)."""
     from bubu.pricing import format_usd
 
     models: dict[str, Any] = usage["by_model"]
-    total = format_usd(usage["cost_usd"]) if usage["cost_usd"] is not None or models else "$0"
+    total = format_usd(usage["cost_usd"])
+    if usage["cost_usd"] is None and not models and priced:
+        total = "$0"  # no call yet, of a model with a price
     if usage["unpriced_calls"] and usage["cost_usd"] is not None:
         total += f" (+{usage['unpriced_calls']} calls of unknown price)"
     lines = [f"  cost: {total}"]
@@ -845,7 +899,10 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
             click.echo(f"  {waiting_line(w, clock.now_ms())}")
             click.echo(f"    last error: {printable(w.message)}")
     click.echo(f"  {usage_line(usage)}")
-    click.echo(cost_lines(usage))
+    from bubu.pricing import known
+
+    load_prices()
+    click.echo(cost_lines(usage, priced=bool(info.model) and known(info.model or "")))
     changed: Any = d["changed"]
     if changed:
         click.echo(

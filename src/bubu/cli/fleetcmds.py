@@ -22,7 +22,7 @@ from bubu.log.store import SessionInfo, Store
 
 if TYPE_CHECKING:
     from bubu.engine.ceiling import Ceiling
-    from bubu.engine.worker import Queue
+    from bubu.engine.worker import Queue, SubmittedModel
     from bubu.log.postgres import PostgresStore
     from bubu.providers.base import Provider
     from bubu.tools.base import Tool
@@ -103,6 +103,32 @@ def _longrun(f: Any) -> Any:
     return f
 
 
+_SETTINGS = (
+    click.option("--base-url", default=None, help="An OpenAI-compatible server (credentials in "
+                 "it are dropped: the log holds none; give them to the workers' environment)."),
+    click.option("--context-window", type=int, default=None, callback=checks.context_window,
+                 help="Override the model's window (tokens)."),
+    click.option("--thinking", "thinking_budget", type=int, default=None, callback=checks.thinking,
+                 metavar="TOKENS", help="Extended thinking budget (Anthropic)."),
+    click.option("--reasoning-effort", default=None, metavar="low|medium|high",
+                 callback=checks.one_of("low", "medium", "high",
+                                        what="how hard an OpenAI reasoning model thinks"),
+                 help="How hard an OpenAI reasoning model thinks."),
+    click.option("--max-output-tokens", default=None, callback=checks.max_output_tokens,
+                 metavar="TOKENS", help="Tokens one model call may produce."),
+    click.option("--cache-ttl", default=None, metavar="5m|1h",
+                 callback=checks.one_of("5m", "1h", what="how long Anthropic keeps the prompt cache"),
+                 help="How long Anthropic keeps the prompt cache."),
+)  # fmt: skip
+
+
+def _model_settings(f: Any) -> Any:
+    """`bubu run`'s model options, for a submitted task (recorded with it for the workers)."""
+    for opt in reversed(_SETTINGS):
+        f = opt(f)
+    return f
+
+
 @cli.command("submit")
 @click.argument("task")
 @db_option
@@ -122,6 +148,7 @@ def _longrun(f: Any) -> Any:
               "machine (`bubu worker --workspaces DIR`) materializes it.")  # fmt: skip
 @_box_options
 @_longrun
+@_model_settings
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 def submit_cmd(
@@ -144,12 +171,17 @@ def submit_cmd(
     max_tokens: int | None = None,
     max_time: float | None = None,
     snapshot: bool = False,
-    **box: Any,
+    **options: Any,
 ) -> None:
     """Queue TASK for the fleet's workers and print its session id."""
     from bubu.cli.agentcmds import default_model
-    from bubu.engine.worker import Submission, submit
+    from bubu.engine.settings import public_url
+    from bubu.engine.worker import Submission, SubmittedModel, submit
     from bubu.tools.sandbox import box_fields
+
+    # The model's options build the worker's provider; the rest are the sandbox's.
+    model_settings = {k: options.pop(k) for k in SubmittedModel.__struct_fields__ if k in options}
+    box = options
 
     store = fleet_store(ctx, db)
     spec = check_model(model or default_model())
@@ -157,7 +189,8 @@ def submit_cmd(
                         sandbox=sandbox or "workspace-write", network=network, pass_env=pass_env,
                         retry_for_s=retry_for, fallback_models=tuple(check_model(m) for m in fallback_model),
                         token_limit=max_tokens, time_limit_s=max_time,
-                        **box_fields(sandbox_box(box)))  # fmt: skip
+                        **box_fields(sandbox_box(box)),
+                        model=SubmittedModel(**{**model_settings, "base_url": public_url(model_settings.get("base_url"))}))  # fmt: skip
     info = submit(store, task=task, workspace=workspace, model=spec, policy=policy,
                   snapshot=snapshot)  # fmt: skip
     if as_json:
@@ -166,9 +199,14 @@ def submit_cmd(
         click.echo(info.id)
 
 
-def equip(info: SessionInfo, mcp: str | None = None) -> tuple[Provider, dict[str, Tool]]:
-    """The model recorded with the session, the built-in tools and those of the MCP servers in
-    `mcp` (default ``$BUBU_HOME/mcp.json`` when it exists)."""
+def equip(
+    info: SessionInfo, mcp: str | None = None, url: str | None = None
+) -> tuple[Provider, dict[str, Tool]]:
+    """The model recorded with the session (built with the model options it was submitted with,
+    read from the store at `url`), the built-in tools and those of the MCP servers in `mcp`
+    (default ``$BUBU_HOME/mcp.json`` when it exists)."""
+    import msgspec
+
     from bubu.providers import resolve
     from bubu.tools import builtin_tools, tool_table
     from bubu.tools.mcp import connect
@@ -176,7 +214,26 @@ def equip(info: SessionInfo, mcp: str | None = None) -> tuple[Provider, dict[str
     if not info.model:
         raise ConfigError(f"session {info.id} has no model recorded; it cannot run in the fleet")
     tools = tool_table([*builtin_tools().values(), *connect(mcp)], where="the worker's tools")
-    return resolve(info.model), tools
+    options = submitted_model(info, url) if url is not None else None
+    given = (
+        {k: v for k, v in msgspec.structs.asdict(options).items() if v is not None}
+        if options
+        else {}
+    )
+    return resolve(info.model, **given), tools
+
+
+def submitted_model(info: SessionInfo, url: str) -> SubmittedModel | None:
+    """The model options of the session's submitted request (its first), if it has one."""
+    from bubu.engine.worker import queued_request
+    from bubu.log.postgres import PostgresStore
+
+    store = PostgresStore(url)
+    try:
+        first = queued_request(store.read(info.id, upto=8))
+    finally:
+        store.close()
+    return first[1].model if first is not None else None
 
 
 def ceiling_text(c: Ceiling) -> str:
@@ -315,7 +372,7 @@ def worker_cmd(
                           poll_s=poll, run=run, ceiling=ceiling, box=worker_box(limits),
                           workspaces=workspaces)  # fmt: skip
     worker = Worker(
-        open_slot=open_slot, equip=lambda info: equip(info, mcp), config=config, log=_say
+        open_slot=open_slot, equip=lambda info: equip(info, mcp, url), config=config, log=_say
     )
     received = 0
 

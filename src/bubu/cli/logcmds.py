@@ -23,12 +23,12 @@ def session_status(store: Store, info: SessionInfo) -> Status:
 
 
 def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
-    from bubu.pricing import CostTally
+    from bubu.pricing import CostTally, known
 
     # A model call's usage rides on its response's last event: a text, a call or a thinking.
     records = store.read(info.id, kinds=(*BOUNDARY_KINDS, "function_call", "thinking"))
     st = fold_status(records)
-    cost = CostTally()
+    cost = CostTally(priced=bool(info.model) and known(info.model or ""))
     for r in records:
         if r.event.actions is not None and (u := r.event.actions.token_usage) is not None:
             cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
@@ -72,6 +72,9 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None, text: str |
 
     found = None if text is None else matching(ctx.store, text)
     infos = [s for s in ctx.store.sessions() if found is None or s.id in found]
+    from bubu.cli.agentcmds import load_prices
+
+    load_prices()
     rows = [_session_row(ctx.store, s) for s in infos]
     for r in rows:
         if found is not None:
@@ -83,7 +86,15 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None, text: str |
         return
     if not rows:
         if text is not None:
-            click.echo(f"no session matches {text!r}")
+            where = f" among the {status_filter} sessions" if status_filter else ""
+            click.echo(f"no session matches {text!r}{where}")
+            return
+        if status_filter and infos:
+            n = len(infos)
+            click.echo(
+                f"no {status_filter} sessions ({n} session{'s' if n != 1 else ''} in other "
+                "states; `bubu sessions` lists them all)"
+            )
             return
         click.echo('no sessions yet; start one with `bubu run "TASK"` or try `bubu demo`')
         return

@@ -10,6 +10,7 @@ from typing import TextIO
 
 import click
 
+from bubu import pricing
 from bubu.cli import shutdown
 from bubu.cli.app import emit_jsonl
 from bubu.cli.term import one_line, printable, styled
@@ -26,6 +27,7 @@ from bubu.events import (
     SystemNote,
     Text,
     TurnEnded,
+    TurnStarted,
     WindowLearned,
 )
 from bubu.log import redact
@@ -207,6 +209,9 @@ class TerminalObserver:
         for r in records:
             ev, c, a = r.event, r.event.content, r.event.actions
             self.longrun.apply(r)
+            if isinstance(c, SystemNote) and isinstance(c.note, TurnStarted):
+                # Before its first call, a turn's cost is $0 only for a model with a price.
+                self.cost.priced = pricing.known(c.note.model)
             if a is not None and a.token_usage is not None:
                 self.steps += 1
                 self.tokens += a.token_usage.input_tokens + a.token_usage.output_tokens

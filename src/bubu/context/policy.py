@@ -16,6 +16,10 @@ class ContextPolicy:
     - `hot_steps`: results of the most recent model steps stay whole while no larger than
       `hot_max_bytes`; older large ones become placeholders;
     - `compact_at`: compact when the projected request passes this share of the window;
+    - `compact_to`: what a compaction aims the request at, as a share of the window (below
+      `compact_at`, so a small window is not summarized again at the next step);
+    - `summary_result_share`: the largest share of the window one offloaded result takes in the
+      summarizer's reading (its head and tail; a large window reads every result whole);
     - `keep_steps`: model steps kept raw after a checkpoint (fewer when they do not fit);
     - `tail_share`: the largest share of the window the raw tail may take after compaction;
     - `store_quota`: bytes of whole results a session may store (None: no quota); past it, a
@@ -26,6 +30,8 @@ class ContextPolicy:
     hot_steps: int = 1
     hot_max_bytes: int = 16_384
     compact_at: float = 0.8
+    compact_to: float = 0.3
+    summary_result_share: float = 0.03125
     keep_steps: int = 4
     tail_share: float = 0.35
     excerpt_lines: int = 12

@@ -19,7 +19,11 @@ from bubu.projections.longrun import LongRunFold, format_duration
 
 SAME_ANSWER_LIMIT = 3
 """Identical answers in a row to one request after which a server fault that repeats for the
-request (`ProviderError.repeats_for_the_request`) ends the turn instead of being waited out."""
+request (`ProviderError.repeats_for_the_request`) ends the turn instead of being waited out --
+once the server has shown it is up, or the answers have gone on for `SAME_ANSWER_WINDOW_S`."""
+SAME_ANSWER_WINDOW_S = 900.0
+"""How long the same answer must go on, from a server not shown up, before it counts as this
+request being broken rather than an outage."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,11 +80,14 @@ def after_failure(
     if not e.retryable:
         return End(error=error, message=str(e))
     last = fold.last_error
+    since = fold.since_ms if fold.streak and fold.since_ms is not None else now_ms
     if (
         e.repeats_for_the_request
         and last is not None
         and (last.status, last.message) == (e.status, str(e))
         and fold.same_in_a_row + 1 >= SAME_ANSWER_LIMIT
+        # Never during an outage: only a server that answers other requests, or a long window.
+        and (e.server_up or now_ms - since >= SAME_ANSWER_WINDOW_S * 1000)
     ):
         message = (
             f"{e}; the server gave this same answer {fold.same_in_a_row + 1} times in a row to "
@@ -88,7 +95,6 @@ def after_failure(
         )
         return End(error=error, message=message, cause="provider_unavailable")
     horizon = fold.retry_for_s or knobs.retry_for_s or DEFAULT_RETRY_FOR_S
-    since = fold.since_ms if fold.streak and fold.since_ms is not None else now_ms
     plan = plan_retry(
         attempt=attempt, retry_after_s=e.retry_after, since_ms=since, now_ms=now_ms,
         retry_for_s=horizon, chain=tuple(dict.fromkeys([primary, *fold.fallbacks])),
@@ -119,4 +125,12 @@ def after_failure(
     return Retry(error=recorded, delay_s=delay, switch=switch)
 
 
-__all__ = ["SAME_ANSWER_LIMIT", "End", "Knobs", "Retry", "after_failure", "wanted_model"]
+__all__ = [
+    "SAME_ANSWER_LIMIT",
+    "SAME_ANSWER_WINDOW_S",
+    "End",
+    "Knobs",
+    "Retry",
+    "after_failure",
+    "wanted_model",
+]

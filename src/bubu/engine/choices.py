@@ -16,7 +16,7 @@ from bubu.events import PermissionDecision, Record, SystemNote
 
 # -- offload ------------------------------------------------------------------------------------
 
-PAGING_TOOLS = frozenset({"read_result", "search_result"})
+PAGING_TOOLS = frozenset({"read_result", "search_result", "query_result"})
 """Tools that page through an offloaded result: a page of one is never offloaded again."""
 
 OutcomeForm: TypeAlias = Literal["offloaded", "inline", "cut"]

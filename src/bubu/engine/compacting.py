@@ -26,6 +26,7 @@ from bubu.providers.base import Delta, ModelRequest, ModelResponse, TextPart
 if TYPE_CHECKING:
     from bubu.engine.compactor import CompactionPlan, Compactor
     from bubu.engine.host import StopReason
+    from bubu.projections.request import NextRequest
 
 
 class CompactHost(RunnerView, Protocol):
@@ -41,6 +42,8 @@ class CompactHost(RunnerView, Protocol):
     def digest_at(self, seq: int) -> str: ...
 
     def beat(self) -> None: ...
+
+    def next_request(self) -> NextRequest: ...
 
 
 _enc = msgspec.json.Encoder(order="sorted")
@@ -61,6 +64,16 @@ def window(runner: CompactHost) -> int:
     )
 
 
+def _head_and_tail(data: bytes, cap: int) -> bytes:
+    """`data` as the summarizer reads it: whole up to `cap` bytes, else its head and tail."""
+    if len(data) <= cap:
+        return data
+    half = max(1, cap // 2)
+    left = len(data) - 2 * half
+    mark = f"\n[… {left:,} bytes of this result are left out of the summary's reading …]\n"
+    return data[:half] + mark.encode() + data[-half:]
+
+
 def over_budget(runner: CompactHost, estimate: int) -> bool:
     """Whether the next request must be compacted first."""
     return runner.compactor.over_budget(estimate, window(runner))
@@ -71,15 +84,19 @@ def compact(runner: CompactHost) -> None:
     compactor = runner.compactor
     size = window(runner)
     hot = runner.blobs_of(compactor.fold.blobs_needed())
-    watermark = compactor.target(size, hot)
+    steps = sum(n for _, n in compactor.fold.context.step_sizes(hot)) // BYTES_PER_TOKEN
+    overhead = max(0, runner.next_request().estimate - steps)
+    watermark = compactor.target(size, hot, overhead=overhead)
     if watermark is None:
         return
     start = compactor.fold.valid.watermark if compactor.fold.valid is not None else 0
+    span = runner.blobs_of(compactor.fold.context.span_blobs(start, watermark))
+    cap = int(compactor.policy.summary_result_share * size * BYTES_PER_TOKEN)
     plan = compactor.plan(
         watermark,
         window=size,
         digest=runner.digest_at(watermark),
-        span=runner.blobs_of(compactor.fold.context.span_blobs(start, watermark)),
+        span={sha: _head_and_tail(data, cap) for sha, data in span.items()},
         hot=hot,
         ordinal=runner.turn.model_responses,
     )

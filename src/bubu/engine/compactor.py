@@ -138,15 +138,17 @@ class Compactor:
         """True when the calibrated estimate passes the compaction threshold."""
         return over_budget(self.fold, estimate, self.budget(window))
 
-    def target(self, window: int, hot: Blobs) -> int | None:
+    def target(self, window: int, hot: Blobs, *, overhead: int | None = None) -> int | None:
         """The watermark to compact up to (an older checkpoint to rebuild first), or None when
-        there is nothing to fold. Takes the pending rebuild."""
+        there is nothing to fold. Takes the pending rebuild. `overhead` is the estimated tokens
+        of the request besides its steps (system, tools, summary, goal): what the raw tail must
+        leave room for under `compact_to`."""
         fold = self.fold
         if fold.pending_rebuild is not None:
             watermark: int | None = fold.pending_rebuild.watermark
             fold.pending_rebuild = None
         else:
-            watermark = self._choose_watermark(window, hot)
+            watermark = self._choose_watermark(window, hot, overhead)
         floor = fold.current.watermark if fold.current is not None else 0
         if watermark is None or watermark <= floor:
             return None
@@ -197,13 +199,20 @@ class Compactor:
                                        text=done[-1].text, first=len(done))  # fmt: skip
         return plan
 
-    def _choose_watermark(self, window: int, hot: Blobs) -> int | None:
-        """Keep the newest steps raw (as many as `keep_steps` that fit the tail share)."""
+    def _choose_watermark(self, window: int, hot: Blobs, overhead: int | None) -> int | None:
+        """Keep the newest steps raw (as many as `keep_steps` that fit the tail share, and that
+        leave the request at `compact_to` of the window with the summary in it)."""
         sizes = self.fold.context.step_sizes(hot)
         if len(sizes) < 2:
             return None
+        factor = self.calibration.factor
+        tail = self.policy.tail_share * window
+        if overhead is not None:
+            summary = min(8192, max(1024, window // 8))  # the summary's answer room (`plan`)
+            room = self.policy.compact_to * window - overhead * factor - summary
+            tail = min(tail, max(0.0, room))
         # Sized in the provider's own count: a model that counts more tokens per byte keeps less.
-        budget = self.policy.tail_share * window * BYTES_PER_TOKEN / self.calibration.factor
+        budget = tail * BYTES_PER_TOKEN / factor
         kept = 0
         used = 0
         for _, size in reversed(sizes):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from bubu.context.policy import ContextPolicy
 from bubu.engine.backoff import WAIT_CAP_S
 from bubu.engine.choices import StopReason
+from bubu.engine.loops import DEFAULT_LOOP_LIMIT
 from bubu.events import Record
 from bubu.providers.base import Delta
 
@@ -77,6 +78,8 @@ class RunConfig:
     context: ContextPolicy = field(default_factory=ContextPolicy)
     project_instructions: bool = True
     """Whether the turns this host starts give the model the workspace's AGENTS.md files."""
+    loop_limit: int | None = DEFAULT_LOOP_LIMIT
+    """Identical successful results of one call in a row at which the turn stops (loops.py)."""
 
 
 class RunnerView(Protocol):

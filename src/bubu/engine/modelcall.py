@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, assert_never
 
 from bubu import clock, failpoints, ids, pricing
@@ -19,7 +20,7 @@ from bubu.engine.callids import unique_call_id
 from bubu.engine.compactor import Compactor
 from bubu.engine.host import Observer, RunnerView
 from bubu.engine.instructions import Instructions
-from bubu.engine.loops import GoOn, Stuck, verdict
+from bubu.engine.loops import GoOn, Looping, Stuck, verdict
 from bubu.engine.overflow import Again, Shrink, Stop, after_overflow, empty_response
 from bubu.engine.prompt import system_prompt
 from bubu.errors import ProviderError
@@ -40,7 +41,7 @@ from bubu.events import (
 from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log import codec
 from bubu.projections.context import ContextFold
-from bubu.projections.longrun import LongRunFold
+from bubu.projections.longrun import LongRunFold, format_duration
 from bubu.projections.request import NextRequest, Prefix, RequestFold, build
 from bubu.providers.base import (
     Delta,
@@ -50,6 +51,7 @@ from bubu.providers.base import (
     TextPart,
     ThinkingPart,
     ToolSpec,
+    Usage,
 )
 
 T = TypeVar("T")
@@ -110,11 +112,29 @@ def sanitize(value: Any) -> Any:
     return value
 
 
+class _PastLimit(Exception):
+    """A limit of the turn was reached while a model call ran: the call is cancelled."""
+
+    def __init__(self, *, cause: EndCause | None, message: str) -> None:
+        super().__init__(message)
+        self.cause, self.message = cause, message
+
+
+@dataclass(slots=True, kw_only=True)
+class _Budget:
+    """What the model call in flight has used so far, as its stream shows it."""
+
+    estimate: int
+    chars: int = 0
+    cancelled: bool = False
+
+
 class ModelCaller:
     """Makes the runner's model calls."""
 
     def __init__(self, host: ModelHost) -> None:
         self.host = host
+        self._budget = _Budget(estimate=0)
         self.primary = host.provider
         """The provider the runner was made with (the turn's own model)."""
         self.hot: dict[str, bytes] = {}
@@ -192,40 +212,110 @@ class ModelCaller:
         failpoints.hit("before_model_call")
         h.observer.on_activity("thinking")
         h.check_stop()  # a stop asked for by now (a draining worker) comes before the call
+        self._budget = _Budget(estimate=estimate)
         try:
-            response = h.wait(h.pool.submit(self._complete, request))
+            response = self._wait(h.pool.submit(self._complete, request))
             empty_response(response, h.provider.spec)
         except ProviderError as e:
-            if not self._overflowed(e, attempt, estimate):
+            if not self._overflowed(e, estimate):
                 self._failed_attempt(e, attempt)
+            return
+        except _PastLimit as over:
+            h.end_turn("stopped", over.message, cause=over.cause)
             return
         self._commit_response(response, estimate)
 
+    def _wait(self, fut: cf.Future[ModelResponse]) -> ModelResponse:
+        """The call's response, or `_PastLimit` once the turn's time limit passes while it runs
+        (the call is cancelled: its stream is dropped at its next fragment)."""
+        lr = self.host.longrun
+        if lr.time_limit_s is None:
+            return self.host.wait(fut)
+        left_s = lr.time_limit_s - lr.running_ms(clock.now_ms()) / 1000
+        deadline = clock.monotonic() + max(0.0, left_s)
+        while True:
+            try:
+                return fut.result(timeout=max(0.0, min(0.1, deadline - clock.monotonic())))
+            except cf.TimeoutError:
+                self.host.check_stop()
+                if clock.monotonic() >= deadline:
+                    self._budget.cancelled = True
+                    raise _PastLimit(
+                        cause="max_time",
+                        message=(
+                            f"the time limit of {format_duration(lr.time_limit_s)} was reached "
+                            "during a model call, which was cancelled; `bubu resume` continues "
+                            "the turn (raise the limit with --max-time DURATION)"
+                        ),
+                    ) from None
+
+    def _over_in_stream(self, d: Delta) -> None:
+        """Cancel the call once what it has streamed takes the turn past its token or cost limit
+        (output counted at about four characters a token, the request at its estimate)."""
+        b, h = self._budget, self.host
+        if b.cancelled:
+            raise _PastLimit(cause="max_time", message="cancelled")
+        b.chars += len(d.text)
+        out = b.chars // 4
+        lr = h.longrun
+        if lr.token_limit is not None and lr.tokens + b.estimate + out >= lr.token_limit:
+            raise _PastLimit(
+                cause="max_tokens",
+                message=(
+                    f"the token limit of {lr.token_limit:,} was reached during a model call "
+                    f"(about {lr.tokens + b.estimate + out:,} tokens with what it streamed), "
+                    "which was cancelled; `bubu resume` continues the turn (raise the limit with "
+                    "--max-tokens N)"
+                ),
+            )
+        t = h.turn
+        if t.max_cost is not None:
+            spent = pricing.usage_cost(
+                h.provider.spec, Usage(input_tokens=b.estimate, output_tokens=out),
+                official=getattr(h.provider, "official", True),
+            )  # fmt: skip
+            if spent is not None and t.turn_cost + spent >= t.max_cost:
+                raise _PastLimit(
+                    cause=None,
+                    message=(
+                        f"the cost limit of ${t.max_cost:g} was reached during a model call "
+                        f"(about ${t.turn_cost + spent:.4f} with what it streamed), which was "
+                        "cancelled; `bubu resume SESSION --max-cost USD` with a higher limit "
+                        "continues the task"
+                    ),
+                )
+
     def stuck(self) -> bool:
-        """End the turn when the model keeps repeating one failing call (loops.py)."""
+        """End the turn when the model keeps repeating one failing call, or one call that keeps
+        returning the same result (loops.py)."""
         t = self.host.turn
-        v = verdict(t.calls.values(), after_seq=self.host.run_seq, last=t.last_outcome)
+        v = verdict(t.calls.values(), after_seq=self.host.run_seq, last=t.last_outcome,
+                    loop_limit=self.host.config.loop_limit)  # fmt: skip
         match v:
             case GoOn():
                 return False
-            case Stuck():
+            case Stuck() | Looping():
                 self.host.end_turn("stopped", v.message)
                 return True
             case _:
                 assert_never(v)
 
-    def _overflowed(self, e: ProviderError, attempt: int, estimate: int) -> bool:
+    def _overflowed(self, e: ProviderError, estimate: int) -> bool:
         """Handle an overflow or an empty answer (overflow.py); False: the retry policy decides."""
         h = self.host
         window = h.window()
         calibrated = int(estimate * h.compactor.calibration.factor)
-        plan = after_overflow(e, attempt=attempt, window=window, estimate=calibrated)
+        lr = h.longrun
+        in_a_row = 1 + (
+            lr.overflows_in_a_row if e.error_class == "context_length" else lr.odd_in_a_row
+        )
+        plan = after_overflow(e, in_a_row=in_a_row, window=window, estimate=calibrated)
         if plan is None:
             return False
         error = Error(
             error_class=e.error_class,
             message=str(e),
-            retryable=not isinstance(plan, Stop),
+            retryable=not isinstance(plan, Stop) or plan.cause is not None,
             status=e.status,
         )
         match plan:
@@ -238,9 +328,11 @@ class ModelCaller:
                 )
             case Again():
                 h.append([h.event("system", "system", error)])
-            case Stop(message=message):
+            case Stop(message=message, cause=cause):
                 h.append([h.event("system", "system", error)])
-                h.end_turn("failed", message)
+                if cause is not None:
+                    message += f"; `bubu resume {h.session.id}` asks again"
+                h.end_turn("failed", message, cause=cause)
             case _:
                 assert_never(plan)
         return True
@@ -294,6 +386,7 @@ class ModelCaller:
                 fired = True
                 failpoints.hit("mid_model_call")
             h.check_stop()
+            self._over_in_stream(d)
             h.observer.on_delta(d)
 
         response = h.provider.complete(request, on_delta)

@@ -5,8 +5,11 @@
   is compacted to fit it and sent again. Without a figure (only on the first failure in a row),
   the window is taken to be below the request that overflowed. An overflow that teaches nothing
   new ends the turn: compaction could not help.
-- An empty stream (a 200 with nothing in it: llama-cpp-python's overflow) and an empty response
-  (no text and no calls) are tried once more, then end the turn with that reason.
+- An empty stream (a 200 with nothing in it: llama-cpp-python's overflow, or its answer to a
+  streamed tool call) and an empty response (no text and no calls) are odd answers, counted in a
+  row on their own (an outage before them does not count): the first is asked again at once, the
+  next ones are waited out by the retry policy within the horizon, and `ODD_ANSWER_LIMIT` of them
+  in a row end the turn resumably (`provider_unavailable`), never `failed` for good.
 
 Anything else returns None: the ordinary retry policy (`attempts.after_failure`) decides.
 """
@@ -16,11 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bubu.errors import ProviderError
+from bubu.events import EndCause
 from bubu.messages import ModelResponse, TextPart, ToolCallPart
+from bubu.projections.longrun import ODD_ANSWERS
 from bubu.providers.windows import LEARNED
 
 MIN_LEARNED_WINDOW = 2048
 """The smallest window a guess from an overflow without a figure may set."""
+ODD_ANSWER_LIMIT = 6
+"""Odd answers (empty stream, empty response) in a row after which the turn ends resumably."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,16 +46,18 @@ class Again:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Stop:
-    """Record the failure and end the turn `failed` with `message`."""
+    """Record the failure and end the turn `failed` with `message` (resumable when `cause`)."""
 
     message: str
+    cause: EndCause | None = None
 
 
 Plan = Shrink | Again | Stop
 
 
-def after_overflow(e: ProviderError, *, attempt: int, window: int, estimate: int) -> Plan | None:
-    """The plan for the `attempt`-th failure in a row when it is an overflow or an empty answer.
+def after_overflow(e: ProviderError, *, in_a_row: int, window: int, estimate: int) -> Plan | None:
+    """The plan for an overflow or an odd answer that is the `in_a_row`-th of its kind in a row
+    (this one included: overflows and odd answers are counted apart from other failures).
 
     `window` is the window the request was built for, `estimate` its calibrated size in tokens.
     """
@@ -58,7 +67,7 @@ def after_overflow(e: ProviderError, *, attempt: int, window: int, estimate: int
         if stated is not None and stated < window:
             return Shrink(window=stated, source=LEARNED)
         guess = max(MIN_LEARNED_WINDOW, min(window, estimate) * 3 // 4)
-        if attempt == 1 and guess < window:
+        if in_a_row == 1 and guess < window:
             said = f"it states {stated:,}" if stated is not None else "it states no figure"
             return Shrink(window=guess, source=f"{LEARNED}: {said}; below ~{estimate:,} tokens")
         return Stop(
@@ -67,14 +76,17 @@ def after_overflow(e: ProviderError, *, attempt: int, window: int, estimate: int
                 f"window of {window:,}); start a new session, or give the server a larger window"
             )
         )
-    if e.error_class in ("empty_stream", "empty_response"):
-        if attempt == 1:
+    if e.error_class in ODD_ANSWERS:
+        if in_a_row == 1:
             return Again()
+        if in_a_row < ODD_ANSWER_LIMIT:
+            return None  # waited out like any transient failure
         return Stop(
             message=(
-                f"{e}, {attempt} times in a row; if the server's window is smaller than Bubu "
+                f"{e}, {in_a_row} times in a row; if the server's window is smaller than Bubu "
                 "assumes, pass --context-window with its size"
-            )
+            ),
+            cause="provider_unavailable",
         )
     return None
 
@@ -96,6 +108,7 @@ def empty_response(response: ModelResponse, spec: str) -> None:
 
 __all__ = [
     "MIN_LEARNED_WINDOW",
+    "ODD_ANSWER_LIMIT",
     "Again",
     "Plan",
     "Shrink",

@@ -21,7 +21,7 @@ from bubu.engine import choices
 from bubu.engine.host import Observer, RunnerView, StopReason
 from bubu.engine.keep import kept_before
 from bubu.engine.lanes import Admitted, Lanes
-from bubu.engine.loops import warning
+from bubu.engine.loops import repeat_note, warning
 from bubu.engine.memory import workspace_memory
 from bubu.engine.permissions import Answer, Asker, Policy
 from bubu.errors import StorageError, ToolError
@@ -36,8 +36,9 @@ from bubu.events import (
     WorkspaceSnapshot,
 )
 from bubu.log import codec, redact
+from bubu.projections.longrun import LongRunFold, format_duration
 from bubu.projections.memory import Note
-from bubu.projections.turn import CallState, TurnFold
+from bubu.projections.turn import CallState, TurnFold, result_digest
 from bubu.providers.base import arguments_error
 from bubu.snapshot.take import snapshots_enabled, snapshotter
 from bubu.tools import sandbox
@@ -64,6 +65,7 @@ class ToolHost(RunnerView, Protocol):
     stop_event: threading.Event
     """Set once a stop is asked for: a running tool's cancel signal."""
     stop_reason: StopReason | None
+    longrun: LongRunFold
 
     @property
     def asker(self) -> Asker:
@@ -157,9 +159,15 @@ class ToolCalls:
         """The context a tool call runs in."""
         from pathlib import Path
 
+        lr = self.host.longrun
+        left = None
+        if lr.time_limit_s is not None:
+            left = max(0.0, lr.time_limit_s - lr.running_ms(clock.now_ms()) / 1000)
         return ToolContext(
             workspace=Path(self.host.session.workspace),
             timeout_s=self.host.config.tool_timeout_s,
+            time_left_s=left,
+            time_limit=format_duration(lr.time_limit_s) if lr.time_limit_s is not None else "",
             cancel=self.host.stop_event,
             stopped_by=self.host.stopped_by,
             outside_allowed=outside_allowed,
@@ -208,10 +216,17 @@ class ToolCalls:
         again = warning(self.host.turn.calls.values(), call) if result.is_error else None
         if again is not None:
             result = ToolResult(
-                output=f"{result.output}\n[{again}]", is_error=True, full=result.full
+                output=f"{result.output}\n[{again}]",
+                is_error=True,
+                full=result.full,
+                status=result.status,
             )
         text = codec.sanitize_text(result.output)
         data = result.full if result.full is not None else text.encode("utf-8")
+        status = result.status
+        if result.full is None and status is not None and text.endswith("\n" + status):
+            # An offloaded result is the output alone; how it ended stays in the placeholder.
+            data = text[: -len(status) - 1].encode("utf-8")
         # Before the placeholder's excerpt cuts a line (and a secret in it) short.
         data = redact.data(data)
         # A page of an offloaded result is never offloaded again.
@@ -224,6 +239,12 @@ class ToolCalls:
         blob = None
         if placed is not None:
             text, blob = placed
+            if status is not None:
+                text += f"\n{status}"  # the output is the blob; how it ended, here
+        if not result.is_error:
+            seen = repeat_note(self.host.turn.last_same(call), result_digest(text))
+            if seen is not None:
+                text += seen
         refs, _ = images.refs(result.images)
         event = self.host.event(
             "tool", "tool",

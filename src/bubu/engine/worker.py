@@ -79,6 +79,18 @@ REQUEST_KINDS = ("text", "turn_started", "turn_ended", "task_held", "task_approv
 """The event kinds `queued_request` and the ceiling's hold look at."""
 
 
+class SubmittedModel(msgspec.Struct, frozen=True, kw_only=True):
+    """How the worker builds a queued task's provider (`bubu submit`'s model options)."""
+
+    base_url: str | None = None
+    """The server, without credentials (they never enter the log)."""
+    context_window: int | None = None
+    thinking_budget: int | None = None
+    reasoning_effort: str | None = None
+    max_output_tokens: int | None = None
+    cache_ttl: str | None = None
+
+
 class Submission(msgspec.Struct, frozen=True, kw_only=True):
     """The policy a queued request runs under, recorded with the request in the log."""
 
@@ -101,6 +113,8 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     max_memory: int | None = None
     max_file_size: int | None = None
     """The task's sandbox limits (None: the worker's; above the worker's, clamped to them)."""
+    model: SubmittedModel = SubmittedModel()
+    """The model options the task was submitted with."""
 
 
 def submit(
@@ -539,6 +553,7 @@ __all__ = [
     "Equip",
     "Queue",
     "Submission",
+    "SubmittedModel",
     "Watch",
     "Worker",
     "WorkerConfig",

@@ -1,7 +1,8 @@
 """Search sessions by what was said in them: a derived full-text index of the transcript.
 
-What is indexed: the user's requests, the model's text and the tool results the model saw (their
-first `RESULT_CHARS` characters, the placeholder of an offloaded one). The index is a derived
+What is indexed: the user's requests, the model's text, its tool calls (the tool's name and its
+arguments' values: commands, paths, patterns) and the tool results the model saw (their first
+`RESULT_CHARS` characters, the placeholder of an offloaded one). The index is a derived
 store (DESIGN §1): it records, per session, the seq and chain digest it was built up to, is caught
 up idempotently before every search (in one transaction, so two searchers never index an event
 twice), and is rebuilt for a session whose log no longer has that digest at that seq. The log
@@ -13,7 +14,8 @@ the first search; a database that cannot be written is searched by reading the l
 
 Both index the same normalised text (lower-case runs of letters and digits), so the same data
 gives the same results on both. A query is plain words and ``"quoted phrases"``: every one must
-occur; FTS5 operators and punctuation are taken as words, never as syntax.
+occur; a word (or a phrase's last word) ending in ``*`` matches as a prefix (``pyte*`` finds
+``pytest``); FTS5 operators and other punctuation are taken as words, never as syntax.
 """
 
 from __future__ import annotations
@@ -23,14 +25,19 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from bubu.events import FunctionResponse, Record, Text
+from bubu.events import FunctionCall, FunctionResponse, Record, Text
 from bubu.log.store import Store
 
 RESULT_CHARS = 4000
 """How much of a tool result is indexed."""
-KINDS = ("text", "function_response")
+KINDS = ("text", "function_call", "function_response")
+PREFIX = "*"
+"""Ends a term's last word that matches as a prefix (kept on that word in `terms`)."""
 
 _WORD = re.compile(r"[^\W_]+")
+_VERSION = "v2:"
+"""Marks the digests an index of this content records: rows of an older index (which held no
+tool calls) do not match, so their sessions are rebuilt on the next search."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,16 +55,54 @@ def words(text: str) -> list[str]:
 
 
 def terms(query: str) -> list[list[str]]:
-    """A query as terms that must all occur: each a phrase (a list of consecutive words)."""
+    """A query as terms that must all occur: each a phrase (a list of consecutive words), whose
+    last word ends in `PREFIX` when it matches as a prefix."""
     out: list[list[str]] = []
-    for i, part in enumerate(query.split('"')):
-        if i % 2:  # inside quotes: one phrase
+    parts = query.split('"')
+    for i, part in enumerate(parts):
+        if i % 2:  # inside quotes: one phrase, a prefix if a * follows the closing quote
             ws = words(part)
             if ws:
+                after = parts[i + 1] if i + 1 < len(parts) else ""
+                if after.startswith(PREFIX):
+                    ws[-1] += PREFIX
                 out.append(ws)
         else:
-            out.extend([w] for w in words(part))
+            for raw in part.split():
+                # A leading * is the mark of the phrase before.
+                token = raw[1:] if i and raw.startswith(PREFIX) and out else raw
+                ws = words(token)
+                if ws and token.endswith(PREFIX):
+                    ws[-1] += PREFIX
+                out.extend([w] for w in ws[:-1])
+                if ws:
+                    out.append([ws[-1]])
     return out
+
+
+def _plain(term: Sequence[str]) -> str:
+    """A term's words as indexed text (its prefix mark dropped)."""
+    return " ".join(term).removesuffix(PREFIX)
+
+
+def _call_text(c: FunctionCall) -> str:
+    """A tool call as indexed: the tool's name, then its arguments' values (or their raw text)."""
+    if c.raw_arguments is not None:
+        return f"{c.name} {c.raw_arguments}"
+    values: list[str] = []
+
+    def walk(v: object) -> None:
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+        elif v is not None:
+            values.append(str(v))
+
+    walk(c.arguments)
+    return " ".join([c.name, *values])[:RESULT_CHARS]
 
 
 def indexed_text(r: Record) -> str | None:
@@ -71,6 +116,8 @@ def indexed_text(r: Record) -> str | None:
         return c.text
     if isinstance(c, FunctionResponse) and r.event.visibility == "visible":
         return c.result[:RESULT_CHARS]
+    if isinstance(c, FunctionCall) and r.event.role == "model":
+        return _call_text(c)
     return None
 
 
@@ -78,7 +125,7 @@ def snippet(text: str, found: Sequence[Sequence[str]], width: int = 70) -> str:
     """A short excerpt of `text` around the first term, on one line."""
     flat = " ".join(text.split())
     low = flat.lower()
-    at = min((i for t in found if (i := low.find(t[0])) >= 0), default=0)
+    at = min((i for t in found if (i := low.find(t[0].removesuffix(PREFIX))) >= 0), default=0)
     start = max(0, at - width // 3)
     cut = flat[start : start + width]
     return ("…" if start else "") + cut + ("…" if start + width < len(flat) else "")
@@ -119,7 +166,7 @@ def matching(store: Store, query: str) -> dict[str, dict[str, object]]:
     }
     for info in store.sessions():
         title = " ".join(words(info.title))
-        if info.id not in out and found and all(" ".join(t) in title for t in found):
+        if info.id not in out and found and all(_plain(t) in title for t in found):
             out[info.id] = {"seq": 0, "snippet": snippet(info.title, found)}
     return out
 
@@ -130,12 +177,15 @@ def _todo(
     """Per session: the records to index and whether its rows must be dropped first."""
     for info in store.sessions():
         hw, digest = done.get(info.id, (0, ""))
+        if hw and not digest.startswith(_VERSION):
+            yield info.id, store.read(info.id), True  # an older index's rows: built anew
+            continue
         if info.high_water == hw:
             continue  # nothing new (the log only grows; a replaced one is seen when it differs)
         rebuild = False
         if hw:
             at = store.read(info.id, after=hw - 1, upto=hw)
-            if not at or at[0].hash != digest:
+            if not at or _VERSION + at[0].hash != digest:
                 rebuild, hw = True, 0
         if info.high_water > hw or rebuild:
             yield info.id, store.read(info.id, after=hw), rebuild
@@ -150,7 +200,7 @@ def _scan(store: Store, found: list[list[str]]) -> list[tuple[str, int, str]]:
             if text is None:
                 continue
             padded = f" {' '.join(words(text))} "
-            if all(f" {' '.join(t)} " in padded for t in found):
+            if all(f" {_plain(t)}{'' if t[-1].endswith(PREFIX) else ' '}" in padded for t in found):
                 out.append((info.id, r.seq, text))
     return out
 
@@ -181,7 +231,9 @@ class _SQLite:
             if "readonly" not in str(e) and "read-only" not in str(e):
                 raise
             return _scan(self.store, found)  # the index cannot be written: read the log itself
-        match = " AND ".join('"' + " ".join(t) + '"' for t in found)
+        match = " AND ".join(
+            '"' + _plain(t) + '"' + (" *" if t[-1].endswith(PREFIX) else "") for t in found
+        )
         with self.store._lock:
             rows = self.db.execute(
                 "SELECT session, seq, body FROM main.search_fts WHERE search_fts MATCH ?",
@@ -215,7 +267,7 @@ class _SQLite:
                     db.execute(
                         f"INSERT OR REPLACE INTO {schema}.search_done(session, high_water, digest) "
                         "VALUES (?,?,?)",
-                        (session, head.high_water, head.digest),
+                        (session, head.high_water, _VERSION + head.digest),
                     )
                 db.execute("COMMIT")
             except BaseException:
@@ -232,11 +284,15 @@ class _Postgres:
 
     def search(self, found: list[list[str]]) -> list[tuple[str, int, str]]:
         self._catch_up()
-        q = " && ".join(["phraseto_tsquery('simple', %s)"] * len(found))
+        # Words are runs of letters and digits, so a term written as tsquery text is safe.
+        q = " && ".join(["to_tsquery('simple', %s)"] * len(found))
+        as_query = [
+            " <-> ".join(w.removesuffix(PREFIX) + (":*" if w.endswith(PREFIX) else "") for w in t)
+            for t in found
+        ]
         with self.store._using() as db:
             rows = db.execute(
-                f"SELECT session, seq, body FROM search_docs WHERE tsv @@ ({q})",
-                [" ".join(t) for t in found],
+                f"SELECT session, seq, body FROM search_docs WHERE tsv @@ ({q})", as_query
             ).fetchall()
         return [(str(s), int(q_), str(b)) for s, q_, b in rows]
 
@@ -277,7 +333,7 @@ class _Postgres:
                     "INSERT INTO search_done(session, high_water, digest) VALUES (%s, %s, %s) "
                     "ON CONFLICT (session) DO UPDATE SET high_water = EXCLUDED.high_water, "
                     "digest = EXCLUDED.digest",
-                    [session, head.high_water, head.digest],
+                    [session, head.high_water, _VERSION + head.digest],
                 )
 
 

@@ -30,6 +30,10 @@ from bubu.events import (
     TurnStarted,
 )
 
+ODD_ANSWERS = frozenset({"empty_stream", "empty_response"})
+"""Answers a working server sent that hold nothing to go on (an empty stream, an answer with
+neither text nor a call): the server is up, and the next answer is likely fine."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Waiting:
@@ -84,6 +88,11 @@ class LongRunFold:
     last_error_ms: int | None = None
     same_in_a_row: int = 0
     """How many of the streak's last failures were word for word `last_error` (status and message)."""
+    odd_in_a_row: int = 0
+    """How many of the streak's last failures were odd answers (`ODD_ANSWERS`) in a row: counted
+    on their own, so an outage before them does not make the first one look repeated."""
+    overflows_in_a_row: int = 0
+    """How many of the streak's last failures were context overflows in a row."""
     last_attempt: int = 0
     retrying: bool = False
     """An attempt was made after the last failure and has not answered yet."""
@@ -120,6 +129,10 @@ class LongRunFold:
             last = self.last_error
             same = last is not None and (last.status, last.message) == (c.status, c.message)
             self.same_in_a_row = self.same_in_a_row + 1 if same else 1
+            odd = c.error_class in ODD_ANSWERS
+            self.odd_in_a_row = self.odd_in_a_row + 1 if odd else 0
+            overflow = c.error_class == "context_length"
+            self.overflows_in_a_row = self.overflows_in_a_row + 1 if overflow else 0
             self.last_error, self.last_error_ms = c, ev.ts
             self.retrying = False
         a = ev.actions
@@ -129,7 +142,7 @@ class LongRunFold:
                 self.steps += 1
                 self.streak = self.streak_on_model = 0
                 self.since_ms = self.last_error = self.last_error_ms = None
-                self.same_in_a_row = 0
+                self.same_in_a_row = self.odd_in_a_row = self.overflows_in_a_row = 0
             if a is not None and a.token_usage is not None:
                 self.tokens += a.token_usage.input_tokens + a.token_usage.output_tokens
         if self.run_start_ms is not None:
@@ -146,7 +159,7 @@ class LongRunFold:
         self.run_start_ms = self.last_ms = None
         self.streak = self.streak_on_model = 0
         self.since_ms = self.last_error = self.last_error_ms = None
-        self.same_in_a_row = 0
+        self.same_in_a_row = self.odd_in_a_row = self.overflows_in_a_row = 0
 
     def _close_run(self) -> None:
         if self.run_start_ms is not None and self.last_ms is not None:
@@ -227,4 +240,4 @@ def format_duration(seconds: float) -> str:
     return "".join(parts[:2])
 
 
-__all__ = ["LimitHit", "LongRunFold", "Waiting", "fold_longrun", "format_duration"]
+__all__ = ["ODD_ANSWERS", "LimitHit", "LongRunFold", "Waiting", "fold_longrun", "format_duration"]

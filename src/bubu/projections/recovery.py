@@ -34,7 +34,8 @@ from bubu.projections.turn import CallState, fold
 PlanKind = Literal["nothing", "ready", "blocked"]
 
 INTERRUPTED = (
-    "interrupted: Bubu stopped (a crash) while this call was running, after it was dispatched. "
+    "interrupted: the run that was running this call ended before its outcome could be committed "
+    "(Bubu was killed or crashed, or its database was out of reach), after it was dispatched. "
     "The action may or may not have happened; inspect the workspace before deciding whether to retry."
 )
 

@@ -8,6 +8,8 @@ The accumulator is private mutable state; the records it reads are never changed
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -48,8 +50,32 @@ class CallState:
     dispatch_run: str | None = None
     outcome_seq: int | None = None
     outcome_error: bool = False
+    outcome_digest: str | None = None
+    """A digest of the result the model was given (a repeat note on it left out)."""
+    repeats: int = 0
+    """Successful outcomes in a row, in this run, of the same call with this same result (this
+    one included; 0 for a failure): a model looping on a call that tells it nothing new."""
     decision: PermissionDecision | None = None
     recoveries: list[ToolRecovery] = field(default_factory=list)
+
+
+REPEAT_NOTE = "\n[this exact call has returned the same result "
+"""How the note on a repeated result begins (left out of the result's digest)."""
+
+
+def call_key(call: CallState) -> tuple[str, str]:
+    """What makes two calls the same call: the tool, and the canonical arguments (or the same
+    unparsable argument text)."""
+    if call.raw_arguments is not None:
+        return call.name, "raw:" + call.raw_arguments
+    return call.name, json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def result_digest(result: str) -> str:
+    """The digest of a result as the model was given it, a repeat note on it left out."""
+    if result.endswith("]") and REPEAT_NOTE in result:
+        result = result[: result.rindex(REPEAT_NOTE)]
+    return hashlib.sha256(result.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(slots=True, kw_only=True)
@@ -99,6 +125,8 @@ class TurnFold:
     committed since the first of them: deaths during model calls, back to back."""
     high_water: int = 0
     _last_invocation: str | None = None
+    _same: dict[tuple[str, str], CallState] = field(default_factory=dict)
+    """The latest finished call of each (tool, arguments), in this run."""
 
     def apply(self, r: Record) -> None:
         """Fold one record in (records must come in seq order, each exactly once)."""
@@ -117,6 +145,7 @@ class TurnFold:
             st = self.calls.get(c.call_id)
             if st is not None and st.outcome_seq is None:
                 st.outcome_seq, st.outcome_error = r.seq, c.is_error
+                self._repeated(st, c.result)
                 self.last_outcome = st
                 if c.call_id in self.open_calls:
                     self.open_calls.remove(c.call_id)
@@ -140,6 +169,25 @@ class TurnFold:
                 if st is not None:
                     st.recoveries.append(a.tool_recovery)
 
+    def last_same(self, call: CallState) -> CallState | None:
+        """The latest finished call of this run that is the same call as `call`."""
+        return self._same.get(call_key(call))
+
+    def _repeated(self, st: CallState, result: str) -> None:
+        """Count `st`'s outcome among the same call's identical successful results in a row."""
+        st.outcome_digest = result_digest(result)
+        key = call_key(st)
+        prev = self._same.get(key)
+        if st.outcome_error:
+            st.repeats = 0
+        elif (
+            prev is not None and not prev.outcome_error and prev.outcome_digest == st.outcome_digest
+        ):
+            st.repeats = prev.repeats + 1
+        else:
+            st.repeats = 1
+        self._same[key] = st
+
     def _note(self, r: Record, c: SystemNote) -> None:
         n = c.note
         if isinstance(n, TurnStarted):
@@ -160,6 +208,7 @@ class TurnFold:
             self.max_procs, self.max_memory = n.max_procs, n.max_memory
             self.max_file_size = n.max_file_size
             self.calls, self.open_calls, self.last_outcome = {}, [], None
+            self._same = {}
             self.awaiting_model, self.inflight_request = True, None
             self.cut_off = False
             self.dropped_in_a_row = 0
@@ -180,6 +229,7 @@ class TurnFold:
         elif isinstance(n, RunStarted):
             self.run, self.runs, self.steps_in_run = r.event.run, self.runs + 1, 0
             self.inflight_request = None
+            self._same = {}  # a new run gives a looping model another chance
         elif isinstance(n, ModelRequest):
             self.inflight_request = n
         elif isinstance(n, SummaryChunk):

@@ -36,7 +36,13 @@ class Endpoint:
         name = self.vendor_name
         if not self.official:
             name = f"the server at {_retry.display_url(self.base or '')}"
-        return _retry.Vendor(name=name, key_env=self.key_env, secrets=(self.key,), stall_s=stall)
+        return _retry.Vendor(
+            name=name,
+            key_env=self.key_env,
+            secrets=(self.key,),
+            stall_s=stall,
+            official=self.official,
+        )
 
 
 class Closable(Protocol):

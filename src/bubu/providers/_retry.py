@@ -61,6 +61,26 @@ _CONTEXT_HINTS = (
     "exceed context window",
 )
 
+# A proxy (LiteLLM, OpenRouter) relays its backend's failure to connect as a 500: an outage
+# that the next minutes may end, whatever the words' repetition says.
+_OUTAGE_HINTS = (
+    "connection error",
+    "connecterror",
+    "connectionerror",
+    "connection refused",
+    "econnrefused",
+    "connect timeout",
+    "failed to establish",
+    "cannot connect",
+    "could not connect",
+    "upstream",
+    "name or service not known",
+    "no healthy",
+    "service unavailable",
+)
+PROBE_S = 2.0
+"""Seconds a probe of the server (does it answer another request?) may take."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Vendor:
@@ -73,6 +93,8 @@ class Vendor:
     key_env: str
     secrets: tuple[str, ...] = ()
     stall_s: float | None = None
+    official: bool = False
+    """Calls go to the vendor's own API (whose 500s are outages, never a broken request)."""
 
 
 STALL_ENV = "BUBU_STALL_TIMEOUT"
@@ -236,6 +258,22 @@ def status_error(
     )
     if error_class == "context_length":
         error.served_window = window_in_error(body) or window_in_error(api_message)
+    # A compatible server's 500 is mostly its handler failing on this request (llama-cpp-python's
+    # schema errors) -- unless its words say it could not reach its own backend.
+    error.repeats_for_the_request = (
+        not vendor.official and status == 500 and not any(h in haystack for h in _OUTAGE_HINTS)
+    )
+    return error
+
+
+def probe_server(error: ProviderError, probe: Callable[[], int]) -> ProviderError:
+    """Mark `error` `server_up` when it may be about the request and the server answers another
+    request (`probe` returns that answer's HTTP status; below 500 means it is up)."""
+    if error.repeats_for_the_request:
+        try:
+            error.server_up = probe() < 500
+        except Exception:  # a probe that fails says only that the server is not shown up
+            error.server_up = False
     return error
 
 

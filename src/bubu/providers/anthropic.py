@@ -51,7 +51,8 @@ from bubu.providers.base import (
 )
 
 DEFAULT_CONTEXT_WINDOW = 200_000
-# Every Claude model documented so far has a 200k window by default (1M needs a beta header).
+# Every Claude model documented so far has a 200k window by default (1M needs a beta header);
+# that is Anthropic's word, so it holds only at Anthropic's own API.
 CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (("claude-", 200_000),)
 MIN_THINKING_BUDGET = 1024
 ANTHROPIC_URL = "https://api.anthropic.com"
@@ -91,14 +92,14 @@ def context_window_for(model: str) -> int:
 
 
 def window_for(model: str) -> windows.Window:
-    """`context_window_for` with where the figure came from."""
+    """`context_window_for` with where the figure came from (at Anthropic's own API)."""
     found = windows.hosted_window("anthropic", model)
     if found is not None:
         return found
     matches = [(len(p), size) for p, size in CONTEXT_WINDOWS if model.startswith(p)]
     if matches:
         return windows.Window(max(matches)[1], "default: every Claude model has 200k")
-    return windows.Window(DEFAULT_CONTEXT_WINDOW, "default: unknown model")
+    return windows.Window(windows.UNKNOWN_WINDOW, windows.UNKNOWN)
 
 
 def thinking_config(model: str, budget: int) -> ThinkingConfigParam:
@@ -470,9 +471,10 @@ class AnthropicProvider(_endpoint.AtEndpoint):
         self._base_url = endpoint.base or ANTHROPIC_URL
         self._official = endpoint.official
         self._thinking_budget = thinking_budget
-        self._window = (
-            windows.Window(context_window, windows.USER) if context_window else window_for(model)
+        self._window_given = (
+            windows.Window(context_window, windows.USER) if context_window else None
         )
+        self._found: windows.Window | None = None
         stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
         self._vendor = endpoint.vendor(stall)
         # An explicit key stops the SDK from looking for profiles or tokens elsewhere.
@@ -505,6 +507,17 @@ class AnthropicProvider(_endpoint.AtEndpoint):
     def context_window_source(self) -> str:
         """Where `context_window` came from (``--context-window``, ``genai-prices table`` …)."""
         return self._window.source
+
+    @property
+    def _window(self) -> windows.Window:
+        """The user's window, else (found once, on first use) the official API's table figure or
+        Claude's documented 200k, or what another server states, else the unknown default."""
+        if self._window_given is not None:
+            return self._window_given
+        if self._found is None:
+            self._found = window_for(self._model) if self._official else windows.find_window(
+                base_url=self._base_url, model=self._model, official=False, vendor="anthropic")  # fmt: skip
+        return self._found
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Stream one Messages API call; raise ProviderError on any failure."""
@@ -550,7 +563,7 @@ class AnthropicProvider(_endpoint.AtEndpoint):
                 status = exc.status_code
                 if status < 400:  # an error event inside a 200 stream
                     status = _STATUS_OF_ERROR_TYPE.get(error_type or "", 500)
-                return _retry.status_error(
+                error = _retry.status_error(
                     vendor,
                     status,
                     body=exc.body,
@@ -558,12 +571,23 @@ class AnthropicProvider(_endpoint.AtEndpoint):
                     api_message=_error_field(exc.body, "message"),
                     api_code=error_type,
                 )
+                return _retry.probe_server(error, self._models_status)
             case anthropic.APITimeoutError() | httpx2.TimeoutException():
                 return _retry.timeout_error(vendor, exc)
             case anthropic.APIConnectionError() | httpx2.TransportError():
                 return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
             case _:
                 return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
+
+    def _models_status(self) -> int:
+        """The HTTP status of `GET /v1/models` at the server (is it up?), quickly."""
+        try:
+            self._client.with_options(timeout=_retry.PROBE_S).get(
+                "/v1/models", cast_to=httpx2.Response
+            )
+        except anthropic.APIStatusError as exc:
+            return exc.status_code
+        return 200
 
 
 def _error_field(body: object, key: str) -> str | None:

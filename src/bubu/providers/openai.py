@@ -464,13 +464,22 @@ class OpenAIProvider(_endpoint.AtEndpoint):
         # failure of the second call is the empty stream it followed.
         for _ in range(2):
             try:
-                return self._whole(request, on_delta)
+                response = self._whole(request, on_delta)
             except ProviderError as e:
                 if e.error_class == "context_length":
                     raise
                 if e.error_class != "connection":
                     # What the server said names the cause, when it says anything.
                     raise _retry.empty_stream_error(self._vendor, said=e) from None
+            else:
+                # llama-cpp-python streams nothing whenever its answer starts with a tool call:
+                # asked whole from now on, so no step is sent twice, and the log says so once.
+                if request.tools and self._tool_mode == "stream":
+                    self._tool_mode = "whole"
+                    said = "it sent an empty stream where the answer was due, then answered whole"
+                    notice = toolmode.notice("whole", self._vendor.name, said)
+                    return dataclasses.replace(response, notice=notice)
+                return response
         raise empty
 
     def _whole(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
@@ -539,11 +548,7 @@ class OpenAIProvider(_endpoint.AtEndpoint):
         error = convert_error(
             vendor, exc, streaming=streaming, in_stream=lambda b: _stream_error_event(vendor, b)
         )
-        if isinstance(exc, openai.APIStatusError):
-            # A compatible server's 500 is mostly its handler failing on this request
-            # (llama-cpp-python's schema errors), not an outage.
-            error.repeats_for_the_request = not self._official and exc.status_code == 500
-        return error
+        return _retry.probe_server(error, lambda: models_status(self._client))
 
 
 # ---- shared with the Responses adapter (openai_responses) --------------------------------------
@@ -606,6 +611,15 @@ def convert_error(
             return in_stream(exc.body)
         case _:
             return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
+
+
+def models_status(client: openai.OpenAI) -> int:
+    """The HTTP status of `GET /models` at the client's server (is it up?), quickly."""
+    try:
+        client.with_options(timeout=_retry.PROBE_S).get("/models", cast_to=httpx2.Response)
+    except openai.APIStatusError as exc:
+        return exc.status_code
+    return 200
 
 
 def body_field(body: object, key: str) -> str | None:

@@ -20,7 +20,7 @@ from openai.types.responses import ResponseStreamEvent, ResponseUsage
 from bubu import images
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
-from bubu.providers import _endpoint, _retry
+from bubu.providers import _endpoint, _retry, windows
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -41,8 +41,8 @@ from bubu.providers.base import (
 from bubu.providers.openai import (
     OPENAI_URL,
     body_field,
-    context_window_for,
     convert_error,
+    models_status,
     openai_client,
     openai_endpoint,
 )
@@ -381,7 +381,10 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
         self._summaries = True
         """Whether reasoning summaries are asked for (an organization OpenAI has not verified
         is refused them: then the request goes again without, for the rest of the run)."""
-        self._context_window = context_window or context_window_for(model)
+        self._window_given = (
+            windows.Window(context_window, windows.USER) if context_window else None
+        )
+        self._found: windows.Window | None = None
         self._vendor, self._client = openai_client(endpoint, stall_timeout, http_client)
         self._owned = None if http_client is not None else self._client
 
@@ -398,7 +401,23 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
     @property
     def context_window(self) -> int:
         """The model's context window in tokens."""
-        return self._context_window
+        return self.window.tokens
+
+    @property
+    def context_window_source(self) -> str:
+        """Where `context_window` came from (``--context-window``, ``genai-prices table`` …)."""
+        return self.window.source
+
+    @property
+    def window(self) -> windows.Window:
+        """The user's window, else (found once, on first use) what the server states (away from
+        OpenAI), else the table's, else the default for an unknown model."""
+        if self._window_given is not None:
+            return self._window_given
+        if self._found is None:
+            self._found = windows.find_window(base_url=self._base_url, model=self._model,
+                                              official=self._official, vendor="openai")  # fmt: skip
+        return self._found
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Stream one Responses API call; raise ProviderError on any failure."""
@@ -458,7 +477,8 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
         def in_stream(body: object) -> ProviderError:
             return _failure(vendor, body_field(body, "code"), body_field(body, "message"), body)
 
-        return convert_error(vendor, exc, streaming=streaming, in_stream=in_stream)
+        error = convert_error(vendor, exc, streaming=streaming, in_stream=in_stream)
+        return _retry.probe_server(error, lambda: models_status(self._client))
 
 
 def _summaries_refused(message: str) -> bool:

@@ -226,6 +226,16 @@ def _probe(base: str, model: str, timeout_s: float) -> Window | None:
     return None
 
 
+def find_window(*, base_url: str, model: str, official: bool, vendor: str) -> Window:
+    """The window of a provider the user gave none: the server's own word (away from the
+    official API), else the `genai-prices` table's for `vendor`, else `UNKNOWN_WINDOW` said as
+    unknown. The same default on every wire; a source is named only when it stated the figure."""
+    found = None if official else served_window(base_url, model)
+    if found is None:
+        found = hosted_window(vendor, model)
+    return found or Window(UNKNOWN_WINDOW, UNKNOWN)
+
+
 # ---- what an overflow error says ------------------------------------------------------------
 
 _ERROR_WINDOWS = (
@@ -268,6 +278,7 @@ __all__ = [
     "UNKNOWN_WINDOW",
     "USER",
     "Window",
+    "find_window",
     "hosted_window",
     "learned",
     "served_window",

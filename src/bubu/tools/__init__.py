@@ -1,7 +1,7 @@
 """Bubu's built-in tools and their registry (DESIGN §4, §9).
 
     read_file, list_files, grep, read_result, search_result,
-    inspect_result, recall, update_plan                        read_only
+    inspect_result, query_result, recall, update_plan          read_only
     write_file, edit_file, remember                            provable_write
     run_command                                                side_effecting
 
@@ -29,6 +29,7 @@ from bubu.tools.base import JSON, Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.files import atomic_write, edit_file, file_sha256, read_file, write_file
 from bubu.tools.inspect_result import inspect_result
 from bubu.tools.memory import recall, remember, update_plan
+from bubu.tools.query_result import query_result
 from bubu.tools.results import line_count, read_result, search_result
 from bubu.tools.search import grep, list_files
 from bubu.tools.shell import run_command
@@ -64,6 +65,7 @@ def builtin_tools() -> dict[str, Tool]:
         read_result,
         search_result,
         inspect_result,
+        query_result,
         remember,
         recall,
         update_plan,

@@ -45,6 +45,10 @@ class ToolResult:
     blobs."""
     dropped: int = 0
     """Bytes of the tool's output kept nowhere (neither in `output` nor in `full`)."""
+    status: str | None = None
+    """How the tool ended (a command's exit code), kept apart from `full`: an offloaded result
+    is the output alone, so it reads as what the command printed (JSON, CSV, a log), and its
+    placeholder ends with this line."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +96,11 @@ class ToolContext:
     memory: Callable[[], dict[str, Note]] | None = None
     images: bool = False
     """Whether the model is shown images (`read_file` returns an image, else says it is one)."""
+    time_left_s: float | None = None
+    """Seconds left before the turn's time limit (`--max-time`), when it has one: a command
+    still running then is stopped, and its result says so."""
+    time_limit: str = ""
+    """The turn's time limit as a person wrote it (``5s``), for that result."""
 
 
 class Tool(Protocol):

@@ -135,4 +135,8 @@ def inspect_result(args: InspectResultArgs, ctx: ToolContext) -> ToolResult:
         f'Page with read_result{{"handle": "{handle}", "offset": 1}} or search with '
         f'search_result{{"handle": "{handle}", "pattern": "…"}}.'
     )
+    if detect(data) in ("json", "jsonl", "csv"):
+        lines.append(
+            f'Ask for items with query_result{{"handle": "{handle}", "query": "…"}} (JMESPath).'
+        )
     return ToolResult(output="\n".join(lines)[:6000])

@@ -13,12 +13,12 @@ import io
 import string
 from typing import Annotated
 
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 from bubu.errors import ToolError
 from bubu.tools.base import ToolContext, ToolResult
 from bubu.tools.decorator import tool
-from bubu.tools.schema import Arguments
+from bubu.tools.schema import Arguments, given
 from bubu.tools.workspace import compile_pattern, cut_line, decode, iter_lines
 
 PAGE_LINES = 200
@@ -87,6 +87,14 @@ class ReadResultArgs(Arguments):
     handle: Handle
     offset: Annotated[Line, "First line to show, 1-based."] = 1
     limit: Annotated[Line, "How many lines to show."] = PAGE_LINES
+    byte_offset: Annotated[
+        Annotated[int, Meta(ge=0)] | UnsetType,
+        "Read bytes from here (0-based) instead of lines.",
+    ] = UNSET
+    bytes: Annotated[
+        Annotated[int, Meta(ge=1, le=PAGE_BYTES)] | UnsetType,
+        "How many bytes.",
+    ] = UNSET
 
 
 @tool(
@@ -97,14 +105,18 @@ class ReadResultArgs(Arguments):
         "sha-256 shown in the placeholder (at least its first 12 hex digits); `offset` is the "
         f"first line (1-based, default 1) and `limit` how many lines (default {PAGE_LINES}). "
         f"Pages are at most {PAGE_BYTES:,} bytes; each says which lines it holds and how to "
-        "get the next."
+        "get the next; `byte_offset` and `bytes` read inside a long line instead."
     ),
 )
 def read_result(args: ReadResultArgs, ctx: ToolContext) -> ToolResult:
-    """read_result{handle, offset?, limit?}: a page of numbered lines of an offloaded result."""
+    """read_result{handle, offset?, limit?, byte_offset?, bytes?}: a page of numbered lines of
+    an offloaded result, or a range of its bytes."""
     handle = _handle(args.handle)
     offset, limit = args.offset, args.limit
     data = _blob(ctx, handle)
+    start = given(args.byte_offset)
+    if start is not None:
+        return _byte_range(handle, data, start, given(args.bytes) or PAGE_BYTES)
     total = line_count(data)
     if total == 0:
         return ToolResult(output=f"result {handle} is empty.")
@@ -117,6 +129,8 @@ def read_result(args: ReadResultArgs, ctx: ToolContext) -> ToolResult:
     stream.seek(_line_start(data, offset))
     shown: list[str] = []
     used = 0
+    at = _line_start(data, offset)
+    cut: tuple[int, int, int] | None = None  # the first cut line: number, byte offset, length
     for n, (head, length) in enumerate(iter_lines(stream, LINE_BYTES), start=offset):
         line = f"{n:6}\t{cut_line(head, length, LINE_BYTES)}"
         # A page always holds at least one line: a long line is cut to fit.
@@ -125,13 +139,44 @@ def read_result(args: ReadResultArgs, ctx: ToolContext) -> ToolResult:
             break
         shown.append(line)
         used += size
+        if cut is None and length > LINE_BYTES:
+            cut = (n, at, length)
+        at += length + 1
     last = offset + len(shown) - 1
     header = f"lines {offset:,}–{last:,} of {total:,} of result {handle} ({len(data):,} bytes)"
     if last < total:
         footer = f'next page: read_result{{"handle": "{handle}", "offset": {last + 1}}}'
     else:
         footer = "(end of result)"
+    if cut is not None:
+        n, where, length = cut
+        footer += (
+            f"\nline {n:,} is {length:,} bytes, cut here: read inside it with "
+            f'read_result{{"handle": "{handle}", "byte_offset": {where + LINE_BYTES}}}'
+        )
     return ToolResult(output="\n".join([header, *shown, footer]))
+
+
+def _byte_range(handle: str, data: bytes, start: int, size: int) -> ToolResult:
+    """Bytes [start, start + size) of a result, as text (a character cut at either edge is
+    shown as U+FFFD), with where the next range starts."""
+    if start >= len(data):
+        raise ToolError(
+            f"byte_offset {start:,} is past the end: result {handle} has {len(data):,} bytes "
+            f"(read from byte_offset 0 to {max(0, len(data) - 1):,})"
+        )
+    end = min(len(data), start + size)
+    line = data.count(b"\n", 0, start) + 1
+    header = (
+        f"bytes {start:,}–{end - 1:,} of {len(data):,} of result {handle} "
+        f"(from inside line {line:,})"
+    )
+    text = data[start:end].decode("utf-8", errors="replace")
+    if end < len(data):
+        footer = f'next range: read_result{{"handle": "{handle}", "byte_offset": {end}}}'
+    else:
+        footer = "(end of result)"
+    return ToolResult(output="\n".join([header, text, footer]))
 
 
 class SearchResultArgs(Arguments):

@@ -392,6 +392,10 @@ def run_command(args: RunCommandArgs, ctx: ToolContext) -> ToolResult:
         raise ToolError("the command is empty; give a shell command line")
     asked = given(args.timeout_s)
     timeout_s = min(ctx.timeout_s if asked is None else asked, MAX_TIMEOUT_S)
+    # The turn's time limit binds inside the step: the command gets what is left of it.
+    at_limit = ctx.time_left_s is not None and ctx.time_left_s < timeout_s
+    if ctx.time_left_s is not None and at_limit:
+        timeout_s = max(ctx.time_left_s, 0.05)
     if ctx.cancel.is_set():
         raise ToolError("the turn was stopped before the command started; it did not run")
     done = run_shell(
@@ -404,7 +408,13 @@ def run_command(args: RunCommandArgs, ctx: ToolContext) -> ToolResult:
         pass_env=ctx.pass_env,
     )
     body = done.output.rstrip("\n") if done.total_bytes else "(no output)"
-    status = "; ".join([_status(done, timeout_s, ctx.stopped_by()), *done.notes])
+    status = _status(done, timeout_s, ctx.stopped_by())
+    if at_limit and done.ending == "timed_out":
+        status = (
+            f"stopped after {timeout_s:.1f}s: the turn's time limit of {ctx.time_limit} "
+            f"(--max-time) was reached while it ran; {_killed(done.left)}"
+        )
+    status = "; ".join([status, *done.notes])
     dropped = done.omitted if done.full is None else 0
     if dropped:
         status += (
@@ -415,6 +425,7 @@ def run_command(args: RunCommandArgs, ctx: ToolContext) -> ToolResult:
     return ToolResult(
         output=f"{body}\n{status}",
         is_error=done.ending in ("timed_out", "stopped", "lost"),
-        full=None if done.full is None else done.full + f"\n{status}\n".encode(),
+        full=done.full,
         dropped=dropped,
+        status=status,
     )
