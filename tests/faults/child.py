@@ -78,11 +78,15 @@ def install_disk_full(flag: str) -> None:
 def install_short_lease(ttl_s: float) -> None:
     """Give every run the CLI starts a lease of `ttl_s` seconds (renewed every third of it)."""
     from bubu.cli import agentcmds
+    from bubu.engine import driver
 
     @dataclass(frozen=True, slots=True, kw_only=True)
     class _ShortLease(RunConfig):
         lease_ttl_s: float = ttl_s
 
+    # The commands import RunConfig where they build one, so the driver module's name is the
+    # one they find (and agentcmds' own, for any that took it at import).
+    setattr(driver, "RunConfig", _ShortLease)  # noqa: B010
     setattr(agentcmds, "RunConfig", _ShortLease)  # noqa: B010
 
 
