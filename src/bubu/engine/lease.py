@@ -44,6 +44,10 @@ def heartbeat(
             request_stop("lease_lost")
             return
         except BubuError:
+            # A store that failed (a lock another process holds) is asked again a period later,
+            # not at once: each try holds the store's connection for its busy timeout, and the
+            # run's own append must get it in between to fail (or succeed) on its own.
+            due = max(due, time.monotonic() + period)
             continue
 
 

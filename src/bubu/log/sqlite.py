@@ -876,12 +876,20 @@ class SQLiteStore(Store):
 
     def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
         expires = clock.now_ms() + int(ttl_s * 1000)
+        # A renewal waits for another process's lock a third of the lease at most (it is tried
+        # again): holding the connection for the whole busy timeout would starve the run's own
+        # appends, which must wait and fail (or succeed) on their own.
+        wait_ms = max(50, min(BUSY_TIMEOUT_MS, int(ttl_s * 1000 / 3)))
         with self._lock, self._guard():
             sid = self._sid(lease.session)
-            cur = self._db.execute(
-                "UPDATE leases SET expires_ms=? WHERE sid=? AND epoch=? AND owner=?",
-                (expires, sid, lease.epoch, lease.owner),
-            )
+            self._db.execute(f"PRAGMA busy_timeout={wait_ms}")
+            try:
+                cur = self._db.execute(
+                    "UPDATE leases SET expires_ms=? WHERE sid=? AND epoch=? AND owner=?",
+                    (expires, sid, lease.epoch, lease.owner),
+                )
+            finally:
+                self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             if cur.rowcount != 1:
                 raise LeaseLost(
                     f"the lease on session {lease.session} was taken over by another runner"
