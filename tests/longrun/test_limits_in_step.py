@@ -47,7 +47,9 @@ def test_a_command_past_max_time_is_stopped_and_its_result_says_so(tmp_path: Pat
 def test_a_model_call_past_max_time_is_cancelled_and_the_turn_is_resumable(
     tmp_path: Path,
 ) -> None:
-    script = write_script(tmp_path / "s.jsonl", [{"text": "slow answer", "delay_s": 35}])
+    # A 35-second answer streamed a word every 0.35 s: the call is dropped at its next fragment.
+    slow = " ".join(["slow"] * 100)
+    script = write_script(tmp_path / "s.jsonl", [{"text": slow, "delay_s": 35}])
     ws, db = _ws(tmp_path), tmp_path / "bubu.db"
     done = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}",
                 "--max-time", "2s", timeout=60)  # fmt: skip
