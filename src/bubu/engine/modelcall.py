@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import random
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, assert_never
 
@@ -129,6 +130,26 @@ class _Budget:
     cancelled: bool = False
 
 
+def _on_daemon(
+    fn: Callable[[ModelRequest], ModelResponse], request: ModelRequest
+) -> cf.Future[ModelResponse]:
+    """`fn(request)` on a thread of its own that the interpreter does not wait for at exit: a
+    model call has no side effect, so one cut short (a stop, a limit) is left behind, and the
+    process ends when the turn does, not when a silent server finally answers."""
+    fut: cf.Future[ModelResponse] = cf.Future()
+
+    def run() -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            fut.set_result(fn(request))
+        except BaseException as e:  # broad: the caller re-raises it from the future
+            fut.set_exception(e)
+
+    threading.Thread(target=run, name="bubu-model", daemon=True).start()
+    return fut
+
+
 class ModelCaller:
     """Makes the runner's model calls."""
 
@@ -214,7 +235,7 @@ class ModelCaller:
         h.check_stop()  # a stop asked for by now (a draining worker) comes before the call
         self._budget = _Budget(estimate=estimate)
         try:
-            response = self._wait(h.pool.submit(self._complete, request))
+            response = self._wait(_on_daemon(self._complete, request))
             empty_response(response, h.provider.spec)
         except ProviderError as e:
             if not self._overflowed(e, estimate):
