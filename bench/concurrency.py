@@ -117,7 +117,7 @@ def _session(
     try:
         model, tool = TimedModel(steps), NoopTool()
         host = Host(store=store, provider=model, tools={"noop": tool},
-                    config=RunConfig(max_steps=steps + 5))  # fmt: skip
+                    config=RunConfig(max_steps=steps + 5, loop_limit=None))  # fmt: skip
         info = new_session(store, task="bench", workspace=ws, model=model.spec)
         start.wait()
         assert start_turn(host, info, "bench") == "completed"

@@ -134,7 +134,7 @@ def command_step(ws: Path, db: Path, steps: int, *, snapshots: bool) -> float:
         time.sleep(0.05)
     host = Host(store=store, provider=Commands(steps), tools=builtin_tools(),
                 policy=Policy(yes=True, sandbox="off"),
-                config=RunConfig(max_steps=steps + 5))  # fmt: skip
+                config=RunConfig(max_steps=steps + 5, loop_limit=None))  # fmt: skip
     info = new_session(store, task="bench", workspace=ws, model="bench:commands")
     t0 = time.perf_counter()
     assert start_turn(host, info, "bench") == "completed"

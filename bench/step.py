@@ -49,7 +49,8 @@ RESULT = ("line of tool output " * 8 + "\n") * 13  # about 2 KB
 
 
 class InstantModel:
-    """Answers every call at once with one tool call, then ends after `steps` calls."""
+    """Answers every call at once with one tool call, then ends after `steps` calls (the same
+    call and result every step, so the runs below turn the loop limit off)."""
 
     def __init__(self, steps: int) -> None:
         self.steps = steps
@@ -106,7 +107,10 @@ def bubu_steps(tmp: Path, steps: int) -> tuple[float, float, float, float]:
     store = SQLiteStore(tmp / "bubu.db")
     model, tool = InstantModel(steps), NoopTool()
     host = Host(
-        store=store, provider=model, tools={"noop": tool}, config=RunConfig(max_steps=steps + 5)
+        store=store,
+        provider=model,
+        tools={"noop": tool},
+        config=RunConfig(max_steps=steps + 5, loop_limit=None),
     )
     info = new_session(store, task="bench", workspace=tmp, model=model.spec)
     t0, cpu0 = time.perf_counter(), time.process_time()

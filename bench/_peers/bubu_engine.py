@@ -164,7 +164,7 @@ def run(steps: int, workdir: Path, bound_s: float) -> Measured:
         store=store,
         provider=model,
         tools={CALL_NAME: tool},
-        config=RunConfig(max_steps=steps + 5),
+        config=RunConfig(max_steps=steps + 5, loop_limit=None),
     )
     info = new_session(store, task="bench", workspace=workdir, model=model.spec)
     base = rss_mb()

@@ -47,7 +47,7 @@ def build_crashed(events: int, db: Path) -> None:
         store=store,
         provider=model,
         tools={CALL_NAME: NoopTool()},
-        config=RunConfig(max_steps=steps + 20),
+        config=RunConfig(max_steps=steps + 20, loop_limit=None),
     )
     info = new_session(store, task="bench", workspace=db.parent, model=model.spec)
     start_turn(host, info, "bench")
