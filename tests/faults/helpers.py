@@ -82,11 +82,20 @@ def bubu(
 
 
 def start_bubu(
-    db: Path, *args: str, env: Mapping[str, str] | None = None, hooked: bool = False
+    db: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    hooked: bool = False,
+    hup_ignored: bool = False,
 ) -> subprocess.Popen[str]:
-    """Start `bubu` in the background, output captured."""
+    """Start `bubu` in the background, output captured, its signals at their defaults whatever
+    the test run inherited (`nohup` ignores SIGHUP), or with `hup_ignored` as under `nohup`."""
+    # coreutils' env sets the dispositions and execs (the pid stays bubu's).
+    signals = ["env", "--default-signal=HUP,TERM,INT"]
+    if hup_ignored:
+        signals.append("--ignore-signal=HUP")
     return subprocess.Popen(
-        bubu_cmd(db, *args, hooked=hooked),
+        [*signals, *bubu_cmd(db, *args, hooked=hooked)],
         env=bubu_env(db.parent, **(env or {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

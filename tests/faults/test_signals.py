@@ -140,6 +140,20 @@ def test_sigterm_while_waiting_for_the_provider(tmp_path: Path) -> None:
     assert bubu_json(db, "status", only_session(db), "--json")["status"] == "suspended"
 
 
+def test_under_nohup_a_hang_up_is_ignored_and_sigterm_still_suspends(tmp_path: Path) -> None:
+    db, ws, script = _project(tmp_path, [{"text": "ok", "delay_s": 120}])
+    proc = start_bubu(db, "run", "slow", "-w", str(ws), "-m", f"scripted:{script}",
+                      "--sandbox", "off", hup_ignored=True)  # fmt: skip
+    wait_for(lambda: db.exists() and "model_request" in _kinds(db), "the model call")
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert proc.poll() is None, "a hang-up ended a run started under nohup"
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, timeout=30)
+    assert code == 4, out + err
+    assert bubu_json(db, "status", only_session(db), "--json")["status"] == "suspended"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["hup", "term"])
 def test_signal_at_start_up_ends_the_process(tmp_path: Path, sig: signal.Signals) -> None:
     db, ws, script = _project(tmp_path, [{"text": "ok", "delay_s": 120}])

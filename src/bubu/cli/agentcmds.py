@@ -468,7 +468,10 @@ def signals(host: Host | None = None) -> Iterator[None]:
 
     old_int = signal.signal(signal.SIGINT, on_int)
     old_term = signal.signal(signal.SIGTERM, on_term)
-    old_hup = signal.signal(signal.SIGHUP, on_term)
+    # Started under `nohup` (a hang-up ignored by whoever started us): it stays ignored.
+    old_hup = signal.getsignal(signal.SIGHUP)
+    if old_hup is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, on_term)
     try:
         yield
     finally:
