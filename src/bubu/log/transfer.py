@@ -49,6 +49,30 @@ class _Object(msgspec.Struct, kw_only=True):
     data: bytes
 
 
+def _addressed(
+    lines: Iterator[tuple[int, bytes]],
+    count: int,
+    kind: type[_Blob] | type[_Object],
+    what: str,
+) -> Iterator[tuple[str, bytes]]:
+    """The next `count` content-addressed lines (blobs or workspace objects) as (name, bytes),
+    each checked to hash to its name; fewer if the file ends."""
+    for _ in range(count):
+        got = next(lines, None)
+        if got is None:
+            return
+        n, raw = got
+        try:
+            item = msgspec.json.decode(raw, type=kind)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
+            raise CorruptLog(f"line {n} is not an exported {what} ({e})") from e
+        name = item.blob if isinstance(item, _Blob) else item.object
+        if codec.sha256_hex(item.data) != name:
+            noun = what.rsplit(maxsplit=1)[-1]  # "blob", "object"
+            raise CorruptLog(f"the {noun} on line {n} does not hash to its name {name[:16]}…")
+        yield name, item.data
+
+
 class _Line(msgspec.Struct, kw_only=True):
     seq: int
     hash: str
@@ -197,32 +221,10 @@ def _head(
         raise CorruptLog(
             f"unknown export format {header.format!r} (this Bubu reads {EXPORT_FORMAT})"
         )
-    blobs: dict[str, bytes] = {}
-    for _ in range(header.blobs):
-        got = next(lines, None)
-        if got is None:
-            break
-        n, raw = got
-        try:
-            b = msgspec.json.decode(raw, type=_Blob)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
-            raise CorruptLog(f"line {n} is not an exported blob ({e})") from e
-        if codec.sha256_hex(b.data) != b.blob:
-            raise CorruptLog(f"the blob on line {n} does not hash to its name {b.blob[:16]}…")
-        blobs[b.blob] = b.data
-    for _ in range(header.objects):
-        got = next(lines, None)
-        if got is None:
-            break
-        n, raw = got
-        try:
-            o = msgspec.json.decode(raw, type=_Object)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
-            raise CorruptLog(f"line {n} is not an exported workspace object ({e})") from e
-        if codec.sha256_hex(o.data) != o.object:
-            raise CorruptLog(f"the object on line {n} does not hash to its name {o.object[:16]}…")
+    blobs = dict(_addressed(lines, header.blobs, _Blob, "blob"))
+    for sha, data in _addressed(lines, header.objects, _Object, "workspace object"):
         if objects is not None:
-            objects(o.object, o.data)
+            objects(sha, data)
     return header, blobs, lines
 
 
