@@ -39,10 +39,16 @@ def roles(tmp_path: Path, schema: str, pg: PostgresStore) -> Iterator[FleetRoles
     """The two roles, made by running the script `bubu fleet roles --sql` prints as the schema's
     owner (the store fixture migrated the schema first); dropped afterwards."""
     tag = uuid.uuid4().hex[:10]
-    made = FleetRoles(schema=schema, worker=f"bubu_w_{tag}", submitter=f"bubu_s_{tag}")
+    made = FleetRoles(
+        schema=schema, worker=f"bubu_w_{tag}", submitter=f"bubu_s_{tag}", approver=f"bubu_a_{tag}"
+    )
     script = bubu_ok(tmp_path, "fleet", "roles", "--sql", "--schema", schema,
-                     "--worker", made.worker, "--submitter", made.submitter)  # fmt: skip
+                     "--worker", made.worker, "--submitter", made.submitter,
+                     "--approver", made.approver)  # fmt: skip
     with psycopg.connect(PG_URL, autocommit=True) as db:
+        db.execute(script.encode())
+        # Run again (a second schema's fleet, or the same script twice): roles that exist are
+        # kept and held to the fleet's attributes, never an error.
         db.execute(script.encode())
     try:
         yield made

@@ -97,11 +97,12 @@ def roles_sql(roles: FleetRoles | None = None) -> str:
         lines.append(
             "-- LOGIN without a password: set one (ALTER ROLE … PASSWORD) or use your pg_hba.conf."
         )
+        lines.append(
+            "-- A role that exists already (another schema's fleet) is kept, with its rights cut"
+        )
+        lines.append("-- back to these: the script can be run again and for several schemas.")
         for role in ("worker", "submitter", "approver"):
-            lines.append(
-                f"CREATE ROLE {ident[role]} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
-                "NOREPLICATION NOBYPASSRLS;"
-            )
+            lines.append(_create_role(ident[role], getattr(r, role)))
     for template, who in _grants(r):
         grantees = {
             "all": f"{ident['worker']}, {ident['submitter']}, {ident['approver']}",
@@ -112,6 +113,19 @@ def roles_sql(roles: FleetRoles | None = None) -> str:
         lines.append(template.format(s=ident["s"], who=grantees) + ";")
     lines.append("COMMIT;")
     return "\n".join(lines) + "\n"
+
+
+_ATTRIBUTES = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
+
+
+def _create_role(ident: str, name: str) -> str:
+    """Create the role unless it exists, then hold it to the fleet's attributes either way."""
+    literal = sql.Literal(name).as_string(None)
+    return (
+        f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {literal}) THEN "
+        f"CREATE ROLE {ident}; END IF; END $$;\n"
+        f"ALTER ROLE {ident} {_ATTRIBUTES};"
+    )
 
 
 def drop_roles_sql(roles: FleetRoles | None = None) -> str:
