@@ -35,7 +35,8 @@ def test_an_update_records_both_hashes_and_writes_the_patched_file(
     assert intent.after_sha256 == sha(b"x = 1\ny = 3\n")
     assert (ws / "a.py").read_text() == "x = 1\ny = 2\n"  # prepare writes nothing
     result = apply_patch.run(args, ctx, intent)
-    assert not result.is_error and result.output.startswith("updated a.py")
+    assert not result.is_error
+    assert result.output.startswith("updated a.py")
     assert (ws / "a.py").read_text() == "x = 1\ny = 3\n"
 
 
@@ -50,7 +51,8 @@ def test_a_delete_is_provable_and_keeps_what_the_file_held(ws: Path, ctx: ToolCo
     intent = apply_patch.prepare({"path": "old.txt", "operation": "delete_file"}, ctx)
     assert intent is not None
     assert intent.after_sha256 == DELETED
-    assert intent.before_sha256 == sha(b"bye\n") and intent.before == b"bye\n"
+    assert intent.before_sha256 == sha(b"bye\n")
+    assert intent.before == b"bye\n"
     result = apply_patch.run({"path": "old.txt", "operation": "delete_file"}, ctx, intent)
     assert result.output == "deleted old.txt."
     assert not (ws / "old.txt").exists()
@@ -66,7 +68,8 @@ def test_a_delete_of_a_file_changed_since_it_was_prepared_is_refused(
     intent = apply_patch.prepare({"path": "old.txt", "operation": "delete_file"}, ctx)
     (ws / "old.txt").write_text("changed\n")
     result = apply_patch.run({"path": "old.txt", "operation": "delete_file"}, ctx, intent)
-    assert result.is_error and "changed since" in result.output
+    assert result.is_error
+    assert "changed since" in result.output
     assert (ws / "old.txt").read_text() == "changed\n"
 
 
@@ -92,7 +95,8 @@ def test_an_operation_that_cannot_apply_changes_nothing(
 def test_git_control_files_are_protected_for_every_operation(ctx: ToolContext) -> None:
     for op in ("create_file", "update_file", "delete_file"):
         why = protected_write(apply_patch, {"path": ".git/config", "operation": op}, ctx)
-        assert why is not None and ".git" in why
+        assert why is not None
+        assert ".git" in why
 
 
 def test_insert_text_goes_after_the_line_and_is_provable(ws: Path, ctx: ToolContext) -> None:
@@ -105,7 +109,8 @@ def test_insert_text_goes_after_the_line_and_is_provable(ws: Path, ctx: ToolCont
         (ws / "a.txt").write_text("one\ntwo")
         args: dict[str, JSON] = {"path": "a.txt", "insert_line": line, "text": text}
         intent = insert_text.prepare(args, ctx)
-        assert intent is not None and intent.before_sha256 == sha(b"one\ntwo")
+        assert intent is not None
+        assert intent.before_sha256 == sha(b"one\ntwo")
         insert_text.run(args, ctx, intent)
         assert (ws / "a.txt").read_text() == want
     with pytest.raises(ToolError, match="past the end"):
@@ -114,7 +119,8 @@ def test_insert_text_goes_after_the_line_and_is_provable(ws: Path, ctx: ToolCont
 
 def test_tool_reply_answers_without_running_anything(ctx: ToolContext) -> None:
     result = tool_reply.run({"message": "no such command"}, ctx, None)
-    assert result.is_error and result.output == "no such command"
+    assert result.is_error
+    assert result.output == "no such command"
     assert tool_reply.effect == "read_only"
 
 

@@ -66,7 +66,7 @@ def test_a_created_file_is_its_plus_lines() -> None:
 
 
 def test_a_create_diff_with_a_line_not_added_is_refused() -> None:
-    with pytest.raises(DiffError, match="line 2 .* does not start with '\\+'"):
+    with pytest.raises(DiffError, match=r"line 2 .* does not start with '\+'"):
         apply_diff("", "+ok\n oops\n", create=True)
 
 
@@ -128,7 +128,9 @@ def test_a_malformed_patch_says_why(patch: str, says: str) -> None:
         parse_patch(patch)
 
 
-_LINES = st.lists(st.sampled_from(["a", "b", "c", "", "  d", "def f():", "    return 1"]), max_size=12)
+_LINES = st.lists(
+    st.sampled_from(["a", "b", "c", "", "  d", "def f():", "    return 1"]), max_size=12
+)
 
 
 def _text(lines: list[str]) -> str:
