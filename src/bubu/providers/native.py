@@ -153,7 +153,8 @@ def responses_tools(specs: tuple[ToolSpec, ...]) -> tuple[list[Item], tuple[Tool
         native.append({"type": "apply_patch"})
         dropped.update(WRITE_TOOLS)
     if _offers(specs, (COMMAND_TOOL,)):
-        native.append({"type": "shell"})
+        # Run here, by Bubu: without a local environment the server may run it in its own.
+        native.append({"type": "shell", "environment": {"type": "local"}})
         dropped.add(COMMAND_TOOL)
     return native, tuple(s for s in specs if s.name not in dropped)
 
