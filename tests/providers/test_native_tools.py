@@ -192,7 +192,10 @@ def test_responses_offers_apply_patch_and_shell_in_place_of_the_write_and_comman
     wire = Wire([sse("responses_text.sse")])
     gpt(wire).complete(ASK, Deltas())
     tools = wire.body()["tools"]
-    assert tools[:2] == [{"type": "apply_patch"}, {"type": "shell", "environment": {"type": "local"}}]
+    assert tools[:2] == [
+        {"type": "apply_patch"},
+        {"type": "shell", "environment": {"type": "local"}},
+    ]
     offered = names(tools)
     assert not {"write_file", "edit_file", "run_command"} & set(offered)
     assert {"read_file", "grep", "list_files"} <= set(offered)
