@@ -28,14 +28,10 @@ def _event(kind: str, **data: Any) -> str:
 
 def claude_calls(*calls: tuple[str, str, dict[str, Any]]) -> Any:
     """A Messages API stream answering with `calls` (id, tool name, input), as documented."""
-    parts = [
-        _event(
-            "message_start",
-            message={"id": "msg_native", "type": "message", "role": "assistant",
-                     "model": "claude-sonnet-4-5-20250929", "content": [], "stop_reason": None,
-                     "usage": {"input_tokens": 900, "output_tokens": 1}},
-        )  # fmt: skip
-    ]
+    start = {"id": "msg_native", "type": "message", "role": "assistant",
+             "model": "claude-sonnet-4-5-20250929", "content": [], "stop_reason": None,
+             "usage": {"input_tokens": 900, "output_tokens": 1}}  # fmt: skip
+    parts = [_event("message_start", message=start)]
     for n, (call_id, name, given) in enumerate(calls):
         block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
         parts.append(_event("content_block_start", index=n, content_block=block))
@@ -55,27 +51,23 @@ def test_a_turn_with_the_text_editor_and_bash(tmp_path: Path) -> None:
     (ws / ".git").mkdir(parents=True)
     (ws / ".git" / "config").write_text("[core]\n")
     (ws / "app.py").write_text(APP)
-    wire = Wire(
-        [
-            claude_calls(
-                ("toolu_create", "str_replace_based_edit_tool",
-                 {"command": "create", "path": "notes.md", "file_text": "# Notes\n"}),
-                ("toolu_edit", "str_replace_based_edit_tool",
-                 {"command": "str_replace", "path": "app.py", "old_str": '"Hi"', "new_str": '"Hello"'}),
-            ),  # fmt: skip
-            claude_calls(
-                ("toolu_insert", "str_replace_based_edit_tool",
-                 {"command": "insert", "path": "notes.md", "insert_line": 1, "insert_text": "- greet says Hello"}),
-                ("toolu_hook", "str_replace_based_edit_tool",
-                 {"command": "str_replace", "path": ".git/config", "old_str": "[core]", "new_str": "[core]\n\thooksPath = x"}),
-                ("toolu_view", "str_replace_based_edit_tool",
-                 {"command": "view", "path": "app.py", "view_range": [2, 2]}),
-                ("toolu_bash", "bash", {"command": "cat notes.md"}),
-                ("toolu_undo", "str_replace_based_edit_tool", {"command": "undo_edit", "path": "app.py"}),
-            ),  # fmt: skip
-            sse("anthropic_text.sse"),
-        ]
-    )
+    first = claude_calls(
+        ("toolu_create", "str_replace_based_edit_tool",
+         {"command": "create", "path": "notes.md", "file_text": "# Notes\n"}),
+        ("toolu_edit", "str_replace_based_edit_tool",
+         {"command": "str_replace", "path": "app.py", "old_str": '"Hi"', "new_str": '"Hello"'}),
+    )  # fmt: skip
+    second = claude_calls(
+        ("toolu_insert", "str_replace_based_edit_tool",
+         {"command": "insert", "path": "notes.md", "insert_line": 1, "insert_text": "- greet says Hello"}),
+        ("toolu_hook", "str_replace_based_edit_tool",
+         {"command": "str_replace", "path": ".git/config", "old_str": "[core]", "new_str": "[core]\n\thooksPath = x"}),
+        ("toolu_view", "str_replace_based_edit_tool",
+         {"command": "view", "path": "app.py", "view_range": [2, 2]}),
+        ("toolu_bash", "bash", {"command": "cat notes.md"}),
+        ("toolu_undo", "str_replace_based_edit_tool", {"command": "undo_edit", "path": "app.py"}),
+    )  # fmt: skip
+    wire = Wire([first, second, sse("anthropic_text.sse")])
     provider = AnthropicProvider(
         "claude-sonnet-4-5", api_key=ANTHROPIC_KEY, http_client=wire.client()
     )
@@ -120,7 +112,10 @@ def test_a_turn_with_the_text_editor_and_bash(tmp_path: Path) -> None:
     # Every request offered the native tools; the later ones replay the model's own blocks.
     bodies = [json.loads(r.content) for r in wire.requests]
     for body in bodies:
-        assert [t.get("type") for t in body["tools"][:2]] == ["text_editor_20250728", "bash_20250124"]
+        assert [t.get("type") for t in body["tools"][:2]] == [
+            "text_editor_20250728",
+            "bash_20250124",
+        ]
     replayed = [b for m in bodies[2]["messages"] if m["role"] == "assistant" for b in m["content"]]
     assert [b["name"] for b in replayed if b["type"] == "tool_use"] == [
         "str_replace_based_edit_tool",
@@ -131,7 +126,11 @@ def test_a_turn_with_the_text_editor_and_bash(tmp_path: Path) -> None:
         "bash",
         "str_replace_based_edit_tool",
     ]
-    assert replayed[0]["input"] == {"command": "create", "path": "notes.md", "file_text": "# Notes\n"}
+    assert replayed[0]["input"] == {
+        "command": "create",
+        "path": "notes.md",
+        "file_text": "# Notes\n",
+    }
 
 
 @pytest.mark.parametrize("native_tools", [False, None])

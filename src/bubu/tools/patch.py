@@ -195,6 +195,12 @@ tool_reply = tool(
 )(_reply)
 
 
+def offered(tools: Mapping[str, Tool]) -> list[str]:
+    """The names of `tools` a model is offered by name: all but the hidden companions."""
+    hidden = (apply_patch, insert_text, tool_reply)
+    return [name for name, t in tools.items() if not any(t is h for h in hidden)]
+
+
 def companions(tools: Mapping[str, Tool]) -> dict[str, Tool]:
     """The hidden tools that carry out the native shapes of the tools in `tools` (a host that
     offers write_file and edit_file runs apply_patch and insert_text too); a tool of the same
@@ -212,5 +218,6 @@ __all__ = [
     "apply_patch",
     "companions",
     "insert_text",
+    "offered",
     "tool_reply",
 ]
