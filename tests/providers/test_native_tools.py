@@ -308,3 +308,30 @@ def test_a_command_result_is_read_back_into_stdout_and_an_outcome(
         "call_id": "c",
         "output": [output],
     }
+
+
+@pytest.mark.parametrize(
+    ("model", "native"),
+    [("claude-3-7-sonnet-20250219", False), ("claude-haiku-4-5-20251001", True)],
+)
+def test_only_claude_models_that_know_the_tool_versions_get_them(model: str, native: bool) -> None:
+    wire = Wire([sse("anthropic_text.sse")])
+    AnthropicProvider(model, api_key=ANTHROPIC_KEY, http_client=wire.client()).complete(
+        ASK, Deltas()
+    )
+    assert ("str_replace_based_edit_tool" in names(wire.body()["tools"])) is native
+
+
+@pytest.mark.parametrize(
+    ("model", "native_tools", "native"),
+    [("gpt-5", None, False), ("gpt-4.1", None, False), ("gpt-5.1-codex", None, True),
+     ("gpt-5", True, True)],
+)  # fmt: skip
+def test_only_openai_models_documented_for_apply_patch_get_it_unless_asked(
+    model: str, native_tools: bool | None, native: bool
+) -> None:
+    wire = Wire([sse("responses_text.sse")])
+    OpenAIResponsesProvider(
+        model, api_key=OPENAI_KEY, http_client=wire.client(), native_tools=native_tools
+    ).complete(ASK, Deltas())
+    assert ({"type": "apply_patch"} in wire.body()["tools"]) is native

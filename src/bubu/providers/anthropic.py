@@ -113,6 +113,13 @@ def thinking_config(model: str, budget: int) -> ThinkingConfigParam:
     return {"type": "enabled", "budget_tokens": budget}
 
 
+def takes_native_tools(model: str) -> bool:
+    """Whether `model` knows the text editor and bash versions Bubu offers (Claude 4 on; a
+    model whose id names no version is taken to be a new one)."""
+    version = _claude_version(model)
+    return version is None or version >= (4, 0)
+
+
 def _claude_version(model: str) -> tuple[int, int] | None:
     # Ids put the version after the family (claude-sonnet-4-5-20250929, claude-opus-5) or
     # before it (claude-3-7-sonnet-20250219); an 8-digit date is not a version.
@@ -498,7 +505,11 @@ class AnthropicProvider(_endpoint.AtEndpoint):
         self._model = model
         self._base_url = endpoint.base or ANTHROPIC_URL
         self._official = endpoint.official
-        self._native = native_tools if native_tools is not None else endpoint.official
+        self._native = (
+            native_tools
+            if native_tools is not None
+            else endpoint.official and takes_native_tools(model)
+        )
         """Whether the text editor and bash are offered in Anthropic's own shape (by default
         only at Anthropic's API: another server may not know the tool types)."""
         self._thinking_budget = thinking_budget

@@ -11,6 +11,7 @@ cache. The SDK never retries (`max_retries=0`): the engine owns retries.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal, TypeAlias, assert_never, cast, get_args
 
 import httpx2
@@ -65,6 +66,15 @@ _STATUS_OF_CODE = {
 }
 
 InputItem: TypeAlias = dict[str, Any]
+
+
+def takes_native_tools(model: str) -> bool:
+    """Whether `model` is documented to use the apply_patch and shell tools (GPT-5.1 on, and the
+    Codex models)."""
+    found = re.match(r"gpt-(\d+)(?:\.(\d+))?", model)
+    if "codex" in model:
+        return True
+    return found is not None and (int(found[1]), int(found[2] or 0)) >= (5, 1)
 
 
 def reasoning_model(model: str) -> bool:
@@ -407,7 +417,11 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
         self._model = model
         self._spec_name = spec_name
         self._official = endpoint.official
-        self._native = native_tools if native_tools is not None else endpoint.official
+        self._native = (
+            native_tools
+            if native_tools is not None
+            else endpoint.official and takes_native_tools(model)
+        )
         """Whether apply_patch and shell are offered in OpenAI's own shape (by default only at
         OpenAI's API: a proxy or another server may not know the tool types)."""
         self._base_url = endpoint.base or OPENAI_URL
