@@ -28,9 +28,9 @@ def _event(kind: str, **data: Any) -> str:
 
 def claude_calls(*calls: tuple[str, str, dict[str, Any]]) -> Any:
     """A Messages API stream answering with `calls` (id, tool name, input), as documented."""
-    start = {"id": "msg_native", "type": "message", "role": "assistant",
-             "model": "claude-sonnet-4-5-20250929", "content": [], "stop_reason": None,
-             "usage": {"input_tokens": 900, "output_tokens": 1}}  # fmt: skip
+    start: dict[str, Any] = {"id": "msg_native", "type": "message", "role": "assistant",
+                             "model": "claude-sonnet-4-5-20250929", "content": [],
+                             "stop_reason": None, "usage": {"input_tokens": 900, "output_tokens": 1}}  # fmt: skip
     parts = [_event("message_start", message=start)]
     for n, (call_id, name, given) in enumerate(calls):
         block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
@@ -92,7 +92,9 @@ def test_a_turn_with_the_text_editor_and_bash(tmp_path: Path) -> None:
         "toolu_bash": "run_command",
         "toolu_undo": "tool_reply",
     }
-    assert calls["toolu_edit"].native["name"] == "str_replace_based_edit_tool"
+    native = calls["toolu_edit"].native
+    assert isinstance(native, dict)
+    assert native["name"] == "str_replace_based_edit_tool"
     dispatch = next(
         a.tool_dispatch
         for r in records
