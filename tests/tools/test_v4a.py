@@ -56,6 +56,10 @@ def test_an_empty_line_in_a_diff_is_an_empty_context_line() -> None:
     assert apply_diff(text, "@@\n a\n\n-b\n+c\n") == "a\n\nc\n"
 
 
+def test_a_unified_hunk_header_is_read_as_a_bare_section() -> None:
+    assert apply_diff("a\nb\n", "@@ -1,2 +1,2 @@\n a\n-b\n+c\n") == "a\nc\n"
+
+
 def test_a_file_without_a_final_newline_keeps_it_so() -> None:
     assert apply_diff("a\nb", "@@\n a\n-b\n+c\n") == "a\nc"
 

@@ -249,7 +249,7 @@ def _shell_output(result: ToolResultPart, cap: int | None) -> Item:
     elif (m := _SIGNAL.match(last)) is not None:
         outcome = {"type": "exit", "exit_code": 128 + int(m.group(1))}
     else:  # the command did not run (refused, not permitted): say why on stderr
-        body, outcome = "", {"type": "exit", "exit_code": 1 if result.is_error else 0}
+        outcome = {"type": "exit", "exit_code": 1 if result.is_error else 0}
         return {"stdout": "", "stderr": _capped(result.content, cap), "outcome": outcome}
     if body == "(no output)":
         body = ""

@@ -17,6 +17,7 @@ A diff that does not apply raises `DiffError`, which says where and why; nothing
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
@@ -34,6 +35,7 @@ _HEADERS: dict[str, OperationKind] = {
     "*** Delete File: ": "delete_file",
 }
 _MOVE = "*** Move to: "
+_UNIFIED = re.compile(r"-\d+(,\d+)? \+\d+(,\d+)? @@")
 
 
 class DiffError(ToolError):
@@ -119,6 +121,8 @@ def _sections(lines: Sequence[str]) -> list[_Section]:
     for n, line in enumerate(lines, 1):
         if line.startswith("@@"):
             anchor = line[2:].strip()
+            if _UNIFIED.match(anchor):
+                anchor = ""  # a unified diff's line numbers: V4A places by context instead
             sections.append(_Section(anchor=anchor or None))
             continue
         if line.strip() == END_OF_FILE:
