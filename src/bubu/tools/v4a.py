@@ -194,9 +194,18 @@ def _apply_section(body: list[str], s: _Section, at: int, number: int) -> int:
     return start + len(new)
 
 
-def _find(body: Sequence[str], block: Sequence[str], start: int) -> int | None:
-    last = len(body) - len(block)
-    for same in _PASSES:
+def _find(body: list[str], block: list[str], start: int) -> int | None:
+    last, size = len(body) - len(block), len(block)
+    i = start
+    while i <= last:  # the exact pass, at list speed: most diffs match exactly
+        try:
+            i = body.index(block[0], i, last + 1)
+        except ValueError:
+            break
+        if body[i : i + size] == block:
+            return i
+        i += 1
+    for same in _PASSES[1:]:
         for i in range(start, last + 1):
             if all(same(body[i + k], line) for k, line in enumerate(block)):
                 return i
