@@ -5,7 +5,8 @@ reasoning items a model returns (their `encrypted_content` included) are recorde
 their native form and replayed verbatim in later requests, as Anthropic thinking signatures are,
 so a reasoning model keeps its chain of thought across tool calls; its `function_call` items are
 replayed as received too. `prompt_cache_key` is the session id, so one session's calls share a
-cache. The SDK never retries (`max_retries=0`): the engine owns retries.
+cache. At OpenAI the write and command tools are offered as its own `apply_patch` and `shell`
+(`bubu.providers.native`). The SDK never retries (`max_retries=0`): the engine owns retries.
 """
 
 from __future__ import annotations
