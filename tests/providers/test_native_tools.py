@@ -335,3 +335,16 @@ def test_only_openai_models_documented_for_apply_patch_get_it_unless_asked(
         model, api_key=OPENAI_KEY, http_client=wire.client(), native_tools=native_tools
     ).complete(ASK, Deltas())
     assert ({"type": "apply_patch"} in wire.body()["tools"]) is native
+
+
+def test_a_tool_of_ones_own_with_a_native_name_keeps_the_json_schema_shape() -> None:
+    from bubu.providers.native import anthropic_tools, responses_tools
+
+    mine = ToolSpec(name="bash", description="my bash", parameters={"type": "object"})
+    native, kept = anthropic_tools((*SPECS, mine))
+    assert [t["name"] for t in native] == ["str_replace_based_edit_tool"]
+    assert "run_command" in {s.name for s in kept}
+    patch = ToolSpec(name="apply_patch", description="mine", parameters={"type": "object"})
+    native, kept = responses_tools((*SPECS, patch))
+    assert native == [{"type": "shell", "environment": {"type": "local"}}]
+    assert {"write_file", "edit_file", "apply_patch"} <= {s.name for s in kept}

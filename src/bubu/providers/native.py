@@ -54,9 +54,11 @@ def _reply(message: str, *, error: bool = True) -> Mapped:
     return TOOL_REPLY, {"message": message, "error": error}
 
 
-def _offers(specs: Iterable[ToolSpec], names: Iterable[str]) -> bool:
+def _offers(specs: Iterable[ToolSpec], names: Iterable[str], native: str) -> bool:
+    """Whether `specs` hold every tool of `names`, and no tool of its own named `native` (a
+    plugin's tool that would clash with the provider's)."""
     have = {s.name for s in specs}
-    return all(n in have for n in names)
+    return all(n in have for n in names) and native not in have
 
 
 # ---- Anthropic: the text editor and bash --------------------------------------------------------
@@ -66,10 +68,10 @@ def anthropic_tools(specs: tuple[ToolSpec, ...]) -> tuple[list[Item], tuple[Tool
     """The native tools to offer for `specs`, and the specs still offered as JSON-schema tools."""
     native: list[Item] = []
     dropped: set[str] = set()
-    if _offers(specs, FILE_TOOLS):
+    if _offers(specs, FILE_TOOLS, TEXT_EDITOR):
         native.append({"type": TEXT_EDITOR_TYPE, "name": TEXT_EDITOR})
         dropped.update(FILE_TOOLS)
-    if _offers(specs, (COMMAND_TOOL,)):
+    if _offers(specs, (COMMAND_TOOL,), BASH):
         native.append({"type": BASH_TYPE, "name": BASH})
         dropped.add(COMMAND_TOOL)
     return native, tuple(s for s in specs if s.name not in dropped)
@@ -149,10 +151,10 @@ def responses_tools(specs: tuple[ToolSpec, ...]) -> tuple[list[Item], tuple[Tool
     """The native tools to offer for `specs`, and the specs still offered as function tools."""
     native: list[Item] = []
     dropped: set[str] = set()
-    if _offers(specs, WRITE_TOOLS):
+    if _offers(specs, WRITE_TOOLS, "apply_patch"):
         native.append({"type": "apply_patch"})
         dropped.update(WRITE_TOOLS)
-    if _offers(specs, (COMMAND_TOOL,)):
+    if _offers(specs, (COMMAND_TOOL,), "shell"):
         # Run here, by Bubu: without a local environment the server may run it in its own.
         native.append({"type": "shell", "environment": {"type": "local"}})
         dropped.add(COMMAND_TOOL)
