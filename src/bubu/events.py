@@ -219,6 +219,9 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     """The session's title as this turn knew it (None: an older Bubu)."""
     max_cost: float | None = None
     """The turn's spending limit in USD (None: no limit)."""
+    native_tools: bool | None = None
+    """Whether the file and command tools were offered in the provider's own shapes (None: the
+    default, which offers them at the provider's own API only)."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):

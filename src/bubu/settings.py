@@ -294,6 +294,14 @@ KEYS: tuple[Key, ...] = (
         unset="5m",
     ),
     Key(
+        "native_tools",
+        "native_tools",
+        _bool,
+        "offer the file and command tools in the provider's own shapes (default: at the "
+        "provider's own API only)",
+        guard="trust",
+    ),
+    Key(
         "stall_timeout",
         "stall_timeout",
         _pos_float,

@@ -259,6 +259,13 @@ def model_options(f: Any) -> Any:
                 help="How long Anthropic keeps the prompt cache [default: 5m].",
             ),
             click.option(
+                "--native-tools/--no-native-tools",
+                default=None,
+                help="Offer the file and command tools in the provider's own shapes (Anthropic's "
+                "text editor and bash, OpenAI's apply_patch and shell) [default: at the "
+                "provider's own API only].",
+            ),
+            click.option(
                 "--stall-timeout",
                 type=click.FloatRange(min=0, min_open=True),
                 default=None,
@@ -363,6 +370,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
         reasoning_effort=opts.get("reasoning_effort"),
         max_output_tokens=opts.get("max_output_tokens"),
         cache_ttl=opts.get("cache_ttl"),
+        native_tools=opts.get("native_tools"),
     )
     from bubu.pricing import configure_from, known, warm
 
@@ -405,6 +413,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             reasoning_effort=opts.get("reasoning_effort"),
             max_output_tokens=opts.get("max_output_tokens"),
             cache_ttl=opts.get("cache_ttl"),
+            native_tools=opts.get("native_tools"),
         ),
         tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env),
         mcp_config=str(mcp.resolve()) if mcp is not None else None,

@@ -119,6 +119,9 @@ _SETTINGS = (
     click.option("--cache-ttl", default=None, metavar="5m|1h",
                  callback=checks.one_of("5m", "1h", what="how long Anthropic keeps the prompt cache"),
                  help="How long Anthropic keeps the prompt cache."),
+    click.option("--native-tools/--no-native-tools", default=None,
+                 help="Offer the file and command tools in the provider's own shapes "
+                 "[default: at the provider's own API only]."),
 )  # fmt: skip
 
 

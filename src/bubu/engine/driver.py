@@ -61,6 +61,7 @@ from bubu.projections.turn import CallState, TurnFold
 from bubu.providers.base import ModelRequest, Provider, ToolSpec
 from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult
+from bubu.tools.patch import companions
 
 T = TypeVar("T")
 
@@ -126,6 +127,8 @@ class Runner:
             ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
             for t in sorted(self.tools.values(), key=lambda t: t.name)
         )
+        # The tools behind a provider's own shapes run, but are not offered by name.
+        self.tools = {**companions(self.tools), **self.tools}
         self.model_calls = ModelCaller(self)
         self.tool_calls = ToolCalls(self)
         self._catch_up()

@@ -47,6 +47,7 @@ from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.projections.turn import CallState, fold
 from bubu.snapshot import refs
 from bubu.snapshot.take import snapshots_enabled, snapshotter
+from bubu.tools.patch import companions
 
 Outcome = TurnEndReason | Literal["blocked", "busy", "nothing"] | None
 
@@ -131,7 +132,7 @@ def recover_session(
         host.adopt_turn_tools(fold(records))
         rewinding = unfinished(records)  # a rewind's turn ends with its plan, never a model call
         tools = host.tools if rewinding is None else rewind_tools(host.tools, store)
-        effects = {name: t.effect for name, t in tools.items()}
+        effects = {name: t.effect for name, t in {**companions(tools), **tools}.items()}
         plan = plan_recovery(
             records,
             effects,

@@ -327,6 +327,7 @@ def _turn_started(
         reasoning_effort=ms.reasoning_effort,
         max_output_tokens=ms.max_output_tokens,
         cache_ttl=ms.cache_ttl,
+        native_tools=ms.native_tools,
         tool_timeout=host.config.tool_timeout_s,
         workspace=session.workspace,
         title=session.title,

@@ -41,6 +41,8 @@ class ModelSettings:
     reasoning_effort: str | None = None
     max_output_tokens: int | None = None
     cache_ttl: str | None = None
+    native_tools: bool | None = None
+    """The provider's own tool shapes on or off (None: on at the provider's own API only)."""
 
 
 def public_url(url: str | None) -> str | None:
@@ -121,6 +123,7 @@ def resolve_options(note: TurnStarted) -> dict[str, Any]:
         "reasoning_effort": note.reasoning_effort,
         "max_output_tokens": note.max_output_tokens,
         "cache_ttl": note.cache_ttl,
+        "native_tools": note.native_tools,
     }
 
 
@@ -134,6 +137,7 @@ def recorded_model_settings(note: TurnStarted) -> ModelSettings:
         reasoning_effort=note.reasoning_effort,
         max_output_tokens=note.max_output_tokens,
         cache_ttl=note.cache_ttl,
+        native_tools=note.native_tools,
     )
 
 
@@ -167,6 +171,7 @@ def continuing_opts(
         recorded["reasoning_effort"] = note.reasoning_effort
         recorded["max_output_tokens"] = note.max_output_tokens
         recorded["cache_ttl"] = note.cache_ttl
+        recorded["native_tools"] = note.native_tools
     for key, value in recorded.items():
         if key not in explicit and (value is not None or key == "max_steps"):
             out[key] = value

@@ -43,6 +43,7 @@ from bubu.providers.base import arguments_error
 from bubu.snapshot.take import snapshots_enabled, snapshotter
 from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
+from bubu.tools.patch import offered
 from bubu.tools.places import store_files
 from bubu.tools.protected import protected_write, write_reason
 
@@ -462,7 +463,7 @@ class ToolCalls:
         """Resolve the tool, ask permission, compute a write's intent; or queue an error outcome."""
         tool = self.host.tools.get(call.name)
         if tool is None:
-            known = ", ".join(sorted(self.host.tools))
+            known = ", ".join(sorted(offered(self.host.tools)))
             early.append(
                 self.outcome(
                     call,

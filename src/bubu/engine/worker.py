@@ -89,6 +89,8 @@ class SubmittedModel(msgspec.Struct, frozen=True, kw_only=True):
     reasoning_effort: str | None = None
     max_output_tokens: int | None = None
     cache_ttl: str | None = None
+    native_tools: bool | None = None
+    """The provider's own tool shapes on or off (None: on at the provider's own API only)."""
 
 
 class Submission(msgspec.Struct, frozen=True, kw_only=True):

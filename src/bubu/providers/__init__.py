@@ -30,6 +30,8 @@ class ProviderOptions(TypedDict, total=False):
     reasoning_effort: str | None
     max_output_tokens: int | None
     cache_ttl: str | None
+    native_tools: bool | None
+    """The provider's own tool shapes on or off (None: on at the provider's own API only)."""
 
 
 def scripted_provider(model: str, /, **options: Unpack[ProviderOptions]) -> Provider:
@@ -61,7 +63,7 @@ def openai_provider(model: str, /, **options: Unpack[ProviderOptions]) -> Provid
         return OpenAIProvider(model, **chosen)
     from bubu.providers.openai_responses import OpenAIResponsesProvider
 
-    return OpenAIResponsesProvider(model, **chosen)
+    return OpenAIResponsesProvider(model, **chosen, native_tools=options.get("native_tools"))
 
 
 def openai_chat_provider(model: str, /, **options: Unpack[ProviderOptions]) -> Provider:
@@ -76,7 +78,12 @@ def openai_responses_provider(model: str, /, **options: Unpack[ProviderOptions])
     Azure), as ``openai:MODEL`` speaks it at OpenAI."""
     from bubu.providers.openai_responses import OpenAIResponsesProvider
 
-    return OpenAIResponsesProvider(model, **_openai_options(options), spec_name="openai-responses")
+    return OpenAIResponsesProvider(
+        model,
+        **_openai_options(options),
+        spec_name="openai-responses",
+        native_tools=options.get("native_tools"),
+    )
 
 
 def anthropic_provider(model: str, /, **options: Unpack[ProviderOptions]) -> Provider:
@@ -96,6 +103,7 @@ def anthropic_provider(model: str, /, **options: Unpack[ProviderOptions]) -> Pro
         stall_timeout=options.get("stall_timeout"),
         max_output_tokens=options.get("max_output_tokens"),
         cache_ttl=options.get("cache_ttl"),
+        native_tools=options.get("native_tools"),
     )
 
 
@@ -109,6 +117,7 @@ def resolve(
     reasoning_effort: str | None = None,
     max_output_tokens: int | None = None,
     cache_ttl: str | None = None,
+    native_tools: bool | None = None,
     entry_points: Iterable[EntryPoint] | None = None,
 ) -> Provider:
     """The provider for `spec` (``scripted:PATH``, ``openai:MODEL``, ``anthropic:MODEL``, or
@@ -131,6 +140,7 @@ def resolve(
             ("reasoning_effort", reasoning_effort),
             ("max_output_tokens", max_output_tokens),
             ("cache_ttl", cache_ttl),
+            ("native_tools", native_tools),
         )
         if value is not None
     }

@@ -3,7 +3,9 @@
 Thinking blocks come back with their signatures (and redacted blocks with their opaque data) and
 are replayed byte for byte in the next request, as the API requires during tool use. The stable
 prefix (tools, system) and the newest user turns carry `cache_control` breakpoints so long
-sessions are billed mostly as cache reads. The SDK never retries: the engine does.
+sessions are billed mostly as cache reads. At Anthropic's own API the file and command tools
+are offered as Claude's text editor and bash (`bubu.providers.native`). The SDK never retries:
+the engine does.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias, assert_never
+from typing import Literal, TypeAlias, assert_never, cast
 
 import anthropic
 import httpx2
@@ -32,6 +34,7 @@ from anthropic.types import (
 from bubu import images
 from bubu.errors import ConfigError, ProviderError
 from bubu.providers import _endpoint, _retry, windows
+from bubu.providers import native as shapes
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -112,6 +115,13 @@ def thinking_config(model: str, budget: int) -> ThinkingConfigParam:
     return {"type": "enabled", "budget_tokens": budget}
 
 
+def takes_native_tools(model: str) -> bool:
+    """Whether `model` knows the text editor and bash versions Bubu offers (Claude 4 on; a
+    model whose id names no version is taken to be a new one)."""
+    version = _claude_version(model)
+    return version is None or version >= (4, 0)
+
+
 def _claude_version(model: str) -> tuple[int, int] | None:
     # Ids put the version after the family (claude-sonnet-4-5-20250929, claude-opus-5) or
     # before it (claude-3-7-sonnet-20250219); an 8-digit date is not a version.
@@ -149,13 +159,23 @@ def to_system(system: str, ttl: str | None = None) -> list[TextBlockParam]:
 
 
 def to_tools(
-    tools: tuple[ToolSpec, ...], *, cache_last: bool, ttl: str | None = None
+    tools: tuple[ToolSpec, ...],
+    *,
+    cache_last: bool,
+    ttl: str | None = None,
+    native_tools: bool = False,
 ) -> list[ToolParam]:
     """Tool specs as Messages API tools; `cache_last` marks the end of the prefix when there is
-    no system prompt to carry the breakpoint."""
-    out: list[ToolParam] = [
+    no system prompt to carry the breakpoint. With `native_tools`, the file and command tools
+    are offered as Anthropic's text editor and bash (`bubu.providers.native`)."""
+    offered: list[ToolParam] = []
+    if native_tools:
+        found, tools = shapes.anthropic_tools(tools)
+        offered = cast("list[ToolParam]", found)  # the client tool types, as documented
+    generic: list[ToolParam] = [
         {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
     ]
+    out = [*offered, *generic]
     if cache_last and out:
         out[-1]["cache_control"] = cache_control(ttl)
     return out
@@ -250,6 +270,8 @@ def _assistant_blocks(parts: tuple[AssistantPart, ...]) -> list[ContentBlockPara
             case TextPart(text=text):
                 if text:
                     blocks.append({"type": "text", "text": text})
+            case ToolCallPart() if (replayed := shapes.anthropic_call(part)) is not None:
+                blocks.append(replayed)  # type: ignore[arg-type]  # the model's own block
             case ToolCallPart():
                 blocks.append(
                     {
@@ -283,7 +305,8 @@ class _Block:
 class EventAssembler:
     """Folds Messages API stream events into one `ModelResponse` (no I/O)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, native_tools: bool = False) -> None:
+        self._native = native_tools
         self._blocks: dict[int, _Block] = {}
         self._model = ""
         self._stop: str | None = None
@@ -352,7 +375,7 @@ class EventAssembler:
         """The assembled response, content blocks in index order."""
         parts: list[AssistantPart] = []
         for _, block in sorted(self._blocks.items()):
-            part = _finish_block(block)
+            part = _finish_block(block, self._native)
             if part is not None:
                 parts.append(part)
         # Anthropic counts cache reads and writes apart from input_tokens; Usage.input_tokens is
@@ -397,7 +420,7 @@ def _start_block(content: ContentBlock, on_delta: DeltaSink) -> _Block:
     return block
 
 
-def _finish_block(block: _Block) -> AssistantPart | None:
+def _finish_block(block: _Block, native_tools: bool = False) -> AssistantPart | None:
     text = "".join(block.chunks)
     match block.kind:
         case "text":
@@ -407,7 +430,8 @@ def _finish_block(block: _Block) -> AssistantPart | None:
         case "redacted":
             return ThinkingPart(text="", redacted=block.data)
         case "tool_use":
-            return _tool_call(block, text)
+            call = _tool_call(block, text)
+            return _native_call(call) if native_tools else call
         case "other":
             return None
         case _:
@@ -421,6 +445,18 @@ def _tool_call(block: _Block, raw: str) -> ToolCallPart:
     if parsed is not None:
         return ToolCallPart(call_id=block.call_id, name=block.name, arguments=parsed)
     return ToolCallPart(call_id=block.call_id, name=block.name, arguments={}, raw_arguments=raw)
+
+
+def _native_call(call: ToolCallPart) -> ToolCallPart:
+    """A call of the text editor or bash as the call of the Bubu tool that does it, the model's
+    own block kept to be replayed."""
+    if call.raw_arguments is not None:
+        return call
+    mapped = shapes.from_anthropic(call.name, call.arguments)
+    if mapped is None:
+        return call
+    block = {"type": "tool_use", "id": call.call_id, "name": call.name, "input": call.arguments}
+    return ToolCallPart(call_id=call.call_id, name=mapped[0], arguments=mapped[1], native=block)
 
 
 # ---- the provider ------------------------------------------------------------------------------
@@ -441,6 +477,7 @@ class AnthropicProvider(_endpoint.AtEndpoint):
         thinking_budget: int | None = None,
         max_output_tokens: int | None = None,
         cache_ttl: str | None = None,
+        native_tools: bool | None = None,
     ) -> None:
         endpoint = _endpoint.endpoint(
             base_url,
@@ -470,6 +507,13 @@ class AnthropicProvider(_endpoint.AtEndpoint):
         self._model = model
         self._base_url = endpoint.base or ANTHROPIC_URL
         self._official = endpoint.official
+        self._native = (
+            native_tools
+            if native_tools is not None
+            else endpoint.official and takes_native_tools(model)
+        )
+        """Whether the text editor and bash are offered in Anthropic's own shape (by default
+        only at Anthropic's API: another server may not know the tool types)."""
         self._thinking_budget = thinking_budget
         self._window_given = (
             windows.Window(context_window, windows.USER) if context_window else None
@@ -521,7 +565,7 @@ class AnthropicProvider(_endpoint.AtEndpoint):
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Stream one Messages API call; raise ProviderError on any failure."""
-        assembler = EventAssembler()
+        assembler = EventAssembler(native_tools=self._native)
         return _retry.stream_call(
             self._vendor,
             open_stream=lambda: self._open(request),
@@ -543,7 +587,7 @@ class AnthropicProvider(_endpoint.AtEndpoint):
     def _open(self, request: ModelRequest) -> anthropic.Stream[RawMessageStreamEvent]:
         ttl = self._cache_ttl
         system = to_system(request.system, ttl)
-        tools = to_tools(request.tools, cache_last=not system, ttl=ttl)
+        tools = to_tools(request.tools, cache_last=not system, ttl=ttl, native_tools=self._native)
         budget = self._thinking_budget
         return self._client.messages.create(
             model=self._model,

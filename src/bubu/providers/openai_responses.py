@@ -5,12 +5,14 @@ reasoning items a model returns (their `encrypted_content` included) are recorde
 their native form and replayed verbatim in later requests, as Anthropic thinking signatures are,
 so a reasoning model keeps its chain of thought across tool calls; its `function_call` items are
 replayed as received too. `prompt_cache_key` is the session id, so one session's calls share a
-cache. The SDK never retries (`max_retries=0`): the engine owns retries.
+cache. At OpenAI the write and command tools are offered as its own `apply_patch` and `shell`
+(`bubu.providers.native`). The SDK never retries (`max_retries=0`): the engine owns retries.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal, TypeAlias, assert_never, cast, get_args
 
 import httpx2
@@ -21,6 +23,7 @@ from bubu import images
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
 from bubu.providers import _endpoint, _retry, windows
+from bubu.providers import native as shapes
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -66,6 +69,15 @@ _STATUS_OF_CODE = {
 InputItem: TypeAlias = dict[str, Any]
 
 
+def takes_native_tools(model: str) -> bool:
+    """Whether `model` is documented to use the apply_patch and shell tools (GPT-5.1 on, and the
+    Codex models)."""
+    found = re.match(r"gpt-(\d+)(?:\.(\d+))?", model)
+    if "codex" in model:
+        return True
+    return found is not None and (int(found[1]), int(found[2] or 0)) >= (5, 1)
+
+
 def reasoning_model(model: str) -> bool:
     """Whether `model` reasons (gets `reasoning` and encrypted reasoning back); new models do."""
     return not model.startswith(_NOT_REASONING)
@@ -102,6 +114,7 @@ def check_effort(value: str | None) -> Effort | None:
 def to_input(request: ModelRequest) -> list[InputItem]:
     """The history as Responses input items, in order; recorded native items go back verbatim."""
     out: list[InputItem] = []
+    calls = shapes.native_calls(request)
     for message in request.messages:
         match message:
             case UserMessage(text=text, images=()):
@@ -115,6 +128,11 @@ def to_input(request: ModelRequest) -> list[InputItem]:
                 out.extend(_assistant_items(parts))
             case ToolResultsMessage(results=results):
                 for result in results:
+                    call = calls.get(result.call_id)
+                    answer = None if call is None else shapes.responses_result(result, call)
+                    if answer is not None:  # a native call is answered in its own shape
+                        out.append(answer)
+                        continue
                     content = f"ERROR: {result.content}" if result.is_error else result.content
                     output: str | list[InputItem] = content
                     if result.images:
@@ -157,9 +175,12 @@ def _assistant_items(parts: tuple[AssistantPart, ...]) -> list[InputItem]:
 
 
 def _call_item(part: ToolCallPart) -> InputItem:
-    native = part.native
-    if isinstance(native, dict) and native.get("type") == "function_call":
-        item = dict(native)
+    replayed = shapes.responses_call(part)
+    if replayed is not None:
+        return replayed
+    item = part.native
+    if isinstance(item, dict) and item.get("type") == "function_call":
+        item = dict(item)
         # The log may know the call by another id than the server gave (a reused one).
         item["call_id"] = part.call_id
         return item
@@ -174,17 +195,24 @@ def _call_item(part: ToolCallPart) -> InputItem:
     }
 
 
-def to_tools(tools: tuple[ToolSpec, ...]) -> list[InputItem]:
-    """Tool specs as Responses function tools (not strict: Bubu's schemas have optional fields)."""
+def to_tools(tools: tuple[ToolSpec, ...], *, native_tools: bool = False) -> list[InputItem]:
+    """Tool specs as Responses function tools (not strict: Bubu's schemas have optional fields);
+    with `native_tools`, the write and command tools as OpenAI's own apply_patch and shell."""
+    offered: list[InputItem] = []
+    if native_tools:
+        offered, tools = shapes.responses_tools(tools)
     return [
-        {
-            "type": "function",
-            "name": tool.name,
-            "description": tool.description,
-            "parameters": tool.parameters,
-            "strict": False,
-        }
-        for tool in tools
+        *offered,
+        *(
+            {
+                "type": "function",
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+                "strict": False,
+            }
+            for tool in tools
+        ),
     ]
 
 
@@ -210,8 +238,9 @@ class EventAssembler:
     A `response.failed` or `error` event raises the `ProviderError` its code stands for.
     """
 
-    def __init__(self, vendor: _retry.Vendor) -> None:
+    def __init__(self, vendor: _retry.Vendor, *, native_tools: bool = False) -> None:
         self._vendor = vendor
+        self._native = native_tools
         self._items: dict[int, _Item] = {}
         self._model = ""
         self._usage: ResponseUsage | None = None
@@ -280,6 +309,8 @@ class EventAssembler:
             arguments = native.get("arguments")
             if isinstance(arguments, str):
                 item.arguments = [arguments]
+        elif item.kind in (shapes.APPLY_PATCH_CALL, shapes.SHELL_CALL):
+            item.call_id = str(native.get("call_id") or "")
         elif item.kind == "message" and not item.text:
             content = native.get("content")
             for block in content if isinstance(content, list) else ():
@@ -306,6 +337,8 @@ class EventAssembler:
                         parts.append(TextPart(text=text))
                 case "function_call":
                     parts.append(_tool_call(item))
+                case shapes.APPLY_PATCH_CALL | shapes.SHELL_CALL if self._native:
+                    parts.append(_native_call(item))
                 case _:
                     pass  # built-in tool items: Bubu offers no built-in tools
         stop = self._stop
@@ -328,6 +361,15 @@ def _tool_call(item: _Item) -> ToolCallPart:
     return ToolCallPart(
         call_id=call_id, name=item.name, arguments={}, raw_arguments=raw, native=native
     )
+
+
+def _native_call(item: _Item) -> ToolCallPart:
+    """An apply_patch or shell call as the call of the Bubu tool that does it, the item kept."""
+    given = item.native or {}
+    mapped = shapes.from_responses(given)
+    assert mapped is not None  # the item is one of the native kinds
+    call_id = item.call_id or new_id("call")
+    return ToolCallPart(call_id=call_id, name=mapped[0], arguments=mapped[1], native=given)
 
 
 def _usage(usage: ResponseUsage | None) -> Usage:
@@ -370,11 +412,19 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
         reasoning_effort: str | None = None,
         max_output_tokens: int | None = None,
         spec_name: str = "openai",
+        native_tools: bool | None = None,
     ) -> None:
         endpoint = openai_endpoint(base_url, api_key)
         self._model = model
         self._spec_name = spec_name
         self._official = endpoint.official
+        self._native = (
+            native_tools
+            if native_tools is not None
+            else endpoint.official and takes_native_tools(model)
+        )
+        """Whether apply_patch and shell are offered in OpenAI's own shape (by default only at
+        OpenAI's API: a proxy or another server may not know the tool types)."""
         self._base_url = endpoint.base or OPENAI_URL
         self._effort = check_effort(reasoning_effort)
         self._max_output = max_output_tokens
@@ -430,7 +480,7 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
             return self._stream(request, on_delta)
 
     def _stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        assembler = EventAssembler(self._vendor)
+        assembler = EventAssembler(self._vendor, native_tools=self._native)
         return _retry.stream_call(
             self._vendor,
             open_stream=lambda: self._open(request),
@@ -449,7 +499,7 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
         }
         if request.system:
             options["instructions"] = request.system
-        tools = to_tools(request.tools)
+        tools = to_tools(request.tools, native_tools=self._native)
         if tools:
             options["tools"] = tools
         if reasoning_model(self._model) or self._effort is not None:
