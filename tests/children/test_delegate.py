@@ -1,0 +1,43 @@
+"""Sub-agents in one process: children run in parallel, report back, are linked both ways."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bubu import Agent
+from bubu.engine.children import child_id
+from bubu.engine.permissions import Policy
+from bubu.engine.scope import session_facts
+
+from .helpers import child_script, delegate, finished, results, script, started
+
+
+def test_two_children_run_in_parallel_and_report_to_the_parent(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    counter = ws / "counter"
+    a = child_script(tmp_path / "a.jsonl", "A", counter)
+    b = child_script(tmp_path / "b.jsonl", "B", counter)
+    parent = script(
+        tmp_path / "parent.jsonl",
+        [
+            {"tool_calls": [delegate("do A", model=a), delegate("do B", model=b)]},
+            {"text": "both done"},
+        ],
+    )
+    with Agent(parent, store=tmp_path / "bubu.db", workspace=ws, policy=Policy(yes=True)) as agent:
+        res = agent.run("split the work")
+        assert res.ok, res
+        recs = agent.session(res.session).records()
+        got = results(recs)
+        assert [g.is_error for g in got] == [False, False]
+        assert sorted(g.result.splitlines()[-1] for g in got) == ["report of A", "report of B"]
+        assert sorted(counter.read_text().split()) == ["A", "B"]
+        kids = {s.child for s in started(recs)}
+        assert kids == {child_id(res.session, s.call_id) for s in started(recs)}
+        assert {f.child for f in finished(recs)} == kids
+        assert all(f.reason == "completed" and f.tokens > 0 for f in finished(recs))
+        for kid in kids:
+            facts = session_facts(agent.store, agent.store.session(kid))
+            assert facts.parent == res.session
+            assert facts.parent_call in {s.call_id for s in started(recs)}
