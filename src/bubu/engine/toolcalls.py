@@ -66,6 +66,7 @@ class ToolHost(RunnerView, Protocol):
     """Set once a stop is asked for: a running tool's cancel signal."""
     stop_reason: StopReason | None
     longrun: LongRunFold
+
     @property
     def children(self) -> Children | None:
         """Sub-agents (`bubu.engine.children`)."""

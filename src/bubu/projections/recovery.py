@@ -181,7 +181,10 @@ def _decide(
     effect = known if _RANK[known] >= _RANK[d.effect] else d.effect
     decision: RecoveryDecision
     if d.tool in RESUMABLE:
-        decision, reason = "resume", "a sub-agent: its child session is continued, never started again"
+        decision, reason = (
+            "resume",
+            "a sub-agent: its child session is continued, never started again",
+        )
     elif effect == "read_only":
         decision, reason = "rerun", "read-only: re-run silently"
     elif effect == "provable_write" and d.path and d.after_sha256:
