@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from bubu.engine.scope import session_facts
 from bubu.events import ToolRecovery, TurnEnded, TurnStarted
 from bubu.log.sqlite import SQLiteStore
-from bubu.engine.scope import session_facts
 from engine.cli import bubu
 
 from .helpers import child_script, delegate, finished, notes, results, script
@@ -59,7 +59,8 @@ def test_recover_finishes_each_child_once_and_the_parent_gets_both(
         ends = notes(recs, TurnEnded)
         assert [e.reason for e in ends] == ["completed"]
         got = results(recs)
-        assert len(got) == 2 and not any(g.is_error for g in got)
+        assert len(got) == 2
+        assert not any(g.is_error for g in got)
         assert sorted(g.result.splitlines()[-1] for g in got) == ["report of A", "report of B"]
         decisions = [a.tool_recovery for r in recs if (a := r.event.actions) and a.tool_recovery]
         assert decisions, "the parent's delegate calls were recovered"
