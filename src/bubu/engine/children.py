@@ -98,7 +98,7 @@ class Children:
         elif not plan.isolation:
             # A child without a worktree acts where its parent does now (a fleet worker's copy).
             info = replace(info, workspace=r.session.workspace)
-        self._fact(ChildStarted(child=cid, call_id=call_id, agent=a.agent, model=plan.provider.spec,
+        self._fact(ChildStarted(child=cid, call_id=call_id, agent=a.agent or None, model=plan.provider.spec,
                                 branch=branch, base=base, resumed=resumed))  # fmt: skip
         read_back = resumed and _ended(r.store, cid)
         if not read_back:
@@ -118,14 +118,14 @@ class Children:
         if not a.task.strip():
             raise ConfigError("the task is empty; say what the sub-agent should do")
         agent = None
-        if a.agent is not None:
+        if a.agent:
             agents = load_agents(r.session.workspace)
             agent = agents.found.get(a.agent)
             if agent is None:
                 known = ", ".join(sorted(agents.found)) or "none"
                 why = "".join(f"; {line}" for line in agents.ignored)
                 raise ConfigError(f"there is no agent {a.agent!r} (the agents: {known}{why})")
-        names = a.tools if a.tools is not None else (agent.tools if agent is not None else None)
+        names = a.tools or (agent.tools if agent is not None else None)
         if names is None:
             tools = {n: t for n, t in r.tools.items() if n not in PARENT_ONLY}
         else:
@@ -194,9 +194,9 @@ class Children:
         if lr.time_limit_s is not None:
             seconds = max(0.001, lr.time_limit_s - lr.running_ms(clock.now_ms()) / 1000)
         if budget is not None:
-            tokens = _least(tokens, budget.tokens)
-            cost = _least(cost, budget.cost)
-            seconds = _least(seconds, budget.seconds)
+            tokens = _least(tokens, budget.tokens or None)
+            cost = _least(cost, budget.cost or None)
+            seconds = _least(seconds, budget.seconds or None)
         return replace(r.config, token_limit=tokens, max_cost=cost, time_limit_s=seconds,
                        fallback_models=())  # fmt: skip
 

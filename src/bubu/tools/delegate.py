@@ -19,29 +19,27 @@ from bubu.tools.schema import Arguments
 
 
 class Budget(Arguments):
-    """What a child may spend (each at most its share of what the parent has left)."""
+    """What a child may spend (each at most its share of what the parent has left; 0: no cap)."""
 
-    tokens: Annotated[int | None, "Tokens (in + out)."] = None
-    cost: Annotated[float | None, "USD."] = None
-    seconds: Annotated[float | None, "Running time."] = None
+    tokens: Annotated[int, "Tokens (in + out)."] = 0
+    cost: Annotated[float, "USD."] = 0.0
+    seconds: Annotated[float, "Running time."] = 0.0
 
 
 class DelegateArgs(Arguments):
     """The arguments of delegate."""
 
     task: Annotated[str, "What the sub-agent should do and report, self-contained."]
-    agent: Annotated[str | None, "A named agent (.bubu/agents/NAME.md); none: a general one."] = (
-        None
+    agent: Annotated[str, "A named agent (.bubu/agents/NAME.md); '': a general one."] = ""
+    tools: Annotated[list[str], "Tool names it may use (default: the agent's, else yours)."] = (
+        msgspec.field(default_factory=list)
     )
-    tools: Annotated[
-        list[str] | None, "Tool names it may use (default: the agent's, else yours)."
-    ] = None
-    model: Annotated[str | None, "provider:model (default: the agent's, else yours)."] = None
-    budget: Annotated[Budget | None, "A cap on what it spends."] = None
+    model: Annotated[str, "provider:model (default: the agent's, else yours)."] = ""
+    budget: Annotated[Budget, "A cap on what it spends."] = msgspec.field(default_factory=Budget)
     isolation: Annotated[
-        Literal["none", "worktree"] | None,
+        Literal["none", "worktree"],
         "worktree: it works in its own git worktree and branch; merge it with merge_child.",
-    ] = None
+    ] = "none"
 
 
 def _children(ctx: ToolContext) -> ToolResult | None:
