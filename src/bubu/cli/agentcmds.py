@@ -671,7 +671,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
     records = ctx.store.read(info.id)
     t = transcript(records)
     if as_json:
-        from bubu.cli.children import children_json
+        from bubu.engine.childtree import children_json
 
         emit_json(
             {
@@ -720,7 +720,7 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
 
 def _children_text(d: dict[str, object]) -> None:
     """A sub-agent's parent, and the tree of a session's sub-agents with what they spent."""
-    from bubu.cli.children import running_count, tree_lines
+    from bubu.engine.childtree import running_count, tree_lines
 
     if d.get("parent"):
         click.echo(f"  sub-agent of {d['parent']}")
@@ -801,7 +801,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
         out["changed"] = [c.line() for c in changed_by_turn(store, records)]
     else:
         out["changed"] = []
-    from bubu.cli.children import children_json, spent
+    from bubu.engine.childtree import children_json, spent
     from bubu.engine.scope import session_facts
 
     out["parent"] = session_facts(store, info).parent

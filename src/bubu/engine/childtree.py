@@ -1,4 +1,5 @@
-"""A session's sub-agents as `bubu show`, `bubu status` and the web UI list them: a tree."""
+"""A session's sub-agents as `bubu show`, `bubu status` and the web UI list them: a tree read
+from the store (each child's own log says what a running one has spent so far)."""
 
 from __future__ import annotations
 
