@@ -41,3 +41,34 @@ def test_two_children_run_in_parallel_and_report_to_the_parent(tmp_path: Path) -
             facts = session_facts(agent.store, agent.store.session(kid))
             assert facts.parent == res.session
             assert facts.parent_call in {s.call_id for s in started(recs)}
+
+
+def test_the_status_line_lists_the_running_children(tmp_path: Path) -> None:
+    import io
+
+    from bubu.cli.render import TerminalObserver
+    from bubu.events import ChildFinished, SystemNote
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    a = child_script(tmp_path / "a.jsonl", "A", ws / "counter")
+    b = child_script(tmp_path / "b.jsonl", "B", ws / "counter")
+    parent = script(
+        tmp_path / "parent.jsonl",
+        [{"tool_calls": [delegate("do A", model=a), delegate("do B", model=b)]}, {"text": "ok"}],
+    )
+    with Agent(parent, store=tmp_path / "bubu.db", workspace=ws, policy=Policy(yes=True)) as agent:
+        recs = agent.session(agent.run("split").session).records()
+    first_end = next(
+        i
+        for i, r in enumerate(recs)
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, ChildFinished)
+    )
+    out = io.StringIO()
+    view = TerminalObserver(out)
+    view.on_records(recs[:first_end])
+    assert " · 2 sub-agents running (ses_" in view.status_text()
+    view.on_records(recs[first_end:])
+    assert "sub-agent" not in view.status_text()
+    assert out.getvalue().count("↳ ") == 2
+    view.close()
