@@ -113,3 +113,25 @@ def test_front_matter_lists_and_errors(tmp_path: Path) -> None:
     (tmp_path / "x.md").write_text("---\nname: x\ntools: [Grep, LS]\nmodel: inherit\n---\n")
     a = parse_agent(tmp_path / "x.md", "user")
     assert (a.tools, a.model) == (("grep", "list_files"), None)
+
+
+def test_bubu_agents_lists_the_users_and_reports_an_untrusted_workspaces(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    import hermetic
+
+    home = tmp_path / "home"
+    _agent_file(home / ".bubu" / "agents" / "rev.md", "inherit")
+    ws = tmp_path / "ws"
+    _agent_file(ws / ".claude" / "agents" / "evil.md", "openai:gpt-9")
+    env = {**hermetic.environ("BUBU_"), "HOME": str(home), "BUBU_HOME": str(home / ".bubu")}
+    done = subprocess.run([sys.executable, "-m", "bubu", "agents", "-w", str(ws), "--json"],
+                          env=env, capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert [(a["name"], a["scope"], a["model"]) for a in got["agents"]] == [("rev", "user", None)]
+    (ignored,) = got["ignored"]
+    assert "evil.md" in ignored
+    assert "not trusted" in ignored
