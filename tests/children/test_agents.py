@@ -11,7 +11,7 @@ from bubu import Agent, trust
 from bubu.agents import front_matter, load_agents, parse_agent
 from bubu.engine.permissions import Policy
 from bubu.errors import ConfigError
-from bubu.events import TurnStarted
+from bubu.events import Record, TurnStarted
 from bubu.settings import chooser_files, workspace_layer
 
 from .helpers import delegate, finished, notes, results, script
@@ -42,7 +42,7 @@ def _kid(tmp_path: Path) -> str:
     ])  # fmt: skip
 
 
-def _run(tmp_path: Path, ws: Path) -> tuple[Agent, list]:
+def _run(tmp_path: Path, ws: Path) -> tuple[Agent, list[Record]]:
     parent = script(tmp_path / "p.jsonl", [{"tool_calls": [delegate("review", agent="rev")]}])
     agent = Agent(parent, store=tmp_path / "bubu.db", workspace=ws, policy=Policy(yes=True))
     res = agent.run("go")

@@ -67,9 +67,9 @@ def test_children_share_what_the_parent_has_left_and_their_spend_counts_in_it(
             spent += f.tokens
         assert shares == {(1_000_000 - first_call) // 2}
         parent_own = sum(
-            a.token_usage.input_tokens + a.token_usage.output_tokens
+            act.token_usage.input_tokens + act.token_usage.output_tokens
             for r in recs
-            if (a := r.event.actions) is not None and a.token_usage is not None
+            if (act := r.event.actions) is not None and act.token_usage is not None
         )
         assert spent > 0
         assert fold_longrun(recs).tokens == parent_own + spent

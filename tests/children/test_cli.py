@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ def _state(db: Path, sid: str) -> str:
 def test_stop_of_a_parent_stops_its_children_and_the_tree_is_shown(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    sleeper = [
+    sleeper: list[dict[str, Any]] = [
         {"tool_calls": [{"name": "run_command", "arguments": {"command": "sleep 30"}}]},
         {"text": "report"},
     ]

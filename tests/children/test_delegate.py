@@ -8,6 +8,7 @@ from bubu import Agent
 from bubu.engine.children import child_id
 from bubu.engine.permissions import Policy
 from bubu.engine.scope import session_facts
+from bubu.events import Text
 
 from .helpers import child_script, delegate, finished, results, script, started
 
@@ -72,3 +73,30 @@ def test_the_status_line_lists_the_running_children(tmp_path: Path) -> None:
     assert "sub-agent" not in view.status_text()
     assert out.getvalue().count("↳ ") == 2
     view.close()
+
+
+def test_children_editing_one_file_at_once_lose_no_edit(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_text("alpha\nbeta\n")
+    specs = {}
+    for old, new in (("alpha", "ALPHA"), ("beta", "BETA")):
+        edit = {"name": "edit_file", "arguments": {"path": "f.txt", "old": old, "new": new}}
+        specs[new] = script(tmp_path / f"{new}.jsonl", [{"tool_calls": [edit]}, {"text": new}])
+    parent = script(
+        tmp_path / "parent.jsonl",
+        [{"tool_calls": [delegate(n, model=m) for n, m in specs.items()]}, {"text": "ok"}],
+    )
+    with Agent(parent, store=tmp_path / "bubu.db", workspace=ws, policy=Policy(yes=True)) as agent:
+        res = agent.run("edit together")
+        assert res.ok
+        text = (ws / "f.txt").read_text()
+        kids = finished(agent.session(res.session).records())
+        assert len(kids) == 2
+        for f in kids:
+            child = agent.store.read(f.child)
+            (outcome,) = results(child, "edit_file")
+            word = next(c.text for r in child if isinstance(c := r.event.content, Text))
+            # A write lands only on the content it was prepared against: an edit that succeeded
+            # is in the file; one that lost the race says so and changed nothing.
+            assert (word in text) == (not outcome.is_error), (word, outcome.result, text)

@@ -10,6 +10,7 @@ import pytest
 
 from bubu import Agent
 from bubu.engine.permissions import Policy
+from bubu.providers.scripted import ScriptedProvider
 
 from .helpers import delegate, finished, results, script
 
@@ -55,7 +56,7 @@ def test_a_child_in_its_own_worktree_reports_its_branch_and_the_parent_merges_it
         cid = child_id(info.id, "call_0_0")
         text = (tmp_path / "p.jsonl").read_text().replace("CHILD", cid)
         (tmp_path / "p.jsonl").write_text(text)
-        agent.provider = type(agent.provider)(str(tmp_path / "p.jsonl"))  # re-read the script
+        agent.provider = ScriptedProvider(str(tmp_path / "p.jsonl"))  # re-read the script
         res = agent.run("go", session=info.id)
         assert res.ok, res
         recs = agent.session(res.session).records()
