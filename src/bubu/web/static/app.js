@@ -420,7 +420,7 @@ async function act(s, action, body) {
 
 // ---- recovery notice -----------------------------------------------------------------------
 
-const DECISION_LABEL = { rerun: "re-run silently", rerun_not_applied: "not applied, re-run", applied: "recorded as applied", interrupted: "awaits your review" };
+const DECISION_LABEL = { rerun: "re-run silently", rerun_not_applied: "not applied, re-run", applied: "recorded as applied", interrupted: "awaits your review", resume: "sub-agent resumed" };
 const MATCH_LABEL = { after: "the file now has the intended content (after-hash)", before: "the file now is as before the write (before-hash)",
   neither: "the file now matches neither recorded hash", absent: "the file does not exist now" };
 
