@@ -58,7 +58,11 @@ def _parent(store: Store, info: SessionInfo) -> str | None:
     """The session a sub-agent's session was started by (None: it is no sub-agent)."""
     from bubu.events import SessionStarted, SystemNote
 
-    for r in store.read(info.id, kinds=("session_started",)):
+    try:
+        records = store.read(info.id, kinds=("session_started",))
+    except BubuError:  # a damaged row: the listing says so in its integrity column
+        return None
+    for r in records:
         c = r.event.content
         if isinstance(c, SystemNote) and isinstance(c.note, SessionStarted) and c.note.parent:
             return c.note.parent
