@@ -64,6 +64,7 @@ def test_a_killed_workers_children_continue_with_their_parent_elsewhere(
     finally:
         second.kill()
 
+    logged = first.lines() + second.lines()
     assert _lines(counter) == ["A", "B"]  # nothing done twice
     recs = pg.read(info.id)
     got = results(recs)
@@ -79,3 +80,5 @@ def test_a_killed_workers_children_continue_with_their_parent_elsewhere(
         (cmd,) = results(child, "run_command")
         assert cmd.result.startswith(INTERRUPTED)  # killed mid-command: never re-run
         assert pg.verify(kid).ok
+        # A worker that claimed a child on its own put it off, it never ran it.
+        assert all("sub-agent of" in ln for ln in logged if ln.startswith(f"finish {kid}"))
