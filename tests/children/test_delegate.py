@@ -100,3 +100,16 @@ def test_children_editing_one_file_at_once_lose_no_edit(tmp_path: Path) -> None:
             # A write lands only on the content it was prepared against: an edit that succeeded
             # is in the file; one that lost the race says so and changed nothing.
             assert (word in text) == (not outcome.is_error), (word, outcome.result, text)
+
+
+def test_continue_here_picks_the_conversation_not_a_sub_agent(tmp_path: Path) -> None:
+    from bubu.cli.agentcmds import latest_here
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    kid = child_script(tmp_path / "k.jsonl", "K", ws / "counter")
+    parent = script(tmp_path / "p.jsonl", [{"tool_calls": [delegate("k", model=kid)]}])
+    with Agent(parent, store=tmp_path / "bubu.db", workspace=ws, policy=Policy(yes=True)) as agent:
+        res = agent.run("go")
+        assert len(agent.sessions()) == 2  # the child is the newest
+        assert latest_here(agent.store, str(ws)).id == res.session

@@ -619,9 +619,13 @@ def _check_images(host: Host, attached: list[tuple[str, bytes]]) -> None:
 def latest_here(store: Store, workspace: str) -> SessionInfo:
     """The most recent session of `workspace` (symlinks resolved): what `-c` continues."""
     from bubu.engine.memory import workspace_sessions
+    from bubu.engine.scope import session_facts
 
     here = os.path.realpath(Path(workspace).expanduser())
-    sessions = workspace_sessions(store, here)
+    # A sub-agent's session is its parent's business: `-c` continues the conversation.
+    sessions = [
+        s for s in workspace_sessions(store, here) if session_facts(store, s).parent is None
+    ]
     if not sessions:
         raise ConfigError(
             f"there is no session in {here} to continue; start one there with "
