@@ -19,6 +19,7 @@ PURE = [
     "bubu.projections.recovery",
     "bubu.projections.rewind",
     "bubu.projections.facts",
+    "bubu.projections.children",
     "bubu.projections.request",
     "bubu.context.compaction",
     "bubu.engine.decide",

@@ -382,6 +382,10 @@ class SessionStarted(_Note, frozen=True, kw_only=True, tag="session_started"):
     source_seq: int | None = None
     source_digest: str | None = None
     """The source's chain digest at `source_seq`, the last event copied."""
+    parent: str | None = None
+    """The session that started this one as a sub-agent (its `delegate` call is `parent_call`):
+    such a session is recovered with its parent, never by itself."""
+    parent_call: str | None = None
 
 
 class InstructionFile(_Base, frozen=True, kw_only=True):
@@ -453,6 +457,34 @@ class WorkspaceTaken(_Note, frozen=True, kw_only=True, tag="workspace_snapshot")
     """The directory it was taken from."""
 
 
+class ChildStarted(_Note, frozen=True, kw_only=True, tag="child_started"):
+    """The `delegate` call `call_id` started (or resumed) the child session `child`."""
+
+    child: str
+    call_id: str
+    agent: str | None = None
+    model: str = ""
+    branch: str | None = None
+    """The git branch of the child's own worktree (`isolation = "worktree"`), if it has one."""
+    base: str | None = None
+    """The commit that worktree started from."""
+    resumed: bool = False
+    """The child existed already (a recovery): it was continued, never started again."""
+
+
+class ChildFinished(_Note, frozen=True, kw_only=True, tag="child_finished"):
+    """The child session `child` of the call `call_id` ended; what it spent counts in this turn."""
+
+    child: str
+    call_id: str
+    reason: str
+    """How the child's turn ended (completed, failed, stopped …, or blocked)."""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    read_back: bool = False
+    """The child had already finished (a recovery): its result was read back from its log."""
+
+
 Note: TypeAlias = (
     TurnStarted
     | TurnEnded
@@ -475,6 +507,8 @@ Note: TypeAlias = (
     | TaskHeld
     | TaskApproved
     | WorkspaceTaken
+    | ChildStarted
+    | ChildFinished
 )
 
 
@@ -553,7 +587,8 @@ class ToolDispatch(_Base, frozen=True, kw_only=True):
     """The workspace before the turn's first call that may change it."""
 
 
-RecoveryDecision = Literal["rerun", "applied", "rerun_not_applied", "interrupted"]
+RecoveryDecision = Literal["rerun", "applied", "rerun_not_applied", "interrupted", "resume"]
+"""``resume``: a `delegate` call whose child session is continued (or its result read back)."""
 
 
 class ToolRecovery(_Base, frozen=True, kw_only=True):

@@ -30,6 +30,15 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{_b32(ms, 10)}{_b32(rnd, 10)}"
 
 
+def derived_id(prefix: str, key: str) -> str:
+    """An id of the same shape as `new_id`'s, derived from `key` alone: the same key always
+    names the same thing (a sub-agent's session, from its parent and call)."""
+    import hashlib
+
+    n = int.from_bytes(hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()[:13], "big")
+    return f"{prefix}_{_b32(n >> 4, 20)}"
+
+
 def session_id() -> SessionId:
     """A new session id."""
     return SessionId(new_id("ses"))

@@ -659,7 +659,10 @@ def chooser_files(ws: _Layer) -> list[Path]:
         for name, value in table.items():
             if BY_NAME[name].guard == "trust" and BY_NAME[name].relative and isinstance(value, str):
                 named.append(Path(value))
-    return [ws.path, *dict.fromkeys(named)]
+    from bubu.agents import agent_files
+
+    # A workspace's agents choose a model, tools and instructions: trusted with the file.
+    return [ws.path, *dict.fromkeys(named), *agent_files(root_of(ws))]
 
 
 def choosers(ws: _Layer) -> list[str]:

@@ -14,6 +14,8 @@ from bubu.events import (
     Author,
     BlobRef,
     CheckpointBody,
+    ChildFinished,
+    ChildStarted,
     Compaction,
     Content,
     Error,
@@ -68,6 +70,8 @@ LATER_NOTE_KINDS = frozenset(
         "task_approved",
         "workspace_snapshot",
         "memory_accepted",
+        "child_started",
+        "child_finished",
     }
 )
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones
@@ -332,4 +336,8 @@ def session_events(
     add("system", "system", note(note=ServerNote(text="the server cannot call tools; the model answers in text only")))  # fmt: skip
     add("system", "host", note(note=WorkspaceTaken(source="/w", snapshot=WorkspaceSnapshot(
         tree=None, partial="the snapshot failed: No space left on device"))), hidden=True)  # fmt: skip
+    add("system", "system", note(note=ChildStarted(child="ses_child", call_id="call_9",
+        agent="reviewer", model="scripted:/k.jsonl", branch="bubu/ses_child", base="ab" * 20)), hidden=True)  # fmt: skip
+    add("system", "system", note(note=ChildFinished(child="ses_child", call_id="call_9",
+        reason="completed", tokens=120, cost_usd=0.01)), hidden=True)  # fmt: skip
     return events

@@ -40,6 +40,12 @@ EXPECTED = {
     "remember": ("provable_write", ["key", "text"], {"key", "text"}),
     "recall": ("read_only", ["query"], {"query"}),
     "update_plan": ("read_only", ["items"], {"items"}),
+    "delegate": (
+        "side_effecting",
+        ["task"],
+        {"task", "agent", "tools", "model", "budget", "isolation"},
+    ),
+    "merge_child": ("side_effecting", ["child"], {"child"}),
 }
 
 
@@ -57,7 +63,7 @@ def test_registry_has_every_tool_with_its_effect_and_a_closed_schema() -> None:
         assert schema["required"] == required
         assert set(schema["properties"]) == props
         for prop in schema["properties"].values():
-            assert prop["type"] in {"string", "integer", "number", "boolean", "array"}
+            assert prop["type"] in {"string", "integer", "number", "boolean", "array", "object"}
             assert prop["description"]
 
 

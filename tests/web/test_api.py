@@ -709,3 +709,20 @@ def test_form_errors_speak_of_the_form_not_of_flags(
     assert said[2] == 'the task is empty; say what Bubu should do, e.g. "fix the failing test"'
     for text in said:
         assert not re.search(r"pass -|--base-url|-w DIR|bubu run", text), text
+
+
+def test_the_detail_and_the_list_show_a_sessions_sub_agents(
+    client: TestClient, recovered_store: SQLiteStore, tmp_path: Path
+) -> None:
+    kid = tmp_path / "kid.jsonl"
+    kid.write_text('{"text": "found it"}\n')
+    call = {"name": "delegate", "arguments": {"task": "look", "model": f"scripted:{kid}"}}
+    sid = run_scripted(recovered_store, tmp_path, "kids", "delegate", [{"tool_calls": [call]}, {"text": "ok"}])  # fmt: skip
+    d = detail(client, sid)
+    (child,) = d["children"]
+    assert child["state"] == "completed"
+    assert child["tokens"] > 0
+    assert detail(client, child["session"])["session"]["parent"] == sid
+    rows = {r["id"]: r for r in client.get("/api/sessions").json()["sessions"]}
+    assert rows[child["session"]]["parent"] == sid
+    assert rows[sid]["parent"] is None

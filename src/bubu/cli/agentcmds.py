@@ -628,9 +628,13 @@ def _check_images(host: Host, attached: list[tuple[str, bytes]]) -> None:
 def latest_here(store: Store, workspace: str) -> SessionInfo:
     """The most recent session of `workspace` (symlinks resolved): what `-c` continues."""
     from bubu.engine.memory import workspace_sessions
+    from bubu.engine.scope import session_facts
 
     here = os.path.realpath(Path(workspace).expanduser())
-    sessions = workspace_sessions(store, here)
+    # A sub-agent's session is its parent's business: `-c` continues the conversation.
+    sessions = [
+        s for s in workspace_sessions(store, here) if session_facts(store, s).parent is None
+    ]
     if not sessions:
         raise ConfigError(
             f"there is no session in {here} to continue; start one there with "
@@ -677,11 +681,15 @@ def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
 def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
     """Print a session's transcript."""
     info = ctx.store.session(session)
-    t = transcript(ctx.store.read(info.id))
+    records = ctx.store.read(info.id)
+    t = transcript(records)
     if as_json:
+        from bubu.engine.childtree import children_json
+
         emit_json(
             {
                 "session": _session_json(info),
+                "children": children_json(ctx.store, records),
                 "items": t.items,
                 "usage": {
                     "model_calls": t.model_calls,
@@ -720,6 +728,25 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
         f"\n  {t.model_calls} model calls · {t.input_tokens:,} in / {t.output_tokens:,} out tokens"
         f"{unknown_usage(t.usage_unknown_calls)} · {t.cost.text()}"
     )
+    _children_text(status_dict(ctx.store, info))
+
+
+def _children_text(d: dict[str, object]) -> None:
+    """A sub-agent's parent, and the tree of a session's sub-agents with what they spent."""
+    from bubu.engine.childtree import running_count, tree_lines
+
+    if d.get("parent"):
+        click.echo(f"  sub-agent of {d['parent']}")
+    kids: Any = d.get("children") or []
+    if not kids:
+        return
+    usage: Any = d["children_usage"]
+    click.echo(
+        f"  sub-agents: {len(kids)} ({running_count(kids)} running) · "
+        f"{usage['tokens']:,} tokens spent by them"
+    )
+    for ln in tree_lines(kids, "    "):
+        click.echo(printable(ln))
 
 
 def _args(args: dict[str, object]) -> str:
@@ -787,6 +814,13 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
         out["changed"] = [c.line() for c in changed_by_turn(store, records)]
     else:
         out["changed"] = []
+    from bubu.engine.childtree import children_json, spent
+    from bubu.engine.scope import session_facts
+
+    out["parent"] = session_facts(store, info).parent
+    out["children"] = kids = children_json(store, records)
+    tokens, cost = spent(kids)
+    out["children_usage"] = {"tokens": tokens, "cost_usd": cost}
     if st.notice is not None:
         n = st.notice
         out["recovery"] = {
@@ -922,6 +956,7 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         )
     if d["plan"]:
         click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it
+    _children_text(d)
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
         st = fold_status(ctx.store.read(info.id))

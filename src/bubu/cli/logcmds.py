@@ -50,7 +50,40 @@ def _session_row(store: Store, info: SessionInfo) -> dict[str, object]:
         "cost": cost.text(),
         "verified": chain.ok,
         "integrity": None if chain.ok else f"seq {chain.first_bad_seq}: {chain.problem}",
+        "parent": _parent(store, info),
     }
+
+
+def _parent(store: Store, info: SessionInfo) -> str | None:
+    """The session a sub-agent's session was started by (None: it is no sub-agent)."""
+    from bubu.events import SessionStarted, SystemNote
+
+    try:
+        records = store.read(info.id, kinds=("session_started",))
+    except BubuError:  # a damaged row: the listing says so in its integrity column
+        return None
+    for r in records:
+        c = r.event.content
+        if isinstance(c, SystemNote) and isinstance(c.note, SessionStarted) and c.note.parent:
+            return c.note.parent
+    return None
+
+
+def as_tree(rows: list[dict[str, object]]) -> list[tuple[int, dict[str, object]]]:
+    """The rows with each sub-agent right under its parent, and how deep it is."""
+    ids = {r["id"] for r in rows}
+    kids: dict[object, list[dict[str, object]]] = {}
+    for r in rows:
+        kids.setdefault(r["parent"] if r.get("parent") in ids else None, []).append(r)
+    out: list[tuple[int, dict[str, object]]] = []
+
+    def walk(parent: object, depth: int) -> None:
+        for r in kids.get(parent, []):
+            out.append((depth, r))
+            walk(r["id"], depth + 1)
+
+    walk(None, 0)
+    return out
 
 
 @cli.command("sessions")
@@ -98,12 +131,13 @@ def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None, text: str |
             return
         click.echo('no sessions yet; start one with `bubu run "TASK"` or try `bubu demo`')
         return
-    for r in rows:
+    for depth, r in as_tree(rows):
         title = printable(str(r["title"]).replace("\n", " "))
         if len(title) > 50:
             title = title[:49] + "…"
+        lead = "  " * (depth - 1) + "└ " if depth else ""
         click.echo(
-            f"{r['id']}  {r['status']:<10} {r['events']:>6} events  {r['cost']:>13}  {title}"
+            f"{lead}{r['id']}  {r['status']:<10} {r['events']:>6} events  {r['cost']:>13}  {title}"
         )
         if not r["verified"]:
             echo(f"    does not verify at {r['integrity']}; it is not continued (`bubu verify`)")

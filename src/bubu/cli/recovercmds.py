@@ -62,6 +62,8 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, force: bool, **
                     observer.line(f"nothing to recover: session {info.id} is {state}")
             continue
         facts = session_facts(store, info)
+        if facts.parent is not None and not session:
+            continue  # a sub-agent is continued by its parent's recovery, exactly once
         if facts.adopted and not session:
             say(
                 f"skipped session {info.id}: it was {facts.describe()}, so it is continued only "

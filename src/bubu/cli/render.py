@@ -16,6 +16,8 @@ from bubu.cli.app import emit_jsonl
 from bubu.cli.term import one_line, printable, styled
 from bubu.engine.permissions import Answer, asked_command, show_command, visible_line
 from bubu.events import (
+    ChildFinished,
+    ChildStarted,
     Error,
     FunctionCall,
     FunctionResponse,
@@ -35,7 +37,13 @@ from bubu.pricing import CostTally
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.memory import plan_counts, plan_items
 from bubu.projections.recovery import one_line_marked
-from bubu.projections.transcript import notice_text, server_text, switch_text, unknown_usage
+from bubu.projections.transcript import (
+    child_text,
+    notice_text,
+    server_text,
+    switch_text,
+    unknown_usage,
+)
 from bubu.providers.base import Delta
 
 
@@ -83,6 +91,8 @@ class TerminalObserver:
         self.unknown_usage = 0  # calls whose server reported no usage
         self.cost = CostTally()
         self.plan: str | None = None  # "2/5" once the model keeps a plan (update_plan)
+        self.children: list[str] = []
+        """The sub-agents running now (`delegate`)."""
         self._plan_calls: dict[str, FunctionCall] = {}
         self._waiting: dict[str, str] = {}
         """Calls shown whose result has not come yet: call id -> name."""
@@ -134,7 +144,22 @@ class TerminalObserver:
             else one_line(self.activity or "working", 60)
         )
         plan = f" · plan {self.plan}" if self.plan else ""
+        if self.children:
+            shown = ", ".join(self.children[:2]) + (
+                f" +{len(self.children) - 2}" if len(self.children) > 2 else ""
+            )
+            plan += f" · {len(self.children)} sub-agent{'s' if len(self.children) != 1 else ''} running ({shown})"
         return f"  ◦ step {self.steps} · {what}{plan} · {self.tokens:,} tokens{unknown_usage(self.unknown_usage)} · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
+
+    def _child(self, n: ChildStarted | ChildFinished) -> None:
+        """Keep the list of running sub-agents (their session ids, with the agent's name)."""
+        label = n.child + (f" {n.agent}" if isinstance(n, ChildStarted) and n.agent else "")
+        self.children = [c for c in self.children if not c.startswith(n.child)]
+        if isinstance(n, ChildStarted):
+            self.children.append(label)
+            self.line(self._style("  ↳ ", fg="cyan") + printable(child_text(n)))
+        else:
+            self.line(self._style("  ↲ ", fg="cyan") + printable(child_text(n)))
 
     def _tick(self) -> None:
         while not self._done.wait(0.5):
@@ -209,6 +234,8 @@ class TerminalObserver:
         for r in records:
             ev, c, a = r.event, r.event.content, r.event.actions
             self.longrun.apply(r)
+            if isinstance(c, SystemNote) and isinstance(c.note, ChildStarted | ChildFinished):
+                self._child(c.note)
             if isinstance(c, SystemNote) and isinstance(c.note, TurnStarted):
                 # Before its first call, a turn's cost is $0 only for a model with a price.
                 self.cost.priced = pricing.known(c.note.model)

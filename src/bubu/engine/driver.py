@@ -131,6 +131,11 @@ class Runner:
         self.tools = {**companions(self.tools), **self.tools}
         self.model_calls = ModelCaller(self)
         self.tool_calls = ToolCalls(self)
+        self._appending = threading.RLock()
+        """Sub-agent calls append their facts from their own threads."""
+        from bubu.engine.children import Children
+
+        self.children: Children | None = Children(self)
         self._catch_up()
 
     @property
@@ -204,6 +209,10 @@ class Runner:
         Other processes may append only notice dismissals to a running session; such an append
         makes ours conflict, so we fold it in and retry. Anything else is a real conflict.
         """
+        with self._appending:
+            self._append(events, durable=durable, blobs=blobs)
+
+    def _append(self, events: Sequence[Event], *, durable: bool, blobs: Sequence[bytes]) -> None:
         staged, after = self._staged, self._after_commit
         while True:
             base = self.high_water - len(self._staged)

@@ -233,7 +233,8 @@ def _notice(
         seen.add(fact.call_id)
         call = runner.turn.calls.get(fact.call_id)
         name = label(call.name, call.arguments) if call is not None else fact.tool
-        group = {"rerun": "silent", "rerun_not_applied": "silent", "applied": "applied"}
+        group = {"rerun": "silent", "rerun_not_applied": "silent", "applied": "applied",
+                 "resume": "silent"}  # fmt: skip
         labels[group.get(fact.decision, "review")].append(name)
     return RecoveryNotice(
         status="ready",

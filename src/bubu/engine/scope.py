@@ -115,11 +115,13 @@ def acting_info(store: Store, info: SessionInfo) -> tuple[SessionInfo, SessionFa
 
 
 Verdict = Literal[
-    "recover", "running", "idle", "elsewhere", "adopted", "no_workspace", "no_server", "error"
-]
+    "recover", "running", "idle", "elsewhere", "adopted", "no_workspace", "no_server", "error",
+    "child",
+]  # fmt: skip
 """``recover``: continue it now. ``adopted`` (imported or forked), ``no_workspace``,
 ``no_server`` (an older Bubu did not record the model's server) and ``error``: leave it to the
-user, and say so. The rest: not ours to continue, nothing to say."""
+user, and say so. ``child``: a sub-agent, continued by its parent's recovery. The rest: not ours
+to continue, nothing to say."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,6 +158,8 @@ def classify(store: Store, info: SessionInfo) -> Found:
     if not holder_gone(store, info.id, store.current_lease(info.id)):
         return Found(session=info, verdict="running")
     acting, facts = acting_info(store, info)
+    if facts.parent is not None:
+        return Found(session=acting, verdict="child", reason=f"a sub-agent of {facts.parent}")
     if facts.adopted:
         return Found(session=acting, verdict="adopted", reason=facts.describe())
     run = next(
@@ -198,7 +202,7 @@ def scan(store: Store, *, skip: Container[str] = ()) -> list[Found]:
             f = classify(store, info)
         except Exception as e:  # one bad session must not stop the look at the others
             f = Found(session=info, verdict="error", reason=f"{type(e).__name__}: {e}")
-        if f.verdict not in ("idle", "running", "elsewhere"):
+        if f.verdict not in ("idle", "running", "elsewhere", "child"):
             found.append(f)
     return found
 

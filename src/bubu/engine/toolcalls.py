@@ -42,7 +42,7 @@ from bubu.projections.turn import CallState, TurnFold, result_digest
 from bubu.providers.base import arguments_error
 from bubu.snapshot.take import snapshots_enabled, snapshotter
 from bubu.tools import sandbox
-from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
+from bubu.tools.base import Children, Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.patch import offered
 from bubu.tools.places import store_files
 from bubu.tools.protected import protected_write, write_reason
@@ -67,6 +67,10 @@ class ToolHost(RunnerView, Protocol):
     """Set once a stop is asked for: a running tool's cancel signal."""
     stop_reason: StopReason | None
     longrun: LongRunFold
+
+    @property
+    def children(self) -> Children | None:
+        """Sub-agents (`bubu.engine.children`)."""
 
     @property
     def asker(self) -> Asker:
@@ -180,6 +184,8 @@ class ToolCalls:
             marker=f"{self.host.session.id}/{self.host.run}/{call.call_id}",
             memory=self.read_memory,
             images=images.accepts_images(self.host.provider),
+            children=self.host.children,
+            call_id=call.call_id,
         )
 
     def read_memory(self) -> dict[str, Note]:

@@ -306,6 +306,11 @@ def run_claim(
     `workspaces`, the session runs in a copy of its workspace of this worker's own
     (`bubu.engine.materialize`)."""
     info, facts = acting_info(host.store, claim.session)
+    if facts.parent is not None and claim.state != "queued":
+        # Its parent's recovery continues it (wherever that runs); the claim is put off.
+        raise ConfigError(
+            f"session {info.id} is a sub-agent of {facts.parent}; it continues with it"
+        )
     if facts.adopted and claim.state != "queued":
         raise ConfigError(
             f"session {info.id} was {facts.describe()}, so its unfinished turn is continued only "

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from bubu.events import (
+    ChildFinished,
     EndCause,
     Error,
     ModelRequest,
@@ -100,6 +102,8 @@ class LongRunFold:
     """The model in use now; None until a turn starts."""
     end_cause: EndCause | None = None
     _last_invocation: str | None = field(default=None, repr=False)
+    _children: set[str] = field(default_factory=set, repr=False)
+    """Sub-agents whose spend is counted in `tokens`."""
 
     def apply(self, r: Record) -> None:
         """Fold one record in (in seq order, each once)."""
@@ -121,6 +125,8 @@ class LongRunFold:
                 self.retrying = self.last_error is not None
             elif isinstance(n, ModelSwitch):
                 self.model, self.streak_on_model = n.to_model, 0
+            elif self._counts(n, ev.turn):
+                self.tokens += n.tokens
         elif isinstance(c, Error) and ev.turn == self.turn and self.open:
             if self.streak == 0:
                 self.since_ms = ev.ts
@@ -148,6 +154,15 @@ class LongRunFold:
         if self.run_start_ms is not None:
             self.last_ms = max(self.last_ms or ev.ts, ev.ts)
 
+    def _counts(self, n: object, turn: str | None) -> TypeGuard[ChildFinished]:
+        """A sub-agent's end in the open turn, not counted yet (a child read back counts once)."""
+        if not isinstance(n, ChildFinished) or turn != self.turn or not self.open:
+            return False
+        if n.child in self._children:
+            return False
+        self._children.add(n.child)
+        return True
+
     def _started(self, r: Record, n: TurnStarted) -> None:
         self._close_run()
         self.turn, self.open, self.end_cause = r.event.turn, True, None
@@ -156,6 +171,7 @@ class LongRunFold:
         self.retry_for_s, self.max_steps = n.retry_for_s, n.max_steps
         self.token_limit, self.time_limit_s = n.token_limit, n.time_limit_s
         self.steps = self.tokens = self.run_ms = 0
+        self._children = set()
         self.run_start_ms = self.last_ms = None
         self.streak = self.streak_on_model = 0
         self.since_ms = self.last_error = self.last_error_ms = None

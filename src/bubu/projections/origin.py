@@ -46,6 +46,10 @@ class SessionFacts:
     title_known: bool = True
     model_known: bool = True
     """Whether the title and the model come from the chain (else from the header)."""
+    parent: str | None = None
+    parent_call: str | None = None
+    """A sub-agent's parent session and the `delegate` call that started it (it is recovered
+    with its parent, never by itself)."""
 
     @property
     def adopted(self) -> bool:
@@ -74,6 +78,7 @@ def fold_facts(
     """(workspace, title, model, model_known) of the latest note that states them."""
     origin: Origin = "new"
     source: str | None = None
+    parent: tuple[str, str | None] | None = None
     for r in notes:
         c = r.event.content
         if not isinstance(c, SystemNote):
@@ -83,6 +88,8 @@ def fold_facts(
             chained = (n.workspace, n.title, n.model, True)
             if n.origin != "new":
                 origin, source = n.origin, n.source
+            if n.parent is not None:
+                parent = (n.parent, n.parent_call)
         elif isinstance(n, TurnStarted) and n.workspace is not None:
             known = chained is not None and chained[3]
             chained = (n.workspace, n.title, chained[2] if known and chained else None, known)
@@ -93,10 +100,11 @@ def fold_facts(
         if isinstance(fork, dict):
             origin = "fork"
             source = str(fork.get("session")) if fork.get("session") else None
+    up, call = parent if parent is not None else (None, None)
     if chained is None:
         return SessionFacts(
             workspace=workspace, title=title, model=model, origin=origin, source=source,
-            chained=False,
+            chained=False, parent=up, parent_call=call,
         )  # fmt: skip
     ws, chained_title, chained_model, model_known = chained
     return SessionFacts(
@@ -107,6 +115,8 @@ def fold_facts(
         source=source,
         title_known=chained_title is not None,
         model_known=model_known,
+        parent=up,
+        parent_call=call,
     )
 
 

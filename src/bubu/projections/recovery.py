@@ -66,6 +66,10 @@ class Plan:
     """The user overrode a block (`reason`) with `bubu recover --force`."""
 
 
+RESUMABLE = frozenset({"delegate"})
+"""Tools whose call is resumed after a crash: a `delegate` call's child session is keyed by the
+call, so running the call again continues that child (or reads its result back), exactly once."""
+
 DELETED = "deleted"
 """The ``after_sha256`` of a provable write that removes its file (a rewind deleting a file that
 was created after the seq it goes back to): applied when the file is absent."""
@@ -92,6 +96,8 @@ def label(name: str, args: Mapping[str, object]) -> str:
         or args.get("pattern")
         or args.get("handle")
         or args.get("key")
+        or args.get("task")
+        or args.get("child")
     )
     text = one_line_marked(str(main)) if main is not None else ""
     if len(text) > 60:
@@ -154,6 +160,8 @@ def _recovery_fact(
     if d.tool != f.tool:
         return f"{where} says {f.call_id} was {f.tool}, its dispatch says {d.tool}"
     proven = d.effect == "provable_write" and bool(d.path and d.after_sha256)
+    if f.decision == "resume" and d.tool not in RESUMABLE:
+        return f"{where} resumes {f.call_id}, but {d.tool} is not a sub-agent"
     if f.decision == "rerun" and d.effect != "read_only":
         return f"{where} re-runs {f.call_id}, but its dispatch is {d.effect}, not read-only"
     if f.decision in ("applied", "rerun_not_applied") and not proven:
@@ -172,7 +180,12 @@ def _decide(
     known = effects.get(c.name, "side_effecting")
     effect = known if _RANK[known] >= _RANK[d.effect] else d.effect
     decision: RecoveryDecision
-    if effect == "read_only":
+    if d.tool in RESUMABLE:
+        decision, reason = (
+            "resume",
+            "a sub-agent: its child session is continued, never started again",
+        )
+    elif effect == "read_only":
         decision, reason = "rerun", "read-only: re-run silently"
     elif effect == "provable_write" and d.path and d.after_sha256:
         now = observed.get(d.path)
@@ -225,7 +238,8 @@ def plan_recovery(
         return Plan(kind="blocked", turn=t.turn, reason=problem)
     dangling = t.dangling
     for c in dangling:
-        if c.recoveries:
+        # A child crashing again is its own recovery's concern (its plan sees its crash loops).
+        if c.recoveries and c.name not in RESUMABLE:
             return Plan(
                 kind="blocked",
                 turn=t.turn,

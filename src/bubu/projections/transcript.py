@@ -8,6 +8,8 @@ from typing import Literal
 
 from bubu.events import (
     CheckpointBody,
+    ChildFinished,
+    ChildStarted,
     Compaction,
     Error,
     FunctionCall,
@@ -205,12 +207,27 @@ class Transcript:
                     if snap.tree is not None
                     else f"the workspace {source} could not be stored: {snap.partial}"
                 )
+            case ChildStarted() | ChildFinished():
+                text = child_text(n)
+            case SessionStarted(parent=str(parent), parent_call=call):
+                text = f"sub-agent of session {parent} (call {call}); it recovers with its parent"
             case CheckpointBody() | SummaryChunk():
                 text = None  # the compaction note that follows is the marker people see
             case _:
                 text = None
         if text:
             self.items.append(Message(seq=r.seq, kind=kind, text=text, turn=turn))
+
+
+def child_text(n: ChildStarted | ChildFinished) -> str:
+    """A sub-agent's start or end as a person reads it."""
+    if isinstance(n, ChildStarted):
+        how = "resumed" if n.resumed else "started"
+        agent = f" ({n.agent})" if n.agent else ""
+        branch = f" on branch {n.branch}" if n.branch else ""
+        return f"sub-agent {n.child}{agent} {how} for {n.call_id}{branch}"
+    back = ", read back after a crash" if n.read_back else ""
+    return f"sub-agent {n.child} {n.reason} ({n.tokens:,} tokens{back})"
 
 
 def server_text(n: ServerNote | WindowLearned) -> str:

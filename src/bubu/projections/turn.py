@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from bubu.events import (
+    ChildFinished,
     FunctionCall,
     FunctionResponse,
     ModelRequest,
@@ -126,6 +127,8 @@ class TurnFold:
     high_water: int = 0
     _last_invocation: str | None = None
     _same: dict[tuple[str, str], CallState] = field(default_factory=dict)
+    _children: set[str] = field(default_factory=set)
+    """Sub-agents whose cost is counted in `turn_cost`."""
     """The latest finished call of each (tool, arguments), in this run."""
 
     def apply(self, r: Record) -> None:
@@ -193,6 +196,7 @@ class TurnFold:
         if isinstance(n, TurnStarted):
             if r.event.turn != self.turn:
                 self.turn_cost = 0.0  # a new turn (a resumed one keeps what it spent)
+                self._children = set()
             self.max_cost = n.max_cost
             self.turn, self.open, self.end_reason = r.event.turn, True, None
             self.model, self.max_steps = n.model, n.max_steps
@@ -232,6 +236,10 @@ class TurnFold:
             self._same = {}  # a new run gives a looping model another chance
         elif isinstance(n, ModelRequest):
             self.inflight_request = n
+        elif isinstance(n, ChildFinished) and r.event.turn == self.turn and self.open:
+            if n.child not in self._children:  # a sub-agent's spend counts in its parent's turn
+                self._children.add(n.child)
+                self.turn_cost += n.cost_usd
         elif isinstance(n, SummaryChunk):
             self.inflight_request = None  # the summarizer call it answers is over
         elif isinstance(n, WindowLearned):

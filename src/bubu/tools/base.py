@@ -64,6 +64,19 @@ class WriteIntent:
     blob store with the dispatch so that a rewind can put it back (`bubu.engine.keep`)."""
 
 
+class Children(Protocol):
+    """What the engine gives the sub-agent tools: start (or resume) a child session for a call,
+    and merge a finished child's branch (`bubu.engine.children`)."""
+
+    def delegate(self, call_id: str, args: dict[str, JSON]) -> ToolResult:
+        """Run the child session of `call_id` to its end; its report is the result."""
+        ...
+
+    def merge(self, args: dict[str, JSON]) -> ToolResult:
+        """Bring a finished child's changes into the workspace."""
+        ...
+
+
 @dataclass(slots=True, kw_only=True)
 class ToolContext:
     """What a running tool may use.
@@ -101,6 +114,10 @@ class ToolContext:
     still running then is stopped, and its result says so."""
     time_limit: str = ""
     """The turn's time limit as a person wrote it (``5s``), for that result."""
+    children: Children | None = None
+    """Sub-agents (None: this host runs none)."""
+    call_id: str = ""
+    """The call's id in the log (a sub-agent's session is keyed by it)."""
 
 
 class Tool(Protocol):

@@ -13,6 +13,7 @@ from typing import Literal
 
 import msgspec
 
+from bubu.engine.childtree import children_json
 from bubu.engine.memory import workspace_memory
 from bubu.engine.permissions import asked_command, show_command
 from bubu.engine.recovery import lease_is_stale
@@ -21,6 +22,7 @@ from bubu.events import (
     Compaction,
     PermissionRequest,
     Record,
+    SessionStarted,
     SystemNote,
     Text,
     kind_of,
@@ -96,6 +98,8 @@ class SessionRow(msgspec.Struct, kw_only=True):
     usage: Usage
     running_here: bool
     snippet: str | None = None
+    parent: str | None = None
+    """The session that started this one as a sub-agent."""
     """Where a search matched the transcript (a session search only)."""
 
 
@@ -196,6 +200,20 @@ class NoteView(msgspec.Struct, kw_only=True):
     session: str
 
 
+class ChildView(msgspec.Struct, kw_only=True):
+    """One sub-agent of the session: its session, state, spend and its own sub-agents."""
+
+    session: str
+    call_id: str
+    agent: str | None
+    model: str
+    branch: str | None
+    state: str
+    tokens: int
+    cost_usd: float
+    children: list[ChildView] = msgspec.field(default_factory=list)
+
+
 class Detail(msgspec.Struct, kw_only=True):
     """Everything the session page shows at once."""
 
@@ -213,6 +231,8 @@ class Detail(msgspec.Struct, kw_only=True):
     provider_unavailable."""
     plan: list[PlanItemView] | None = None
     memory: list[NoteView] = msgspec.field(default_factory=list)
+    children: list[ChildView] = msgspec.field(default_factory=list)
+    """The session's sub-agents, each with its own (a tree)."""
 
 
 class LogRow(msgspec.Struct, kw_only=True):
@@ -273,6 +293,7 @@ class _Summary:
     status: Status = field(default_factory=Status)
     usage: Usage = field(default_factory=Usage)
     requests: list[str] = field(default_factory=list)
+    parent: str | None = None
 
 
 class SessionIndex:
@@ -295,6 +316,8 @@ class SessionIndex:
                     c = r.event.content
                     if isinstance(c, Text) and r.event.role == "user":
                         s.requests.append(c.text[:2000].lower())
+                    elif isinstance(c, SystemNote) and isinstance(c.note, SessionStarted):
+                        s.parent = c.note.parent or s.parent
                 if new:
                     s.high_water = new[-1].seq
             return s
@@ -310,6 +333,7 @@ class SessionIndex:
             pending_permissions=len(st.pending_permissions),
             notice=st.notice_seq is not None and not st.notice_dismissed,
             usage=msgspec.structs.replace(s.usage), running_here=self.manager.running_here(info.id),
+            parent=s.parent,
         )  # fmt: skip
 
     def rows(self, *, status: str | None = None, query: str | None = None) -> list[SessionRow]:
@@ -423,6 +447,7 @@ def detail(index: SessionIndex, info: SessionInfo) -> Detail:
         waiting=_waiting(records) if state == "running" else None,
         cause=(st.state in ("failed", "stopped") and fold_longrun(records).end_cause) or None,
         plan=_plan(records),
+        children=msgspec.convert(children_json(store, records), list[ChildView]),
         memory=[
             NoteView(key=n.key, text=n.text, ts=n.ts, session=n.session)
             for n in sorted(workspace_memory(store, info.workspace).values(), key=lambda n: -n.ts)

@@ -182,7 +182,8 @@ function renderSessions(rows) {
     const flags = [];
     if (s.notice) flags.push(h("span", { class: "flag notice", title: "A recovery notice waits to be dismissed", text: "recovered" }));
     if (s.pending_permissions) flags.push(h("span", { class: "flag perm", text: "needs approval" }));
-    const link = h("a", { href: "#/s/" + encodeURIComponent(s.id), class: "title", text: s.title });
+    const link = h("a", { href: "#/s/" + encodeURIComponent(s.id), class: "title", text: (s.parent ? "↳ " : "") + s.title,
+      title: s.parent ? "sub-agent of " + s.parent : "" });
     const snippet = s.snippet ? h("div", { class: "snippet muted small", text: s.snippet }) : null;
     return h("tr", { dataset: { id: s.id }, onclick: (ev) => { if (ev.target.tagName !== "A") location.hash = "#/s/" + s.id; } },
       h("td", {}, badge(s.status), ...flags),
@@ -419,7 +420,7 @@ async function act(s, action, body) {
 
 // ---- recovery notice -----------------------------------------------------------------------
 
-const DECISION_LABEL = { rerun: "re-run silently", rerun_not_applied: "not applied, re-run", applied: "recorded as applied", interrupted: "awaits your review" };
+const DECISION_LABEL = { rerun: "re-run silently", rerun_not_applied: "not applied, re-run", applied: "recorded as applied", interrupted: "awaits your review", resume: "sub-agent resumed" };
 const MATCH_LABEL = { after: "the file now has the intended content (after-hash)", before: "the file now is as before the write (before-hash)",
   neither: "the file now matches neither recorded hash", absent: "the file does not exist now" };
 
@@ -526,6 +527,20 @@ function renderPlanMemory(s) {
       h("dl", {}, ...notes.flatMap((n) => [
         h("dt", { class: "mono", title: "Remembered by " + n.session, text: n.key }),
         h("dd", { text: n.text })]))));
+  }
+  const kids = d.children || [];
+  if (kids.length || d.session.parent) {
+    const running = kids.filter((c) => c.state === "running").length;
+    const tree = (cs) => h("ul", {}, ...cs.map((c) => h("li", { class: "child " + c.state, dataset: { child: c.session } },
+      h("a", { href: "#/s/" + encodeURIComponent(c.session), class: "mono", text: c.session }),
+      h("span", { text: (c.agent ? ` (${c.agent}) ` : " ") }), badge(c.state),
+      h("span", { class: "muted small", text: ` ${short(c.tokens)} tokens` + (c.branch ? ` · branch ${c.branch}` : "") }),
+      c.children.length ? tree(c.children) : null)));
+    parts.push(h("div", { class: "children", id: "children" },
+      h("div", { class: "panel-head" }, h("strong", { text: "Sub-agents" }),
+        h("span", { class: "muted", text: d.session.parent ? "sub-agent of " : `${running} running of ${kids.length}` }),
+        d.session.parent ? h("a", { href: "#/s/" + encodeURIComponent(d.session.parent), class: "mono", text: d.session.parent }) : null),
+      kids.length ? tree(kids) : null));
   }
   fill($("#plan-memory"), ...parts);
 }
