@@ -25,13 +25,16 @@ from typing import Literal
 from bubu.errors import ConfigError
 
 Source = Literal["flag", "env", "profile", "workspace", "user", "default"]
-Guard = Literal["free", "trust", "user_only", "sandbox", "off_only", "lower", "budget", "patterns"]
+Guard = Literal[
+    "free", "trust", "user_only", "sandbox", "off_only", "lower", "budget", "patterns", "narrow"
+]
 """How a workspace file may set a key: `free`ly; only once the workspace is trusted (`trust`:
 it chooses who acts); never (`user_only`); or only tighter than the user's setting: a stricter
 `sandbox` mode, `off_only` (false, never true), `lower` (a limit; set where the user has none
 unless the key has an `unset` value to stay under), `budget` (lower than a value the user set;
 nothing where the user set none, since none means nothing is spent) or `patterns` (only
-patterns the user's list already has, unless trusted)."""
+patterns the user's list already has, unless trusted) or `narrow` (only entries the user's list
+already has, trusted or not)."""
 
 FILE_NAME = "config.toml"
 
@@ -349,6 +352,27 @@ KEYS: tuple[Key, ...] = (
         guard="lower",
         unset=_limit_default("max_file_size"),
     ),
+    Key(
+        "web_domains",
+        "web_domains",
+        _strs,
+        "domains web_fetch may fetch without --network",
+        guard="narrow",
+    ),
+    Key(
+        "web_search_url",
+        "web_search_url",
+        _str,
+        "a search backend's URL with {query} (SearXNG JSON) for web_search",
+        guard="user_only",
+    ),
+    Key(
+        "web_search",
+        "web_search",
+        _bool,
+        "let the model search the web with its provider's own search tool",
+        guard="off_only",
+    ),
     Key("yes", "yes", _bool, "approve every permission request", guard="off_only"),
     Key("allow", "allow", _strs, "command patterns allowed without asking", guard="patterns"),
     Key(
@@ -604,6 +628,13 @@ def _admit(key: Key, value: object, user: object, trusted: bool) -> tuple[object
         if value is True and user is not True:
             return None, f"{name} = true widens what runs without asking"
         return value, None
+    if key.guard == "narrow":
+        mine = _strs(user or [])
+        extra = [p for p in _strs(value) if p not in mine]
+        kept = [p for p in _strs(value) if p in mine]
+        if extra:
+            return kept, f"{name} adds {', '.join(repr(p) for p in extra)}, which yours has not"
+        return value, None
     if key.guard == "patterns":
         if trusted:
             return value, None
@@ -760,7 +791,7 @@ def resolve(
                 "user_only" if key.guard == "user_only" else "looser"
             )  # fmt: skip
             ignored.append(Ignored(key.name, theirs, _where(ws, key.name, table), why, kind))
-        narrowed = key.guard == "patterns" and value != (mine.value or [])
+        narrowed = key.guard in ("patterns", "narrow") and value != (mine.value or [])
         if why is None or narrowed:
             out[key.name] = Setting(key.name, value, "workspace", str(ws.path))
         else:

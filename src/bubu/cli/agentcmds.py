@@ -394,6 +394,8 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     from bubu.engine.loops import DEFAULT_LOOP_LIMIT
     from bubu.engine.settings import ModelSettings, env_stall_timeout
 
+    extra = extra_tools(opts)
+
     return Host(
         store=store,
         provider=provider,
@@ -406,9 +408,9 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             max_output_tokens=opts.get("max_output_tokens"),
             cache_ttl=opts.get("cache_ttl"),
         ),
-        tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env),
+        tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env) | extra,
         mcp_config=str(mcp.resolve()) if mcp is not None else None,
-        load_tools=None if chosen else lambda path: host_tools(path, pass_env=pass_env),
+        load_tools=None if chosen else lambda path: host_tools(path, pass_env=pass_env) | extra,
         policy=Policy(
             yes=bool(opts.get("yes")),
             allow_commands=tuple(opts.get("allow") or ()),
@@ -417,6 +419,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             pass_env=pass_env,
             box=sandbox_box(opts),
             allow_write=tuple(opts.get("allow_write") or ()),
+            web_domains=tuple(opts.get("web_domains") or ()),
         ),
         asker=observer.ask,
         observer=wrap(observer, opts.get("notify"), store, opts.get("notify_timeout")),
@@ -440,6 +443,20 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             ),
         ),
     )
+
+
+def extra_tools(opts: dict[str, Any]) -> dict[str, Any]:
+    """The tools a host offers beside the registered ones, by what the settings allow: the web
+    tools (`bubu.tools.web`)."""
+    from bubu.tools import tool_table
+    from bubu.tools.web import web_tools
+
+    web = web_tools(
+        network=bool(opts.get("network")),
+        domains=tuple(opts.get("web_domains") or ()),
+        search=opts.get("web_search_url"),
+    )
+    return dict(tool_table(web, where="the web tools"))  # type: ignore[arg-type]
 
 
 @contextmanager

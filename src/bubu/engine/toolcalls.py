@@ -133,6 +133,7 @@ class ToolCalls:
             pass_env=tuple(dict.fromkeys([*p.pass_env, *t.pass_env])),
             box=self.sandbox_options,
             allow_write=tuple(dict.fromkeys([*p.allow_write, *t.allow_write])),
+            web_domains=p.web_domains,
         )
 
     @property
@@ -179,6 +180,8 @@ class ToolCalls:
             marker=f"{self.host.session.id}/{self.host.run}/{call.call_id}",
             memory=self.read_memory,
             images=images.accepts_images(self.host.provider),
+            network=self.sandbox_mode[1],
+            web_domains=self.host.policy.web_domains,
         )
 
     def read_memory(self) -> dict[str, Note]:

@@ -101,6 +101,10 @@ class ToolContext:
     still running then is stopped, and its result says so."""
     time_limit: str = ""
     """The turn's time limit as a person wrote it (``5s``), for that result."""
+    network: bool = False
+    """Whether the turn may use the network (``--network``): web_fetch reaches any address."""
+    web_domains: tuple[str, ...] = ()
+    """The domains web_fetch may reach without the network permission (``web_domains``)."""
 
 
 class Tool(Protocol):
