@@ -12,6 +12,7 @@ option it feeds, how its value is checked, and how a workspace may set it (`Guar
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import os
@@ -682,6 +683,11 @@ def chooser_files(ws: _Layer) -> list[Path]:
         for name, value in table.items():
             if BY_NAME[name].guard == "trust" and BY_NAME[name].relative and isinstance(value, str):
                 named.append(Path(value))
+    # Prompt files may choose a model and approve commands: a change to one asks again too.
+    root = ws.path.parent.parent
+    for d in (".bubu/commands", ".claude/commands"):
+        with contextlib.suppress(OSError):
+            named += sorted(p for p in (root / d).glob("*.md") if p.is_file())
     return [ws.path, *dict.fromkeys(named)]
 
 

@@ -146,13 +146,13 @@ def test_private_addresses_need_the_host_named_exactly(monkeypatch: pytest.Monke
 
 def test_the_host_offers_web_tools_only_where_the_settings_let_them_reach_something() -> None:
     assert web_tools(network=False, domains=(), search=None) == []
-    assert [t.name for t in web_tools(network=False, domains=("a.org",), search="http://s/?q={query}")] == ["web_fetch", "web_search"]  # type: ignore[attr-defined]  # fmt: skip
+    assert [t.name for t in web_tools(network=False, domains=("a.org",), search="http://s/?q={query}")] == ["web_fetch", "web_search"]  # fmt: skip
     assert "web_fetch" not in builtin_tools()
 
 
 def test_web_search_reads_a_searxng_style_backend(server: str, ctx: ToolContext) -> None:
     search = make_web_search(server + "/search?format=json&q={query}")
-    r = search.run({"query": "bubu agent"}, ctx, None)  # type: ignore[attr-defined]
+    r = search.run({"query": "bubu agent"}, ctx, None)
     assert not r.is_error, r.output
     assert "About bubu agent" in r.output
     assert "https://example.org/a" in r.output

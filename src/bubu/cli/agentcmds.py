@@ -447,16 +447,21 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
 
 def extra_tools(opts: dict[str, Any]) -> dict[str, Any]:
     """The tools a host offers beside the registered ones, by what the settings allow: the web
-    tools (`bubu.tools.web`)."""
+    tools (`bubu.tools.web`), and `skill` where the workspace or ``$BUBU_HOME`` has skills."""
+    from bubu.engine.extensions import skills
     from bubu.tools import tool_table
     from bubu.tools.web import web_tools
 
-    web = web_tools(
+    extra = web_tools(
         network=bool(opts.get("network")),
         domains=tuple(opts.get("web_domains") or ()),
         search=opts.get("web_search_url"),
     )
-    return dict(tool_table(web, where="the web tools"))  # type: ignore[arg-type]
+    if skills(opts.get("workspace_dir")):
+        from bubu.tools.skill import skill
+
+        extra.append(skill)
+    return dict(tool_table(extra, where="the host's extra tools"))
 
 
 @contextmanager
@@ -591,6 +596,8 @@ def run_cmd(
     from bubu.providers.scripted import absolute_spec
 
     observer = observer_for(opts["jsonl"])
+    prepared = _prompt_file(task, workspace, opts)
+    task = prepared.prompt if prepared is not None else task
     check_task(task)
     attached = [images.load(path) for path in image_paths]  # refused before anything is written
     info: SessionInfo
@@ -605,6 +612,11 @@ def run_cmd(
         host = make_host(store, model, opts, observer)  # a bad model spec creates no session
         _check_images(host, attached)
         info = new_session(store, task=task, workspace=workspace, model=model)
+    if prepared is not None and prepared.allow:
+        from dataclasses import replace
+
+        allowed = (*host.policy.allow_commands, *prepared.allow)
+        host.policy = replace(host.policy, allow_commands=tuple(dict.fromkeys(allowed)))
     with signals(host):
         if isinstance(observer, TerminalObserver):
             banner = f"bubu · {info.id} · {model} · {printable(info.workspace)}"
@@ -620,6 +632,21 @@ def run_cmd(
         1.0 if shutdown.requested() else 60.0
     )  # asked to shut down: not held up by the look
     finish(reason, observer, info.id)
+
+
+def _prompt_file(task: str, workspace: str, opts: dict[str, Any]) -> Any:
+    """`bubu run "/NAME ARGS"`: the prompt file's `Prepared` (its model unless -m gave one),
+    None for an ordinary task."""
+    from bubu.cli.prompts import find
+
+    prepared = find(task, workspace) if task.lstrip().startswith("/") else None
+    if prepared is None:
+        return None
+    if prepared.ignored:
+        click.echo(f"bubu: warning: {prepared.ignored}", err=True)
+    if prepared.model and not opts.get("model"):
+        opts["model"] = prepared.model
+    return prepared
 
 
 def _check_images(host: Host, attached: list[tuple[str, bytes]]) -> None:

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import quote_plus, urljoin, urlsplit
 
 from bubu.errors import ToolError
-from bubu.tools.base import ToolContext, ToolResult
+from bubu.tools.base import Tool, ToolContext, ToolResult
 from bubu.tools.decorator import tool
 from bubu.tools.schema import Arguments
 
@@ -262,7 +262,7 @@ def search_lines(answer: object) -> list[str]:
     return out
 
 
-def make_web_search(template: str) -> object:
+def make_web_search(template: str) -> Tool:
     """The web_search tool, asking the backend at `template` (the user's own setting)."""
 
     @tool(
@@ -297,10 +297,10 @@ def make_web_search(template: str) -> object:
     return web_search
 
 
-def web_tools(*, network: bool, domains: Sequence[str], search: str | None) -> list[object]:
+def web_tools(*, network: bool, domains: Sequence[str], search: str | None) -> list[Tool]:
     """The web tools a host offers: web_fetch where the network or an allow-list lets it reach
     anything, web_search where a backend is configured."""
-    out: list[object] = []
+    out: list[Tool] = []
     if network or domains:
         out.append(web_fetch)
     if search:
