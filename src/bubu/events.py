@@ -56,6 +56,9 @@ class Text(_Base, frozen=True, kw_only=True, tag="text", tag_field="kind"):
 
     text: str
     images: list[ImageRef] = msgspec.field(default_factory=list)
+    native: JSON | None = None
+    """A provider's own content behind model text (a server-side web search's call or results),
+    replayed to that provider verbatim; `text` says what it was."""
 
 
 class Thinking(_Base, frozen=True, kw_only=True, tag="thinking", tag_field="kind"):

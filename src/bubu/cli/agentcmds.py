@@ -394,7 +394,9 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     from bubu.engine.loops import DEFAULT_LOOP_LIMIT
     from bubu.engine.settings import ModelSettings, env_stall_timeout
 
-    extra = extra_tools(opts)
+    if opts.get("web_search") and hasattr(provider, "web_search"):
+        provider.web_search = True  # the provider's own search, on its side
+    extra = extra_tools(opts, native_search=bool(getattr(provider, "web_search", False)))
 
     return Host(
         store=store,
@@ -445,9 +447,10 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     )
 
 
-def extra_tools(opts: dict[str, Any]) -> dict[str, Any]:
+def extra_tools(opts: dict[str, Any], *, native_search: bool = False) -> dict[str, Any]:
     """The tools a host offers beside the registered ones, by what the settings allow: the web
-    tools (`bubu.tools.web`), and `skill` where the workspace or ``$BUBU_HOME`` has skills."""
+    tools (`bubu.tools.web`; no `web_search` where the provider searches itself), and `skill`
+    where the workspace or ``$BUBU_HOME`` has skills."""
     from bubu.engine.extensions import skills
     from bubu.tools import tool_table
     from bubu.tools.web import web_tools
@@ -455,7 +458,7 @@ def extra_tools(opts: dict[str, Any]) -> dict[str, Any]:
     extra = web_tools(
         network=bool(opts.get("network")),
         domains=tuple(opts.get("web_domains") or ()),
-        search=opts.get("web_search_url"),
+        search=None if native_search else opts.get("web_search_url"),
     )
     if skills(opts.get("workspace_dir")):
         from bubu.tools.skill import skill

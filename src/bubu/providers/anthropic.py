@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias, assert_never
+from typing import Any, Literal, TypeAlias, assert_never
 
 import anthropic
 import httpx2
@@ -247,6 +247,8 @@ def _assistant_blocks(parts: tuple[AssistantPart, ...]) -> list[ContentBlockPara
                 blocks.append({"type": "thinking", "thinking": part.text, "signature": signature})
             case ThinkingPart():
                 pass  # unsigned thinking (another provider's) cannot be verified, so is not sent
+            case TextPart(native={"anthropic": dict() as block}):
+                blocks.append(block)  # type: ignore[arg-type]  # a server tool's, as received
             case TextPart(text=text):
                 if text:
                     blocks.append({"type": "text", "text": text})
@@ -268,10 +270,13 @@ def _assistant_blocks(parts: tuple[AssistantPart, ...]) -> list[ContentBlockPara
 
 
 class _Block:
-    __slots__ = ("call_id", "chunks", "data", "input", "kind", "name", "signature")
+    __slots__ = ("call_id", "chunks", "data", "input", "kind", "name", "native", "signature")
 
-    def __init__(self, kind: Literal["text", "thinking", "redacted", "tool_use", "other"]) -> None:
+    def __init__(
+        self, kind: Literal["text", "thinking", "redacted", "tool_use", "server", "other"]
+    ) -> None:
         self.kind = kind
+        self.native: dict[str, object] = {}
         self.chunks: list[str] = []
         self.signature = ""
         self.data = ""
@@ -391,8 +396,11 @@ def _start_block(content: ContentBlock, on_delta: DeltaSink) -> _Block:
             block = _Block("tool_use")
             block.call_id, block.name = content.id, content.name
             block.input = dict(getattr(content, "input", None) or {})
+        case "server_tool_use" | "web_search_tool_result":
+            # The server's web search (`web_search = true`): kept whole, to be replayed.
+            block = _Block("server")
+            block.native = content.model_dump(mode="json", exclude_unset=True)
         case _:
-            # Server-tool blocks: Bubu offers no server tools, so none are expected.
             block = _Block("other")
     return block
 
@@ -408,10 +416,33 @@ def _finish_block(block: _Block) -> AssistantPart | None:
             return ThinkingPart(text="", redacted=block.data)
         case "tool_use":
             return _tool_call(block, text)
+        case "server":
+            native = dict(block.native)
+            if native.get("type") == "server_tool_use" and text.strip():
+                native["input"] = parse_arguments(text) or native.get("input") or {}
+            return TextPart(text=server_text(native), native={"anthropic": native})
         case "other":
             return None
         case _:
             assert_never(block.kind)
+
+
+WEB_SEARCH_TOOL = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
+"""Anthropic's server-side web search, offered when `web_search` is on."""
+
+
+def server_text(block: dict[str, object]) -> str:
+    """A server tool block in words, for the transcript and for any other provider."""
+    if block.get("type") == "server_tool_use":
+        given = block.get("input")
+        query = given.get("query") if isinstance(given, dict) else None
+        return f"[searched the web for {query!r}]" if query else "[used a server tool]"
+    content = block.get("content")
+    if isinstance(content, dict):  # web_search_tool_result_error
+        return f"[the web search failed: {content.get('error_code', 'unknown error')}]"
+    found = [r for r in content if isinstance(r, dict)] if isinstance(content, list) else []
+    lines = [f"- {r.get('title') or r.get('url')} <{r.get('url')}>" for r in found[:10]]
+    return "[web search results]\n" + "\n".join(lines) if lines else "[no web search results]"
 
 
 def _tool_call(block: _Block, raw: str) -> ToolCallPart:
@@ -428,6 +459,9 @@ def _tool_call(block: _Block, raw: str) -> ToolCallPart:
 
 class AnthropicProvider(_endpoint.AtEndpoint):
     """A Claude model through the Messages API."""
+
+    web_search: bool = False
+    """Offer the model Anthropic's server-side web search (`web_search = true`)."""
 
     def __init__(
         self,
@@ -543,7 +577,9 @@ class AnthropicProvider(_endpoint.AtEndpoint):
     def _open(self, request: ModelRequest) -> anthropic.Stream[RawMessageStreamEvent]:
         ttl = self._cache_ttl
         system = to_system(request.system, ttl)
-        tools = to_tools(request.tools, cache_last=not system, ttl=ttl)
+        tools: list[Any] = list(to_tools(request.tools, cache_last=not system, ttl=ttl))
+        if self.web_search:
+            tools.append(dict(WEB_SEARCH_TOOL))
         budget = self._thinking_budget
         return self._client.messages.create(
             model=self._model,
