@@ -228,3 +228,8 @@ def test_a_mention_is_a_recorded_read_file_call_the_model_sees(ws: Path, tmp_pat
     assert "print('hi')" in resp.result
     (request,) = model.requests
     assert "print('hi')" in str(request.messages)
+    # A host without the skill tool lists no skills: the model is never told of what it
+    # cannot read.
+    notes = [r.event.content.note for r in records if isinstance(r.event.content, SystemNote)]
+    assert not any(isinstance(n, SkillsListed) for n in notes)
+    assert "# Skills" not in request.system

@@ -155,16 +155,23 @@ class Instructions:
         return with_instructions(base, self.fold)
 
     def at_turn_start(
-        self, workspace: str, *, enabled: bool, called: bool, make_note: NoteMaker
+        self,
+        workspace: str,
+        *,
+        enabled: bool,
+        called: bool,
+        make_note: NoteMaker,
+        skills: bool = False,
     ) -> list[Event]:
         """The notes a new turn starts with: the session's first read (`called`: the model was
         called already, so the prefix is fixed and a first read goes to the history too), or
-        the files that changed since they were recorded."""
+        the files that changed since they were recorded; with `skills` (the host offers the
+        `skill` tool), the skills found, listed once, before the model's first call."""
         notes: list[Event] = []
         if enabled:
             with contextlib.suppress(OSError):  # no workspace to read: the turn says so itself
                 notes = self._turn_notes(workspace, called=called, make_note=make_note)
-        if not called and not self.fold.skills_listed:
+        if skills and not called and not self.fold.skills_listed:
             listed = skill_entries(workspace)
             if listed:
                 notes.append(make_note(SkillsListed(skills=listed), False))

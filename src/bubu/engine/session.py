@@ -217,6 +217,7 @@ def start_turn(
         notes = runner.instructions.at_turn_start(
             runner.session.workspace, enabled=host.config.project_instructions,
             called=runner.turn.model_responses > 0, make_note=instructions_note(session, turn, now),
+            skills="skill" in host.tools,
         )  # fmt: skip
         attach = [
             make(session=session.id, turn=turn, role="model", author="host", ts=now,
