@@ -233,3 +233,32 @@ def test_a_mention_is_a_recorded_read_file_call_the_model_sees(ws: Path, tmp_pat
     notes = [r.event.content.note for r in records if isinstance(r.event.content, SystemNote)]
     assert not any(isinstance(n, SkillsListed) for n in notes)
     assert "# Skills" not in request.system
+
+
+def test_the_skills_section_is_the_same_bytes_on_every_call(ws: Path, tmp_path: Path) -> None:
+    """The list is fixed when the session's first turn starts: a skill added later changes no
+    request of the session (the provider's prefix cache keeps hitting)."""
+    from engine.helpers import make_host, scripted
+
+    from bubu.engine.session import new_session, start_turn
+
+    model = scripted(write_script(tmp_path / "m.jsonl", [
+        {"tool_calls": [{"name": "skill", "arguments": {"name": "release"}}]},
+        {"text": "one"}, {"text": "two"}]))  # fmt: skip
+    with SQLiteStore(tmp_path / "bubu.db") as store:
+        host = make_host(store, model)
+        host.tools = {**host.tools, "skill": skill}
+        info = new_session(store, task="t", workspace=ws, model=model.spec)
+        assert start_turn(host, info, "release it") == "completed"
+        (ws / ".bubu" / "skills" / "later").mkdir(parents=True)
+        (ws / ".bubu" / "skills" / "later" / "SKILL.md").write_text(
+            "---\nname: later\ndescription: Added later.\n---\nx\n"
+        )
+        assert start_turn(host, info, "again") == "completed"
+    systems = {r.system for r in model.requests}
+    assert len(model.requests) == 3
+    assert len(systems) == 1
+    (system,) = systems
+    assert "# Skills" in system
+    assert "- release: How to cut a release of this project." in system
+    assert "later" not in system
