@@ -238,9 +238,8 @@ def test_a_mention_is_a_recorded_read_file_call_the_model_sees(ws: Path, tmp_pat
 def test_the_skills_section_is_the_same_bytes_on_every_call(ws: Path, tmp_path: Path) -> None:
     """The list is fixed when the session's first turn starts: a skill added later changes no
     request of the session (the provider's prefix cache keeps hitting)."""
-    from engine.helpers import make_host, scripted
-
     from bubu.engine.session import new_session, start_turn
+    from engine.helpers import make_host, scripted
 
     model = scripted(write_script(tmp_path / "m.jsonl", [
         {"tool_calls": [{"name": "skill", "arguments": {"name": "release"}}]},
