@@ -154,3 +154,25 @@ def test_the_search_is_in_the_log_and_goes_back_from_it(tmp_path: Path) -> None:
     ]
     replayed = _body(wire, 1)["messages"][1]["content"]
     assert replayed[1:3] == [natives[0]["anthropic"], natives[1]["anthropic"]]
+
+
+def test_a_paused_turn_is_sent_back_and_continued_into_one_response() -> None:
+    """`pause_turn`: the server stopped between its searches; the paused content goes back as
+    the assistant's turn, and the continuation's blocks follow it in one response."""
+    wire = Wire([sse("anthropic_web_search_paused.sse"), sse("anthropic_text.sse")])
+    response = _anthropic(wire, search=True).complete(REQUEST, Deltas())
+    assert [p.text for p in response.parts if isinstance(p, TextPart)][::3] == [
+        "Let me look that up.",
+        "Hello, wörld.\n",
+    ]
+    assert len(response.parts) == 4
+    assert response.stop_reason == "end_turn"
+    assert response.usage.output_tokens == 120 + 15
+    _, use, result = _sent_blocks("anthropic_web_search_paused.sse")
+    again = _body(wire, 1)["messages"]
+    assert again[-1]["role"] == "assistant"
+    assert again[-1]["content"] == [
+        {"type": "text", "text": "Let me look that up."},
+        {**use, "input": {"query": "httpx2 latest release"}},
+        result,
+    ]

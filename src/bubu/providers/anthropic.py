@@ -8,6 +8,7 @@ sessions are billed mostly as cache reads. The SDK never retries: the engine doe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -445,6 +446,23 @@ def server_text(block: dict[str, object]) -> str:
     return "[web search results]\n" + "\n".join(lines) if lines else "[no web search results]"
 
 
+MAX_PAUSES = 5
+"""Times one call is continued after the server paused it (`pause_turn`)."""
+
+
+def _joined(first: ModelResponse, then: ModelResponse) -> ModelResponse:
+    """A paused response and its continuation as one: the parts in order, the usage summed."""
+    a, b = first.usage, then.usage
+    usage = Usage(
+        input_tokens=a.input_tokens + b.input_tokens,
+        output_tokens=a.output_tokens + b.output_tokens,
+        cache_read_tokens=a.cache_read_tokens + b.cache_read_tokens,
+        cache_write_tokens=a.cache_write_tokens + b.cache_write_tokens,
+        cache_write_1h_tokens=a.cache_write_1h_tokens + b.cache_write_1h_tokens,
+    )
+    return dataclasses.replace(then, parts=(*first.parts, *then.parts), usage=usage)
+
+
 def _tool_call(block: _Block, raw: str) -> ToolCallPart:
     if not raw.strip():
         return ToolCallPart(call_id=block.call_id, name=block.name, arguments=dict(block.input))
@@ -554,7 +572,19 @@ class AnthropicProvider(_endpoint.AtEndpoint):
         return self._found
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        """Stream one Messages API call; raise ProviderError on any failure."""
+        """Stream one Messages API call; raise ProviderError on any failure. A turn the server
+        paused in the middle of its web searches (`pause_turn`) is sent back as it is and
+        continued, so the engine gets the whole response at once."""
+        response = self._call(request, on_delta)
+        for _ in range(MAX_PAUSES):
+            if response.stop_reason != "pause_turn":
+                break
+            paused = AssistantMessage(parts=response.parts)
+            more = dataclasses.replace(request, messages=(*request.messages, paused))
+            response = _joined(response, self._call(more, on_delta))
+        return response
+
+    def _call(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         assembler = EventAssembler()
         return _retry.stream_call(
             self._vendor,
