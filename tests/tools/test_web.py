@@ -23,7 +23,12 @@ from bubu.log.sqlite import SQLiteStore
 from bubu.tools import ToolContext, builtin_tools
 from bubu.tools.web import WebAccess, check_url, make_web_search, web_fetch, web_tools
 
-pytest.importorskip("markdownify")
+
+@pytest.fixture
+def markdown() -> None:
+    """HTML becomes Markdown through markdownify (a dependency; skipped where it is missing)."""
+    pytest.importorskip("markdownify")
+
 
 PAGE = b"""<!doctype html><html><head><title>t</title><style>p{color:red}</style>
 <script>alert(1)</script></head><body><h1>Release notes</h1>
@@ -82,6 +87,7 @@ def _run(ctx: ToolContext, url: str, fmt: str = "markdown") -> tuple[str, bool]:
     return r.output, r.is_error
 
 
+@pytest.mark.usefixtures("markdown")
 def test_html_becomes_markdown_when_the_allow_list_names_the_host(
     server: str, ctx: ToolContext
 ) -> None:
@@ -106,6 +112,7 @@ def test_without_network_permission_nothing_is_fetched(server: str, ctx: ToolCon
     assert _Handler.hits == []
 
 
+@pytest.mark.usefixtures("markdown")
 def test_a_redirect_off_the_allow_list_is_refused_one_on_it_followed(
     server: str, ctx: ToolContext
 ) -> None:
@@ -161,6 +168,7 @@ def test_web_search_reads_a_searxng_style_backend(server: str, ctx: ToolContext)
     assert _Handler.hits == ["/search?format=json&q=bubu+agent"]
 
 
+@pytest.mark.usefixtures("markdown")
 def test_the_markdown_reaches_the_model_request_and_the_log(server: str, tmp_path: Path) -> None:
     from bubu.engine.session import Host
     from engine.helpers import FAST, call, scripted, write_script

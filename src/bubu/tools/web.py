@@ -186,7 +186,13 @@ def to_markdown(html: str) -> str:
 
 
 def _soup(html: str) -> Any:
-    from bs4 import BeautifulSoup  # markdownify's own parser
+    try:
+        from bs4 import BeautifulSoup  # markdownify's own parser
+    except ImportError:
+        raise ToolError(
+            "reading HTML needs the markdownify package (pip install markdownify), which "
+            'brings its parser; use format="raw" meanwhile'
+        ) from None
 
     soup = BeautifulSoup(html, "html.parser")
     for t in soup(["script", "style", "noscript", "template"]):
