@@ -135,6 +135,7 @@ def test_login_then_calls_with_the_token_refreshed_when_it_expires(
     assert b"signed in as the test user" in _log_bytes(db)
 
 
+@pytest.mark.slow
 def test_login_names_what_is_wrong(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
