@@ -56,6 +56,9 @@ class Text(_Base, frozen=True, kw_only=True, tag="text", tag_field="kind"):
 
     text: str
     images: list[ImageRef] = msgspec.field(default_factory=list)
+    native: JSON | None = None
+    """A provider's own content behind model text (a server-side web search's call or results),
+    replayed to that provider verbatim; `text` says what it was."""
 
 
 class Thinking(_Base, frozen=True, kw_only=True, tag="thinking", tag_field="kind"):
@@ -413,6 +416,23 @@ class ProjectInstructions(_Note, frozen=True, kw_only=True, tag="project_instruc
     files: list[InstructionFile] = msgspec.field(default_factory=list)
 
 
+class SkillEntry(_Base, frozen=True, kw_only=True):
+    """One skill as the model is told of it: its name, what it is for, where it lives, and the
+    hash of its SKILL.md when it was listed."""
+
+    name: str
+    description: str
+    where: str
+    sha256: str = ""
+
+
+class SkillsListed(_Note, frozen=True, kw_only=True, tag="skills_listed"):
+    """The skills found when the session's first turn started (hidden): their names and
+    descriptions are part of the stable prefix; the model reads a body with the `skill` tool."""
+
+    skills: list[SkillEntry] = msgspec.field(default_factory=list)
+
+
 class MemoryForgotten(_Note, frozen=True, kw_only=True, tag="memory_forgotten"):
     """`bubu memory forget KEY`: the workspace's note `key` is no longer recalled."""
 
@@ -504,6 +524,7 @@ Note: TypeAlias = (
     | MemoryForgotten
     | MemoryAccepted
     | ProjectInstructions
+    | SkillsListed
     | TaskHeld
     | TaskApproved
     | WorkspaceTaken

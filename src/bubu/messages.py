@@ -32,6 +32,10 @@ class TextPart:
     """Text from the user or the model."""
 
     text: str
+    native: JSON | None = None
+    """A provider's own content (a server-side tool's call or result: ``{"anthropic": block}``,
+    ``{"openai_responses": item}``), replayed to that provider verbatim; `text` says what it
+    was for any other."""
     kind: Literal["text"] = "text"
 
 

@@ -12,6 +12,7 @@ option it feeds, how its value is checked, and how a workspace may set it (`Guar
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import os
@@ -25,13 +26,16 @@ from typing import Literal
 from bubu.errors import ConfigError
 
 Source = Literal["flag", "env", "profile", "workspace", "user", "default"]
-Guard = Literal["free", "trust", "user_only", "sandbox", "off_only", "lower", "budget", "patterns"]
+Guard = Literal[
+    "free", "trust", "user_only", "sandbox", "off_only", "lower", "budget", "patterns", "narrow"
+]
 """How a workspace file may set a key: `free`ly; only once the workspace is trusted (`trust`:
 it chooses who acts); never (`user_only`); or only tighter than the user's setting: a stricter
 `sandbox` mode, `off_only` (false, never true), `lower` (a limit; set where the user has none
 unless the key has an `unset` value to stay under), `budget` (lower than a value the user set;
 nothing where the user set none, since none means nothing is spent) or `patterns` (only
-patterns the user's list already has, unless trusted)."""
+patterns the user's list already has, unless trusted) or `narrow` (only entries the user's list
+already has, trusted or not)."""
 
 FILE_NAME = "config.toml"
 
@@ -357,6 +361,27 @@ KEYS: tuple[Key, ...] = (
         guard="lower",
         unset=_limit_default("max_file_size"),
     ),
+    Key(
+        "web_domains",
+        "web_domains",
+        _strs,
+        "domains web_fetch may fetch without --network",
+        guard="narrow",
+    ),
+    Key(
+        "web_search_url",
+        "web_search_url",
+        _str,
+        "a search backend's URL with {query} (SearXNG JSON) for web_search",
+        guard="user_only",
+    ),
+    Key(
+        "web_search",
+        "web_search",
+        _bool,
+        "let the model search the web with its provider's own search tool",
+        guard="off_only",
+    ),
     Key("yes", "yes", _bool, "approve every permission request", guard="off_only"),
     Key("allow", "allow", _strs, "command patterns allowed without asking", guard="patterns"),
     Key(
@@ -612,6 +637,13 @@ def _admit(key: Key, value: object, user: object, trusted: bool) -> tuple[object
         if value is True and user is not True:
             return None, f"{name} = true widens what runs without asking"
         return value, None
+    if key.guard == "narrow":
+        mine = _strs(user or [])
+        extra = [p for p in _strs(value) if p not in mine]
+        kept = [p for p in _strs(value) if p in mine]
+        if extra:
+            return kept, f"{name} adds {', '.join(repr(p) for p in extra)}, which yours has not"
+        return value, None
     if key.guard == "patterns":
         if trusted:
             return value, None
@@ -659,6 +691,11 @@ def chooser_files(ws: _Layer) -> list[Path]:
         for name, value in table.items():
             if BY_NAME[name].guard == "trust" and BY_NAME[name].relative and isinstance(value, str):
                 named.append(Path(value))
+    # Prompt files may choose a model and approve commands: a change to one asks again too.
+    root = ws.path.parent.parent
+    for d in (".bubu/commands", ".claude/commands"):
+        with contextlib.suppress(OSError):
+            named += sorted(p for p in (root / d).glob("*.md") if p.is_file())
     from bubu.agents import agent_files
 
     # A workspace's agents choose a model, tools and instructions: trusted with the file.
@@ -771,7 +808,7 @@ def resolve(
                 "user_only" if key.guard == "user_only" else "looser"
             )  # fmt: skip
             ignored.append(Ignored(key.name, theirs, _where(ws, key.name, table), why, kind))
-        narrowed = key.guard == "patterns" and value != (mine.value or [])
+        narrowed = key.guard in ("patterns", "narrow") and value != (mine.value or [])
         if why is None or narrowed:
             out[key.name] = Setting(key.name, value, "workspace", str(ws.path))
         else:

@@ -35,6 +35,8 @@ from bubu.events import (
     Role,
     RunStarted,
     ServerNote,
+    SkillEntry,
+    SkillsListed,
     Status,
     StepLimit,
     SummaryChunk,
@@ -72,6 +74,7 @@ LATER_NOTE_KINDS = frozenset(
         "memory_accepted",
         "child_started",
         "child_finished",
+        "skills_listed",
     }
 )
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones
@@ -332,6 +335,9 @@ def session_events(
     add("system", "user", note(note=MemoryForgotten(key="build")), hidden=True)
     add("system", "system", note(note=ProjectInstructions(cause="directory", files=[InstructionFile(
         path="pkg/AGENTS.md", sha256="ab" * 32, size=12, text="Use tabs.\n")])))  # fmt: skip
+    add("system", "system", note(note=SkillsListed(skills=[SkillEntry(
+        name="release", description="Cut a release.", where=".bubu/skills/release",
+        sha256="cd" * 32)])), hidden=True)  # fmt: skip
     add("system", "system", note(note=WindowLearned(tokens=4096, source="learned: the server's overflow error")))  # fmt: skip
     add("system", "system", note(note=ServerNote(text="the server cannot call tools; the model answers in text only")))  # fmt: skip
     add("system", "host", note(note=WorkspaceTaken(source="/w", snapshot=WorkspaceSnapshot(

@@ -39,6 +39,8 @@ from bubu.events import (
     RunStarted,
     ServerNote,
     SessionStarted,
+    SkillEntry,
+    SkillsListed,
     StepLimit,
     SummaryChunk,
     SystemNote,
@@ -214,6 +216,13 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
             bytes=counts,
             skipped=counts,
             partial=opt_texts,
+        ),
+    ),
+    SkillsListed: st.builds(
+        SkillsListed,
+        skills=st.lists(
+            st.builds(SkillEntry, name=texts, description=texts, where=texts, sha256=shas),
+            max_size=3,
         ),
     ),
     ProjectInstructions: st.builds(

@@ -402,6 +402,10 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     from bubu.engine.loops import DEFAULT_LOOP_LIMIT
     from bubu.engine.settings import ModelSettings, env_stall_timeout
 
+    if opts.get("web_search") and hasattr(provider, "web_search"):
+        provider.web_search = True  # the provider's own search, on its side
+    extra = extra_tools(opts, native_search=bool(getattr(provider, "web_search", False)))
+
     return Host(
         store=store,
         provider=provider,
@@ -415,9 +419,9 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             cache_ttl=opts.get("cache_ttl"),
             native_tools=opts.get("native_tools"),
         ),
-        tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env),
+        tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env) | extra,
         mcp_config=str(mcp.resolve()) if mcp is not None else None,
-        load_tools=None if chosen else lambda path: host_tools(path, pass_env=pass_env),
+        load_tools=None if chosen else lambda path: host_tools(path, pass_env=pass_env) | extra,
         policy=Policy(
             yes=bool(opts.get("yes")),
             allow_commands=tuple(opts.get("allow") or ()),
@@ -426,6 +430,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             pass_env=pass_env,
             box=sandbox_box(opts),
             allow_write=tuple(opts.get("allow_write") or ()),
+            web_domains=tuple(opts.get("web_domains") or ()),
         ),
         asker=observer.ask,
         observer=wrap(observer, opts.get("notify"), store, opts.get("notify_timeout")),
@@ -449,6 +454,26 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             ),
         ),
     )
+
+
+def extra_tools(opts: dict[str, Any], *, native_search: bool = False) -> dict[str, Any]:
+    """The tools a host offers beside the registered ones, by what the settings allow: the web
+    tools (`bubu.tools.web`; no `web_search` where the provider searches itself), and `skill`
+    where the workspace or ``$BUBU_HOME`` has skills."""
+    from bubu.engine.extensions import skills
+    from bubu.tools import tool_table
+    from bubu.tools.web import web_tools
+
+    extra = web_tools(
+        network=bool(opts.get("network")),
+        domains=tuple(opts.get("web_domains") or ()),
+        search=None if native_search else opts.get("web_search_url"),
+    )
+    if skills(opts.get("workspace_dir")):
+        from bubu.tools.skill import skill
+
+        extra.append(skill)
+    return dict(tool_table(extra, where="the host's extra tools"))
 
 
 @contextmanager
@@ -583,6 +608,8 @@ def run_cmd(
     from bubu.providers.scripted import absolute_spec
 
     observer = observer_for(opts["jsonl"])
+    prepared = _prompt_file(task, workspace, opts)
+    task = prepared.prompt if prepared is not None else task
     check_task(task)
     attached = [images.load(path) for path in image_paths]  # refused before anything is written
     info: SessionInfo
@@ -597,6 +624,11 @@ def run_cmd(
         host = make_host(store, model, opts, observer)  # a bad model spec creates no session
         _check_images(host, attached)
         info = new_session(store, task=task, workspace=workspace, model=model)
+    if prepared is not None and prepared.allow:
+        from dataclasses import replace
+
+        allowed = (*host.policy.allow_commands, *prepared.allow)
+        host.policy = replace(host.policy, allow_commands=tuple(dict.fromkeys(allowed)))
     with signals(host):
         if isinstance(observer, TerminalObserver):
             banner = f"bubu · {info.id} · {model} · {printable(info.workspace)}"
@@ -612,6 +644,21 @@ def run_cmd(
         1.0 if shutdown.requested() else 60.0
     )  # asked to shut down: not held up by the look
     finish(reason, observer, info.id)
+
+
+def _prompt_file(task: str, workspace: str, opts: dict[str, Any]) -> Any:
+    """`bubu run "/NAME ARGS"`: the prompt file's `Prepared` (its model unless -m gave one),
+    None for an ordinary task."""
+    from bubu.cli.prompts import find
+
+    prepared = find(task, workspace) if task.lstrip().startswith("/") else None
+    if prepared is None:
+        return None
+    if prepared.ignored:
+        click.echo(f"bubu: warning: {prepared.ignored}", err=True)
+    if prepared.model and not opts.get("model"):
+        opts["model"] = prepared.model
+    return prepared
 
 
 def _check_images(host: Host, attached: list[tuple[str, bytes]]) -> None:

@@ -62,6 +62,7 @@ COMMANDS = {
     "fork": Lazy(module="bubu.cli.forkcmd", short_help="Start a new session from events 1..SEQ of SESSION (verified first) and print its id."),
     "import": Lazy(module="bubu.cli.logcmds", short_help="Import a session exported with `bubu export`; refuses a file whose chain does not verify."),
     "log": Lazy(module="bubu.cli.logcmds", short_help="Print a session's events in seq order."),
+    "mcp": Lazy(module="bubu.cli.mcpcmd", short_help="Sign in to (or out of) the remote MCP servers that require OAuth."),
     "memory": Lazy(module="bubu.cli.memorycmd", short_help="List, show or forget the notes remembered in a workspace (default: list)."),
     "recover": Lazy(module="bubu.cli.recovercmds", short_help="Recover every session with an unfinished turn (or just SESSION) and continue it to its end."),
     "resume": Lazy(module="bubu.cli.agentcmds", short_help="Continue a stopped or suspended turn, or one that gave up waiting for its provider (a crashed one is recovered by `bubu recover`); limits given here replace the turn's."),

@@ -7,9 +7,10 @@ Each message is a turn of one session, run exactly as `bubu run --session S "MES
 calls of the other commands on this session.
 
 Keys: Enter sends; Alt-Enter (Esc then Enter) or a line ending in ``\\`` starts a new
-line; Tab completes a slash command; Up and Down walk the history. Ctrl-C while a turn runs stops
-it (the turn ends `stopped`, as with `bubu run`); at the prompt Ctrl-C clears the line, and a
-second one in a row, or Ctrl-D on an empty line, leaves.
+line; Tab completes a slash command (the prompt files' too) or an ``@path`` of the workspace,
+whose file is given to the model with the message; Up and Down walk the history. Ctrl-C while
+a turn runs stops it (the turn ends `stopped`, as with `bubu run`); at the prompt Ctrl-C clears
+the line, and a second one in a row, or Ctrl-D on an empty line, leaves.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -38,6 +39,9 @@ from bubu.cli.term import one_line, printable
 from bubu.engine.session import Host, check_task, new_session, start_turn
 from bubu.errors import BubuError
 from bubu.log.store import SessionInfo, Store
+
+if TYPE_CHECKING:
+    from bubu.cli.prompts import Prepared
 
 PROMPT = "› "
 
@@ -188,7 +192,7 @@ class Chat:
     def read(self) -> str:
         """One message from the prompt (history, several lines, slash-command completion)."""
         if self._prompt is None:
-            self._prompt = _prompt_session()
+            self._prompt = _prompt_session(self.workspace)
         return str(self._prompt.prompt(PROMPT))
 
     def turn(self, task: str) -> None:
@@ -199,9 +203,33 @@ class Chat:
                 self.info = new_session(
                     self.store, task=task, workspace=self.workspace, model=self.model
                 )
-            self.drive(lambda: start_turn(self.host, self._info(), task))
+            from bubu.cli.mentions import mentioned
+
+            reads = mentioned(task, self.workspace)
+            if reads:
+                self.say(f"attaching {', '.join(reads)} (read_file)", dim=True)
+            self.drive(lambda: start_turn(self.host, self._info(), task, reads=reads))
         except BubuError as e:
             self.error(str(e))
+
+    def prompt_turn(self, prepared: Prepared) -> None:
+        """Send a prompt file's prompt as the next turn, under the model and command patterns
+        its front matter chose (for this turn only)."""
+        if prepared.ignored:
+            self.say(prepared.ignored, dim=True)
+        saved = (self.host, self.model)
+        if prepared.model or prepared.allow:
+            opts = {**self.opts, "allow": (*(self.opts.get("allow") or ()), *prepared.allow)}
+            model = prepared.model or self.model
+            self.host = make_host(self.store, model, opts, self.view)  # a bad model fails here
+            self.model = model
+            said = [f"model {model}"] if prepared.model else []
+            said += [f"allowing {', '.join(prepared.allow)}"] if prepared.allow else []
+            self.say(f"/{prepared.name}: {' · '.join(said)} for this message", dim=True)
+        try:
+            self.turn(prepared.prompt)
+        finally:
+            self.host, self.model = saved
 
     def drive(self, run: Any) -> Any:
         """Run one turn (start, resume or recover) with the live view and Ctrl-C stopping it."""
@@ -292,12 +320,14 @@ def _quiet_keys() -> Iterator[None]:
                 termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
-def _prompt_session() -> Any:
+def _prompt_session(workspace: str) -> Any:
     """The prompt: Enter sends, Alt-Enter or a trailing backslash starts a new line."""
     from prompt_toolkit import PromptSession
+    from prompt_toolkit.completion import merge_completers
     from prompt_toolkit.key_binding import KeyBindings
 
     from bubu.cli.chathistory import ChatHistory
+    from bubu.cli.mentions import MentionCompleter
     from bubu.cli.slash import SlashCompleter
 
     keys = KeyBindings()
@@ -331,7 +361,7 @@ def _prompt_session() -> Any:
         history=ChatHistory(),
         multiline=True,
         key_bindings=keys,
-        completer=SlashCompleter(),
+        completer=merge_completers([SlashCompleter(workspace), MentionCompleter(workspace)]),
         complete_while_typing=False,
         prompt_continuation=lambda width, *_: "·".rjust(width - 1) + " ",
     )

@@ -96,6 +96,7 @@ def settle(opts: dict[str, Any], workspace: str | None) -> dict[str, Any]:
         elif option not in out:
             out[option] = s.value
     out["settings"] = settings
+    out.setdefault("workspace_dir", workspace)  # where the host looks for skills
     global _unsaid
     from bubu.settings import ignored_line
 

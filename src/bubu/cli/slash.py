@@ -38,7 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 KEYS = (
     ("Enter", "send the message"),
     ("Alt-Enter or \\ at the end", "a new line (pasted lines stay lines)"),
-    ("Tab", "complete a slash command"),
+    ("Tab", "complete a slash command or an @path"),
+    ("@path", "give the model that workspace file with the message (read_file)"),
     ("Up / Down", "the history"),
     ("Ctrl-C", "stop the running turn; at the prompt clear the line, twice leave"),
     ("Ctrl-D", "leave (on an empty line)"),
@@ -46,7 +47,11 @@ KEYS = (
 
 
 class SlashCompleter(Completer):
-    """Completes a slash command at the start of the prompt."""
+    """Completes a slash command at the start of the prompt (and the prompt files' `/NAME`s of
+    `workspace`, when given)."""
+
+    def __init__(self, workspace: str | None = None) -> None:
+        self.workspace = workspace
 
     def get_completions(
         self, document: Document, complete_event: CompleteEvent
@@ -55,9 +60,24 @@ class SlashCompleter(Completer):
         text = document.text_before_cursor
         if not text.startswith("/") or " " in text or "\n" in text:
             return
-        for name, (_, what) in COMMANDS.items():
+        for name, (_, what) in {**prompt_commands(self.workspace), **COMMANDS}.items():
             if name.startswith(text):
                 yield Completion(name, start_position=-len(text), display_meta=what)
+
+
+def prompt_commands(workspace: str | None) -> dict[str, tuple[str, str]]:
+    """The prompt files' commands of `workspace` (and $BUBU_HOME), as `COMMANDS` lists its own;
+    a prompt file never hides a built-in command."""
+    if workspace is None:
+        return {}
+    from bubu.engine.extensions import prompt_files
+
+    out: dict[str, tuple[str, str]] = {}
+    for name, p in prompt_files(workspace).items():
+        if f"/{name}" not in COMMANDS:
+            where = "yours" if p.origin == "user" else "this workspace's"
+            out[f"/{name}"] = (p.argument_hint, p.description or f"the prompt file {where}")
+    return out
 
 
 def run_slash(chat: Chat, line: str) -> str | None:
@@ -65,16 +85,30 @@ def run_slash(chat: Chat, line: str) -> str | None:
     name, _, arg = line.partition(" ")
     name = {"/quit": "/exit", "/?": "/help"}.get(name.lower(), name.lower())
     handler = _HANDLERS.get(name)
-    if handler is None:
-        chat.say(f"unknown command {name}; the commands are " + " ".join(COMMANDS))
-        return None
     try:
+        if handler is None:
+            _prompt_file(chat, name, line)
+            return None
         return "exit" if handler(chat, arg.strip()) == "exit" else None
     except BubuError as e:
         chat.error(str(e))
     except click.ClickException as e:
         chat.error(e.format_message())
     return None
+
+
+def _prompt_file(chat: Chat, name: str, line: str) -> None:
+    """`/NAME ARGS` of a prompt file: its prompt sent as the next message."""
+    from bubu.cli.prompts import find
+
+    files = prompt_commands(chat.workspace)
+    if name not in files:
+        more = f"; the prompt files: {' '.join(files)}" if files else ""
+        chat.say(f"unknown command {name}; the commands are " + " ".join(COMMANDS) + more)
+        return
+    prepared = find(line, chat.workspace)
+    if prepared is not None:
+        chat.prompt_turn(prepared)
 
 
 def invoke(chat: Chat, *args: str) -> int:
@@ -105,6 +139,11 @@ def _session(chat: Chat) -> str | None:
 
 def _help(chat: Chat, _: str) -> None:
     for name, (args, what) in COMMANDS.items():
+        chat.say(f"  {(name + ' ' + args).strip():<32} {what}")
+    files = prompt_commands(chat.workspace)
+    if files:
+        chat.say("prompt files:")
+    for name, (args, what) in files.items():
         chat.say(f"  {(name + ' ' + args).strip():<32} {what}")
     chat.say("keys:")
     for key, what in KEYS:
@@ -264,4 +303,4 @@ _HANDLERS: dict[str, Callable[[Chat, str], Any]] = {
 }
 
 
-__all__ = ["COMMANDS", "KEYS", "SlashCompleter", "invoke", "run_slash"]
+__all__ = ["COMMANDS", "KEYS", "SlashCompleter", "invoke", "prompt_commands", "run_slash"]

@@ -10,6 +10,7 @@ then, and a file changed since is noticed at the start of the next turn, as a ne
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -21,6 +22,8 @@ from bubu.events import (
     InstructionFile,
     ProjectInstructions,
     Record,
+    SkillEntry,
+    SkillsListed,
     SystemNote,
 )
 from bubu.projections.instructions import (
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
     from bubu.engine.driver import Runner
     from bubu.projections.turn import CallState
 
-NoteMaker = Callable[[ProjectInstructions, bool], Event]
+NoteMaker = Callable[[ProjectInstructions | SkillsListed, bool], Event]
 """Builds the event of a note: `(note, visible) -> Event`."""
 
 PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_files", "grep"})
@@ -125,6 +128,16 @@ def call_directory(root: guard.Root, raw: object, tool: str) -> str | None:
     return rel if is_dir else rel.rpartition("/")[0]
 
 
+def skill_entries(workspace: str) -> list[SkillEntry]:
+    """The skills found now (`bubu.engine.extensions`), as a `SkillsListed` note records them."""
+    from bubu.engine.extensions import skills
+
+    return [
+        SkillEntry(name=s.name, description=s.description, where=s.where, sha256=s.sha256)
+        for s in skills(workspace)
+    ]
+
+
 @dataclass(eq=False)
 class Instructions:
     """A runner's project instructions: the log's fold, and the directories looked in (and found
@@ -142,17 +155,27 @@ class Instructions:
         return with_instructions(base, self.fold)
 
     def at_turn_start(
-        self, workspace: str, *, enabled: bool, called: bool, make_note: NoteMaker
+        self,
+        workspace: str,
+        *,
+        enabled: bool,
+        called: bool,
+        make_note: NoteMaker,
+        skills: bool = False,
     ) -> list[Event]:
         """The notes a new turn starts with: the session's first read (`called`: the model was
         called already, so the prefix is fixed and a first read goes to the history too), or
-        the files that changed since they were recorded."""
-        if not enabled:
-            return []
-        try:
-            return self._turn_notes(workspace, called=called, make_note=make_note)
-        except OSError:
-            return []  # no workspace to read: the turn says so itself
+        the files that changed since they were recorded; with `skills` (the host offers the
+        `skill` tool), the skills found, listed once, before the model's first call."""
+        notes: list[Event] = []
+        if enabled:
+            with contextlib.suppress(OSError):  # no workspace to read: the turn says so itself
+                notes = self._turn_notes(workspace, called=called, make_note=make_note)
+        if skills and not called and not self.fold.skills_listed:
+            listed = skill_entries(workspace)
+            if listed:
+                notes.append(make_note(SkillsListed(skills=listed), False))
+        return notes
 
     def _turn_notes(self, workspace: str, *, called: bool, make_note: NoteMaker) -> list[Event]:
         with guard.Root.open(workspace) as root:

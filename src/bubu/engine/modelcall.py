@@ -421,7 +421,7 @@ class ModelCaller:
         contents: list[Content] = []
         for p in response.parts:
             if isinstance(p, TextPart):
-                contents.append(Text(text=codec.sanitize_text(p.text)))
+                contents.append(Text(text=codec.sanitize_text(p.text), native=sanitize(p.native)))
             elif isinstance(p, ThinkingPart):
                 contents.append(
                     Thinking(

@@ -78,6 +78,8 @@ class Policy:
     allow_write: tuple[str, ...] = ()
     """Absolute paths outside the workspace the file tools may write without asking
     (``--allow-write``): a file, or a directory and what is below it."""
+    web_domains: tuple[str, ...] = ()
+    """Domains web_fetch may fetch without the network permission (``web_domains``)."""
 
     def allowed_without_asking(
         self, tool: str, command: str | None, *, cwd: str | None = None

@@ -18,9 +18,12 @@ from bubu.engine.settings import ModelSettings, public_url
 from bubu.engine.toolcalls import recorded_box
 from bubu.errors import BubuError, ConfigError, CorruptLog
 from bubu.events import (
+    Actions,
     EndCause,
     Event,
+    FunctionCall,
     ProjectInstructions,
+    SkillsListed,
     SystemNote,
     Text,
     TurnEndReason,
@@ -186,10 +189,13 @@ def start_turn(
     *,
     committed: Callable[[], None] | None = None,
     images: Sequence[tuple[str, bytes]] = (),
+    reads: Sequence[str] = (),
 ) -> TurnEndReason | None:
     """Append the user's request, open a turn and drive it to its end; `committed` is called once
     the request is durable, before the first step (what it raises is not the turn's concern).
-    `images` (media type, bytes) are attached to the request, stored as blobs with it."""
+    `images` (media type, bytes) are attached to the request, stored as blobs with it; each
+    workspace path of `reads` (an ``@path`` mention) is given as a `read_file` call the host
+    makes, run and recorded like the model's own, so the log holds what the model was shown."""
     check_task(task)
     from bubu.images import refs
 
@@ -211,9 +217,17 @@ def start_turn(
         notes = runner.instructions.at_turn_start(
             runner.session.workspace, enabled=host.config.project_instructions,
             called=runner.turn.model_responses > 0, make_note=instructions_note(session, turn, now),
+            skills="skill" in host.tools,
         )  # fmt: skip
+        attach = [
+            make(session=session.id, turn=turn, role="model", author="host", ts=now,
+                 content=FunctionCall(call_id=ids.new_id("at"), name="read_file",
+                                      arguments={"path": path}),
+                 actions=Actions(end_invocation=True), invocation=ids.invocation_id())
+            for path in dict.fromkeys(reads) if "read_file" in host.tools
+        ]  # fmt: skip
         with turnstart.window():
-            runner.start_run("new", prefix=[request, opened, *notes], blobs=blobs)
+            runner.start_run("new", prefix=[request, opened, *notes, *attach], blobs=blobs)
             failpoints.pause("after_turn_start")
             if committed is not None:
                 with contextlib.suppress(Exception):
@@ -224,7 +238,7 @@ def start_turn(
 def instructions_note(session: SessionInfo, turn: str, now: int) -> NoteMaker:
     """How a turn's project instruction notes are made (hidden in the prefix, visible after)."""
 
-    def note(n: ProjectInstructions, visible: bool) -> Event:
+    def note(n: ProjectInstructions | SkillsListed, visible: bool) -> Event:
         return make(session=session.id, turn=turn, role="system", author="system", ts=now,
                     content=SystemNote(note=n), visibility="visible" if visible else "hidden")  # fmt: skip
 

@@ -138,6 +138,7 @@ class ToolCalls:
             pass_env=tuple(dict.fromkeys([*p.pass_env, *t.pass_env])),
             box=self.sandbox_options,
             allow_write=tuple(dict.fromkeys([*p.allow_write, *t.allow_write])),
+            web_domains=p.web_domains,
         )
 
     @property
@@ -186,6 +187,8 @@ class ToolCalls:
             images=images.accepts_images(self.host.provider),
             children=self.host.children,
             call_id=call.call_id,
+            network=self.sandbox_mode[1],
+            web_domains=self.host.policy.web_domains,
         )
 
     def read_memory(self) -> dict[str, Note]:

@@ -142,7 +142,7 @@ class ContextFold:
             self._touch(step)
             if isinstance(c, Text):
                 if c.text:
-                    step.parts.append(TextPart(text=c.text))
+                    step.parts.append(TextPart(text=c.text, native=c.native))
             elif isinstance(c, Thinking):
                 step.parts.append(
                     ThinkingPart(

@@ -21,6 +21,8 @@ from bubu.events import (
     InstructionFile,
     ProjectInstructions,
     Record,
+    SkillEntry,
+    SkillsListed,
     SystemNote,
     TurnStarted,
 )
@@ -32,7 +34,7 @@ directory has no AGENTS.md."""
 MAX_FILE_BYTES = 32 * 1024
 """The most of one file the model is given; a larger file is cut, and the cut is said."""
 
-KINDS = ("project_instructions", "turn_started")
+KINDS = ("project_instructions", "turn_started", "skills_listed")
 """The record kinds the fold reads."""
 
 
@@ -70,6 +72,9 @@ class InstructionsFold:
     """The seq of the note that recorded each directory's latest file."""
     where: dict[str, str] = field(default_factory=dict)
     """"prefix" or "history" for each directory's latest file."""
+    skills: tuple[SkillEntry, ...] = ()
+    """The skills of the session's first `SkillsListed` note: the system prompt's part."""
+    skills_listed: bool = False
 
     def apply(self, r: Record) -> None:
         """Fold one record in."""
@@ -79,6 +84,10 @@ class InstructionsFold:
         n = c.note
         if isinstance(n, TurnStarted):
             self.enabled = n.project_instructions
+        elif isinstance(n, SkillsListed):
+            if not self.skills_listed:
+                self.skills_listed = True
+                self.skills = tuple(n.skills)
         elif isinstance(n, ProjectInstructions):
             if n.cause == "start" and not self.started:
                 self.started = True
@@ -132,11 +141,12 @@ def system_section(files: Iterable[InstructionFile]) -> str:
 
 
 def with_instructions(system: str, fold: InstructionsFold) -> str:
-    """`system` followed by the prefix's project instructions (when the turn gives them)."""
-    if not fold.enabled:
-        return system
-    section = system_section(fold.prefix)
-    return system + section if section else system
+    """`system` followed by the prefix's project instructions (when the turn gives them) and
+    the skills the session was given."""
+    from bubu.projections import skills
+
+    section = system_section(fold.prefix) if fold.enabled else ""
+    return system + section + skills.system_section(fold.skills)
 
 
 def history_text(note: ProjectInstructions) -> str:

@@ -25,6 +25,7 @@ from bubu.events import (
     RunStarted,
     ServerNote,
     SessionStarted,
+    SkillsListed,
     StepLimit,
     SummaryChunk,
     SystemNote,
@@ -189,6 +190,10 @@ class Transcript:
                 from bubu.projections.instructions import note_line
 
                 text = note_line(n)
+            case SkillsListed():
+                from bubu.projections.skills import note_line as skills_line
+
+                text = skills_line(n)
             case MemoryForgotten(key=key):
                 text = f"note {key!r} forgotten (bubu memory forget)"
             case TaskHeld(reasons=reasons):

@@ -10,10 +10,11 @@ the engine does.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias, assert_never, cast
+from typing import Any, Literal, TypeAlias, assert_never, cast
 
 import anthropic
 import httpx2
@@ -267,6 +268,8 @@ def _assistant_blocks(parts: tuple[AssistantPart, ...]) -> list[ContentBlockPara
                 blocks.append({"type": "thinking", "thinking": part.text, "signature": signature})
             case ThinkingPart():
                 pass  # unsigned thinking (another provider's) cannot be verified, so is not sent
+            case TextPart(native={"anthropic": dict() as block}):
+                blocks.append(block)  # type: ignore[arg-type]  # a server tool's, as received
             case TextPart(text=text):
                 if text:
                     blocks.append({"type": "text", "text": text})
@@ -290,10 +293,13 @@ def _assistant_blocks(parts: tuple[AssistantPart, ...]) -> list[ContentBlockPara
 
 
 class _Block:
-    __slots__ = ("call_id", "chunks", "data", "input", "kind", "name", "signature")
+    __slots__ = ("call_id", "chunks", "data", "input", "kind", "name", "native", "signature")
 
-    def __init__(self, kind: Literal["text", "thinking", "redacted", "tool_use", "other"]) -> None:
+    def __init__(
+        self, kind: Literal["text", "thinking", "redacted", "tool_use", "server", "other"]
+    ) -> None:
         self.kind = kind
+        self.native: dict[str, object] = {}
         self.chunks: list[str] = []
         self.signature = ""
         self.data = ""
@@ -414,8 +420,11 @@ def _start_block(content: ContentBlock, on_delta: DeltaSink) -> _Block:
             block = _Block("tool_use")
             block.call_id, block.name = content.id, content.name
             block.input = dict(getattr(content, "input", None) or {})
+        case "server_tool_use" | "web_search_tool_result":
+            # The server's web search (`web_search = true`): kept whole, to be replayed.
+            block = _Block("server")
+            block.native = content.model_dump(mode="json", exclude_unset=True)
         case _:
-            # Server-tool blocks: Bubu offers no server tools, so none are expected.
             block = _Block("other")
     return block
 
@@ -432,10 +441,50 @@ def _finish_block(block: _Block, native_tools: bool = False) -> AssistantPart | 
         case "tool_use":
             call = _tool_call(block, text)
             return _native_call(call) if native_tools else call
+        case "server":
+            native = dict(block.native)
+            if native.get("type") == "server_tool_use" and text.strip():
+                native["input"] = parse_arguments(text) or native.get("input") or {}
+            return TextPart(text=server_text(native), native={"anthropic": native})
         case "other":
             return None
         case _:
             assert_never(block.kind)
+
+
+WEB_SEARCH_TOOL = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
+"""Anthropic's server-side web search, offered when `web_search` is on."""
+
+
+def server_text(block: dict[str, object]) -> str:
+    """A server tool block in words, for the transcript and for any other provider."""
+    if block.get("type") == "server_tool_use":
+        given = block.get("input")
+        query = given.get("query") if isinstance(given, dict) else None
+        return f"[searched the web for {query!r}]" if query else "[used a server tool]"
+    content = block.get("content")
+    if isinstance(content, dict):  # web_search_tool_result_error
+        return f"[the web search failed: {content.get('error_code', 'unknown error')}]"
+    found = [r for r in content if isinstance(r, dict)] if isinstance(content, list) else []
+    lines = [f"- {r.get('title') or r.get('url')} <{r.get('url')}>" for r in found[:10]]
+    return "[web search results]\n" + "\n".join(lines) if lines else "[no web search results]"
+
+
+MAX_PAUSES = 5
+"""Times one call is continued after the server paused it (`pause_turn`)."""
+
+
+def _joined(first: ModelResponse, then: ModelResponse) -> ModelResponse:
+    """A paused response and its continuation as one: the parts in order, the usage summed."""
+    a, b = first.usage, then.usage
+    usage = Usage(
+        input_tokens=a.input_tokens + b.input_tokens,
+        output_tokens=a.output_tokens + b.output_tokens,
+        cache_read_tokens=a.cache_read_tokens + b.cache_read_tokens,
+        cache_write_tokens=a.cache_write_tokens + b.cache_write_tokens,
+        cache_write_1h_tokens=a.cache_write_1h_tokens + b.cache_write_1h_tokens,
+    )
+    return dataclasses.replace(then, parts=(*first.parts, *then.parts), usage=usage)
 
 
 def _tool_call(block: _Block, raw: str) -> ToolCallPart:
@@ -464,6 +513,9 @@ def _native_call(call: ToolCallPart) -> ToolCallPart:
 
 class AnthropicProvider(_endpoint.AtEndpoint):
     """A Claude model through the Messages API."""
+
+    web_search: bool = False
+    """Offer the model Anthropic's server-side web search (`web_search = true`)."""
 
     def __init__(
         self,
@@ -564,7 +616,19 @@ class AnthropicProvider(_endpoint.AtEndpoint):
         return self._found
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        """Stream one Messages API call; raise ProviderError on any failure."""
+        """Stream one Messages API call; raise ProviderError on any failure. A turn the server
+        paused in the middle of its web searches (`pause_turn`) is sent back as it is and
+        continued, so the engine gets the whole response at once."""
+        response = self._call(request, on_delta)
+        for _ in range(MAX_PAUSES):
+            if response.stop_reason != "pause_turn":
+                break
+            paused = AssistantMessage(parts=response.parts)
+            more = dataclasses.replace(request, messages=(*request.messages, paused))
+            response = _joined(response, self._call(more, on_delta))
+        return response
+
+    def _call(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         assembler = EventAssembler(native_tools=self._native)
         return _retry.stream_call(
             self._vendor,
@@ -587,7 +651,11 @@ class AnthropicProvider(_endpoint.AtEndpoint):
     def _open(self, request: ModelRequest) -> anthropic.Stream[RawMessageStreamEvent]:
         ttl = self._cache_ttl
         system = to_system(request.system, ttl)
-        tools = to_tools(request.tools, cache_last=not system, ttl=ttl, native_tools=self._native)
+        tools: list[Any] = list(
+            to_tools(request.tools, cache_last=not system, ttl=ttl, native_tools=self._native)
+        )
+        if self.web_search:
+            tools.append(dict(WEB_SEARCH_TOOL))
         budget = self._thinking_budget
         return self._client.messages.create(
             model=self._model,

@@ -164,6 +164,8 @@ def _assistant_items(parts: tuple[AssistantPart, ...]) -> list[InputItem]:
                 items.append(dict(native))
             case ThinkingPart():
                 pass  # reasoning without its encrypted item (another provider's) cannot go back
+            case TextPart(native={"openai_responses": dict() as item}):
+                items.append(dict(item))  # a built-in tool's item (web search), as received
             case TextPart(text=text):
                 if text:
                     items.append({"role": "assistant", "content": text})
@@ -339,14 +341,30 @@ class EventAssembler:
                     parts.append(_tool_call(item))
                 case shapes.APPLY_PATCH_CALL | shapes.SHELL_CALL if self._native:
                     parts.append(_native_call(item))
+                case "web_search_call" if item.native is not None:
+                    native = item.native
+                    parts.append(TextPart(text=search_text(native),
+                                          native={"openai_responses": native}))  # fmt: skip
                 case _:
-                    pass  # built-in tool items: Bubu offers no built-in tools
+                    pass  # other built-in tools' items: Bubu offers no others
         stop = self._stop
         if stop == "end_turn" and any(isinstance(p, ToolCallPart) for p in parts):
             stop = "tool_use"
         return ModelResponse(
             parts=tuple(parts), usage=_usage(self._usage), stop_reason=stop, model=self._model
         )
+
+
+def search_text(item: dict[str, object]) -> str:
+    """A `web_search_call` item in words, for the transcript and for any other provider."""
+    action = item.get("action")
+    query = action.get("query") if isinstance(action, dict) else None
+    found = action.get("sources") if isinstance(action, dict) else None
+    urls = (
+        [str(s.get("url")) for s in found if isinstance(s, dict)] if isinstance(found, list) else []
+    )
+    said = f"[searched the web for {query!r}]" if query else "[searched the web]"
+    return said + "".join(f"\n- <{u}>" for u in urls[:10])
 
 
 def _tool_call(item: _Item) -> ToolCallPart:
@@ -399,6 +417,9 @@ def _failure(
 
 class OpenAIResponsesProvider(_endpoint.AtEndpoint):
     """An OpenAI model through the Responses API."""
+
+    web_search: bool = False
+    """Offer the model the Responses API's built-in web search (`web_search = true`)."""
 
     def __init__(
         self,
@@ -500,6 +521,8 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
         if request.system:
             options["instructions"] = request.system
         tools = to_tools(request.tools, native_tools=self._native)
+        if self.web_search:
+            tools.append({"type": "web_search"})
         if tools:
             options["tools"] = tools
         if reasoning_model(self._model) or self._effort is not None:

@@ -118,6 +118,10 @@ class ToolContext:
     """Sub-agents (None: this host runs none)."""
     call_id: str = ""
     """The call's id in the log (a sub-agent's session is keyed by it)."""
+    network: bool = False
+    """Whether the turn may use the network (``--network``): web_fetch reaches any address."""
+    web_domains: tuple[str, ...] = ()
+    """The domains web_fetch may reach without the network permission (``web_domains``)."""
 
 
 class Tool(Protocol):

@@ -211,6 +211,8 @@ class MCPServers:
         self._listed: dict[str, list[_Listed]] = {}
         self._serving: list[cf.Future[None]] = []
         self._logs: dict[str, IO[str]] = {}
+        self._refused: set[str] = set()
+        """Remote servers that answered 401 (Unauthorized): they want a sign-in."""
 
     def __enter__(self) -> MCPServers:
         self.start()
@@ -264,10 +266,12 @@ class MCPServers:
                         f"check it in {self.where}{self._stderr_tail(name)}"
                     ) from None
                 except Exception as e:
+                    if isinstance(_leaf(e), ConfigError):
+                        raise _leaf(e) from e
                     raise ConfigError(
                         f"the MCP server {name!r} could not be started "
                         f"({type(_leaf(e)).__name__}: {_leaf(e)}); check it in "
-                        f"{self.where}{self._stderr_tail(name)}"
+                        f"{self.where}{self._stderr_tail(name)}{self._sign_in(name)}"
                     ) from e
         except BaseException:
             self.close()
@@ -311,9 +315,13 @@ class MCPServers:
         if server.url is not None:
             import httpx2
 
+            from bubu.tools.mcpauth import connection_auth
+
             http = httpx2.AsyncClient(
                 headers=_expand(server.headers, server=name),
                 timeout=httpx2.Timeout(30.0, read=300.0),
+                auth=connection_auth(name, server.url),  # `bubu mcp login NAME`, if signed in
+                event_hooks={"response": [self._watch_status(name)]},
             )
             stack.push_async_callback(http.aclose)
             return streamable_http_client(server.url, http_client=http)
@@ -372,6 +380,19 @@ class MCPServers:
         finally:
             mcpstdout.unwatch(name)
             self._clients.pop(name, None)
+
+    def _watch_status(self, name: str) -> Any:
+        async def hook(response: Any) -> None:
+            if response.status_code == 401:
+                self._refused.add(name)
+
+        return hook
+
+    def _sign_in(self, name: str) -> str:
+        """A hint to sign in, when the server refused the connection as unauthorized."""
+        if name not in self._refused:
+            return ""
+        return f"; it asks for a sign-in: run `bubu mcp login {name}`"
 
     def _stderr_tail(self, name: str) -> str:
         log = self._logs.get(name)
