@@ -20,6 +20,7 @@ from bubu.events import (
     Event,
     FunctionCall,
     FunctionResponse,
+    HookRun,
     Info,
     InstructionFile,
     MemoryForgotten,
@@ -28,6 +29,7 @@ from bubu.events import (
     NoticeDismissed,
     PermissionDecision,
     PermissionRequest,
+    PlanApproved,
     ProjectInstructions,
     RecoveryNotice,
     Role,
@@ -68,6 +70,8 @@ LATER_NOTE_KINDS = frozenset(
         "task_approved",
         "workspace_snapshot",
         "memory_accepted",
+        "hook_run",
+        "plan_approved",
     }
 )
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones
@@ -332,4 +336,7 @@ def session_events(
     add("system", "system", note(note=ServerNote(text="the server cannot call tools; the model answers in text only")))  # fmt: skip
     add("system", "host", note(note=WorkspaceTaken(source="/w", snapshot=WorkspaceSnapshot(
         tree=None, partial="the snapshot failed: No space left on device"))), hidden=True)  # fmt: skip
+    add("system", "host", note(note=HookRun(event="PreToolUse", hook="./no-rm.sh", call_id="call_2",
+        decision="deny", reason="rm is not allowed", exit_code=2, duration_ms=12)), hidden=True)  # fmt: skip
+    add("system", "user", note(note=PlanApproved(plan=["read the code", "fix it"])), hidden=True)
     return events

@@ -284,6 +284,14 @@ def model_options(f: Any) -> Any:
                 help="Allow commands matching PATTERN.",
             ),
             click.option(
+                "--deny",
+                "deny",
+                multiple=True,
+                metavar="PATTERN",
+                help="Refuse, without asking, commands matching PATTERN (path:GLOB: files the "
+                "file tools touch); repeatable, added to the config's deny rules.",
+            ),
+            click.option(
                 "--allow-write",
                 "allow_write",
                 multiple=True,
@@ -417,6 +425,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             pass_env=pass_env,
             box=sandbox_box(opts),
             allow_write=tuple(opts.get("allow_write") or ()),
+            deny=tuple(opts.get("deny") or ()),
         ),
         asker=observer.ask,
         observer=wrap(observer, opts.get("notify"), store, opts.get("notify_timeout")),
@@ -432,6 +441,8 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             context_window=opts.get("context_window"),
             project_instructions=not opts.get("no_project_instructions"),
             loop_limit=opts.get("loop_limit") or DEFAULT_LOOP_LIMIT,
+            hooks=hook_list(opts.get("hooks")),
+            plan=bool(opts.get("plan")),
             context=context_policy(
                 opts.get("compact_at"),
                 opts.get("compact_to"),
@@ -440,6 +451,13 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             ),
         ),
     )
+
+
+def hook_list(raw: object) -> Any:
+    """The hooks of the `hooks` setting."""
+    from bubu.engine.hooks import from_config
+
+    return from_config(raw)
 
 
 @contextmanager
@@ -541,9 +559,21 @@ def session_options(f: Any) -> Any:
     return f
 
 
+def plan_option(f: Any) -> Any:
+    """`--plan`: the turn only reads and plans until the plan is approved."""
+    return click.option(
+        "--plan",
+        "plan",
+        is_flag=True,
+        help="Plan mode: the model may only read and ends with a plan; nothing is written or "
+        "run until `bubu approve-plan SESSION` (or /approve in the chat).",
+    )(f)
+
+
 @cli.command("run")
 @click.argument("task")
 @session_options
+@plan_option
 @click.option(
     "--image",
     "image_paths",
@@ -628,6 +658,29 @@ def latest_here(store: Store, workspace: str) -> SessionInfo:
             '`bubu run "TASK"`, or pick another with --session ID (`bubu sessions` lists them)'
         )
     return sessions[0]
+
+
+@cli.command("approve-plan")
+@click.argument("session")
+@click.argument("message", required=False)
+@model_options
+@pass_ctx
+def approve_plan_cmd(ctx: Ctx, /, session: str, message: str | None, **opts: Any) -> None:
+    """Approve the plan of SESSION's planning turn (bubu run --plan) and run a turn that carries
+    it out, in the same session."""
+    store = ctx.store
+    from bubu.cli.continuing import continuing_host
+    from bubu.cli.render import TerminalObserver
+    from bubu.engine.session import APPROVED, start_turn
+
+    observer = observer_for(opts["jsonl"])
+    info = store.session(session)
+    host, info, _ = continuing_host(store, info, opts, observer, new_turn=True)
+    host.check_integrity(info.id)
+    announce(observer.line if isinstance(observer, TerminalObserver) else None)
+    with signals(host):
+        reason = start_turn(host, info, message or APPROVED, approve_plan=True)
+    finish(reason, observer, info.id)
 
 
 @cli.command("resume")

@@ -29,6 +29,7 @@ from bubu.cli.agentcmds import (
     latest_here,
     make_host,
     model_options,
+    plan_option,
     session_options,
     signals,
 )
@@ -339,6 +340,7 @@ def _prompt_session() -> Any:
 
 @cli.command("chat")
 @session_options
+@plan_option
 @model_options
 @pass_ctx
 def chat_cmd(ctx: Ctx, /, workspace: str, session_ref: str | None, cont: bool, **opts: Any) -> None:
