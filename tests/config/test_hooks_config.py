@@ -72,15 +72,13 @@ def test_a_repositorys_hooks_run_only_once_trusted_and_its_deny_rules_always_app
     ] * 2)  # fmt: skip
     ran = tmp_path / "ran.txt"
     (tmp_path / "config.toml").write_text(
-        f'model = "scripted:{mine}"\n'
-        f'[[hooks.SessionStart]]\ncommand = "echo user >> {ran}"\n'
+        f'model = "scripted:{mine}"\n[[hooks.SessionStart]]\ncommand = "echo user >> {ran}"\n'
     )
     repo = tmp_path / "repo"
     (repo / ".bubu").mkdir(parents=True)
     (repo / "a.txt").write_text("alpha\n")
     (repo / ".bubu" / "config.toml").write_text(
-        'deny = ["rm *"]\n'
-        f'[[hooks.SessionStart]]\ncommand = "echo repo >> {ran}"\n'
+        f'deny = ["rm *"]\n[[hooks.SessionStart]]\ncommand = "echo repo >> {ran}"\n'
     )
     db = tmp_path / "bubu.db"
     done = bubu(db, "run", "-w", str(repo), "--sandbox", "off", "--yes", "tidy up")

@@ -53,7 +53,7 @@ def test_a_path_rule_refuses_the_file_tools(tmp_path: Path) -> None:
 def test_a_denied_call_is_refused_unasked_even_under_yes_and_the_model_reads_the_rule(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
-    lines = [
+    lines: list[dict[str, object]] = [
         {"tool_calls": [call("run_command", command="rm a.txt"),
                         call("read_file", path="b.txt"),
                         call("run_command", command="echo ok > ok.txt")]},
@@ -72,11 +72,13 @@ def test_a_denied_call_is_refused_unasked_even_under_yes_and_the_model_reads_the
     host = make_host(sqlite_store, provider, policy=policy, asker=asker)
     assert start_turn(host, info, "t") == "completed"
     records = sqlite_store.read(info.id)
-    assert (ws / "a.txt").exists() and (ws / "ok.txt").exists()
+    assert (ws / "a.txt").exists()
+    assert (ws / "ok.txt").exists()
     assert asked == []
     results = {out.call_id: out for [(_, out)] in outcomes(records).values()}
     first, second, third = (results[c] for c in sorted(results))
-    assert "denied by rule `rm *`" in first.result and first.is_error
+    assert "denied by rule `rm *`" in first.result
+    assert first.is_error
     assert "denied by rule `path:b.txt`" in second.result
     assert not third.is_error
     started = [c.note for r in records if isinstance(c := r.event.content, SystemNote)
@@ -90,7 +92,10 @@ def test_a_denied_call_is_refused_unasked_even_under_yes_and_the_model_reads_the
 def test_a_sandboxed_command_is_still_denied(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
-    lines = [{"tool_calls": [call("run_command", command="rm a.txt")]}, {"text": "ok"}]
+    lines: list[dict[str, object]] = [
+        {"tool_calls": [call("run_command", command="rm a.txt")]},
+        {"text": "ok"},
+    ]
     provider = scripted(write_script(tmp_path / "s.jsonl", lines))
     info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
     host = make_host(sqlite_store, provider, policy=Policy(deny=("rm *",)))

@@ -78,8 +78,13 @@ def _turn(
 def test_a_hook_that_denies_rm_blocks_it_and_the_model_reads_why(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
-    hook = Hook(event="PreToolUse", matcher="run_command", command=_script(tmp_path, "no-rm", NO_RM))
-    lines = [{"tool_calls": [call("run_command", command="rm a.txt")]}, {"text": "ok"}]
+    hook = Hook(
+        event="PreToolUse", matcher="run_command", command=_script(tmp_path, "no-rm", NO_RM)
+    )
+    lines: list[dict[str, object]] = [
+        {"tool_calls": [call("run_command", command="rm a.txt")]},
+        {"text": "ok"},
+    ]
     records = _turn(tmp_path, sqlite_store, ws, lines, (hook,))
     assert (ws / "a.txt").exists()
     ((_, out),) = next(iter(outcomes(records).values()))
@@ -94,7 +99,10 @@ def test_a_hook_that_rewrites_an_argument_runs_the_tool_with_it(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
     hook = Hook(event="PreToolUse", matcher="run_.*", command=_script(tmp_path, "rw", REWRITE))
-    lines = [{"tool_calls": [call("run_command", command="echo hello > out.txt")]}, {"text": "ok"}]
+    lines: list[dict[str, object]] = [
+        {"tool_calls": [call("run_command", command="echo hello > out.txt")]},
+        {"text": "ok"},
+    ]
     # No --yes and no sandbox: the command would ask; the hook's allow approves it.
     records = _turn(tmp_path, sqlite_store, ws, lines, (hook,), policy=Policy(sandbox="off"))
     assert (ws / "out.txt").read_text() == "rewritten\n"
@@ -110,15 +118,17 @@ def test_a_hook_that_hangs_is_cut_at_its_timeout_and_on_error_decides(
 ) -> None:
     pid_file = tmp_path / "hang.pid"
     hang = f"echo $$ > {pid_file}; exec sleep 600"
-    hooks = (
-        Hook(event="PreToolUse", command=hang, timeout_s=0.5, on_error="deny"),
-    )
-    lines = [{"tool_calls": [call("run_command", command="echo hi > hi.txt")]}, {"text": "ok"}]
+    hooks = (Hook(event="PreToolUse", command=hang, timeout_s=0.5, on_error="deny"),)
+    lines: list[dict[str, object]] = [
+        {"tool_calls": [call("run_command", command="echo hi > hi.txt")]},
+        {"text": "ok"},
+    ]
     records = _turn(tmp_path, sqlite_store, ws, lines, hooks)
     assert not (ws / "hi.txt").exists()
     (run,) = _hook_runs(records)
     assert run.decision == "deny"
-    assert run.failure is not None and "timed out after 0.5 s" in run.failure
+    assert run.failure is not None
+    assert "timed out after 0.5 s" in run.failure
     ((_, out),) = next(iter(outcomes(records).values()))
     assert "on_error = deny" in out.result
     pid = int(pid_file.read_text())
@@ -129,7 +139,10 @@ def test_a_failing_hook_with_on_error_allow_lets_the_call_run(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
     hooks = (Hook(event="PreToolUse", command="echo broken >&2; exit 1", on_error="allow"),)
-    lines = [{"tool_calls": [call("run_command", command="echo hi > hi.txt")]}, {"text": "ok"}]
+    lines: list[dict[str, object]] = [
+        {"tool_calls": [call("run_command", command="echo hi > hi.txt")]},
+        {"text": "ok"},
+    ]
     records = _turn(tmp_path, sqlite_store, ws, lines, hooks)
     assert (ws / "hi.txt").exists()
     (run,) = _hook_runs(records)
@@ -143,7 +156,10 @@ def test_an_ask_from_a_hook_asks_a_person_even_under_yes(
     ask = json.dumps({"hookSpecificOutput": {"permissionDecision": "ask",
                                               "permissionDecisionReason": "are you sure?"}})  # fmt: skip
     hooks = (Hook(event="PreToolUse", command=f"echo '{ask}'"),)
-    lines = [{"tool_calls": [call("read_file", path="a.txt")]}, {"text": "ok"}]
+    lines: list[dict[str, object]] = [
+        {"tool_calls": [call("read_file", path="a.txt")]},
+        {"text": "ok"},
+    ]
     records = _turn(tmp_path, sqlite_store, ws, lines, hooks)
     ((_, out),) = next(iter(outcomes(records).values()))
     assert out.is_error
@@ -157,7 +173,10 @@ def test_post_tool_use_context_reaches_the_model_in_the_result(
     say = json.dumps({"hookSpecificOutput": {"hookEventName": "PostToolUse",
                                               "additionalContext": "a.txt is generated"}})  # fmt: skip
     hooks = (Hook(event="PostToolUse", matcher="read_file", command=f"echo '{say}'"),)
-    lines = [{"tool_calls": [call("read_file", path="a.txt")]}, {"text": "ok"}]
+    lines: list[dict[str, object]] = [
+        {"tool_calls": [call("read_file", path="a.txt")]},
+        {"text": "ok"},
+    ]
     records = _turn(tmp_path, sqlite_store, ws, lines, hooks)
     ((_, out),) = next(iter(outcomes(records).values()))
     assert "alpha" in out.result
@@ -168,12 +187,16 @@ def test_a_stop_hook_continues_the_turn_once(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
     # Claude Code's pattern: block the stop unless stop_hook_active says it already did.
-    script = _script(tmp_path, "stop", r"""#!/usr/bin/env python3
+    script = _script(
+        tmp_path,
+        "stop",
+        r"""#!/usr/bin/env python3
 import json, sys
 data = json.load(sys.stdin)
 if not data["stop_hook_active"]:
     print(json.dumps({"decision": "block", "reason": "run the tests before you stop"}))
-""")
+""",
+    )
     hooks = (Hook(event="Stop", command=script),)
     records = _turn(tmp_path, sqlite_store, ws, [{"text": "done"}, {"text": "tests pass"}], hooks)
     runs = _hook_runs(records)
@@ -196,7 +219,8 @@ def test_user_prompt_submit_adds_context_or_refuses_the_request(
     assert start_turn(host, info, "what day is it") == "completed"
     seen = provider.requests[0].messages
     shown = json.dumps([str(m) for m in seen])
-    assert "today is Tuesday" in shown and "the branch is main" in shown
+    assert "today is Tuesday" in shown
+    assert "the branch is main" in shown
     refuse = (Hook(event="UserPromptSubmit", command="echo 'no secrets in prompts' >&2; exit 2"),)
     host = make_host(sqlite_store, provider, config=replace(FAST, hooks=refuse))
     before = sqlite_store.head(info.id).high_water

@@ -8,6 +8,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from bubu.engine.permissions import Policy
 from bubu.engine.session import APPROVED, new_session, start_turn
 from bubu.errors import ConfigError
@@ -23,7 +25,7 @@ PLAN = [{"text": "read the code", "status": "completed"}, {"text": "fix it", "st
 def test_a_planning_turn_refuses_a_write_and_the_approval_switches_the_session_to_acting(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
-    lines = [
+    lines: list[dict[str, object]] = [
         {"tool_calls": [call("read_file", path="a.txt"),
                         call("write_file", path="a.txt", content="changed\n"),
                         call("run_command", command="echo x > x.txt")]},
@@ -38,14 +40,17 @@ def test_a_planning_turn_refuses_a_write_and_the_approval_switches_the_session_t
     policy = Policy(sandbox="off", yes=True)
     planner = make_host(sqlite_store, provider, policy=policy, config=replace(FAST, plan=True))
     assert start_turn(planner, info, "fix a.txt") == "completed"
-    assert (ws / "a.txt").read_text() == "alpha\n" and not (ws / "x.txt").exists()
+    assert (ws / "a.txt").read_text() == "alpha\n"
+    assert not (ws / "x.txt").exists()
     offered = {t.name for t in provider.requests[0].tools}
-    assert "read_file" in offered and "update_plan" in offered
+    assert "read_file" in offered
+    assert "update_plan" in offered
     assert not offered & {"write_file", "edit_file", "run_command"}
     results = {out.name: out for [(_, out)] in outcomes(sqlite_store.read(info.id)).values()}
     assert not results["read_file"].is_error
     for name in ("write_file", "run_command"):
-        assert results[name].is_error and "plan mode" in results[name].result
+        assert results[name].is_error
+        assert "plan mode" in results[name].result
     # A later turn of the session, started without --plan, still plans: nothing approved it.
     host = make_host(sqlite_store, provider, policy=policy)
     assert start_turn(host, info, "also b.txt?") == "completed"
@@ -69,18 +74,14 @@ def test_approving_without_a_plan_is_refused(
     host = make_host(sqlite_store, provider)
     assert start_turn(host, info, "hi") == "completed"
     before = sqlite_store.head(info.id).high_water
-    try:
+    with pytest.raises(ConfigError, match="no plan waiting for approval"):
         start_turn(host, info, APPROVED, approve_plan=True)
-    except ConfigError as e:
-        assert "no plan waiting for approval" in str(e)
-    else:
-        raise AssertionError("approved a plan that does not exist")
     assert sqlite_store.head(info.id).high_water == before
 
 
 def test_run_plan_then_approve_plan_from_the_command_line(tmp_path: Path, ws: Path) -> None:
     script = tmp_path / "s.jsonl"
-    lines = [
+    lines: list[dict[str, object]] = [
         {"tool_calls": [call("write_file", path="a.txt", content="changed\n")]},
         {"tool_calls": [call("update_plan", items=PLAN)]},
         {"text": "Plan: change a.txt"},

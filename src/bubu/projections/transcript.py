@@ -12,11 +12,13 @@ from bubu.events import (
     Error,
     FunctionCall,
     FunctionResponse,
+    HookRun,
     Info,
     MemoryAccepted,
     MemoryForgotten,
     ModelSwitch,
     NoticeDismissed,
+    PlanApproved,
     ProjectInstructions,
     Record,
     RecoveryNotice,
@@ -205,6 +207,10 @@ class Transcript:
                     if snap.tree is not None
                     else f"the workspace {source} could not be stored: {snap.partial}"
                 )
+            case HookRun():
+                text = hook_text(n)
+            case PlanApproved(plan=plan):
+                text = f"plan approved ({len(plan)} steps): the session acts on it"
             case CheckpointBody() | SummaryChunk():
                 text = None  # the compaction note that follows is the marker people see
             case _:
@@ -277,3 +283,20 @@ def transcript(records: Iterable[Record]) -> Transcript:
     for r in records:
         t.apply(r)
     return t
+
+
+_DECIDED = {"allow": "allowed", "deny": "denied", "ask": "asked", "block": "blocked"}
+
+
+def hook_text(n: HookRun) -> str:
+    """One line for a hook run: which hook, what it decided and why, or how it failed."""
+    line = f"{n.event} hook `{n.hook}`"
+    if n.decision != "none":
+        line += f" {_DECIDED[n.decision]}"
+    if n.updated_input is not None:
+        line += " with new arguments"
+    if n.reason:
+        line += f": {n.reason}"
+    if n.failure:
+        line += f" (failed: {n.failure})"
+    return line
