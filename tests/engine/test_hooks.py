@@ -19,7 +19,7 @@ from bubu.engine.hooks import Hook
 from bubu.engine.permissions import Policy
 from bubu.engine.session import new_session, start_turn
 from bubu.errors import HookBlocked
-from bubu.events import HookRun, Record, SystemNote, Text
+from bubu.events import HookRun, Record, SystemNote, Text, TurnEnded
 from bubu.log.sqlite import SQLiteStore
 
 from .helpers import FAST, call, make_host, outcomes, scripted, write_script
@@ -229,3 +229,26 @@ def test_user_prompt_submit_adds_context_or_refuses_the_request(
     after = sqlite_store.read(info.id, after=before)
     assert [type(r.event.content.note).__name__ for r in after] == ["HookRun"]  # type: ignore[union-attr]
     assert not any("hunter2" in str(r.event) for r in after)
+
+
+def test_continue_false_ends_the_turn_resumably_with_the_hooks_reason(
+    tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    halt = json.dumps({"continue": False, "stopReason": "the build is broken; fix it first"})
+    lines: list[dict[str, object]] = [
+        {"tool_calls": [call("read_file", path="a.txt")]},
+        {"text": "never asked"},
+    ]
+    provider = scripted(write_script(tmp_path / "s.jsonl", lines))
+    info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
+    hooks = (Hook(event="PostToolUse", command=f"echo '{halt}'"),)
+    host = make_host(sqlite_store, provider, config=replace(FAST, hooks=hooks))
+    assert start_turn(host, info, "t") == "stopped"
+    assert len(provider.requests) == 1
+    ended = [
+        c.note
+        for r in sqlite_store.read(info.id)
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnEnded)
+    ]
+    assert ended[-1].message is not None
+    assert "the build is broken; fix it first" in ended[-1].message

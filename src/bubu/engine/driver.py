@@ -451,6 +451,7 @@ class Runner:
                         case RunTools(calls=calls):
                             self.tool_calls.run(calls)
                             self.instructions.after_tools(self, calls)
+                            self._halt_for_hooks(calls)
                         case EndTurn(reason="completed") if self.hook_points.stop():
                             continue  # a Stop hook gave the model more to do
                         case EndTurn(reason=reason, message=message, step_limit=limit, cause=cause):
@@ -486,6 +487,13 @@ class Runner:
             _ACTIVE.discard(self)
             self.stop_event.set()
             self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _halt_for_hooks(self, calls: Sequence[CallState]) -> None:
+        """End the turn, resumably, when a hook of these calls said ``"continue": false``."""
+        halt = self.hook_points.halted(calls)
+        if halt is not None and self.turn.open and not self.turn.open_calls:
+            why = halt.reason or "no reason given"
+            self.end_turn("stopped", f"the {halt.event} hook `{halt.hook}` ended the turn: {why}")
 
     def end_turn(
         self,

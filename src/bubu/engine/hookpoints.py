@@ -9,6 +9,7 @@ reason, ``additionalContext``) reaches it in a tool result or as a short message
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -123,7 +124,7 @@ class HookPoints:
                 rec = self.run_one(hook, payload, call_id=call.call_id)
                 self.host.append([self.host.note(rec)], durable=True)
                 call = self.host.turn.calls.get(call.call_id, call)  # the fold took its input
-            if rec.decision == "deny":
+            if rec.decision == "deny" or rec.stop:  # `continue: false` runs nothing more
                 return PreTool(call=call, decision="deny", reason=rec.reason, hook=rec.hook)
             if rec.decision == "ask" or (rec.decision == "allow" and decided.decision == "none"):
                 decided = PreTool(call=call, decision=rec.decision, reason=rec.reason,
@@ -157,6 +158,15 @@ class HookPoints:
         return replace(result, output=result.output + added, full=full)
 
     # -- the turn ---------------------------------------------------------------------------------
+
+    def halted(self, calls: Sequence[CallState]) -> HookRun | None:
+        """A hook of these calls that asked to end the turn (``"continue": false``), if any."""
+        for c in calls:
+            st = self.host.turn.calls.get(c.call_id, c)
+            for rec in st.hooks.values():
+                if rec.stop:
+                    return rec
+        return None
 
     def stop(self) -> bool:
         """Run the Stop hooks as the model ends its turn; True when one continued the turn (its

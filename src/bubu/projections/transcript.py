@@ -97,7 +97,10 @@ class Transcript:
             add(
                 Message(
                     seq=r.seq,
-                    kind="user" if ev.role == "user" else "assistant",
+                    # What the host told the model (a hook's context, plan mode) is a note.
+                    kind=("note" if ev.author == "host" else "user")
+                    if ev.role == "user"
+                    else "assistant",
                     text=c.text,
                     turn=ev.turn,
                 )
