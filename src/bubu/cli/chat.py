@@ -115,7 +115,8 @@ class Chat:
         self.say(
             "trusted (`bubu trust --revoke` undoes it)"
             if yes
-            else "not trusted: its model, server and MCP servers are ignored (`bubu trust` later)",
+            else "not trusted: its model, server, MCP servers and hooks are ignored "
+            "(`bubu trust` later)",
             dim=True,
         )
 
