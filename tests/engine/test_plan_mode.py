@@ -16,7 +16,7 @@ from bubu.errors import ConfigError
 from bubu.events import PlanApproved, SystemNote, TurnStarted
 from bubu.log.sqlite import SQLiteStore
 
-from .cli import bubu, only_session
+from .cli import bubu, bubu_json, only_session
 from .helpers import FAST, call, make_host, outcomes, scripted, write_script
 
 PLAN = [{"text": "read the code", "status": "completed"}, {"text": "fix it", "status": "pending"}]
@@ -95,8 +95,11 @@ def test_run_plan_then_approve_plan_from_the_command_line(tmp_path: Path, ws: Pa
     assert planned.returncode == 0, planned.stderr
     assert (ws / "a.txt").read_text() == "alpha\n"
     sid = only_session(db)
+    assert bubu_json(db, "status", sid, "--json")["plan_mode"] is True
+    assert f"plan mode: `bubu approve-plan {sid}`" in bubu(db, "status", sid).stdout
     acted = bubu(db, "approve-plan", sid, *base)
     assert acted.returncode == 0, acted.stderr
+    assert bubu_json(db, "status", sid, "--json")["plan_mode"] is False
     assert (ws / "a.txt").read_text() == "changed\n"
     again = bubu(db, "approve-plan", sid, *base)
     assert again.returncode == 2

@@ -819,6 +819,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
         },
         "recovery": None,
         "plan": plan_json(fold_plan(records)),
+        "plan_mode": plan_mode(records),
     }
     lr = fold_longrun(records)
     waiting = lr.waiting() if state == "running" else None
@@ -846,6 +847,20 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "seq": st.notice_seq,
         }
     return out
+
+
+def plan_mode(records: Any) -> bool:
+    """Whether the session plans: its last turn was a planning one, not approved since."""
+    from bubu.events import PlanApproved, SystemNote, TurnStarted
+
+    planning = False
+    for r in records:
+        c = r.event.content
+        if isinstance(c, SystemNote) and isinstance(c.note, TurnStarted):
+            planning = c.note.plan
+        elif isinstance(c, SystemNote) and isinstance(c.note, PlanApproved):
+            planning = False
+    return planning
 
 
 def usage_line(usage: Any) -> str:
@@ -966,6 +981,8 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         )
     if d["plan"]:
         click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it
+    if d["plan_mode"]:
+        click.echo(f"  plan mode: `bubu approve-plan {info.id}` lets it act on the plan")
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
         st = fold_status(ctx.store.read(info.id))
