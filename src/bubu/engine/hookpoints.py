@@ -90,6 +90,7 @@ class HookPoints:
         self.host.observer.on_activity(f"hook {hook.event}: {hook.command}")
         ran = hooks.run(hook, payload, cwd=ws, env=env, cancel=self.host.stop_event)
         self.host.observer.on_activity(None)
+        self.host.check_stop()  # a hook cut short by a stop decided nothing: nothing is recorded
         a = hooks.answer(hook, ran)
         return HookRun(
             event=hook.event, hook=hook.command, call_id=call_id, decision=a.decision,

@@ -131,7 +131,11 @@ def run(
             )  # fmt: skip
         except ToolError as e:
             return Ran(exit_code=None, failure=f"it could not be started: {e}")
-        failure = _wait(tree, hook.timeout_s, cancel)
+        try:
+            failure = _wait(tree, hook.timeout_s, cancel)
+        except BaseException:  # Ctrl-C while it runs: nothing of it stays behind
+            tree.kill(0)
+            raise
         ms = int((clock.monotonic() - started) * 1000)
         if failure is None and tree.error is not None:
             number, _, path = tree.error.partition(" ")
