@@ -183,6 +183,19 @@ def test_post_tool_use_context_reaches_the_model_in_the_result(
     assert "a.txt is generated" in out.result
 
 
+def test_pre_tool_use_context_reaches_the_model_with_the_result(
+    tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
+) -> None:
+    say = json.dumps({"hookSpecificOutput": {"permissionDecision": "allow",
+                                              "additionalContext": "b.txt is vendored"}})  # fmt: skip
+    hooks = (Hook(event="PreToolUse", command=f"echo '{say}'"),)
+    lines: list[dict[str, object]] = [{"tool_calls": [call("read_file", path="b.txt")]}]
+    records = _turn(tmp_path, sqlite_store, ws, [*lines, {"text": "ok"}], hooks)
+    ((_, out),) = next(iter(outcomes(records).values()))
+    assert "beta" in out.result
+    assert "b.txt is vendored" in out.result
+
+
 def test_a_stop_hook_continues_the_turn_once(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:

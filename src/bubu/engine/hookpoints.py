@@ -136,8 +136,13 @@ class HookPoints:
 
     def post_tool(self, call: CallState, result: ToolResult) -> ToolResult:
         """Run the PostToolUse hooks of a finished call; what they say for the model (a block's
-        reason, additional context) is added to its result."""
-        extra: list[str] = []
+        reason, additional context, and a PreToolUse hook's context) is added to its result."""
+        call = self.host.turn.calls.get(call.call_id, call)  # with every decision folded in
+        extra = [
+            context_message("PreToolUse", rec.hook, rec.context)
+            for (event, _), rec in call.hooks.items()
+            if event == "PreToolUse" and rec.context
+        ]
         for hook in hooks.matching(self.configured, "PostToolUse", call.name):
             rec = call.hooks.get(("PostToolUse", hook.command))
             if rec is None:
