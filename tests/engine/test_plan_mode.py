@@ -96,6 +96,9 @@ def test_run_plan_then_approve_plan_from_the_command_line(tmp_path: Path, ws: Pa
     assert (ws / "a.txt").read_text() == "alpha\n"
     sid = only_session(db)
     assert bubu_json(db, "status", sid, "--json")["plan_mode"] is True
+    shown = bubu_json(db, "context", sid, "--json")["tools"]
+    assert "read_file" in shown
+    assert "write_file" not in shown
     assert f"plan mode: `bubu approve-plan {sid}`" in bubu(db, "status", sid).stdout
     acted = bubu(db, "approve-plan", sid, *base)
     assert acted.returncode == 0, acted.stderr
