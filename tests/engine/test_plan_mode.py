@@ -79,6 +79,7 @@ def test_approving_without_a_plan_is_refused(
     assert sqlite_store.head(info.id).high_water == before
 
 
+@pytest.mark.slow  # six processes; the in-process test above covers the engine
 def test_run_plan_then_approve_plan_from_the_command_line(tmp_path: Path, ws: Path) -> None:
     script = tmp_path / "s.jsonl"
     lines: list[dict[str, object]] = [
