@@ -11,6 +11,7 @@
     │   ├── StorageError           the database could not be opened or written
     │   └── UnknownSession
     ├── ProviderError              a model call failed (status, body)
+    ├── HookBlocked                a UserPromptSubmit hook refused the request
     └── ToolError                  a tool could not run; the model sees it as a result
 
 Failures the model should see are events, not exceptions: a tool failure becomes an error
@@ -99,6 +100,13 @@ class ProviderError(BubuError):
         """The server answered another request after this failure: it is up, so a failure that
         repeats word for word is about this request, not an outage."""
         super().__init__(message)
+
+
+class HookBlocked(BubuError):
+    """A UserPromptSubmit hook refused the user's request: it was not sent (the hook's run is
+    in the log)."""
+
+    exit_code = 2
 
 
 class ToolError(BubuError):

@@ -225,6 +225,12 @@ class TurnStarted(_Note, frozen=True, kw_only=True, tag="turn_started"):
     native_tools: bool | None = None
     """Whether the file and command tools were offered in the provider's own shapes (None: the
     default, which offers them at the provider's own API only)."""
+    deny: list[str] = msgspec.field(default_factory=list)
+    """Deny rules (``--deny``, ``deny = [...]``): commands and paths refused without asking, so a
+    recovered or resumed turn refuses the same ones."""
+    plan: bool = False
+    """A planning turn (``--plan``, ``/plan``): only read-only tools, every write or command
+    refused, until the plan is approved (`PlanApproved`)."""
 
 
 class TurnEnded(_Note, frozen=True, kw_only=True, tag="turn_ended"):
@@ -505,6 +511,52 @@ class ChildFinished(_Note, frozen=True, kw_only=True, tag="child_finished"):
     """The child had already finished (a recovery): its result was read back from its log."""
 
 
+HookEvent = Literal[
+    "PreToolUse",
+    "PostToolUse",
+    "UserPromptSubmit",
+    "Stop",
+    "SessionStart",
+    "PreCompact",
+    "Notification",
+]
+"""When a hook runs (the names Claude Code's hooks use)."""
+HookDecision = Literal["none", "allow", "deny", "ask", "block"]
+
+
+class HookRun(_Note, frozen=True, kw_only=True, tag="hook_run"):
+    """A hook ran, and what it decided: committed before its decision takes effect, so after a
+    crash the decision stands and the hook is not run again (`hook` and `call_id` name it)."""
+
+    event: HookEvent
+    hook: str
+    """The hook's command line, as configured."""
+    call_id: str | None = None
+    """The tool call it decided on (PreToolUse, PostToolUse)."""
+    decision: HookDecision = "none"
+    reason: str | None = None
+    """Why, in the hook's words (what the model or the person is told)."""
+    updated_input: dict[str, JSON] | None = None
+    """The arguments the tool runs with instead of the model's (PreToolUse)."""
+    context: str | None = None
+    """Text the hook adds for the model (``additionalContext``)."""
+    stop: bool = False
+    """The hook asked to end the turn (``"continue": false``); `reason` holds its stopReason."""
+    exit_code: int | None = None
+    failure: str | None = None
+    """Why the hook failed (a timeout, a crash, bad JSON); its `on_error` policy decided then."""
+    duration_ms: int | None = None
+
+
+class PlanApproved(_Note, frozen=True, kw_only=True, tag="plan_approved"):
+    """The plan of the session's planning turn was approved: from here on it acts (the switch
+    from plan mode to acting, `bubu approve-plan`, `/approve` in the chat)."""
+
+    plan: list[str] = msgspec.field(default_factory=list)
+    """The steps approved (the update_plan state of the moment)."""
+    by: str = "user"
+
+
 Note: TypeAlias = (
     TurnStarted
     | TurnEnded
@@ -530,6 +582,8 @@ Note: TypeAlias = (
     | WorkspaceTaken
     | ChildStarted
     | ChildFinished
+    | HookRun
+    | PlanApproved
 )
 
 

@@ -192,6 +192,71 @@ def _prices(v: object) -> dict[str, dict[str, float]]:
     return out
 
 
+_HOOK_EVENTS = (
+    "PreToolUse",
+    "PostToolUse",
+    "UserPromptSubmit",
+    "Stop",
+    "SessionStart",
+    "PreCompact",
+    "Notification",
+)  # bubu.engine.hooks.EVENTS
+_HOOK_FIELDS = ("matcher", "command", "timeout", "on_error", "hooks", "type")
+
+
+def _hooks(v: object) -> list[dict[str, object]]:
+    """`[[hooks.EVENT]]` tables: a `command` (or Claude Code's `hooks = [{type = "command",
+    command = …}]`), an optional `matcher`, `timeout` (seconds) and `on_error` ("deny" or
+    "allow"). Returned flat, one dict per hook, in the order written."""
+    if not isinstance(v, dict):
+        raise Bad("expected tables [[hooks.PreToolUse]] with a command (see docs/extending.md)")
+    out: list[dict[str, object]] = []
+    for event, entries in v.items():
+        if event not in _HOOK_EVENTS:
+            raise Bad(f"unknown hook event {event!r}; the events are: {', '.join(_HOOK_EVENTS)}")
+        if not isinstance(entries, list):
+            raise Bad(f"hooks.{event} must be an array of tables: [[hooks.{event}]]")
+        for entry in entries:
+            out += _hook_entry(event, entry)
+    return out
+
+
+def _hook_entry(event: str, entry: object) -> list[dict[str, object]]:
+    if not isinstance(entry, dict):
+        raise Bad(f"each [[hooks.{event}]] must be a table with a command")
+    unknown = [k for k in entry if k not in _HOOK_FIELDS]
+    if unknown:
+        raise Bad(f"[[hooks.{event}]]: unknown field {unknown[0]!r}; fields: "
+                  f"{', '.join(_HOOK_FIELDS[:4])}")  # fmt: skip
+    matcher = entry.get("matcher", "")
+    if not isinstance(matcher, str):
+        raise Bad(f"[[hooks.{event}]]: matcher must be a string (a tool name or a pattern)")
+    inner = entry.get("hooks")
+    if inner is not None:  # Claude Code's shape: a matcher and its list of commands
+        if not isinstance(inner, list) or not inner:
+            raise Bad(f"[[hooks.{event}]]: hooks must be a list of {{type, command}} tables")
+        return [_one_hook(event, matcher, h, entry) for h in inner]
+    return [_one_hook(event, matcher, entry, entry)]
+
+
+def _one_hook(event: str, matcher: str, h: object, outer: dict[str, object]) -> dict[str, object]:
+    if not isinstance(h, dict):
+        raise Bad(f"[[hooks.{event}]]: each hook is a table with a command")
+    if h.get("type", "command") != "command":
+        raise Bad(f'[[hooks.{event}]]: type {h.get("type")!r} is not supported; use "command"')
+    command = h.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise Bad(f"[[hooks.{event}]]: command must be a non-empty string (a shell command)")
+    timeout = h.get("timeout", outer.get("timeout", 60))
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise Bad(f"[[hooks.{event}]]: timeout must be a number of seconds above 0")
+    on_error = h.get("on_error", outer.get("on_error", "allow"))
+    if on_error not in ("deny", "allow"):
+        raise Bad(f'[[hooks.{event}]]: on_error must be "deny" or "allow"')
+    return {"event": event, "matcher": matcher, "command": command, "timeout": float(timeout),
+            "on_error": on_error}  # fmt: skip
+
+
 def _env_seconds(text: str) -> float:
     """BUBU_STALL_TIMEOUT, refused in the words the provider uses for it."""
     from bubu.providers._retry import STALL_ENV, stall_timeout
@@ -249,6 +314,9 @@ class Key:
     function that computes it (a share of this machine's memory)."""
     zero_is_off: bool = False
     """0 lifts the limit (``off``), so it is the loosest value, not the lowest."""
+    merge: bool = False
+    """A list every layer adds to (the flag's, the user's and an admitted workspace's), rather
+    than one that replaces the layer below."""
 
 
 KEYS: tuple[Key, ...] = (
@@ -383,6 +451,8 @@ KEYS: tuple[Key, ...] = (
         guard="off_only",
     ),
     Key("yes", "yes", _bool, "approve every permission request", guard="off_only"),
+    Key("deny", "deny", _strs, "command patterns and path: globs refused unasked", merge=True),
+    Key("hooks", "hooks", _hooks, "programs run at points of a turn", guard="trust", merge=True),
     Key("allow", "allow", _strs, "command patterns allowed without asking", guard="patterns"),
     Key(
         "fallback_models",
@@ -767,6 +837,11 @@ def resolve(
     ignored: list[Ignored] = []
     out: dict[str, Setting] = {}
     for key in KEYS:
+        if key.merge:
+            out[key.name] = _merged(key, flags, user=user, user_profile=user_profile, ws=ws,
+                                    ws_profile=ws_profile, profile=name, trusted=trusted,
+                                    ignored=ignored)  # fmt: skip
+            continue
         if key.option in flags:
             value, src, where = flags[key.option]
             out[key.name] = Setting(key.name, value, src, where)
@@ -822,6 +897,51 @@ def resolve(
         trust=state,
         workspace=root_of(ws) if ws is not None else None,
     )
+
+
+def _merged(
+    key: Key,
+    flags: Mapping[str, tuple[object, Source, str | None]],
+    *,
+    user: _Layer | None,
+    user_profile: dict[str, object],
+    ws: _Layer | None,
+    ws_profile: dict[str, object],
+    profile: str | None,
+    trusted: bool,
+    ignored: list[Ignored],
+) -> Setting:
+    """A `merge` key: the flag's values, the user's and the workspace's (when its guard admits
+    them), in that order; its source is the highest layer that gave any."""
+    parts: list[tuple[list[object], Source, str | None]] = []
+    if key.option in flags:
+        value, src, where = flags[key.option]
+        parts.append((list(value) if isinstance(value, list | tuple) else [], src, where))
+    if key.name in user_profile:
+        parts.append((list(_as_list(user_profile[key.name])), "profile", profile))
+    elif user is not None and key.name in user.values:
+        parts.append((list(_as_list(user.values[key.name])), "user", str(user.path)))
+    theirs, table = None, None
+    if key.name in ws_profile:
+        theirs, table = ws_profile[key.name], f"profiles.{profile}"
+    elif ws is not None and key.name in ws.values:
+        theirs = ws.values[key.name]
+    if theirs is not None and ws is not None:
+        if key.guard == "trust" and not trusted:
+            why = "the workspace is not trusted, and this key chooses who acts (`bubu trust`)"
+            ignored.append(Ignored(key.name, theirs, _where(ws, key.name, table), why, "untrusted"))
+        else:
+            parts.append((list(_as_list(theirs)), "workspace", str(ws.path)))
+    if not parts:
+        return Setting(key.name, None, "default")
+    merged: list[object] = []
+    for values, _, _ in parts:
+        merged += [v for v in values if v not in merged]
+    return Setting(key.name, merged, parts[0][1], parts[0][2])
+
+
+def _as_list(v: object) -> list[object]:
+    return list(v) if isinstance(v, list | tuple) else []
 
 
 def ignored_line(s: Settings) -> str | None:

@@ -58,7 +58,7 @@ def test_exit_and_quit_end_the_chat(chat: Chat) -> None:
 
 
 def test_plan_and_cost_read_the_session(chat: Chat, capsys: pytest.CaptureFixture[str]) -> None:
-    run_slash(chat, "/plan")
+    run_slash(chat, "/plan show")
     run_slash(chat, "/cost")
     out = capsys.readouterr().out
     assert "plan 1/2" in out
@@ -218,3 +218,30 @@ def test_always_on_a_script_does_not_approve_inline_code(tmp_path: Path) -> None
     assert policy.check_command("python3 a.py", cwd=str(tmp_path)).allowed
     assert not policy.check_command("python3 -c 'print(42)'", cwd=str(tmp_path)).allowed
     assert not policy.check_command("python3 b.py", cwd=str(tmp_path)).allowed
+
+
+def test_plan_mode_in_the_chat_refuses_a_write_until_approve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bubu.cli.agentcmds import make_host
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    write = call("write_file", path="a.txt", content="planned\n")
+    script = write_script(tmp_path / "s.jsonl", [
+        {"tool_calls": [write]}, {"text": "Plan: write a.txt"}, {"tool_calls": [write]},
+        {"text": "done"},
+    ])  # fmt: skip
+    ctx = Ctx(str(tmp_path / "bubu.db"))
+    try:
+        c = Chat(ctx, str(ws), {"sandbox": "off"})
+        c.model = f"scripted:{script}"
+        c.host = make_host(c.store, c.model, c.opts, c.view)
+        run_slash(c, "/plan")
+        c.turn("write a.txt")
+        assert not (ws / "a.txt").exists()
+        assert "plan mode" in capsys.readouterr().out
+        run_slash(c, "/approve")
+        assert (ws / "a.txt").read_text() == "planned\n"
+    finally:
+        ctx.close()

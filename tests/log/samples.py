@@ -22,6 +22,7 @@ from bubu.events import (
     Event,
     FunctionCall,
     FunctionResponse,
+    HookRun,
     Info,
     InstructionFile,
     MemoryForgotten,
@@ -30,6 +31,7 @@ from bubu.events import (
     NoticeDismissed,
     PermissionDecision,
     PermissionRequest,
+    PlanApproved,
     ProjectInstructions,
     RecoveryNotice,
     Role,
@@ -75,6 +77,8 @@ LATER_NOTE_KINDS = frozenset(
         "child_started",
         "child_finished",
         "skills_listed",
+        "hook_run",
+        "plan_approved",
     }
 )
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones
@@ -346,4 +350,7 @@ def session_events(
         agent="reviewer", model="scripted:/k.jsonl", branch="bubu/ses_child", base="ab" * 20)), hidden=True)  # fmt: skip
     add("system", "system", note(note=ChildFinished(child="ses_child", call_id="call_9",
         reason="completed", tokens=120, cost_usd=0.01)), hidden=True)  # fmt: skip
+    add("system", "host", note(note=HookRun(event="PreToolUse", hook="./no-rm.sh", call_id="call_2",
+        decision="deny", reason="rm is not allowed", exit_code=2, duration_ms=12)), hidden=True)  # fmt: skip
+    add("system", "user", note(note=PlanApproved(plan=["read the code", "fix it"])), hidden=True)
     return events

@@ -291,6 +291,14 @@ def model_options(f: Any) -> Any:
                 help="Allow commands matching PATTERN.",
             ),
             click.option(
+                "--deny",
+                "deny",
+                multiple=True,
+                metavar="PATTERN",
+                help="Refuse, without asking, commands matching PATTERN (path:GLOB: files the "
+                "file tools touch); repeatable, added to the config's deny rules.",
+            ),
+            click.option(
                 "--allow-write",
                 "allow_write",
                 multiple=True,
@@ -431,6 +439,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             box=sandbox_box(opts),
             allow_write=tuple(opts.get("allow_write") or ()),
             web_domains=tuple(opts.get("web_domains") or ()),
+            deny=tuple(opts.get("deny") or ()),
         ),
         asker=observer.ask,
         observer=wrap(observer, opts.get("notify"), store, opts.get("notify_timeout")),
@@ -446,6 +455,8 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             context_window=opts.get("context_window"),
             project_instructions=not opts.get("no_project_instructions"),
             loop_limit=opts.get("loop_limit") or DEFAULT_LOOP_LIMIT,
+            hooks=hook_list(opts.get("hooks")),
+            plan=bool(opts.get("plan")),
             context=context_policy(
                 opts.get("compact_at"),
                 opts.get("compact_to"),
@@ -474,6 +485,13 @@ def extra_tools(opts: dict[str, Any], *, native_search: bool = False) -> dict[st
 
         extra.append(skill)
     return dict(tool_table(extra, where="the host's extra tools"))
+
+
+def hook_list(raw: object) -> Any:
+    """The hooks of the `hooks` setting."""
+    from bubu.engine.hooks import from_config
+
+    return from_config(raw)
 
 
 @contextmanager
@@ -575,9 +593,21 @@ def session_options(f: Any) -> Any:
     return f
 
 
+def plan_option(f: Any) -> Any:
+    """`--plan`: the turn only reads and plans until the plan is approved."""
+    return click.option(
+        "--plan",
+        "plan",
+        is_flag=True,
+        help="Plan mode: the model may only read and ends with a plan; nothing is written or "
+        "run until `bubu approve-plan SESSION` (or /approve in the chat).",
+    )(f)
+
+
 @cli.command("run")
 @click.argument("task")
 @session_options
+@plan_option
 @click.option(
     "--image",
     "image_paths",
@@ -688,6 +718,29 @@ def latest_here(store: Store, workspace: str) -> SessionInfo:
             '`bubu run "TASK"`, or pick another with --session ID (`bubu sessions` lists them)'
         )
     return sessions[0]
+
+
+@cli.command("approve-plan")
+@click.argument("session")
+@click.argument("message", required=False)
+@model_options
+@pass_ctx
+def approve_plan_cmd(ctx: Ctx, /, session: str, message: str | None, **opts: Any) -> None:
+    """Approve the plan of SESSION's planning turn (bubu run --plan) and run a turn that carries
+    it out, in the same session."""
+    store = ctx.store
+    from bubu.cli.continuing import continuing_host
+    from bubu.cli.render import TerminalObserver
+    from bubu.engine.session import APPROVED, start_turn
+
+    observer = observer_for(opts["jsonl"])
+    info = store.session(session)
+    host, info, _ = continuing_host(store, info, opts, observer, new_turn=True)
+    host.check_integrity(info.id)
+    announce(observer.line if isinstance(observer, TerminalObserver) else None)
+    with signals(host):
+        reason = start_turn(host, info, message or APPROVED, approve_plan=True)
+    finish(reason, observer, info.id)
 
 
 @cli.command("resume")
@@ -849,6 +902,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
         },
         "recovery": None,
         "plan": plan_json(fold_plan(records)),
+        "plan_mode": plan_mode(records),
     }
     lr = fold_longrun(records)
     waiting = lr.waiting() if state == "running" else None
@@ -883,6 +937,20 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "seq": st.notice_seq,
         }
     return out
+
+
+def plan_mode(records: Any) -> bool:
+    """Whether the session plans: its last turn was a planning one, not approved since."""
+    from bubu.events import PlanApproved, SystemNote, TurnStarted
+
+    planning = False
+    for r in records:
+        c = r.event.content
+        if isinstance(c, SystemNote) and isinstance(c.note, TurnStarted):
+            planning = c.note.plan
+        elif isinstance(c, SystemNote) and isinstance(c.note, PlanApproved):
+            planning = False
+    return planning
 
 
 def usage_line(usage: Any) -> str:
@@ -1004,6 +1072,8 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     if d["plan"]:
         click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it
     _children_text(d)
+    if d["plan_mode"]:
+        click.echo(f"  plan mode: `bubu approve-plan {info.id}` lets it act on the plan")
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
         st = fold_status(ctx.store.read(info.id))

@@ -47,6 +47,7 @@ READ_ONLY_COMMANDS = frozenset({"sessions", "show", "status", "log", "verify", "
 # only when the command runs or shows its own help. tests/cli/test_startup.py keeps it in step.
 COMMANDS = {
     "agents": Lazy(module="bubu.cli.agentlist", short_help="List the named agents delegate can start (yours, and a trusted workspace's), and the ones that are ignored and why."),
+    "approve-plan": Lazy(module="bubu.cli.agentcmds", short_help="Approve the plan of SESSION's planning turn (bubu run --plan) and run a turn that carries it out, in the same session."),
     "approve-task": Lazy(module="bubu.cli.fleetadmin", short_help="Approve a task a worker held above its ceiling: the next worker runs it under the policy it was submitted with (the approval is a fact in the session's log)."),
     "chat": Lazy(module="bubu.cli.chat", short_help="Talk to Bubu in this terminal: each message is a turn of one session (/help inside)."),
     "compact": Lazy(module="bubu.cli.compactcmd", short_help="Summarize SESSION's older events into a checkpoint now (the newest steps stay raw)."),

@@ -30,6 +30,7 @@ from bubu.cli.agentcmds import (
     latest_here,
     make_host,
     model_options,
+    plan_option,
     session_options,
     signals,
 )
@@ -118,7 +119,8 @@ class Chat:
         self.say(
             "trusted (`bubu trust --revoke` undoes it)"
             if yes
-            else "not trusted: its model, server and MCP servers are ignored (`bubu trust` later)",
+            else "not trusted: its model, server, MCP servers and hooks are ignored "
+            "(`bubu trust` later)",
             dim=True,
         )
 
@@ -369,6 +371,7 @@ def _prompt_session(workspace: str) -> Any:
 
 @cli.command("chat")
 @session_options
+@plan_option
 @model_options
 @pass_ctx
 def chat_cmd(ctx: Ctx, /, workspace: str, session_ref: str | None, cont: bool, **opts: Any) -> None:

@@ -88,7 +88,8 @@ def settle(opts: dict[str, Any], workspace: str | None) -> dict[str, Any]:
         option = BY_NAME[name].option
         if option == "model":
             out["configured_model"] = s.value if s.source != "flag" else None
-        elif s.source not in ("flag", "default"):
+        elif s.source not in ("flag", "default") or (BY_NAME[name].merge and s.value):
+            # (A list every layer adds to holds the flag's values and the files'.)
             # A repeatable flag gives a tuple; a file's list stands in for it the same way.
             out[option] = (
                 tuple(s.value) if isinstance(s.value, list) and option in repeatable else s.value

@@ -24,7 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/cost": ("", "what the session's model calls cost, per model"),
     "/context": ("", "the next model request and what became of each event (bubu context)"),
     "/compact": ("", "summarize the older events into a checkpoint now (bubu compact)"),
-    "/plan": ("", "the model's plan"),
+    "/plan": ("[show]", "plan mode: the next turns only read and plan; show shows the plan"),
+    "/approve": ("[message]", "approve the plan: the session acts on it from now on"),
     "/model": ("[provider:model]", "show the model, or use another from the next message on"),
     "/fork": ("[SEQ]", "go on in a copy of the log up to SEQ, default all (bubu fork)"),
     "/rewind": ("[SEQ]", "go back to SEQ, default before the last message (bubu rewind)"),
@@ -167,15 +168,33 @@ def _cost(chat: Chat, _: str) -> None:
         click.echo(cost_lines(status_dict(chat.store, chat.store.session(sid))["usage"]))
 
 
-def _plan(chat: Chat, _: str) -> None:
+def _plan(chat: Chat, arg: str) -> None:
+    from dataclasses import replace
+
     from bubu.cli.memorycmd import plan_text
     from bubu.projections.memory import fold_plan, plan_json
+
+    if arg != "show":
+        chat.host.config = replace(chat.host.config, plan=True)
+        chat.say("plan mode: the next turns read and plan, nothing is written or run; "
+                 "/approve lets the session act on the plan")  # fmt: skip
+    if chat.info is None:
+        return
+    plan = plan_json(fold_plan(chat.store.read(chat.info.id)))
+    click.echo(plan_text(plan) if plan else "  no plan yet (the model keeps one with update_plan)")
+
+
+def _approve(chat: Chat, arg: str) -> None:
+    from dataclasses import replace
+
+    from bubu.engine.session import APPROVED, start_turn
 
     sid = _session(chat)
     if sid is None:
         return
-    plan = plan_json(fold_plan(chat.store.read(sid)))
-    click.echo(plan_text(plan) if plan else "  no plan yet (the model keeps one with update_plan)")
+    chat.host.config = replace(chat.host.config, plan=False)
+    info = chat.store.session(sid)
+    chat.drive(lambda: start_turn(chat.host, info, arg or APPROVED, approve_plan=True))
 
 
 def _compact(chat: Chat, _: str) -> None:
@@ -292,6 +311,7 @@ _HANDLERS: dict[str, Callable[[Chat, str], Any]] = {
     "/context": _on_session("context"),
     "/compact": _compact,
     "/plan": _plan,
+    "/approve": _approve,
     "/model": _model,
     "/fork": _fork,
     "/rewind": _rewind,

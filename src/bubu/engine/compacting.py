@@ -25,6 +25,7 @@ from bubu.providers.base import Delta, ModelRequest, ModelResponse, TextPart
 
 if TYPE_CHECKING:
     from bubu.engine.compactor import CompactionPlan, Compactor
+    from bubu.engine.hookpoints import HookPoints
     from bubu.engine.host import StopReason
     from bubu.projections.request import NextRequest
 
@@ -36,6 +37,7 @@ class CompactHost(RunnerView, Protocol):
     stop_reason: StopReason | None
     stop_event: threading.Event
     high_water: int
+    hook_points: HookPoints
 
     def blobs_of(self, shas: Sequence[str]) -> dict[str, bytes]: ...
 
@@ -79,8 +81,9 @@ def over_budget(runner: CompactHost, estimate: int) -> bool:
     return runner.compactor.over_budget(estimate, window(runner))
 
 
-def compact(runner: CompactHost) -> None:
-    """Summarize up to a new watermark and commit the checkpoint (or a fallback on the facts)."""
+def compact(runner: CompactHost, *, trigger: str = "auto") -> None:
+    """Summarize up to a new watermark and commit the checkpoint (or a fallback on the facts);
+    the PreCompact hooks are told first (`trigger`: "auto", or "manual" for `bubu compact`)."""
     compactor = runner.compactor
     size = window(runner)
     hot = runner.blobs_of(compactor.fold.blobs_needed())
@@ -89,6 +92,7 @@ def compact(runner: CompactHost) -> None:
     watermark = compactor.target(size, hot, overhead=overhead)
     if watermark is None:
         return
+    runner.hook_points.pre_compact(trigger)
     start = compactor.fold.valid.watermark if compactor.fold.valid is not None else 0
     span = runner.blobs_of(compactor.fold.context.span_blobs(start, watermark))
     cap = int(compactor.policy.summary_result_share * size * BYTES_PER_TOKEN)
@@ -186,7 +190,7 @@ def compact_now(runner: CompactHost) -> Compaction | None:
     beat.start()
     start = runner.high_water
     try:
-        compact(runner)
+        compact(runner, trigger="manual")
     except Stopped:
         return None  # stopped: whatever was committed stays, the summary is retried later
     finally:

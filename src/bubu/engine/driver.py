@@ -27,6 +27,7 @@ from bubu.context.quota import StoredWhole
 from bubu.engine import choices, compacting, turnstart
 from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
+from bubu.engine.hookpoints import HookPoints
 from bubu.engine.host import NullObserver, Observer, RunConfig, Stopped, StopReason
 from bubu.engine.instructions import Instructions
 from bubu.engine.lanes import Lanes
@@ -123,20 +124,29 @@ class Runner:
         self.stop_event = threading.Event()
         self.pool = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="bubu-tool")
         self._heartbeat: threading.Thread | None = None
-        self.tool_specs = tuple(
+        self.all_tool_specs = tuple(
             ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
             for t in sorted(self.tools.values(), key=lambda t: t.name)
+        )
+        self.plan_tool_specs = tuple(
+            s for s in self.all_tool_specs if self.tools[s.name].effect == "read_only"
         )
         # The tools behind a provider's own shapes run, but are not offered by name.
         self.tools = {**companions(self.tools), **self.tools}
         self.model_calls = ModelCaller(self)
         self.tool_calls = ToolCalls(self)
+        self.hook_points = HookPoints(self)
         self._appending = threading.RLock()
         """Sub-agent calls append their facts from their own threads."""
         from bubu.engine.children import Children
 
         self.children: Children | None = Children(self)
         self._catch_up()
+
+    @property
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """The tools the model is offered: in a planning turn, only those that read."""
+        return self.plan_tool_specs if self.turn.plan else self.all_tool_specs
 
     @property
     def context(self) -> ContextFold:
@@ -250,6 +260,11 @@ class Runner:
             for name in after:
                 failpoints.hit(name)
             return
+
+    def flush(self) -> None:
+        """Commit what is staged now (before something leaves the process: a hook runs)."""
+        if self._staged:
+            self.append(())
 
     def event(
         self,
@@ -448,6 +463,9 @@ class Runner:
                         case RunTools(calls=calls):
                             self.tool_calls.run(calls)
                             self.instructions.after_tools(self, calls)
+                            self._halt_for_hooks(calls)
+                        case EndTurn(reason="completed") if self.hook_points.stop():
+                            continue  # a Stop hook gave the model more to do
                         case EndTurn(reason=reason, message=message, step_limit=limit, cause=cause):
                             notes = [self.note(StepLimit(steps=limit))] if limit else []
                             self.end_turn(reason, message, extra=notes, cause=cause)
@@ -481,6 +499,13 @@ class Runner:
             _ACTIVE.discard(self)
             self.stop_event.set()
             self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _halt_for_hooks(self, calls: Sequence[CallState]) -> None:
+        """End the turn, resumably, when a hook of these calls said ``"continue": false``."""
+        halt = self.hook_points.halted(calls)
+        if halt is not None and self.turn.open and not self.turn.open_calls:
+            why = halt.reason or "no reason given"
+            self.end_turn("stopped", f"the {halt.event} hook `{halt.hook}` ended the turn: {why}")
 
     def end_turn(
         self,

@@ -19,6 +19,7 @@ from bubu.events import Record
 from bubu.providers.base import Delta
 
 if TYPE_CHECKING:
+    from bubu.engine.hooks import Hook
     from bubu.events import Actions, Content, Event, Role
     from bubu.log.store import SessionInfo, Store
     from bubu.projections.turn import TurnFold
@@ -80,6 +81,10 @@ class RunConfig:
     """Whether the turns this host starts give the model the workspace's AGENTS.md files."""
     loop_limit: int | None = DEFAULT_LOOP_LIMIT
     """Identical successful results of one call in a row at which the turn stops (loops.py)."""
+    hooks: tuple[Hook, ...] = ()
+    """The user's hooks (`bubu.engine.hooks`), run at the points of each turn."""
+    plan: bool = False
+    """Turns this host starts plan (``--plan``, ``/plan``) until the plan is approved."""
 
 
 class RunnerView(Protocol):

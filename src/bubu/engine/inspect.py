@@ -87,9 +87,10 @@ def inspect_request(
         instructions.apply(r)
     base = turn.system_prompt if turn.system_prompt is not None else system_prompt(info.workspace)
     system = with_instructions(base, instructions)
-    prefix = Prefix(
-        model=spec, system=system, tools=tool_specs(host_tools(None).values()), session_id=info.id
-    )
+    offered = list(host_tools(None).values())
+    if turn.plan:  # a planning turn is offered only the tools that read
+        offered = [t for t in offered if t.effect == "read_only"]
+    prefix = Prefix(model=spec, system=system, tools=tool_specs(offered), session_id=info.id)
     # A window the server's overflow error stated wins; the model's own only when neither the
     # caller nor the turn gives one (lazily: it may try to build the provider).
     learned = turn.context_window if windows.learned(turn.window_source) else None

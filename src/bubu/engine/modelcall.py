@@ -70,12 +70,15 @@ class ModelHost(RunnerView, Protocol):
     requests: RequestFold
     instructions: Instructions
     compactor: Compactor
-    tool_specs: tuple[ToolSpec, ...]
     call_ids: set[str]
     """Every call id of the session (they must be unique)."""
     run_seq: int
     """The seq this run started at."""
     pool: cf.ThreadPoolExecutor
+
+    @property
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """The tools the model is offered."""
 
     @property
     def context(self) -> ContextFold: ...

@@ -16,6 +16,15 @@ starts with an assignment (``FOO=1 pytest``) or whose program runs other program
 by a pattern whose first word is that same word, written out (``--allow 'env *'``). An option
 that writes a file or runs a program (``git diff --output=F``, ``find -exec``), or a word a bash
 builtin would evaluate (``printf -v 'a[$(…)]'``), asks under any pattern (`runners.refusal`).
+
+A deny rule (``--deny``, ``deny = [...]``) refuses without asking, before the allow-list is
+looked at, and whatever the sandbox, ``--yes`` or a hook say: a command pattern is matched with
+the same parser against the whole line and each of its simple commands (a program named by its
+path counts by its name, ``/bin/rm`` as ``rm``); when the line runs other programs (``bash -c``,
+``xargs``, ``env`` …) or holds what the parser does not judge, it is refused if the program a
+rule names appears among its words. A rule ``path:GLOB`` refuses a file tool whose path, relative
+to the workspace or absolute, matches GLOB (a GLOB without ``/`` matches the file's name in any
+directory).
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import fnmatch
 import os
 import shutil
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -80,6 +89,14 @@ class Policy:
     (``--allow-write``): a file, or a directory and what is below it."""
     web_domains: tuple[str, ...] = ()
     """Domains web_fetch may fetch without the network permission (``web_domains``)."""
+    deny: tuple[str, ...] = ()
+    """Deny rules: command patterns, and ``path:GLOB`` for the file tools (see the module)."""
+
+    def denied_by(
+        self, tool: str, args: Mapping[str, object], *, cwd: str | None = None
+    ) -> str | None:
+        """The first deny rule that refuses this call, or None."""
+        return deny_rule(self.deny, tool, args, cwd=cwd)
 
     def allowed_without_asking(
         self, tool: str, command: str | None, *, cwd: str | None = None
@@ -123,6 +140,76 @@ class Policy:
             if why is not None:
                 return Verdict(allowed=False, why=f"its output `{w.source}` {why}")
         return Verdict(allowed=True)
+
+
+PATH_RULE = "path:"
+"""The prefix of a deny rule that names paths rather than commands."""
+
+
+def deny_rule(
+    rules: Iterable[str], tool: str, args: Mapping[str, object], *, cwd: str | None = None
+) -> str | None:
+    """The first of `rules` that refuses a call of `tool` with `args`, or None."""
+    rules = [r.strip() for r in rules if r.strip()]
+    if not rules:
+        return None
+    command = args.get("command") if tool == "run_command" else None
+    if isinstance(command, str):
+        commands = [r for r in rules if not r.startswith(PATH_RULE)]
+        line = commandline.parse(command) if commands else None
+        for rule in commands:
+            if line is not None and _denies_command(rule, command, line):
+                return rule
+    path = args.get("path")
+    if isinstance(path, str) and tool != "run_command":
+        for rule in rules:
+            if rule.startswith(PATH_RULE) and _denies_path(rule[len(PATH_RULE) :], path, cwd):
+                return rule
+    return None
+
+
+def _denies_command(rule: str, command: str, line: commandline.CommandLine) -> bool:
+    if fnmatch.fnmatchcase(command.strip(" \t\n"), rule):
+        return True
+    program = _first_word(rule)
+    for c in line.commands:
+        if fnmatch.fnmatchcase(c.text, rule):
+            return True
+        if c.name is not None and "/" in c.name:
+            named = os.path.basename(c.name) + c.text[c.text.find(c.name) + len(c.name) :]
+            if fnmatch.fnmatchcase(named, rule):
+                return True
+        runs_others = c.name is None or runners.runner(c.name) is not None
+        if runs_others and _names(program, c.text):
+            return True  # the program may run under another: refused by its name alone
+    if line.refusal is not None or line.expands is not None:
+        return _names(program, command)
+    return False
+
+
+def _names(program: str, text: str) -> bool:
+    """Whether `program` appears as a word (or a path's last part) of `text`."""
+    if not program or any(ch in program for ch in "*?["):
+        return False
+    words = text.replace(";", " ").replace("|", " ").replace("&", " ").replace("(", " ")
+    words = words.replace(")", " ").replace("`", " ").replace('"', " ").replace("'", " ")
+    return any(os.path.basename(w) == program for w in words.split())
+
+
+def _denies_path(glob: str, path: str, cwd: str | None) -> bool:
+    candidates = {path, os.path.normpath(path)}
+    if cwd is not None:
+        root = os.path.realpath(cwd)
+        full = os.path.normpath(os.path.join(root, path))
+        candidates.add(full)
+        if full == root or full.startswith(root.rstrip(os.sep) + os.sep):
+            candidates.add(os.path.relpath(full, root))
+    glob = os.path.expanduser(glob)
+    return any(
+        fnmatch.fnmatchcase(c, glob)
+        or ("/" not in glob and fnmatch.fnmatchcase(os.path.basename(c), glob))
+        for c in candidates
+    )
 
 
 def _first_word(text: str) -> str:

@@ -65,6 +65,8 @@ class Host:
     """Providers for fallback models, by spec, built with the host's options."""
     verified: set[str] = field(default_factory=set)
     """Sessions whose whole log this host verified once; later runs recompute only the chain."""
+    hooked: set[str] = field(default_factory=set)
+    """Sessions this host ran the SessionStart hooks of (once per session and process)."""
 
     def check_integrity(self, session: str) -> None:
         """Refuse to run a session whose log does not verify (an altered or damaged row would
@@ -182,6 +184,16 @@ def refusal(report: VerifyReport) -> str:
     )
 
 
+PLAN_MODE = (
+    "[plan mode] Plan, do not act: read and search the workspace as much as you need, but "
+    "change nothing (every write, edit and command is refused). Record the steps with "
+    "update_plan and end your answer with the plan. The user approves it before anything is done."
+)
+"""What the model is told at the start of each planning turn."""
+APPROVED = "The plan is approved: carry it out."
+"""The request of the turn that acts on an approved plan, when the user gives none."""
+
+
 def start_turn(
     host: Host,
     session: SessionInfo,
@@ -190,12 +202,15 @@ def start_turn(
     committed: Callable[[], None] | None = None,
     images: Sequence[tuple[str, bytes]] = (),
     reads: Sequence[str] = (),
+    approve_plan: bool = False,
 ) -> TurnEndReason | None:
     """Append the user's request, open a turn and drive it to its end; `committed` is called once
     the request is durable, before the first step (what it raises is not the turn's concern).
     `images` (media type, bytes) are attached to the request, stored as blobs with it; each
     workspace path of `reads` (an ``@path`` mention) is given as a `read_file` call the host
-    makes, run and recorded like the model's own, so the log holds what the model was shown."""
+    makes, run and recorded like the model's own, so the log holds what the model was shown. With
+    `approve_plan`, the session's pending plan is approved first (a `PlanApproved` note): the
+    turn acts on it."""
     check_task(task)
     from bubu.images import refs
 
@@ -208,12 +223,18 @@ def start_turn(
                 f"session {session.id} has an unfinished turn; `bubu recover` or `bubu resume {session.id}` it first"
             )
         turn = ids.turn_id()
+        approval = _approval(host, runner, turn) if approve_plan else []
+        plan = not approve_plan and (host.config.plan or runner.turn.plan)
+        hooked = _turn_hooks(host, runner, task, turn)
         now = clock.now_ms()
         request = make(session=session.id, turn=turn, role="user", author="user", ts=now,
                        content=Text(text=sanitize_text(task), images=attached))  # fmt: skip
         opened = make(session=session.id, turn=turn, role="system", author="system", ts=now,
-                      content=SystemNote(note=_turn_started(host, runner.session)),
+                      content=SystemNote(note=_turn_started(host, runner.session, plan=plan)),
                       visibility="hidden")  # fmt: skip
+        if plan:
+            hooked.append(make(session=session.id, turn=turn, role="user", author="host", ts=now,
+                               content=Text(text=PLAN_MODE)))  # fmt: skip
         notes = runner.instructions.at_turn_start(
             runner.session.workspace, enabled=host.config.project_instructions,
             called=runner.turn.model_responses > 0, make_note=instructions_note(session, turn, now),
@@ -227,12 +248,50 @@ def start_turn(
             for path in dict.fromkeys(reads) if "read_file" in host.tools
         ]  # fmt: skip
         with turnstart.window():
-            runner.start_run("new", prefix=[request, opened, *notes, *attach], blobs=blobs)
+            runner.start_run(
+                "new", prefix=[*approval, request, opened, *notes, *hooked, *attach], blobs=blobs
+            )
             failpoints.pause("after_turn_start")
             if committed is not None:
                 with contextlib.suppress(Exception):
                     committed()
             return runner.drive()
+
+
+def _approval(host: Host, runner: Runner, turn: str) -> list[Event]:
+    """The note that approves the session's pending plan (the switch from planning to acting)."""
+    from bubu.events import PlanApproved
+    from bubu.projections.memory import fold_plan
+
+    if not runner.turn.plan:
+        raise ConfigError(
+            f"session {runner.session.id} has no plan waiting for approval; start one with "
+            '`bubu run --plan "TASK"` (or /plan in the chat)'
+        )
+    items = fold_plan(host.store.read(runner.session.id)) or ()
+    approved = PlanApproved(plan=[i.text for i in items])
+    return [make(session=runner.session.id, turn=turn, role="system", author="user",
+                 ts=clock.now_ms(), content=SystemNote(note=approved), visibility="hidden")]  # fmt: skip
+
+
+def _turn_hooks(host: Host, runner: Runner, task: str, turn: str) -> list[Event]:
+    """Run the SessionStart (once per session here) and UserPromptSubmit hooks of a new turn:
+    their notes and context for its first append; a refusal is committed alone and raised."""
+    from bubu.engine.hookpoints import blocked_message
+    from bubu.errors import HookBlocked
+
+    if not host.config.hooks:
+        return []
+    sid, source = runner.session.id, None
+    if sid not in host.hooked:
+        source = "startup" if runner.turn.turn is None else "resume"
+        host.hooked.add(sid)
+    said = runner.hook_points.turn_start(task, source=source, turn=turn)
+    if said.blocked is not None:
+        note, reason = said.blocked
+        runner.append([note], durable=True)
+        raise HookBlocked(blocked_message(reason))
+    return said.events
 
 
 def instructions_note(session: SessionInfo, turn: str, now: int) -> NoteMaker:
@@ -305,6 +364,8 @@ def _turn_started(
     session: SessionInfo,
     previous: TurnFold | None = None,
     budget: LongRunFold | None = None,
+    *,
+    plan: bool | None = None,
 ) -> TurnStarted:
     """The turn's recorded settings: the host's, widened by those of the turn it reopens (limits
     and the retry policy the host leaves unset are kept from it); and the session's workspace
@@ -346,4 +407,6 @@ def _turn_started(
         workspace=session.workspace,
         title=session.title,
         max_cost=host.config.max_cost if host.config.max_cost is not None else p.max_cost,
+        deny=list(dict.fromkeys([*p.deny, *host.policy.deny])),
+        plan=plan if plan is not None else host.config.plan or p.plan,
     )

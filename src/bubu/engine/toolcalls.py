@@ -18,6 +18,7 @@ from bubu import clock, failpoints, ids, images
 from bubu.context.offload import offload_result
 from bubu.context.quota import StoredWhole, bounded, over_quota
 from bubu.engine import choices
+from bubu.engine.hookpoints import HookPoints
 from bubu.engine.host import Observer, RunnerView, StopReason
 from bubu.engine.keep import kept_before
 from bubu.engine.lanes import Admitted, Lanes
@@ -67,6 +68,7 @@ class ToolHost(RunnerView, Protocol):
     """Set once a stop is asked for: a running tool's cancel signal."""
     stop_reason: StopReason | None
     longrun: LongRunFold
+    hook_points: HookPoints
 
     @property
     def children(self) -> Children | None:
@@ -79,6 +81,26 @@ class ToolHost(RunnerView, Protocol):
     def stage(self, events: Sequence[Event], *, after: str | None = ...) -> None: ...
 
     def stopped_by(self) -> str: ...
+
+    def flush(self) -> None: ...
+
+
+def plan_refusal(tool: str) -> str:
+    """What the model is told when it calls a tool that may change something while it plans."""
+    return (
+        f"{tool} did not run: this turn is in plan mode, where only tools that read may run and "
+        "nothing is written or executed; nothing was changed. Finish the plan (update_plan) and "
+        "end your answer with it; once the user approves it, the session acts on it"
+    )
+
+
+def deny_refusal(tool: str, rule: str) -> str:
+    """What the model is told when a deny rule refuses a call."""
+    return (
+        f"{tool} did not run: denied by rule `{rule}` (a deny rule of the user's settings, "
+        "never asked about); nothing was changed. Do not try to get around it; find another "
+        "way, or tell the user what you needed"
+    )
 
 
 def read_only_refusal(tool: str) -> str:
@@ -139,6 +161,7 @@ class ToolCalls:
             box=self.sandbox_options,
             allow_write=tuple(dict.fromkeys([*p.allow_write, *t.allow_write])),
             web_domains=p.web_domains,
+            deny=tuple(dict.fromkeys([*p.deny, *t.deny])),
         )
 
     @property
@@ -297,6 +320,7 @@ class ToolCalls:
         fails, commit the results inline instead — never a reference to bytes that are not there.
         With `stage`, outcomes without blobs are staged for the next append instead (True).
         A call that may have changed the workspace carries the snapshot taken after it."""
+        done = [(c, self.host.hook_points.post_tool(c, r), t) for c, r, t in done]
         done = self._within_quota(done)
         changing = [self._may_change(c) for c, _, _ in done]
         after = self.snapshot() if any(changing) else None
@@ -489,6 +513,24 @@ class ToolCalls:
                        f"send them as one JSON object. They were: {call.raw_arguments[:300]}",
                 is_error=True), None))  # fmt: skip
             return None
+        if self.host.turn.plan and tool.effect != "read_only":
+            # Plan mode refuses, unasked, whatever the model calls that may change something.
+            early.append(self.outcome(call, ToolResult(output=plan_refusal(call.name),
+                                                       is_error=True), None))  # fmt: skip
+            return None
+        if self._denied(call, early):
+            return None
+        asked = call.arguments
+        pre = self.host.hook_points.pre_tool(call)
+        call = pre.call
+        if pre.decision == "deny":
+            why = pre.reason or "no reason given"
+            early.append(self.outcome(call, ToolResult(
+                output=f"{call.name} did not run: the PreToolUse hook `{pre.hook}` denied it: {why}",
+                is_error=True), None))  # fmt: skip
+            return None
+        if call.arguments != asked and self._denied(call, early):  # the hook changed them
+            return None
         if tool.effect == "provable_write" and self.sandbox_mode[0] == "read-only":
             # Read-only means read-only: the file tools refuse as the sandbox does, unasked.
             early.append(self.outcome(call, ToolResult(output=read_only_refusal(call.name),
@@ -503,8 +545,14 @@ class ToolCalls:
         guarded = protected_write(tool, call.arguments, ctx)
         if guarded is not None:
             reason = f"{guarded}; only a person can approve it (--yes does not)"
+        if pre.decision == "allow" and guarded is None and reason is not None:
+            # The hook approved it, as a person would (a protected write still asks one).
+            reason, ctx = None, self.context_for(call, outside_allowed=True)
+        elif pre.decision == "ask" and reason is None:
+            reason = f"the PreToolUse hook `{pre.hook}` asks: {pre.reason or 'confirm this call'}"
         if reason is not None:
-            answer = self._permission(call, tool, reason, early, protected=guarded is not None)
+            answer = self._permission(call, tool, reason, early, protected=guarded is not None,
+                                      hook_asks=pre.decision == "ask")  # fmt: skip
             if answer != "allow":
                 return None
             ctx = self.context_for(call, outside_allowed=True)
@@ -521,6 +569,17 @@ class ToolCalls:
                 return None
         return call, tool, ctx, intent
 
+    def _denied(self, call: CallState, early: list[Event]) -> bool:
+        """Refuse `call`, unasked, when a deny rule matches it (its result names the rule)."""
+        rule = self.effective_policy.denied_by(
+            call.name, call.arguments, cwd=self.host.session.workspace
+        )
+        if rule is None:
+            return False
+        result = ToolResult(output=deny_refusal(call.name, rule), is_error=True)
+        early.append(self.outcome(call, result, None))
+        return True
+
     def _permission(
         self,
         call: CallState,
@@ -529,9 +588,10 @@ class ToolCalls:
         early: list[Event],
         *,
         protected: bool = False,
+        hook_asks: bool = False,
     ) -> Answer:
         allowed = False
-        if call.decision is None:
+        if call.decision is None and not hook_asks:
             command = call.arguments.get("command") if tool.name == "run_command" else None
             if isinstance(command, str):
                 verdict = self.effective_policy.check_command(
@@ -543,7 +603,7 @@ class ToolCalls:
             call.decision,
             protected=protected,
             allowed_by_policy=allowed,
-            yes=self.effective_policy.yes,
+            yes=self.effective_policy.yes and not hook_asks,
         )
         match settled:
             case choices.Settled(record=False):
@@ -587,6 +647,7 @@ class ToolCalls:
         if isinstance(settled, choices.Settled) and settled.by is not None:
             answer, by = settled.answer, settled.by
         else:
+            self.host.hook_points.notification(f"Bubu needs your permission: {request.summary}")
             self.host.observer.on_activity("waiting for permission")
             answer, by = choices.answered(self.host.asker(request))
         self.host.check_stop()

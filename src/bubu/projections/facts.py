@@ -31,7 +31,7 @@ class Facts:
     def apply(self, r: Record) -> None:
         """Fold one record in."""
         ev, c, a = r.event, r.event.content, r.event.actions
-        if isinstance(c, Text) and ev.role == "user":
+        if isinstance(c, Text) and ev.role == "user" and ev.author != "host":
             if self.goal is None:
                 self.goal = c.text
             else:

@@ -14,11 +14,13 @@ from bubu.events import (
     Error,
     FunctionCall,
     FunctionResponse,
+    HookRun,
     Info,
     MemoryAccepted,
     MemoryForgotten,
     ModelSwitch,
     NoticeDismissed,
+    PlanApproved,
     ProjectInstructions,
     Record,
     RecoveryNotice,
@@ -98,7 +100,10 @@ class Transcript:
             add(
                 Message(
                     seq=r.seq,
-                    kind="user" if ev.role == "user" else "assistant",
+                    # What the host told the model (a hook's context, plan mode) is a note.
+                    kind=("note" if ev.author == "host" else "user")
+                    if ev.role == "user"
+                    else "assistant",
                     text=c.text,
                     turn=ev.turn,
                 )
@@ -216,6 +221,10 @@ class Transcript:
                 text = child_text(n)
             case SessionStarted(parent=str(parent), parent_call=call):
                 text = f"sub-agent of session {parent} (call {call}); it recovers with its parent"
+            case HookRun():
+                text = hook_text(n)
+            case PlanApproved(plan=plan):
+                text = f"plan approved ({len(plan)} steps): the session acts on it"
             case CheckpointBody() | SummaryChunk():
                 text = None  # the compaction note that follows is the marker people see
             case _:
@@ -299,3 +308,20 @@ def transcript(records: Iterable[Record]) -> Transcript:
     for r in records:
         t.apply(r)
     return t
+
+
+_DECIDED = {"allow": "allowed", "deny": "denied", "ask": "asked", "block": "blocked"}
+
+
+def hook_text(n: HookRun) -> str:
+    """One line for a hook run: which hook, what it decided and why, or how it failed."""
+    line = f"{n.event} hook `{n.hook}`"
+    if n.decision != "none":
+        line += f" {_DECIDED[n.decision]}"
+    if n.updated_input is not None:
+        line += " with new arguments"
+    if n.reason:
+        line += f": {n.reason}"
+    if n.failure:
+        line += f" (failed: {n.failure})"
+    return line

@@ -17,8 +17,10 @@ from bubu.events import (
     ChildFinished,
     FunctionCall,
     FunctionResponse,
+    HookRun,
     ModelRequest,
     PermissionDecision,
+    PlanApproved,
     Record,
     RecoveryNotice,
     RunStarted,
@@ -58,6 +60,10 @@ class CallState:
     one included; 0 for a failure): a model looping on a call that tells it nothing new."""
     decision: PermissionDecision | None = None
     recoveries: list[ToolRecovery] = field(default_factory=list)
+    hooks: dict[tuple[str, str], HookRun] = field(default_factory=dict)
+    """The committed decisions of the hooks that ran on this call, by (event, hook): they stand
+    after a crash, and the hook is not run again. A PreToolUse hook's `updated_input` has already
+    replaced `arguments`."""
 
 
 REPEAT_NOTE = "\n[this exact call has returned the same result "
@@ -104,6 +110,15 @@ class TurnFold:
     max_memory: int | None = None
     max_file_size: int | None = None
     max_cost: float | None = None
+    deny: tuple[str, ...] = ()
+    plan: bool = False
+    """A planning turn (or the last turn was one, and its plan is not approved yet)."""
+    plan_approved: bool = False
+    """The last planning turn's plan was approved since (`PlanApproved`)."""
+    step_hooks: dict[tuple[str, str], HookRun] = field(default_factory=dict)
+    """Hook decisions not tied to a call (Stop …) committed since the last model response."""
+    stop_blocks: int = 0
+    """How often a Stop hook continued this turn (``stop_hook_active`` once above 0)."""
     turn_cost: float = 0.0
     """What the turn's priced model calls cost so far, in USD (over all its runs)."""
     run: str | None = None
@@ -197,6 +212,7 @@ class TurnFold:
             if r.event.turn != self.turn:
                 self.turn_cost = 0.0  # a new turn (a resumed one keeps what it spent)
                 self._children = set()
+                self.stop_blocks = 0
             self.max_cost = n.max_cost
             self.turn, self.open, self.end_reason = r.event.turn, True, None
             self.model, self.max_steps = n.model, n.max_steps
@@ -211,6 +227,8 @@ class TurnFold:
             self.allow_sockets, self.ssh_agent = tuple(n.allow_sockets), n.ssh_agent
             self.max_procs, self.max_memory = n.max_procs, n.max_memory
             self.max_file_size = n.max_file_size
+            self.deny, self.plan, self.plan_approved = tuple(n.deny), n.plan, False
+            self.step_hooks = {}
             self.calls, self.open_calls, self.last_outcome = {}, [], None
             self._same = {}
             self.awaiting_model, self.inflight_request = True, None
@@ -244,14 +262,31 @@ class TurnFold:
             self.inflight_request = None  # the summarizer call it answers is over
         elif isinstance(n, WindowLearned):
             self.context_window, self.window_source = n.tokens, n.source
+        elif isinstance(n, HookRun):
+            self._hook(n)
+        elif isinstance(n, PlanApproved):
+            self.plan, self.plan_approved = False, True
         elif isinstance(n, RecoveryNotice):
             self.unnoticed = []
             if n.dropped_model_calls:
                 self.dropped_in_a_row += 1
 
+    def _hook(self, n: HookRun) -> None:
+        key = (n.event, n.hook)
+        st = self.calls.get(n.call_id) if n.call_id is not None else None
+        if st is None:
+            self.step_hooks[key] = n
+            if n.event == "Stop" and n.decision == "block":
+                self.stop_blocks += 1
+            return
+        st.hooks[key] = n
+        if n.updated_input is not None and n.decision in ("none", "allow", "ask"):
+            st.arguments = dict(n.updated_input)
+
     def _model(self, r: Record, c: object) -> None:
         inv = r.event.invocation
         if inv != self._last_invocation:
+            self.step_hooks = {}
             self._last_invocation = inv
             if r.event.author != "host":  # a rewind's restores are the host's calls, not a model's
                 self.model_responses += 1

@@ -184,8 +184,17 @@ def _high(fd: int) -> int:
     return high
 
 
-def start(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], output: int) -> Tree:
-    """Start `argv` under a keeper, its stdout and stderr on `output`, stdin empty."""
+def start(
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    output: int,
+    stdin: int | None = None,
+    errors: int | None = None,
+) -> Tree:
+    """Start `argv` under a keeper, its stdout and stderr on `output` (stderr on `errors` when
+    given), stdin empty (or read from the file `stdin`)."""
     _reap_lingering()
     marker = env.get(MARKER_VAR, "")
     try:
@@ -196,25 +205,33 @@ def start(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], output: int)
     ctl_r, ctl_w = (_high(fd) for fd in os.pipe())
     st_r, st_w = (_high(fd) for fd in os.pipe())
     out = fcntl.fcntl(output, fcntl.F_DUPFD_CLOEXEC, 10)
+    err_fd = out if errors is None else fcntl.fcntl(errors, fcntl.F_DUPFD_CLOEXEC, 10)
+    inp = None if stdin is None else fcntl.fcntl(stdin, fcntl.F_DUPFD_CLOEXEC, 10)
+    first = (
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
+        if inp is None
+        else (os.POSIX_SPAWN_DUP2, inp, 0)
+    )
+    extra = tuple(fd for fd in (inp, None if err_fd == out else err_fd) if fd is not None)
     try:
         keeper = os.posix_spawn(
             sys.executable,
             keeper_argv(str(os.getpid()), cwd, "--", *argv),
             dict(env),
             file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                first,
                 (os.POSIX_SPAWN_DUP2, out, 1),
-                (os.POSIX_SPAWN_DUP2, out, 2),
+                (os.POSIX_SPAWN_DUP2, err_fd, 2),
                 (os.POSIX_SPAWN_DUP2, ctl_r, 3),
                 (os.POSIX_SPAWN_DUP2, st_w, 4),
             ],
             setsid=True,
         )
     except OSError as err:
-        for fd in (ctl_r, ctl_w, st_r, st_w, out):
+        for fd in (ctl_r, ctl_w, st_r, st_w, out, *extra):
             os.close(fd)
         raise ToolError(f"the command could not be started: {err}") from err
-    for fd in (ctl_r, st_w, out):
+    for fd in (ctl_r, st_w, out, *extra):
         os.close(fd)
     os.set_blocking(st_r, False)
     return Tree(keeper=keeper, marker=marker, ctl=ctl_w, status=st_r)

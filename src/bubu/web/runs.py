@@ -71,21 +71,36 @@ def default_host(
     this is a `new_turn`, its limits."""
     from bubu.tools import builtin_tools
 
+    deny, hooks = _user_rules()
     if recorded is None or recorded.model != model:
-        return Host(store=store, provider=resolve(model), tools=builtin_tools(), policy=Policy(),
-                    config=RunConfig())  # fmt: skip
+        return Host(store=store, provider=resolve(model), tools=builtin_tools(),
+                    policy=Policy(deny=deny), config=RunConfig(hooks=hooks))  # fmt: skip
     options = resolve_options(recorded)
-    config = RunConfig(context_window=user_window(recorded))
+    config = RunConfig(context_window=user_window(recorded), hooks=hooks)
     if not new_turn:
         config = replace(config, max_steps=None, tool_timeout_s=recorded.tool_timeout or 600.0)
     return Host(
         store=store,
         provider=resolve(model, **options),
         tools=builtin_tools(),
-        policy=Policy(),
+        policy=Policy(deny=deny),
         config=config,
         model_settings=recorded_model_settings(recorded),
     )
+
+
+def _user_rules() -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """The deny rules and hooks of the user's own config file (a page's turns run under them)."""
+    from bubu import settings
+    from bubu.engine.hooks import from_config
+
+    try:
+        got = settings.resolve(workspace=None, flags={}, defaults={}).values
+    except ConfigError as e:
+        log.warning("deny rules and hooks are off: %s", e)
+        return (), ()
+    deny = got["deny"].value
+    return tuple(deny) if isinstance(deny, list) else (), from_config(got["hooks"].value)
 
 
 def _with_notify(observer: Any, store: Store) -> Any:
