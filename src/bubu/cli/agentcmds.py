@@ -432,6 +432,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             context_window=opts.get("context_window"),
             project_instructions=not opts.get("no_project_instructions"),
             loop_limit=opts.get("loop_limit") or DEFAULT_LOOP_LIMIT,
+            max_background=opts.get("max_background") or 4,
             context=context_policy(
                 opts.get("compact_at"),
                 opts.get("compact_to"),

@@ -80,6 +80,8 @@ class RunConfig:
     """Whether the turns this host starts give the model the workspace's AGENTS.md files."""
     loop_limit: int | None = DEFAULT_LOOP_LIMIT
     """Identical successful results of one call in a row at which the turn stops (loops.py)."""
+    max_background: int = 4
+    """Background processes a session may run at once (`bubu.tools.background`)."""
 
 
 class RunnerView(Protocol):

@@ -41,7 +41,7 @@ from bubu.projections.memory import Note
 from bubu.projections.turn import CallState, TurnFold, result_digest
 from bubu.providers.base import arguments_error
 from bubu.snapshot.take import snapshots_enabled, snapshotter
-from bubu.tools import sandbox
+from bubu.tools import background, sandbox
 from bubu.tools.base import Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.places import store_files
 from bubu.tools.protected import protected_write, write_reason
@@ -179,6 +179,7 @@ class ToolCalls:
             marker=f"{self.host.session.id}/{self.host.run}/{call.call_id}",
             memory=self.read_memory,
             images=images.accepts_images(self.host.provider),
+            processes=background.processes(self.host.session.id),
         )
 
     def read_memory(self) -> dict[str, Note]:

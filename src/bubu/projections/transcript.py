@@ -17,6 +17,8 @@ from bubu.events import (
     MemoryForgotten,
     ModelSwitch,
     NoticeDismissed,
+    ProcessEnded,
+    ProcessStarted,
     ProjectInstructions,
     Record,
     RecoveryNotice,
@@ -205,6 +207,10 @@ class Transcript:
                     if snap.tree is not None
                     else f"the workspace {source} could not be stored: {snap.partial}"
                 )
+            case ProcessStarted() | ProcessEnded():
+                from bubu.projections.processes import lifecycle_text
+
+                kind, text = "note", lifecycle_text(n)
             case CheckpointBody() | SummaryChunk():
                 text = None  # the compaction note that follows is the marker people see
             case _:

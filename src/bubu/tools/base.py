@@ -25,6 +25,7 @@ from bubu.tools.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from bubu.projections.memory import Note
+    from bubu.tools.background import Processes
 
 JSON: TypeAlias = Any
 
@@ -101,6 +102,8 @@ class ToolContext:
     still running then is stopped, and its result says so."""
     time_limit: str = ""
     """The turn's time limit as a person wrote it (``5s``), for that result."""
+    processes: Processes | None = None
+    """The session's background processes (None: background commands cannot run here)."""
 
 
 class Tool(Protocol):
