@@ -28,6 +28,9 @@ from bubu.events import (
     NoticeDismissed,
     PermissionDecision,
     PermissionRequest,
+    ProcessEnded,
+    ProcessOutput,
+    ProcessStarted,
     ProjectInstructions,
     RecoveryNotice,
     Role,
@@ -68,6 +71,9 @@ LATER_NOTE_KINDS = frozenset(
         "task_approved",
         "workspace_snapshot",
         "memory_accepted",
+        "process_started",
+        "process_output",
+        "process_ended",
     }
 )
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones
@@ -332,4 +338,10 @@ def session_events(
     add("system", "system", note(note=ServerNote(text="the server cannot call tools; the model answers in text only")))  # fmt: skip
     add("system", "host", note(note=WorkspaceTaken(source="/w", snapshot=WorkspaceSnapshot(
         tree=None, partial="the snapshot failed: No space left on device"))), hidden=True)  # fmt: skip
+    add("system", "tool", note(note=ProcessStarted(handle="bg-1", call_id="call_9",
+        command="python3 -m http.server", pid=4242, keep="session", restart=True)), hidden=True)  # fmt: skip
+    add("system", "tool", note(note=ProcessOutput(handle="bg-1", offset=0, chunk=BlobRef(
+        sha256=codec.sha256_hex(BLOB), size=len(BLOB), lines=BLOB.count(b"\n")))), hidden=True)  # fmt: skip
+    add("system", "tool", note(note=ProcessEnded(handle="bg-1", how="died", command="python3 -m http.server",
+        reason="Bubu stopped while it ran", tail="GET / 200", restarted=True)))  # fmt: skip
     return events

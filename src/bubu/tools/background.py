@@ -106,7 +106,10 @@ class Proc:
         """Bytes of output so far (a restarted process continues its old output)."""
         self.first = offset
         """Where this incarnation's output starts."""
-        self._spool = tempfile.TemporaryFile()  # noqa: SIM115 (closed when the process ends)
+        fd, path = tempfile.mkstemp(prefix="bubu-bg-")
+        os.unlink(path)
+        self._spool = fd
+        """Every byte of this incarnation's output (up to FULL_BYTES), for `read`."""
         self._pending = bytearray()
         self._pending_since = 0.0
         self._recorded = offset
@@ -205,8 +208,7 @@ class Proc:
         with self._lock:
             if self.total < FULL_BYTES:
                 keep = data[: FULL_BYTES - (self.total - self.first)]
-                self._spool.seek(0, os.SEEK_END)
-                self._spool.write(keep)
+                os.pwrite(self._spool, keep, self.total - self.first)
                 if not self._pending:
                     self._pending_since = clock.monotonic()
                 self._pending += keep
@@ -267,18 +269,19 @@ class Proc:
     def read(self, start: int, end: int) -> bytes:
         """Bytes [start, end) of this incarnation's output as far as it is kept."""
         with self._lock:
-            self._spool.seek(max(0, start - self.first))
-            return self._spool.read(max(0, end - start))
+            if self._spool < 0:
+                return b""
+            return os.pread(self._spool, max(0, end - start), max(0, start - self.first))
 
     def tail(self, size: int = TAIL_BYTES) -> bytes:
         """The last `size` bytes of its output."""
         kept = min(self.total, self.first + FULL_BYTES)
         return self.read(max(self.first, kept - size), kept)
 
-    def close(self) -> None:
-        """Free the spool (the process has ended)."""
-        with self._lock:
-            self._spool.close()
+    def __del__(self) -> None:
+        if self._spool >= 0:
+            os.close(self._spool)
+            self._spool = -1
 
 
 class Processes:

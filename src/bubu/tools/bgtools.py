@@ -138,7 +138,8 @@ def process_output(args: ProcessOutputArgs, ctx: ToolContext) -> ToolResult:
         if end < total
         else "(end of the output so far)"
     )
-    return ToolResult(output="\n".join([header, data.decode("utf-8", "replace"), footer]))
+    text = data.decode("utf-8", "replace").removesuffix("\n")
+    return ToolResult(output="\n".join([header, text, footer]))
 
 
 def _read(ctx: ToolContext, live: Proc | None, handle: str, start: int, end: int) -> bytes:
