@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,7 +23,7 @@ from bubu.errors import ConfigError
 
 if TYPE_CHECKING:
     from bubu.context.policy import ContextPolicy
-from bubu.events import TurnEndReason
+from bubu.events import Record, TurnEndReason
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import fold_status
@@ -767,6 +767,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
         },
         "recovery": None,
         "plan": plan_json(fold_plan(records)),
+        "processes": running_processes(records),
     }
     lr = fold_longrun(records)
     waiting = lr.waiting() if state == "running" else None
@@ -794,6 +795,13 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             "seq": st.notice_seq,
         }
     return out
+
+
+def running_processes(records: Sequence[Record]) -> list[dict[str, object]]:
+    """The background processes the log says are running, as `bubu status --json` shows them."""
+    from bubu.projections.processes import fold_processes
+
+    return [p.json() for p in fold_processes(records).running()]
 
 
 def usage_line(usage: Any) -> str:
@@ -914,6 +922,9 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         )
     if d["plan"]:
         click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it
+    procs: Any = d["processes"]
+    for p in procs:
+        click.echo(f"  background {p['handle']} (pid {p['pid']}): {printable(str(p['command']))}")
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
         st = fold_status(ctx.store.read(info.id))

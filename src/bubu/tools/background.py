@@ -114,6 +114,7 @@ class Proc:
         self._pending_since = 0.0
         self._recorded = offset
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()
         self._kill: float | None = None
         self._kill_reason = ""
         self.done = threading.Event()
@@ -215,7 +216,12 @@ class Proc:
             self.total += len(data)
 
     def _flush(self, *, force: bool) -> None:
-        """Record the output that arrived since the last chunk, when it is due."""
+        """Record the output that arrived since the last chunk, when it is due (one flush at a
+        time, so the chunks reach the log in their order)."""
+        with self._flushing:
+            self._flush_locked(force=force)
+
+    def _flush_locked(self, *, force: bool) -> None:
         with self._lock:
             if not self._pending:
                 return
@@ -265,6 +271,11 @@ class Proc:
             self._kill_reason = reason
             self._kill = grace
         self.done.wait(grace + 2 * proctree.ANSWER_S)
+
+    def sync(self) -> None:
+        """Record what arrived so far now: what a tool shows the model is in the log."""
+        if not self.done.is_set():
+            self._flush(force=True)
 
     def read(self, start: int, end: int) -> bytes:
         """Bytes [start, end) of this incarnation's output as far as it is kept."""

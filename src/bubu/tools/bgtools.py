@@ -115,6 +115,7 @@ def process_output(args: ProcessOutputArgs, ctx: ToolContext) -> ToolResult:
     """process_output{handle, offset?, limit?}: a page of a background process's output."""
     live, past, handle = _find(ctx, args.handle)
     if live is not None:
+        live.sync()
         total, first = live.total, live.first
         state = _state(live)
     else:

@@ -196,6 +196,16 @@ class NoteView(msgspec.Struct, kw_only=True):
     session: str
 
 
+class ProcessView(msgspec.Struct, kw_only=True):
+    """A background process the log says is running."""
+
+    handle: str
+    command: str
+    pid: int | None
+    keep: str
+    output_bytes: int
+
+
 class Detail(msgspec.Struct, kw_only=True):
     """Everything the session page shows at once."""
 
@@ -213,6 +223,7 @@ class Detail(msgspec.Struct, kw_only=True):
     provider_unavailable."""
     plan: list[PlanItemView] | None = None
     memory: list[NoteView] = msgspec.field(default_factory=list)
+    processes: list[ProcessView] = msgspec.field(default_factory=list)
 
 
 class LogRow(msgspec.Struct, kw_only=True):
@@ -423,11 +434,22 @@ def detail(index: SessionIndex, info: SessionInfo) -> Detail:
         waiting=_waiting(records) if state == "running" else None,
         cause=(st.state in ("failed", "stopped") and fold_longrun(records).end_cause) or None,
         plan=_plan(records),
+        processes=_processes(records),
         memory=[
             NoteView(key=n.key, text=n.text, ts=n.ts, session=n.session)
             for n in sorted(workspace_memory(store, info.workspace).values(), key=lambda n: -n.ts)
         ],
     )
+
+
+def _processes(records: list[Record]) -> list[ProcessView]:
+    from bubu.projections.processes import fold_processes
+
+    return [
+        ProcessView(handle=p.handle, command=p.command, pid=p.pid, keep=p.keep,
+                    output_bytes=p.size)
+        for p in fold_processes(records).running()
+    ]  # fmt: skip
 
 
 def _plan(records: list[Record]) -> list[PlanItemView] | None:
