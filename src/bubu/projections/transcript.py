@@ -18,6 +18,7 @@ from bubu.events import (
     ModelSwitch,
     NoticeDismissed,
     ProcessEnded,
+    ProcessOutput,
     ProcessStarted,
     ProjectInstructions,
     Record,
@@ -211,8 +212,8 @@ class Transcript:
                 from bubu.projections.processes import lifecycle_text
 
                 kind, text = "note", lifecycle_text(n)
-            case CheckpointBody() | SummaryChunk():
-                text = None  # the compaction note that follows is the marker people see
+            case CheckpointBody() | SummaryChunk() | ProcessOutput():
+                text = None  # a marker follows (the compaction note), or nothing is said
             case _:
                 text = None
         if text:
