@@ -72,8 +72,13 @@ def _server(port: int) -> str:
 SANDBOXES = [
     pytest.param(["--sandbox", "off"], id="off"),
     pytest.param(
-        ["--sandbox", "workspace-write", "--network"],
+        ["--sandbox", "workspace-write"],
         id="sandboxed",
+        marks=pytest.mark.skipif(unavailable() is not None, reason="no bubblewrap here"),
+    ),
+    pytest.param(
+        ["--sandbox", "workspace-write", "--network"],
+        id="sandboxed-network",
         marks=pytest.mark.skipif(unavailable() is not None, reason="no bubblewrap here"),
     ),
 ]

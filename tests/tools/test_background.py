@@ -201,3 +201,49 @@ def test_a_sandboxed_background_command_runs_in_the_sandbox(
     out = process_wait(ProcessWaitArgs(handle=handle, timeout=30), ctx).output
     assert "read-only" in out
     assert (tmp_path / "here").read_text() == "ok\n"
+
+
+def test_sandboxed_commands_of_a_session_share_one_loopback_and_nothing_more(
+    tmp_path: Path, procs: Processes
+) -> None:
+    box = confinement("workspace-write", False, say=lambda line: None)
+    if box is None:
+        pytest.skip("bubblewrap cannot run here")
+    (tmp_path / "serve.py").write_text(SERVE)
+    ctx = ToolContext(workspace=tmp_path, processes=procs, marker="ses_bgtest/run_1/call_3",
+                      sandbox=box)  # fmt: skip
+    _start(ctx, "exec python3 serve.py")
+    _until(lambda: (tmp_path / "port").exists(), "the server's port")
+    port = (tmp_path / "port").read_text()
+    joined = procs.confine(box)
+    assert joined is not None
+    assert joined.shared_net is not None, "the session now has a shared namespace"
+    poll = ToolContext(workspace=tmp_path, processes=procs, marker="ses_bgtest/run_1/call_4",
+                       sandbox=joined)  # fmt: skip
+    probe = (
+        "import socket, sys\n"
+        f"print(socket.create_connection(('127.0.0.1', {port})).recv(5).decode())\n"
+        "try:\n    socket.create_connection(('10.255.255.1', 80), timeout=5)\n"
+        "except OSError as e:\n    print('outside:', e.strerror)\n"
+    )
+    (tmp_path / "probe.py").write_text(probe)
+    out = run_command(RunCommandArgs(command="python3 probe.py"), poll).output
+    assert out.splitlines()[:2] == ["hello", "outside: Network is unreachable"], out
+    own = run_command(RunCommandArgs(command="python3 probe.py"), ToolContext(
+        workspace=tmp_path, marker="ses_other/run_1/call_5", sandbox=box)).output  # fmt: skip
+    assert "Connection refused" in own, "a command in a namespace of its own does not reach it"
+    procs.stop(["turn", "session"], "the session ended")
+    assert not proctree.marked(proctree.session_match("ses_bgtest")), "the holder went too"
+
+
+SERVE = """\
+import pathlib, socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+pathlib.Path("port").write_text(str(s.getsockname()[1]))
+while True:
+    c, _ = s.accept()
+    c.sendall(b"hello")
+    c.close()
+"""

@@ -174,13 +174,19 @@ class ToolCalls:
             allow_write=self.effective_policy.allow_write,
             own_files=store_files(self.host.store.url),
             blob=self.read_blob,
-            sandbox=self.confinement(),
+            sandbox=self._shared(self.confinement()),
             pass_env=self.effective_policy.pass_env,
             marker=f"{self.host.session.id}/{self.host.run}/{call.call_id}",
             memory=self.read_memory,
             images=images.accepts_images(self.host.provider),
             processes=background.processes(self.host.session.id),
         )
+
+    def _shared(self, box: sandbox.Sandbox | None) -> sandbox.Sandbox | None:
+        """The sandbox in the session's shared network namespace, once its background
+        processes made one (so a command reaches a server started in the background)."""
+        procs = background.known(self.host.session.id)
+        return box if procs is None else procs.confine(box)
 
     def read_memory(self) -> dict[str, Note]:
         """The live notes of this session's workspace (every session of it in the store)."""

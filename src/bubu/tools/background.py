@@ -23,7 +23,7 @@ import selectors
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from bubu import clock
@@ -31,7 +31,7 @@ from bubu.errors import ToolError
 from bubu.events import BlobRef, Note, ProcessEnded, ProcessKeep, ProcessOutput, ProcessStarted
 from bubu.log import codec, redact
 from bubu.projections.processes import Process
-from bubu.tools import proctree
+from bubu.tools import netns, proctree
 from bubu.tools.sandbox import Sandbox
 from bubu.tools.shell import FULL_BYTES, KILL_GRACE_S, Spawn, aftermath, spawn_spec
 
@@ -308,6 +308,8 @@ class Processes:
         """A handle of this session that no longer runs here: what the log says of it and its
         output (set by the engine)."""
         self.finished: dict[str, Proc] = {}
+        self.holder: netns.Holder | None = None
+        """The network namespace the session's sandboxed commands share, once one is needed."""
         self._taken = 0
         self._lock = threading.Lock()
 
@@ -316,9 +318,24 @@ class Processes:
         with self._lock:
             self._taken = max(self._taken, count)
 
+    def confine(self, box: Sandbox | None, *, create: bool = False) -> Sandbox | None:
+        """`box` joined to the session's shared network namespace (made first with `create`),
+        when it has no network; unchanged where there is none."""
+        if box is None or box.network:
+            return box
+        with self._lock:
+            if create and (self.holder is None or not self.holder.alive()):
+                marker = f"{self.session}/-/netns"
+                self.holder = _SPAWNER.submit(netns.start, box, marker).result()
+            holder = self.holder
+        if holder is None or not holder.alive():
+            return box
+        return replace(box, shared_net=holder.pid)
+
     def start(self, start: Start) -> Proc:
         """Start a background process (`start.handle` empty: the next free one); a ToolError
         when the session already runs as many as it may."""
+        start = replace(start, sandbox=self.confine(start.sandbox, create=True))
         with self._lock:
             if len(self.live) >= self.limit:
                 names = ", ".join(sorted(self.live))
@@ -329,7 +346,7 @@ class Processes:
                 )
             if not start.handle:
                 self._taken += 1
-                start = _with_handle(start, f"bg-{self._taken}")
+                start = replace(start, handle=f"bg-{self._taken}")
             proc = Proc(start, self)
             self.live[start.handle] = proc
         try:
@@ -342,6 +359,7 @@ class Processes:
 
     def restart(self, start: Start, offset: int) -> Proc:
         """Start a restartable process again under its old handle, its output continued."""
+        start = replace(start, sandbox=self.confine(start.sandbox, create=True))
         proc = Proc(start, self, offset=offset)
         with self._lock:
             self.live[start.handle] = proc
@@ -366,12 +384,9 @@ class Processes:
             p._kill_reason, p._kill = reason, KILL_GRACE_S
         for p in doomed:
             p.kill(reason)
-
-
-def _with_handle(start: Start, handle: str) -> Start:
-    from dataclasses import replace
-
-    return replace(start, handle=handle)
+        if "session" in keep and self.holder is not None:
+            self.holder.stop()
+            self.holder = None
 
 
 _REGISTRY: dict[str, Processes] = {}
