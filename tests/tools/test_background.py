@@ -213,7 +213,7 @@ def test_sandboxed_commands_of_a_session_share_one_loopback_and_nothing_more(
     ctx = ToolContext(workspace=tmp_path, processes=procs, marker="ses_bgtest/run_1/call_3",
                       sandbox=box)  # fmt: skip
     _start(ctx, "exec python3 serve.py")
-    _until(lambda: (tmp_path / "port").exists(), "the server's port")
+    _until((tmp_path / "port").exists, "the server's port")
     port = (tmp_path / "port").read_text()
     joined = procs.confine(box)
     assert joined is not None
