@@ -94,9 +94,9 @@ def _find(ctx: ToolContext, raw: str) -> tuple[Proc | None, Process | None, str]
 class ProcessOutputArgs(Arguments):
     """The arguments of process_output."""
 
-    handle: Annotated[str, "The handle run_command returned (bg-1 …)."]
+    handle: Annotated[str, "From run_command (bg-1 …)."]
     offset: Annotated[
-        Annotated[int, Meta(ge=0)] | UnsetType, "First byte to show (0-based); default: newest."
+        Annotated[int, Meta(ge=0)] | UnsetType, "First byte (0-based); default: the newest."
     ] = UNSET
     limit: Annotated[Annotated[int, Meta(ge=1, le=PAGE_BYTES)], "How many bytes."] = PAGE_BYTES
 
@@ -105,10 +105,8 @@ class ProcessOutputArgs(Arguments):
     effect="read_only",
     name="process_output",
     description=(
-        "Read the output (stdout and stderr together) of a background process started by "
-        "run_command with background: true. Without `offset` the newest output is shown; "
-        f"`offset` (0-based byte) and `limit` (at most {PAGE_BYTES:,} bytes) page through all "
-        "of it. Says whether the process is still running."
+        "Read a background process's output (stdout and stderr): the newest, or from byte "
+        f"`offset` (`limit` at most {PAGE_BYTES:,} bytes); says if it still runs."
     ),
 )
 def process_output(args: ProcessOutputArgs, ctx: ToolContext) -> ToolResult:
@@ -155,18 +153,16 @@ def _read(ctx: ToolContext, live: Proc | None, handle: str, start: int, end: int
 class ProcessWaitArgs(Arguments):
     """The arguments of process_wait."""
 
-    handle: Annotated[str, "The handle run_command returned (bg-1 …)."]
-    timeout: Annotated[
-        Annotated[float, Meta(gt=0)], f"Seconds to wait at most (up to {MAX_WAIT_S:g})."
-    ]
+    handle: Annotated[str, "From run_command (bg-1 …)."]
+    timeout: Annotated[Annotated[float, Meta(gt=0)], f"Seconds, at most {MAX_WAIT_S:g}."]
 
 
 @tool(
     effect="read_only",
     name="process_wait",
     description=(
-        "Wait until a background process exits, or `timeout` seconds pass (it keeps running "
-        "then). Returns its state and its newest output."
+        "Wait until a background process exits or `timeout` seconds pass; returns its newest "
+        "output."
     ),
 )
 def process_wait(args: ProcessWaitArgs, ctx: ToolContext) -> ToolResult:
@@ -195,16 +191,13 @@ def _wait(done: threading.Event, timeout: float, cancel: threading.Event) -> Non
 class ProcessKillArgs(Arguments):
     """The arguments of process_kill."""
 
-    handle: Annotated[str, "The handle run_command returned (bg-1 …)."]
+    handle: Annotated[str, "From run_command (bg-1 …)."]
 
 
 @tool(
     effect="side_effecting",
     name="process_kill",
-    description=(
-        "Stop a background process and everything it started (SIGTERM, then SIGKILL). Returns "
-        "how it ended and its newest output."
-    ),
+    description=("Stop a background process and all it started; returns its newest output."),
 )
 def process_kill(args: ProcessKillArgs, ctx: ToolContext) -> ToolResult:
     """process_kill{handle}: stop a background process's whole tree."""

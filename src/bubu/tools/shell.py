@@ -365,11 +365,11 @@ class RunCommandArgs(Arguments):
     timeout_s: Annotated[
         Annotated[float, Meta(gt=0)] | UnsetType, "Seconds before the command is killed."
     ] = UNSET
-    background: Annotated[bool, "Start it in the background and return a handle at once."] = False
+    background: Annotated[bool, "Return a handle at once; the command runs on."] = False
     keep: Annotated[
-        Literal["turn", "session"], "With background: run until the turn or the session ends."
+        Literal["turn", "session"], "With background: until the turn or session ends."
     ] = "turn"
-    restart: Annotated[bool, "With background: start it again after a crash of Bubu."] = False
+    restart: Annotated[bool, "With background: start it again after a crash."] = False
 
 
 @tool(
@@ -383,9 +383,8 @@ class RunCommandArgs(Arguments):
         "Long output keeps its beginning and end. `timeout_s` limits the run (default from the "
         f"session, at most {MAX_TIMEOUT_S:g}); on timeout the command and everything it started "
         "are killed. Background processes that keep the output open are stopped when it ends. "
-        "With `background: true` it starts in the background (a server, a watcher) and a handle "
-        "is returned at once, for process_output, process_wait and process_kill; it is stopped "
-        'when the turn ends, or with `keep: "session"` when the session ends.'
+        "`background: true` (a server, a watcher) returns a handle for process_output, "
+        "process_wait and process_kill; it is stopped when the turn ends."
     ),
 )
 def run_command(args: RunCommandArgs, ctx: ToolContext) -> ToolResult:
