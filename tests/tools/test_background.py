@@ -88,7 +88,7 @@ def test_a_background_command_is_read_and_killed_and_its_life_is_recorded(
     assert page.startswith("bg-1: running (pid ")
     pid = int((tmp_path / "pid").read_text())
     done = process_kill(ProcessKillArgs(handle=handle), ctx).output
-    assert done.startswith("bg-1: killed")
+    assert done.startswith("bg-1: killed (stopped by process_kill); output bytes 0–5 of 6")
     assert not proctree.marked(proctree.session_match("ses_bgtest"))
     assert not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat").read_bytes()
     kept = procs.recorder

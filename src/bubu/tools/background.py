@@ -116,7 +116,7 @@ class Proc:
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
         self._kill: float | None = None
-        self._kill_reason = ""
+        self.kill_reason = ""
         self.done = threading.Event()
 
     # -- starting ---------------------------------------------------------------------------------
@@ -250,7 +250,7 @@ class Proc:
         code = tree.returncode
         reason = None
         if killed:
-            reason = self._kill_reason
+            reason = self.kill_reason
         if left:
             more = f"{left} of its processes could not be confirmed dead and may still run"
             reason = f"{reason}; {more}" if reason else more
@@ -267,10 +267,14 @@ class Proc:
 
     def kill(self, reason: str, grace: float = KILL_GRACE_S) -> None:
         """Stop the whole tree (SIGTERM, SIGKILL after `grace`) and wait until it is recorded."""
-        if self._kill is None:
-            self._kill_reason = reason
-            self._kill = grace
+        self.ask_kill(reason, grace)
         self.done.wait(grace + 2 * proctree.ANSWER_S)
+
+    def ask_kill(self, reason: str, grace: float = KILL_GRACE_S) -> None:
+        """Have the reader thread stop the tree (the first reason given is the one kept)."""
+        if self._kill is None:
+            self.kill_reason = reason
+            self._kill = grace
 
     def sync(self) -> None:
         """Record what arrived so far now: what a tool shows the model is in the log."""
@@ -381,7 +385,7 @@ class Processes:
         """Kill every live process whose `keep` is in `keep`, all at once, and wait for them."""
         doomed = [p for p in list(self.live.values()) if p.start.keep in keep]
         for p in doomed:
-            p._kill_reason, p._kill = reason, KILL_GRACE_S
+            p.ask_kill(reason)
         for p in doomed:
             p.kill(reason)
         if "session" in keep and self.holder is not None:

@@ -61,17 +61,14 @@ def start_background(
 
 
 def _state(p: Proc | Process) -> str:
-    if isinstance(p, Proc):
-        state, code, pid = p.state, p.code, p.pid
-    else:
-        state, code, pid = p.state, p.code, p.pid
-    match state:
+    match p.state:
         case "running":
-            return f"running (pid {pid})"
+            return f"running (pid {p.pid})"
         case "exited":
-            return f"exited with code {code}"
+            return f"exited with code {p.code}"
         case "killed":
-            return "killed by process_kill or at the end of its turn"
+            why = p.kill_reason if isinstance(p, Proc) else p.reason
+            return f"killed ({why})" if why else "killed"
         case _:
             return "died with the Bubu that ran it"
 
@@ -169,7 +166,10 @@ def process_wait(args: ProcessWaitArgs, ctx: ToolContext) -> ToolResult:
     """process_wait{handle, timeout}: wait for a background process to end."""
     live, _, handle = _find(ctx, args.handle)
     if live is not None:
-        _wait(live.done, min(args.timeout, MAX_WAIT_S), ctx.cancel)
+        timeout = min(args.timeout, MAX_WAIT_S)
+        if ctx.time_left_s is not None:  # the turn's time limit binds inside the step
+            timeout = min(timeout, max(ctx.time_left_s, 0.05))
+        _wait(live.done, timeout, ctx.cancel)
     page = process_output(ProcessOutputArgs(handle=handle), ctx)
     still = live is not None and not live.done.is_set()
     prefix = f"still running after {args.timeout:g}s; " if still else ""
