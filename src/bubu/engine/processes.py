@@ -117,7 +117,7 @@ def _died(runner: Runner, recorder: LogRecorder, procs: Processes, p: Process) -
         try:
             procs.restart(_start_of(runner, p), offset=p.size)
             restarted = True
-        except BubuError as e:
+        except (BubuError, OSError) as e:
             why = f"it could not be started again: {e}"
     reason = "Bubu stopped while it ran (its processes were killed with it)"
     if why:
@@ -175,7 +175,7 @@ def release(runner: Runner) -> None:
     procs = background.known(runner.session.id)
     if procs is None:
         return
-    if any(p.start.keep == "turn" for p in list(procs.live.values())):
+    if any(p.start.keep == "turn" for p in procs.running()):
         with contextlib.suppress(BubuError):  # the notes then wait for the next run
             _commit_staged(runner)
         procs.stop(["turn"], "the run ended")

@@ -377,13 +377,18 @@ class Processes:
                 del self.live[proc.start.handle]
         self.finished[proc.start.handle] = proc
 
+    def running(self) -> list[Proc]:
+        """The processes running now (a copy: reader threads remove the ones that end)."""
+        with self._lock:
+            return list(self.live.values())
+
     def get(self, handle: str) -> Proc | None:
         """The process of `handle` run here (live or ended), or None."""
         return self.live.get(handle) or self.finished.get(handle)
 
     def stop(self, keep: Sequence[ProcessKeep], reason: str) -> None:
         """Kill every live process whose `keep` is in `keep`, all at once, and wait for them."""
-        doomed = [p for p in list(self.live.values()) if p.start.keep in keep]
+        doomed = [p for p in self.running() if p.start.keep in keep]
         for p in doomed:
             p.ask_kill(reason)
         for p in doomed:
