@@ -70,8 +70,12 @@ def test_a_process_kept_for_the_session_is_listed_by_every_view(
         view.on_records(store.read(sid))
         assert "bg: bg-1 exec sleep 300" in view.status_text()
     finally:
-        processes.end_session(sid)
+        processes.end_session(sid, store)
     assert not proctree.marked(proctree.session_match(sid))
+    ends = [n for r in store.read(sid) if isinstance(n := getattr(r.event.content, "note", None),
+                                                      ProcessEnded)]  # fmt: skip
+    assert [(n.how, n.reason) for n in ends] == [("killed", "the session ended")]
+    assert status_dict(store, store.session(sid))["processes"] == []
 
 
 def test_a_process_left_by_another_bubu_is_told_to_the_model_as_dead(

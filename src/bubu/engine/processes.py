@@ -27,6 +27,7 @@ from bubu.tools.background import TAIL_BYTES, Processes, Start
 
 if TYPE_CHECKING:
     from bubu.engine.driver import Runner
+    from bubu.log.store import Store
 
 _STAGED_WAIT_S = 2.0
 """How long a chunk waits for the runner to commit what it staged before it is appended anyway
@@ -183,8 +184,26 @@ def release(runner: Runner) -> None:
         procs.recorder = procs.waiting
 
 
-def end_session(session: str) -> None:
-    """The session ends in this Bubu process: stop every process it still runs."""
+def end_session(session: str, store: Store | None = None, owner: str = "") -> None:
+    """The session ends in this Bubu process: stop every process it still runs; with `store`,
+    what they recorded since the last turn is appended under a lease of its own (`owner`)."""
     procs = background.known(session)
-    if procs is not None:
-        procs.stop(["turn", "session"], "the session ended")
+    if procs is None:
+        return
+    procs.stop(["turn", "session"], "the session ended")
+    waiting = procs.waiting.take()
+    if store is None or not waiting:
+        return
+    with contextlib.suppress(BubuError):  # someone else runs it now: they write what is theirs
+        lease = store.acquire_lease(session, owner or "bubu", 30.0)
+        try:
+            events = [
+                make(session=session, role="system", author="tool", ts=clock.now_ms(),
+                     content=SystemNote(note=n), visibility="hidden")
+                for notes, _ in waiting for n in notes
+            ]  # fmt: skip
+            blobs = [b for _, bs in waiting for b in bs]
+            head = store.head(session).high_water
+            store.append(session, events, expect=head, lease=lease, blobs=blobs)
+        finally:
+            store.release_lease(lease)
