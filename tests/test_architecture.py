@@ -21,6 +21,7 @@ PURE = [
     "bubu.projections.facts",
     "bubu.projections.children",
     "bubu.projections.request",
+    "bubu.projections.processes",
     "bubu.context.compaction",
     "bubu.engine.decide",
     "bubu.engine.choices",

@@ -557,6 +557,48 @@ class PlanApproved(_Note, frozen=True, kw_only=True, tag="plan_approved"):
     by: str = "user"
 
 
+ProcessKeep = Literal["turn", "session"]
+"""How long a background process may run: until its turn ends, or until its session ends."""
+ProcessEnd = Literal["exited", "killed", "died"]
+"""How a background process ended: by itself, stopped by Bubu, or with the Bubu that ran it."""
+
+
+class ProcessStarted(_Note, frozen=True, kw_only=True, tag="process_started"):
+    """A background process (`run_command` with `background`) started as `handle`; `restarts`
+    counts how often a restartable one was started again after a crash."""
+
+    handle: str
+    call_id: str
+    command: str
+    pid: int | None = None
+    keep: ProcessKeep = "turn"
+    restart: bool = False
+    restarts: int = 0
+
+
+class ProcessOutput(_Note, frozen=True, kw_only=True, tag="process_output"):
+    """The next chunk of a background process's output (stdout and stderr together), stored as
+    a blob in the same transaction; `offset` is where it starts in the whole output."""
+
+    handle: str
+    offset: int
+    chunk: BlobRef
+
+
+class ProcessEnded(_Note, frozen=True, kw_only=True, tag="process_ended"):
+    """A background process ended (`code`: its exit code, when known). One that `died` with the
+    Bubu that ran it is a visible note: the model is told, with its last output (`tail`), and
+    whether it was started again (`restarted`)."""
+
+    handle: str
+    how: ProcessEnd
+    command: str | None = None
+    code: int | None = None
+    reason: str | None = None
+    tail: str | None = None
+    restarted: bool = False
+
+
 Note: TypeAlias = (
     TurnStarted
     | TurnEnded
@@ -584,6 +626,9 @@ Note: TypeAlias = (
     | ChildFinished
     | HookRun
     | PlanApproved
+    | ProcessStarted
+    | ProcessOutput
+    | ProcessEnded
 )
 
 

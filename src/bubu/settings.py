@@ -503,6 +503,14 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("tool_timeout", "tool_timeout", _pos_float, "seconds per tool call", guard="lower"),
     Key(
+        "max_background",
+        "max_background",
+        _pos_int,
+        "background processes a session may run at once",
+        guard="lower",
+        unset=4,  # bubu.tools.background.DEFAULT_LIMIT
+    ),
+    Key(
         "notify",
         "notify",
         _command,

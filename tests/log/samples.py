@@ -32,6 +32,9 @@ from bubu.events import (
     PermissionDecision,
     PermissionRequest,
     PlanApproved,
+    ProcessEnded,
+    ProcessOutput,
+    ProcessStarted,
     ProjectInstructions,
     RecoveryNotice,
     Role,
@@ -79,6 +82,9 @@ LATER_NOTE_KINDS = frozenset(
         "skills_listed",
         "hook_run",
         "plan_approved",
+        "process_started",
+        "process_output",
+        "process_ended",
     }
 )
 """Note kinds added to schema 1 after its fixture was written: all their fields but the ones
@@ -353,4 +359,10 @@ def session_events(
     add("system", "host", note(note=HookRun(event="PreToolUse", hook="./no-rm.sh", call_id="call_2",
         decision="deny", reason="rm is not allowed", exit_code=2, duration_ms=12)), hidden=True)  # fmt: skip
     add("system", "user", note(note=PlanApproved(plan=["read the code", "fix it"])), hidden=True)
+    add("system", "tool", note(note=ProcessStarted(handle="bg-1", call_id="call_9",
+        command="python3 -m http.server", pid=4242, keep="session", restart=True)), hidden=True)  # fmt: skip
+    add("system", "tool", note(note=ProcessOutput(handle="bg-1", offset=0, chunk=BlobRef(
+        sha256=codec.sha256_hex(BLOB), size=len(BLOB), lines=BLOB.count(b"\n")))), hidden=True)  # fmt: skip
+    add("system", "tool", note(note=ProcessEnded(handle="bg-1", how="died", command="python3 -m http.server",
+        reason="Bubu stopped while it ran", tail="GET / 200", restarted=True)))  # fmt: skip
     return events

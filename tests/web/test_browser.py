@@ -467,6 +467,27 @@ def test_the_session_page_shows_the_plan_and_the_workspace_memory(
     expect(page.locator("#memory")).to_have_count(0)
 
 
+def test_the_session_page_lists_the_running_background_processes(
+    page: Page, site: Site, tmp_path: Path
+) -> None:
+    from bubu.engine.processes import end_session
+
+    start = {"name": "run_command", "arguments": {"command": "exec sleep 300",
+             "background": True, "keep": "session"}}  # fmt: skip
+    sid = run_scripted(site.store, site.root, "server", "Start the server",
+                       [{"tool_calls": [start]}, {"text": "It runs."}])  # fmt: skip
+    try:
+        page.goto(site.url())
+        page.locator("#sessions-body tr", has_text="Start the server").locator("a.title").click()
+        panel = page.locator("#processes")
+        expect(panel.locator(".panel-head")).to_contain_text("1 running")
+        expect(panel.locator("li")).to_contain_text("bg-1 exec sleep 300")
+        expect(panel.locator("li")).to_contain_text("kept for the session")
+        shot(page, tmp_path, "processes.png")
+    finally:
+        end_session(sid)
+
+
 def test_a_command_of_two_lines_stays_two_lines_in_its_card_and_the_rewind_dialog(
     page: Page, site: Site
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,7 +23,7 @@ from bubu.errors import ConfigError
 
 if TYPE_CHECKING:
     from bubu.context.policy import ContextPolicy
-from bubu.events import TurnEndReason
+from bubu.events import Record, TurnEndReason
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import fold_status
@@ -457,6 +457,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             loop_limit=opts.get("loop_limit") or DEFAULT_LOOP_LIMIT,
             hooks=hook_list(opts.get("hooks")),
             plan=bool(opts.get("plan")),
+            max_background=opts.get("max_background") or 4,
             context=context_policy(
                 opts.get("compact_at"),
                 opts.get("compact_to"),
@@ -903,6 +904,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
         "recovery": None,
         "plan": plan_json(fold_plan(records)),
         "plan_mode": plan_mode(records),
+        "processes": running_processes(records),
     }
     lr = fold_longrun(records)
     waiting = lr.waiting() if state == "running" else None
@@ -951,6 +953,13 @@ def plan_mode(records: Any) -> bool:
         elif isinstance(c, SystemNote) and isinstance(c.note, PlanApproved):
             planning = False
     return planning
+
+
+def running_processes(records: Sequence[Record]) -> list[dict[str, object]]:
+    """The background processes the log says are running, as `bubu status --json` shows them."""
+    from bubu.projections.processes import fold_processes
+
+    return [p.json() for p in fold_processes(records).running()]
 
 
 def usage_line(usage: Any) -> str:
@@ -1074,6 +1083,9 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     _children_text(d)
     if d["plan_mode"]:
         click.echo(f"  plan mode: `bubu approve-plan {info.id}` lets it act on the plan")
+    procs: Any = d["processes"]
+    for p in procs:
+        click.echo(f"  background {p['handle']} (pid {p['pid']}): {printable(str(p['command']))}")
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
         st = fold_status(ctx.store.read(info.id))

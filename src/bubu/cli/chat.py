@@ -189,6 +189,10 @@ class Chat:
                     break
                 continue
             self.turn(text)
+        if self.info is not None:  # the processes kept for the session end with it
+            from bubu.engine.processes import end_session
+
+            end_session(self.info.id, self.store, self.host.owner)
         self.leave()
 
     def read(self) -> str:

@@ -37,6 +37,7 @@ from bubu.events import (
 )
 from bubu.log import redact
 from bubu.pricing import CostTally
+from bubu.projections.processes import ProcessFold, status_line
 from bubu.projections.transcript import notice_text
 from bubu.providers.base import Delta
 
@@ -132,6 +133,9 @@ class ChatView(TerminalObserver):
         self._first_tree: str | None = None
         self.changed: list[str] = []
         """The paths the running turn has changed so far (from its snapshots)."""
+        self.processes = ProcessFold()
+        """The session's background processes, for the status line."""
+        self._procs_of = ""
 
     # -- the live region --------------------------------------------------------------------------
 
@@ -229,6 +233,9 @@ class ChatView(TerminalObserver):
         for r in records:
             c = r.event.content
             self._follow_snapshots(r)
+            if r.event.session != self._procs_of:  # another session: its own processes
+                self.processes, self._procs_of = ProcessFold(), r.event.session
+            self.processes.apply(r)
             if isinstance(c, SystemNote) and isinstance(c.note, TurnEnded):
                 self._cut_draft()  # what streamed of a call the end cut off, before the end
             if r.event.role != "model":
@@ -259,6 +266,9 @@ class ChatView(TerminalObserver):
     def status_text(self) -> str:
         """The status line, and the files the turn has changed so far."""
         text = super().status_text()
+        running = status_line(self.processes.procs.values())
+        if running:
+            text = f"{text} · {printable(running)}"
         if not self.changed:
             return text
         shown = ", ".join(self.changed[:3]) + (

@@ -159,8 +159,10 @@ def after_stop(reason: StopReason | None, *, turn_open: bool) -> AfterStop:
 
 # -- conflicts ----------------------------------------------------------------------------------
 
-BENIGN_NOTES = frozenset({"NoticeDismissed", "MemoryForgotten", "MemoryAccepted"})
-"""The notes another process may append to a running session."""
+BENIGN_NOTES = frozenset({"NoticeDismissed", "MemoryForgotten", "MemoryAccepted",
+                          "ProcessStarted", "ProcessOutput", "ProcessEnded"})  # fmt: skip
+"""The notes another process may append to a running session (and a background process's reader
+thread, beside the runner)."""
 
 
 def benign(records: Sequence[Record]) -> bool:

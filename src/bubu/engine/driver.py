@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar, assert_never
 
 from bubu import clock, failpoints, ids
 from bubu.context.quota import StoredWhole
-from bubu.engine import choices, compacting, turnstart
+from bubu.engine import choices, compacting, processes, turnstart
 from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.hookpoints import HookPoints
@@ -124,6 +124,8 @@ class Runner:
         self.stop_event = threading.Event()
         self.pool = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="bubu-tool")
         self._heartbeat: threading.Thread | None = None
+        self.lost_processes: list[str] = []
+        """The background processes found dead when this run started (for the notice)."""
         self.all_tool_specs = tuple(
             ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
             for t in sorted(self.tools.values(), key=lambda t: t.name)
@@ -442,6 +444,7 @@ class Runner:
         self._heartbeat = threading.Thread(target=self.beat, name="bubu-lease", daemon=True)
         self._heartbeat.start()
         _ACTIVE.add(self)
+        self.lost_processes = processes.attach(self)
         if (pending := turnstart.take_pending()) is not None:  # a Ctrl-C before it registered
             self.request_stop(pending)
         try:
@@ -496,6 +499,7 @@ class Runner:
                 # have been (a lease really lost refuses the append: the fence holds).
                 with contextlib.suppress(BubuError):
                     self.append(())
+            processes.release(self)
             _ACTIVE.discard(self)
             self.stop_event.set()
             self.pool.shutdown(wait=False, cancel_futures=True)
@@ -522,6 +526,7 @@ class Runner:
         if not self.turn.open:
             return
         failpoints.hit("before_turn_end")
+        processes.end_of_turn(self)
         end = TurnEnded(reason=reason, message=message, cause=cause)
         self.append([*extra, self.note(end)], durable=True)
         failpoints.hit("after_turn_end")

@@ -85,6 +85,8 @@ class RunConfig:
     """The user's hooks (`bubu.engine.hooks`), run at the points of each turn."""
     plan: bool = False
     """Turns this host starts plan (``--plan``, ``/plan``) until the plan is approved."""
+    max_background: int = 4
+    """Background processes a session may run at once (`bubu.tools.background`)."""
 
 
 class RunnerView(Protocol):

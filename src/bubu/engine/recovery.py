@@ -242,7 +242,7 @@ def _notice(
         verified_applied=labels["applied"],
         pending_review=labels["review"],
         dropped_model_calls=plan.dropped_model_calls,
-        leftovers=leftovers.lines(lambda c: _label_of(runner, c)),
+        leftovers=leftovers.lines(lambda c: _label_of(runner, c)) + runner.lost_processes,
         forced=plan.reason if plan.forced else None,
         workspace_changes=[
             f"{_label_of(runner, cid)}: {c.line()}"

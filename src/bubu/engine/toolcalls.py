@@ -42,7 +42,7 @@ from bubu.projections.memory import Note
 from bubu.projections.turn import CallState, TurnFold, result_digest
 from bubu.providers.base import arguments_error
 from bubu.snapshot.take import snapshots_enabled, snapshotter
-from bubu.tools import sandbox
+from bubu.tools import background, sandbox
 from bubu.tools.base import Children, Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.patch import offered
 from bubu.tools.places import store_files
@@ -203,7 +203,7 @@ class ToolCalls:
             allow_write=self.effective_policy.allow_write,
             own_files=store_files(self.host.store.url),
             blob=self.read_blob,
-            sandbox=self.confinement(),
+            sandbox=self._shared(self.confinement()),
             pass_env=self.effective_policy.pass_env,
             marker=f"{self.host.session.id}/{self.host.run}/{call.call_id}",
             memory=self.read_memory,
@@ -212,7 +212,14 @@ class ToolCalls:
             call_id=call.call_id,
             network=self.sandbox_mode[1],
             web_domains=self.host.policy.web_domains,
+            processes=background.processes(self.host.session.id),
         )
+
+    def _shared(self, box: sandbox.Sandbox | None) -> sandbox.Sandbox | None:
+        """The sandbox in the session's shared network namespace, once its background
+        processes made one (so a command reaches a server started in the background)."""
+        procs = background.known(self.host.session.id)
+        return box if procs is None else procs.confine(box)
 
     def read_memory(self) -> dict[str, Note]:
         """The live notes of this session's workspace (every session of it in the store)."""

@@ -29,6 +29,7 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     ImageRef,
+    ProcessEnded,
     ProjectInstructions,
     Record,
     SystemNote,
@@ -161,6 +162,10 @@ class ContextFold:
                 )
                 step.calls.append(c.call_id)
                 self.by_call[c.call_id] = step
+        elif isinstance(c, SystemNote) and isinstance(c.note, ProcessEnded):
+            from bubu.projections.processes import died_text
+
+            self._add(_User(r.seq, UserMessage(text=died_text(c.note))))
         elif isinstance(c, SystemNote) and isinstance(c.note, ProjectInstructions):
             from bubu.projections.instructions import history_text
 

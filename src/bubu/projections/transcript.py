@@ -21,6 +21,9 @@ from bubu.events import (
     ModelSwitch,
     NoticeDismissed,
     PlanApproved,
+    ProcessEnded,
+    ProcessOutput,
+    ProcessStarted,
     ProjectInstructions,
     Record,
     RecoveryNotice,
@@ -225,8 +228,12 @@ class Transcript:
                 text = hook_text(n)
             case PlanApproved(plan=plan):
                 text = f"plan approved ({len(plan)} steps): the session acts on it"
-            case CheckpointBody() | SummaryChunk():
-                text = None  # the compaction note that follows is the marker people see
+            case ProcessStarted() | ProcessEnded():
+                from bubu.projections.processes import lifecycle_text
+
+                kind, text = "note", lifecycle_text(n)
+            case CheckpointBody() | SummaryChunk() | ProcessOutput():
+                text = None  # a marker follows (the compaction note), or nothing is said
             case _:
                 text = None
         if text:

@@ -3,7 +3,8 @@
     read_file, list_files, grep, read_result, search_result,
     inspect_result, query_result, recall, update_plan          read_only
     write_file, edit_file, remember                            provable_write
-    run_command, delegate, merge_child                         side_effecting
+    run_command, delegate, merge_child, process_kill           side_effecting
+    process_output, process_wait                               read_only
 
 Each tool follows the seam in `bubu.tools.base`: a JSON schema for its arguments, an effect class,
 `permission` (a reason to ask, or None), `prepare` (the `WriteIntent` of a provable write) and
@@ -26,6 +27,7 @@ from typing import get_args
 from bubu.errors import ConfigError
 from bubu.events import EffectClass
 from bubu.tools.base import JSON, Tool, ToolContext, ToolResult, WriteIntent
+from bubu.tools.bgtools import process_kill, process_output, process_wait
 from bubu.tools.delegate import delegate, merge_child
 from bubu.tools.files import atomic_write, edit_file, file_sha256, read_file, write_file
 from bubu.tools.inspect_result import inspect_result
@@ -63,6 +65,9 @@ def builtin_tools() -> dict[str, Tool]:
         write_file,
         edit_file,
         run_command,
+        process_output,
+        process_wait,
+        process_kill,
         read_result,
         search_result,
         inspect_result,

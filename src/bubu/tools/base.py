@@ -25,6 +25,7 @@ from bubu.tools.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from bubu.projections.memory import Note
+    from bubu.tools.background import Processes
 
 JSON: TypeAlias = Any
 
@@ -122,6 +123,8 @@ class ToolContext:
     """Whether the turn may use the network (``--network``): web_fetch reaches any address."""
     web_domains: tuple[str, ...] = ()
     """The domains web_fetch may reach without the network permission (``web_domains``)."""
+    processes: Processes | None = None
+    """The session's background processes (None: background commands cannot run here)."""
 
 
 class Tool(Protocol):

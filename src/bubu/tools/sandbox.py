@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 
 from bubu.errors import ConfigError
 from bubu.events import SandboxMode
-from bubu.tools import sockets
+from bubu.tools import netns, sockets
 from bubu.tools.controlfiles import Scan, binds
 from bubu.tools.limits import Limits, tighter
 
@@ -68,6 +68,9 @@ class Sandbox:
     network: bool = False
     bwrap: str = "bwrap"
     options: Options = field(default_factory=Options)
+    shared_net: int | None = None
+    """Without the network: the process whose network namespace (loopback only) the command
+    joins, shared by the session's commands (`bubu.tools.netns`); None: one of its own."""
 
 
 def parse_mode(text: str) -> SandboxMode:
@@ -215,11 +218,14 @@ def wrap(
     covered = [] if sandbox.network else sockets.maskable(sockets.RUN_DIRS, [ws, *_programs()])
     tmpfs = [a for d in covered for a in ("--tmpfs", d)]
     allowed = sockets.allowed_paths(opts.allow_sockets, opts.ssh_agent, env or {})
+    # A session's shared namespace is joined first; bubblewrap then keeps it (--share-net).
+    shared = sandbox.shared_net is not None and not sandbox.network
+    head = netns.joining(sandbox.shared_net) if shared and sandbox.shared_net else []
     if ws == "/":  # bound after /dev, /proc and /tmp it would hide them
-        args = [*_base_args(sandbox.bwrap, sandbox.network, root=kind), *tmpfs]
+        args = [*head, *_base_args(sandbox.bwrap, sandbox.network or shared, root=kind), *tmpfs]
     else:
-        base = _base_args(sandbox.bwrap, sandbox.network)
-        args = [*base, *tmpfs, *toolchain, kind, ws, ws]
+        base = _base_args(sandbox.bwrap, sandbox.network or shared)
+        args = [*head, *base, *tmpfs, *toolchain, kind, ws, ws]
     if sandbox.mode == "workspace-write" and controls is not None:
         args += binds(controls)
     # Last, so that a socket inside the workspace (or inside its .git) is covered too.

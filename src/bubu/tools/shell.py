@@ -197,7 +197,7 @@ def spawn_spec(
     return Spawn(argv=wrapped, cwd=cwd, env=env, controls=controls, cgroup=cgroup)
 
 
-def _aftermath(spec: Spawn, returncode: int | None, sandbox: Sandbox | None) -> tuple[str, ...]:
+def aftermath(spec: Spawn, returncode: int | None, sandbox: Sandbox | None) -> tuple[str, ...]:
     """After a sandboxed command: the limits it reached and what it did to control entries
     (reverted here); its cgroup removed."""
     notes: list[str] = []
@@ -243,7 +243,7 @@ def run_shell(
         tree = proctree.start(spec.argv, cwd=spec.cwd, env=spec.env, output=out_w)
     except BaseException:
         os.close(out_r)
-        _aftermath(spec, None, sandbox)
+        aftermath(spec, None, sandbox)
         raise
     finally:
         os.close(out_w)
@@ -264,7 +264,7 @@ def run_shell(
                 os.close(fd)
                 tree.kill(0)
                 capture.full()  # closes its spool
-                _aftermath(spec, None, sandbox)
+                aftermath(spec, None, sandbox)
                 number, _, path = tree.error.partition(" ")
                 raise OSError(int(number), os.strerror(int(number)), path)
             if exited_at is None and tree.returncode is not None:
@@ -314,7 +314,7 @@ def run_shell(
         omitted=capture.omitted(),
         full=capture.full(),
         left=left,
-        notes=_aftermath(spec, returncode, sandbox),
+        notes=aftermath(spec, returncode, sandbox),
     )
 
 
@@ -365,6 +365,11 @@ class RunCommandArgs(Arguments):
     timeout_s: Annotated[
         Annotated[float, Meta(gt=0)] | UnsetType, "Seconds before the command is killed."
     ] = UNSET
+    background: Annotated[bool, "Return a handle at once; the command runs on."] = False
+    keep: Annotated[
+        Literal["turn", "session"], "With background: until the turn or session ends."
+    ] = "turn"
+    restart: Annotated[bool, "With background: start it again after a crash."] = False
 
 
 @tool(
@@ -377,11 +382,14 @@ class RunCommandArgs(Arguments):
         "together) and exit code. stdin is empty, so interactive programs fail rather than wait. "
         "Long output keeps its beginning and end. `timeout_s` limits the run (default from the "
         f"session, at most {MAX_TIMEOUT_S:g}); on timeout the command and everything it started "
-        "are killed. Background processes that keep the output open are stopped when it ends."
+        "are killed. Background processes that keep the output open are stopped when it ends. "
+        "`background: true` (a server, a watcher) returns a handle for process_output, "
+        "process_wait and process_kill; it is stopped when the turn ends."
     ),
 )
 def run_command(args: RunCommandArgs, ctx: ToolContext) -> ToolResult:
-    """run_command{command, timeout_s?}: a shell command in the workspace.
+    """run_command{command, timeout_s?, background?, keep?, restart?}: a shell command in the
+    workspace (in the background: `bubu.tools.bgtools`).
 
     A command that ran to its end is a normal result whatever its exit code (the code is in the
     text, and a failing test run is information, not a tool failure); `is_error` is True only when
@@ -398,6 +406,10 @@ def run_command(args: RunCommandArgs, ctx: ToolContext) -> ToolResult:
         timeout_s = max(ctx.time_left_s, 0.05)
     if ctx.cancel.is_set():
         raise ToolError("the turn was stopped before the command started; it did not run")
+    if args.background:
+        from bubu.tools.bgtools import start_background
+
+        return start_background(command, ctx, keep=args.keep, restart=args.restart)
     done = run_shell(
         command,
         workspace_root(ctx),

@@ -214,6 +214,16 @@ class ChildView(msgspec.Struct, kw_only=True):
     children: list[ChildView] = msgspec.field(default_factory=list)
 
 
+class ProcessView(msgspec.Struct, kw_only=True):
+    """A background process the log says is running."""
+
+    handle: str
+    command: str
+    pid: int | None
+    keep: str
+    output_bytes: int
+
+
 class Detail(msgspec.Struct, kw_only=True):
     """Everything the session page shows at once."""
 
@@ -233,6 +243,7 @@ class Detail(msgspec.Struct, kw_only=True):
     memory: list[NoteView] = msgspec.field(default_factory=list)
     children: list[ChildView] = msgspec.field(default_factory=list)
     """The session's sub-agents, each with its own (a tree)."""
+    processes: list[ProcessView] = msgspec.field(default_factory=list)
 
 
 class LogRow(msgspec.Struct, kw_only=True):
@@ -448,11 +459,22 @@ def detail(index: SessionIndex, info: SessionInfo) -> Detail:
         cause=(st.state in ("failed", "stopped") and fold_longrun(records).end_cause) or None,
         plan=_plan(records),
         children=msgspec.convert(children_json(store, records), list[ChildView]),
+        processes=_processes(records),
         memory=[
             NoteView(key=n.key, text=n.text, ts=n.ts, session=n.session)
             for n in sorted(workspace_memory(store, info.workspace).values(), key=lambda n: -n.ts)
         ],
     )
+
+
+def _processes(records: list[Record]) -> list[ProcessView]:
+    from bubu.projections.processes import fold_processes
+
+    return [
+        ProcessView(handle=p.handle, command=p.command, pid=p.pid, keep=p.keep,
+                    output_bytes=p.size)
+        for p in fold_processes(records).running()
+    ]  # fmt: skip
 
 
 def _plan(records: list[Record]) -> list[PlanItemView] | None:

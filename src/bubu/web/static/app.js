@@ -542,7 +542,19 @@ function renderPlanMemory(s) {
         d.session.parent ? h("a", { href: "#/s/" + encodeURIComponent(d.session.parent), class: "mono", text: d.session.parent }) : null),
       kids.length ? tree(kids) : null));
   }
+  const procs = processPanel(d.processes || []);
+  if (procs) parts.push(procs);
   fill($("#plan-memory"), ...parts);
+}
+
+function processPanel(procs) {
+  if (!procs.length) return null;
+  return h("div", { class: "processes", id: "processes" },
+    h("div", { class: "panel-head" }, h("strong", { text: "Background processes" }), h("span", { class: "muted", text: `${procs.length} running` })),
+    h("ul", {}, ...procs.map((p) => h("li", { class: "process", dataset: { handle: p.handle } },
+      h("span", { class: "mono", text: p.handle + " " }),
+      h("span", { class: "mono", text: p.command }),
+      h("span", { class: "muted", text: ` pid ${p.pid ?? "?"} · ${p.keep === "session" ? "kept for the session" : "this turn"}` })))));
 }
 
 // ---- transcript ----------------------------------------------------------------------------
