@@ -69,6 +69,15 @@ def pytest_configure(config: pytest.Config) -> None:
     hermetic.pin_plugins()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A `heavy` test is a long one that is safe beside others: it is left out of the quick
+    selection like a `slow` one (before `-m` selects), and scripts/test runs it on every core."""
+    for item in items:
+        if item.get_closest_marker("heavy") is not None:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Before the first PostgreSQL test of this process, create the test database if missing."""
     if item.get_closest_marker("postgres") is not None:

@@ -137,6 +137,7 @@ def _lines(path: Path) -> list[str]:
 # ---- listing and calling ------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_tools_are_offered_with_the_server_prefix(servers: MCPServers) -> None:
     tools = _by_name(servers)
     assert set(tools) == {
@@ -240,6 +241,7 @@ def test_a_full_scripted_turn_calls_mcp_tools(
     assert servers.tools()  # the agent did not close a connection it was given
 
 
+@pytest.mark.heavy
 def test_a_crash_reruns_trusted_reads_and_never_untrusted_calls(
     servers: MCPServers, tallies: Path, script: Script, tmp_path: Path, ws: Path
 ) -> None:

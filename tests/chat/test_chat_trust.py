@@ -36,6 +36,7 @@ def _chat(panes: list[Pane], tmp_path: Path, db: Path, ws: Path) -> Pane:
     return pane
 
 
+@pytest.mark.heavy
 def test_the_chat_asks_once_and_a_no_keeps_the_users_model(
     tmp_path: Path, panes: list[Pane], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,6 +95,7 @@ def test_the_chat_asks_once_and_a_no_keeps_the_users_model(
     assert json.loads((home / "trust.json").read_text())["version"] == 1
 
 
+@pytest.mark.heavy
 def test_chat_c_refuses_a_session_whose_log_was_altered(tmp_path: Path, panes: list[Pane]) -> None:
     from log.test_integrity_on_every_path import altered_session
 

@@ -36,6 +36,7 @@ def test_c_continues_the_session_of_this_workspace_not_the_newest(tmp_path: Path
     assert [getattr(c, "text", None) for c in asked] == ["first here", "more here"]
 
 
+@pytest.mark.heavy
 def test_c_in_a_directory_without_sessions_names_it_and_writes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "bubu.db"
     script = write_script(tmp_path / "s.jsonl", [{"text": "ok"}])

@@ -65,6 +65,7 @@ def test_no_model_and_no_key_points_at_the_offline_chat(monkeypatch: pytest.Monk
     assert "\n" not in said
 
 
+@pytest.mark.heavy
 def test_chat_c_recaps_the_session_it_continues(tmp_path: Path, panes: list[Pane]) -> None:
     db, ws = tmp_path / "bubu.db", tmp_path / "ws"
     ws.mkdir()

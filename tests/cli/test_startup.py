@@ -138,6 +138,7 @@ def test_help_lists_each_command_as_if_every_module_were_loaded(tmp_path: Path) 
         ("openai:gpt-4.1-mini", "/v1/chat/completions", "openai_text.sse", "anthropic"),
     ],
 )
+@pytest.mark.heavy
 def test_a_run_loads_only_its_own_provider(
     tmp_path: Path, model: str, route: str, answer: str, other: str
 ) -> None:

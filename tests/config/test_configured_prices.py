@@ -72,6 +72,7 @@ def _usages(records: list[Record]) -> list[TokenUsage]:
     return [u for r in records if r.event.actions and (u := r.event.actions.token_usage)]
 
 
+@pytest.mark.heavy
 def test_max_cost_binds_on_a_local_server_with_a_configured_price(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text(PRICE)  # BUBU_HOME is the database's directory
     ws, db = tmp_path / "ws", tmp_path / "bubu.db"
@@ -97,6 +98,7 @@ def test_max_cost_binds_on_a_local_server_with_a_configured_price(tmp_path: Path
     assert "$0.0" in shown.stdout
 
 
+@pytest.mark.heavy
 def test_max_cost_with_an_unpriced_model_says_once_it_cannot_bind(tmp_path: Path) -> None:
     ws, db = tmp_path / "ws", tmp_path / "bubu.db"
     ws.mkdir()

@@ -88,6 +88,7 @@ def test_unknown_models_have_no_price() -> None:
     assert call_cost("openai:gpt-4.1", input_tokens=10, output_tokens=10, official=False) is None
 
 
+@pytest.mark.heavy
 def test_status_and_sessions_say_the_price_is_unknown_for_a_scripted_model(tmp_path: Path) -> None:
     db = tmp_path / "bubu.db"
     script = write_script(tmp_path / "m.jsonl", [{"text": "done"}])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.cli import bubu
 from engine.helpers import write_script
 
@@ -14,6 +16,7 @@ def _warning(stderr: str) -> str:
     return line
 
 
+@pytest.mark.heavy
 def test_the_warning_names_the_flag_or_the_file_that_set_the_limit(tmp_path: Path) -> None:
     db, ws = tmp_path / "bubu.db", tmp_path / "ws"
     ws.mkdir()

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bubu.notify import Notifier
 from engine.cli import bubu, only_session
 from engine.helpers import call, write_script
@@ -52,6 +54,7 @@ def test_notify_runs_on_a_permission_request_and_at_the_turn_end(tmp_path: Path)
         assert isinstance(n["time"], str)
 
 
+@pytest.mark.heavy
 def test_a_failing_notifier_is_reported_once_and_the_task_goes_on(tmp_path: Path) -> None:
     db = tmp_path / "bubu.db"
     script = write_script(

@@ -202,6 +202,7 @@ def test_model_from_the_user_file_runs_exactly_so(tmp_path: Path) -> None:
     assert list(status["usage"]["by_model"]) == [f"scripted:{script}"]
 
 
+@pytest.mark.heavy
 def test_a_flag_beats_the_file_and_a_loosening_workspace_key_is_said_once(
     tmp_path: Path,
 ) -> None:
@@ -268,6 +269,7 @@ def test_a_key_can_reuse_its_flags_parser() -> None:
         read(["1"])
 
 
+@pytest.mark.heavy
 def test_limits_and_the_retry_policy_of_a_file_are_recorded_with_the_turn(tmp_path: Path) -> None:
     db = tmp_path / "bubu.db"
     script = write_script(tmp_path / "m.jsonl", [{"text": "one"}, {"text": "two"}])

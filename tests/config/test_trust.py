@@ -8,6 +8,8 @@ import json
 import stat
 from pathlib import Path
 
+import pytest
+
 from engine.cli import bubu, bubu_json
 from engine.helpers import write_script
 
@@ -34,6 +36,7 @@ def user_home(tmp_path: Path, extra: str = "") -> Path:
     return tmp_path / "bubu.db"
 
 
+@pytest.mark.heavy
 def test_a_repositorys_model_runs_only_once_trusted_and_a_change_revokes_it(
     tmp_path: Path,
 ) -> None:
@@ -96,6 +99,7 @@ def test_without_a_model_of_the_users_the_error_says_the_workspaces_was_ignored(
     assert not (repo / "PWNED").exists()
 
 
+@pytest.mark.heavy
 def test_a_repositorys_mcp_servers_start_only_once_trusted_with_that_servers_file(
     tmp_path: Path,
 ) -> None:

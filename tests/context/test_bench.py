@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "long_session.py"
 
 KEYS = {
@@ -54,6 +56,7 @@ def test_a_small_long_session_stays_in_budget_and_keeps_every_byte() -> None:
     assert r["build_messages"][str(r["build_late_step"])] == r["build_messages"]["40"]
 
 
+@pytest.mark.heavy
 def test_policy_overrides_reach_the_engine() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH), "--steps", "10", "--window", "20000",
@@ -73,6 +76,7 @@ def test_policy_overrides_reach_the_engine() -> None:
     assert "expected FIELD=VALUE with a ContextPolicy field" in bad.stderr
 
 
+@pytest.mark.heavy
 def test_a_small_window_is_compacted_below_its_trigger_so_it_is_not_summarized_every_step() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH), "--steps", "300", "--window", "8192"],

@@ -66,6 +66,7 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
+@pytest.mark.heavy
 def test_context_json_shows_the_next_request_and_what_became_of_each_event(
     tmp_path: Path, workspace: Path
 ) -> None:
@@ -139,6 +140,7 @@ def test_context_json_shows_the_next_request_and_what_became_of_each_event(
     )
 
 
+@pytest.mark.heavy
 def test_context_shows_the_request_the_model_was_sent(tmp_path: Path, workspace: Path) -> None:
     # The turn fails at a model call right after committing its digest: `bubu context` then shows
     # that same request (same digest, same estimate).
@@ -164,6 +166,7 @@ def test_context_shows_the_request_the_model_was_sent(tmp_path: Path, workspace:
     assert text.stdout.startswith(f"{sid} · next request {sent.request_digest[:16]}")
 
 
+@pytest.mark.heavy
 def test_a_crash_in_the_middle_of_a_compaction_is_recovered(
     tmp_path: Path, workspace: Path
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bubu.events import CheckpointBody
 from bubu.log.sqlite import SQLiteStore
 
@@ -12,6 +14,7 @@ from .helpers import compactions, model_requests, notes, write_script
 from .test_cli import bubu
 
 
+@pytest.mark.heavy
 def test_compact_builds_a_checkpoint_now_and_the_next_request_uses_it(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

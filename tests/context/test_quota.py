@@ -45,6 +45,7 @@ def _responses(db: Path) -> list[FunctionResponse]:
         ]
 
 
+@pytest.mark.heavy
 def test_past_the_quota_a_result_keeps_its_head_and_tail_with_a_note_and_a_restart_keeps_count(
     tmp_path: Path,
 ) -> None:

@@ -242,6 +242,7 @@ def test_a_summary_of_headings_only_is_refused_and_the_goal_stays(tmp_path: Path
     assert max(len(json.dumps(r)) // 4 for r in srv.turns()) <= BUDGET
 
 
+@pytest.mark.heavy
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_during_a_summary_call_ends_it_at_once(tmp_path: Path) -> None:
     with serve(script(hold_summary=True)) as srv:

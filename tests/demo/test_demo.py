@@ -107,6 +107,7 @@ def test_demo_crashes_recovers_and_fixes_the_test(home: Path, tmp_path: Path) ->
     assert "with the recovery" in text
 
 
+@pytest.mark.heavy
 def test_demo_no_crash_runs_the_plain_fix(home: Path, tmp_path: Path) -> None:
     ws = tmp_path / "plain"
     out = _bubu(home, "demo", "--no-crash", "--dir", str(ws))
@@ -121,6 +122,7 @@ def test_demo_no_crash_runs_the_plain_fix(home: Path, tmp_path: Path) -> None:
     assert status["recovery"] is None
 
 
+@pytest.mark.heavy
 def test_demo_output_fits_one_screen(home: Path, tmp_path: Path) -> None:
     out = _bubu(home, "demo", "--dir", str(tmp_path / "screen"))
     assert out.returncode == 0

@@ -41,6 +41,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     return Demo(db=db, session=only_session(db), workspace=root / "project")
 
 
+@pytest.mark.heavy
 def test_the_demo_fixes_the_project(demo: Demo) -> None:
     tests = subprocess.run(
         [sys.executable, "-m", "unittest", "-q"],
@@ -227,6 +228,7 @@ def _start_slow(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
     return db, ws, proc
 
 
+@pytest.mark.heavy
 def test_sigterm_suspends_and_resume_finishes(tmp_path: Path) -> None:
     db, ws, proc = _start_slow(tmp_path)
     command_pid = int((ws / "pid.txt").read_text())
@@ -250,6 +252,7 @@ def test_sigterm_suspends_and_resume_finishes(tmp_path: Path) -> None:
     assert not (ws / "late.txt").exists()
 
 
+@pytest.mark.heavy
 def test_sigint_stops(tmp_path: Path) -> None:
     db, ws, proc = _start_slow(tmp_path)
     command_pid = int((ws / "pid.txt").read_text())

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.cli import bubu, only_session
 from engine.helpers import write_script
 
 
+@pytest.mark.heavy
 def test_resume_of_a_completed_turn_and_stop_of_an_idle_one_both_exit_2(tmp_path: Path) -> None:
     db, ws = tmp_path / "bubu.db", tmp_path / "ws"
     ws.mkdir()

@@ -100,6 +100,7 @@ def test_two_calls_with_one_id_in_one_response_both_complete(tmp_path: Path) -> 
     assert _pairs_are_consistent(server.requests[1]) == [first.call_id, second.call_id]
 
 
+@pytest.mark.heavy
 def test_one_id_across_responses_then_a_kill_mid_tool_recovers(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

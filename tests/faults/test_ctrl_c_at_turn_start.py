@@ -9,6 +9,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from bubu.events import SystemNote, TurnEnded
 
 from .helpers import bubu, finish, only_session, read, start_bubu, write_script
@@ -35,6 +37,7 @@ def _ends(db: Path, session: str) -> list[str]:
     ]
 
 
+@pytest.mark.heavy
 def test_ctrl_c_right_after_the_turn_start_is_committed_stops_it_once(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -323,6 +323,7 @@ def test_the_recovery_planner_never_raises_on_a_mutated_real_log(
 # ---- atheris -----------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_atheris_finds_no_crash_in_the_decoder(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()

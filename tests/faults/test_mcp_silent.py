@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from .helpers import bubu, error_line, start_bubu, write_script
 
 SILENT = """
@@ -44,6 +46,7 @@ def _silent_server(tmp_path: Path) -> tuple[Path, Path]:
     return mcp, pids
 
 
+@pytest.mark.heavy
 def test_a_server_that_never_answers_is_killed_with_its_children(tmp_path: Path) -> None:
     mcp, pids = _silent_server(tmp_path)
     script = write_script(tmp_path / "s.jsonl", [{"text": "hi"}])

@@ -110,6 +110,7 @@ def test_sigterm_during_a_tool_suspends_in_order_and_resume_continues(tmp_path: 
 # ---- bubu stop from another process ------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_bubu_stop_stops_a_turn_running_in_another_process(tmp_path: Path) -> None:
     db, ws, script = project(tmp_path, GATED)
     proc = start_bubu(db, "run", "wait for it", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
@@ -261,6 +262,7 @@ def running(tmp_path: Path) -> Iterator[Running]:
     assert bubu_json(db, "verify", "--json")["ok"]
 
 
+@pytest.mark.heavy
 def test_a_second_cli_on_a_running_session_is_refused(running: Running) -> None:
     r = running
     before = snapshot(r.db)
@@ -347,6 +349,7 @@ def killed_import(tmp_path_factory: pytest.TempPathFactory) -> KilledImport:
     return KilledImport(db=db, export=export, session=info.id, events=20_000, bystander=bystander)
 
 
+@pytest.mark.heavy
 def test_sigkill_during_an_import_leaves_the_database_sound(killed_import: KilledImport) -> None:
     k = killed_import
     report = bubu_json(k.db, "verify", "--json")
@@ -354,6 +357,7 @@ def test_sigkill_during_an_import_leaves_the_database_sound(killed_import: Kille
     assert_kept(k.bystander, k.db)
 
 
+@pytest.mark.heavy
 def test_sigkill_during_an_import_leaves_the_session_absent_or_complete(
     killed_import: KilledImport,
 ) -> None:

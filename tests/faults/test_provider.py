@@ -466,6 +466,7 @@ def test_an_invalid_api_key_fails_the_turn_with_a_clear_message(tmp_path: Path, 
     assert turn_end(turn.records).message == err.message
 
 
+@pytest.mark.heavy
 def test_an_invalid_api_key_through_the_cli(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -104,6 +104,7 @@ def test_shutdown_signal_suspends_promptly(
     assert bubu_json(db, "verify", session, "--json")["ok"]
 
 
+@pytest.mark.heavy
 def test_hangup_is_not_a_crash_and_resume_continues(tmp_path: Path) -> None:
     db, ws, proc = _mid_command(tmp_path)
     proc.send_signal(signal.SIGHUP)
@@ -165,6 +166,7 @@ def test_signal_at_start_up_ends_the_process(tmp_path: Path, sig: signal.Signals
         assert bubu_json(db, "status", only_session(db), "--json")["status"] == "suspended"
 
 
+@pytest.mark.heavy
 def test_sigterm_during_recover_stops_before_the_next_session(tmp_path: Path) -> None:
     db, ws, script = _project(
         tmp_path,

@@ -180,6 +180,7 @@ def peak_rss_mb(db: Path, *args: str, timeout: float = 120) -> tuple[int, str, i
     return proc.returncode, text, int(rss_file.read_text()) // 1024
 
 
+@pytest.mark.heavy
 def test_reading_a_1_gb_file_is_bounded(tmp_path: Path, ws: Path) -> None:
     big = ws / "big.log"
     with big.open("wb") as f:

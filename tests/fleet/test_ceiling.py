@@ -25,6 +25,7 @@ def _notes(pg: PostgresStore, session: str) -> list[object]:
     return [c.note for r in pg.read(session) if isinstance(c := r.event.content, SystemNote)]
 
 
+@pytest.mark.heavy
 @pytest.mark.postgres
 def test_a_task_above_the_ceiling_is_held_until_a_person_approves_it(
     tmp_path: Path, url: str, pg: PostgresStore

@@ -30,6 +30,7 @@ def queued(tmp_path: Path, pg: PostgresStore, script: list[dict[str, object]]) -
     return info.id, ws
 
 
+@pytest.mark.heavy
 def test_a_frozen_worker_whose_lease_was_taken_over_cannot_append(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:
@@ -114,6 +115,7 @@ def test_sigterm_finishes_the_current_step_and_hands_the_turn_to_another_worker(
     )
 
 
+@pytest.mark.heavy
 def test_a_second_ctrl_c_stops_at_once_and_records_what_was_cut_short(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:

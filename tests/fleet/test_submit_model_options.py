@@ -16,6 +16,7 @@ from .proc import WorkerProc, bubu_ok
 pytestmark = pytest.mark.postgres
 
 
+@pytest.mark.heavy
 def test_a_submitted_task_runs_against_the_server_it_was_submitted_for(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:

@@ -42,6 +42,7 @@ def turn_started(pg: PostgresStore, session: str) -> TurnStarted:
     return note
 
 
+@pytest.mark.heavy
 def test_a_submitted_task_runs_on_a_worker_under_the_policy_it_was_submitted_with(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:
@@ -126,6 +127,7 @@ def test_status_show_sessions_verify_and_the_ui_read_a_postgresql_log(
         ui.communicate(timeout=30)
 
 
+@pytest.mark.heavy
 def test_submit_and_worker_refuse_a_sqlite_log(tmp_path: Path) -> None:
     db = str(tmp_path / "bubu.db")
     for args in (["submit", "x", "--db", db, "-m", "scripted:x"], ["worker", "--db", db]):
@@ -135,6 +137,7 @@ def test_submit_and_worker_refuse_a_sqlite_log(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr
 
 
+@pytest.mark.heavy
 def test_a_session_the_worker_cannot_run_is_put_off_not_lost(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:

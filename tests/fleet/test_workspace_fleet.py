@@ -10,6 +10,8 @@ import shutil
 import signal
 from pathlib import Path
 
+import pytest
+
 from bubu.events import FunctionResponse
 from bubu.log.postgres import PostgresStore
 from bubu.projections.recovery import INTERRUPTED
@@ -22,6 +24,7 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+@pytest.mark.heavy
 def test_a_second_machine_finishes_the_task_in_its_own_workspace(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:

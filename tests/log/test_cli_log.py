@@ -227,6 +227,7 @@ def test_import_refuses_a_broken_chain_and_writes_nothing(
     assert json.loads(bubu(target, "sessions", "--json").stdout) == []
 
 
+@pytest.mark.heavy
 def test_expected_failures_are_one_line_without_traceback(home: Path, tmp_path: Path) -> None:
     assert "no session matches 'ses_nope'" in _one_line_error(bubu(home, "log", "ses_nope"))
     assert "several sessions" in _one_line_error(bubu(home, "verify", "ses_"))

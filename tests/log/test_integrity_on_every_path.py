@@ -48,6 +48,7 @@ def altered_session(tmp_path: Path) -> tuple[Path, Path, str, Path]:
     return db, ws, sid, second
 
 
+@pytest.mark.heavy
 def test_continuing_an_altered_session_is_refused_with_the_reason(tmp_path: Path) -> None:
     db, ws, sid, script = altered_session(tmp_path)
     before = _events(db)

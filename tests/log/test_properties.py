@@ -9,6 +9,7 @@ from contextlib import closing
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -63,6 +64,7 @@ def _append_all(
     return appended, heads
 
 
+@pytest.mark.heavy
 @SETTINGS
 @given(generated=batches)
 def test_any_appends_read_back_identically_with_gapless_seq(
@@ -76,6 +78,7 @@ def test_any_appends_read_back_identically_with_gapless_seq(
     assert [codec.encode(r.event) for r in records] == [codec.encode(e) for e in appended]
 
 
+@pytest.mark.heavy
 @SETTINGS
 @given(generated=batches)
 def test_every_prefix_digest_is_the_recomputed_chain(
@@ -124,6 +127,7 @@ def _tampering(draw: st.DrawFn) -> tuple[list[list[Event]], int, str, int, int]:
     return generated, seq, column, offset, flip
 
 
+@pytest.mark.heavy
 @settings(max_examples=examples(50), deadline=None)
 @given(case=_tampering())
 def test_changing_any_byte_of_any_event_is_caught_at_its_seq(

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bubu.events import Record, StepLimit, SystemNote, TurnEnded, TurnStarted
 from faults.helpers import bubu, only_session, read, write_script
 
@@ -62,6 +64,7 @@ def test_a_150_step_task_completes_with_default_settings(tmp_path: Path) -> None
     assert _starts(records)[0].max_steps is None, "no step limit by default"
 
 
+@pytest.mark.heavy
 def test_max_steps_stops_cleanly_and_resume_continues_with_a_raised_limit(tmp_path: Path) -> None:
     script, ws, db = _script(tmp_path, 10), _ws(tmp_path), tmp_path / "bubu.db"
     model = f"scripted:{script}"
@@ -97,6 +100,7 @@ def test_max_steps_stops_cleanly_and_resume_continues_with_a_raised_limit(tmp_pa
     assert _starts(records)[-1].max_steps == 500
 
 
+@pytest.mark.heavy
 def test_max_tokens_stops_cleanly_and_resume_continues(tmp_path: Path) -> None:
     script, ws, db = _script(tmp_path, 4), _ws(tmp_path), tmp_path / "bubu.db"
     done = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--max-tokens", "500")
@@ -114,6 +118,7 @@ def test_max_tokens_stops_cleanly_and_resume_continues(tmp_path: Path) -> None:
     assert _ends(read(db))[-1].reason == "completed"
 
 
+@pytest.mark.heavy
 def test_max_time_stops_cleanly_and_resume_continues(tmp_path: Path) -> None:
     script, ws, db = _script(tmp_path, 6, delay_s=0.5), _ws(tmp_path), tmp_path / "bubu.db"
     done = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--max-time", "1s")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bubu.events import FunctionResponse, Record, SystemNote, TurnEnded
 from faults.helpers import bubu, only_session, read, write_script
 
@@ -26,6 +28,7 @@ def _ws(tmp_path: Path) -> Path:
     return ws
 
 
+@pytest.mark.heavy
 def test_a_command_past_max_time_is_stopped_and_its_result_says_so(tmp_path: Path) -> None:
     slow = {"name": "run_command", "arguments": {"command": "sleep 30; echo late > late.txt"}}
     script = write_script(tmp_path / "s.jsonl", [{"text": "wait", "tool_calls": [slow]},
@@ -44,6 +47,7 @@ def test_a_command_past_max_time_is_stopped_and_its_result_says_so(tmp_path: Pat
     assert not (ws / "late.txt").exists()
 
 
+@pytest.mark.heavy
 def test_a_model_call_past_max_time_is_cancelled_and_the_turn_is_resumable(
     tmp_path: Path,
 ) -> None:

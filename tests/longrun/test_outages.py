@@ -130,6 +130,7 @@ def test_a_short_retry_horizon_gives_up_resumably_and_resume_completes(
     assert _notes(records, TurnEnded)[0].cause == "provider_unavailable", "the log keeps both"
 
 
+@pytest.mark.heavy
 def test_a_hard_failure_is_not_resumable(tmp_path: Path, ws: Path, server: OutageServer) -> None:
     server.outage(600.0, status=401, retry_after=None)
     server.message = f"Incorrect API key provided: {OPENAI_KEY}."
@@ -213,6 +214,7 @@ def test_status_shows_the_wait_while_the_server_refuses(
     assert _waiting_now(db, session) is None
 
 
+@pytest.mark.heavy
 def test_bubu_stop_interrupts_a_wait(tmp_path: Path, ws: Path, server: OutageServer) -> None:
     server.outage(600.0, retry_after="60")
     db = tmp_path / "bubu.db"

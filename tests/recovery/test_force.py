@@ -16,6 +16,7 @@ from .proc import bubu, bubu_json
 from .test_restart import READ, _crashed
 
 
+@pytest.mark.heavy
 def test_a_blocked_session_is_continued_by_force_without_re_running_anything(
     tmp_path: Path,
 ) -> None:

@@ -58,6 +58,7 @@ NOTE = {"key": "build", "text": "make -j2 all"}
 @pytest.mark.parametrize(
     "failpoint", ["after_dispatch", pytest.param("after_tool", marks=pytest.mark.slow)]
 )
+@pytest.mark.heavy
 def test_a_remember_killed_before_its_outcome_is_re_run_once(
     tmp_path: Path, failpoint: str
 ) -> None:

@@ -96,6 +96,7 @@ def test_hits_cover_every_engine_failpoint() -> None:
 @pytest.mark.parametrize(
     "index", range(KILLS), ids=[f"seed{SEED}-{i}-{p}" for i, p in enumerate(DRAWS)]
 )
+@pytest.mark.heavy
 def test_random_kill(kills: tuple[list[Observation], Baseline], index: int) -> None:
     observed, base = kills
     check(observed[index], base)

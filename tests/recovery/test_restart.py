@@ -91,6 +91,7 @@ def killed_recovery(tmp_path_factory: pytest.TempPathFactory) -> KilledRecovery:
     )  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_a_kill_during_recovery_recovers_cleanly_next_time(killed_recovery: KilledRecovery) -> None:
     k = killed_recovery
     first, second, final = k.logs
@@ -129,6 +130,7 @@ WRITE = Scenario(
 )
 
 
+@pytest.mark.heavy
 def test_recovery_removes_the_temporary_file_of_a_killed_write(tmp_path: Path) -> None:
     db, ws, _, _ = _crashed(tmp_path, WRITE, failpoint="after_dispatch")
     # What a kill in the middle of atomic_write leaves: its half-written temporary file
@@ -276,6 +278,7 @@ GATED = Scenario(
 )
 
 
+@pytest.mark.heavy
 def test_dismissing_during_the_continuation_changes_nothing(tmp_path: Path) -> None:
     # Twin sessions crash the same way; one notice is dismissed while its continuation runs.
     kinds: dict[str, list[str]] = {}

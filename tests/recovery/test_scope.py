@@ -121,6 +121,7 @@ def test_an_export_whose_header_was_edited_is_refused(tmp_path: Path) -> None:
     assert f"`bubu recover {a.session}` continues it" in fine.stderr
 
 
+@pytest.mark.heavy
 def test_an_imported_open_turn_is_continued_only_when_named(tmp_path: Path) -> None:
     a = _crash(tmp_path / "src")
     export = tmp_path / "a.jsonl"
@@ -252,6 +253,7 @@ def test_b_starts_at_once_while_a_is_recovered_in_the_background(tmp_path: Path)
     assert "A finished" in log
 
 
+@pytest.mark.heavy
 def test_a_recovery_that_fails_does_not_touch_b(tmp_path: Path) -> None:
     a = _crash(tmp_path)
     (tmp_path / "a.jsonl").unlink()  # A's model is gone: its recovery fails

@@ -42,6 +42,7 @@ SCENARIOS = {
 CELLS = [(s, p) for s in SCENARIOS for p in ("mid_snapshot@1", "mid_snapshot@2")]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(("scenario", "point"), CELLS, ids=[f"{s}-{p}" for s, p in CELLS])
 def test_a_kill_mid_snapshot_leaves_no_reference_to_a_missing_object(
     tmp_path: Path, scenario: str, point: str

@@ -36,6 +36,7 @@ def _results(log: str) -> list[str]:
     ]
 
 
+@pytest.mark.heavy
 def test_a_server_that_echoes_its_environment_and_arguments(tmp_path: Path) -> None:
     """The server sees the secret its configuration names (redacted when it echoes it), not the
     provider key; an argument holding the key reaches it redacted, since calls run from the log."""

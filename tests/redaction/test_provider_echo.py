@@ -51,6 +51,7 @@ def echo_server() -> Iterator[ThreadingHTTPServer]:
         server.server_close()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("status", [401, 400])
 def test_an_error_that_echoes_the_authorization_header_is_stored_redacted(
     tmp_path: Path, echo_server: ThreadingHTTPServer, status: int

@@ -40,6 +40,7 @@ def _session(tmp: Path) -> str:
         return store.sessions()[-1].id
 
 
+@pytest.mark.heavy
 @needs_bwrap
 def test_undo_restores_what_an_rm_rf_run_by_the_agent_deleted(tmp_path: Path) -> None:
     ws, script = _project(tmp_path, [_command("rm -rf src/ && echo gone > NOTES"), {"text": "ok"}])
@@ -57,6 +58,7 @@ def test_undo_restores_what_an_rm_rf_run_by_the_agent_deleted(tmp_path: Path) ->
     assert (ws / "README").read_text() == "readme\n"
 
 
+@pytest.mark.heavy
 def test_a_file_changed_by_someone_else_since_is_left_alone_unless_forced(tmp_path: Path) -> None:
     ws, script = _project(
         tmp_path, [_command("echo more >> src/a.py; echo x > README"), {"text": "ok"}]

@@ -132,6 +132,7 @@ def _refused_after(stdout: str) -> int:
     return int(stdout[at:].split()[2])
 
 
+@pytest.mark.heavy
 @needs_binding_procs
 def test_flags_and_config_keys_set_the_limits(tmp_path: Path) -> None:
     db, ws, script = _project(tmp_path, f"{FORK}; ulimit -f")

@@ -64,6 +64,7 @@ def _both(first: str, second: str) -> str:
     return f"{connect(first)}; echo; {connect(second)}"
 
 
+@pytest.mark.heavy
 def test_a_recovered_turn_reaches_its_recorded_socket_and_no_other(
     tmp_path: Path, two_sockets: tuple[str, str]
 ) -> None:

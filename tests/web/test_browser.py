@@ -368,6 +368,7 @@ def test_a_large_result_opens_in_the_paged_viewer(page: Page, site: Site) -> Non
     expect(viewer).to_be_hidden()
 
 
+@pytest.mark.heavy
 def test_the_page_shows_a_turn_waiting_for_its_provider(
     page: Page, site: Site, tmp_path: Path
 ) -> None:
