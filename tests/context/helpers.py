@@ -202,10 +202,20 @@ def config(window: int | None = WINDOW, **policy: Any) -> RunConfig:
     )
 
 
+CONTEXT_TOOLS = frozenset({
+    "edit_file", "grep", "inspect_result", "list_files", "query_result", "read_file",
+    "read_result", "recall", "remember", "run_command", "search_result", "update_plan",
+    "write_file",
+})  # fmt: skip
+"""The built-in tools these tests offer: a fixed set, so that the window arithmetic of a test
+(how many steps fit before a compaction) does not move when a new tool joins the built-ins."""
+
+
 def host(store: Store, provider: Provider, payloads: dict[str, bytes], **kw: Any) -> Host:
-    """A host with the built-in tools and `emit` over `payloads`."""
+    """A host with the `CONTEXT_TOOLS` of the built-ins and `emit` over `payloads`."""
     capped = bool(kw.pop("capped", False))
-    tools: dict[str, Tool] = {**builtin_tools(), "emit": Emit(payloads, capped=capped)}
+    fixed = {name: t for name, t in builtin_tools().items() if name in CONTEXT_TOOLS}
+    tools: dict[str, Tool] = {**fixed, "emit": Emit(payloads, capped=capped)}
     return Host(
         store=store, provider=provider, tools=tools, config=kw.pop("config", config()), **kw
     )

@@ -410,8 +410,9 @@ def test_a_call_to_an_unknown_tool_is_an_error_result(tmp_path: Path, api: Api) 
     assert result.is_error
     assert result.result == (
         "unknown tool 'launch_rockets'; the tools are: delegate, edit_file, grep, inspect_result, "
-        "list_files, merge_child, query_result, read_file, read_result, recall, remember, "
-        "run_command, search_result, update_plan, write_file"
+        "list_files, merge_child, process_kill, process_output, process_wait, query_result, "
+        "read_file, read_result, recall, remember, run_command, search_result, update_plan, "
+        "write_file"
     )
     assert "tool_dispatch" not in kinds(turn.records), "nothing was dispatched"
 
