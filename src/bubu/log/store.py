@@ -348,17 +348,43 @@ class Store(abc.ABC):
 
     # -- workspace objects --------------------------------------------------------------------------
 
-    def put_objects(self, objects: Mapping[str, bytes]) -> None:
+    def put_objects(
+        self, objects: Mapping[str, bytes], bases: Mapping[str, str] | None = None
+    ) -> None:
         """Store snapshot objects (file contents, trees), each named by the sha-256 of its bytes,
         compressed, in one transaction of their own. Storing one already held is a no-op. A
-        snapshot's objects are committed before the event that names its tree."""
-        rows = [_objects.pack(data, sha) for sha, data in objects.items()]
+        snapshot's objects are committed before the event that names its tree. `bases` names, per
+        object, its previous version (the same file or directory in an earlier snapshot): the
+        object is stored as a delta against it (or against what it is a delta of) when smaller."""
+        rows = []
+        for sha, data in objects.items():
+            base = None if not bases or sha not in bases else self._delta_base(bases[sha])
+            rows.append(_objects.pack(data, sha, base))
         if rows:
             self._put_objects(rows)
 
+    def _delta_base(self, sha: str) -> tuple[str, bytes] | None:
+        """The whole object a new version of `sha` is stored against: `sha` itself when it is
+        stored whole, else the object it is a delta of."""
+        row = self._object_rows([sha]).get(sha)
+        if row is None:
+            return None
+        name = _objects.base_of(row[1])
+        if name is not None:
+            data = self._whole(name)
+            return None if data is None else (name, data)
+        data = _objects.unpack(row[1], row[0])
+        return None if data is None or codec.sha256_hex(data) != sha else (sha, data)
+
+    def _whole(self, sha: str) -> bytes | None:
+        """The bytes of an object stored whole (a delta's base), or None."""
+        row = self._object_rows([sha]).get(sha)
+        data = None if row is None else _objects.unpack(row[1], row[0])
+        return data if data is not None and codec.sha256_hex(data) == sha else None
+
     @abc.abstractmethod
     def _put_objects(self, rows: Sequence[tuple[str, int, bytes]]) -> None:
-        """Insert (sha-256, size, compressed bytes) rows, ignoring those already present."""
+        """Insert (sha-256, size, stored bytes) rows, ignoring those already present."""
 
     @abc.abstractmethod
     def missing_objects(self, shas: Iterable[str]) -> set[str]:
@@ -369,7 +395,7 @@ class Store(abc.ABC):
         row = self._object_rows([sha256]).get(sha256)
         if row is None:
             return None
-        data = _objects.unpack(row[1], row[0])
+        data = _objects.unpack(row[1], row[0], self._whole)
         return data if data is not None and codec.sha256_hex(data) == sha256 else None
 
     @abc.abstractmethod
