@@ -207,7 +207,7 @@ def test_a_store_of_whole_objects_from_before_deltas_still_reads_and_verifies(
     raw = sqlite3.connect(path, isolation_level=None)
     raw.execute("DROP TRIGGER objects_no_update")
     for sha in shas:  # as the older Bubu stored them
-        (size, data) = raw.execute(
+        (_size, data) = raw.execute(
             "SELECT size, data FROM objects WHERE sha256=?", (sha,)
         ).fetchone()
         old = zlib.compress(zlib.decompress(data), 1)

@@ -1,11 +1,13 @@
 """Taking a snapshot of a workspace: walk it, read only what changed, store the new objects.
 
 A stat cache (size, mtime_ns, inode, ctime_ns, mode) per path says which files are as the last
-snapshot of this process saw them, so an incremental snapshot reads only changed files, and a
-directory whose entries are unchanged keeps its tree without encoding it again. A file whose
-mtime is as recent as the scan is read again next time (git's "racily clean" rule). Objects are
-stored before the trees that name them, and trees before any event names the root; a snapshot
-that fails says why in `partial` and never raises.
+snapshot saw them, so an incremental snapshot reads only changed files. With a change feed
+(`watch`), a directory where nothing was reported is the last scan's, unopened, and one where
+only some names were is patched by stat-ing those names; without one, every directory is listed
+and every file stat-ed. A file whose mtime is as recent as the scan is read again when next
+looked at (git's "racily clean" rule). Objects are stored before the trees that name them, and
+trees before any event names the root; a snapshot that fails says why in `partial` and never
+raises.
 """
 
 from __future__ import annotations
@@ -159,7 +161,9 @@ class Snapshotter:
             try:
                 snap = self._take()
             except (OSError, BubuError) as e:
-                self._tree, self._walked_whole = None, False
+                # The feed's events were read: the next scan lists everything (the stat cache
+                # of the last complete one still holds).
+                self._walked_whole = False
                 reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
                 snap = WorkspaceSnapshot(tree=None, partial=f"the snapshot failed: {reason}")
             self.last = snap
@@ -490,7 +494,7 @@ class Snapshotter:
             # Read again when it changes: a second change within the same clock tick can keep
             # its stat (with a feed, the change is reported; without, the key never matches).
             key = UNTRUSTED
-        elif s.st_nlink != 1:
+        if s.st_nlink != 1:  # a change through its other name is reported there only
             node.unsure.add(name)
         node.stats[name] = (key, sha)
         entries[name] = (name, LINK if S_ISLNK(mode) else mode, sha, s.st_size)
