@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import struct
 import threading
@@ -112,7 +111,7 @@ class Changes:
 
 def _libc() -> ctypes.CDLL | None:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols: libc's among them
         for name in ("inotify_init1", "inotify_add_watch", "inotify_rm_watch", "statfs"):
             getattr(libc, name)
     except (OSError, AttributeError):
