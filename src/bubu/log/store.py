@@ -356,25 +356,31 @@ class Store(abc.ABC):
         snapshot's objects are committed before the event that names its tree. `bases` names, per
         object, its previous version (the same file or directory in an earlier snapshot): the
         object is stored as a delta against it (or against what it is a delta of) when smaller."""
+        wanted = {bases[sha] for sha in objects if bases and sha in bases}
+        found = self._delta_bases(wanted) if wanted else {}
         rows = []
         for sha, data in objects.items():
-            base = None if not bases or sha not in bases else self._delta_base(bases[sha])
+            base = found.get(bases[sha]) if bases and sha in bases else None
             rows.append(_objects.pack(data, sha, base))
         if rows:
             self._put_objects(rows)
 
-    def _delta_base(self, sha: str) -> tuple[str, bytes] | None:
-        """The whole object a new version of `sha` is stored against: `sha` itself when it is
-        stored whole, else the object it is a delta of."""
-        row = self._object_rows([sha]).get(sha)
-        if row is None:
-            return None
-        name = _objects.base_of(row[1])
-        if name is not None:
-            data = self._whole(name)
-            return None if data is None else (name, data)
-        data = _objects.unpack(row[1], row[0])
-        return None if data is None or codec.sha256_hex(data) != sha else (sha, data)
+    def _delta_bases(self, shas: set[str]) -> dict[str, tuple[str, bytes]]:
+        """Per object of `shas` the store holds, the whole object a new version of it is stored
+        against: itself when it is stored whole, else the object it is a delta of (two reads of
+        the table at most, whatever the count)."""
+        rows = self._object_rows(sorted(shas))
+        names = {sha: _objects.base_of(row[1]) or sha for sha, row in rows.items()}
+        more = sorted(set(names.values()) - rows.keys())
+        if more:
+            rows.update(self._object_rows(more))
+        out: dict[str, tuple[str, bytes]] = {}
+        for sha, name in names.items():
+            row = rows.get(name)
+            data = None if row is None else _objects.unpack(row[1], row[0])
+            if data is not None and codec.sha256_hex(data) == name:
+                out[sha] = (name, data)
+        return out
 
     def _whole(self, sha: str) -> bytes | None:
         """The bytes of an object stored whole (a delta's base), or None."""
