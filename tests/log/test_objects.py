@@ -220,3 +220,16 @@ def test_a_store_of_whole_objects_from_before_deltas_still_reads_and_verifies(
         again = {p: store.get_object(f.sha256) for p, f in tree.files(store.get_object, snap.tree)}
         assert again == found
         assert None not in again.values()
+
+
+@on_disk
+def test_a_delta_against_a_delta_still_reads(store: Store) -> None:
+    """Two processes storing one version at once may leave a delta as another delta's base."""
+    first, second, third = _versions()[:3]
+    a, b, c = (codec.sha256_hex(v) for v in (first, second, third))
+    store.put_objects({a: first})
+    store.put_objects({b: second}, {b: a})
+    assert objects.base_of(store._object_rows([b])[b][1]) == a
+    store._put_objects([objects.pack(third, c, (b, second))])
+    assert objects.base_of(store._object_rows([c])[c][1]) == b
+    assert store.get_object(c) == third

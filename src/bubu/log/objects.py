@@ -12,8 +12,10 @@ can never inflate past the object it claims to be; what is read is checked again
 
 from __future__ import annotations
 
+import threading
 import zlib
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 
 from bubu.log import codec
 
@@ -36,6 +38,10 @@ WINDOW = 32 << 10
 _LEAD = 8 << 10
 """How far past the chunk's end its dictionary ends: a version that grew by less than this, or
 shrank by less than zlib's window less this, still finds the base's bytes it shares."""
+
+MAX_CHAIN = 3
+"""How many bases deep a read follows (a delta is written against a whole object, but one stored
+by two processes at once may be a delta itself)."""
 
 Row = tuple[str, int, bytes]
 GetBase = Callable[[str], bytes | None]
@@ -117,3 +123,62 @@ def intact(sha: str, stored: bytes, size: int, get_base: GetBase | None = None) 
     """Whether a stored object inflates to bytes that hash to its name."""
     data = unpack(stored, size, get_base)
     return data is not None and codec.sha256_hex(data) == sha
+
+
+class BaseCache:
+    """The whole objects a process stored or read as bases lately (a few MiB), and which whole
+    object each object it stored is a delta of: the next version of a file or a directory is
+    stored against them without reading the table again."""
+
+    MAX_BYTES = 8 << 20
+    MAX_OBJECT = 1 << 20
+    MAX_NAMES = 50_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+        self._bytes = 0
+        self._base: dict[str, str] = {}
+
+    def remember(self, rows: Sequence[Row], objects: Mapping[str, bytes]) -> None:
+        """What was just stored: each row's base (itself when whole), and the whole ones' bytes."""
+        for sha, _, stored in rows:
+            name = base_of(stored)
+            if name is None:
+                self.keep(sha, sha, objects[sha])
+            else:
+                self._name(sha, name)
+
+    def keep(self, sha: str, name: str, data: bytes) -> None:
+        """`sha` is stored against the whole object `name`, whose bytes are `data` (checked)."""
+        self._name(sha, name)
+        if len(data) > self.MAX_OBJECT:
+            return
+        with self._lock:
+            if name in self._data:
+                self._data.move_to_end(name)
+                return
+            self._data[name] = data
+            self._bytes += len(data)
+            while self._bytes > self.MAX_BYTES:
+                _, old = self._data.popitem(last=False)
+                self._bytes -= len(old)
+
+    def _name(self, sha: str, name: str) -> None:
+        with self._lock:
+            if len(self._base) >= self.MAX_NAMES:
+                self._base.clear()
+            self._base[sha] = name
+
+    def find(self, shas: set[str]) -> dict[str, tuple[str, bytes]]:
+        """The (name, bytes) of the whole object each of `shas` would be stored against, where
+        known."""
+        out = {}
+        with self._lock:
+            for sha in shas:
+                name = self._base.get(sha)
+                data = None if name is None else self._data.get(name)
+                if name is not None and data is not None:
+                    self._data.move_to_end(name)
+                    out[sha] = (name, data)
+        return out

@@ -364,28 +364,43 @@ class Store(abc.ABC):
             rows.append(_objects.pack(data, sha, base))
         if rows:
             self._put_objects(rows)
+            self._bases_cache().remember(rows, objects)
+
+    def _bases_cache(self) -> _objects.BaseCache:
+        cache = self.__dict__.get("_base_cache")
+        if cache is None:
+            cache = self.__dict__["_base_cache"] = _objects.BaseCache()
+        return cache
 
     def _delta_bases(self, shas: set[str]) -> dict[str, tuple[str, bytes]]:
         """Per object of `shas` the store holds, the whole object a new version of it is stored
         against: itself when it is stored whole, else the object it is a delta of (two reads of
-        the table at most, whatever the count)."""
+        the table at most, whatever the count; none for those this process stored lately)."""
+        out = self._bases_cache().find(shas)
+        shas = shas - out.keys()
+        if not shas:
+            return out
         rows = self._object_rows(sorted(shas))
         names = {sha: _objects.base_of(row[1]) or sha for sha, row in rows.items()}
         more = sorted(set(names.values()) - rows.keys())
         if more:
             rows.update(self._object_rows(more))
-        out: dict[str, tuple[str, bytes]] = {}
         for sha, name in names.items():
             row = rows.get(name)
             data = None if row is None else _objects.unpack(row[1], row[0])
             if data is not None and codec.sha256_hex(data) == name:
                 out[sha] = (name, data)
+                self._bases_cache().keep(sha, name, data)
         return out
 
-    def _whole(self, sha: str) -> bytes | None:
-        """The bytes of an object stored whole (a delta's base), or None."""
+    def _whole(self, sha: str, depth: int = 0) -> bytes | None:
+        """The bytes of a delta's base, or None. A base is stored whole, unless two processes
+        stored it at once, one as a delta: so a short chain is read too."""
         row = self._object_rows([sha]).get(sha)
-        data = None if row is None else _objects.unpack(row[1], row[0])
+        if row is None:
+            return None
+        more = None if depth >= _objects.MAX_CHAIN else lambda s: self._whole(s, depth + 1)
+        data = _objects.unpack(row[1], row[0], more)
         return data if data is not None and codec.sha256_hex(data) == sha else None
 
     @abc.abstractmethod
