@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+import zlib
 from pathlib import Path
 
 import pytest
 
 from backends import on_disk
 from bubu.events import FunctionResponse, WorkspaceSnapshot
-from bubu.log import codec
+from bubu.log import codec, objects
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.store import Store
 from bubu.snapshot import tree
@@ -118,3 +120,116 @@ def test_two_sessions_of_a_workspace_share_its_objects(store: Store, tmp_path: P
     assert isinstance(store, SQLiteStore)
     count = store._db.execute("SELECT count(*) FROM objects").fetchone()[0]
     assert count == 4 + 2  # four files and links, two trees
+
+
+def _versions() -> list[bytes]:
+    """Versions of one 200 KB text file, each a small edit of the one before."""
+    lines = [f"line {n}: value = {n * 7919 % 10007}\n".encode() for n in range(8000)]
+    out = [b"".join(lines)]
+    for n in (10, 4000, 7999):
+        lines.insert(n, b"an inserted line\n")
+        lines[n + 2] = b"a changed line\n"
+        out.append(b"".join(lines))
+    return out
+
+
+@on_disk
+def test_a_new_version_is_stored_as_a_small_delta_and_reads_back(store: Store) -> None:
+    versions = _versions()
+    shas = [codec.sha256_hex(v) for v in versions]
+    store.put_objects({shas[0]: versions[0]})
+    for prev, sha, data in zip(shas, shas[1:], versions[1:], strict=False):
+        store.put_objects({sha: data}, {sha: prev})
+    rows = store._object_rows(shas)
+    whole = len(rows[shas[0]][1])
+    for sha, data in zip(shas[1:], versions[1:], strict=True):
+        stored = rows[sha][1]
+        assert objects.base_of(stored) == shas[0]  # one level: always against a whole object
+        assert len(stored) < whole // 8
+        assert store.get_object(sha) == data
+
+
+def test_an_unrelated_base_leaves_the_object_whole(store: Store) -> None:
+    base, data = os.urandom(4000), os.urandom(3000)
+    store.put_objects({codec.sha256_hex(base): base})
+    sha = codec.sha256_hex(data)
+    store.put_objects({sha: data}, {sha: codec.sha256_hex(base)})
+    assert objects.base_of(store._object_rows([sha])[sha][1]) is None
+    assert store.get_object(sha) == data
+
+
+def test_a_delta_whose_base_is_damaged_reads_as_missing_and_fails_verify(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    versions = _versions()
+    (ws / "big.txt").write_bytes(versions[0])
+    s = Snapshotter(sqlite_store, ws)
+    s.take()
+    (ws / "big.txt").write_bytes(versions[1])
+    snap = s.take()
+    sid = _new(sqlite_store)
+    sqlite_store.append(sid, _outcome(sid, snap), expect=0)  # type: ignore[arg-type]
+    new = codec.sha256_hex(versions[1])
+    assert objects.base_of(sqlite_store._object_rows([new])[new][1]) == codec.sha256_hex(
+        versions[0]
+    )
+    assert sqlite_store.verify(sid).ok
+    db = sqlite_store._db
+    db.execute("DROP TRIGGER objects_no_update")
+    db.execute(
+        "UPDATE objects SET data = ? WHERE sha256 = ?",
+        (zlib.compress(b"not the base"), codec.sha256_hex(versions[0])),
+    )
+    assert sqlite_store.get_object(new) is None
+    report = sqlite_store.verify(sid)
+    assert not report.ok
+    assert report.problem is not None
+    assert new[:12] in report.problem
+
+
+def test_a_store_of_whole_objects_from_before_deltas_still_reads_and_verifies(
+    tmp_path: Path,
+) -> None:
+    """A database written before deltas (migration 5, objects whole at zlib's level 1) opens,
+    records the delta migration, and reads and verifies its snapshots as before."""
+    path = tmp_path / "old.db"
+    ws = tmp_path / "ws"
+    _workspace(ws)
+    with SQLiteStore(path) as store:
+        snap = Snapshotter(store, ws).take()
+        assert snap.tree is not None
+        sid = _new(store)
+        store.append(sid, _outcome(sid, snap), expect=0)  # type: ignore[arg-type]
+        found = {p: store.get_object(f.sha256) for p, f in tree.files(store.get_object, snap.tree)}
+        shas = [r[0] for r in store._db.execute("SELECT sha256 FROM objects")]
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("DROP TRIGGER objects_no_update")
+    for sha in shas:  # as the older Bubu stored them
+        (_size, data) = raw.execute(
+            "SELECT size, data FROM objects WHERE sha256=?", (sha,)
+        ).fetchone()
+        old = zlib.compress(zlib.decompress(data), 1)
+        raw.execute("UPDATE objects SET data=? WHERE sha256=?", (old, sha))
+    raw.execute("DELETE FROM bubu_migrations WHERE version = 6")
+    raw.close()
+    with SQLiteStore(path) as store:
+        assert 6 in {v for v, _ in store.migrations()}
+        assert store.verify(sid).ok
+        again = {p: store.get_object(f.sha256) for p, f in tree.files(store.get_object, snap.tree)}
+        assert again == found
+        assert None not in again.values()
+
+
+@on_disk
+def test_a_delta_against_a_delta_still_reads(store: Store) -> None:
+    """Two processes storing one version at once may leave a delta as another delta's base."""
+    first, second, third = _versions()[:3]
+    a, b, c = (codec.sha256_hex(v) for v in (first, second, third))
+    store.put_objects({a: first})
+    store.put_objects({b: second}, {b: a})
+    assert objects.base_of(store._object_rows([b])[b][1]) == a
+    store._put_objects([objects.pack(third, c, (b, second))])
+    assert objects.base_of(store._object_rows([c])[c][1]) == b
+    assert store.get_object(c) == third

@@ -137,4 +137,13 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         # A database without it holds no snapshot; a reader finds no object there.
         needed_to_read=False,
     ),
+    Migration(
+        6,
+        "workspace objects stored as deltas",
+        # No schema change: from here on an object may be stored as a delta against an earlier
+        # version (`bubu.log.objects`). Recorded so that an older Bubu, which would read a delta
+        # as a damaged object, refuses the database; one without it holds whole objects only.
+        (),
+        needed_to_read=False,
+    ),
 )

@@ -348,17 +348,64 @@ class Store(abc.ABC):
 
     # -- workspace objects --------------------------------------------------------------------------
 
-    def put_objects(self, objects: Mapping[str, bytes]) -> None:
+    def put_objects(
+        self, objects: Mapping[str, bytes], bases: Mapping[str, str] | None = None
+    ) -> None:
         """Store snapshot objects (file contents, trees), each named by the sha-256 of its bytes,
         compressed, in one transaction of their own. Storing one already held is a no-op. A
-        snapshot's objects are committed before the event that names its tree."""
-        rows = [_objects.pack(data, sha) for sha, data in objects.items()]
+        snapshot's objects are committed before the event that names its tree. `bases` names, per
+        object, its previous version (the same file or directory in an earlier snapshot): the
+        object is stored as a delta against it (or against what it is a delta of) when smaller."""
+        wanted = {bases[sha] for sha in objects if bases and sha in bases}
+        found = self._delta_bases(wanted) if wanted else {}
+        rows = []
+        for sha, data in objects.items():
+            base = found.get(bases[sha]) if bases and sha in bases else None
+            rows.append(_objects.pack(data, sha, base))
         if rows:
             self._put_objects(rows)
+            self._bases_cache().remember(rows, objects)
+
+    def _bases_cache(self) -> _objects.BaseCache:
+        cache = self.__dict__.get("_base_cache")
+        if cache is None:
+            cache = self.__dict__["_base_cache"] = _objects.BaseCache()
+        return cache
+
+    def _delta_bases(self, shas: set[str]) -> dict[str, tuple[str, bytes]]:
+        """Per object of `shas` the store holds, the whole object a new version of it is stored
+        against: itself when it is stored whole, else the object it is a delta of (two reads of
+        the table at most, whatever the count; none for those this process stored lately)."""
+        out = self._bases_cache().find(shas)
+        shas = shas - out.keys()
+        if not shas:
+            return out
+        rows = self._object_rows(sorted(shas))
+        names = {sha: _objects.base_of(row[1]) or sha for sha, row in rows.items()}
+        more = sorted(set(names.values()) - rows.keys())
+        if more:
+            rows.update(self._object_rows(more))
+        for sha, name in names.items():
+            row = rows.get(name)
+            data = None if row is None else _objects.unpack(row[1], row[0])
+            if data is not None and codec.sha256_hex(data) == name:
+                out[sha] = (name, data)
+                self._bases_cache().keep(sha, name, data)
+        return out
+
+    def _whole(self, sha: str, depth: int = 0) -> bytes | None:
+        """The bytes of a delta's base, or None. A base is stored whole, unless two processes
+        stored it at once, one as a delta: so a short chain is read too."""
+        row = self._object_rows([sha]).get(sha)
+        if row is None:
+            return None
+        more = None if depth >= _objects.MAX_CHAIN else lambda s: self._whole(s, depth + 1)
+        data = _objects.unpack(row[1], row[0], more)
+        return data if data is not None and codec.sha256_hex(data) == sha else None
 
     @abc.abstractmethod
     def _put_objects(self, rows: Sequence[tuple[str, int, bytes]]) -> None:
-        """Insert (sha-256, size, compressed bytes) rows, ignoring those already present."""
+        """Insert (sha-256, size, stored bytes) rows, ignoring those already present."""
 
     @abc.abstractmethod
     def missing_objects(self, shas: Iterable[str]) -> set[str]:
@@ -369,7 +416,7 @@ class Store(abc.ABC):
         row = self._object_rows([sha256]).get(sha256)
         if row is None:
             return None
-        data = _objects.unpack(row[1], row[0])
+        data = _objects.unpack(row[1], row[0], self._whole)
         return data if data is not None and codec.sha256_hex(data) == sha256 else None
 
     @abc.abstractmethod

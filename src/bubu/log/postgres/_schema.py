@@ -372,6 +372,13 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             *_immutable("objects"),
         ),
     ),
+    Migration(
+        8,
+        "workspace objects stored as deltas",
+        # No schema change: an object may now be a delta against an earlier version
+        # (`bubu.log.objects`); recorded so that an older Bubu refuses the schema.
+        (),
+    ),
 )
 
 
