@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from bubu.events import (
+    Compaction,
     FunctionCall,
     FunctionResponse,
     ModelRequest,
@@ -236,10 +237,28 @@ class TurnFold:
             self.inflight_request = None  # the summarizer call it answers is over
         elif isinstance(n, WindowLearned):
             self.context_window, self.window_source = n.tokens, n.source
+        elif isinstance(n, Compaction) and n.ok:
+            self._retire(n.watermark)
         elif isinstance(n, RecoveryNotice):
             self.unnoticed = []
             if n.dropped_model_calls:
                 self.dropped_in_a_row += 1
+
+    def _retire(self, watermark: int) -> None:
+        """Forget the finished calls a checkpoint covers (the model sees only their summary),
+        so that a long turn holds its window's calls, not all of them: loops and repeated
+        failures are counted among the calls since the last compaction."""
+        keep = set(self.open_calls)
+        last = self.last_outcome
+        done = [
+            cid for cid, st in self.calls.items()
+            if st.outcome_seq is not None and st.outcome_seq <= watermark
+            and cid not in keep and st is not last
+        ]  # fmt: skip
+        for cid in done:
+            del self.calls[cid]
+        for key in [k for k, st in self._same.items() if st.call_id not in self.calls]:
+            del self._same[key]
 
     def _model(self, r: Record, c: object) -> None:
         inv = r.event.invocation
