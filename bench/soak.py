@@ -23,6 +23,7 @@ Usage: python bench/soak.py [--steps N] [--every K] [--window TOKENS]. Last line
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -35,7 +36,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bubu.events import FunctionCall, FunctionResponse, RunStarted, SystemNote, TurnEnded
+from bubu.events import (
+    Compaction,
+    FunctionCall,
+    FunctionResponse,
+    RunStarted,
+    SystemNote,
+    TurnEnded,
+)
 from bubu.log.sqlite import SQLiteStore
 
 FAILPOINTS = ("after_dispatch", "mid_tool", "after_tool", "after_outcome", "before_model_call",
@@ -95,10 +103,7 @@ def run(steps: int, every: int, window: int, tmp: Path, seed: int) -> dict[str, 
     while True:
         n = len(procs)
         fp = f"{FAILPOINTS[n % len(FAILPOINTS)]}@{max(1, int(rng.gauss(every, every / 10)))}"
-        if session is None:
-            args = first
-        else:
-            args = [*base, "recover", session, *flags]
+        args = first if session is None else [*base, "recover", session, *flags]
         code, t0, rss = start(args, child_env(tmp, fp))
         procs.append({"failpoint": fp, "code": code, "started_ms": t0, "rss": rss})
         if session is None:
@@ -112,11 +117,13 @@ def run(steps: int, every: int, window: int, tmp: Path, seed: int) -> dict[str, 
     with SQLiteStore(db) as store:
         records = store.read(session)
         verified = store.verify(session).ok
-    return figures(records, procs, ws / "ledger.txt", steps, wall, verified)
+    return figures(records, procs, ws / "ledger.txt", steps, wall=wall, verified=verified)
 
 
-def figures(records: list[Any], procs: list[dict[str, Any]], ledger: Path, steps: int,
-            wall: float, verified: bool) -> dict[str, Any]:  # fmt: skip
+def figures(
+    records: list[Any], procs: list[dict[str, Any]], ledger: Path, steps: int, *,
+    wall: float, verified: bool,
+) -> dict[str, Any]:  # fmt: skip
     """Lost and repeated side effects, RSS, step and reload times, first and last 10%."""
     lines = Counter(int(x) for x in ledger.read_text().split()) if ledger.exists() else Counter()
     calls: dict[str, int] = {}
@@ -132,7 +139,9 @@ def figures(records: list[Any], procs: list[dict[str, Any]], ledger: Path, steps
             responses.append(r.event.ts)
         elif isinstance(c, FunctionResponse) and c.call_id in calls:
             cut = c.result.startswith("interrupted") or "may or may not" in c.result
-            outcome.setdefault(calls[c.call_id], "cut" if cut else ("error" if c.is_error else "ran"))
+            outcome.setdefault(
+                calls[c.call_id], "cut" if cut else ("error" if c.is_error else "ran")
+            )
         elif isinstance(c, SystemNote) and isinstance(c.note, RunStarted):
             runs.append(r.event.ts)
         elif isinstance(c, SystemNote) and isinstance(c.note, TurnEnded):
@@ -142,7 +151,7 @@ def figures(records: list[Any], procs: list[dict[str, Any]], ledger: Path, steps
     repeated = [s for s, k in lines.items() if k > 1]
     cut = [s for s in called if outcome.get(s) == "cut"]
     reload_ms = [ts - p["started_ms"] for p, ts in zip(procs, runs, strict=False)]
-    gaps = [b - a for a, b in zip(responses, responses[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(responses)]
     tenth = max(1, len(gaps) // 10)
     ptenth = max(1, len(procs) // 10)
     rss = [p["rss"] / (1 << 20) for p in procs]
@@ -157,9 +166,10 @@ def figures(records: list[Any], procs: list[dict[str, Any]], ledger: Path, steps
         "processes": len(procs),
         "killed": sum(1 for p in procs if p["code"] == -9),
         "compactions": sum(
-            1 for r in records if isinstance(c := r.event.content, SystemNote)
-            and type(c.note).__name__ == "Compaction"
-        ),  # fmt: skip
+            1
+            for r in records
+            if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, Compaction)
+        ),
         "lost": len(lost),
         "repeated": len(repeated),
         "cut_by_crash": len(cut),

@@ -20,6 +20,7 @@ PURE = [
     "bubu.projections.rewind",
     "bubu.projections.facts",
     "bubu.projections.request",
+    "bubu.projections.views",
     "bubu.context.compaction",
     "bubu.engine.decide",
     "bubu.engine.choices",

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 from bubu.events import TurnEndReason
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
-from bubu.projections.status import fold_status
 from bubu.projections.transcript import (
     FORCE_HINT,
     Message,
@@ -664,11 +663,16 @@ def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
 @click.argument("session")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--thinking/--no-thinking", default=False, help="Show the model's thinking.")
+@click.option("--tail", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Only the last N items (read from the end of the log, not all of it).")  # fmt: skip
 @pass_ctx
-def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
+def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool, tail: int | None) -> None:
     """Print a session's transcript."""
     info = ctx.store.session(session)
-    t = transcript(ctx.store.read(info.id))
+    if tail is None:
+        t = transcript(ctx.store.read(info.id))
+    else:
+        t = tail_transcript(ctx.store, info, tail)
     if as_json:
         emit_json(
             {
@@ -713,6 +717,23 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
     )
 
 
+def tail_transcript(store: Store, info: SessionInfo, n: int) -> Any:
+    """The last `n` items of the transcript, with the whole session's totals, from the session
+    view's snapshot and the records after the first of those items."""
+    from bubu.log import readview
+    from bubu.projections.views import tail_start
+
+    view = readview.load(store, info.id)
+    t = transcript(store.read(info.id, after=tail_start(view, n), upto=view.high_water))
+    t.items = t.items[-n:]
+    u = view.usage
+    t.model_calls, t.usage_unknown_calls, t.cost = u.model_calls, u.usage_unknown_calls, u.cost
+    t.input_tokens, t.output_tokens = u.input_tokens, u.output_tokens
+    t.cache_read_tokens, t.cache_write_tokens = u.cache_read_tokens, u.cache_write_tokens
+    t.reasoning_tokens = u.reasoning_tokens
+    return t
+
+
 def _args(args: dict[str, object]) -> str:
     main = args.get("command") or args.get("pattern") or args.get("path") or ""
     text = " ".join(printable(str(main)).split())
@@ -734,11 +755,12 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
     """The status of a session as `bubu status --json` prints it."""
     from bubu import clock
     from bubu.engine.scope import lease_is_stale
-    from bubu.projections.memory import fold_plan, plan_json
+    from bubu.log import readview
+    from bubu.projections.memory import plan_json
 
-    records = store.read(info.id)
-    st = fold_status(records)
-    t = transcript(records)
+    # The last valid snapshot of the session view and the records after it, not the whole log.
+    view = readview.load(store, info.id)
+    st, t = view.status, view.usage
     lease = store.current_lease(info.id)
     now = getattr(store, "now_ms", clock.now_ms)()  # a fleet's leases run on the database clock
     live = not lease_is_stale(lease, now)
@@ -765,9 +787,9 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             **t.cost.json(),
         },
         "recovery": None,
-        "plan": plan_json(fold_plan(records)),
+        "plan": plan_json(view.plan),
     }
-    lr = fold_longrun(records)
+    lr = view.longrun
     waiting = lr.waiting() if state == "running" else None
     out["cause"] = lr.end_cause if not lr.open else None
     out["waiting"] = waiting_json(waiting, clock.now_ms()) if waiting is not None else None
@@ -775,7 +797,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
     if state in ("running", "open turn"):
         from bubu.cli.workspacecmds import changed_by_turn
 
-        out["changed"] = [c.line() for c in changed_by_turn(store, records)]
+        out["changed"] = [c.line() for c in changed_by_turn(store, store.read(info.id))]
     else:
         out["changed"] = []
     if st.notice is not None:
@@ -894,8 +916,9 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     if d["status"] == "blocked":
         click.echo("  " + FORCE_HINT.format(session=info.id))
     if d["waiting"] is not None:
-        lr = fold_longrun(ctx.store.read(info.id))
-        w = lr.waiting()
+        from bubu.log import readview
+
+        w = readview.load(ctx.store, info.id).longrun.waiting()
         if w is not None:
             from bubu import clock
 
@@ -915,7 +938,9 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         click.echo(plan_text(d["plan"]))  # type: ignore[arg-type]  # plan_json made it
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
-        st = fold_status(ctx.store.read(info.id))
+        from bubu.log import readview
+
+        st = readview.load(ctx.store, info.id).status
         assert st.notice is not None
         click.echo("  recovery notice:")
         ongoing = st.state in ("open", "queued")  # else the recovered turn has ended since

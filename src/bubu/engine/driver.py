@@ -51,7 +51,7 @@ from bubu.events import (
     TurnEndReason,
     make,
 )
-from bubu.log import codec, redact
+from bubu.log import codec, readview, redact
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
 from bubu.projections.longrun import LongRunFold
@@ -115,6 +115,7 @@ class Runner:
         """The seq of the last record folded in (staged ones included)."""
         self._staged: list[Event] = []  # folded, committed with the next append (see `stage`)
         self._after_commit: list[str] = []  # failpoints reached once the staged events commit
+        self._view_due: int | None = None  # the high water at which the session view is due
         self.run: str | None = None
         self.run_seq = 0
         """The seq this run started at."""
@@ -234,10 +235,18 @@ class Runner:
             # (the staged part is folded already).
             self._staged, self._after_commit = [], []
             self._fold(done.records[len(staged) :])
+            self._keep_view()
             self.observer.on_records(done.records)
             for name in after:
                 failpoints.hit(name)
             return
+
+    def _keep_view(self) -> None:
+        """Snapshot the session view every `readview.EVERY` events (readers start from it)."""
+        due = self._view_due
+        if due is None or self.high_water >= due:
+            with contextlib.suppress(BubuError):
+                self._view_due = readview.keep_up(self.store, self.session.id, self.high_water, due)
 
     def event(
         self,
