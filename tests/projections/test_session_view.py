@@ -20,6 +20,7 @@ from bubu.engine.permissions import Policy
 from bubu.engine.session import Host, new_session, start_turn
 from bubu.log import readview
 from bubu.log.sqlite import SQLiteStore
+from bubu.log.store import Store
 from bubu.projections.views import decode, encode, fold_view
 from bubu.providers.scripted import ScriptedProvider
 from bubu.tools import builtin_tools
@@ -139,3 +140,36 @@ def test_show_tail_prints_the_last_items_of_the_whole_transcript_with_the_totals
     assert last["items"] == whole["items"][-7:]
     assert last["usage"] == whole["usage"]
     assert last["session"] == whole["session"]
+
+
+def test_every_store_keeps_the_snapshot_and_readers_start_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: Store
+) -> None:
+    monkeypatch.setattr(readview, "EVERY", 10)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("hello\n")
+    script = tmp_path / "s.jsonl"
+    call = {"name": "read_file", "arguments": {"path": "a.txt"}}
+    script.write_text(json.dumps({"tool_calls": [call]}) + "\n" + '{"text": "done"}\n')
+    provider = ScriptedProvider(str(script))
+    info = new_session(store, task="read", workspace=ws, model=provider.spec)
+    host = Host(store=store, provider=provider, tools=builtin_tools(), policy=Policy(yes=True))
+    for _ in range(4):
+        start_turn(host, info, "read")
+    whole = fold_view(store.read(info.id))
+    view, bad = readview.stored(store, info.id)
+    assert bad is None
+    assert view is not None
+    assert 0 < view.high_water <= whole.high_water
+    assert encode(readview.load(store, info.id)) == encode(whole)
+    # A snapshot naming a digest the log does not hold is ignored: the log wins.
+    wrong = fold_view(store.read(info.id, upto=view.high_water))
+    wrong.status = type(wrong.status)(state="failed", turns=99)
+    readview.save(store, info.id, wrong, "11" * 32)
+    assert readview.stored(store, info.id)[0] is None
+    assert not readview.check(store, store.verify(info.id)).ok
+    # ... and rebuilt by the next reader that may write.
+    assert encode(readview.load(store, info.id)) == encode(whole)
+    assert readview.stored(store, info.id) == (whole, None)
+    assert readview.check(store, store.verify(info.id)).ok
