@@ -139,10 +139,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--at", type=int, nargs="*", default=None, help="steps to sample RSS at")
     ap.add_argument("--window", type=int, default=32_000, help="the model's window in tokens")
+    ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                    help="keep the database in DIR (for timing the reading commands on it)")  # fmt: skip
     args = ap.parse_args()
     at = args.at or sorted({min(s, args.steps) for s in (1_000, 10_000, args.steps)})
-    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
-        r = run(args.steps, at, args.window, Path(d))
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        r = run(args.steps, at, args.window, args.keep)
+    else:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
+            r = run(args.steps, at, args.window, Path(d))
     rss = r["rss_mb"]
     print(f"steps {r['steps']:,}; {r['compactions']} compactions; wall {r['wall_s']} s")
     print("RSS: " + ", ".join(f"step {k}: {v} MB" for k, v in rss.items()))

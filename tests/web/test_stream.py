@@ -60,7 +60,7 @@ def test_the_stream_sends_new_records_permission_requests_and_live_state(
                 if chunk.startswith(b"retry:"):
                     continue
                 seen.append(parse(chunk))
-                if len(seen) == 2:
+                if len(seen) == 3:
                     threading.Thread(target=append_later).start()
                 if seen[-1][0] == "permission_request":
                     break
@@ -69,12 +69,15 @@ def test_the_stream_sends_new_records_permission_requests_and_live_state(
 
     anyio.run(main)
     kinds = [e for e, _, _ in seen]
-    assert kinds[:2] == ["records", "live"]
+    assert kinds[:3] == ["records", "items", "live"]
     first = seen[0]
     assert first[1] == str(hw)
     assert f'"seq":{hw - 1}' in first[2]
-    assert '"running_here":false' in seen[1][2]
-    later = [s for s in seen[2:] if s[0] == "records"]
+    # The transcript items the records made come with them: the model's answer, as a delta.
+    assert '"type":"message"' in seen[1][2]
+    assert '"text":"Hi."' in seen[1][2]
+    assert '"running_here":false' in seen[2][2]
+    later = [s for s in seen[3:] if s[0] == "records"]
     assert later
     assert later[-1][1] == str(hw + 2)
     assert '"kind":"info"' in "".join(s[2] for s in later)

@@ -211,7 +211,16 @@ def create_app(
 
     def session(request: Request) -> Response:
         info = store.session(request.path_params["sid"])
-        return json(views.detail(index, info))
+        tail = request.query_params.get("tail")
+        return json(
+            views.detail(index, info, tail=None if tail is None else _int(request, "tail", 0))
+        )
+
+    def items(request: Request) -> Response:
+        info = store.session(request.path_params["sid"])
+        before = _int(request, "before", info.high_water + 1)
+        limit = min(max(_int(request, "limit", 100), 1), 1000)
+        return json(views.items_page(store, info, before=before, limit=limit))
 
     def log(request: Request) -> Response:
         info = store.session(request.path_params["sid"])
@@ -320,6 +329,7 @@ def create_app(
         Route("/api/sessions", start, methods=["POST"]),
         Route(sid, session),
         Route(sid + "/log", log),
+        Route(sid + "/items", items),
         Route(sid + "/events/{seq:int}", event),
         Route(sid + "/context", context),
         Route(sid + "/calls/{call_id}/result", result),

@@ -16,8 +16,19 @@ import msgspec
 
 from bubu.events import Record
 from bubu.log.store import Store
+from bubu.projections.transcript import Transcript
 from bubu.web.runs import RunManager
-from bubu.web.views import LiveView, LogRow, encode, log_row
+from bubu.web.views import (
+    LiveView,
+    LogRow,
+    MessageItem,
+    ToolItem,
+    UsageRow,
+    card_item,
+    encode,
+    log_row,
+    page_items,
+)
 
 POLL_S = 0.2
 HEARTBEAT_S = 10.0
@@ -43,6 +54,64 @@ class PermissionEvent(msgspec.Struct, kw_only=True):
     reason: str
 
 
+class ItemsEvent(msgspec.Struct, kw_only=True):
+    """The transcript items new records made or changed (a tool card's outcome), and their usage
+    rows: the page applies them as they come, without reading the session again."""
+
+    items: list[MessageItem | ToolItem]
+    usage: list[UsageRow]
+    high_water: int
+
+
+SEED = 256
+"""Events before the stream's start folded to know the tool cards still waiting for an outcome."""
+
+
+class Deltas:
+    """What each batch of new records changes in the transcript: new items, and tool cards whose
+    status or outcome moved. Holds only the cards not finished yet, so it stays small."""
+
+    def __init__(self, seed: list[Record]) -> None:
+        self.t = Transcript()
+        for r in seed:
+            self.t.apply(r)
+        self._trim()
+
+    def _trim(self) -> None:
+        self.t.items = []
+        self.t.cards = {k: c for k, c in self.t.cards.items() if c.result is None}
+
+    def apply(self, records: list[Record]) -> ItemsEvent:
+        """Fold `records` in and say what they changed."""
+        before = dict(self.t.cards)
+        for r in records:
+            self.t.apply(r)
+        fresh, usage = page_items(records, all_usage=True)
+        seen = {i.seq for i in fresh}
+        moved = [
+            c for k, c in before.items() if c.seq not in seen and _touched(k, records)
+        ]  # fmt: skip
+        items = [*(card_item(c) for c in moved), *fresh]
+        self._trim()
+        return ItemsEvent(items=items, usage=usage, high_water=records[-1].seq if records else 0)
+
+
+def _touched(call_id: str, records: list[Record]) -> bool:
+    for r in records:
+        c, a = r.event.content, r.event.actions
+        if getattr(c, "call_id", None) == call_id:
+            return True
+        if a is not None and any(
+            x is not None and x.call_id == call_id for x in (a.tool_dispatch, a.tool_recovery)
+        ):
+            return True
+    return False
+
+
+def _seed(store: Store, session: str, after: int) -> list[Record]:
+    return store.read(session, after=max(0, after - SEED), upto=after)
+
+
 def _read(store: Store, session: str, after: int) -> list[Record]:
     return store.read(session, after=after, upto=after + BATCH)
 
@@ -65,6 +134,7 @@ async def session_events(
     last_live: LiveView | None = None
     quiet = 0.0
     yield b"retry: 1000\n\n"
+    deltas = Deltas(await anyio.to_thread.run_sync(_seed, store, session, after))
     while not closing():
         records: list[Record] = await anyio.to_thread.run_sync(_read, store, session, last)
         if records:
@@ -74,6 +144,7 @@ async def session_events(
                 RecordsEvent(rows=[log_row(r) for r in records], high_water=last),
                 id=last,
             )
+            yield sse("items", deltas.apply(records))
             for r in records:
                 a = r.event.actions
                 if a is not None and (p := a.permission_request) is not None:
@@ -103,4 +174,4 @@ async def session_events(
         quiet += POLL_S
 
 
-__all__ = ["PermissionEvent", "RecordsEvent", "session_events", "sse"]
+__all__ = ["Deltas", "ItemsEvent", "PermissionEvent", "RecordsEvent", "session_events", "sse"]
