@@ -603,7 +603,7 @@ def items_page(store: Store, info: SessionInfo, *, before: int, limit: int) -> I
     view = readview.load(store, info.id)
     i = bisect.bisect_left(view.items, before)
     lo = max(0, i - limit)
-    start = view.items[lo] - 1 if lo < i else max(0, before - 1)
+    start = 0 if lo == 0 else view.items[lo] - 1
     records = store.read(info.id, after=start, upto=min(before - 1 + RESULT_SLACK, view.high_water))
     items, usage = page_items(records, before=before)
     return ItemsPage(items=items, usage=usage, first_seq=start)
