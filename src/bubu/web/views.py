@@ -304,6 +304,13 @@ def _requests(store: Store, info: SessionInfo, upto: int) -> list[str]:
     ]
 
 
+def _about_memory(r: Record) -> bool:
+    """Whether a record of the memory kinds can change a note: a remember call or its outcome,
+    or a note (forgotten, accepted, a session's origin)."""
+    c = r.event.content
+    return isinstance(c, SystemNote) or getattr(c, "name", None) == "remember"
+
+
 class SessionIndex:
     """Per-session summaries for the list, folded incrementally from each session's new records."""
 
@@ -312,6 +319,7 @@ class SessionIndex:
         self.manager = manager
         self._lock = threading.Lock()
         self._cache: dict[str, _Summary] = {}
+        self._memory: dict[str, tuple[int, list[Record]]] = {}
 
     def _summary(self, info: SessionInfo) -> _Summary:
         with self._lock:
@@ -329,6 +337,28 @@ class SessionIndex:
                 if new:
                     s.high_water = new[-1].seq
             return s
+
+    def memory(self, workspace: str) -> list[NoteView]:
+        """The workspace's live notes, newest first, from each of its sessions' memory records
+        read once and then only as they grow (a page refresh costs what is new)."""
+        from bubu.engine.memory import workspace_sessions
+        from bubu.projections.memory import MEMORY_KINDS, fold_workspace
+
+        streams = []
+        for info in workspace_sessions(self.store, workspace):
+            with self._lock:
+                hw, kept = self._memory.get(info.id, (0, []))
+            if info.high_water > hw:
+                new = self.store.read(info.id, after=hw, kinds=MEMORY_KINDS)
+                kept = [*kept, *(r for r in new if _about_memory(r))]
+                with self._lock:
+                    self._memory[info.id] = (info.high_water, kept)
+            streams.append((info.id, kept))
+        notes = fold_workspace(streams).live
+        return [
+            NoteView(key=n.key, text=n.text, ts=n.ts, session=n.session)
+            for n in sorted(notes.values(), key=lambda n: -n.ts)
+        ]
 
     def _requests(self, info: SessionInfo) -> list[str]:
         s = self._summary(info)
@@ -512,10 +542,7 @@ def _paged_detail(index: SessionIndex, info: SessionInfo, tail: int) -> Detail:
             error=w.message),
         cause=(st.state in ("failed", "stopped") and view.longrun.end_cause) or None,
         plan=None if view.plan is None else [PlanItemView(text=i.text, status=i.status) for i in view.plan],
-        memory=[
-            NoteView(key=n.key, text=n.text, ts=n.ts, session=n.session)
-            for n in sorted(workspace_memory(store, info.workspace).values(), key=lambda n: -n.ts)
-        ],
+        memory=index.memory(info.workspace),
     )  # fmt: skip
 
 
