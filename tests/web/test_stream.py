@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import anyio
+import httpx
+import pytest
 
 from bubu.events import Actions, Info, PermissionRequest, SystemNote, make
 from bubu.log.sqlite import SQLiteStore
+from bubu.web import app as webapp
+from bubu.web import create_app
 from bubu.web.runs import RunManager
 from bubu.web.stream import session_events
 
-from .scenarios import run_scripted
+from .scenarios import TOKEN, Server, run_scripted
 
 
 def parse(chunk: bytes) -> tuple[str | None, str | None, str]:
@@ -84,3 +89,33 @@ def test_the_stream_sends_new_records_permission_requests_and_live_state(
     assert kinds[-1] == "permission_request"
     assert '"request_id":"perm_1"' in seen[-1][2]
     assert '"summary":"run `make`"' in seen[-1][2]
+
+
+def test_a_quiet_stream_is_kept_alive_and_ends_when_the_client_goes(
+    sqlite_store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = sqlite_store
+    sid = run_scripted(store, tmp_path, "ws", "Say hi", [{"text": "Hi."}])
+    hw = store.head(sid).high_water
+    monkeypatch.setattr(webapp, "HEARTBEAT_S", 0.3)
+    reads: list[int] = []
+    read = store.read
+    monkeypatch.setattr(store, "read", lambda *a, **k: reads.append(1) or read(*a, **k))
+    app = create_app(store, token=TOKEN, recover=False, workspace=str(tmp_path))
+    with Server(app) as server:
+        url = f"{server.base}/api/sessions/{sid}/stream?after={hw}"
+        got = b""
+        with httpx.stream("GET", url, headers={"authorization": f"Bearer {TOKEN}"},
+                          timeout=10) as r:  # fmt: skip
+            assert r.headers["content-type"].startswith("text/event-stream")
+            for chunk in r.iter_bytes():
+                got += chunk
+                if b": ping" in got:
+                    break
+        assert b"retry: 1000\n\n" in got
+        assert b": ping" in got
+        # The client is gone: the stream stops polling the store (it polls every 0.2 s).
+        time.sleep(0.5)
+        before = len(reads)
+        time.sleep(1.0)
+        assert len(reads) == before

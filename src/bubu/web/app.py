@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import msgspec
+from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from bubu import clock
@@ -39,7 +40,7 @@ from bubu.web.auth import TokenGuard
 from bubu.web.diffapi import diff_routes
 from bubu.web.rewindapi import rewind_routes
 from bubu.web.runs import HostFactory, RunManager, default_host
-from bubu.web.stream import session_events
+from bubu.web.stream import HEARTBEAT_S, session_events
 from bubu.web.uiwords import ui_words
 
 STATIC = Path(__file__).parent / "static"
@@ -296,11 +297,13 @@ def create_app(
         info = await _threaded(lambda: store.session(request.path_params["sid"]))
         last = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
         after = min(int(last), _MAX_INT) if last.isascii() and last.isdigit() else 0
-        return StreamingResponse(
+        # sse-starlette keeps the connection alive (a comment every HEARTBEAT_S) and ends the
+        # generator when the client goes away, so a closed tab stops polling the store at once.
+        return EventSourceResponse(
             session_events(store, manager, info.id, after, lambda: closing),
-            media_type="text/event-stream",
             headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-        )
+            ping=HEARTBEAT_S, sep="\n",
+        )  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

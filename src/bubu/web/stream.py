@@ -3,7 +3,9 @@ live state of a turn this UI runs.
 
 The store is polled from a worker thread every `POLL_S` (`read(after=last_seq)`), so records
 committed by any process — this UI's runs, a `bubu run` in a terminal, a worker — show up. Each
-`records` event carries the last seq as its SSE id, so a reconnecting browser resumes after it.
+`records` event carries the last seq as its SSE id, so a reconnecting browser resumes after it,
+and is followed by an `items` event: the transcript items the records made or changed. The
+response (sse-starlette) sends the keep-alive comments and ends the stream when the client goes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from bubu.web.views import (
 
 POLL_S = 0.2
 HEARTBEAT_S = 10.0
+"""Seconds between keep-alive comments on a quiet stream (sent by the response)."""
 BATCH = 500
 """The most records one poll reads, so a long log streams in bounded pieces."""
 
@@ -132,7 +135,6 @@ async def session_events(
     """Stream the session from seq `after` on until the client goes away or the UI closes."""
     last = after
     last_live: LiveView | None = None
-    quiet = 0.0
     yield b"retry: 1000\n\n"
     deltas = Deltas(await anyio.to_thread.run_sync(_seed, store, session, after))
     while not closing():
@@ -155,7 +157,6 @@ async def session_events(
                             summary=p.summary, reason=p.reason,
                         ),
                     )  # fmt: skip
-            quiet = 0.0
             if len(records) >= BATCH:
                 continue
         live = manager.live(session)
@@ -166,12 +167,7 @@ async def session_events(
         if view != last_live:
             last_live = view
             yield sse("live", view)
-            quiet = 0.0
-        if quiet >= HEARTBEAT_S:
-            yield b": ping\n\n"
-            quiet = 0.0
         await anyio.sleep(POLL_S)
-        quiet += POLL_S
 
 
 __all__ = ["Deltas", "ItemsEvent", "PermissionEvent", "RecordsEvent", "session_events", "sse"]
