@@ -119,3 +119,47 @@ def test_a_quiet_stream_is_kept_alive_and_ends_when_the_client_goes(
         before = len(reads)
         time.sleep(1.0)
         assert len(reads) == before
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_stream_is_woken_by_the_append_not_a_poll(tmp_path: Path) -> None:
+    from backends import open_backend
+    from bubu.log.postgres._notify import FAILED
+
+    store, dispose = open_backend("postgres", tmp_path)
+    try:
+        sid = run_scripted(store, tmp_path, "ws", "Say hi", [{"text": "Hi."}])
+        hw = store.head(sid).high_water
+        wait = store.wait_appended  # type: ignore[attr-defined]
+        # Nothing appended: the wait times out with the count unchanged.
+        seen = wait(sid, 0, 0.5)
+        assert seen != FAILED
+        assert wait(sid, seen, 0.3) == seen
+        note = make(session=sid, role="system", author="system", ts=1,
+                    content=SystemNote(note=Info(text="announced")), visibility="hidden")  # fmt: skip
+        threading.Timer(0.2, lambda: store.append(sid, [note], expect=hw)).start()
+        # Woken by the commit's notification, long before the timeout.
+        assert wait(sid, seen, 30.0) == seen + 1
+        # Another session's appends do not wake it.
+        other = run_scripted(store, tmp_path, "ws2", "Say hi", [{"text": "Hi."}])
+        assert other != sid
+        assert wait(sid, seen + 1, 0.3) == seen + 1
+
+        closing = threading.Event()
+        seen_events: list[str] = []
+
+        async def main() -> None:
+            stream = session_events(store, RunManager(store), sid, hw, closing.is_set)
+            with anyio.fail_after(20):
+                try:
+                    async for chunk in stream:
+                        if chunk.startswith(b"event: records"):
+                            seen_events.append(chunk.decode())
+                            break
+                finally:
+                    await stream.aclose()
+
+        anyio.run(main)
+        assert f"id: {hw + 1}" in seen_events[0]
+    finally:
+        dispose()

@@ -33,6 +33,8 @@ from bubu.web.views import (
 )
 
 POLL_S = 0.2
+FALLBACK_S = 5.0
+"""With LISTEN/NOTIFY, the longest a stream goes without reading the store (a lost notice)."""
 HEARTBEAT_S = 10.0
 """Seconds between keep-alive comments on a quiet stream (sent by the response)."""
 BATCH = 500
@@ -137,8 +139,16 @@ async def session_events(
     last_live: LiveView | None = None
     yield b"retry: 1000\n\n"
     deltas = Deltas(await anyio.to_thread.run_sync(_seed, store, session, after))
+    # A store that announces its appends (PostgreSQL's LISTEN/NOTIFY) is read when it says so
+    # (and every FALLBACK_S in case); any other is polled every POLL_S.
+    wait = getattr(store, "wait_appended", None)
+    seen, due, idle = 0, True, 0.0
     while not closing():
-        records: list[Record] = await anyio.to_thread.run_sync(_read, store, session, last)
+        if wait is not None and not due and idle < FALLBACK_S:
+            records: list[Record] = []
+        else:
+            records = await anyio.to_thread.run_sync(_read, store, session, last)
+            idle, due = 0.0, False
         if records:
             last = records[-1].seq
             yield sse(
@@ -158,6 +168,7 @@ async def session_events(
                         ),
                     )  # fmt: skip
             if len(records) >= BATCH:
+                due = True  # more to read at once
                 continue
         live = manager.live(session)
         view = LiveView(
@@ -167,7 +178,12 @@ async def session_events(
         if view != last_live:
             last_live = view
             yield sse("live", view)
-        await anyio.sleep(POLL_S)
+        if wait is None:
+            await anyio.sleep(POLL_S)
+            continue
+        now = await anyio.to_thread.run_sync(wait, session, seen, POLL_S)
+        due, seen = due or now != seen or now < 0, now
+        idle += POLL_S
 
 
 __all__ = ["Deltas", "ItemsEvent", "PermissionEvent", "RecordsEvent", "session_events", "sse"]
