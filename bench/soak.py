@@ -198,9 +198,15 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=2_000, help="failpoint hits between kills")
     ap.add_argument("--window", type=int, default=16_000, help="the model's window in tokens")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                    help="run in DIR (a new directory) and keep it")  # fmt: skip
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
-        r = run(args.steps, args.every, args.window, Path(d), args.seed)
+    if args.keep is not None:
+        args.keep.mkdir(parents=True)
+        r = run(args.steps, args.every, args.window, args.keep, args.seed)
+    else:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
+            r = run(args.steps, args.every, args.window, Path(d), args.seed)
     print(
         f"steps {r['steps']:,} in {r['processes']} processes ({r['killed']} SIGKILLed), "
         f"{r['compactions']} compactions, turn {r['turn_ended']}, wall {r['wall_s']} s"
