@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar, assert_never
 from bubu import clock, failpoints, ids
 from bubu.context.quota import StoredWhole
 from bubu.engine import choices, compacting, turnstart
+from bubu.engine.callids import CallIds
 from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.host import NullObserver, Observer, RunConfig, Stopped, StopReason
@@ -107,7 +108,7 @@ class Runner:
         """The sha-256 of every result this session offloaded."""
         self.stored = StoredWhole(inline_over=self.config.context.offload_bytes)
         """Bytes of results the session's log stores whole (its quota is counted from the log)."""
-        self.call_ids: set[str] = set()
+        self.call_ids = CallIds()
         """Every call id of the session (they must be unique)."""
         self.requests = RequestFold(policy=self.config.context)
         self.compactor = Compactor(policy=self.config.context, fold=self.requests)
@@ -150,7 +151,7 @@ class Runner:
         self.turn, self.longrun = TurnFold(), LongRunFold()
         self.requests = RequestFold(policy=self.config.context)
         self.compactor.fold = self.requests
-        self.known_blobs, self.call_ids, self.high_water = set(), set(), 0
+        self.known_blobs, self.call_ids, self.high_water = set(), CallIds(), 0
         self.stored = StoredWhole(inline_over=self.config.context.offload_bytes)
         self._catch_up()
 
