@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,10 +139,9 @@ def figures(
             calls[c.call_id] = step
             responses.append(r.event.ts)
         elif isinstance(c, FunctionResponse) and c.call_id in calls:
-            cut = c.result.startswith("interrupted") or "may or may not" in c.result
-            outcome.setdefault(
-                calls[c.call_id], "cut" if cut else ("error" if c.is_error else "ran")
-            )
+            was_cut = c.result.startswith("interrupted") or "may or may not" in c.result
+            kind = "cut" if was_cut else ("error" if c.is_error else "ran")
+            outcome.setdefault(calls[c.call_id], kind)
         elif isinstance(c, SystemNote) and isinstance(c.note, RunStarted):
             runs.append(r.event.ts)
         elif isinstance(c, SystemNote) and isinstance(c.note, TurnEnded):
@@ -156,7 +156,7 @@ def figures(
     ptenth = max(1, len(procs) // 10)
     rss = [p["rss"] / (1 << 20) for p in procs]
 
-    def med(xs: list[float]) -> float | None:
+    def med(xs: Sequence[float]) -> float | None:
         return round(statistics.median(xs), 2) if xs else None
 
     out: dict[str, Any] = {

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -100,7 +101,12 @@ def test_a_quiet_stream_is_kept_alive_and_ends_when_the_client_goes(
     monkeypatch.setattr(webapp, "HEARTBEAT_S", 0.3)
     reads: list[int] = []
     read = store.read
-    monkeypatch.setattr(store, "read", lambda *a, **k: reads.append(1) or read(*a, **k))
+
+    def counted(*a: Any, **k: Any) -> Any:
+        reads.append(1)
+        return read(*a, **k)
+
+    monkeypatch.setattr(store, "read", counted)
     app = create_app(store, token=TOKEN, recover=False, workspace=str(tmp_path))
     with Server(app) as server:
         url = f"{server.base}/api/sessions/{sid}/stream?after={hw}"
