@@ -246,7 +246,8 @@ class Runner:
         """Snapshot the session view every `readview.EVERY` events (readers start from it)."""
         due = self._view_due
         if due is None or self.high_water >= due:
-            with contextlib.suppress(BubuError):
+            # A view is only a cache: nothing about it may stop the run (readers fold the log).
+            with contextlib.suppress(Exception):
                 self._view_due = readview.keep_up(self.store, self.session.id, self.high_water, due)
 
     def event(
