@@ -22,6 +22,7 @@ PURE = [
     "bubu.projections.children",
     "bubu.projections.request",
     "bubu.projections.processes",
+    "bubu.projections.views",
     "bubu.context.compaction",
     "bubu.engine.decide",
     "bubu.engine.choices",

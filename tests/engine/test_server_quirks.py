@@ -368,3 +368,16 @@ def test_empty_streams_for_tool_calls_switch_the_run_to_whole_answers_recorded_o
     infos = [n.text for n in _notes(records, ServerNote) if isinstance(n, ServerNote)]
     assert len([t for t in infos if "cannot stream tool calls" in t]) == 1
     assert [c for r in records if isinstance(c := r.event.content, Error)] == [], "no failure"
+
+
+def test_the_session_call_ids_stay_exact_for_ids_past_the_recent_window() -> None:
+    from bubu.engine.callids import CallIds, unique_call_id
+
+    ids = CallIds()
+    for i in range(CallIds.RECENT + 50):
+        ids.add(f"call_{i}")
+    # An id far older than the exact window is still known (the filter has no false negatives).
+    assert "call_0" in ids
+    assert unique_call_id("call_0", ids) == "call_0_2"
+    assert unique_call_id("call_new", ids) == "call_new"
+    assert 3 not in ids

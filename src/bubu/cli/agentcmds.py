@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 from bubu.events import Record, TurnEndReason
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
-from bubu.projections.status import fold_status
 from bubu.projections.transcript import (
     FORCE_HINT,
     Message,
@@ -778,19 +777,23 @@ def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
 @click.argument("session")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--thinking/--no-thinking", default=False, help="Show the model's thinking.")
+@click.option("--tail", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Only the last N items (read from the end of the log, not all of it).")  # fmt: skip
 @pass_ctx
-def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
+def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool, tail: int | None) -> None:
     """Print a session's transcript."""
     info = ctx.store.session(session)
-    records = ctx.store.read(info.id)
-    t = transcript(records)
+    if tail is None:
+        t = transcript(ctx.store.read(info.id))
+    else:
+        t = tail_transcript(ctx.store, info, tail)
     if as_json:
         from bubu.engine.childtree import children_json
 
         emit_json(
             {
                 "session": _session_json(info),
-                "children": children_json(ctx.store, records),
+                "children": children_json(ctx.store, ctx.store.read(info.id, kinds=CHILD_KINDS)),
                 "items": t.items,
                 "usage": {
                     "model_calls": t.model_calls,
@@ -850,6 +853,23 @@ def _children_text(d: dict[str, object]) -> None:
         click.echo(printable(ln))
 
 
+def tail_transcript(store: Store, info: SessionInfo, n: int) -> Any:
+    """The last `n` items of the transcript, with the whole session's totals, from the session
+    view's snapshot and the records after the first of those items."""
+    from bubu.log import readview
+    from bubu.projections.views import tail_start
+
+    view = readview.load(store, info.id)
+    t = transcript(store.read(info.id, after=tail_start(view, n), upto=view.high_water))
+    t.items = t.items[-n:]
+    u = view.usage
+    t.model_calls, t.usage_unknown_calls, t.cost = u.model_calls, u.usage_unknown_calls, u.cost
+    t.input_tokens, t.output_tokens = u.input_tokens, u.output_tokens
+    t.cache_read_tokens, t.cache_write_tokens = u.cache_read_tokens, u.cache_write_tokens
+    t.reasoning_tokens = u.reasoning_tokens
+    return t
+
+
 def _args(args: dict[str, object]) -> str:
     main = args.get("command") or args.get("pattern") or args.get("path") or ""
     text = " ".join(printable(str(main)).split())
@@ -867,15 +887,26 @@ def _session_json(info: SessionInfo) -> dict[str, object]:
     }
 
 
+CHILD_KINDS = ("child_started", "child_finished")
+"""The kinds a session's sub-agents are folded from."""
+STATUS_NOTE_KINDS = (
+    "turn_started", "plan_approved", "child_started", "child_finished", "process_started",
+    "process_output", "process_ended",
+)  # fmt: skip
+
+
 def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
     """The status of a session as `bubu status --json` prints it."""
     from bubu import clock
     from bubu.engine.scope import lease_is_stale
-    from bubu.projections.memory import fold_plan, plan_json
+    from bubu.log import readview
+    from bubu.projections.memory import plan_json
 
-    records = store.read(info.id)
-    st = fold_status(records)
-    t = transcript(records)
+    # The last valid snapshot of the session view and the records after it, not the whole log.
+    view = readview.load(store, info.id)
+    st, t = view.status, view.usage
+    # The few kinds the plan mode, the background processes and the sub-agents are folded from.
+    noted = store.read(info.id, kinds=STATUS_NOTE_KINDS)
     lease = store.current_lease(info.id)
     now = getattr(store, "now_ms", clock.now_ms)()  # a fleet's leases run on the database clock
     live = not lease_is_stale(lease, now)
@@ -902,11 +933,11 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
             **t.cost.json(),
         },
         "recovery": None,
-        "plan": plan_json(fold_plan(records)),
-        "plan_mode": plan_mode(records),
-        "processes": running_processes(records),
+        "plan": plan_json(view.plan),
+        "plan_mode": plan_mode(noted),
+        "processes": running_processes(noted),
     }
-    lr = fold_longrun(records)
+    lr = view.longrun
     waiting = lr.waiting() if state == "running" else None
     out["cause"] = lr.end_cause if not lr.open else None
     out["waiting"] = waiting_json(waiting, clock.now_ms()) if waiting is not None else None
@@ -914,14 +945,14 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
     if state in ("running", "open turn"):
         from bubu.cli.workspacecmds import changed_by_turn
 
-        out["changed"] = [c.line() for c in changed_by_turn(store, records)]
+        out["changed"] = [c.line() for c in changed_by_turn(store, store.read(info.id))]
     else:
         out["changed"] = []
     from bubu.engine.childtree import children_json, spent
     from bubu.engine.scope import session_facts
 
     out["parent"] = session_facts(store, info).parent
-    out["children"] = kids = children_json(store, records)
+    out["children"] = kids = children_json(store, noted)
     tokens, cost = spent(kids)
     out["children_usage"] = {"tokens": tokens, "cost_usd": cost}
     if st.notice is not None:
@@ -1061,8 +1092,9 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
     if d["status"] == "blocked":
         click.echo("  " + FORCE_HINT.format(session=info.id))
     if d["waiting"] is not None:
-        lr = fold_longrun(ctx.store.read(info.id))
-        w = lr.waiting()
+        from bubu.log import readview
+
+        w = readview.load(ctx.store, info.id).longrun.waiting()
         if w is not None:
             from bubu import clock
 
@@ -1088,7 +1120,9 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         click.echo(f"  background {p['handle']} (pid {p['pid']}): {printable(str(p['command']))}")
     rec: Any = d["recovery"]
     if rec and not rec["dismissed"]:
-        st = fold_status(ctx.store.read(info.id))
+        from bubu.log import readview
+
+        st = readview.load(ctx.store, info.id).status
         assert st.notice is not None
         click.echo("  recovery notice:")
         ongoing = st.state in ("open", "queued")  # else the recovered turn has ended since

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar, assert_never
 from bubu import clock, failpoints, ids
 from bubu.context.quota import StoredWhole
 from bubu.engine import choices, compacting, processes, turnstart
+from bubu.engine.callids import CallIds
 from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.hookpoints import HookPoints
@@ -52,7 +53,7 @@ from bubu.events import (
     TurnEndReason,
     make,
 )
-from bubu.log import codec, redact
+from bubu.log import codec, readview, redact
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.context import ContextFold
 from bubu.projections.longrun import LongRunFold
@@ -109,7 +110,7 @@ class Runner:
         """The sha-256 of every result this session offloaded."""
         self.stored = StoredWhole(inline_over=self.config.context.offload_bytes)
         """Bytes of results the session's log stores whole (its quota is counted from the log)."""
-        self.call_ids: set[str] = set()
+        self.call_ids = CallIds()
         """Every call id of the session (they must be unique)."""
         self.requests = RequestFold(policy=self.config.context)
         self.compactor = Compactor(policy=self.config.context, fold=self.requests)
@@ -117,6 +118,7 @@ class Runner:
         """The seq of the last record folded in (staged ones included)."""
         self._staged: list[Event] = []  # folded, committed with the next append (see `stage`)
         self._after_commit: list[str] = []  # failpoints reached once the staged events commit
+        self._view_due: int | None = None  # the high water at which the session view is due
         self.run: str | None = None
         self.run_seq = 0
         """The seq this run started at."""
@@ -169,7 +171,7 @@ class Runner:
         self.turn, self.longrun = TurnFold(), LongRunFold()
         self.requests = RequestFold(policy=self.config.context)
         self.compactor.fold = self.requests
-        self.known_blobs, self.call_ids, self.high_water = set(), set(), 0
+        self.known_blobs, self.call_ids, self.high_water = set(), CallIds(), 0
         self.stored = StoredWhole(inline_over=self.config.context.offload_bytes)
         self._catch_up()
 
@@ -258,6 +260,7 @@ class Runner:
             # (the staged part is folded already).
             self._staged, self._after_commit = [], []
             self._fold(done.records[len(staged) :])
+            self._keep_view()
             self.observer.on_records(done.records)
             for name in after:
                 failpoints.hit(name)
@@ -267,6 +270,14 @@ class Runner:
         """Commit what is staged now (before something leaves the process: a hook runs)."""
         if self._staged:
             self.append(())
+
+    def _keep_view(self) -> None:
+        """Snapshot the session view every `readview.EVERY` events (readers start from it)."""
+        due = self._view_due
+        if due is None or self.high_water >= due:
+            # A view is only a cache: nothing about it may stop the run (readers fold the log).
+            with contextlib.suppress(Exception):
+                self._view_due = readview.keep_up(self.store, self.session.id, self.high_water, due)
 
     def event(
         self,

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar, assert_never
 from bubu import clock, failpoints, ids, pricing
 from bubu.engine import choices
 from bubu.engine.attempts import End, Knobs, after_failure, wanted_model
-from bubu.engine.callids import unique_call_id
+from bubu.engine.callids import CallIds, unique_call_id
 from bubu.engine.compactor import Compactor
 from bubu.engine.host import Observer, RunnerView
 from bubu.engine.instructions import Instructions
@@ -70,7 +70,7 @@ class ModelHost(RunnerView, Protocol):
     requests: RequestFold
     instructions: Instructions
     compactor: Compactor
-    call_ids: set[str]
+    call_ids: CallIds
     """Every call id of the session (they must be unique)."""
     run_seq: int
     """The seq this run started at."""

@@ -433,6 +433,32 @@ class ContextFold:
             out.extend(self._render(e, False, blobs, whole=True))
         return tuple(out)
 
+    def forget_upto(self, floor: int) -> None:
+        """Drop the entries that start at or below `floor`, which no request or summary will show
+        again (a valid summary covers them), so that the fold holds the window, not the session.
+
+        Only the entries go: the high water, the checkpoint and the project instructions stay.
+        """
+        k = bisect.bisect_right(self._seqs, floor)
+        if k == 0:
+            return
+        for e in self.entries[:k]:
+            del self._index[id(e)]
+            if isinstance(e, _Step):
+                for call in e.calls:
+                    if self.by_call.get(call) is e:
+                        del self.by_call[call]
+        for key in [key for key, step in self.by_invocation.items() if step.first_seq <= floor]:
+            del self.by_invocation[key]
+        del self.entries[:k], self._rendered[:k], self._hot[:k], self._seqs[:k]
+        self._index = {key: i - k for key, i in self._index.items()}
+        self._steps = [i - k for i in self._steps if i >= k]
+        self._image_blobs = [(i - k, sha) for i, sha in self._image_blobs if i >= k]
+        if self._flat_start >= k:
+            self._flat_start -= k
+        else:
+            self._flat_start, self._flat, self._cum = -1, [], []
+
     def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:
         """Use `checkpoint` (validated, stored) for everything up to its watermark."""
         self.checkpoint = checkpoint

@@ -21,6 +21,8 @@ class Facts:
     requests: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     commands: list[tuple[str, str]] = field(default_factory=list)
+    """The last commands run (the sheet shows 20; `commands_run` counts them all)."""
+    commands_run: int = 0
     pending_review: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     plan: tuple[PlanItem, ...] | None = None
@@ -35,15 +37,17 @@ class Facts:
             if self.goal is None:
                 self.goal = c.text
             else:
-                self.requests.append(c.text)
+                self.requests = [*self.requests[-4:], c.text]
         elif isinstance(c, FunctionCall):
             self._calls[c.call_id] = c
         elif isinstance(c, FunctionResponse):
-            call = self._calls.get(c.call_id)
+            # A call's first outcome is its outcome: what was called is not kept past it.
+            call = self._calls.pop(c.call_id, None)
             if call is None:
                 return
-            if c.call_id in self._after and not c.is_error:
-                path, sha = self._after[c.call_id]
+            after = self._after.pop(c.call_id, None)
+            if after is not None and not c.is_error:
+                path, sha = after
                 self.files[path] = sha
             if call.name == "update_plan" and not c.is_error:
                 items = plan_items(call.arguments.get("items"))
@@ -56,7 +60,11 @@ class Facts:
                 status = f"exit {m.group(1)}" if m else ("failed" if c.is_error else "done")
                 if c.result.startswith("interrupted"):
                     status = "interrupted"
-                self.commands.append((str(call.arguments.get("command", "")), status))
+                self.commands = [
+                    *self.commands[-19:],
+                    (str(call.arguments.get("command", "")), status),
+                ]
+                self.commands_run += 1
             if c.result.startswith("interrupted"):
                 self.pending_review.append(
                     f"{call.name} {call.arguments.get('path') or call.arguments.get('command') or ''}".strip()
@@ -83,8 +91,8 @@ class Facts:
             out.append("Files changed (path, sha-256 now):")
             out += [f"- {p} {sha[:16]}" for p, sha in sorted(self.files.items())]
         if self.commands:
-            out.append(f"Commands run ({len(self.commands)}, the last 20):")
-            out += [f"- {cmd[:200]} → {st}" for cmd, st in self.commands[-20:]]
+            out.append(f"Commands run ({self.commands_run}, the last 20):")
+            out += [f"- {cmd[:200]} → {st}" for cmd, st in self.commands]
         if self.plan:
             out.append(f"Plan ({plan_counts(self.plan)} completed, from update_plan):")
             out += [f"- {line[:300]}" for line in _plan_lines(self.plan)]

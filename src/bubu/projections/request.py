@@ -152,6 +152,8 @@ class RequestFold:
         self.current = body
         if body.summarized_upto >= body.watermark:
             self.valid = body
+            # Every later summary starts at the valid one's watermark: what it covers is done.
+            self.context.forget_upto(body.watermark)
         self.context.set_checkpoint(
             Checkpoint(
                 key=body.key,

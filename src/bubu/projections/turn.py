@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from bubu.events import (
     ChildFinished,
+    Compaction,
     FunctionCall,
     FunctionResponse,
     HookRun,
@@ -266,6 +267,8 @@ class TurnFold:
             self._hook(n)
         elif isinstance(n, PlanApproved):
             self.plan, self.plan_approved = False, True
+        elif isinstance(n, Compaction) and n.ok:
+            self._retire(n.watermark)
         elif isinstance(n, RecoveryNotice):
             self.unnoticed = []
             if n.dropped_model_calls:
@@ -282,6 +285,22 @@ class TurnFold:
         st.hooks[key] = n
         if n.updated_input is not None and n.decision in ("none", "allow", "ask"):
             st.arguments = dict(n.updated_input)
+
+    def _retire(self, watermark: int) -> None:
+        """Forget the finished calls a checkpoint covers (the model sees only their summary),
+        so that a long turn holds its window's calls, not all of them: loops and repeated
+        failures are counted among the calls since the last compaction."""
+        keep = set(self.open_calls)
+        last = self.last_outcome
+        done = [
+            cid for cid, st in self.calls.items()
+            if st.outcome_seq is not None and st.outcome_seq <= watermark
+            and cid not in keep and st is not last
+        ]  # fmt: skip
+        for cid in done:
+            del self.calls[cid]
+        for key in [k for k, st in self._same.items() if st.call_id not in self.calls]:
+            del self._same[key]
 
     def _model(self, r: Record, c: object) -> None:
         inv = r.event.invocation

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import msgspec
+from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from bubu import clock
@@ -39,7 +40,7 @@ from bubu.web.auth import TokenGuard
 from bubu.web.diffapi import diff_routes
 from bubu.web.rewindapi import rewind_routes
 from bubu.web.runs import HostFactory, RunManager, default_host
-from bubu.web.stream import session_events
+from bubu.web.stream import HEARTBEAT_S, session_events
 from bubu.web.uiwords import ui_words
 
 STATIC = Path(__file__).parent / "static"
@@ -211,7 +212,16 @@ def create_app(
 
     def session(request: Request) -> Response:
         info = store.session(request.path_params["sid"])
-        return json(views.detail(index, info))
+        tail = request.query_params.get("tail")
+        return json(
+            views.detail(index, info, tail=None if tail is None else _int(request, "tail", 0))
+        )
+
+    def items(request: Request) -> Response:
+        info = store.session(request.path_params["sid"])
+        before = _int(request, "before", info.high_water + 1)
+        limit = min(max(_int(request, "limit", 100), 1), 1000)
+        return json(views.items_page(store, info, before=before, limit=limit))
 
     def log(request: Request) -> Response:
         info = store.session(request.path_params["sid"])
@@ -287,11 +297,13 @@ def create_app(
         info = await _threaded(lambda: store.session(request.path_params["sid"]))
         last = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
         after = min(int(last), _MAX_INT) if last.isascii() and last.isdigit() else 0
-        return StreamingResponse(
+        # sse-starlette keeps the connection alive (a comment every HEARTBEAT_S) and ends the
+        # generator when the client goes away, so a closed tab stops polling the store at once.
+        return EventSourceResponse(
             session_events(store, manager, info.id, after, lambda: closing),
-            media_type="text/event-stream",
             headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-        )
+            ping=HEARTBEAT_S, sep="\n",
+        )  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -320,6 +332,7 @@ def create_app(
         Route("/api/sessions", start, methods=["POST"]),
         Route(sid, session),
         Route(sid + "/log", log),
+        Route(sid + "/items", items),
         Route(sid + "/events/{seq:int}", event),
         Route(sid + "/context", context),
         Route(sid + "/calls/{call_id}/result", result),

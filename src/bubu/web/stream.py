@@ -3,7 +3,9 @@ live state of a turn this UI runs.
 
 The store is polled from a worker thread every `POLL_S` (`read(after=last_seq)`), so records
 committed by any process — this UI's runs, a `bubu run` in a terminal, a worker — show up. Each
-`records` event carries the last seq as its SSE id, so a reconnecting browser resumes after it.
+`records` event carries the last seq as its SSE id, so a reconnecting browser resumes after it,
+and is followed by an `items` event: the transcript items the records made or changed. The
+response (sse-starlette) sends the keep-alive comments and ends the stream when the client goes.
 """
 
 from __future__ import annotations
@@ -16,11 +18,25 @@ import msgspec
 
 from bubu.events import Record
 from bubu.log.store import Store
+from bubu.projections.transcript import Transcript
 from bubu.web.runs import RunManager
-from bubu.web.views import LiveView, LogRow, encode, log_row
+from bubu.web.views import (
+    LiveView,
+    LogRow,
+    MessageItem,
+    ToolItem,
+    UsageRow,
+    card_item,
+    encode,
+    log_row,
+    page_items,
+)
 
 POLL_S = 0.2
+FALLBACK_S = 5.0
+"""With LISTEN/NOTIFY, the longest a stream goes without reading the store (a lost notice)."""
 HEARTBEAT_S = 10.0
+"""Seconds between keep-alive comments on a quiet stream (sent by the response)."""
 BATCH = 500
 """The most records one poll reads, so a long log streams in bounded pieces."""
 
@@ -43,6 +59,64 @@ class PermissionEvent(msgspec.Struct, kw_only=True):
     reason: str
 
 
+class ItemsEvent(msgspec.Struct, kw_only=True):
+    """The transcript items new records made or changed (a tool card's outcome), and their usage
+    rows: the page applies them as they come, without reading the session again."""
+
+    items: list[MessageItem | ToolItem]
+    usage: list[UsageRow]
+    high_water: int
+
+
+SEED = 256
+"""Events before the stream's start folded to know the tool cards still waiting for an outcome."""
+
+
+class Deltas:
+    """What each batch of new records changes in the transcript: new items, and tool cards whose
+    status or outcome moved. Holds only the cards not finished yet, so it stays small."""
+
+    def __init__(self, seed: list[Record]) -> None:
+        self.t = Transcript()
+        for r in seed:
+            self.t.apply(r)
+        self._trim()
+
+    def _trim(self) -> None:
+        self.t.items = []
+        self.t.cards = {k: c for k, c in self.t.cards.items() if c.result is None}
+
+    def apply(self, records: list[Record]) -> ItemsEvent:
+        """Fold `records` in and say what they changed."""
+        before = dict(self.t.cards)
+        for r in records:
+            self.t.apply(r)
+        fresh, usage = page_items(records, all_usage=True)
+        seen = {i.seq for i in fresh}
+        moved = [
+            c for k, c in before.items() if c.seq not in seen and _touched(k, records)
+        ]  # fmt: skip
+        items = [*(card_item(c) for c in moved), *fresh]
+        self._trim()
+        return ItemsEvent(items=items, usage=usage, high_water=records[-1].seq if records else 0)
+
+
+def _touched(call_id: str, records: list[Record]) -> bool:
+    for r in records:
+        c, a = r.event.content, r.event.actions
+        if getattr(c, "call_id", None) == call_id:
+            return True
+        if a is not None and any(
+            x is not None and x.call_id == call_id for x in (a.tool_dispatch, a.tool_recovery)
+        ):
+            return True
+    return False
+
+
+def _seed(store: Store, session: str, after: int) -> list[Record]:
+    return store.read(session, after=max(0, after - SEED), upto=after)
+
+
 def _read(store: Store, session: str, after: int) -> list[Record]:
     return store.read(session, after=after, upto=after + BATCH)
 
@@ -63,10 +137,18 @@ async def session_events(
     """Stream the session from seq `after` on until the client goes away or the UI closes."""
     last = after
     last_live: LiveView | None = None
-    quiet = 0.0
     yield b"retry: 1000\n\n"
+    deltas = Deltas(await anyio.to_thread.run_sync(_seed, store, session, after))
+    # A store that announces its appends (PostgreSQL's LISTEN/NOTIFY) is read when it says so
+    # (and every FALLBACK_S in case); any other is polled every POLL_S.
+    wait = getattr(store, "wait_appended", None)
+    seen, due, idle = 0, True, 0.0
     while not closing():
-        records: list[Record] = await anyio.to_thread.run_sync(_read, store, session, last)
+        if wait is not None and not due and idle < FALLBACK_S:
+            records: list[Record] = []
+        else:
+            records = await anyio.to_thread.run_sync(_read, store, session, last)
+            idle, due = 0.0, False
         if records:
             last = records[-1].seq
             yield sse(
@@ -74,6 +156,7 @@ async def session_events(
                 RecordsEvent(rows=[log_row(r) for r in records], high_water=last),
                 id=last,
             )
+            yield sse("items", deltas.apply(records))
             for r in records:
                 a = r.event.actions
                 if a is not None and (p := a.permission_request) is not None:
@@ -84,8 +167,8 @@ async def session_events(
                             summary=p.summary, reason=p.reason,
                         ),
                     )  # fmt: skip
-            quiet = 0.0
             if len(records) >= BATCH:
+                due = True  # more to read at once
                 continue
         live = manager.live(session)
         view = LiveView(
@@ -95,12 +178,12 @@ async def session_events(
         if view != last_live:
             last_live = view
             yield sse("live", view)
-            quiet = 0.0
-        if quiet >= HEARTBEAT_S:
-            yield b": ping\n\n"
-            quiet = 0.0
-        await anyio.sleep(POLL_S)
-        quiet += POLL_S
+        if wait is None:
+            await anyio.sleep(POLL_S)
+            continue
+        now = await anyio.to_thread.run_sync(wait, session, seen, POLL_S)
+        due, seen = due or now != seen or now < 0, now
+        idle += POLL_S
 
 
-__all__ = ["PermissionEvent", "RecordsEvent", "session_events", "sse"]
+__all__ = ["Deltas", "ItemsEvent", "PermissionEvent", "RecordsEvent", "session_events", "sse"]

@@ -244,6 +244,8 @@ class Detail(msgspec.Struct, kw_only=True):
     children: list[ChildView] = msgspec.field(default_factory=list)
     """The session's sub-agents, each with its own (a tree)."""
     processes: list[ProcessView] = msgspec.field(default_factory=list)
+    first_seq: int = 0
+    """The items start after this seq (0: the whole transcript; else older pages remain)."""
 
 
 class LogRow(msgspec.Struct, kw_only=True):
@@ -303,8 +305,52 @@ class _Summary:
     high_water: int = 0
     status: Status = field(default_factory=Status)
     usage: Usage = field(default_factory=Usage)
-    requests: list[str] = field(default_factory=list)
     parent: str | None = None
+    requests: list[str] | None = field(default_factory=list)
+    """The user's requests, lowercased (None: not read yet, for a summary seeded from a snapshot)."""
+
+
+def _seeded(store: Store, info: SessionInfo) -> _Summary:
+    """A fresh summary: from the session view snapshot and the user's texts when the log is
+    long (so that the list does not read a long log whole), else empty (folded from the log)."""
+    from bubu.log import readview
+
+    if info.high_water < readview.EVERY:
+        return _Summary()
+    view = readview.load(store, info.id)
+    u, cost = view.usage, view.usage.cost
+    usage = Usage(
+        model_calls=u.model_calls, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+        cache_read_tokens=u.cache_read_tokens, unpriced_calls=cost.unpriced_calls,
+        cost_usd=cost.usd if cost.priced_calls else None,
+    )  # fmt: skip
+    first = next(iter(store.read(info.id, upto=1)), None)
+    parent = (
+        c.note.parent
+        if first is not None
+        and isinstance(c := first.event.content, SystemNote)
+        and isinstance(c.note, SessionStarted)
+        else None
+    )
+    return _Summary(
+        high_water=view.high_water, status=view.status, usage=usage, requests=None, parent=parent
+    )
+
+
+def _requests(store: Store, info: SessionInfo, upto: int) -> list[str]:
+    """The user's requests up to `upto`, lowercased (what the list's text filter looks in)."""
+    return [
+        c.text[:2000].lower()
+        for r in store.read(info.id, upto=upto, kinds=("text",))
+        if isinstance(c := r.event.content, Text) and r.event.role == "user"
+    ]
+
+
+def _about_memory(r: Record) -> bool:
+    """Whether a record of the memory kinds can change a note: a remember call or its outcome,
+    or a note (forgotten, accepted, a session's origin)."""
+    c = r.event.content
+    return isinstance(c, SystemNote) or getattr(c, "name", None) == "remember"
 
 
 class SessionIndex:
@@ -315,23 +361,55 @@ class SessionIndex:
         self.manager = manager
         self._lock = threading.Lock()
         self._cache: dict[str, _Summary] = {}
+        self._memory: dict[str, tuple[int, list[Record]]] = {}
 
     def _summary(self, info: SessionInfo) -> _Summary:
         with self._lock:
-            s = self._cache.setdefault(info.id, _Summary())
+            s = self._cache.get(info.id)
+            if s is None:
+                s = self._cache[info.id] = _seeded(self.store, info)
             if info.high_water > s.high_water:
                 new = self.store.read(info.id, after=s.high_water)
                 s.status = fold_status(new, s.status)
                 for r in new:
                     _count(s.usage, r)
                     c = r.event.content
-                    if isinstance(c, Text) and r.event.role == "user":
+                    if isinstance(c, Text) and r.event.role == "user" and s.requests is not None:
                         s.requests.append(c.text[:2000].lower())
                     elif isinstance(c, SystemNote) and isinstance(c.note, SessionStarted):
                         s.parent = c.note.parent or s.parent
                 if new:
                     s.high_water = new[-1].seq
             return s
+
+    def memory(self, workspace: str) -> list[NoteView]:
+        """The workspace's live notes, newest first, from each of its sessions' memory records
+        read once and then only as they grow (a page refresh costs what is new)."""
+        from bubu.engine.memory import workspace_sessions
+        from bubu.projections.memory import MEMORY_KINDS, fold_workspace
+
+        streams = []
+        for info in workspace_sessions(self.store, workspace):
+            with self._lock:
+                hw, kept = self._memory.get(info.id, (0, []))
+            if info.high_water > hw:
+                new = self.store.read(info.id, after=hw, kinds=MEMORY_KINDS)
+                kept = [*kept, *(r for r in new if _about_memory(r))]
+                with self._lock:
+                    self._memory[info.id] = (info.high_water, kept)
+            streams.append((info.id, kept))
+        notes = fold_workspace(streams).live
+        return [
+            NoteView(key=n.key, text=n.text, ts=n.ts, session=n.session)
+            for n in sorted(notes.values(), key=lambda n: -n.ts)
+        ]
+
+    def _requests(self, info: SessionInfo) -> list[str]:
+        s = self._summary(info)
+        with self._lock:
+            if s.requests is None:
+                s.requests = _requests(self.store, info, s.high_water)
+            return s.requests
 
     def row(self, info: SessionInfo) -> SessionRow:
         """The list row of a session."""
@@ -361,7 +439,7 @@ class SessionIndex:
             if words:
                 hay = " ".join(
                     [info.id, info.title.lower(), info.workspace.lower(), info.model or "",
-                     *self._summary(info).requests]
+                     *self._requests(info)]
                 )  # fmt: skip
                 hit = found.get(info.id)
                 if hit is None and not all(w in hay for w in words):
@@ -390,8 +468,18 @@ def _count(u: Usage, r: Record) -> None:
 # -- the session page ----------------------------------------------------------------------------
 
 
-def detail(index: SessionIndex, info: SessionInfo) -> Detail:
-    """The session page: transcript items, usage per call, notice, pending permissions, live state."""
+NOTICE_WINDOW = 2_000
+"""Events before a recovery notice a paged session page reads to review the calls it names."""
+
+
+def detail(index: SessionIndex, info: SessionInfo, *, tail: int | None = None) -> Detail:
+    """The session page: transcript items, usage per call, notice, pending permissions, live state.
+
+    With `tail`, only the last `tail` transcript items (and the usage rows among them): the
+    session view snapshot gives the rest, so the page costs what it shows, not the log's length
+    (`first_seq` says where the items start; `items_page` reads older ones)."""
+    if tail is not None:
+        return _paged_detail(index, info, tail)
     store, manager = index.store, index.manager
     records = store.read(info.id)
     st = fold_status(records)
@@ -477,6 +565,143 @@ def _processes(records: list[Record]) -> list[ProcessView]:
     ]  # fmt: skip
 
 
+PANEL_KINDS = (
+    "child_started", "child_finished", "process_started", "process_output", "process_ended",
+)  # fmt: skip
+"""The kinds the sub-agents and background processes panels are folded from."""
+
+
+def _paged_detail(index: SessionIndex, info: SessionInfo, tail: int) -> Detail:
+    from bubu.log import readview
+    from bubu.projections.views import tail_start
+
+    store, manager = index.store, index.manager
+    view = readview.load(store, info.id)
+    st, hw = view.status, view.high_water
+    start = tail_start(view, tail) if tail > 0 else hw
+    records = store.read(info.id, after=start, upto=hw)
+    items, usage = page_items(records, tail)
+    notice = None
+    if st.notice is not None and st.notice_seq is not None:
+        near = store.read(info.id, after=max(0, st.notice_seq - NOTICE_WINDOW), upto=hw)
+        notice = notice_view(near, st.notice_seq, st.notice, dismissed=st.notice_dismissed)
+    state = state_of(store, info, st)
+    asked = (
+        store.read(info.id, upto=hw, kinds=("permission_request",))
+        if st.pending_permissions
+        else []
+    )
+    permissions = _permissions(index, info, st, state, asked)
+    noted = store.read(info.id, upto=hw, kinds=PANEL_KINDS)
+    live = manager.live(info.id)
+    w = view.longrun.waiting() if state == "running" else None
+    return Detail(
+        session=index.row(info), items=items, usage=usage, notice=notice, permissions=permissions,
+        live=LiveView(running_here=manager.running_here(info.id), activity=live.activity,
+                      draft=live.draft, thinking=live.thinking),
+        error=manager.error(info.id), high_water=hw, first_seq=start,
+        waiting=None if w is None else WaitingView(
+            attempt=w.attempt + 1, next_at_ms=w.next_at_ms, since_ms=w.since_ms,
+            in_flight=w.in_flight, model=w.model, error_class=w.error_class, status=w.status,
+            error=w.message),
+        cause=(st.state in ("failed", "stopped") and view.longrun.end_cause) or None,
+        plan=None if view.plan is None else [PlanItemView(text=i.text, status=i.status) for i in view.plan],
+        children=msgspec.convert(children_json(store, noted), list[ChildView]),
+        processes=_processes(noted),
+        memory=index.memory(info.workspace),
+    )  # fmt: skip
+
+
+def _permissions(
+    index: SessionIndex, info: SessionInfo, st: Status, state: State, records: list[Record]
+) -> list[PermissionView]:
+    manager = index.manager
+    waiting = {p.request_id for p in manager.waiting(info.id)}
+    running_here = manager.running_here(info.id)
+    requests: dict[str, tuple[int, PermissionRequest]] = {
+        a.permission_request.request_id: (r.seq, a.permission_request)
+        for r in records
+        if (a := r.event.actions) is not None and a.permission_request is not None
+    }
+    out = []
+    for rid in st.pending_permissions:
+        if rid not in requests:
+            continue
+        seq, req = requests[rid]
+        answerable = rid in waiting or (running_here and rid == st.pending_permissions[-1])
+        if answerable or state == "running":
+            out.append(
+                PermissionView(
+                    seq=seq, request_id=rid, call_id=req.call_id, tool=req.tool,
+                    summary=req.summary, reason=req.reason, answerable=answerable,
+                    command=None if (cmd := asked_command(req)) is None else show_command(cmd),
+                    protected=req.protected,
+                )
+            )  # fmt: skip
+    return out
+
+
+def page_items(
+    records: list[Record], last: int | None = None, *, before: int | None = None,
+    all_usage: bool = False,
+) -> tuple[list[MessageItem | ToolItem], list[UsageRow]]:  # fmt: skip
+    """The transcript items of `records` (the last `last` of them; only those before seq
+    `before`), and the usage rows from the first of them on (`all_usage`: every one)."""
+    compactions = {
+        r.seq: r.event.content.note.watermark
+        for r in records
+        if isinstance(r.event.content, SystemNote) and isinstance(r.event.content.note, Compaction)
+    }
+    shown = [i for i in transcript(records).items if before is None or i.seq < before]
+    if last is not None:
+        shown = shown[-last:] if last > 0 else []
+    items: list[MessageItem | ToolItem] = [
+        _tool_item(i) if isinstance(i, ToolCard) else _message_item(i, compactions.get(i.seq))
+        for i in shown
+    ]
+    first = 0 if all_usage else items[0].seq if items else None
+    usage = [
+        UsageRow(
+            seq=r.seq, model=t.model, input_tokens=t.input_tokens, output_tokens=t.output_tokens,
+            cache_read_tokens=t.cache_read_tokens, cache_write_tokens=t.cache_write_tokens,
+            estimated_input_tokens=t.estimated_input_tokens, stop_reason=t.stop_reason,
+            cost_usd=t.cost_usd,
+        )
+        for r in records
+        if first is not None and r.seq >= first and (before is None or r.seq < before)
+        and r.event.actions is not None and (t := r.event.actions.token_usage) is not None
+    ]  # fmt: skip
+    return items, usage
+
+
+class ItemsPage(msgspec.Struct, kw_only=True):
+    """Older transcript items: those before `before`, starting after seq `first_seq`."""
+
+    items: list[MessageItem | ToolItem]
+    usage: list[UsageRow]
+    first_seq: int
+
+
+RESULT_SLACK = 64
+"""Events past a page a reader also folds, so that the page's tool cards show their outcomes."""
+
+
+def items_page(store: Store, info: SessionInfo, *, before: int, limit: int) -> ItemsPage:
+    """The `limit` transcript items before seq `before`, from the session view's item index:
+    only their records are read."""
+    import bisect
+
+    from bubu.log import readview
+
+    view = readview.load(store, info.id)
+    i = bisect.bisect_left(view.items, before)
+    lo = max(0, i - limit)
+    start = 0 if lo == 0 else view.items[lo] - 1
+    records = store.read(info.id, after=start, upto=min(before - 1 + RESULT_SLACK, view.high_water))
+    items, usage = page_items(records, before=before)
+    return ItemsPage(items=items, usage=usage, first_seq=start)
+
+
 def _plan(records: list[Record]) -> list[PlanItemView] | None:
     plan = fold_plan(records)
     return None if plan is None else [PlanItemView(text=i.text, status=i.status) for i in plan]
@@ -498,6 +723,11 @@ def _message_item(m: Message, watermark: int | None) -> MessageItem:
             seq=m.seq, kind="compaction", text=m.text, turn=m.turn, watermark=watermark
         )
     return MessageItem(seq=m.seq, kind=m.kind, text=m.text, turn=m.turn)
+
+
+def card_item(c: ToolCard) -> ToolItem:
+    """A tool card as the page shows it."""
+    return _tool_item(c)
 
 
 def _tool_item(c: ToolCard) -> ToolItem:

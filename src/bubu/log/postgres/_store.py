@@ -14,6 +14,7 @@ from bubu.events import Event, Record
 from bubu.log import codec
 from bubu.log.postgres import _leases
 from bubu.log.postgres._connect import Connection, Row, Target, pg_error
+from bubu.log.postgres._notify import Listener, channel
 from bubu.log.postgres._schema import NOW_MS_SQL, integrity_problems, migrate
 from bubu.log.store import (
     Appended,
@@ -73,6 +74,7 @@ class PostgresStore(Store):
         self.durability = durability
         self._init_group_commit()
         self._db: Connection | None = None
+        self._listener: Listener | None = None
         try:
             with self._using() as db:
                 migrate(db, self.schema, self.target.where)
@@ -123,8 +125,21 @@ class PostgresStore(Store):
         with self._using() as db:
             return "; ".join(integrity_problems(db, self.schema)) or "ok"
 
+    def wait_appended(self, session: str, seen: int, timeout: float) -> int:
+        """Wait up to `timeout` seconds for an append to `session` announced after `seen` (the
+        count this returned last; 0 at first); returns the new count, or -1 when appends cannot
+        be listened for (poll instead)."""
+        with self._lock:
+            if self._listener is None:
+                self._listener = Listener(self.target)
+            listener = self._listener
+        return listener.wait(session, seen, timeout)
+
     def close(self) -> None:
         with self._lock:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
             if self._db is not None:
                 self._db.close()
                 self._db = None
@@ -278,6 +293,15 @@ class PostgresStore(Store):
                 "UPDATE sessions SET last_ms = v.ms FROM unnest(%s::bigint[], %s::bigint[]) "
                 "AS v(sid, ms) WHERE sessions.sid = v.sid",
                 [list(staged.last_ms), list(staged.last_ms.values())],
+            )
+        if staged.seqs:
+            # Delivered at commit, to whoever follows these sessions (`wait_appended`).
+            done = sorted(
+                {p.req.session for p in batch if p.result is not None and p.result.records}
+            )
+            db.execute(
+                "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s",
+                [channel(self.schema), done],
             )
 
     def _stage(

@@ -251,7 +251,7 @@ function showSession(sid, tab) {
     h("div", { id: "plan-memory", class: "plan-memory" }),
     h("nav", { class: "tabs" }, tabs),
     h("div", { id: "tab-transcript", class: "tab-body", hidden: tab !== "transcript" },
-      h("div", { id: "items" }), h("div", { id: "live", class: "live", hidden: true })),
+      h("div", { id: "earlier" }), h("div", { id: "items" }), h("div", { id: "live", class: "live", hidden: true })),
     h("div", { id: "tab-log", class: "tab-body", hidden: tab !== "log" }),
     h("div", { id: "tab-context", class: "tab-body", hidden: tab !== "context" }),
     followUpForm(sid)));
@@ -263,14 +263,23 @@ function showSession(sid, tab) {
   });
 }
 
+// The transcript is paged: the first load brings the last ITEMS_PAGE items, older pages come on
+// scroll (loadEarlier), new items arrive as deltas on the stream (mergeItems). Later refreshes
+// fetch the page's head only (?tail=0) and keep the items the page holds.
+const ITEMS_PAGE = 100;
+
 async function refresh() {
   const s = app.session;
   if (!s) return;
   try {
-    const d = await api("/api/sessions/" + encodeURIComponent(s.sid));
+    const first = !s.detail;
+    const d = await api("/api/sessions/" + encodeURIComponent(s.sid) + (first ? `?tail=${ITEMS_PAGE}` : "?tail=0"));
     if (app.session !== s) return;
+    if (!first) Object.assign(d, { items: s.detail.items, usage: s.detail.usage, first_seq: s.detail.first_seq });
     s.detail = d;
     renderSession(s);
+    if (first && d.first_seq) window.scrollTo(0, document.body.scrollHeight);  // the latest page first
+    renderEarlier(s);
   } catch (e) {
     if (app.session === s && !s.detail) {
       fill($("#main"), h("section", { class: "session" }, h("h1", { text: "Session not found" }),
@@ -278,6 +287,49 @@ async function refresh() {
       app.session = null;
     } else toast(e.message);
   }
+}
+
+function mergeItems(s, items, usage) {
+  const d = s.detail;
+  const at = new Map(d.items.map((it, i) => [it.type + ":" + it.seq, i]));
+  for (const it of items) {
+    const i = at.get(it.type + ":" + it.seq);
+    if (i === undefined) { at.set(it.type + ":" + it.seq, d.items.length); d.items.push(it); } else d.items[i] = it;
+  }
+  const have = new Set(d.usage.map((u) => u.seq));
+  for (const u of usage) if (!have.has(u.seq)) { have.add(u.seq); d.usage.push(u); }
+}
+
+function renderEarlier(s) {
+  const el = $("#earlier");
+  if (!el || !s.detail) return;
+  if (!s.detail.first_seq) { fill(el); s.earlierSeen?.disconnect(); return; }
+  const more = h("button", { class: "earlier", onclick: () => loadEarlier(s) }, "Earlier messages");
+  fill(el, more);
+  s.earlierSeen?.disconnect();
+  s.earlierSeen = new IntersectionObserver((seen) => { if (seen.some((e) => e.isIntersecting)) loadEarlier(s); });
+  s.earlierSeen.observe(more);
+}
+
+async function loadEarlier(s) {
+  const d = s.detail;
+  if (s.loadingEarlier || !d || !d.first_seq) return;
+  s.loadingEarlier = true;
+  try {
+    const before = d.items.length ? Math.min(...d.items.map((it) => it.seq)) : d.first_seq + 1;
+    const p = await api(`/api/sessions/${encodeURIComponent(s.sid)}/items?before=${before}&limit=${ITEMS_PAGE}`);
+    if (app.session !== s) return;
+    const height = document.body.scrollHeight, y = window.scrollY;
+    mergeItems(s, p.items, p.usage);
+    d.first_seq = p.items.length ? p.first_seq : 0;
+    renderItems(s);
+    window.scrollTo(0, y + document.body.scrollHeight - height);  // keep what was in view in view
+  } catch (e) {
+    toast(e.message);
+  } finally {
+    s.loadingEarlier = false;
+  }
+  renderEarlier(s);
 }
 
 function scheduleRefresh(delay = 120) {
@@ -292,8 +344,14 @@ function connect(s) {
   const handlers = {
     records: (data) => {
       appendLogRows(s, data.rows);
-      scheduleRefresh();
+      scheduleRefresh();  // the head only: the items come as deltas
+      if (s.detail) s.detail.high_water = Math.max(s.detail.high_water, data.high_water);
       if (s.tab === "context") { clearTimeout(s.contextTimer); s.contextTimer = setTimeout(() => loadContext(s), 400); }
+    },
+    items: (data) => {
+      if (!s.detail) return;
+      mergeItems(s, data.items, data.usage);
+      renderItems(s);
     },
     permission_request: () => scheduleRefresh(0),
     live: (live) => {
