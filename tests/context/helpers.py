@@ -211,11 +211,15 @@ CONTEXT_TOOLS = frozenset({
 (how many steps fit before a compaction) does not move when a new tool joins the built-ins."""
 
 
+def context_tools() -> dict[str, Tool]:
+    """The `CONTEXT_TOOLS` of the built-ins."""
+    return {name: t for name, t in builtin_tools().items() if name in CONTEXT_TOOLS}
+
+
 def host(store: Store, provider: Provider, payloads: dict[str, bytes], **kw: Any) -> Host:
     """A host with the `CONTEXT_TOOLS` of the built-ins and `emit` over `payloads`."""
     capped = bool(kw.pop("capped", False))
-    fixed = {name: t for name, t in builtin_tools().items() if name in CONTEXT_TOOLS}
-    tools: dict[str, Tool] = {**fixed, "emit": Emit(payloads, capped=capped)}
+    tools: dict[str, Tool] = {**context_tools(), "emit": Emit(payloads, capped=capped)}
     return Host(
         store=store, provider=provider, tools=tools, config=kw.pop("config", config()), **kw
     )

@@ -25,7 +25,6 @@ from bubu.projections.request import (
     tool_specs,
 )
 from bubu.projections.turn import fold as fold_turn
-from bubu.tools import builtin_tools
 
 from .helpers import (
     WINDOW,
@@ -33,6 +32,7 @@ from .helpers import (
     Model,
     compactions,
     config,
+    context_tools,
     encode,
     host,
     model,
@@ -50,7 +50,7 @@ def _project(store: SQLiteStore, info: SessionInfo, provider: Model) -> NextRequ
     turn = fold_turn(records)
     fold = fold_request(records)
     blobs = {sha: data for sha in fold.blobs_needed() if (data := store.blob(sha)) is not None}
-    tools = tool_specs({**builtin_tools(), "emit": Emit({})}.values())
+    tools = tool_specs({**context_tools(), "emit": Emit({})}.values())
     prefix = Prefix(
         model=provider.spec,
         system=turn.system_prompt or system_prompt(info.workspace),
