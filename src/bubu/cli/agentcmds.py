@@ -679,7 +679,9 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
     click.echo(f"{info.id}  {printable(info.title)}\n  workspace {printable(info.workspace)}\n")
     for item in t.items:
         if isinstance(item, ToolCard):
-            click.echo(f"  ⏺ {printable(item.name)} {_args(item.arguments)}  [{item.status}]")
+            click.echo(
+                f"  ⏺ {printable(item.name)} {_args(item.name, item.arguments)}  [{item.status}]"
+            )
             if item.result is not None:
                 first = (item.result.strip().splitlines() or [""])[0]
                 click.echo(f"    ⎿ {printable(first[:100])}")
@@ -702,8 +704,10 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool) -> None:
     )
 
 
-def _args(args: dict[str, object]) -> str:
-    main = args.get("command") or args.get("pattern") or args.get("path") or ""
+def _args(name: str, args: dict[str, object]) -> str:
+    from bubu.toolfacts import facts_of
+
+    main = facts_of(name).headline_of(args) or ""
     text = " ".join(printable(str(main)).split())
     return text[:80]
 

@@ -20,6 +20,7 @@ from typing import Annotated
 from msgspec import UNSET, UnsetType
 
 from bubu.errors import ToolError
+from bubu.toolfacts import ToolFacts
 from bubu.tools.base import ToolContext, ToolResult
 from bubu.tools.decorator import tool
 from bubu.tools.guard import Escape, is_regular, locate, open_beneath
@@ -197,6 +198,7 @@ class ListFilesArgs(Arguments):
 @tool(
     effect="read_only",
     name="list_files",
+    facts=ToolFacts(headline="pattern"),
     path_arg="path",
     description=(
         "List files in the workspace, sorted, as paths relative to the workspace. `path` is the "
@@ -239,6 +241,7 @@ class GrepArgs(Arguments):
 @tool(
     effect="read_only",
     name="grep",
+    facts=ToolFacts(headline="pattern"),
     path_arg="path",
     description=(
         "Search text files in the workspace for a Python regular expression and return matching "

@@ -33,6 +33,7 @@ from bubu.projections.status import Status, fold_status
 from bubu.projections.transcript import Message, ToolCard, transcript
 from bubu.providers.base import Message as ModelMessage
 from bubu.providers.base import ToolSpec
+from bubu.toolfacts import facts_of
 from bubu.web.notice import NoticeView, notice_view
 from bubu.web.runs import RunManager
 
@@ -116,6 +117,8 @@ class ToolItem(msgspec.Struct, kw_only=True, tag="tool", tag_field="type"):
     call_id: str
     name: str
     arguments: dict[str, JSON]
+    headline: str
+    """The argument that names the call, as the tool declares it (`bubu.toolfacts`)."""
     status: str
     effect: str | None
     recovery: str | None
@@ -453,6 +456,11 @@ def _message_item(m: Message, watermark: int | None) -> MessageItem:
     return MessageItem(seq=m.seq, kind=m.kind, text=m.text, turn=m.turn)
 
 
+def _headline(c: ToolCard) -> str:
+    value = facts_of(c.name).headline_of(c.arguments)
+    return "" if value is None else str(value)
+
+
 def _tool_item(c: ToolCard) -> ToolItem:
     result = c.result
     head: str | None = None
@@ -466,7 +474,8 @@ def _tool_item(c: ToolCard) -> ToolItem:
             head = head[:HEAD_CHARS]
         truncated = head != result.rstrip("\n") or c.blob is not None
     return ToolItem(
-        seq=c.seq, call_id=c.call_id, name=c.name, arguments=dict(c.arguments), status=c.status,
+        seq=c.seq, call_id=c.call_id, name=c.name, arguments=dict(c.arguments),
+        headline=_headline(c), status=c.status,
         effect=c.effect, recovery=c.recovery, is_error=c.is_error, duration_ms=c.duration_ms,
         result_head=head, result_lines=lines, result_chars=chars, truncated=truncated, blob=c.blob,
     )  # fmt: skip

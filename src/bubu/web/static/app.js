@@ -597,16 +597,17 @@ function messageItem(m) {
   }
 }
 
-// The main argument on one line; a newline stays visible as ⏎ (two commands never read as one).
-function mainArg(args) {
-  const v = args.command ?? args.path ?? args.pattern ?? args.handle ?? "";
+// The argument that names the call (the tool declares it; the server sends it as `headline`), on
+// one line; a newline stays visible as ⏎ (two commands never read as one).
+function mainArg(t) {
+  const v = t.headline ?? "";
   return String(v).split("\n").map((l) => l.replace(/\s+/g, " ").trim()).join("⏎ ").slice(0, 120);
 }
 
 function toolCard(s, t) {
   const status = t.status === "recovered" && t.recovery ? `recovered · ${DECISION_LABEL[t.recovery] || t.recovery}` : t.status;
   const parts = [h("div", { class: "tool-head" },
-    h("span", { class: "tool-name", text: t.name }), h("code", { class: "tool-arg", text: mainArg(t.arguments) }),
+    h("span", { class: "tool-name", text: t.name }), h("code", { class: "tool-arg", text: mainArg(t) }),
     h("span", { class: "spacer" }),
     t.effect ? h("span", { class: "effect", text: t.effect.replace("_", " ") }) : null,
     t.duration_ms !== null && t.duration_ms !== undefined ? h("span", { class: "muted small", text: t.duration_ms >= 1000 ? (t.duration_ms / 1000).toFixed(1) + " s" : t.duration_ms + " ms" }) : null,
@@ -726,7 +727,7 @@ const viewer = { s: null, t: null, offset: 1, total: 0 };
 
 async function openViewer(s, t) {
   Object.assign(viewer, { s, t, offset: 1, total: 0 });
-  $("#viewer-title").textContent = `${t.name} ${mainArg(t.arguments)}`.trim();
+  $("#viewer-title").textContent = `${t.name} ${mainArg(t)}`.trim();
   $("#viewer").showModal();
   await viewerPage(1);
 }
