@@ -34,6 +34,7 @@ from bubu.projections.transcript import Message, ToolCard, transcript
 from bubu.providers.base import Message as ModelMessage
 from bubu.providers.base import ToolSpec
 from bubu.toolfacts import facts_of
+from bubu.web.markdown import to_html
 from bubu.web.notice import NoticeView, notice_view
 from bubu.web.runs import RunManager
 
@@ -108,6 +109,9 @@ class MessageItem(msgspec.Struct, kw_only=True, tag="message", tag_field="type")
     text: str
     turn: str | None = None
     watermark: int | None = None
+    html: str | None = None
+    """The model's text rendered from Markdown and sanitized (`bubu.web.markdown`), for the
+    page to show as it is; only on the model's own messages."""
 
 
 class ToolItem(msgspec.Struct, kw_only=True, tag="tool", tag_field="type"):
@@ -453,7 +457,8 @@ def _message_item(m: Message, watermark: int | None) -> MessageItem:
         return MessageItem(
             seq=m.seq, kind="compaction", text=m.text, turn=m.turn, watermark=watermark
         )
-    return MessageItem(seq=m.seq, kind=m.kind, text=m.text, turn=m.turn)
+    html = to_html(m.text) if m.kind == "assistant" else None
+    return MessageItem(seq=m.seq, kind=m.kind, text=m.text, turn=m.turn, html=html)
 
 
 def _headline(c: ToolCard) -> str:

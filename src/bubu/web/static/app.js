@@ -587,7 +587,7 @@ function messageItem(m) {
         onclick: () => openRewind(app.session, m.seq - 1) }, "Rewind"),
       h("button", { class: "changes small", title: "What this turn changed in the workspace",
         onclick: () => openDiff(app.session, m.seq) }, "Changes")), h("div", { class: "text", text: m.text }));
-    case "assistant": return h("div", { class: "msg assistant", dataset: { seq: m.seq } }, h("div", { class: "who", text: "Bubu" }), h("div", { class: "text", text: m.text }));
+    case "assistant": return h("div", { class: "msg assistant", dataset: { seq: m.seq } }, h("div", { class: "who", text: "Bubu" }), modelText(m));
     case "thinking": return h("details", { class: "thinking", dataset: { seq: m.seq } }, h("summary", { text: "Thinking" }), h("div", { class: "text", text: m.text }));
     case "error": return h("div", { class: "msg error", dataset: { seq: m.seq }, text: m.text });
     case "notice": return h("div", { class: "notice-item", dataset: { seq: m.seq }, text: m.text });
@@ -595,6 +595,15 @@ function messageItem(m) {
       h("span", { text: `${m.text} · the checkpoint covers events 1–${fmt(m.watermark)}` }));
     default: return h("div", { class: "note", dataset: { seq: m.seq } }, h("span", { text: m.text }));
   }
+}
+
+// The model's text as the server rendered it from Markdown and sanitized it (bubu.web.markdown);
+// plain text when it came without.
+function modelText(m) {
+  if (typeof m.html !== "string") return h("div", { class: "text", text: m.text });
+  const div = h("div", { class: "text md" });
+  div.innerHTML = m.html;
+  return div;
 }
 
 // The argument that names the call (the tool declares it; the server sends it as `headline`), on
