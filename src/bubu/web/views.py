@@ -6,8 +6,10 @@ incrementally per session (`SessionIndex`), so listing many sessions reads only 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -34,7 +36,6 @@ from bubu.projections.transcript import Message, ToolCard, transcript
 from bubu.providers.base import Message as ModelMessage
 from bubu.providers.base import ToolSpec
 from bubu.toolfacts import facts_of
-from bubu.web.markdown import to_html
 from bubu.web.notice import NoticeView, notice_view
 from bubu.web.runs import RunManager
 
@@ -457,8 +458,24 @@ def _message_item(m: Message, watermark: int | None) -> MessageItem:
         return MessageItem(
             seq=m.seq, kind="compaction", text=m.text, turn=m.turn, watermark=watermark
         )
-    html = to_html(m.text) if m.kind == "assistant" else None
+    html = _markdown(m.text) if m.kind == "assistant" else None
     return MessageItem(seq=m.seq, kind=m.kind, text=m.text, turn=m.turn, html=html)
+
+
+@functools.cache
+def _renderer() -> Callable[[str], str] | None:
+    """`bubu.web.markdown.to_html`; None (the page shows plain text) in an environment installed
+    before the Markdown libraries were required."""
+    try:
+        from bubu.web.markdown import to_html
+    except ImportError:
+        return None
+    return to_html
+
+
+def _markdown(text: str) -> str | None:
+    render = _renderer()
+    return None if render is None else render(text)
 
 
 def _headline(c: ToolCard) -> str:
