@@ -3,7 +3,12 @@
 Python function answers) and `SchemaCallsProvider` (each offered tool called once with arguments
 from its schema)."""
 
+import sys
+
 from bubu.providers.function import FunctionProvider
 from bubu.providers.schemacalls import SchemaCallsProvider
+
+if "pytest" in sys.modules:  # under pytest: a failed contract assertion shows its values
+    sys.modules["pytest"].register_assert_rewrite("bubu.testing.store_contract")
 
 __all__ = ["FunctionProvider", "SchemaCallsProvider"]
