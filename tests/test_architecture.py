@@ -140,3 +140,59 @@ def test_every_event_kind_is_handled_by_the_transcript() -> None:
     contents = [c.__name__ for c in events.Content.__args__]
     missing = [n for n in notes + contents if n not in text and n not in ("ModelRequest",)]
     assert missing == []
+
+
+def _imports(path: Path) -> set[str]:
+    """The bubu modules `path` imports, at its top or inside a function (a lazy import is still a
+    dependency), leaving out imports made for the type checker only."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in found if m == "bubu" or m.startswith("bubu.")}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_nothing_below_the_cli_imports_the_cli() -> None:
+    """The command line sits on top: the engine, the settings, the web UI and the API never
+    reach up into `bubu.cli` (only `python -m bubu` starts it)."""
+    entry = {SRC / "__main__.py"}
+    bad = sorted(
+        f"{_module_name(p)} imports {m}"
+        for p in SRC.rglob("*.py")
+        if (SRC / "cli") not in p.parents and p not in entry
+        for m in _imports(p)
+        if m == "bubu.cli" or m.startswith("bubu.cli.")
+    )
+    assert bad == []
+
+
+def test_the_cli_modules_import_one_another_without_a_cycle() -> None:
+    """No two CLI modules need each other (a cycle that lazy imports hide is still one)."""
+    import graphlib
+
+    paths = {_module_name(p): p for p in (SRC / "cli").rglob("*.py")}
+    graph = {
+        name: {m for m in _imports(p) if m in paths and m != name} for name, p in paths.items()
+    }
+    try:
+        order = list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as e:
+        pytest.fail(f"the CLI modules import one another in a cycle: {' -> '.join(e.args[1])}")
+    assert set(order) == set(paths)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, get_args
 
+from bubu import providerfacts
 from bubu.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -45,16 +46,11 @@ UNKNOWN = "an unknown package"
 """Who registered an entry point that came without its distribution (one passed in by hand)."""
 
 BUILTINS: Mapping[Group, Mapping[str, str]] = {
-    "bubu.providers": {
-        "scripted": "bubu.providers:scripted_provider",
-        "openai": "bubu.providers:openai_provider",
-        "openai-chat": "bubu.providers:openai_chat_provider",
-        "openai-responses": "bubu.providers:openai_responses_provider",
-        "anthropic": "bubu.providers:anthropic_provider",
-    },
+    "bubu.providers": providerfacts.ENTRY_POINTS,
     "bubu.tools": {"builtin": "bubu.tools:builtin_tool_list"},
 }
-"""The built-in registrations: the same lines as the entry points in pyproject.toml."""
+"""The built-in registrations (the providers' from their records, `bubu.providerfacts`): the
+same lines as the entry points in pyproject.toml."""
 
 
 class ProviderFactory(Protocol):

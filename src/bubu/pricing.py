@@ -15,16 +15,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from bubu.providerfacts import PRICING_IDS
+
 if TYPE_CHECKING:
     from bubu.messages import Usage
 
-PRICED_PROVIDERS = {
-    "openai": "openai",
-    "openai-chat": "openai",
-    "openai-responses": "openai",
-    "anthropic": "anthropic",
-}
-"""Bubu's provider names, by the `genai-prices` provider id their official APIs are priced as."""
+PRICED_PROVIDERS = PRICING_IDS
+"""Bubu's provider names, by the `genai-prices` provider id their official APIs are priced as
+(their records, `bubu.providerfacts`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -130,7 +130,7 @@ def _models(v: object) -> list[str]:
 
 def _duration(key: str) -> Callable[[str], float]:
     def parse(text: str) -> float:
-        from bubu.cli.longrun import parse_duration
+        from bubu.durations import parse_duration
 
         return parse_duration(text, option=key)
 

@@ -25,11 +25,11 @@ import msgspec
 import pytest
 
 import hermetic
-from bubu.cli.forkcmd import fork_session
 from bubu.context.compaction import VIEW_KIND
 from bubu.context.policy import ContextPolicy
 from bubu.engine.compacting import compact
 from bubu.engine.driver import RunConfig
+from bubu.engine.fork import fork_session
 from bubu.engine.inspect import inspect_request
 from bubu.engine.session import Host
 from bubu.errors import ProviderError

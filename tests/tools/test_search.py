@@ -184,3 +184,52 @@ def test_a_stopped_search_is_an_error_result(
     ctx.stopped_by = lambda: "stopped because another runner took this session over"
     result = tools["grep"].run({"pattern": "TODO"}, ctx, None)
     assert "stopped because another runner took this session over" in result.output
+
+
+@pytest.fixture
+def ignoring(ws: Path) -> Path:
+    """A project whose `.gitignore` files (at the root and deeper) leave build output out."""
+    files = {
+        ".gitignore": "build/\n*.log\n!keep.log\n",
+        "src/app.py": "needle = 1\n",
+        "build/lib/app.py": "needle = 1  # a built copy\n",
+        "run.log": "needle in a log\n",
+        "keep.log": "needle kept\n",
+        "src/gen/.gitignore": "*.py\n!hand.py\n",
+        "src/gen/made.py": "needle generated\n",
+        "src/gen/hand.py": "needle by hand\n",
+    }
+    for rel, text in files.items():
+        path = ws / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return ws
+
+
+def test_grep_finds_nothing_in_a_gitignored_directory(
+    tools: dict[str, Tool], ignoring: Path, ctx: ToolContext
+) -> None:
+    """The ignore files decide at every depth, negations included, as git reads them."""
+    lines = run(tools, ctx, "grep", pattern="needle").splitlines()
+    assert lines[:-1] == ["keep.log:1:needle kept", "src/app.py:1:needle = 1", "src/gen/hand.py:1:needle by hand"]  # fmt: skip
+    listed = run(tools, ctx, "list_files").splitlines()
+    assert listed == [".gitignore", "keep.log", "src/app.py", "src/gen/.gitignore", "src/gen/hand.py"]  # fmt: skip
+
+
+def test_a_walk_below_the_root_keeps_the_rules_above_it(
+    tools: dict[str, Tool], ignoring: Path, ctx: ToolContext
+) -> None:
+    """Searching `src` still applies the root's and `src/gen`'s ignore files."""
+    assert (
+        run(tools, ctx, "list_files", path="src")
+        == "src/app.py\nsrc/gen/.gitignore\nsrc/gen/hand.py"
+    )
+
+
+def test_a_path_the_model_names_is_searched_though_ignored(
+    tools: dict[str, Tool], ignoring: Path, ctx: ToolContext
+) -> None:
+    """Asking for the ignored `build` directory by name searches it, as `rg PATTERN build` does."""
+    assert run(tools, ctx, "grep", pattern="needle", path="build").splitlines()[0] == (
+        "build/lib/app.py:1:needle = 1  # a built copy"
+    )

@@ -14,9 +14,9 @@ import click
 
 from bubu.cli import checks, shutdown
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
-from bubu.cli.configcmd import announce, profile_option, settle
 from bubu.cli.envopt import ENV_HELP, env_names
 from bubu.cli.longrun import budget_json, longrun_options, waiting_json, waiting_line
+from bubu.cli.settling import announce, profile_option, settle
 from bubu.cli.term import printable
 from bubu.context.quota import DEFAULT_STORE_QUOTA
 from bubu.errors import ConfigError
@@ -49,35 +49,26 @@ EXIT = {"completed": 0, "failed": 1, "stopped": 3, "suspended": 4, None: 5}
 EXIT_UNAVAILABLE = 75
 """Exit status of a turn that gave up waiting for its provider (EX_TEMPFAIL: try again later)."""
 
-DEFAULT_MODEL_ENV = "BUBU_MODEL"
-OFFLINE_CHAT = "`bubu chat -m scripted:answers.jsonl`"
-"""The chat that needs no key and no network, named wherever a model is missing."""
-
 
 def default_model(configured: str | None = None) -> str:
-    """The configured model (BUBU_MODEL, a profile or a config file), else one picked from the
-    API keys present."""
-    import os
+    """The configured model, else one picked from the API keys present
+    (`bubu.modelchoice.default_model`); a missing one says why a workspace's model did not
+    count."""
+    from bubu.cli.settling import unsaid
+    from bubu.modelchoice import default_model as choose
 
-    if configured:
-        return configured
-    if os.environ.get(DEFAULT_MODEL_ENV):
-        return os.environ[DEFAULT_MODEL_ENV]
-    if os.environ.get("ANTHROPIC_API_KEY"):
-        return "anthropic:claude-sonnet-5-5"
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        return "openai:gpt-5"
-    from bubu.cli import configcmd
+    return choose(configured, unsaid=unsaid())
 
-    # A workspace's model that was not trusted is why there is none: say so.
-    said = f" ({configcmd.unsaid()})" if configcmd.unsaid() else ""
-    raise ConfigError(
-        "no model given: pass -m provider:model (e.g. -m anthropic:claude-sonnet-5-5, "
-        "-m openai:gpt-5, -m scripted:FILE) or set BUBU_MODEL; without a key, "
-        f"{OFFLINE_CHAT} chats offline, each answer a line of a JSONL file "
-        "(docs/interactive.md#offline-a-scripted-chat), and `bubu demo` shows a whole run"
-        f"{said}"
-    )
+
+def continuing_host(
+    store: Store, info: SessionInfo, opts: dict[str, Any], observer: Any, *, new_turn: bool = False
+) -> tuple[Host, SessionInfo, str]:
+    """A host for another run of `info` (a `new_turn`, or the continuation of its latest one),
+    the session as its chain records it, and the model spec (`bubu.cli.continuing`)."""
+    from bubu.cli.continuing import continuing_opts_of
+
+    merged, acting, model = continuing_opts_of(store, info, opts, new_turn=new_turn)
+    return make_host(store, model, merged, observer), acting, model
 
 
 def sandbox_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
@@ -632,7 +623,6 @@ def run_cmd(
     store = ctx.store
     from bubu import images
     from bubu.cli.background import Finder
-    from bubu.cli.continuing import continuing_host
     from bubu.cli.render import TerminalObserver
     from bubu.engine.session import check_task, new_session, start_turn
     from bubu.providers.scripted import absolute_spec
@@ -729,7 +719,6 @@ def approve_plan_cmd(ctx: Ctx, /, session: str, message: str | None, **opts: Any
     """Approve the plan of SESSION's planning turn (bubu run --plan) and run a turn that carries
     it out, in the same session."""
     store = ctx.store
-    from bubu.cli.continuing import continuing_host
     from bubu.cli.render import TerminalObserver
     from bubu.engine.session import APPROVED, start_turn
 
@@ -751,7 +740,6 @@ def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
     """Continue a stopped or suspended turn, or one that gave up waiting for its provider (a
     crashed one is recovered by `bubu recover`); limits given here replace the turn's."""
     store = ctx.store
-    from bubu.cli.continuing import continuing_host
     from bubu.cli.render import TerminalObserver
     from bubu.engine.recovery import needs_recovery, recover_session
     from bubu.engine.session import resume_turn
@@ -811,7 +799,9 @@ def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool, tail: int
     click.echo(f"{info.id}  {printable(info.title)}\n  workspace {printable(info.workspace)}\n")
     for item in t.items:
         if isinstance(item, ToolCard):
-            click.echo(f"  ⏺ {printable(item.name)} {_args(item.arguments)}  [{item.status}]")
+            click.echo(
+                f"  ⏺ {printable(item.name)} {_args(item.name, item.arguments)}  [{item.status}]"
+            )
             if item.result is not None:
                 first = (item.result.strip().splitlines() or [""])[0]
                 click.echo(f"    ⎿ {printable(first[:100])}")
@@ -870,8 +860,10 @@ def tail_transcript(store: Store, info: SessionInfo, n: int) -> Any:
     return t
 
 
-def _args(args: dict[str, object]) -> str:
-    main = args.get("command") or args.get("pattern") or args.get("path") or ""
+def _args(name: str, args: dict[str, object]) -> str:
+    from bubu.toolfacts import facts_of
+
+    main = facts_of(name).headline_of(args) or ""
     text = " ".join(printable(str(main)).split())
     return text[:80]
 

@@ -35,7 +35,7 @@ from bubu.cli.agentcmds import (
     signals,
 )
 from bubu.cli.app import Ctx, cli, fail, pass_ctx
-from bubu.cli.configcmd import settle
+from bubu.cli.settling import settle
 from bubu.cli.term import one_line, printable
 from bubu.engine.session import Host, check_task, new_session, start_turn
 from bubu.errors import BubuError
@@ -74,7 +74,7 @@ class Chat:
         new session; a bad model spec or session fails here, before anything is written."""
         self.ask_trust()
         if session_ref or cont:
-            from bubu.cli.continuing import continuing_host
+            from bubu.cli.agentcmds import continuing_host
 
             info = (
                 self.store.session(session_ref)
@@ -130,7 +130,7 @@ class Chat:
         sid = self.info.id if self.info is not None else "new session"
         self.say(f"bubu chat · {sid} · {self.model} · {where}", dim=True)
         self.say("/help lists the commands · Ctrl-C stops a turn · Ctrl-D leaves", dim=True)
-        from bubu.cli.configcmd import announce
+        from bubu.cli.settling import announce
 
         announce(self.say)
         if self.info is not None:

@@ -1,4 +1,4 @@
-"""Hosts for another run of an existing session: its chained facts and its recorded settings.
+"""The settings of another run of an existing session: its chained facts and its recorded settings.
 
 A session's workspace and model come from its chain (`bubu.engine.scope.acting_info`), and its
 provider settings from its latest turn (`bubu.engine.settings`); a flag the user gave on the
@@ -13,13 +13,12 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from bubu.cli.agentcmds import default_model, make_host
-from bubu.cli.configcmd import settle
+from bubu.cli.settling import settle, unsaid
 from bubu.engine.scope import acting_info
-from bubu.engine.session import Host
 from bubu.engine.settings import continuing_opts, imported_server, last_turn
 from bubu.errors import ConfigError
 from bubu.log.store import SessionInfo, Store
+from bubu.modelchoice import default_model
 
 
 def explicit_flags() -> set[str]:
@@ -31,11 +30,12 @@ def explicit_flags() -> set[str]:
     return {name for name in ctx.params if ctx.get_parameter_source(name) in given}
 
 
-def continuing_host(
-    store: Store, info: SessionInfo, opts: dict[str, Any], observer: Any, *, new_turn: bool = False
-) -> tuple[Host, SessionInfo, str]:
-    """A host for another run of `info` (a `new_turn`, or the continuation of its latest one),
-    the session as its chain records it, and the model spec."""
+def continuing_opts_of(
+    store: Store, info: SessionInfo, opts: dict[str, Any], *, new_turn: bool = False
+) -> tuple[dict[str, Any], SessionInfo, str]:
+    """The options of another run of `info` (a `new_turn`, or the continuation of its latest
+    one), the session as its chain records it, and the model spec (`agentcmds.continuing_host`
+    builds the host from them)."""
     acting, facts = acting_info(store, info)
     if not Path(acting.workspace).is_dir():
         raise ConfigError(
@@ -50,8 +50,9 @@ def continuing_host(
     if facts.origin == "import" and "base_url" not in explicit:
         imported_server(note, acting.id)
     merged = continuing_opts(opts, explicit, note, new_turn=new_turn)
-    model = merged.get("model") or acting.model or default_model(opts.get("configured_model"))
-    return make_host(store, model, merged, observer), acting, model
+    configured = opts.get("configured_model")
+    model = merged.get("model") or acting.model or default_model(configured, unsaid=unsaid())
+    return merged, acting, model
 
 
 def recover_line(info: SessionInfo, origin: str | None) -> str:
@@ -63,4 +64,4 @@ def recover_line(info: SessionInfo, origin: str | None) -> str:
     return f"recovering {info.id}{came} in {info.workspace}: {one_line(info.title, 60)}"
 
 
-__all__ = ["continuing_host", "explicit_flags", "recover_line"]
+__all__ = ["continuing_opts_of", "explicit_flags", "recover_line"]

@@ -3,19 +3,28 @@ sessions`), for every command: people put options where they remember them."""
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import click
 
 HELP = "The log database (as `bubu --db`); accepted after the command name too."
 
 
+@runtime_checkable
+class _HoldsDb(Protocol):
+    """The per-invocation state (`bubu.cli.app.Ctx`) as far as `--db` sets it."""
+
+    db: str | None
+
+
 def _set_db(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
     if value is None:
         return
-    from bubu.cli.app import Ctx
-
-    state = ctx.find_object(Ctx)
-    if state is not None:
-        state.db = value
+    node: click.Context | None = ctx
+    while node is not None and not isinstance(node.obj, _HoldsDb):
+        node = node.parent
+    if node is not None:
+        node.obj.db = value
 
 
 def accept_db(command: click.Command) -> None:

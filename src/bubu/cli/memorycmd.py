@@ -198,11 +198,13 @@ def _newest_session(store: Store, workspace: str) -> SessionInfo:
 def _append_notes(store: Store, info: SessionInfo, notes: Sequence[NoteFact]) -> None:
     """Append the user's memory facts; under the lease when it is free, else beside the running
     turn (whose runner folds them in as it does a notice dismissal)."""
-    from bubu.cli.recovercmds import _free
     from bubu.engine.driver import owner_id
+    from bubu.engine.scope import session_free
 
     lease = (
-        store.acquire_lease(info.id, owner_id(), 10, steal=False) if _free(store, info.id) else None
+        store.acquire_lease(info.id, owner_id(), 10, steal=False)
+        if session_free(store, info.id)
+        else None
     )
     now = clock.now_ms()
     events = [

@@ -12,11 +12,12 @@ from bubu import clock
 from bubu.cli import shutdown
 from bubu.cli.agentcmds import EXIT, model_options, observer_for, signals
 from bubu.cli.app import Ctx, cli, emit_json, fail, pass_ctx
-from bubu.cli.configcmd import announce
 from bubu.cli.render import TerminalObserver
+from bubu.cli.settling import announce
 from bubu.cli.term import echo
 from bubu.engine.driver import owner_id
 from bubu.engine.recovery import recover_session
+from bubu.engine.scope import session_free
 from bubu.errors import BubuError
 from bubu.events import NoticeDismissed, SystemNote, make
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
@@ -34,8 +35,9 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, force: bool, **
 
     Each continues with the settings its turn recorded (model, server, limits); a flag given
     here changes that setting. An imported or forked session is recovered only when named."""
+    from bubu.cli.agentcmds import continuing_host
     from bubu.cli.background import say
-    from bubu.cli.continuing import continuing_host, recover_line
+    from bubu.cli.continuing import recover_line
     from bubu.engine.recovery import forceable, needs_recovery
     from bubu.engine.scope import session_facts
 
@@ -128,7 +130,7 @@ def stop_cmd(ctx: Ctx, /, session: str, wait_s: float) -> None:
     store = ctx.store
     info = store.session(session)
     # A lease whose process is gone (on this machine) has nobody to hear the request.
-    lease = None if _free(store, info.id) else store.request_stop(info.id)
+    lease = None if session_free(store, info.id) else store.request_stop(info.id)
     if lease is None:
         state = fold_status(store.read(info.id)).state
         hint = " (its runner is gone: `bubu recover` continues it)" if state == "open" else ""
@@ -157,9 +159,8 @@ def dismiss_cmd(ctx: Ctx, /, session: str) -> None:
     if st.notice_seq is None or st.notice_dismissed:
         click.echo("no recovery notice to dismiss")
         return
-    lease = (
-        store.acquire_lease(info.id, owner_id(), 10, steal=False) if _free(store, info.id) else None
-    )
+    free = session_free(store, info.id)
+    lease = store.acquire_lease(info.id, owner_id(), 10, steal=False) if free else None
     head = store.head(info.id)
     ev = make(
         session=info.id,
@@ -176,9 +177,3 @@ def dismiss_cmd(ctx: Ctx, /, session: str) -> None:
         if lease is not None:
             store.release_lease(lease)
     click.echo(f"dismissed the recovery notice of {info.id}")
-
-
-def _free(store: Any, session: str) -> bool:
-    from bubu.engine.scope import lease_is_stale
-
-    return lease_is_stale(store.current_lease(session), store.now_ms())

@@ -45,6 +45,7 @@ from bubu.projections.transcript import (
     unknown_usage,
 )
 from bubu.providers.base import Delta
+from bubu.toolfacts import facts_of
 
 
 def _short(value: object, width: int = 70) -> str:
@@ -54,7 +55,7 @@ def _short(value: object, width: int = 70) -> str:
 def call_label(c: FunctionCall) -> str:
     """A one-line label for a tool call."""
     a = c.arguments
-    main = a.get("command") or a.get("pattern") or a.get("path") or a.get("handle") or ""
+    main = facts_of(c.name).headline_of(a) or ""
     # A newline stays visible (⏎): `echo ok` and `rm -rf x` on two lines are two commands.
     return f"{_short(c.name, 40)} {_short(one_line_marked(str(main)))}".rstrip()
 
@@ -62,6 +63,9 @@ def call_label(c: FunctionCall) -> str:
 def result_label(c: FunctionResponse) -> str:
     """A one-line summary of a tool result; a failed one also shows its last line, where a
     command's reason is (`timed out after 1s; …killed`)."""
+    declared = facts_of(c.name).result
+    if declared is not None:
+        return _short(declared(c.result, c.is_error), 160)
     lines = c.result.splitlines() or [""]
     first = next((n for n, x in enumerate(lines) if x.strip()), 0)
     head = _short(lines[first], 60)

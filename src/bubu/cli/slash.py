@@ -233,7 +233,7 @@ def _seq(chat: Chat, arg: str, default: int) -> int | None:
 
 
 def _fork(chat: Chat, arg: str) -> None:
-    from bubu.cli.forkcmd import fork_session
+    from bubu.engine.fork import fork_session
 
     sid = _session(chat)
     if sid is None:

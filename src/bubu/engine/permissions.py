@@ -39,6 +39,7 @@ from typing import Literal
 
 from bubu.engine import commandline, runners
 from bubu.events import PermissionRequest, SandboxMode
+from bubu.toolfacts import COMMAND_SUMMARY, facts_of
 from bubu.tools.kinds import kind_reason
 from bubu.tools.places import place_reason
 from bubu.tools.protected import protected_reason
@@ -102,7 +103,7 @@ class Policy:
         self, tool: str, command: str | None, *, cwd: str | None = None
     ) -> bool:
         """True when a call that needs permission is pre-approved by an allow-list pattern."""
-        if tool != "run_command" or command is None:
+        if facts_of(tool).command is None or command is None:
             return False
         return self.check_command(command, cwd=cwd).allowed
 
@@ -299,8 +300,10 @@ def visible_line(text: str) -> str:
 
 
 def asked_command(request: PermissionRequest) -> str | None:
-    """The exact command a run_command request asks about (its summary is ``run `COMMAND` ``)."""
+    """The exact command a command tool's request asks about (its summary is ``run `COMMAND` ``,
+    `bubu.toolfacts.COMMAND_SUMMARY`)."""
     s = request.summary
-    if request.tool != "run_command" or not (s.startswith("run `") and s.endswith("`")):
+    head, _, tail = COMMAND_SUMMARY.partition("{command}")
+    if facts_of(request.tool).command is None or not (s.startswith(head) and s.endswith(tail)):
         return None
-    return s[len("run `") : -1]
+    return s[len(head) : len(s) - len(tail)]

@@ -47,6 +47,7 @@ from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.projections.turn import CallState, fold
 from bubu.snapshot import refs
 from bubu.snapshot.take import snapshots_enabled, snapshotter
+from bubu.toolfacts import facts_of
 from bubu.tools.patch import companions
 
 Outcome = TurnEndReason | Literal["blocked", "busy", "nothing"] | None
@@ -305,7 +306,8 @@ def _apply(
                 )
             )
         elif cp.decision == "interrupted":
-            said = leftovers.sentence(cp.call_id) if cp.tool == "run_command" else ""
+            is_command = facts_of(cp.tool).command is not None
+            said = leftovers.sentence(cp.call_id) if is_command else ""
             if change is None:
                 settled.append(_response(runner, call, INTERRUPTED + said, True))
             else:

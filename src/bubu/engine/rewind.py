@@ -510,7 +510,7 @@ def finish(runner: Runner, plan: Plan) -> None:
     """Do what `plan` still lacks: each restore without a call yet, the fork, the turn's end.
 
     Restores already called were carried out, or settled by recovery; they are not made again."""
-    from bubu.cli.forkcmd import fork_session
+    from bubu.engine.fork import fork_session
 
     tool = runner.tools[NAME]
     for step in plan.steps:

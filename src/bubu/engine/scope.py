@@ -78,6 +78,11 @@ def lease_is_stale(lease: Lease | None, now_ms: int) -> bool:
     return False
 
 
+def session_free(store: Store, session: str) -> bool:
+    """True when no live runner holds `session`'s lease (see `lease_is_stale`)."""
+    return lease_is_stale(store.current_lease(session), store.now_ms())
+
+
 def holder_gone(store: Store, session: str, lease: Lease | None) -> bool:
     """`lease_is_stale`, and also when the lease's process on this host is another one now (its
     pid reused): the run that took the lease recorded when its process started."""

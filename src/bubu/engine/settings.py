@@ -18,14 +18,11 @@ from urllib.parse import urlsplit, urlunsplit
 from bubu.errors import ConfigError
 from bubu.events import SystemNote, TurnStarted
 from bubu.log.store import Store
+from bubu.providerfacts import OFFICIAL_HOSTS, SERVER_ENV
 
-SERVER_PROVIDERS = {
-    "openai": "OPENAI_BASE_URL",
-    "openai-chat": "OPENAI_BASE_URL",
-    "openai-responses": "OPENAI_BASE_URL",
-    "anthropic": "ANTHROPIC_BASE_URL",
-}
-"""Providers that talk to a server, and the variable naming another one."""
+SERVER_PROVIDERS = SERVER_ENV
+"""Providers that talk to a server, and the variable naming another one (their records,
+`bubu.providerfacts`)."""
 
 STALL_ENV = "BUBU_STALL_TIMEOUT"
 
@@ -88,9 +85,6 @@ def last_turn(store: Store, session: str) -> TurnStarted | None:
 def server_unknown(note: TurnStarted) -> bool:
     """The turn talks to a server, but which one was not recorded (an older Bubu started it)."""
     return note.base_url is None and note.model.partition(":")[0] in SERVER_PROVIDERS
-
-
-OFFICIAL_HOSTS = frozenset({"api.openai.com", "api.anthropic.com"})
 
 
 def imported_server(note: TurnStarted | None, session: str) -> None:

@@ -42,6 +42,7 @@ from bubu.projections.memory import Note
 from bubu.projections.turn import CallState, TurnFold, result_digest
 from bubu.providers.base import arguments_error
 from bubu.snapshot.take import snapshots_enabled, snapshotter
+from bubu.toolfacts import facts_of
 from bubu.tools import background, sandbox
 from bubu.tools.base import Children, Tool, ToolContext, ToolResult, WriteIntent
 from bubu.tools.patch import offered
@@ -599,7 +600,7 @@ class ToolCalls:
     ) -> Answer:
         allowed = False
         if call.decision is None and not hook_asks:
-            command = call.arguments.get("command") if tool.name == "run_command" else None
+            command = facts_of(tool.name).command_of(call.arguments)
             if isinstance(command, str):
                 verdict = self.effective_policy.check_command(
                     command, cwd=self.host.session.workspace
@@ -667,10 +668,7 @@ class ToolCalls:
 
 
 def _summary(tool: str, args: dict[str, object]) -> str:
-    if tool == "run_command":
-        return f"run `{args.get('command')}`"
-    path = args.get("path")
-    return f"{tool} {path}" if path is not None else tool
+    return facts_of(tool).call_summary(tool, args)
 
 
 def _run_tool(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from bubu.events import Error, FunctionCall, FunctionResponse, Record, Text
 from bubu.projections.memory import PlanItem, clean_key, is_memory_path, plan_counts, plan_items
 from bubu.projections.memory import plan_lines as _plan_lines
+from bubu.toolfacts import facts_of
 
 _EXIT = re.compile(r"exit code (-?\d+)")
 
@@ -55,14 +56,14 @@ class Facts:
             if call.name == "remember" and not c.is_error:
                 key = clean_key(str(call.arguments.get("key", "")))
                 self.remembered = [*(k for k in self.remembered if k != key), key]
-            if call.name == "run_command":
+            if facts_of(call.name).command is not None:
                 m = _EXIT.search(c.result[-400:]) if not c.is_error else None
                 status = f"exit {m.group(1)}" if m else ("failed" if c.is_error else "done")
                 if c.result.startswith("interrupted"):
                     status = "interrupted"
                 self.commands = [
                     *self.commands[-19:],
-                    (str(call.arguments.get("command", "")), status),
+                    (facts_of(call.name).command_of(call.arguments) or "", status),
                 ]
                 self.commands_run += 1
             if c.result.startswith("interrupted"):

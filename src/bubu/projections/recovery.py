@@ -30,6 +30,7 @@ from bubu.events import (
     ToolRecovery,
 )
 from bubu.projections.turn import CallState, fold
+from bubu.toolfacts import facts_of
 
 PlanKind = Literal["nothing", "ready", "blocked"]
 
@@ -90,15 +91,7 @@ def one_line_marked(text: str) -> str:
 def label(name: str, args: Mapping[str, object]) -> str:
     """A short human label for a call: the tool and its main argument (on one line, newlines
     marked ⏎)."""
-    main = (
-        args.get("command")
-        or args.get("path")
-        or args.get("pattern")
-        or args.get("handle")
-        or args.get("key")
-        or args.get("task")
-        or args.get("child")
-    )
+    main = facts_of(name).headline_of(args)
     text = one_line_marked(str(main)) if main is not None else ""
     if len(text) > 60:
         text = text[:59] + "…"

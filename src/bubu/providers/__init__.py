@@ -13,10 +13,11 @@ from typing import Any, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 from bubu.errors import ConfigError
+from bubu.providerfacts import NAMES
 from bubu.providers.base import Provider
 
-PROVIDERS = ("scripted", "openai", "openai-chat", "openai-responses", "anthropic")
-"""The built-in provider names."""
+PROVIDERS = NAMES
+"""The built-in provider names (`bubu.providerfacts` holds their records)."""
 
 
 class ProviderOptions(TypedDict, total=False):

@@ -49,8 +49,10 @@ class Rules:
     def ignored(self, path: str, *, directory: bool) -> bool:
         """Whether the relative `path` is ignored (Bubu's list first, then the deepest rule)."""
         name = path.rsplit("/", 1)[-1]
-        if name in ALWAYS_IGNORED:
-            return True
+        return name in ALWAYS_IGNORED or self.gitignored(path, directory=directory)
+
+    def gitignored(self, path: str, *, directory: bool) -> bool:
+        """Whether the ignore files alone leave the relative `path` out (the deepest decides)."""
         probe = path + "/" if directory else path
         for prefix, spec in reversed(self.specs):
             got = spec.check_file(probe[len(prefix) :])

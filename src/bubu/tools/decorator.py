@@ -74,6 +74,7 @@ import msgspec
 
 from bubu.errors import ToolError
 from bubu.events import EffectClass
+from bubu.toolfacts import NO_FACTS, ToolFacts, declare
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
 from bubu.tools.guard import Escape
 from bubu.tools.schema import (
@@ -147,9 +148,11 @@ class FunctionTool(Generic[P, R]):
         path_arg: str | None = None,
         prepare: Callable[[Any, ToolContext], WriteIntent] | None = None,
         validate: Callable[[Args], None] | None = None,
+        facts: ToolFacts | None = None,
     ) -> None:
         self.fn = fn
         self.name: str = name or fn.__name__
+        self.facts: ToolFacts = facts or NO_FACTS
         self.effect: EffectClass = effect
         self.path_arg: str | None = path_arg
         where = f"@tool {self.name}"
@@ -157,6 +160,8 @@ class FunctionTool(Generic[P, R]):
             raise TypeError(f"{where}: a tool name is 1-64 letters, digits, '_' or '-'")
         summary, docs = parse_docstring(fn.__doc__)
         self.description: str = description or summary or self.name
+        if facts is not None:
+            declare(self.name, facts)
         self._target, self._content, self._permission = target, content, permission
         self._prepare, self._validate = prepare, validate
         self._context: str | None = None
@@ -507,6 +512,7 @@ def tool(
     path_arg: str | None = None,
     prepare: Callable[[Any, ToolContext], WriteIntent] | None = None,
     validate: Callable[[Args], None] | None = None,
+    facts: ToolFacts | None = None,
 ) -> Callable[[Callable[P, R]], FunctionTool[P, R]]:
     """Make a tool of a function: ``@tool(effect="read_only")`` (see the module docstring).
 
@@ -515,7 +521,8 @@ def tool(
     instead, every call asks and shows it. `path_arg` names the argument that is a path in the
     workspace. A provable write declares `target` and `content`, or `prepare(args, ctx)`, which
     computes its `WriteIntent` itself. `validate(args)` checks the arguments as given before
-    the schema does.
+    the schema does. `facts` says how the views show a call and whether it runs a command
+    (`bubu.toolfacts.ToolFacts`; without it, the defaults).
     """
     if bare:  # tool(fn, effect=…): a function passed directly instead of decorated
         raise TypeError(
@@ -549,6 +556,7 @@ def tool(
             path_arg=path_arg,
             prepare=prepare,
             validate=validate,
+            facts=facts,
         )
 
     return wrap

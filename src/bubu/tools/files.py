@@ -26,6 +26,7 @@ from typing import Annotated, BinaryIO
 from msgspec import Meta
 
 from bubu.errors import ToolError
+from bubu.toolfacts import ToolFacts
 from bubu.tools.base import ToolContext, ToolResult, WriteIntent
 from bubu.tools.decorator import tool
 from bubu.tools.guard import Escape, Located, Root, fsync_dir, locate, open_beneath
@@ -539,6 +540,7 @@ def _occurrences(data: bytes, needle: bytes) -> int:
 read_file = tool(
     effect="read_only",
     name="read_file",
+    facts=ToolFacts(headline="path"),
     path_arg="path",
     description=(
         "Read a text file in the workspace. Lines come numbered like `cat -n`; `offset` is the "
@@ -552,6 +554,7 @@ read_file = tool(
 write_file = tool(
     effect="provable_write",
     name="write_file",
+    facts=ToolFacts(headline="path"),
     path_arg="path",
     prepare=_plan_write,
     description=(
@@ -564,6 +567,7 @@ write_file = tool(
 edit_file = tool(
     effect="provable_write",
     name="edit_file",
+    facts=ToolFacts(headline="path"),
     path_arg="path",
     prepare=_plan_edit,
     description=(

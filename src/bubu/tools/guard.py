@@ -21,6 +21,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from bubu.errors import ToolError
 
@@ -314,10 +315,27 @@ def fsync_dir(dir_fd: int) -> None:
     _fsync_dir(dir_fd)
 
 
-def walk_files(dir_fd: int, prefix: str, skip: frozenset[str]) -> Iterator[tuple[int, str, str]]:
+class WalkIgnore(Protocol):
+    """Ignore rules a walk carries down (`bubu.tools.ignores.WalkRules`)."""
+
+    def enter(self, dir_fd: int, path: str) -> WalkIgnore:
+        """The rules below the directory `path`, open as `dir_fd`."""
+        ...
+
+    def ignored(self, path: str, *, directory: bool) -> bool:
+        """Whether `path` is left out."""
+        ...
+
+
+def walk_files(
+    dir_fd: int, prefix: str, skip: frozenset[str], rules: WalkIgnore | None = None
+) -> Iterator[tuple[int, str, str]]:
     """Every entry that is not a directory below `dir_fd`, depth first in sorted order, as
-    (its directory's descriptor, its name, `prefix`/its path); directories in `skip` and
-    symlinked directories are not entered. A descriptor is valid until the next item."""
+    (its directory's descriptor, its name, `prefix`/its path); directories in `skip`, those the
+    ignore `rules` leave out and symlinked directories are not entered. A descriptor is valid
+    until the next item."""
+    if rules is not None:
+        rules = rules.enter(dir_fd, prefix)
     with os.scandir(dir_fd) as it:
         entries = sorted(it, key=lambda e: e.name)
     subdirs: list[str] = []
@@ -327,6 +345,8 @@ def walk_files(dir_fd: int, prefix: str, skip: frozenset[str]) -> Iterator[tuple
         except OSError:
             continue
         path = f"{prefix}/{e.name}" if prefix else e.name
+        if rules is not None and rules.ignored(path, directory=is_dir):
+            continue
         if is_dir:
             if e.name not in skip:
                 subdirs.append(e.name)
@@ -338,7 +358,7 @@ def walk_files(dir_fd: int, prefix: str, skip: frozenset[str]) -> Iterator[tuple
         except OSError:
             continue  # gone, unreadable, or swapped for a symlink since it was listed
         try:
-            yield from walk_files(fd, f"{prefix}/{name}" if prefix else name, skip)
+            yield from walk_files(fd, f"{prefix}/{name}" if prefix else name, skip, rules)
         finally:
             os.close(fd)
 

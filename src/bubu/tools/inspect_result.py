@@ -9,6 +9,7 @@ import re
 from collections import Counter
 from typing import Literal
 
+from bubu.toolfacts import ToolFacts
 from bubu.tools.base import ToolContext, ToolResult
 from bubu.tools.decorator import tool
 from bubu.tools.results import Handle, _blob, _handle, line_count
@@ -119,6 +120,7 @@ class InspectResultArgs(Arguments):
 @tool(
     effect="read_only",
     name="inspect_result",
+    facts=ToolFacts(headline="handle"),
     description=(
         "Describe a large tool result that was replaced by a placeholder, before paging through "
         "it: bytes, lines, detected format (json, jsonl, csv, log, text, binary), for JSON its "

@@ -26,6 +26,7 @@ from bubu.projections.memory import (
     search,
     text_sha256,
 )
+from bubu.toolfacts import ToolFacts
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
 from bubu.tools.decorator import tool
 from bubu.tools.schema import Arguments
@@ -91,6 +92,7 @@ def _plan_note(args: RememberArgs, ctx: ToolContext) -> WriteIntent:
 @tool(
     effect="provable_write",
     name="remember",
+    facts=ToolFacts(headline="key"),
     prepare=_plan_note,
     description=(
         "Remember a short note for later sessions in this workspace (how to build or test, a "

@@ -19,6 +19,7 @@ from jmespath.exceptions import JMESPathError
 from msgspec import UNSET, Meta, UnsetType
 
 from bubu.errors import ToolError
+from bubu.toolfacts import ToolFacts
 from bubu.tools.base import ToolContext, ToolResult
 from bubu.tools.decorator import tool
 from bubu.tools.inspect_result import detect
@@ -65,6 +66,7 @@ class QueryResultArgs(Arguments):
 @tool(
     effect="read_only",
     name="query_result",
+    facts=ToolFacts(headline="handle"),
     description=(
         "Ask a large JSON, JSON-lines or CSV result (behind a placeholder) for items. JSON lines "
         "and CSV rows are an array. `query`: JMESPath (e.g. `items[?status=='failed'].id`, "

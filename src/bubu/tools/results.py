@@ -16,6 +16,7 @@ from typing import Annotated
 from msgspec import UNSET, Meta, UnsetType
 
 from bubu.errors import ToolError
+from bubu.toolfacts import ToolFacts
 from bubu.tools.base import ToolContext, ToolResult
 from bubu.tools.decorator import tool
 from bubu.tools.schema import Arguments, given
@@ -100,6 +101,7 @@ class ReadResultArgs(Arguments):
 @tool(
     effect="read_only",
     name="read_result",
+    facts=ToolFacts(headline="handle"),
     description=(
         "Read part of a large tool result that was replaced by a placeholder. `handle` is the "
         "sha-256 shown in the placeholder (at least its first 12 hex digits); `offset` is the "
@@ -189,6 +191,7 @@ class SearchResultArgs(Arguments):
 @tool(
     effect="read_only",
     name="search_result",
+    facts=ToolFacts(headline="pattern"),
     description=(
         "Search a large tool result that was replaced by a placeholder for a Python regular "
         "expression. Returns the numbers of matching lines with the matching text (the first "

@@ -1,7 +1,8 @@
 """Search tools: list_files (glob) and grep (Python regex over text files), both read only.
 
 Both walk the workspace in a fixed order from directory descriptors (`bubu.tools.guard`), skip
-version-control, cache and package directories (`JUNK_DIRS`), never enter a symlinked directory,
+version-control, cache and package directories (`JUNK_DIRS`) and what the `.gitignore` files
+leave out (`bubu.tools.ignores`), never enter a symlinked directory,
 open files without following a symlink out, and cap what they return, saying so.
 """
 
@@ -19,10 +20,12 @@ from typing import Annotated
 from msgspec import UNSET, UnsetType
 
 from bubu.errors import ToolError
+from bubu.toolfacts import ToolFacts
 from bubu.tools.base import ToolContext, ToolResult
 from bubu.tools.decorator import tool
 from bubu.tools.guard import Escape, is_regular, locate, open_beneath
 from bubu.tools.guard import walk_files as walk_beneath
+from bubu.tools.ignores import rules_above
 from bubu.tools.schema import Arguments, given
 from bubu.tools.workspace import (
     JUNK_DIRS,
@@ -134,8 +137,8 @@ class Found:
 
 
 def walk_files(ctx: ToolContext, t: Target) -> Iterator[Found]:
-    """The files at or under the target in a fixed order; junk and symlinked directories
-    skipped, every directory opened beneath the one before without following a symlink."""
+    """The files at or under the target in a fixed order; junk, ignored and symlinked
+    directories skipped, every directory opened beneath the one before without following a symlink."""
     with locate(t.root, t.rel) as loc:
         try:
             fd = os.open(loc.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=loc.fd)
@@ -151,7 +154,8 @@ def walk_files(ctx: ToolContext, t: Target) -> Iterator[Found]:
             yield Found(dir_fd=loc.fd, name=loc.name, rel=name, walk=t.rel, shown=t.shown())
             return
     try:
-        for dir_fd, name, rel in walk_beneath(fd, "", JUNK_DIRS):
+        rules = rules_above(t.root, t.resolved, inside=t.inside)
+        for dir_fd, name, rel in walk_beneath(fd, "", JUNK_DIRS, rules):
             if ctx.cancel.is_set():
                 raise ToolError(f"{ctx.stopped_by()} before the search finished")
             yield Found(dir_fd=dir_fd, name=name, rel=rel, walk=t.walked(rel), shown=t.shown(rel))
@@ -194,6 +198,7 @@ class ListFilesArgs(Arguments):
 @tool(
     effect="read_only",
     name="list_files",
+    facts=ToolFacts(headline="pattern"),
     path_arg="path",
     description=(
         "List files in the workspace, sorted, as paths relative to the workspace. `path` is the "
@@ -236,6 +241,7 @@ class GrepArgs(Arguments):
 @tool(
     effect="read_only",
     name="grep",
+    facts=ToolFacts(headline="pattern"),
     path_arg="path",
     description=(
         "Search text files in the workspace for a Python regular expression and return matching "

@@ -27,6 +27,7 @@ from msgspec import UNSET, Meta, UnsetType
 from bubu import clock, ids
 from bubu.errors import ToolError
 from bubu.secrets import command_env
+from bubu.toolfacts import ToolFacts
 from bubu.tools import controlfiles, limits, proctree, sockets
 from bubu.tools.base import ToolContext, ToolResult
 from bubu.tools.decorator import tool
@@ -375,6 +376,7 @@ class RunCommandArgs(Arguments):
 @tool(
     effect="side_effecting",
     name="run_command",
+    facts=ToolFacts(headline="command", command="command"),
     # Always a reason, the command itself: the engine's policy decides whether to ask.
     permission="command",
     description=(

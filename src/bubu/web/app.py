@@ -173,7 +173,7 @@ def create_app(
         return response
 
     def config(_: Request) -> Response:
-        from bubu.cli.agentcmds import default_model
+        from bubu.modelchoice import default_model
 
         try:
             model = default_model()
@@ -195,7 +195,7 @@ def create_app(
         body = await _body(request, StartTask)
         model = body.model.strip()
         if not model:
-            from bubu.cli.agentcmds import default_model
+            from bubu.modelchoice import default_model
 
             model = default_model()
         info = await _threaded(

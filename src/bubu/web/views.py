@@ -6,8 +6,10 @@ incrementally per session (`SessionIndex`), so listing many sessions reads only 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -35,6 +37,7 @@ from bubu.projections.status import Status, fold_status
 from bubu.projections.transcript import Message, ToolCard, transcript
 from bubu.providers.base import Message as ModelMessage
 from bubu.providers.base import ToolSpec
+from bubu.toolfacts import facts_of
 from bubu.web.notice import NoticeView, notice_view
 from bubu.web.runs import RunManager
 
@@ -111,6 +114,9 @@ class MessageItem(msgspec.Struct, kw_only=True, tag="message", tag_field="type")
     text: str
     turn: str | None = None
     watermark: int | None = None
+    html: str | None = None
+    """The model's text rendered from Markdown and sanitized (`bubu.web.markdown`), for the
+    page to show as it is; only on the model's own messages."""
 
 
 class ToolItem(msgspec.Struct, kw_only=True, tag="tool", tag_field="type"):
@@ -120,6 +126,8 @@ class ToolItem(msgspec.Struct, kw_only=True, tag="tool", tag_field="type"):
     call_id: str
     name: str
     arguments: dict[str, JSON]
+    headline: str
+    """The argument that names the call, as the tool declares it (`bubu.toolfacts`)."""
     status: str
     effect: str | None
     recovery: str | None
@@ -722,7 +730,29 @@ def _message_item(m: Message, watermark: int | None) -> MessageItem:
         return MessageItem(
             seq=m.seq, kind="compaction", text=m.text, turn=m.turn, watermark=watermark
         )
-    return MessageItem(seq=m.seq, kind=m.kind, text=m.text, turn=m.turn)
+    html = _markdown(m.text) if m.kind == "assistant" else None
+    return MessageItem(seq=m.seq, kind=m.kind, text=m.text, turn=m.turn, html=html)
+
+
+@functools.cache
+def _renderer() -> Callable[[str], str] | None:
+    """`bubu.web.markdown.to_html`; None (the page shows plain text) in an environment installed
+    before the Markdown libraries were required."""
+    try:
+        from bubu.web.markdown import to_html
+    except ImportError:
+        return None
+    return to_html
+
+
+def _markdown(text: str) -> str | None:
+    render = _renderer()
+    return None if render is None else render(text)
+
+
+def _headline(c: ToolCard) -> str:
+    value = facts_of(c.name).headline_of(c.arguments)
+    return "" if value is None else str(value)
 
 
 def card_item(c: ToolCard) -> ToolItem:
@@ -743,7 +773,8 @@ def _tool_item(c: ToolCard) -> ToolItem:
             head = head[:HEAD_CHARS]
         truncated = head != result.rstrip("\n") or c.blob is not None
     return ToolItem(
-        seq=c.seq, call_id=c.call_id, name=c.name, arguments=dict(c.arguments), status=c.status,
+        seq=c.seq, call_id=c.call_id, name=c.name, arguments=dict(c.arguments),
+        headline=_headline(c), status=c.status,
         effect=c.effect, recovery=c.recovery, is_error=c.is_error, duration_ms=c.duration_ms,
         result_head=head, result_lines=lines, result_chars=chars, truncated=truncated, blob=c.blob,
     )  # fmt: skip

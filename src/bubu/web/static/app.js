@@ -672,7 +672,7 @@ function messageItem(m) {
         onclick: () => openRewind(app.session, m.seq - 1) }, "Rewind"),
       h("button", { class: "changes small", title: "What this turn changed in the workspace",
         onclick: () => openDiff(app.session, m.seq) }, "Changes")), h("div", { class: "text", text: m.text }));
-    case "assistant": return h("div", { class: "msg assistant", dataset: { seq: m.seq } }, h("div", { class: "who", text: "Bubu" }), h("div", { class: "text", text: m.text }));
+    case "assistant": return h("div", { class: "msg assistant", dataset: { seq: m.seq } }, h("div", { class: "who", text: "Bubu" }), modelText(m));
     case "thinking": return h("details", { class: "thinking", dataset: { seq: m.seq } }, h("summary", { text: "Thinking" }), h("div", { class: "text", text: m.text }));
     case "error": return h("div", { class: "msg error", dataset: { seq: m.seq }, text: m.text });
     case "notice": return h("div", { class: "notice-item", dataset: { seq: m.seq }, text: m.text });
@@ -682,16 +682,26 @@ function messageItem(m) {
   }
 }
 
-// The main argument on one line; a newline stays visible as ⏎ (two commands never read as one).
-function mainArg(args) {
-  const v = args.command ?? args.path ?? args.pattern ?? args.handle ?? "";
+// The model's text as the server rendered it from Markdown and sanitized it (bubu.web.markdown);
+// plain text when it came without.
+function modelText(m) {
+  if (typeof m.html !== "string") return h("div", { class: "text", text: m.text });
+  const div = h("div", { class: "text md" });
+  div.innerHTML = m.html;
+  return div;
+}
+
+// The argument that names the call (the tool declares it; the server sends it as `headline`), on
+// one line; a newline stays visible as ⏎ (two commands never read as one).
+function mainArg(t) {
+  const v = t.headline ?? "";
   return String(v).split("\n").map((l) => l.replace(/\s+/g, " ").trim()).join("⏎ ").slice(0, 120);
 }
 
 function toolCard(s, t) {
   const status = t.status === "recovered" && t.recovery ? `recovered · ${DECISION_LABEL[t.recovery] || t.recovery}` : t.status;
   const parts = [h("div", { class: "tool-head" },
-    h("span", { class: "tool-name", text: t.name }), h("code", { class: "tool-arg", text: mainArg(t.arguments) }),
+    h("span", { class: "tool-name", text: t.name }), h("code", { class: "tool-arg", text: mainArg(t) }),
     h("span", { class: "spacer" }),
     t.effect ? h("span", { class: "effect", text: t.effect.replace("_", " ") }) : null,
     t.duration_ms !== null && t.duration_ms !== undefined ? h("span", { class: "muted small", text: t.duration_ms >= 1000 ? (t.duration_ms / 1000).toFixed(1) + " s" : t.duration_ms + " ms" }) : null,
@@ -811,7 +821,7 @@ const viewer = { s: null, t: null, offset: 1, total: 0 };
 
 async function openViewer(s, t) {
   Object.assign(viewer, { s, t, offset: 1, total: 0 });
-  $("#viewer-title").textContent = `${t.name} ${mainArg(t.arguments)}`.trim();
+  $("#viewer-title").textContent = `${t.name} ${mainArg(t)}`.trim();
   $("#viewer").showModal();
   await viewerPage(1);
 }
