@@ -29,6 +29,11 @@ class Obj(dict[str, Any]):
         value = self.get(name)
         return Obj(value) if type(value) is dict else value
 
+    @property
+    def model_extra(self) -> dict[str, Any]:
+        """Every field (the SDK models' fields outside their schema are among them)."""
+        return dict(self)
+
     def to_dict(self, mode: str = "json") -> dict[str, Any]:
         """The object as plain JSON data (the SDK models' `to_dict`)."""
         del mode

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal, TypeAlias, assert_never, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, assert_never, cast, get_args
 
 import httpx2
-import openai
-from openai.types.responses import ResponseStreamEvent, ResponseUsage
 
 from bubu import images
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
-from bubu.providers import _endpoint, _retry, windows
+from bubu.providers import _endpoint, _retry, _wire, windows
 from bubu.providers import native as shapes
 from bubu.providers.base import (
     AssistantMessage,
@@ -43,12 +41,17 @@ from bubu.providers.base import (
 )
 from bubu.providers.openai import (
     OPENAI_URL,
+    DataStream,
     body_field,
     convert_error,
     models_status,
     openai_client,
     openai_endpoint,
+    stream_data,
 )
+
+if TYPE_CHECKING:  # the SDK's types only: a run speaks the wire itself (_wire)
+    from openai.types.responses import ResponseStreamEvent, ResponseUsage
 
 Effort: TypeAlias = Literal["low", "medium", "high"]
 EFFORTS: tuple[str, ...] = get_args(Effort)
@@ -486,7 +489,7 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
             open_stream=lambda: self._open(request),
             feed=lambda event: assembler.feed(event, on_delta),
             assembler=assembler,
-            errors=(openai.APIError, httpx2.HTTPError, json.JSONDecodeError),
+            errors=(_wire.APIError, httpx2.HTTPError, json.JSONDecodeError),
             convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
         )
 
@@ -515,11 +518,8 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
             options["prompt_cache_key"] = request.session_id
         return options
 
-    def _open(self, request: ModelRequest) -> openai.Stream[ResponseStreamEvent]:
-        return cast(
-            "openai.Stream[ResponseStreamEvent]",
-            self._client.responses.create(**self.body(request), stream=True),
-        )
+    def _open(self, request: ModelRequest) -> DataStream[ResponseStreamEvent]:
+        return stream_data(self._client, "responses", {**self.body(request), "stream": True})
 
     def _convert(self, exc: Exception, *, streaming: bool) -> ProviderError:
         vendor = self._vendor
