@@ -360,7 +360,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     from bubu.notify import wrap
     from bubu.providers import resolve
     from bubu.tools import host_tools
-    from bubu.tools.mcp import default_config_path
+    from bubu.tools.mcppath import default_config_path
 
     provider = resolve(
         model,
