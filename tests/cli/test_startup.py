@@ -85,6 +85,18 @@ def test_a_read_only_command_loads_no_engine_tools_providers_or_network(
     assert len(loaded) <= BUDGET
 
 
+def test_context_loads_the_tools_it_lists_but_no_network_or_event_loop(
+    tmp_path: Path, seeded: tuple[Path, str]
+) -> None:
+    # The next request lists the tools' schemas, built from the tools themselves: those load,
+    # and nothing the tools need only when they run (asyncio, the MCP client, HTTP, the SDKs).
+    db, session = seeded
+    loaded = _loaded(tmp_path, db, "context", session)
+    assert "bubu.tools.files" in loaded
+    forbidden = [m for m in loaded if m.split(".")[0] in FORBIDDEN_ROOTS or m == "bubu.tools.mcp"]
+    assert forbidden == []
+
+
 def test_help_imports_no_command_module(tmp_path: Path, seeded: tuple[Path, str]) -> None:
     loaded = _loaded(tmp_path, seeded[0], "--help")
     modules = {c.module for c in COMMANDS.values()}

@@ -26,6 +26,8 @@ class Obj(dict[str, Any]):
     __slots__ = ()
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # protocols (copy, pickle) look for these: not JSON fields
+            raise AttributeError(name)
         value = self.get(name)
         return Obj(value) if type(value) is dict else value
 
