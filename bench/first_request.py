@@ -123,9 +123,10 @@ def main() -> None:
                         times.setdefault(f"{tree}: {provider}", []).append(cpu)
     server.shutdown()
     medians = {k: round(statistics.median(v) * 1000) for k, v in times.items()}
+    least = {k: round(min(v) * 1000) for k, v in times.items()}  # the least disturbed round
     for key, ms in medians.items():
-        print(f"{key:<18} {ms:6d} ms CPU to the first request")
-    print(json.dumps({"runs": args.runs, "median_cpu_ms": medians,
+        print(f"{key:<18} {ms:6d} ms CPU to the first request (median), {least[key]:6d} ms (min)")
+    print(json.dumps({"runs": args.runs, "median_cpu_ms": medians, "min_cpu_ms": least,
                       "trees": {k: str(v) for k, v in trees.items()}}))  # fmt: skip
 
 
