@@ -167,3 +167,15 @@ def test_anthropic_status_errors_carry_what_the_sdks_carry() -> None:
     with pytest.raises(_wire.APIStatusError) as got:
         stream_events(wire, {})
     assert (got.value.status_code, got.value.body) == (sdk.value.status_code, sdk.value.body)
+
+
+def test_a_given_clients_timeouts_are_chosen_as_the_sdks_choose_them() -> None:
+    for given in (httpx2.Client(), httpx2.Client(timeout=30)):
+        with given:
+            ours = AnthropicProvider("claude-haiku-4-5", api_key=ANTHROPIC_KEY, http_client=given)
+            sdk = anthropic.Anthropic(api_key=ANTHROPIC_KEY, http_client=given, max_retries=0)
+            assert ours._client.timeout == sdk.timeout
+            chat = OpenAIProvider("gpt-4.1-mini", api_key=OPENAI_KEY, http_client=given)
+            assert (
+                chat._client.timeout == openai.OpenAI(api_key=OPENAI_KEY, http_client=given).timeout
+            )

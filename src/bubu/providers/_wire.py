@@ -106,6 +106,9 @@ def events(lines: Iterator[str]) -> Iterator[Event]:
         yield Event(name, "\n".join(data))
 
 
+_HTTPX_DEFAULT = httpx2.Timeout(5.0)
+_SDK_DEFAULT = httpx2.Timeout(600.0, connect=5.0)
+
 ErrorBody = Callable[[object], object]
 """What the SDK keeps of an error body as the error's `body` (OpenAI: its `error` member)."""
 
@@ -125,13 +128,17 @@ class Wire:
         self._client = client
         self._base = base_url.rstrip("/")
         self._headers = dict(headers)
+        if timeout is None:
+            # As the SDKs choose: the given client's own timeouts, unless they are httpx2's
+            # defaults (5 s), which no model call could live with; then ten minutes.
+            timeout = client.timeout if client.timeout != _HTTPX_DEFAULT else _SDK_DEFAULT
         self._timeout = timeout
         self._error_body = error_body
 
     @property
     def timeout(self) -> httpx2.Timeout:
         """The timeouts every call runs under."""
-        return self._timeout or self._client.timeout
+        return self._timeout
 
     def close(self) -> None:
         """Close the HTTP client."""
@@ -152,13 +159,12 @@ class Wire:
         if body is not None:
             content = json.dumps(body, ensure_ascii=False).encode()
             headers["content-type"] = "application/json"
-        chosen: Any = self._timeout if timeout is None else httpx2.Timeout(timeout)
         request = self._client.build_request(
             method,
             self.url(path),
             headers=headers,
             content=content,
-            timeout=httpx2.USE_CLIENT_DEFAULT if chosen is None else chosen,
+            timeout=self._timeout if timeout is None else httpx2.Timeout(timeout),
         )
         try:
             response = self._client.send(request, stream=stream)
