@@ -4,8 +4,8 @@ Thinking blocks come back with their signatures (and redacted blocks with their 
 are replayed byte for byte in the next request, as the API requires during tool use. The stable
 prefix (tools, system) and the newest user turns carry `cache_control` breakpoints so long
 sessions are billed mostly as cache reads. At Anthropic's own API the file and command tools
-are offered as Claude's text editor and bash (`bubu.providers.native`). The SDK never retries:
-the engine does.
+are offered as Claude's text editor and bash (`bubu.providers.native`). A call is sent
+as the official SDK sends it, over `httpx2` (`_wire`), and never retried: the engine does.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""`openai-chat:MODEL` — Chat Completions with tools and streaming, through the official SDK.
+"""`openai-chat:MODEL` — Chat Completions with tools and streaming, as the official SDK sends it.
 
 The adapter for OpenAI-compatible servers (Ollama, vLLM, LM Studio, OpenRouter): `openai:MODEL`
 with a `base_url` / `OPENAI_BASE_URL` other than OpenAI's comes here, and `openai-chat:MODEL`
-asks for it at OpenAI too (whose own `openai:MODEL` is the Responses API, `openai_responses`). The SDK never retries (`max_retries=0`): the engine owns
+asks for it at OpenAI too (whose own `openai:MODEL` is the Responses API, `openai_responses`). Calls go over `httpx2` (`_wire`) and are never retried: the engine owns
 retries and records each failed attempt, so every failure leaves here as a `ProviderError`.
 """
 
