@@ -87,7 +87,8 @@ def first_request(server: Server, provider: str, src: Path, work: Path, cache: P
     base = f"http://127.0.0.1:{port}" + ("/v1" if provider == "openai" else "")
     env = {**installed_env(cache), "PYTHONPATH": str(src), "BUBU_HOME": str(work / "home"),
            "ANTHROPIC_API_KEY": "sk-ant-bench", "OPENAI_API_KEY": "sk-bench"}  # fmt: skip
-    argv = [sys.executable, "-m", "bubu", "--db", str(work / "bench.db"), "run", "say hello",
+    db = work / f"bench-{abs(hash(str(src)))}.db"  # each tree its own: a newer one may migrate
+    argv = [sys.executable, "-m", "bubu", "--db", str(db), "run", "say hello",
             "-m", MODELS[provider], "--base-url", base, "--yes"]  # fmt: skip
     proc = subprocess.Popen(argv, env=env, cwd=work, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)  # fmt: skip
