@@ -13,7 +13,6 @@ option it feeds, how its value is checked, and how a workspace may set it (`Guar
 from __future__ import annotations
 
 import contextlib
-import difflib
 import math
 import os
 import re
@@ -619,6 +618,8 @@ def _check_keys(layer: _Layer, raw: Mapping[str, object], table: str | None) -> 
     for name, value in raw.items():
         key = BY_NAME.get(name)
         if key is None:
+            import difflib
+
             close = difflib.get_close_matches(name, list(BY_NAME), n=1)
             hint = (
                 f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(BY_NAME)}"

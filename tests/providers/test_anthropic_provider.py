@@ -1,4 +1,4 @@
-"""The Anthropic adapter against hand-written Messages API stream fixtures, through the SDK."""
+"""The Anthropic adapter against hand-written Messages API stream fixtures, over the wire."""
 
 from __future__ import annotations
 

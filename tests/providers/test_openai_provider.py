@@ -1,4 +1,4 @@
-"""The OpenAI adapter against hand-written Chat Completions wire fixtures, through the SDK."""
+"""The OpenAI adapter against hand-written Chat Completions wire fixtures, over the wire."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Wire-level test doubles: hand-written fixtures served through the SDKs' own HTTP stack.
+"""Wire-level test doubles: hand-written fixtures served through the adapters' HTTP stack.
 
-`Wire` is an `httpx2.MockTransport` (the transport the openai and anthropic SDKs are built on)
+`Wire` is an `httpx2.MockTransport` (the transport the adapters and the SDKs are built on)
 answering with queued responses and recording each request it was sent. `serve_cut_stream`
 is a real HTTP server on a local socket that drops the connection in the middle of a stream.
 """

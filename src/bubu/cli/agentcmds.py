@@ -16,6 +16,7 @@ from bubu.cli import checks, shutdown
 from bubu.cli.app import Ctx, cli, emit_json, pass_ctx
 from bubu.cli.envopt import ENV_HELP, env_names
 from bubu.cli.longrun import budget_json, longrun_options, waiting_json, waiting_line
+from bubu.cli.prices import load_prices
 from bubu.cli.settling import announce, profile_option, settle
 from bubu.cli.term import printable
 from bubu.context.quota import DEFAULT_STORE_QUOTA
@@ -357,7 +358,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
     from bubu.notify import wrap
     from bubu.providers import resolve
     from bubu.tools import host_tools
-    from bubu.tools.mcp import default_config_path
+    from bubu.tools.mcppath import default_config_path
 
     provider = resolve(
         model,
@@ -1029,19 +1030,6 @@ def context_policy(
         summary_result_share = base.summary_result_share
     return ContextPolicy(compact_at=at, compact_to=to, summary_result_share=summary_result_share,
                          store_quota=store_quota)  # fmt: skip
-
-
-def load_prices() -> None:
-    """Price models as the user's config file says (`[prices."provider:model"]`), for views
-    that tell $0 from an unknown price before a session's first call."""
-    from bubu.pricing import configure_from
-    from bubu.settings import resolve
-
-    try:
-        found = resolve(workspace=None, flags={}, defaults={}).values.get("prices")
-    except ConfigError:
-        return  # a broken file is said by the commands that run with it
-    configure_from(found.value if found is not None else None)
 
 
 def cost_lines(usage: Any, *, priced: bool = False) -> str:

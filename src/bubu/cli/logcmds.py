@@ -101,11 +101,13 @@ def as_tree(rows: list[dict[str, object]]) -> list[tuple[int, dict[str, object]]
 @pass_ctx
 def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None, text: str | None) -> None:
     """List sessions, newest first, with their status derived from the log."""
-    from bubu.log.search import matching
+    found = None
+    if text is not None:
+        from bubu.log.search import matching
 
-    found = None if text is None else matching(ctx.store, text)
+        found = matching(ctx.store, text)
     infos = [s for s in ctx.store.sessions() if found is None or s.id in found]
-    from bubu.cli.agentcmds import load_prices
+    from bubu.cli.prices import load_prices
 
     load_prices()
     rows = [_session_row(ctx.store, s) for s in infos]

@@ -11,7 +11,6 @@ not the run's process.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Container
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +21,13 @@ from bubu.events import RunStarted, SystemNote
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.origin import FACT_KINDS, SessionFacts, fold_facts
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
+
+
+def _hostname() -> str:
+    import socket  # only when a lease or a run is checked
+
+    return socket.gethostname()
+
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
@@ -73,7 +79,7 @@ def lease_is_stale(lease: Lease | None, now_ms: int) -> bool:
         return True
     host, _, rest = lease.owner.partition(":")
     pid_text = rest.partition(":")[0]
-    if host == socket.gethostname() and pid_text.isdigit():
+    if host == _hostname() and pid_text.isdigit():
         return not pid_alive(int(pid_text))
     return False
 
@@ -89,7 +95,7 @@ def holder_gone(store: Store, session: str, lease: Lease | None) -> bool:
     if lease_is_stale(lease, store.now_ms()):
         return True
     assert lease is not None
-    if lease.owner.partition(":")[0] != socket.gethostname():
+    if lease.owner.partition(":")[0] != _hostname():
         return False
     for r in reversed(store.read(session, kinds=("run_started",))):
         c = r.event.content
@@ -175,7 +181,7 @@ def classify(store: Store, info: SessionInfo) -> Found:
         ),
         None,
     )
-    if run is None or run.host != socket.gethostname() or run.pid is None:
+    if run is None or run.host != _hostname() or run.pid is None:
         where = run.host if run is not None and run.host else "an unknown host"
         return Found(session=acting, verdict="elsewhere", reason=f"its last run was on {where}")
     if pid_alive(run.pid, run.proc_start):

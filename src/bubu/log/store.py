@@ -18,7 +18,7 @@ import msgspec
 from bubu import clock
 from bubu.errors import UnknownSession
 from bubu.events import Event, Record, kind_of
-from bubu.log import codec, redact
+from bubu.log import codec
 from bubu.log import objects as _objects
 
 Durability = Literal["adaptive", "full"]
@@ -191,6 +191,8 @@ class Store(abc.ABC):
         """Create a session and return it. `events` (with their `blobs`) become its first events
         in the same transaction, fully synced: the session appears complete or not at all.
         Secret values in the title, the events and the blobs are redacted first."""
+        from bubu.log import redact  # its patterns compile on first use: a reader needs none
+
         events, blobs = redact.scrub(events, blobs)
         return self._create_session(
             title=redact.text(title), workspace=workspace, model=model, session_id=session_id,
@@ -269,6 +271,8 @@ class Store(abc.ABC):
         `durable` asks for a full sync before returning. Secret values are redacted first
         (`bubu.log.redact`), so the chain is computed over the redacted bytes.
         """
+        from bubu.log import redact  # its patterns compile on first use: a reader needs none
+
         events, blobs = redact.scrub(events, blobs)
         return self._append(
             session, events, expect=expect, durable=durable, lease=lease, blobs=blobs

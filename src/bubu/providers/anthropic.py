@@ -4,8 +4,8 @@ Thinking blocks come back with their signatures (and redacted blocks with their 
 are replayed byte for byte in the next request, as the API requires during tool use. The stable
 prefix (tools, system) and the newest user turns carry `cache_control` breakpoints so long
 sessions are billed mostly as cache reads. At Anthropic's own API the file and command tools
-are offered as Claude's text editor and bash (`bubu.providers.native`). The SDK never retries:
-the engine does.
+are offered as Claude's text editor and bash (`bubu.providers.native`). A call is sent
+as the official SDK sends it, over `httpx2` (`_wire`), and never retried: the engine does.
 """
 
 from __future__ import annotations
@@ -13,28 +13,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias, assert_never, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, assert_never, cast
 
-import anthropic
 import httpx2
-from anthropic.types import (
-    CacheControlEphemeralParam,
-    ContentBlock,
-    ContentBlockParam,
-    ImageBlockParam,
-    MessageParam,
-    RawContentBlockDelta,
-    RawMessageStreamEvent,
-    TextBlockParam,
-    ThinkingConfigParam,
-    ToolParam,
-    ToolResultBlockParam,
-)
 
 from bubu import images
 from bubu.errors import ConfigError, ProviderError
-from bubu.providers import _endpoint, _retry, windows
+from bubu.providers import _endpoint, _retry, _wire, windows
 from bubu.providers import native as shapes
 from bubu.providers.base import (
     AssistantMessage,
@@ -53,6 +40,23 @@ from bubu.providers.base import (
     UserMessage,
     parse_arguments,
 )
+
+if TYPE_CHECKING:  # the SDK's types only: a run speaks the wire itself (_wire)
+    from anthropic.types import (
+        CacheControlEphemeralParam,
+        ContentBlock,
+        ContentBlockParam,
+        ImageBlockParam,
+        MessageParam,
+        RawContentBlockDelta,
+        RawMessageStreamEvent,
+        TextBlockParam,
+        ThinkingConfigParam,
+        ToolParam,
+        ToolResultBlockParam,
+    )
+
+    _ContentDelta: TypeAlias = RawContentBlockDelta
 
 DEFAULT_CONTEXT_WINDOW = 200_000
 # Every Claude model documented so far has a 200k window by default (1M needs a beta header);
@@ -86,7 +90,7 @@ _STATUS_OF_ERROR_TYPE = {
     "overloaded_error": 529,
 }
 
-UserBlock: TypeAlias = TextBlockParam | ToolResultBlockParam | ImageBlockParam
+UserBlock: TypeAlias = "TextBlockParam | ToolResultBlockParam | ImageBlockParam"
 
 
 def context_window_for(model: str) -> int:
@@ -398,9 +402,6 @@ class EventAssembler:
         )
 
 
-_ContentDelta: TypeAlias = RawContentBlockDelta
-
-
 def _start_block(content: ContentBlock, on_delta: DeltaSink) -> _Block:
     match content.type:
         case "text":
@@ -573,14 +574,11 @@ class AnthropicProvider(_endpoint.AtEndpoint):
         self._found: windows.Window | None = None
         stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
         self._vendor = endpoint.vendor(stall)
-        # An explicit key stops the SDK from looking for profiles or tokens elsewhere.
-        self._client = anthropic.Anthropic(
-            api_key=endpoint.key,
-            base_url=endpoint.base,
-            http_client=http_client,
-            max_retries=0,
-            open_telemetry=False,
-            timeout=anthropic.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
+        self._client = _wire.Wire(
+            http_client or httpx2.Client(follow_redirects=True),
+            self._base_url,
+            wire_headers(endpoint.key),
+            timeout=None if stall is None else _retry.sdk_timeout(stall),
         )
         self._owned = None if http_client is not None else self._client
 
@@ -635,7 +633,7 @@ class AnthropicProvider(_endpoint.AtEndpoint):
             open_stream=lambda: self._open(request),
             feed=lambda event: assembler.feed(event, on_delta),
             assembler=assembler,
-            errors=(anthropic.APIError, httpx2.HTTPError, json.JSONDecodeError),
+            errors=(_wire.APIError, httpx2.HTTPError, json.JSONDecodeError),
             convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
         )
 
@@ -648,7 +646,7 @@ class AnthropicProvider(_endpoint.AtEndpoint):
             return self._max_output
         return DEFAULT_MAX_OUTPUT + (self._thinking_budget or 0)
 
-    def _open(self, request: ModelRequest) -> anthropic.Stream[RawMessageStreamEvent]:
+    def _open(self, request: ModelRequest) -> _retry.Stream[RawMessageStreamEvent]:
         ttl = self._cache_ttl
         system = to_system(request.system, ttl)
         tools: list[Any] = list(
@@ -657,20 +655,21 @@ class AnthropicProvider(_endpoint.AtEndpoint):
         if self.web_search:
             tools.append(dict(WEB_SEARCH_TOOL))
         budget = self._thinking_budget
-        return self._client.messages.create(
-            model=self._model,
-            max_tokens=self.max_tokens(request),
-            system=system or anthropic.omit,
-            tools=tools or anthropic.omit,
-            messages=to_messages(request, ttl),
-            thinking=anthropic.omit if budget is None else thinking_config(self._model, budget),
-            stream=True,
-        )
+        body: dict[str, object] = {"model": self._model, "max_tokens": self.max_tokens(request)}
+        if system:
+            body["system"] = system
+        if tools:
+            body["tools"] = tools
+        body["messages"] = to_messages(request, ttl)
+        if budget is not None:
+            body["thinking"] = thinking_config(self._model, budget)
+        body["stream"] = True
+        return stream_events(self._client, body)
 
     def _convert(self, exc: Exception, *, streaming: bool) -> ProviderError:
         vendor = self._vendor
         match exc:
-            case anthropic.APIStatusError():
+            case _wire.APIStatusError():
                 error_type = _error_field(exc.body, "type")
                 status = exc.status_code
                 if status < 400:  # an error event inside a 200 stream
@@ -684,22 +683,16 @@ class AnthropicProvider(_endpoint.AtEndpoint):
                     api_code=error_type,
                 )
                 return _retry.probe_server(error, self._models_status)
-            case anthropic.APITimeoutError() | httpx2.TimeoutException():
+            case _wire.APITimeoutError() | httpx2.TimeoutException():
                 return _retry.timeout_error(vendor, exc)
-            case anthropic.APIConnectionError() | httpx2.TransportError():
+            case _wire.APIConnectionError() | httpx2.TransportError():
                 return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
             case _:
                 return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
 
     def _models_status(self) -> int:
         """The HTTP status of `GET /v1/models` at the server (is it up?), quickly."""
-        try:
-            self._client.with_options(timeout=_retry.PROBE_S).get(
-                "/v1/models", cast_to=httpx2.Response
-            )
-        except anthropic.APIStatusError as exc:
-            return exc.status_code
-        return 200
+        return self._client.status_of("/v1/models", timeout=_retry.PROBE_S)
 
 
 def _error_field(body: object, key: str) -> str | None:
@@ -707,3 +700,57 @@ def _error_field(body: object, key: str) -> str | None:
     error = body.get("error") if isinstance(body, dict) else None
     value = error.get(key) if isinstance(error, dict) else None
     return str(value) if value is not None else None
+
+
+# ---- the wire: the Messages API's documented request and event stream, over httpx2 ------------
+
+API_VERSION = "2026-10-21"
+"""The `anthropic-version` header, the one the official SDK sends (a test holds them equal)."""
+
+
+def wire_headers(key: str | None) -> dict[str, str]:
+    """The headers of every call, as the official SDK sends them (it never retries)."""
+    headers = {"accept": "application/json", "anthropic-version": API_VERSION,
+               "x-stainless-retry-count": "0"}  # fmt: skip
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    return headers
+
+
+def stream_events(client: _wire.Wire, body: object) -> _retry.Stream[RawMessageStreamEvent]:
+    """POST a Messages request now and return its stream of events, read as the SDK reads them:
+    `ping` and unnamed events skipped, an `error` event raised as a status error of the
+    response."""
+    return _Events(client.stream("/v1/messages", body))
+
+
+class _Events:
+    __slots__ = ("_opened",)
+
+    def __init__(self, opened: _wire.Opened) -> None:
+        self._opened = opened
+
+    def __enter__(self) -> Iterator[RawMessageStreamEvent]:
+        response, events = self._opened.__enter__()
+        return _typed(response, events)
+
+    def __exit__(self, *_: object) -> None:
+        self._opened.__exit__()
+
+
+def _typed(
+    response: httpx2.Response, events: Iterator[_wire.Event]
+) -> Iterator[RawMessageStreamEvent]:
+    for sse in events:
+        if sse.event in ("ping", None):
+            continue
+        if sse.event == "error":
+            body: object = sse.data
+            try:
+                body = json.loads(sse.data)
+                message = f"{body}"
+            except ValueError:
+                message = sse.data or f"Error code: {response.status_code}"
+            raise _wire.APIStatusError(message, response=response, body=body)
+        if sse.data:
+            yield cast("RawMessageStreamEvent", _wire.data(sse))

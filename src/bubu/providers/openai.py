@@ -1,8 +1,8 @@
-"""`openai-chat:MODEL` — Chat Completions with tools and streaming, through the official SDK.
+"""`openai-chat:MODEL` — Chat Completions with tools and streaming, as the official SDK sends it.
 
 The adapter for OpenAI-compatible servers (Ollama, vLLM, LM Studio, OpenRouter): `openai:MODEL`
 with a `base_url` / `OPENAI_BASE_URL` other than OpenAI's comes here, and `openai-chat:MODEL`
-asks for it at OpenAI too (whose own `openai:MODEL` is the Responses API, `openai_responses`). The SDK never retries (`max_retries=0`): the engine owns
+asks for it at OpenAI too (whose own `openai:MODEL` is the Responses API, `openai_responses`). Calls go over `httpx2` (`_wire`) and are never retried: the engine owns
 retries and records each failed attempt, so every failure leaves here as a `ProviderError`.
 """
 
@@ -10,25 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
-from typing import Any, assert_never
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, assert_never, cast
 
 import httpx2
-import openai
-from openai.types.chat import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionContentPartParam,
-    ChatCompletionFunctionToolParam,
-    ChatCompletionMessageFunctionToolCallParam,
-    ChatCompletionMessageParam,
-)
-from openai.types.completion_usage import CompletionUsage
 
 from bubu import images
 from bubu.errors import ProviderError
 from bubu.ids import new_id
-from bubu.providers import _endpoint, _retry, toolmode, windows
+from bubu.providers import _endpoint, _retry, _wire, toolmode, windows
 from bubu.providers.base import (
     AssistantMessage,
     AssistantPart,
@@ -47,6 +38,18 @@ from bubu.providers.base import (
     parse_arguments,
 )
 
+if TYPE_CHECKING:  # the SDK's types only: a run speaks the wire itself (_wire)
+    from openai.types.chat import (
+        ChatCompletion,
+        ChatCompletionChunk,
+        ChatCompletionContentPartParam,
+        ChatCompletionFunctionToolParam,
+        ChatCompletionMessageFunctionToolCallParam,
+        ChatCompletionMessageParam,
+    )
+    from openai.types.completion_usage import CompletionUsage
+
+T = TypeVar("T")
 OPENAI_URL = "https://api.openai.com/v1"
 PLACEHOLDER_KEY = _endpoint.PLACEHOLDER_KEY
 """The key sent to a server without one set (local servers ignore it; the SDK insists)."""
@@ -437,9 +440,9 @@ class OpenAIProvider(_endpoint.AtEndpoint):
         if self._tool_mode == "whole" and request.tools:
             return self._whole(request, on_delta)
         assembler = ChunkAssembler()
-        opened: list[openai.Stream[ChatCompletionChunk]] = []
+        opened: list[DataStream[ChatCompletionChunk]] = []
 
-        def open_stream() -> openai.Stream[ChatCompletionChunk]:
+        def open_stream() -> DataStream[ChatCompletionChunk]:
             opened.append(self._open(request))
             return opened[-1]
 
@@ -449,7 +452,7 @@ class OpenAIProvider(_endpoint.AtEndpoint):
                 open_stream=open_stream,
                 feed=lambda chunk: assembler.feed(chunk, on_delta),
                 assembler=assembler,
-                errors=(openai.APIError, httpx2.HTTPError, json.JSONDecodeError),
+                errors=(_wire.APIError, httpx2.HTTPError, json.JSONDecodeError),
                 convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
             )
         except ProviderError as e:
@@ -487,18 +490,18 @@ class OpenAIProvider(_endpoint.AtEndpoint):
         error: ProviderError
         try:
             completion = self._create(request, stream=False)
-        except (openai.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
+        except (_wire.APIError, httpx2.HTTPError, json.JSONDecodeError) as exc:
             error = self._convert(exc, streaming=False)
         else:
-            if not isinstance(completion, ChatCompletion):  # a body that is not JSON
+            if not isinstance(completion, _wire.Obj):  # a body that is not a JSON object
                 raise _retry.bad_response_error(self._vendor, f"not a completion: {completion!r}")
-            assembler.take_whole(completion, on_delta)
+            assembler.take_whole(cast("ChatCompletion", completion), on_delta)
             if assembler.complete:
                 return assembler.result()
             error = _retry.incomplete_stream_error(self._vendor)
         raise error
 
-    def _open(self, request: ModelRequest) -> openai.Stream[ChatCompletionChunk]:
+    def _open(self, request: ModelRequest) -> DataStream[ChatCompletionChunk]:
         return self._create(request, stream=True)  # type: ignore[no-any-return]
 
     def _create(self, request: ModelRequest, *, stream: bool) -> Any:
@@ -508,40 +511,35 @@ class OpenAIProvider(_endpoint.AtEndpoint):
         limit = request.max_tokens if request.max_tokens is not None else self._max_output
         if self._official:
             limit = output_cap(request.max_tokens, self._max_output, reasoning_model(self._model))
-        effort = self._effort if self._effort is not None else openai.omit
+        body: dict[str, Any] = {
+            "model": self._model,
+            "messages": to_messages(request, compatible=not self._official),
+        }
+        if tools:
+            body["tools"] = tools
         if stream is False:
-            return self._client.chat.completions.create(
-                model=self._model,
-                messages=to_messages(request, compatible=not self._official),
-                tools=tools or openai.omit,
-                tool_choice="auto" if tools else openai.omit,
-                max_tokens=limit if limit is not None else COMPATIBLE_MAX_OUTPUT,
-                reasoning_effort=effort,
-                stream=False,
-            )
-        # OpenAI's newer models accept only max_completion_tokens, which counts reasoning, so
-        # none is sent unless asked for; compatible servers widely understand only max_tokens.
-        if self._official:
-            return self._client.chat.completions.create(
-                model=self._model,
-                messages=to_messages(request, compatible=not self._official),
-                tools=tools or openai.omit,
-                max_completion_tokens=limit if limit is not None else openai.omit,
-                reasoning_effort=effort,
-                stream=True,
-                stream_options={"include_usage": True},
-            )
-        # A compatible server is asked for "auto" outright: llama-cpp-python drops tools without it.
-        return self._client.chat.completions.create(
-            model=self._model,
-            messages=to_messages(request, compatible=not self._official),
-            tools=tools or openai.omit,
-            tool_choice="auto" if tools and self._tool_mode == "stream" else openai.omit,
-            max_tokens=limit if limit is not None else COMPATIBLE_MAX_OUTPUT,
-            reasoning_effort=effort,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
+            if tools:
+                body["tool_choice"] = "auto"
+            body["max_tokens"] = limit if limit is not None else COMPATIBLE_MAX_OUTPUT
+        elif self._official:
+            # OpenAI's newer models accept only max_completion_tokens, which counts reasoning,
+            # so none is sent unless asked for; compatible servers widely understand only
+            # max_tokens.
+            if limit is not None:
+                body["max_completion_tokens"] = limit
+        else:
+            # A compatible server is asked for "auto" outright: llama-cpp-python drops tools
+            # without it.
+            if tools and self._tool_mode == "stream":
+                body["tool_choice"] = "auto"
+            body["max_tokens"] = limit if limit is not None else COMPATIBLE_MAX_OUTPUT
+        if self._effort is not None:
+            body["reasoning_effort"] = self._effort
+        body["stream"] = stream
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+            return stream_data(self._client, "chat/completions", body)
+        return self._client.post("chat/completions", body)
 
     def _convert(self, exc: Exception, *, streaming: bool) -> ProviderError:
         vendor = self._vendor
@@ -571,17 +569,73 @@ def openai_endpoint(base_url: str | None, api_key: str | None) -> _endpoint.Endp
 
 def openai_client(
     endpoint: _endpoint.Endpoint, stall_timeout: float | None, http_client: httpx2.Client | None
-) -> tuple[_retry.Vendor, openai.OpenAI]:
-    """The vendor failures name and the SDK client (which never retries: the engine does)."""
+) -> tuple[_retry.Vendor, _wire.Wire]:
+    """The vendor failures name and the client calls go through (which never retries: the
+    engine does), sending what the official SDK sends."""
     stall = _retry.stall_timeout(stall_timeout, client_given=http_client is not None)
-    client = openai.OpenAI(
-        api_key=endpoint.key,
-        base_url=endpoint.base or OPENAI_URL,
-        http_client=http_client,
-        max_retries=0,
-        timeout=openai.NOT_GIVEN if stall is None else _retry.sdk_timeout(stall),
+    client = _wire.Wire(
+        http_client or httpx2.Client(follow_redirects=True),
+        endpoint.base or OPENAI_URL,
+        wire_headers(endpoint.key),
+        timeout=None if stall is None else _retry.sdk_timeout(stall),
+        error_body=lambda body: body.get("error", body) if isinstance(body, dict) else body,
     )
     return endpoint.vendor(stall), client
+
+
+def wire_headers(key: str | None) -> dict[str, str]:
+    """The headers of every call, as the official SDK sends them: the key, and the organization
+    and project OPENAI_ORG_ID and OPENAI_PROJECT_ID name."""
+    headers = {"accept": "application/json", "x-stainless-retry-count": "0"}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    for env, name in (
+        ("OPENAI_ORG_ID", "openai-organization"),
+        ("OPENAI_PROJECT_ID", "openai-project"),
+    ):
+        if os.environ.get(env) is not None:
+            headers[name] = os.environ[env]
+    return headers
+
+
+class DataStream(Generic[T]):
+    """A sent streaming request: entered, its SSE events' data as JSON objects, read as the
+    SDK reads them (`[DONE]` ends it; an object with an `error` raises it as an APIError)."""
+
+    __slots__ = ("_opened",)
+
+    def __init__(self, opened: _wire.Opened) -> None:
+        self._opened = opened
+
+    @property
+    def response(self) -> httpx2.Response:
+        """The HTTP response the stream is read from."""
+        return self._opened.response
+
+    def __enter__(self) -> Iterator[T]:
+        return self._data(self._opened.__enter__()[1])
+
+    def __exit__(self, *_: object) -> None:
+        self._opened.__exit__()
+
+    @staticmethod
+    def _data(events: Iterator[_wire.Event]) -> Iterator[T]:
+        for sse in events:
+            if sse.data.startswith("[DONE]"):
+                break
+            data = _wire.data(sse)
+            if isinstance(data, dict) and data.get("error"):
+                error = data["error"]
+                message = error.get("message") if isinstance(error, dict) else None
+                if not message or not isinstance(message, str):
+                    message = "An error occurred during streaming"
+                raise _wire.APIError(message, body=error)
+            yield data
+
+
+def stream_data(client: _wire.Wire, path: str, body: object) -> DataStream[Any]:
+    """POST a streaming request at `path` now and return its stream of JSON objects."""
+    return DataStream(client.stream(path, body))
 
 
 def convert_error(
@@ -594,7 +648,7 @@ def convert_error(
     """The `ProviderError` for a failure of an OpenAI SDK call; `in_stream` reads the body of an
     error that came inside a 200 stream."""
     match exc:
-        case openai.APIStatusError():
+        case _wire.APIStatusError():
             return _retry.status_error(
                 vendor,
                 exc.status_code,
@@ -603,23 +657,19 @@ def convert_error(
                 api_message=body_field(exc.body, "message"),
                 api_code=exc.code,
             )
-        case openai.APITimeoutError() | httpx2.TimeoutException():
+        case _wire.APITimeoutError() | httpx2.TimeoutException():
             return _retry.timeout_error(vendor, exc)
-        case openai.APIConnectionError() | httpx2.TransportError():
+        case _wire.APIConnectionError() | httpx2.TransportError():
             return _retry.connection_error(vendor, _retry.cause(exc), during_stream=streaming)
-        case openai.APIError():
+        case _wire.APIError():
             return in_stream(exc.body)
         case _:
             return _retry.bad_response_error(vendor, f"{type(exc).__name__}: {exc}")
 
 
-def models_status(client: openai.OpenAI) -> int:
+def models_status(client: _wire.Wire) -> int:
     """The HTTP status of `GET /models` at the client's server (is it up?), quickly."""
-    try:
-        client.with_options(timeout=_retry.PROBE_S).get("/models", cast_to=httpx2.Response)
-    except openai.APIStatusError as exc:
-        return exc.status_code
-    return 200
+    return client.status_of("/models", timeout=_retry.PROBE_S)
 
 
 def body_field(body: object, key: str) -> str | None:

@@ -6,23 +6,21 @@ their native form and replayed verbatim in later requests, as Anthropic thinking
 so a reasoning model keeps its chain of thought across tool calls; its `function_call` items are
 replayed as received too. `prompt_cache_key` is the session id, so one session's calls share a
 cache. At OpenAI the write and command tools are offered as its own `apply_patch` and `shell`
-(`bubu.providers.native`). The SDK never retries (`max_retries=0`): the engine owns retries.
+(`bubu.providers.native`). Calls go over `httpx2` as the SDK sends them, never retried: the engine owns retries.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal, TypeAlias, assert_never, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, assert_never, cast, get_args
 
 import httpx2
-import openai
-from openai.types.responses import ResponseStreamEvent, ResponseUsage
 
 from bubu import images
 from bubu.errors import ConfigError, ProviderError
 from bubu.ids import new_id
-from bubu.providers import _endpoint, _retry, windows
+from bubu.providers import _endpoint, _retry, _wire, windows
 from bubu.providers import native as shapes
 from bubu.providers.base import (
     AssistantMessage,
@@ -43,12 +41,17 @@ from bubu.providers.base import (
 )
 from bubu.providers.openai import (
     OPENAI_URL,
+    DataStream,
     body_field,
     convert_error,
     models_status,
     openai_client,
     openai_endpoint,
+    stream_data,
 )
+
+if TYPE_CHECKING:  # the SDK's types only: a run speaks the wire itself (_wire)
+    from openai.types.responses import ResponseStreamEvent, ResponseUsage
 
 Effort: TypeAlias = Literal["low", "medium", "high"]
 EFFORTS: tuple[str, ...] = get_args(Effort)
@@ -507,7 +510,7 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
             open_stream=lambda: self._open(request),
             feed=lambda event: assembler.feed(event, on_delta),
             assembler=assembler,
-            errors=(openai.APIError, httpx2.HTTPError, json.JSONDecodeError),
+            errors=(_wire.APIError, httpx2.HTTPError, json.JSONDecodeError),
             convert=lambda exc, streaming: self._convert(exc, streaming=streaming),
         )
 
@@ -538,11 +541,8 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
             options["prompt_cache_key"] = request.session_id
         return options
 
-    def _open(self, request: ModelRequest) -> openai.Stream[ResponseStreamEvent]:
-        return cast(
-            "openai.Stream[ResponseStreamEvent]",
-            self._client.responses.create(**self.body(request), stream=True),
-        )
+    def _open(self, request: ModelRequest) -> DataStream[ResponseStreamEvent]:
+        return stream_data(self._client, "responses", {**self.body(request), "stream": True})
 
     def _convert(self, exc: Exception, *, streaming: bool) -> ProviderError:
         vendor = self._vendor

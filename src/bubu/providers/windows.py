@@ -12,8 +12,13 @@ Probes use short timeouts and never raise; a provider asks once per run.
 from __future__ import annotations
 
 import functools
+import importlib.util
+import json
+import os
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -50,7 +55,71 @@ class Window:
 
 @functools.lru_cache(maxsize=256)
 def hosted_window(provider_id: str, model: str) -> Window | None:
-    """The window `genai-prices` states for `model` at `provider_id` ("openai", "anthropic")."""
+    """The window `genai-prices` states for `model` at `provider_id` ("openai", "anthropic").
+
+    Loading the table builds thousands of validated objects (a quarter of a second of CPU), so
+    what it said is kept in `$BUBU_HOME/cache/windows.json`, keyed by the table's version; a
+    process that has the table loaded already asks the table."""
+    if "genai_prices" in sys.modules:
+        return _table_window(provider_id, model)
+    cache = _WindowCache.open()
+    if cache is None:
+        return _table_window(provider_id, model)
+    key = f"{provider_id}/{model}"
+    if key in cache.entries:
+        tokens = cache.entries[key]
+        return Window(tokens, "genai-prices table") if tokens else None
+    found = _table_window(provider_id, model)
+    cache.entries[key] = found.tokens if found is not None else 0
+    cache.save()
+    return found
+
+
+@dataclass(slots=True)
+class _WindowCache:
+    path: Path
+    version: str
+    entries: dict[str, int]
+
+    @classmethod
+    def open(cls) -> _WindowCache | None:
+        """The cache for the installed table (empty when absent, stale or unreadable); None
+        when the table's version cannot be told."""
+        try:
+            spec = importlib.util.find_spec("genai_prices")
+            origin = Path(spec.origin or "") if spec is not None else None
+            if origin is None:
+                return None
+            stat = (origin.parent / "data.py").stat()
+        except (OSError, ImportError, ValueError):
+            return None
+        version = f"{origin.parent}:{stat.st_size}:{stat.st_mtime_ns}"
+        home = Path(os.environ.get("BUBU_HOME") or Path.home() / ".bubu").expanduser()
+        path = home / "cache" / "windows.json"
+        entries: dict[str, int] = {}
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(saved, dict) and saved.get("table") == version:
+                got = saved.get("windows")
+                if isinstance(got, dict):
+                    entries = {k: v for k, v in got.items() if type(v) is int and v >= 0}
+        except (OSError, ValueError):
+            pass
+        return cls(path, version, entries)
+
+    def save(self) -> None:
+        """Write the cache (atomically; a failure only means asking the table next time)."""
+        data = json.dumps({"table": self.version, "windows": self.entries}, sort_keys=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+            temp.write_text(data, encoding="utf-8")
+            os.replace(temp, self.path)
+        except OSError:
+            pass
+
+
+def _table_window(provider_id: str, model: str) -> Window | None:
     try:
         from genai_prices import data_snapshot
 

@@ -133,7 +133,11 @@ def host_tools(
     configured in `mcp` (default ``$BUBU_HOME/mcp.json`` when it exists), connected once per
     process, with the secret variables `pass_env` passed on to them."""
     from bubu.plugins import plugin_tools
-    from bubu.tools.mcp import connect
+    from bubu.tools.mcppath import default_config_path
 
-    tools = [*plugin_tools(entry_points), *connect(mcp, pass_env)]
+    tools: list[Tool] = [*plugin_tools(entry_points)]
+    if mcp is not None or default_config_path() is not None:
+        from bubu.tools.mcp import connect  # the MCP client (asyncio) only when servers are set
+
+        tools += connect(mcp, pass_env)
     return tool_table(tools, where="the host's tools")

@@ -48,7 +48,6 @@ needs; they are there for every tool:
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import inspect
 import json
@@ -392,6 +391,8 @@ class FunctionTool(Generic[P, R]):
             kwargs[self._intent] = intent
         out: object = self.fn(**kwargs)  # type: ignore[call-arg]  # checked against the signature
         if inspect.iscoroutine(out):
+            import asyncio  # only for a coroutine tool: a run without one never loads it
+
             out = asyncio.run(out)  # engine tools run in worker threads: no loop is running here
         return out
 

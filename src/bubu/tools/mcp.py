@@ -46,6 +46,7 @@ from bubu.errors import ConfigError, ToolError
 from bubu.events import EffectClass
 from bubu.tools import mcpprocs, mcpstdout, proctree
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
+from bubu.tools.mcppath import default_config_path
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -105,13 +106,6 @@ def startup_timeout() -> float:
             f"BUBU_MCP_STARTUP_TIMEOUT takes a number of seconds from 0 to 3600, got {raw!r}"
         )
     return value
-
-
-def default_config_path() -> Path | None:
-    """``$BUBU_HOME/mcp.json`` (BUBU_HOME defaults to ~/.bubu) if that file exists."""
-    home = Path(os.environ.get("BUBU_HOME") or Path.home() / ".bubu").expanduser()
-    path = home / "mcp.json"
-    return path if path.is_file() else None
 
 
 def parse_config(data: bytes, where: str) -> MCPConfig:
