@@ -424,7 +424,7 @@ def _start_block(content: ContentBlock, on_delta: DeltaSink) -> _Block:
         case "server_tool_use" | "web_search_tool_result":
             # The server's web search (`web_search = true`): kept whole, to be replayed.
             block = _Block("server")
-            block.native = content.model_dump(mode="json", exclude_unset=True)
+            block.native = content.to_dict(mode="json")
         case _:
             block = _Block("other")
     return block

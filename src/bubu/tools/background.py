@@ -16,7 +16,6 @@ attaches while a turn runs (between turns, notes wait for the next one).
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import os
 import select
 import selectors
@@ -24,7 +23,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from bubu import clock
 from bubu.errors import ToolError
@@ -48,7 +47,20 @@ TAIL_BYTES = 2000
 
 _POLL_S = 0.05
 _READ = 1 << 16
-_SPAWNER = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="bubu-spawner")
+_spawner_pool: Any = None
+_spawner_lock = threading.Lock()
+
+
+def _spawner() -> Any:
+    """The one thread that starts keepers (made on first use: a view that only lists the tools
+    loads no thread pool)."""
+    global _spawner_pool
+    with _spawner_lock:
+        if _spawner_pool is None:
+            import concurrent.futures as cf
+
+            _spawner_pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="bubu-spawner")
+        return _spawner_pool
 
 
 class Recorder(Protocol):
@@ -129,9 +141,11 @@ class Proc:
         try:
             # From a thread that lives as long as Bubu: the keeper's parent-death signal follows
             # the thread that started it, and a tool's thread ends before the process may.
-            tree = _SPAWNER.submit(
-                proctree.start, spec.argv, cwd=spec.cwd, env=spec.env, output=out_w
-            ).result()
+            tree = (
+                _spawner()
+                .submit(proctree.start, spec.argv, cwd=spec.cwd, env=spec.env, output=out_w)
+                .result()
+            )
         except BaseException:
             os.close(out_r)
             aftermath(spec, None, s.sandbox)
@@ -330,7 +344,7 @@ class Processes:
         with self._lock:
             if create and (self.holder is None or not self.holder.alive()):
                 marker = f"{self.session}/-/netns"
-                self.holder = _SPAWNER.submit(netns.start, box, marker).result()
+                self.holder = _spawner().submit(netns.start, box, marker).result()
             holder = self.holder
         if holder is None or not holder.alive():
             return box
