@@ -78,6 +78,7 @@ def test_a_process_kept_for_the_session_is_listed_by_every_view(
     assert status_dict(store, store.session(sid))["processes"] == []
 
 
+@pytest.mark.heavy
 def test_a_process_left_by_another_bubu_is_told_to_the_model_as_dead(
     store: SQLiteStore, tmp_path: Path
 ) -> None:

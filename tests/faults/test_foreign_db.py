@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from bubu.log.migrations import SQLITE_MIGRATIONS
+
 from .helpers import assert_kept, bubu, error_line, read, seed, sha, snapshot, write_script
+
+LATEST = max(m.version for m in SQLITE_MIGRATIONS)
+"""The newest schema migration of this Bubu."""
 
 
 def _foreign(path: Path) -> Path:
@@ -95,7 +100,7 @@ def test_a_read_only_command_does_not_migrate_an_older_log(tmp_path: Path) -> No
     done = bubu(db, "sessions")
     assert done.returncode == 1
     assert error_line(done.stderr) == (
-        f"bubu: error: the database {db} was written by an older Bubu (migration 2 of 5) and this "
+        f"bubu: error: the database {db} was written by an older Bubu (migration 2 of {LATEST}) and this "
         "command only reads; `bubu recover` upgrades it"
     )
     assert sha(db) == before

@@ -49,6 +49,7 @@ def _never_written(ws: Path, started: float) -> None:
     assert not (ws / "late.txt").exists(), "a process of the command wrote after its runner died"
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("sandbox", ["off", "workspace-write"])
 def test_a_sigkilled_bubu_run_takes_its_command_tree_with_it(tmp_path: Path, sandbox: str) -> None:
     db, ws, script = project(tmp_path, COMMAND)

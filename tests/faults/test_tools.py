@@ -280,6 +280,7 @@ def test_a_detached_daemon_is_left_running_and_the_tool_returns(tmp_path: Path, 
         os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.heavy
 def test_a_command_that_ignores_sigterm_is_killed_at_its_timeout(tmp_path: Path, ws: Path) -> None:
     run = one_call(
         tmp_path,
@@ -297,6 +298,7 @@ def test_a_command_that_ignores_sigterm_is_killed_at_its_timeout(tmp_path: Path,
     assert not _alive(int((ws / "stubborn.pid").read_text()))
 
 
+@pytest.mark.heavy
 def test_a_command_that_prints_forever_is_cut_at_its_timeout_in_bounded_memory(
     tmp_path: Path, ws: Path
 ) -> None:

@@ -53,6 +53,7 @@ def _held(pg: PostgresStore, session: str) -> list[TaskHeld]:
     ]
 
 
+@pytest.mark.heavy
 @pytest.mark.postgres
 def test_a_task_asking_for_a_socket_is_held_until_approved_or_allowed(
     tmp_path: Path, url: str, pg: PostgresStore, sockets: tuple[str, str]

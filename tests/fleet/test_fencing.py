@@ -76,6 +76,7 @@ def test_a_frozen_worker_whose_lease_was_taken_over_cannot_append(
     assert outcomes == ["interrupted", "ok"]
 
 
+@pytest.mark.heavy
 def test_sigterm_finishes_the_current_step_and_hands_the_turn_to_another_worker(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:

@@ -25,6 +25,7 @@ def _ends(pg: PostgresStore, session: str) -> list[TurnEnded]:
     ]
 
 
+@pytest.mark.heavy
 def test_a_turn_that_gave_up_on_its_provider_is_claimed_again_later(
     tmp_path: Path, url: str, pg: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

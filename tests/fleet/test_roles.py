@@ -66,6 +66,7 @@ def refused(db: psycopg.Connection[tuple[object, ...]], statement: str) -> str:
     raise AssertionError(f"the worker's role was allowed: {statement}")
 
 
+@pytest.mark.heavy
 def test_a_fleet_runs_under_the_least_privilege_roles_and_the_worker_cannot_rewrite_the_log(
     tmp_path: Path, url: str, pg: PostgresStore, roles: FleetRoles
 ) -> None:
@@ -160,6 +161,7 @@ def test_a_fleet_runs_under_the_least_privilege_roles_and_the_worker_cannot_rewr
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.heavy
 def test_only_the_approver_role_can_approve_a_held_task_and_a_forged_approval_is_ignored(
     tmp_path: Path, url: str, pg: PostgresStore, roles: FleetRoles
 ) -> None:

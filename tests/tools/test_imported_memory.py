@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bubu import clock
 from bubu.events import FunctionResponse, MemoryAccepted, SystemNote, make
 from bubu.log.sqlite import SQLiteStore
@@ -64,6 +66,7 @@ def planted_export(tmp_path: Path, ws: Path) -> Path:
     return path
 
 
+@pytest.mark.heavy
 def test_an_imported_note_is_not_recalled_until_the_user_accepts_it(tmp_path: Path) -> None:
     ws = tmp_path / "project"
     ws.mkdir()

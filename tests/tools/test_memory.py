@@ -85,6 +85,7 @@ def test_remembering_is_idempotent_by_key_and_text_and_a_new_text_replaces(tmp_p
     assert [(n["key"], n["text"]) for n in out["notes"]] == [("style", "four spaces")]
 
 
+@pytest.mark.heavy
 def test_a_note_is_credited_to_the_session_that_wrote_it_not_one_that_repeated_it(
     tmp_path: Path,
 ) -> None:

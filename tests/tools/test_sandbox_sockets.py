@@ -118,6 +118,7 @@ def test_the_host_postgresql_socket_is_unreachable_unless_allowed(
             assert run(tools, ws, sandbox, PSQL) == "42\nexit code 0", (allowed, network)
 
 
+@pytest.mark.heavy
 def test_a_host_socket_server_is_unreachable_unless_allowed(
     tools: dict[str, Tool], ws: Path, outside_socket: str
 ) -> None:
@@ -130,6 +131,7 @@ def test_a_host_socket_server_is_unreachable_unless_allowed(
     assert run(tools, ws, allowed, connect(outside_socket)).startswith("b'hello from the host'")
 
 
+@pytest.mark.heavy
 def test_a_socket_in_the_workspace_or_tmp_is_unreachable_too(
     tools: dict[str, Tool], ws: Path, tmp_path: Path
 ) -> None:
@@ -146,6 +148,7 @@ def _agent(path: str) -> Iterator[str]:
     yield from serve(path, struct.pack(">IBI", 5, 12, 0), asked=True)
 
 
+@pytest.mark.heavy
 def test_the_ssh_agent_only_with_ssh_agent(
     tools: dict[str, Tool], ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -165,6 +168,7 @@ def test_the_ssh_agent_only_with_ssh_agent(
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.mark.heavy
 @needs_pg
 def test_bubu_run_allow_socket(tmp_path: Path) -> None:
     ws = tmp_path / "ws"

@@ -131,6 +131,7 @@ def test_the_session_timeout_is_the_default(tools: dict[str, Tool], ws: Path) ->
     assert result.output.endswith("timed out after 0.3s; the command and its processes were killed")
 
 
+@pytest.mark.heavy
 def test_a_command_that_ignores_sigterm_is_killed(
     tools: dict[str, Tool], ws: Path, ctx: ToolContext
 ) -> None:

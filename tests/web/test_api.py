@@ -444,6 +444,7 @@ def test_a_permission_request_waits_for_the_page(
     ]
 
 
+@pytest.mark.heavy
 def test_follow_up_stop_and_resume(client: TestClient, tmp_path: Path) -> None:
     slow = {"text": " ".join(f"word{i}" for i in range(40)), "delay_s": 2.0}
     sid = start(client, tmp_path, "steps", [{"text": "First answer."}, slow, {"text": "Third."}])

@@ -285,6 +285,7 @@ def test_a_new_task_with_an_allow_list_runs_the_command_without_asking(
     expect(page.locator(".session-head .badge")).to_have_text("completed")
 
 
+@pytest.mark.heavy
 def test_stop_on_the_page_stops_a_turn_run_by_the_cli(
     page: Page, site: Site, tmp_path: Path
 ) -> None:
@@ -317,6 +318,7 @@ def test_stop_on_the_page_stops_a_turn_run_by_the_cli(
             proc.communicate()
 
 
+@pytest.mark.heavy
 def test_a_running_session_updates_without_a_reload(page: Page, site: Site, tmp_path: Path) -> None:
     ws = site.root / "slow"
     ws.mkdir()
@@ -416,6 +418,7 @@ window.Notification = class {
 """A Notification API that records what the page shows (headless Chromium has no desktop)."""
 
 
+@pytest.mark.heavy
 def test_the_page_asks_on_a_click_and_notifies_when_a_turn_ends(
     browser: Browser, site: Site
 ) -> None:

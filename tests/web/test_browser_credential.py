@@ -143,6 +143,7 @@ def _use_the_ui(page: Page, ui: Ui, tmp_path: Path) -> None:
     expect(page.locator(".tool pre.result")).to_contain_text("approved-here")
 
 
+@pytest.mark.heavy
 def test_another_local_server_never_receives_the_credential(
     page: Page, ui: Ui, other: OtherServer, tmp_path: Path
 ) -> None:

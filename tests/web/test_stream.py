@@ -92,6 +92,7 @@ def test_the_stream_sends_new_records_permission_requests_and_live_state(
     assert '"summary":"run `make`"' in seen[-1][2]
 
 
+@pytest.mark.heavy
 def test_a_quiet_stream_is_kept_alive_and_ends_when_the_client_goes(
     sqlite_store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
