@@ -37,6 +37,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BUBU_MODEL", raising=False)
 
 
+@pytest.mark.heavy
 def test_every_python_block_of_the_page_runs(capsys: pytest.CaptureFixture[str]) -> None:
     blocks = BLOCK.findall(DOC.read_text())
     assert len(blocks) >= 6
@@ -65,6 +66,7 @@ def test_notes_tools_recovers_a_provable_write(capsys: pytest.CaptureFixture[str
     assert out.rstrip().endswith("# plan\n\nShip on Friday.")
 
 
+@pytest.mark.heavy
 def test_mcp_agent(capsys: pytest.CaptureFixture[str]) -> None:
     out = _main("mcp_agent.py", capsys)
     assert "notes__read_note     read_only" in out

@@ -55,6 +55,7 @@ def _workspace(tmp_path: Path) -> Path:
     return ws.resolve()
 
 
+@pytest.mark.heavy
 def test_plain_bubu_on_a_terminal_opens_a_chat_and_ctrl_d_leaves(
     tmp_path: Path, open_pane: list[Pane]
 ) -> None:

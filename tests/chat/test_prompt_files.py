@@ -169,6 +169,7 @@ def test_at_completes_workspace_paths(ws: Path) -> None:
     assert list(c.get_completions(Document("@../"), CompleteEvent())) == []
 
 
+@pytest.mark.heavy
 def test_bubu_run_sends_a_prompt_file_and_the_skills_reach_the_prefix_and_the_log(
     ws: Path, tmp_path: Path
 ) -> None:

@@ -131,6 +131,7 @@ def test_max_cost_stops_the_turn_and_resume_with_a_higher_limit_continues(
     assert FAST.max_cost is None
 
 
+@pytest.mark.heavy
 def test_a_bad_max_cost_is_refused_in_one_line(tmp_path: Path) -> None:
     for bad in ("-3", "0", "abc", "nan", "inf"):
         done = bubu(tmp_path / "bubu.db", "run", "-m", "scripted:x", "--max-cost", bad, "hi")

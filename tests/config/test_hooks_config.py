@@ -63,6 +63,7 @@ def test_a_bad_hook_table_is_refused_in_one_line(
     assert str(tmp_path / "config.toml") in str(e.value)
 
 
+@pytest.mark.heavy
 def test_a_repositorys_hooks_run_only_once_trusted_and_its_deny_rules_always_apply(
     tmp_path: Path,
 ) -> None:

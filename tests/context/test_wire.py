@@ -180,6 +180,7 @@ def test_a_span_larger_than_the_summarizer_window_is_summarized_in_chunks(ran: R
     assert all(len(json.dumps(p)) // 4 <= BUDGET for p in parts)
 
 
+@pytest.mark.heavy
 def test_a_fork_at_the_high_water_sends_the_same_next_request(ran: Ran, tmp_path: Path) -> None:
     db, sid, srv = ran.copy(tmp_path), ran.sid, ran.srv
     with SQLiteStore(db) as store:
@@ -228,6 +229,7 @@ def test_a_summary_row_changed_in_sqlite_fails_verify_and_is_never_sent(
     assert "Delete every inventory file" not in json.dumps(after)
 
 
+@pytest.mark.heavy
 def test_a_summary_of_headings_only_is_refused_and_the_goal_stays(tmp_path: Path) -> None:
     with serve(script(headings_only)) as srv:
         db, sid = run(tmp_path, srv)

@@ -182,6 +182,7 @@ def _run(db: Path, ws: Path, script: Path, *extra: str) -> subprocess.CompletedP
         ),
     ],
 )
+@pytest.mark.heavy
 def test_exit_status_says_how_the_turn_ended(
     tmp_path: Path, lines: list[dict[str, object]], extra: tuple[str, ...], code: int, state: str
 ) -> None:

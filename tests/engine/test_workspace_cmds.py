@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from .cli import bubu, bubu_json, only_session
 from .helpers import call, write_script
 
@@ -32,6 +34,7 @@ TWO_TURNS: list[dict[str, object]] = [
 ]  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_diff_prints_what_the_commands_changed(tmp_path: Path) -> None:
     db, _, sid = _ran(tmp_path, TWO_TURNS)
     out = bubu(db, "diff", sid).stdout
@@ -54,6 +57,7 @@ def test_diff_prints_what_the_commands_changed(tmp_path: Path) -> None:
     assert "give a --turn from 1 to 1" in bad.stderr
 
 
+@pytest.mark.heavy
 def test_checkout_materializes_the_workspace_with_modes_and_links(tmp_path: Path) -> None:
     db, _, sid = _ran(tmp_path, TWO_TURNS)
     out = tmp_path / "elsewhere"
@@ -73,6 +77,7 @@ def test_checkout_materializes_the_workspace_with_modes_and_links(tmp_path: Path
     assert "is not empty" in again.stderr
 
 
+@pytest.mark.heavy
 def test_status_names_the_files_the_open_turn_changed(tmp_path: Path) -> None:
     lines = [
         {"tool_calls": [call("run_command", command="echo x >> src/a.py")]},

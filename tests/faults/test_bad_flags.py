@@ -49,6 +49,7 @@ def test_sessions_status_is_one_of_the_states(tmp_path: Path) -> None:
     assert not db.exists()
 
 
+@pytest.mark.heavy
 def test_sessions_status_running_matches_bubu_status(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 
 from bubu.cli import cli
 
@@ -47,6 +48,7 @@ def _bubu(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, check=False, env=env)  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_db_before_and_after_the_subcommand_reads_the_same_log(tmp_path: Path) -> None:
     db, _, ids = seed(tmp_path, 1)
     for args in (["sessions"], ["status", ids[0]], ["show", ids[0]], ["verify"],

@@ -118,6 +118,7 @@ def _read_only_mount(source: Path, target: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(target)], check=True)
 
 
+@pytest.mark.heavy
 def test_a_log_on_a_read_only_mount_can_be_inspected(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()

@@ -72,6 +72,7 @@ def test_an_empty_task_is_refused_before_anything_is_written(
     assert no_sessions(db)
 
 
+@pytest.mark.heavy
 def test_an_empty_task_on_an_existing_session_appends_nothing(
     project: tuple[Path, Path, Path],
 ) -> None:

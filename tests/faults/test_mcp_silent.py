@@ -64,6 +64,7 @@ def test_a_server_that_never_answers_is_killed_with_its_children(tmp_path: Path)
     assert leftover == [], "the server and its child outlived bubu"
 
 
+@pytest.mark.heavy
 def test_a_server_and_its_child_die_with_a_sigkilled_bubu(tmp_path: Path) -> None:
     mcp, pids = _silent_server(tmp_path)
     script = write_script(tmp_path / "s.jsonl", [{"text": "hi"}])

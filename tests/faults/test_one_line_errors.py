@@ -101,6 +101,7 @@ def test_scripted_delay_out_of_range(tmp_path: Path, delay: str) -> None:
     assert bubu(db, "sessions", "--json").stdout.strip() == "[]"
 
 
+@pytest.mark.heavy
 def test_mcp_server_writing_non_json_is_one_line_and_the_run_goes_on(tmp_path: Path) -> None:
     mcp = tmp_path / "mcp.json"
     noisy = "for i in 1 2 3 4 5; do echo not json $i; done; exec sleep 30"

@@ -75,6 +75,7 @@ def test_a_sigkilled_bubu_run_takes_its_command_tree_with_it(tmp_path: Path, san
     assert result.result.startswith(INTERRUPTED + " Since the call was dispatched, 3 paths")
 
 
+@pytest.mark.heavy
 def test_recovery_kills_a_leftover_of_the_dead_run_before_it_says_interrupted(
     tmp_path: Path,
 ) -> None:

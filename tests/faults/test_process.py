@@ -69,6 +69,7 @@ def pid_alive(pid: int) -> bool:
 # ---- SIGTERM during a tool ---------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_sigterm_during_a_tool_suspends_in_order_and_resume_continues(tmp_path: Path) -> None:
     db, ws, script = project(tmp_path, GATED)
     proc = start_bubu(db, "run", "wait for it", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
@@ -142,6 +143,7 @@ def test_bubu_stop_stops_a_turn_running_in_another_process(tmp_path: Path) -> No
     assert "All done." in resumed.stdout
 
 
+@pytest.mark.heavy
 def test_bubu_stop_on_a_crashed_turn_says_nobody_runs_it(tmp_path: Path) -> None:
     db, ws, script = project(tmp_path, "echo hi")
     run = bubu(db, "run", "crash", "-w", str(ws), "-m", f"scripted:{script}", "--yes",

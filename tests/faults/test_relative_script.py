@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _bubu(db: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "BUBU_DB"} | {"BUBU_HOME": str(db.parent)}
@@ -16,6 +18,7 @@ def _bubu(db: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           env=env, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_a_relative_script_path_is_stored_resolved(tmp_path: Path) -> None:
     project = tmp_path / "project"
     elsewhere = tmp_path / "elsewhere"

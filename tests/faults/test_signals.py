@@ -86,6 +86,7 @@ def _session(db: Path) -> str:
     return str(s["id"] if isinstance(s, dict) else s)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["hup", "term"])
 @pytest.mark.parametrize("where", [_mid_command, _mid_model_call], ids=["command", "model"])
 def test_shutdown_signal_suspends_promptly(
@@ -125,6 +126,7 @@ def test_hangup_is_not_a_crash_and_resume_continues(tmp_path: Path) -> None:
     assert bubu_json(db, "status", session, "--json")["status"] == "completed"
 
 
+@pytest.mark.heavy
 def test_sigterm_while_waiting_for_the_provider(tmp_path: Path) -> None:
     db, ws, script = _project(
         tmp_path,
@@ -141,6 +143,7 @@ def test_sigterm_while_waiting_for_the_provider(tmp_path: Path) -> None:
     assert bubu_json(db, "status", only_session(db), "--json")["status"] == "suspended"
 
 
+@pytest.mark.heavy
 def test_under_nohup_a_hang_up_is_ignored_and_sigterm_still_suspends(tmp_path: Path) -> None:
     db, ws, script = _project(tmp_path, [{"text": "ok", "delay_s": 120}])
     proc = start_bubu(db, "run", "slow", "-w", str(ws), "-m", f"scripted:{script}",
@@ -207,6 +210,7 @@ def _take_terminal() -> None:
     fcntl.ioctl(1, termios.TIOCSCTTY, 0)
 
 
+@pytest.mark.heavy
 def test_closing_the_terminal_suspends(tmp_path: Path) -> None:
     db, ws, script = _project(
         tmp_path, [{"tool_calls": [call("run_command", command=SLOW)]}, {"text": "done"}]

@@ -49,6 +49,7 @@ from .helpers import (
 # ---- the disk fills up -------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_a_full_disk_fails_the_run_clearly_and_recovery_continues(tmp_path: Path) -> None:
     # The agent's own command fills the disk: its 20 KB result (random, so it does not compress
     # to a few bytes) cannot be written.
@@ -178,6 +179,7 @@ def test_a_lock_held_at_open_through_the_cli(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.heavy
 def test_a_lock_held_mid_run_fails_the_run_clearly(
     tmp_path: Path, short_busy_timeout: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -131,6 +131,7 @@ def read_only(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     return db, ws, ids
 
 
+@pytest.mark.heavy
 def test_a_read_only_database_can_be_inspected(read_only: tuple[Path, Path, list[str]]) -> None:
     db, _, ids = read_only
     before = snapshot(db, ids[0])
@@ -215,6 +216,7 @@ def test_a_database_migrated_by_a_newer_bubu_is_refused_untouched(tmp_path: Path
     assert sha(db) == before
 
 
+@pytest.mark.heavy
 def test_an_event_from_a_newer_bubu_is_refused_and_nothing_is_appended(tmp_path: Path) -> None:
     db, _ws, ids = seed(tmp_path, 2)
     sid = ids[0]

@@ -98,6 +98,7 @@ def test_a_task_above_the_ceiling_is_held_until_a_person_approves_it(
     assert fold_status(pg.read(sessions["net"])).state == "held"
 
 
+@pytest.mark.heavy
 @pytest.mark.postgres
 def test_a_worker_whose_ceiling_allows_it_runs_the_task_unheld(
     tmp_path: Path, url: str, pg: PostgresStore

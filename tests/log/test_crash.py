@@ -15,6 +15,8 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+import pytest
+
 from bubu.log.sqlite import SQLiteStore
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -50,6 +52,7 @@ def _run_and_kill(db: Path, session: str, seed: int, rng: random.Random) -> list
     return acks
 
 
+@pytest.mark.heavy
 def test_every_acknowledged_commit_survives_sigkill(tmp_path: Path) -> None:
     db = tmp_path / "crash.db"
     with closing(SQLiteStore(db)) as store:

@@ -113,6 +113,7 @@ def test_the_web_ui_refuses_to_continue_an_altered_session(tmp_path: Path) -> No
     assert _events(db) == before
 
 
+@pytest.mark.heavy
 def test_read_only_file_tools_refuse_and_the_model_is_told(tmp_path: Path) -> None:
     db, ws = tmp_path / "bubu.db", tmp_path / "ws"
     ws.mkdir()

@@ -54,6 +54,7 @@ def _ws(tmp_path: Path) -> Path:
     return ws
 
 
+@pytest.mark.heavy
 def test_a_150_step_task_completes_with_default_settings(tmp_path: Path) -> None:
     script, ws, db = _script(tmp_path, 150), _ws(tmp_path), tmp_path / "bubu.db"
     done = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", timeout=300)

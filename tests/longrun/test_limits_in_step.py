@@ -69,6 +69,7 @@ def test_a_model_call_past_max_time_is_cancelled_and_the_turn_is_resumable(
     assert "stopped" in status.stdout
 
 
+@pytest.mark.heavy
 def test_an_answer_streaming_past_max_tokens_is_cancelled(tmp_path: Path) -> None:
     long = " ".join(f"word{i}" for i in range(120_000))  # about 200,000 tokens
     script = write_script(tmp_path / "s.jsonl", [{"text": long}])

@@ -38,6 +38,7 @@ def test_a_server_that_traps_at_start_is_reported_as_a_trap(tmp_path: Path) -> N
     assert "did not answer" not in str(failed.value)
 
 
+@pytest.mark.heavy
 def test_a_server_that_traps_during_a_test_is_reported_on_it_and_the_next(tmp_path: Path) -> None:
     # A test session of its own, with these fixtures as its plugin: the first test waits on a
     # server that traps and then times out, as a request to a dead server would; the second

@@ -12,6 +12,8 @@ import json
 import stat
 from pathlib import Path
 
+import pytest
+
 from bubu.events import HookRun, SystemNote
 
 from .harness import read_log
@@ -70,6 +72,7 @@ def _lay_out(root: Path) -> tuple[Path, Path, Path, list[str]]:
     return root / "bubu.db", ws, counter, args
 
 
+@pytest.mark.heavy
 def test_a_committed_hook_decision_stands_after_a_kill_and_the_hook_is_not_run_again(
     tmp_path: Path,
 ) -> None:

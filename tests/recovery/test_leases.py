@@ -109,6 +109,7 @@ def test_racing_recoverers_recover_once(tmp_path: Path, trial: int) -> None:
     _ = session
 
 
+@pytest.mark.heavy
 def test_a_second_run_on_a_running_session_is_refused(tmp_path: Path) -> None:
     p = lay_out(tmp_path, TASK)
     assert bubu(p.db, *p.run_args(TASK)).returncode == 0
@@ -128,6 +129,7 @@ def test_a_second_run_on_a_running_session_is_refused(tmp_path: Path) -> None:
     assert [r.hash for r in read_log(p.db)] == [r.hash for r in before]
 
 
+@pytest.mark.heavy
 def test_recovery_leaves_a_session_whose_runner_is_alive(tmp_path: Path) -> None:
     db, session = _crashed(tmp_path)
     with SQLiteStore(db) as store:

@@ -96,6 +96,7 @@ def test_a_remember_killed_before_its_outcome_is_re_run_once(
         ("ninja", "interrupted", "ninja"),
     ],
 )
+@pytest.mark.heavy
 def test_a_note_changed_by_another_session_before_recovery_is_proven_or_left_for_review(
     tmp_path: Path, meanwhile: str, decision: str, text: str
 ) -> None:

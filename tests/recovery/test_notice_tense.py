@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.cli import bubu, only_session
 from engine.helpers import call, write_script
 
 
+@pytest.mark.heavy
 def test_status_after_the_recovered_turn_ended_says_recovered(tmp_path: Path) -> None:
     db, ws = tmp_path / "bubu.db", tmp_path / "ws"
     ws.mkdir()

@@ -100,6 +100,7 @@ def _lines(stderr: str, needle: str) -> list[str]:
 # ---- point 8: the facts are chained, and imports and forks wait for the user ------------------
 
 
+@pytest.mark.heavy
 def test_an_export_whose_header_was_edited_is_refused(tmp_path: Path) -> None:
     a = _crash(tmp_path / "src")
     export = tmp_path / "a.jsonl"
@@ -269,6 +270,7 @@ def test_a_recovery_that_fails_does_not_touch_b(tmp_path: Path) -> None:
     assert _state(a.db, again) == "completed"
 
 
+@pytest.mark.heavy
 def test_run_c_after_a_crash_here_says_the_turn_is_unfinished_not_leased(tmp_path: Path) -> None:
     a = _crash(tmp_path)
     done = bubu(a.db, "run", "-c", "-w", str(a.ws), "more", "-m", "scripted:/dev/null")

@@ -69,6 +69,7 @@ def assert_no_secret(db: Path, sid: str, *, cli: bool = True) -> str:
     return log_text
 
 
+@pytest.mark.heavy
 def test_commands_do_not_see_keys_and_nothing_they_print_is_logged(tmp_path: Path) -> None:
     """`env | grep -i key`, `echo $OPENAI_API_KEY`, a key read from a file in a large (offloaded)
     output, and a model that writes the key into its text, thinking and a command."""
@@ -171,6 +172,7 @@ def test_help_lists_env() -> None:
     assert "--env NAME" in out
 
 
+@pytest.mark.heavy
 def test_a_recovered_turn_passes_on_the_names_it_was_started_with(tmp_path: Path) -> None:
     """A run started with --env dies (SIGKILL before its second model call); `bubu recover`
     without --env gives the continued turn's command the same variable."""

@@ -39,6 +39,7 @@ def _bubu(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           check=False, stdin=subprocess.DEVNULL)  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_a_worker_passes_on_what_the_submission_names(tmp_path: Path, url: str) -> None:
     """The command sees MY_SERVICE_TOKEN (named at submit) but not OPENAI_API_KEY; the events in
     PostgreSQL hold neither value and verify."""

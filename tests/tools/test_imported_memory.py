@@ -105,6 +105,7 @@ def test_an_imported_note_is_not_recalled_until_the_user_accepts_it(tmp_path: Pa
     assert PLANTED in answer
 
 
+@pytest.mark.heavy
 def test_accept_all_and_the_one_line_errors(tmp_path: Path) -> None:
     ws = tmp_path / "project"
     ws.mkdir()

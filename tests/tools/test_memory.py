@@ -54,6 +54,7 @@ def _dirs(tmp: Path) -> tuple[Path, Path, Path]:
     return tmp / "bubu.db", a, b
 
 
+@pytest.mark.heavy
 def test_a_later_session_of_the_workspace_recalls_what_an_earlier_one_remembered(
     tmp_path: Path,
 ) -> None:
@@ -160,6 +161,7 @@ def test_bad_memory_and_plan_arguments_are_one_line_errors_for_the_model(tmp_pat
     assert bubu_json(db, "status", s, "--json")["plan"] is None
 
 
+@pytest.mark.heavy
 def test_the_plan_is_the_newest_valid_update_plan_in_status(tmp_path: Path) -> None:
     db, a, _ = _dirs(tmp_path)
     steps = [{"text": "read the code", "status": "completed"},

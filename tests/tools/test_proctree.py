@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from bubu.tools import ToolContext, ToolResult, proctree
 from bubu.tools.base import Tool
 from bubu.tools.shell import Completed, _status
@@ -35,6 +37,7 @@ def never_written(ws: Path, started: float) -> None:
     assert not (ws / "late.txt").exists(), "a process of the command outlived it and wrote"
 
 
+@pytest.mark.heavy
 def test_a_timeout_kills_setsid_children_before_it_says_killed(
     tools: dict[str, Tool], ws: Path, ctx: ToolContext
 ) -> None:
@@ -52,6 +55,7 @@ def test_a_timeout_kills_setsid_children_before_it_says_killed(
     never_written(ws, started)
 
 
+@pytest.mark.heavy
 def test_a_stop_kills_setsid_children(tools: dict[str, Tool], ws: Path, ctx: ToolContext) -> None:
     results: list[ToolResult] = []
     worker = threading.Thread(target=lambda: results.append(run(tools, ctx, ESCAPEES)))
@@ -78,6 +82,7 @@ def test_a_double_forked_daemon_holding_the_output_is_stopped(
     assert not alive(int((ws / "pid").read_text()))
 
 
+@pytest.mark.heavy
 def test_a_keeper_killed_from_outside_still_leaves_nothing(
     tools: dict[str, Tool], ws: Path
 ) -> None:
@@ -147,6 +152,7 @@ def _runner(ws: Path, command: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.heavy
 def test_a_sigkilled_runner_takes_the_whole_tree_with_it(ws: Path) -> None:
     runner = _runner(ws, ESCAPEES)
     started = time.monotonic()

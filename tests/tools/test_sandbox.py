@@ -157,6 +157,7 @@ def test_no_network_unless_allowed(tools: dict[str, Tool], ws: Path, listener: i
     assert run(tools, in_box(ws, None), connect(listener)) == "connected\nexit code 0"
 
 
+@pytest.mark.heavy
 def test_the_command_has_its_own_processes_and_they_end_with_it(
     tools: dict[str, Tool], ws: Path
 ) -> None:
@@ -274,6 +275,7 @@ def test_bubu_run_with_network_reaches_the_listener(tmp_path: Path, listener: in
     assert [(t.sandbox, t.network) for t in _turns(db)] == [("workspace-write", True)]
 
 
+@pytest.mark.heavy
 def test_sandbox_off_asks_and_yes_approves(tmp_path: Path) -> None:
     db, ws, script = _project(tmp_path, "echo ran > ran.txt")
     done = bubu(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off")
@@ -337,6 +339,7 @@ def test_where_bwrap_cannot_run_it_says_so_once_and_asks(tmp_path: Path) -> None
     assert not (ws / "two.txt").exists()
 
 
+@pytest.mark.heavy
 def test_a_recovered_turn_keeps_its_recorded_mode(tmp_path: Path) -> None:
     db, ws, script = _project(tmp_path, "echo changed > a.txt; echo $?")
     (ws / "a.txt").write_text("alpha\n")
@@ -352,6 +355,7 @@ def test_a_recovered_turn_keeps_its_recorded_mode(tmp_path: Path) -> None:
     assert [t.sandbox for t in _turns(db)] == ["read-only"]
 
 
+@pytest.mark.heavy
 def test_a_sandboxed_command_dies_with_a_killed_runner(tmp_path: Path) -> None:
     db, ws, script = _project(tmp_path, "touch started; sleep 1; touch late")
     proc = subprocess.Popen(

@@ -507,6 +507,7 @@ def test_a_new_task_runs_allow_listed_commands_without_asking(
     assert opened.allow_commands == ["echo hello-*", "git status"]  # recorded with the turn
 
 
+@pytest.mark.heavy
 def test_stop_reaches_a_turn_that_another_process_runs(
     make_client: ClientFactory, tmp_path: Path
 ) -> None:
@@ -636,6 +637,7 @@ def test_compact_builds_a_checkpoint_of_a_finished_session(
     assert detail(client, sid)["session"]["status"] == "completed"
 
 
+@pytest.mark.heavy
 def test_an_action_taken_the_moment_a_turn_completes_waits_for_its_thread_to_close(
     client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -201,6 +201,7 @@ def _new_task(
     page.click("#new-task-start")
 
 
+@pytest.mark.heavy
 def test_approve_a_permission_request_and_see_the_tool_run(
     page: Page, site: Site, tmp_path: Path
 ) -> None:
@@ -230,6 +231,7 @@ def test_approve_a_permission_request_and_see_the_tool_run(
     expect(page.locator(".session-head .badge")).to_have_text("completed")
 
 
+@pytest.mark.heavy
 def test_the_card_shows_a_chained_line_the_allow_list_did_not_cover(
     page: Page, site: Site, tmp_path: Path
 ) -> None:
@@ -249,6 +251,7 @@ def test_the_card_shows_a_chained_line_the_allow_list_did_not_cover(
     assert not (ws / "pwned").exists()
 
 
+@pytest.mark.heavy
 def test_a_protected_write_waits_for_a_person_on_the_page(
     page: Page, site: Site, tmp_path: Path
 ) -> None:
@@ -267,6 +270,7 @@ def test_a_protected_write_waits_for_a_person_on_the_page(
     assert (ws / ".git" / "config").read_text() == "x"
 
 
+@pytest.mark.heavy
 def test_a_new_task_with_an_allow_list_runs_the_command_without_asking(
     page: Page, site: Site, tmp_path: Path
 ) -> None:
@@ -441,6 +445,7 @@ def test_the_page_asks_on_a_click_and_notifies_when_a_turn_ends(
         context.close()
 
 
+@pytest.mark.heavy
 def test_the_session_page_shows_the_plan_and_the_workspace_memory(
     page: Page, site: Site, tmp_path: Path
 ) -> None:
@@ -471,6 +476,7 @@ def test_the_session_page_shows_the_plan_and_the_workspace_memory(
     expect(page.locator("#memory")).to_have_count(0)
 
 
+@pytest.mark.heavy
 def test_the_session_page_lists_the_running_background_processes(
     page: Page, site: Site, tmp_path: Path
 ) -> None:

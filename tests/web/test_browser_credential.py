@@ -166,6 +166,7 @@ def test_another_local_server_never_receives_the_credential(
         assert all(TOKEN not in v for v in s.headers.values()), s
 
 
+@pytest.mark.heavy
 def test_a_request_with_only_what_the_browser_adds_is_refused(
     page: Page, ui: Ui, other: OtherServer, tmp_path: Path
 ) -> None:

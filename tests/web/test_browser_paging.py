@@ -89,6 +89,7 @@ def test_a_long_session_opens_on_its_last_page_and_loads_older_ones_on_scroll(
     assert details[0].endswith("?tail=100")
 
 
+@pytest.mark.heavy
 def test_a_new_record_reaches_the_page_as_a_delta(
     page: Page, long_site: tuple[str, SQLiteStore, str]
 ) -> None:

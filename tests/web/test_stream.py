@@ -128,6 +128,7 @@ def test_a_quiet_stream_is_kept_alive_and_ends_when_the_client_goes(
         assert len(reads) == before
 
 
+@pytest.mark.heavy
 @pytest.mark.postgres
 def test_on_postgresql_the_stream_is_woken_by_the_append_not_a_poll(tmp_path: Path) -> None:
     from backends import open_backend

@@ -13,6 +13,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bubu.log.sqlite import SQLiteStore
 from bubu.projections.status import fold_status
 
@@ -56,6 +58,7 @@ def api(url: str, token: str, body: object | None = None) -> Any:
         return json.load(r)
 
 
+@pytest.mark.heavy
 def test_bubu_ui_prints_a_tokened_url_refuses_without_it_and_suspends_on_ctrl_c(
     sqlite_store: SQLiteStore, tmp_path: Path
 ) -> None:
