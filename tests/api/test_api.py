@@ -271,12 +271,15 @@ def test_ctrl_c_stops_the_turn_cleanly_then_interrupts(script: Script, db: Path,
         return "cancelled"
 
     model = script([{"tool_calls": [call("press_ctrl_c")]}])
+    # What the process had before (Python's default, or "ignore" when started in the background
+    # by a shell) is what the agent leaves behind.
+    before = signal.getsignal(signal.SIGINT)
     with Agent(model=model, tools=[press_ctrl_c], store=db, workspace=ws) as agent:
         with pytest.raises(KeyboardInterrupt):
             agent.run("interrupt me")
         status = agent.session().status()
     assert status.state == "stopped"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_the_store_and_tools_are_the_callers_to_choose(script: Script, db: Path, ws: Path) -> None:
