@@ -90,7 +90,7 @@ def _log_bytes(db: Path) -> bytes:
     return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_login_then_calls_with_the_token_refreshed_when_it_expires(
     tmp_path: Path, server: tuple[str, Path]
 ) -> None:
@@ -135,7 +135,7 @@ def test_login_then_calls_with_the_token_refreshed_when_it_expires(
     assert b"signed in as the test user" in _log_bytes(db)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_login_names_what_is_wrong(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

@@ -39,7 +39,7 @@ def _lay_out(root: Path) -> tuple[Path, Path, list[str]]:
     return root / "bubu.db", counter, args
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("failpoint", ["after_turn_end@1", "after_outcome@2"])
 def test_recover_finishes_each_child_once_and_the_parent_gets_both(
     tmp_path: Path, failpoint: str

@@ -22,7 +22,7 @@ def _sse(name: str) -> Reply:
     return Reply(body=((FIXTURES / name).read_bytes(),))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_a_text_editor_edit_and_a_bash_command_killed_after_dispatch(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

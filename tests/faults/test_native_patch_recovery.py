@@ -52,7 +52,7 @@ def _outputs(request: dict[str, Any]) -> list[dict[str, Any]]:
     return [i for i in request["input"] if i.get("type") == "apply_patch_call_output"]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_a_three_file_patch_killed_after_dispatch_is_recovered_file_by_file(
     tmp_path: Path,
 ) -> None:
@@ -121,7 +121,7 @@ def test_a_three_file_patch_killed_after_dispatch_is_recovered_file_by_file(
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_a_kill_during_the_call_after_a_patch_reissues_it_byte_for_byte(tmp_path: Path) -> None:
     ws = _workspace(tmp_path)
     db = tmp_path / "bubu.db"

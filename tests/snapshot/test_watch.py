@@ -217,7 +217,7 @@ def _apply(ws: Path, outside: Path, op: str, n: int) -> None:
         d.write_text("now a file\n")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("feed", ["on", "off"])
 @settings(
     max_examples=examples(30),
