@@ -16,7 +16,7 @@ A 10,000-file, 100 MB workspace (100 directories of 100 files of 10 KB of text):
   (with: after the workspace's first snapshot, which is measured on its own above), and with
   snapshots but the change feed off.
 
-Targets (issue 29): incremental <= 20 ms and <= 1.5x git; first <= 1.5x git; storage <= 1.2x
+Targets: incremental <= 20 ms and <= 1.5x git; first <= 1.5x git; storage <= 1.2x
 git's pack; a command step <= 10% more than without snapshots.
 
 Usage: python bench/snapshot.py [--files N] [--rounds N] [--history N] [--steps N].
