@@ -50,7 +50,14 @@ def test_recover_finishes_each_child_once_and_the_parent_gets_both(
     rec = bubu(db, "recover", "--json")
     assert rec.returncode == 0, rec.stdout + rec.stderr
 
-    assert sorted(counter.read_text().split()) == ["A", "B"]  # each side effect once
+    marks = counter.read_text().split()
+    if failpoint.startswith("after_outcome"):
+        assert sorted(marks) == ["A", "B"]  # both commands had committed: each ran once
+    else:
+        # B had ended; A was inside its command, which on a loaded machine may not have written
+        # its mark yet: then it was interrupted, never run again. Either way, at most once each.
+        assert "B" in marks
+        assert sorted(marks) in (["A", "B"], ["B"])
     with SQLiteStore(db) as store:
         sessions = store.sessions()
         assert len(sessions) == 3  # no child started twice
