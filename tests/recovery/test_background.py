@@ -20,7 +20,7 @@ from engine.helpers import call, write_script
 from faults.helpers import bubu, finish, make_host, only_session, read, start_bubu, wait_for
 from faults.test_process import pid_alive
 
-pytestmark = pytest.mark.heavy  # each starts Bubu and a server (about 3 s); the tool tests are quick
+pytestmark = pytest.mark.heavy  # each starts Bubu and a server (about 3 s); tool tests are quick
 
 POLL = """\
 import sys, time, urllib.request
