@@ -515,27 +515,9 @@ def detail(index: SessionIndex, info: SessionInfo, *, tail: int | None = None) -
     notice = None
     if st.notice is not None and st.notice_seq is not None:
         notice = notice_view(records, st.notice_seq, st.notice, dismissed=st.notice_dismissed)
-    waiting = {p.request_id for p in manager.waiting(info.id)}
     running_here = manager.running_here(info.id)
-    requests: dict[str, tuple[int, PermissionRequest]] = {
-        a.permission_request.request_id: (r.seq, a.permission_request)
-        for r in records
-        if (a := r.event.actions) is not None and a.permission_request is not None
-    }
     state = state_of(store, info, st)
-    permissions = []
-    for rid in st.pending_permissions:
-        seq, req = requests[rid]
-        answerable = rid in waiting or (running_here and rid == st.pending_permissions[-1])
-        if answerable or state == "running":
-            permissions.append(
-                PermissionView(
-                    seq=seq, request_id=rid, call_id=req.call_id, tool=req.tool,
-                    summary=req.summary, reason=req.reason, answerable=answerable,
-                    command=None if (cmd := asked_command(req)) is None else show_command(cmd),
-                    protected=req.protected,
-                )
-            )  # fmt: skip
+    permissions = _permissions(index, info, st, state, records)
     live = manager.live(info.id)
     return Detail(
         session=index.row(info),
