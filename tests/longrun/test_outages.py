@@ -303,7 +303,8 @@ def test_a_bad_value_is_one_line_and_exit_status_2(tmp_path: Path, ws: Path) -> 
     assert done.stderr == ("bubu: error: --max-steps must be a whole number above zero, not '0'\n")
 
 
-@pytest.mark.slow
+# It waits out the outage on the clock, not on the CPU: safe beside other tests.
+@pytest.mark.heavy
 def test_a_45_second_outage_is_ridden_out_with_default_settings(
     tmp_path: Path, ws: Path, server: OutageServer
 ) -> None:

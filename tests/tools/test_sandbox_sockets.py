@@ -4,6 +4,7 @@ command, with or without the network, unless named (``--allow-socket``, ``--ssh-
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -85,6 +86,9 @@ def serve(path: str, answer: bytes, *, asked: bool = False) -> Iterator[str]:
         yield path
     finally:
         stop.set()
+        # close() alone leaves the thread blocked in accept(); shutdown() wakes it at once.
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)
         server.close()
         thread.join(5)
 
