@@ -135,7 +135,7 @@ def _write(all_: dict[str, Entry]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException:  # undone, then re-raised: Ctrl-C and exits too
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise

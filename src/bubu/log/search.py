@@ -270,7 +270,7 @@ class _SQLite:
                         (session, head.high_water, _VERSION + head.digest),
                     )
                 db.execute("COMMIT")
-            except BaseException:
+            except BaseException:  # undone, then re-raised: Ctrl-C and exits too
                 db.execute("ROLLBACK")
                 raise
 

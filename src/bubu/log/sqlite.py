@@ -305,7 +305,7 @@ class SQLiteStore(Store):
                         (m.version, m.name, clock.now_ms()),
                     )
             db.execute("COMMIT")
-        except BaseException:
+        except BaseException:  # undone, then re-raised: Ctrl-C and exits too
             _rollback(db)
             raise
 
@@ -362,7 +362,7 @@ class SQLiteStore(Store):
                         seq = self._append_one(req).high_water
                         pending = []
                     db.execute("COMMIT")
-                except BaseException:
+                except BaseException:  # undone, then re-raised: Ctrl-C and exits too
                     with contextlib.suppress(sqlite3.Error):
                         db.execute("ROLLBACK")
                     self._sids.pop(session_id, None)
@@ -405,7 +405,7 @@ class SQLiteStore(Store):
                                               lease=None, blobs=blobs)  # fmt: skip
                         self._append_one(first)
                     db.execute("COMMIT")
-                except BaseException:
+                except BaseException:  # undone, then re-raised: Ctrl-C and exits too
                     # Nothing of the session exists, so nothing of it may stay cached.
                     with contextlib.suppress(sqlite3.Error):
                         db.execute("ROLLBACK")
@@ -586,7 +586,7 @@ class SQLiteStore(Store):
             err = _storage_error(self.path, e)
             for p in batch:
                 p.result, p.error = None, err
-        except BaseException:
+        except BaseException:  # undone, then re-raised: Ctrl-C and exits too
             self._heads.clear()
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
@@ -783,7 +783,7 @@ class SQLiteStore(Store):
                         "INSERT OR IGNORE INTO objects(sha256, size, data) VALUES (?,?,?)", rows
                     )
                     db.execute("COMMIT")
-                except BaseException:
+                except BaseException:  # undone, then re-raised: Ctrl-C and exits too
                     _rollback(db)
                     raise
             finally:
@@ -870,7 +870,7 @@ class SQLiteStore(Store):
                 )
                 db.execute("COMMIT")
                 return lease
-            except BaseException:
+            except BaseException:  # undone, then re-raised: Ctrl-C and exits too
                 _rollback(db)
                 raise
 
@@ -930,7 +930,7 @@ class SQLiteStore(Store):
                     (sid,),
                 ).fetchone()
                 db.execute("COMMIT")
-            except BaseException:
+            except BaseException:  # undone, then re-raised: Ctrl-C and exits too
                 _rollback(db)
                 raise
         return _lease(session, row) if flagged and row is not None else None

@@ -124,7 +124,7 @@ def _table_window(provider_id: str, model: str) -> Window | None:
         from genai_prices import data_snapshot
 
         _, found = data_snapshot.get_snapshot().find_provider_model(model, None, provider_id, None)
-    except Exception:
+    except Exception:  # any failure of the catalogue means "not known"
         return None
     size = getattr(found, "context_window", None)
     if isinstance(size, int) and size > 0:
@@ -277,7 +277,7 @@ def _probe(base: str, model: str, timeout_s: float) -> Window | None:
     root = _root(base)
     try:
         client = httpx2.Client(timeout=httpx2.Timeout(timeout_s), follow_redirects=False)
-    except Exception:
+    except Exception:  # no client, no probe: the window stays unknown
         return None
     with client:
         for probe in (*_PROBES, None):

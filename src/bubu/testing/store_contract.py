@@ -608,7 +608,7 @@ class StoreContract:
                     head = store.append(sid, batch, expect=expect, durable=i % 2 == 0)
                     assert head.high_water == expect + len(batch)
                     expect = head.high_water
-            except BaseException as e:
+            except BaseException as e:  # re-raised by the test thread
                 errors.append(e)
 
         threads = [threading.Thread(target=work, args=(sid,)) for sid in sessions]
@@ -651,7 +651,7 @@ class StoreContract:
                         conflicts.append((expect, e.expected, e.actual))
                         continue
                     done += 1
-            except BaseException as e:
+            except BaseException as e:  # re-raised by the test thread
                 errors.append(e)
 
         threads = [threading.Thread(target=work, args=(n,)) for n in range(threads_n)]

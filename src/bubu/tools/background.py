@@ -146,7 +146,7 @@ class Proc:
                 .submit(proctree.start, spec.argv, cwd=spec.cwd, env=spec.env, output=out_w)
                 .result()
             )
-        except BaseException:
+        except BaseException:  # undone, then re-raised: Ctrl-C and exits too
             os.close(out_r)
             aftermath(spec, None, s.sandbox)
             raise
@@ -369,7 +369,7 @@ class Processes:
             self.live[start.handle] = proc
         try:
             proc.launch()
-        except BaseException:
+        except BaseException:  # undone, then re-raised: Ctrl-C and exits too
             with self._lock:
                 self.live.pop(start.handle, None)
             raise

@@ -273,7 +273,7 @@ def _read_fd(raw: str, fd: int) -> tuple[bytes, os.stat_result]:
     try:
         st = os.fstat(fd)
         _check_writable(raw, st)
-    except BaseException:
+    except BaseException:  # undone, then re-raised: Ctrl-C and exits too
         os.close(fd)
         raise
     with os.fdopen(fd, "rb") as f:
@@ -355,7 +355,7 @@ def atomic_write_at(
                 os.fchmod(f.fileno(), stat.S_IMODE(like.st_mode))
             os.fsync(f.fileno())
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
+    except BaseException:  # undone, then re-raised: Ctrl-C and exits too
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dir_fd)
         raise

@@ -251,7 +251,7 @@ def _walk(root: Root, rel: str, *, follow: bool, create: bool) -> tuple[_Walk, s
         if missing:
             return w, missing[0], missing[1:]
         return w, ".", []
-    except BaseException:
+    except BaseException:  # undone, then re-raised: Ctrl-C and exits too
         w.close()
         raise
 

@@ -259,7 +259,7 @@ class MCPServers:
                         f"the MCP server {name!r} did not answer within {timeout_s:.0f} s; "
                         f"check it in {self.where}{self._stderr_tail(name)}"
                     ) from None
-                except Exception as e:
+                except Exception as e:  # the SDK wraps its errors in groups
                     if isinstance(_leaf(e), ConfigError):
                         raise _leaf(e) from e
                     raise ConfigError(
@@ -267,7 +267,7 @@ class MCPServers:
                         f"({type(_leaf(e)).__name__}: {_leaf(e)}); check it in "
                         f"{self.where}{self._stderr_tail(name)}{self._sign_in(name)}"
                     ) from e
-        except BaseException:
+        except BaseException:  # undone, then re-raised: Ctrl-C and exits too
             self.close()
             raise
 
@@ -366,7 +366,7 @@ class MCPServers:
                 ready.set_result(listed)
                 assert self._stop is not None
                 await self._stop.wait()
-        except BaseException as e:
+        except BaseException as e:  # handed to the waiting caller
             if not ready.done():
                 ready.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
             if not isinstance(e, Exception):
@@ -462,7 +462,7 @@ class MCPServers:
                 return ToolResult(
                     output=f"{server}/{tool} was cut off: the connection closed", is_error=True
                 )
-            except Exception as e:
+            except Exception as e:  # the server's failure is a result the model sees
                 leaf = _leaf(e)
                 return ToolResult(
                     output=f"the MCP server {server!r} failed: {type(leaf).__name__}: {leaf}",

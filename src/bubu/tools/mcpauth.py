@@ -59,7 +59,7 @@ def _write_private(path: Path, data: dict[str, Any]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException:  # undone, then re-raised: Ctrl-C and exits too
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise

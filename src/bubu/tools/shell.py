@@ -242,7 +242,7 @@ def run_shell(
     out_r, out_w = os.pipe()
     try:
         tree = proctree.start(spec.argv, cwd=spec.cwd, env=spec.env, output=out_w)
-    except BaseException:
+    except BaseException:  # undone, then re-raised: Ctrl-C and exits too
         os.close(out_r)
         aftermath(spec, None, sandbox)
         raise

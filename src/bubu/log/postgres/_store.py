@@ -78,7 +78,7 @@ class PostgresStore(Store):
         try:
             with self._using() as db:
                 migrate(db, self.schema, self.target.where)
-        except BaseException:
+        except BaseException:  # undone, then re-raised: Ctrl-C and exits too
             self.close()
             raise
 
