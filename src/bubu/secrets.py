@@ -36,17 +36,19 @@ from bubu.hardening import harden_process
 MIN_SECRET_CHARS = 8
 """Values shorter than this are withheld but not redacted: ``1`` or ``yes`` would shred the log."""
 
-KNOWN_NAMES = frozenset({"MYSQL_PWD", "PGPASS", "NETRC", "HTPASSWD", "AUTH0_CLIENT_SECRET"})
+KNOWN_NAMES = frozenset(
+    {"MYSQL_PWD", "PGPASS", "NETRC", "HTPASSWD", "AUTH0_CLIENT_SECRET", "SSHPASS", "RSYNC_PASSWORD"}
+)
 """Secret variables whose names the patterns do not catch."""
 
-_SUBSTRINGS = ("PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "WEBHOOK")
+_SUBSTRINGS = ("PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "WEBHOOK", "SECRET")
 _WORDS = frozenset(
     {
         *("TOKEN", "SECRET", "APIKEY", "PASS", "PAT", "DSN", "PEM", "PRIVATE", "CREDS"),
         "COOKIE",
     }
 )
-_LAST_WORDS = frozenset({"KEY", "KEYS", "PWD"})
+_LAST_WORDS = frozenset({"KEY", "KEYS", "PWD", "AUTH", "BEARER", "JWT"})
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

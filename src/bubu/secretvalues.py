@@ -74,8 +74,9 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         kind="url-password",
-        regex=r"://[^:/\?\#\[\]@!\$\&'\(\)\*\+,;=\s\\\"]+:([^:/\?\#\[\]@!\$\&'\(\)\*\+,;=\s\\\"]+)@",
-        source=_DS + "basic_auth.py (quotes and backslashes also end it, for JSON)",
+        regex=r"://[^:/\?\#\[\]@!\$\&'\(\)\*\+,;=\s\\\"]*:([^:/\?\#\[\]@!\$\&'\(\)\*\+,;=\s\\\"]+)@",
+        source=_DS + "basic_auth.py (quotes and backslashes also end it, for JSON; the user may "
+        "be empty, as in redis://:PASSWORD@host)",
         group=1,
         whole_run=False,
     ),

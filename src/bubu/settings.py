@@ -13,11 +13,13 @@ option it feeds, how its value is checked, and how a workspace may set it (`Guar
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import re
+import shlex
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -777,8 +779,102 @@ def chooser_files(ws: _Layer) -> list[Path]:
             named += sorted(p for p in (root / d).glob("*.md") if p.is_file())
     from bubu.agents import agent_files
 
+    # The programs its hooks and MCP servers run from the workspace: a sandboxed command can
+    # rewrite them, and they run outside the sandbox.
+    named += run_files(ws)
     # A workspace's agents choose a model, tools and instructions: trusted with the file.
     return [ws.path, *dict.fromkeys(named), *agent_files(root_of(ws))]
+
+
+_PROJECT_VARS = ("BUBU_PROJECT_DIR", "CLAUDE_PROJECT_DIR")
+
+
+def named_files(root: str, words: Iterable[str]) -> list[Path]:
+    """The files of the workspace `root` that a command line's words name (``sh
+    scripts/hook.sh``, ``python $BUBU_PROJECT_DIR/tools/server.py``), resolved."""
+    base = Path(root).resolve()
+    out: list[Path] = []
+    for given in words:
+        word = given
+        for var in _PROJECT_VARS:
+            for form in (f"${{{var}}}", f"${var}"):
+                if word.startswith(form):
+                    word = str(base) + word[len(form) :]
+        if word.startswith("-"):
+            word = word.rpartition("=")[2]
+        if not word or word.startswith("-"):
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            path = (base / word).resolve()
+            if path.is_relative_to(base) and path != base and path.is_file():
+                out.append(path)
+    return out
+
+
+def _words(command: str) -> list[str]:
+    try:
+        return shlex.split(command, comments=True)
+    except ValueError:
+        return command.split()
+
+
+def run_files(ws: _Layer) -> list[Path]:
+    """The workspace files that its hooks' commands and its MCP servers' command lines name."""
+    root = root_of(ws)
+    out: list[Path] = []
+    for table in (ws.values, *ws.profiles.values()):
+        for h in _as_list(table.get("hooks")):
+            if isinstance(h, dict) and isinstance(h.get("command"), str):
+                out += named_files(root, _words(h["command"]))
+        mcp = table.get("mcp")
+        if isinstance(mcp, str):
+            out += _mcp_files(root, Path(mcp))
+    return out
+
+
+def _mcp_files(root: str, path: Path) -> list[Path]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []  # starting the servers says what is wrong with it
+    out: list[Path] = []
+    servers = data if isinstance(data, dict) else {}
+    for key in ("servers", "mcpServers"):
+        table = servers.get(key)
+        for cfg in table.values() if isinstance(table, dict) else ():
+            if not isinstance(cfg, dict):
+                continue
+            cmd = cfg.get("command")
+            words = [cmd] if isinstance(cmd, str) else list(cmd) if isinstance(cmd, list) else []
+            args = cfg.get("args")
+            words += args if isinstance(args, list) else []
+            where = cfg.get("cwd") if isinstance(cfg.get("cwd"), str) else None
+            words = [w for w in words if isinstance(w, str)]
+            out += named_files(root, words)
+            if where is not None:
+                out += named_files(root, [str(Path(where) / w) for w in words])
+    return out
+
+
+def workspace_hooks(workspace: str | Path) -> tuple[str, list[object]] | None:
+    """The workspace whose config sets hooks and those hook tables (None: it sets none)."""
+    ws = workspace_layer(workspace)
+    if ws is None:
+        return None
+    found: list[object] = []
+    for table in (ws.values, *ws.profiles.values()):
+        found += _as_list(table.get("hooks"))
+    return (root_of(ws), found) if found else None
+
+
+def still_trusted(workspace: str) -> bool:
+    """Whether `workspace`'s config file, and the files it names, are still as the user
+    trusted them (a hook of the workspace is checked before each run)."""
+    try:
+        ws = workspace_layer(workspace)
+    except ConfigError:
+        return False
+    return ws is not None and trust_state(ws) == "trusted"
 
 
 def choosers(ws: _Layer) -> list[str]:

@@ -133,6 +133,20 @@ RUNNER_LINES = [
     "ssh -o ProxyCommand='touch pwned' x pytest",
     "docker run pytest",
     "bubu run --sandbox off --yes pytest",
+    "faketime 'last friday' bash -c 'pytest; touch pwned'",
+    "torsocks bash -c 'pytest; touch pwned'",
+    "proxychains4 -q bash -c 'pytest; touch pwned'",
+    "cpulimit -l 50 -- bash -c 'pytest; touch pwned'",
+    "gtimeout 5 pytest",
+    "eatmydata pytest",
+    "setpriv --reuid=0 pytest",
+    "ssh-agent bash -c 'pytest; touch pwned'",
+    "hyperfine 'touch pwned' pytest",
+    "dbus-run-session -- pytest",
+    "direnv exec . pytest",
+    "pyenv exec pytest",
+    "mise exec -- pytest",
+    "nix-shell --run 'touch pwned' pytest",
 ]
 
 

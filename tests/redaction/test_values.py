@@ -48,6 +48,8 @@ def _fresh() -> Iterator[None]:
         *("DB_PASS", "SENTRY_DSN", "GITHUB_PAT", "SLACK_WEBHOOK_URL", "PRIVATE_KEY_PEM"),
         *("SMTP_PASSWD", "GOOGLE_APPLICATION_CREDENTIALS", "APP_CREDS", "DISCORD_WEBHOOK"),
         *("DATABASE_DSN", "TLS_KEY_PEM", "DB_PWD", "SESSION_COOKIE", "deploy-token"),
+        *("STRIPE_SECRET", "SECRETKEY", "APPSECRET", "SSHPASS", "TWILIO_AUTH", "BASIC_AUTH"),
+        *("API_BEARER", "SESSION_JWT", "RSYNC_PASSWORD"),
     ],
 )
 def test_the_name_rule_catches_these_names(name: str) -> None:
@@ -57,13 +59,14 @@ def test_the_name_rule_catches_these_names(name: str) -> None:
 @pytest.mark.parametrize(
     "name",
     ["PATH", "PWD", "OLDPWD", "MAX_TOKENS", "PATCH_LEVEL", "COMPASS_HOME", "PASSAGE", "SPATH",
-     "XDG_SESSION_ID", "PEMBROKE", "DSNAME", "WEBROOT"],
+     "XDG_SESSION_ID", "PEMBROKE", "DSNAME", "WEBROOT", "AUTH_URL", "OAUTH_DOMAIN", "AUTHOR"],
 )  # fmt: skip
 def test_the_name_rule_leaves_these_alone(name: str) -> None:
     assert not secrets.is_secret_name(name)
 
 
-SECRET_VALUES = [GITHUB, AWS, ANTHROPIC, KEY_BLOCK, URL, RANDOM, "xoxb-1234567890-0987654321-abc"]
+SECRET_VALUES = [GITHUB, AWS, ANTHROPIC, KEY_BLOCK, URL, RANDOM, "xoxb-1234567890-0987654321-abc",
+                 "redis://:Vq8rT2xLm4Kp@cache.internal:6379/0"]  # fmt: skip
 ORDINARY_VALUES = [
     "3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",  # a git SHA
     hashlib.sha256(b"x").hexdigest(),
@@ -129,6 +132,11 @@ def test_what_is_stored_holds_no_value_of_a_known_shape(value: str, marker: str)
 
 def test_a_url_keeps_all_but_its_password() -> None:
     assert redact.text(URL) == "postgres://app:[redacted:url-password]@db.internal:5432/prod"
+    # A password with no user name (Redis, some proxies) is a password all the same.
+    assert (
+        redact.text("redis://:Vq8rT2xLm4Kp@cache:6379/0")
+        == "redis://:[redacted:url-password]@cache:6379/0"
+    )
 
 
 def test_a_binary_blob_is_left_whole() -> None:

@@ -220,3 +220,60 @@ def test_a_symlink_swapped_in_never_leads_a_removal_outside(
     report, _ = controlfiles.check(before)
     assert (outside / ".git").is_dir()
     assert report.held == ("x/.git",)
+
+
+def test_a_background_command_cannot_keep_a_planted_git_file_while_it_runs(
+    project: Path,
+) -> None:
+    """A command that stays running (a server, a watcher) is checked while it runs, not only
+    once it ends: the user's `git status` in another terminal meanwhile runs nothing."""
+    from bubu.tools.background import Processes
+    from bubu.tools.bgtools import ProcessKillArgs, ProcessOutputArgs, process_kill, process_output
+    from tools.test_background import Kept
+
+    procs = Processes("ses_watch")
+    procs.recorder = Kept()
+    ctx = ToolContext(workspace=project, processes=procs, marker="ses_watch/run_1/call_1",
+                      sandbox=WRITE)  # fmt: skip
+    before = (project / "sub" / ".git").read_bytes()
+    res = tools_run_background(ctx, f"{REPOINT} && echo planted && sleep 600")
+    handle = res.split()[5]
+    deadline = time.monotonic() + 60
+    while True:
+        out = process_output(ProcessOutputArgs(handle=handle, offset=0), ctx).output
+        if "put back what it changed" in out:
+            break
+        assert time.monotonic() < deadline, out
+        time.sleep(0.1)
+    live = procs.get(handle)
+    assert live is not None
+    assert live.state == "running"
+    assert "sub/.git (moved back from sub-moved/.git)" in out, out
+    assert (project / "sub" / ".git").read_bytes() == before
+    git(project, "status")
+    assert not (project / "PLANTED").exists(), "the planted fsmonitor never runs"
+    process_kill(ProcessKillArgs(handle=handle), ctx)
+
+
+def test_a_long_foreground_command_is_checked_while_it_runs(
+    tools: dict[str, Tool], project: Path
+) -> None:
+    """What a command plants and takes away again before it ends is still found and said."""
+    out = run(
+        tools,
+        project,
+        "git init -q deep/repo && git -C deep/repo config core.fsmonitor x; "
+        "i=0; while [ -e deep/repo/.git ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
+        "[ -e deep/repo/.git ] || echo gone",
+    )
+    assert "gone" in out, out
+    assert "while it ran, the command created or changed git" in out, out
+    assert "deep/repo/.git" in out, out
+
+
+def tools_run_background(ctx: ToolContext, command: str) -> str:
+    from bubu.tools.shell import run_command
+
+    res = run_command.run({"command": command, "background": True}, ctx, None)
+    assert not res.is_error, res.output
+    return res.output

@@ -446,7 +446,7 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             context_window=opts.get("context_window"),
             project_instructions=not opts.get("no_project_instructions"),
             loop_limit=opts.get("loop_limit") or DEFAULT_LOOP_LIMIT,
-            hooks=hook_list(opts.get("hooks")),
+            hooks=hook_list(opts.get("hooks"), opts.get("workspace_dir")),
             plan=bool(opts.get("plan")),
             max_background=opts.get("max_background") or 4,
             context=context_policy(
@@ -479,11 +479,15 @@ def extra_tools(opts: dict[str, Any], *, native_search: bool = False) -> dict[st
     return dict(tool_table(extra, where="the host's extra tools"))
 
 
-def hook_list(raw: object) -> Any:
-    """The hooks of the `hooks` setting."""
+def hook_list(raw: object, workspace: str | None = None) -> Any:
+    """The hooks of the `hooks` setting, those of `workspace`'s config file marked as its."""
     from bubu.engine.hooks import from_config
+    from bubu.settings import workspace_hooks
 
-    return from_config(raw)
+    theirs = workspace_hooks(workspace) if workspace else None
+    if theirs is None:
+        return from_config(raw)
+    return from_config(raw, workspace=theirs[0], theirs=theirs[1])
 
 
 @contextmanager

@@ -46,6 +46,19 @@ class PreTool:
     """The hook whose decision this is."""
 
 
+UNTRUSTED = (
+    "it was not run: the workspace's config file, or a file its command names, changed since "
+    "you trusted it (a command may have rewritten it); `bubu trust` the workspace again once "
+    "you have checked it"
+)
+
+
+def _still_trusted(workspace: str) -> bool:
+    from bubu.settings import still_trusted
+
+    return still_trusted(workspace)
+
+
 def context_message(event: HookEvent, hook: str, text: str) -> str:
     """How text a hook adds for the model is shown to it."""
     return f"[{event} hook `{hook}`]\n{text}"
@@ -88,7 +101,10 @@ class HookPoints:
         env[SESSION_VAR] = self.host.session.id
         env[MARKER_VAR] = f"{self.host.session.id}/{self.host.run}/{ids.new_id('hook')}"
         self.host.observer.on_activity(f"hook {hook.event}: {hook.command}")
-        ran = hooks.run(hook, payload, cwd=ws, env=env, cancel=self.host.stop_event)
+        if hook.workspace is not None and not _still_trusted(hook.workspace):
+            ran = hooks.Ran(exit_code=None, failure=UNTRUSTED)
+        else:
+            ran = hooks.run(hook, payload, cwd=ws, env=env, cancel=self.host.stop_event)
         self.host.observer.on_activity(None)
         self.host.check_stop()  # a hook cut short by a stop decided nothing: nothing is recorded
         a = hooks.answer(hook, ran)

@@ -58,6 +58,9 @@ class Hook:
     timeout_s: float = DEFAULT_TIMEOUT_S
     on_error: OnError = "allow"
     """What a hook that fails, hangs or answers nonsense decides: deny (block) or allow."""
+    workspace: str | None = None
+    """The workspace whose config file set it (None: the user's own): it runs only while the
+    user still trusts that file and the files its command names, as they are now."""
 
     def matches(self, subject: str | None) -> bool:
         """Whether the hook runs for `subject` (a tool name …; None: events without one)."""
@@ -70,8 +73,11 @@ class Hook:
             return m == subject
 
 
-def from_config(raw: object) -> tuple[Hook, ...]:
-    """The hooks of the `hooks` setting (as `bubu.settings` checked it)."""
+def from_config(
+    raw: object, *, workspace: str | None = None, theirs: Sequence[object] = ()
+) -> tuple[Hook, ...]:
+    """The hooks of the `hooks` setting (as `bubu.settings` checked it); those among `theirs`
+    (the tables of `workspace`'s config file) are marked as the workspace's."""
     if not isinstance(raw, list | tuple):
         return ()
     out: list[Hook] = []
@@ -85,6 +91,7 @@ def from_config(raw: object) -> tuple[Hook, ...]:
                 matcher=str(h.get("matcher") or ""),
                 timeout_s=float(h.get("timeout") or DEFAULT_TIMEOUT_S),
                 on_error="deny" if h.get("on_error") == "deny" else "allow",
+                workspace=workspace if h in theirs else None,
             )
         )
     return tuple(out)

@@ -30,7 +30,7 @@ from bubu.errors import ToolError
 from bubu.events import BlobRef, Note, ProcessEnded, ProcessKeep, ProcessOutput, ProcessStarted
 from bubu.log import codec, redact
 from bubu.projections.processes import Process
-from bubu.tools import netns, proctree
+from bubu.tools import controlfiles, netns, proctree
 from bubu.tools.sandbox import Sandbox
 from bubu.tools.shell import FULL_BYTES, KILL_GRACE_S, Spawn, aftermath, spawn_spec
 
@@ -125,6 +125,7 @@ class Proc:
         self._pending = bytearray()
         self._pending_since = 0.0
         self._recorded = offset
+        self._last_byte = b"\n"
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
         self._kill: float | None = None
@@ -178,10 +179,13 @@ class Proc:
 
     def _read(self, tree: proctree.Tree, fd: int, spec: Spawn) -> None:
         pipe_open = keeper_open = True
+        watch = None if spec.controls is None else controlfiles.Watch(spec.controls)
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
             sel.register(tree.status, selectors.EVENT_READ)
             while tree.returncode is None and keeper_open and self._kill is None:
+                if watch is not None and (said := watch.poll()) is not None:
+                    self._say(said)
                 for key, _ in sel.select(_POLL_S):
                     if key.fd == fd and pipe_open:
                         pipe_open = self._drain(fd)
@@ -203,7 +207,8 @@ class Proc:
             while pipe_open and any(key.fd == fd for key, _ in sel.select(_POLL_S)):
                 pipe_open = self._drain(fd)
         os.close(fd)
-        aftermath(spec, tree.returncode, self.start.sandbox)
+        for said in aftermath(spec, tree.returncode, self.start.sandbox):
+            self._say(said)
         self._flush(force=True)
         self._end(tree, killed, left)
 
@@ -219,6 +224,13 @@ class Proc:
             self._feed(data)
         return True
 
+    def _say(self, note: str) -> None:
+        """Put Bubu's own note about the process (a limit it reached, a control file reverted)
+        in its output, on a line of its own, where the model and the log read it."""
+        with self._lock:
+            fresh = self._last_byte == b"\n"
+        self._feed((b"" if fresh else b"\n") + f"[bubu: {note}]\n".encode())
+
     def _feed(self, data: bytes) -> None:
         with self._lock:
             if self.total < FULL_BYTES:
@@ -228,6 +240,8 @@ class Proc:
                     self._pending_since = clock.monotonic()
                 self._pending += keep
             self.total += len(data)
+            if data:
+                self._last_byte = data[-1:]
 
     def _flush(self, *, force: bool) -> None:
         """Record the output that arrived since the last chunk, when it is due (one flush at a

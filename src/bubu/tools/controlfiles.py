@@ -6,7 +6,8 @@ a `.bubu` directory decides what Bubu does. `scan` finds every one of them; the 
 those that exist read-only (`binds`), and `check`, after the command, finds what appeared or
 changed all the same (a new `sub/.git`, ``git init`` in a folder, a moved directory) and reverts
 it: what the command made is removed, what it replaced is put back, and what cannot be put back
-safely is left for a person, named in the command's result.
+safely is left for a person, named in the command's result. A `Watch` makes the same check every
+second or so while a command runs, so a background process cannot keep one in place.
 
 A scan walks directories only, and after the first one it lists again only the directories whose
 change time moved (a new entry changes its directory's ctime, and no process can set a ctime
@@ -355,6 +356,37 @@ def check(before: Scan) -> tuple[Report, Scan]:
 
 _last: dict[str, Scan] = {}
 _last_lock = threading.Lock()
+_check_lock = threading.Lock()
+"""One check at a time: a background command's watch and a foreground command's end would
+otherwise both revert the same entry."""
+
+WATCH_S = 1.0
+"""How often a running command's workspace is checked (more seldom where a scan takes longer)."""
+
+
+class Watch:
+    """The check of `after_command`, made while a command still runs: a long or background
+    command must not leave a control file for the user's next `git status` until it ends."""
+
+    def __init__(self, before: Scan) -> None:
+        self.before = before
+        self._next = time.monotonic() + WATCH_S
+        self._said: set[str] = set()
+
+    def poll(self) -> str | None:
+        """Check and revert when one is due; the note for what was newly found, else None."""
+        start = time.monotonic()
+        if start < self._next:
+            return None
+        with _check_lock:
+            report, _ = check(self.before)
+        took = time.monotonic() - start
+        self._next = time.monotonic() + max(WATCH_S, 20 * took)
+        text = report.text()
+        if text is None or text in self._said:
+            return None
+        self._said.add(text)
+        return f"while it ran, {text}"
 
 
 def before_command(root: str) -> Scan:
@@ -367,7 +399,8 @@ def before_command(root: str) -> Scan:
 def after_command(before: Scan) -> Report:
     """Check the workspace after a command that started from `before`, revert what it did to
     control entries, and keep the result for the next command's scan."""
-    report, now = check(before)
+    with _check_lock:
+        report, now = check(before)
     with _last_lock:
         _last[before.root] = now
     return report
