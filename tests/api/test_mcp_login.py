@@ -151,3 +151,27 @@ def test_login_names_what_is_wrong(tmp_path: Path) -> None:
     done = bubu(db, "mcp", "logout", "notes")
     assert done.returncode == 0
     assert "not signed in to notes" in done.stdout
+
+
+def test_a_sign_in_kept_before_bubu_home_exists_makes_it_its_owners_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from mcp.shared.auth import OAuthToken
+
+    from bubu.tools.mcpauth import TokenFile
+
+    home = tmp_path / "new" / "home"
+    monkeypatch.setenv("BUBU_HOME", str(home))
+    old = os.umask(0o022)
+    try:
+        tokens = TokenFile("notes", "http://127.0.0.1:9/mcp")
+        asyncio.run(
+            tokens.set_tokens(OAuthToken(access_token="tok-home-mode-test", token_type="Bearer"))
+        )
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "mcp-auth").stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "mcp-auth" / "notes.json").stat().st_mode) == 0o600

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -218,6 +219,25 @@ def test_always_on_a_script_does_not_approve_inline_code(tmp_path: Path) -> None
     assert policy.check_command("python3 a.py", cwd=str(tmp_path)).allowed
     assert not policy.check_command("python3 -c 'print(42)'", cwd=str(tmp_path)).allowed
     assert not policy.check_command("python3 b.py", cwd=str(tmp_path)).allowed
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_the_docs_show_the_pattern_always_really_offers() -> None:
+    """Each prompt the docs show offers, for `a`, the pattern the chat would offer for the command
+    shown above it (a sample that shows `python3 *` teaches a wider "always" than there is)."""
+    shown = 0
+    for page in sorted(DOCS.glob("*.md")):
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            m = re.search(r"a = always allow `(.*)`$", line)
+            if m is None:
+                continue
+            command = lines[i - 1].strip().removeprefix("│ ")
+            assert m.group(1) == always_pattern(command), f"{page.name}:{i + 1}"
+            shown += 1
+    assert shown, "no prompt with `a` shown in docs/"
 
 
 def test_plan_mode_in_the_chat_refuses_a_write_until_approve(

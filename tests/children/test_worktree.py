@@ -3,6 +3,7 @@ result names the branch and diff; merge_child applies it to the parent's workspa
 
 from __future__ import annotations
 
+import stat
 import subprocess
 from pathlib import Path
 
@@ -67,6 +68,8 @@ def test_a_child_in_its_own_worktree_reports_its_branch_and_the_parent_merges_it
         assert done.child == cid
         worktree = tmp_path / "home" / "worktrees" / cid
         assert (worktree / "a.txt").read_text() == "beta\n"
+        # BUBU_HOME did not exist: the worktree made it, its owner's alone like any BUBU_HOME.
+        assert stat.S_IMODE((tmp_path / "home").stat().st_mode) == 0o700
         assert _git(repo, "log", "-1", "--format=%s", f"bubu/{cid}").strip() == f"sub-agent {cid}"
         (merged,) = results(recs, "merge_child")
         assert not merged.is_error, merged.result

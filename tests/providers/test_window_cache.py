@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ print(json.dumps([found.tokens, found.source, "genai_prices" in sys.modules]))
 def _ask(home: Path) -> list[object]:
     env = {**os.environ, "BUBU_HOME": str(home)}
     done = subprocess.run([sys.executable, "-c", ASK], env=env, capture_output=True, text=True,
-                          timeout=60, check=True)  # fmt: skip
+                          timeout=60, check=True, umask=0o022)  # fmt: skip
     answer: list[object] = json.loads(done.stdout)
     return answer
 
@@ -39,3 +40,10 @@ def test_a_cache_of_another_table_is_not_believed(tmp_path: Path) -> None:
     assert _ask(tmp_path) == [200_000, "genai-prices table", True]
     path.write_text("not json")
     assert _ask(tmp_path) == [200_000, "genai-prices table", True]
+
+
+def test_a_cache_written_before_bubu_home_exists_makes_it_its_owners_alone(tmp_path: Path) -> None:
+    home = tmp_path / "new" / "home"
+    _ask(home)
+    assert (home / "cache" / "windows.json").is_file()
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700

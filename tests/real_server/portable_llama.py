@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import runpy
+import sys
 from typing import Any
 
 lib: Any = importlib.import_module("llama_cpp.llama_cpp")
@@ -19,6 +20,13 @@ _default = lib.llama_model_default_params
 
 def _without_extra_buffer_types() -> Any:
     params = _default()
+    # A ctypes structure takes any attribute: without the field, setting it would do nothing.
+    if "use_extra_bufts" not in {f[0] for f in type(params)._fields_}:
+        sys.stderr.write(
+            "portable_llama: this llama-cpp-python has no use_extra_bufts; the server runs with "
+            "its extra buffer types, as its build chose them\n"
+        )
+        return params
     params.use_extra_bufts = False
     return params
 

@@ -30,6 +30,7 @@ from bubu import clock, ids
 from bubu.agents import AgentDef, load_agents
 from bubu.errors import BubuError, ConfigError, UnknownSession
 from bubu.events import ChildFinished, ChildStarted, SessionStarted, make
+from bubu.log import make_home
 from bubu.log.store import SessionInfo
 from bubu.projections.children import fold_children, outcome_line, report
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
@@ -327,7 +328,8 @@ def worktree(workspace: str, cid: str) -> tuple[str, str, str]:
     path = Path(bubu_home()) / "worktrees" / cid
     branch = f"bubu/{cid}"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_home(path.parent.parent)  # $BUBU_HOME: 0700 when this creates it
+        path.parent.mkdir(exist_ok=True)
         exists = bool(_git(top, "branch", "--list", branch).strip())
         new = [] if exists else ["-b", branch]
         _git(top, "worktree", "add", "-q", *new, str(path), branch if exists else base)

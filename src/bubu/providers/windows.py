@@ -111,7 +111,10 @@ class _WindowCache:
         """Write the cache (atomically; a failure only means asking the table next time)."""
         data = json.dumps({"table": self.version, "windows": self.entries}, sort_keys=True)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            from bubu.log import make_home
+
+            make_home(self.path.parent.parent)  # $BUBU_HOME: 0700 when this creates it
+            self.path.parent.mkdir(exist_ok=True)
             temp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
             temp.write_text(data, encoding="utf-8")
             os.replace(temp, self.path)

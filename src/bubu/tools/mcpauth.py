@@ -49,7 +49,10 @@ def token_path(name: str) -> Path:
 
 
 def _write_private(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    from bubu.log import make_home
+
+    make_home(path.parent.parent)  # $BUBU_HOME: 0700 when this creates it
+    path.parent.mkdir(mode=0o700, exist_ok=True)
     os.chmod(path.parent, 0o700)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
