@@ -21,6 +21,7 @@ from bubu.engine.worker import (
     worker_host,
     worker_options,
 )
+from bubu.errors import ConfigError
 from bubu.events import SystemNote, TurnStarted
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.scripted import ScriptedProvider
@@ -124,3 +125,9 @@ def test_the_config_options_are_those_the_cli_reads(home: Path) -> None:
         host = assemble_host(store, MODEL, options)
     assert host.policy.deny == ("rm *", "path:secrets/**")
     assert native(host) is False
+
+
+def test_a_worker_with_a_bad_config_file_refuses_to_start(home: Path) -> None:
+    (home / "config.toml").write_text('deny = "rm *"\n')
+    with pytest.raises(ConfigError, match="deny"):
+        worker_options()
