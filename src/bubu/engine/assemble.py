@@ -138,8 +138,12 @@ def context_policy(
         )
     if summary_result_share is None:
         summary_result_share = base.summary_result_share
-    return ContextPolicy(compact_at=at, compact_to=to, summary_result_share=summary_result_share,
-                         store_quota=store_quota)  # fmt: skip
+    return ContextPolicy(
+        compact_at=at,
+        compact_to=to,
+        summary_result_share=summary_result_share,
+        store_quota=store_quota,
+    )
 
 
 def run_config_of(options: Options) -> RunConfig:
@@ -242,11 +246,11 @@ def assemble_host(
         for spec in options.get("fallback_model") or ()
     }
     run = config if config is not None else run_config_of(options)
-    found: tuple[dict[str, Tool], str | None, Callable[[str], dict[str, Tool]] | None]
-    found = (dict(tools), None, None) if tools is not None else _chosen_tools(
-        options, provider, turn_tools=turn_tools
-    )  # fmt: skip
-    table, mcp_config, load_tools = found
+    load_tools: Callable[[str], dict[str, Tool]] | None = None
+    if tools is not None:
+        table, mcp_config = dict(tools), None
+    else:
+        table, mcp_config, load_tools = _chosen_tools(options, provider, turn_tools=turn_tools)
     host = Host(
         store=store,
         provider=provider,
