@@ -196,3 +196,51 @@ def test_the_cli_modules_import_one_another_without_a_cycle() -> None:
     except graphlib.CycleError as e:
         pytest.fail(f"the CLI modules import one another in a cycle: {' -> '.join(e.args[1])}")
     assert set(order) == set(paths)
+
+
+FRONT_ENDS = ["api.py", "cli/agentcmds.py", "cli/fleetcmds.py", "web/runs.py", "engine/worker.py"]
+"""The modules where the CLI, the Python API, the web UI and the fleet worker build their hosts."""
+BUILDS_HOSTS = {"api.py", "cli/agentcmds.py", "web/runs.py", "engine/worker.py"}
+
+ASSEMBLED = {
+    "bubu.providers.resolve": "a provider",
+    "bubu.tools.builtin_tools": "the built-in tools",
+    "bubu.tools.registered_tools": "the registered tools",
+    "bubu.tools.host_tools": "the host's tools",
+    "bubu.tools.tool_table": "a tool table",
+    "bubu.tools.mcp.connect": "the MCP servers' tools",
+    "bubu.notify.wrap": "the notifying observer",
+}
+"""What only `bubu.engine.assemble` builds for a host."""
+
+HOST_BUILDERS = {
+    "engine/assemble.py",
+    "engine/children.py",  # a sub-agent's host, derived from its parent's runner
+    "cli/rewindcmd.py",  # a host with no model and no tools, to rewind a log
+}
+
+
+def test_every_front_end_assembles_its_host_in_one_place() -> None:
+    """The CLI, the web UI, the Python API and the fleet worker build their hosts with
+    `bubu.engine.assemble` and none of its parts (a provider, the tools, the observer) by hand,
+    so that a setting reaches a turn the same way whichever of them starts it."""
+    import ast
+
+    bad: list[str] = []
+    for rel in FRONT_ENDS:
+        path = SRC / rel
+        imported = _imports(path)
+        bad += [
+            f"{rel} builds {what} itself ({m})" for m, what in ASSEMBLED.items() if m in imported
+        ]
+        if rel in BUILDS_HOSTS and not any(m.startswith("bubu.engine.assemble") for m in imported):
+            bad.append(f"{rel} does not use bubu.engine.assemble")
+    for path in SRC.rglob("*.py"):
+        rel = str(path.relative_to(SRC))
+        calls = [
+            n for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Host"
+        ]  # fmt: skip
+        if calls and rel not in HOST_BUILDERS:
+            bad.append(f"{rel} constructs a Host (use bubu.engine.assemble.assemble_host)")
+    assert bad == []

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from bubu.engine.assemble import assemble_host, code_tools, provider_of
 from bubu.engine.driver import NullObserver, Observer, RunConfig
 from bubu.engine.permissions import Asker, Policy, nobody
 from bubu.engine.recovery import recover_session
@@ -51,10 +52,7 @@ from bubu.log.store import SessionInfo, Store
 from bubu.projections.recovery import Plan
 from bubu.projections.status import Status, fold_status
 from bubu.projections.transcript import Transcript, transcript
-from bubu.providers import resolve
 from bubu.providers.base import Provider
-from bubu.tools import builtin_tools as _builtin_tools
-from bubu.tools import registered_tools, tool_table
 from bubu.tools.base import Tool
 from bubu.tools.mcp import MCPConfig, MCPServers, load_config
 
@@ -336,7 +334,7 @@ class Agent:
         observer: Observer | None = None,
         config: RunConfig | None = None,
     ) -> None:
-        self.provider: Provider = resolve(model) if isinstance(model, str) else model
+        self.provider: Provider = provider_of(model, {}) if isinstance(model, str) else model
         self.workspace = Path(workspace).expanduser().resolve()
         self.system_prompt = system_prompt
         self.policy = policy or Policy()
@@ -349,13 +347,8 @@ class Agent:
         self._owns_mcp = False
         self.last_session: str | None = None
         try:
-            base: list[Tool] = []
-            if plugins:
-                base = list(registered_tools().values())
-            elif builtin_tools:
-                base = list(_builtin_tools().values())
-            self.tools: dict[str, Tool] = tool_table(
-                [*base, *tools, *self._mcp_tools(mcp)], where="the agent's tools"
+            self.tools: dict[str, Tool] = code_tools(
+                [*tools, *self._mcp_tools(mcp)], builtin=builtin_tools, plugins=plugins
             )
         except BaseException:
             self.close()
@@ -391,17 +384,13 @@ class Agent:
         self.close()
 
     def host(self) -> Host:
-        """A fresh Host for one run, with this agent's provider, tools, policy and prompt."""
-        return Host(
-            store=self.store,
-            provider=self.provider,
-            tools=self.tools,
-            policy=self.policy,
-            asker=self.asker,
-            observer=self.observer,
-            config=self.config,
+        """A fresh Host for one run, with this agent's provider, tools, policy and prompt
+        (`bubu.engine.assemble`, as every front end builds its hosts)."""
+        return assemble_host(
+            self.store, self.provider, {}, tools=self.tools, policy=self.policy,
+            config=self.config, asker=self.asker, observer=self.observer,
             prompt=self.system_prompt,
-        )
+        )  # fmt: skip
 
     # -- turns ------------------------------------------------------------------------------------
 

@@ -164,18 +164,9 @@ def sandbox_options() -> list[Any]:
 
 def sandbox_box(opts: dict[str, Any]) -> Any:
     """The sandbox options the command line and the config files chose."""
-    from bubu.tools.limits import Limits
-    from bubu.tools.sandbox import Options
+    from bubu.engine.assemble import sandbox_box as box
 
-    return Options(
-        allow_sockets=tuple(opts.get("allow_socket") or ()),
-        ssh_agent=bool(opts.get("ssh_agent")),
-        limits=Limits(
-            procs=opts.get("max_procs") or 0,
-            memory=opts.get("max_memory") or 0,
-            file_size=opts.get("max_file_size") or 0,
-        ),
-    )
+    return box(opts)
 
 
 def max_cost_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
@@ -351,30 +342,19 @@ def model_options(f: Any) -> Any:
 
 
 def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> Host:
-    """A Host for the CLI: provider, built-in tools, policy and the terminal as asker."""
-    from bubu.engine.driver import RunConfig
-    from bubu.engine.permissions import Policy
-    from bubu.engine.session import Host
-    from bubu.notify import wrap
-    from bubu.providers import resolve
-    from bubu.tools import host_tools
-    from bubu.tools.mcppath import default_config_path
+    """A Host for the CLI (`bubu.engine.assemble`): the terminal answers permission requests."""
+    from bubu.engine.assemble import assemble_host
 
-    provider = resolve(
-        model,
-        base_url=opts.get("base_url"),
-        context_window=opts.get("context_window"),
-        thinking_budget=opts.get("thinking"),
-        stall_timeout=opts.get("stall_timeout"),
-        reasoning_effort=opts.get("reasoning_effort"),
-        max_output_tokens=opts.get("max_output_tokens"),
-        cache_ttl=opts.get("cache_ttl"),
-        native_tools=opts.get("native_tools"),
-    )
-    from bubu.pricing import configure_from, known, warm
+    host = assemble_host(store, model, opts, asker=observer.ask, observer=observer)
+    _unpriced_warning(host, opts)
+    return host
 
-    configure_from(opts.get("prices"))
-    warm(provider.spec)
+
+def _unpriced_warning(host: Host, opts: dict[str, Any]) -> None:
+    """Warn that --max-cost cannot limit a model whose price is unknown."""
+    from bubu.pricing import known
+
+    provider = host.provider
     official = getattr(provider, "official", True)
     if opts.get("max_cost") is not None and not known(provider.spec, official=official):
         from bubu.settings import Settings, said_by
@@ -388,106 +368,6 @@ def make_host(store: Store, model: str, opts: dict[str, Any], observer: Any) -> 
             "your config file to price it",
             err=True,
         )
-    # An MCP file the user named is their choice; without one, a recovered or resumed turn gets
-    # the servers it was started with (recorded with the turn).
-    fallbacks = {
-        spec: resolve(spec, stall_timeout=opts.get("stall_timeout"))
-        for spec in opts.get("fallback_model") or ()
-    }
-    chosen = opts.get("mcp")
-    mcp = Path(chosen).expanduser() if chosen else default_config_path()
-    pass_env: tuple[str, ...] = tuple(opts.get("pass_env") or ())
-    from bubu.context.quota import quota_of
-    from bubu.engine.loops import DEFAULT_LOOP_LIMIT
-    from bubu.engine.settings import ModelSettings, env_stall_timeout
-
-    if opts.get("web_search") and hasattr(provider, "web_search"):
-        provider.web_search = True  # the provider's own search, on its side
-    extra = extra_tools(opts, native_search=bool(getattr(provider, "web_search", False)))
-
-    return Host(
-        store=store,
-        provider=provider,
-        model_settings=ModelSettings(
-            base_url=opts.get("base_url"),
-            context_window=opts.get("context_window"),
-            thinking_budget=opts.get("thinking"),
-            stall_timeout=opts.get("stall_timeout") or env_stall_timeout(),
-            reasoning_effort=opts.get("reasoning_effort"),
-            max_output_tokens=opts.get("max_output_tokens"),
-            cache_ttl=opts.get("cache_ttl"),
-            native_tools=opts.get("native_tools"),
-        ),
-        tools=host_tools(str(mcp) if mcp is not None else None, pass_env=pass_env) | extra,
-        mcp_config=str(mcp.resolve()) if mcp is not None else None,
-        load_tools=None if chosen else lambda path: host_tools(path, pass_env=pass_env) | extra,
-        policy=Policy(
-            yes=bool(opts.get("yes")),
-            allow_commands=tuple(opts.get("allow") or ()),
-            sandbox=opts.get("sandbox"),
-            network=bool(opts.get("network")),
-            pass_env=pass_env,
-            box=sandbox_box(opts),
-            allow_write=tuple(opts.get("allow_write") or ()),
-            web_domains=tuple(opts.get("web_domains") or ()),
-            deny=tuple(opts.get("deny") or ()),
-        ),
-        asker=observer.ask,
-        observer=wrap(observer, opts.get("notify"), store, opts.get("notify_timeout")),
-        fallbacks=fallbacks,
-        config=RunConfig(
-            max_steps=opts.get("max_steps"),
-            retry_for_s=opts.get("retry_for"),
-            fallback_models=tuple(fallbacks),
-            token_limit=opts.get("max_tokens"),
-            time_limit_s=opts.get("max_time"),
-            max_cost=opts.get("max_cost"),
-            tool_timeout_s=opts.get("tool_timeout", 600.0),
-            context_window=opts.get("context_window"),
-            project_instructions=not opts.get("no_project_instructions"),
-            loop_limit=opts.get("loop_limit") or DEFAULT_LOOP_LIMIT,
-            hooks=hook_list(opts.get("hooks"), opts.get("workspace_dir")),
-            plan=bool(opts.get("plan")),
-            max_background=opts.get("max_background") or 4,
-            context=context_policy(
-                opts.get("compact_at"),
-                opts.get("compact_to"),
-                opts.get("summary_result_share"),
-                store_quota=quota_of(opts.get("store_quota")),
-            ),
-        ),
-    )
-
-
-def extra_tools(opts: dict[str, Any], *, native_search: bool = False) -> dict[str, Any]:
-    """The tools a host offers beside the registered ones, by what the settings allow: the web
-    tools (`bubu.tools.web`; no `web_search` where the provider searches itself), and `skill`
-    where the workspace or ``$BUBU_HOME`` has skills."""
-    from bubu.engine.extensions import skills
-    from bubu.tools import tool_table
-    from bubu.tools.web import web_tools
-
-    extra = web_tools(
-        network=bool(opts.get("network")),
-        domains=tuple(opts.get("web_domains") or ()),
-        search=None if native_search else opts.get("web_search_url"),
-    )
-    if skills(opts.get("workspace_dir")):
-        from bubu.tools.skill import skill
-
-        extra.append(skill)
-    return dict(tool_table(extra, where="the host's extra tools"))
-
-
-def hook_list(raw: object, workspace: str | None = None) -> Any:
-    """The hooks of the `hooks` setting, those of `workspace`'s config file marked as its."""
-    from bubu.engine.hooks import from_config
-    from bubu.settings import workspace_hooks
-
-    theirs = workspace_hooks(workspace) if workspace else None
-    if theirs is None:
-        return from_config(raw)
-    return from_config(raw, workspace=theirs[0], theirs=theirs[1])
 
 
 @contextmanager
@@ -1017,23 +897,10 @@ def context_policy(
     *,
     store_quota: int | None = DEFAULT_STORE_QUOTA,
 ) -> ContextPolicy:
-    """The bounded-context policy with the config's compaction shares (`compact_at` starts a
-    compaction, `compact_to` is what it aims at: it must be lower) and the session's quota of
-    bytes stored whole (None: no quota)."""
-    from bubu.context.policy import ContextPolicy
+    """The bounded-context policy of the config's compaction shares (`bubu.engine.assemble`)."""
+    from bubu.engine.assemble import context_policy as policy
 
-    base = ContextPolicy()
-    at = compact_at if compact_at is not None else base.compact_at
-    to = compact_to if compact_to is not None else min(base.compact_to, at / 2)
-    if to >= at:
-        raise ConfigError(
-            f"compact_to ({to:g}) must be below compact_at ({at:g}): a compaction aims below the "
-            "share that starts one; lower compact_to or raise compact_at"
-        )
-    if summary_result_share is None:
-        summary_result_share = base.summary_result_share
-    return ContextPolicy(compact_at=at, compact_to=to, summary_result_share=summary_result_share,
-                         store_quota=store_quota)  # fmt: skip
+    return policy(compact_at, compact_to, summary_result_share, store_quota=store_quota)
 
 
 def cost_lines(usage: Any, *, priced: bool = False) -> str:

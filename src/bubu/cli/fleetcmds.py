@@ -18,14 +18,12 @@ from bubu.cli.envopt import env_names
 from bubu.cli.term import echo
 from bubu.errors import ConfigError
 from bubu.events import SandboxMode
-from bubu.log.store import SessionInfo, Store
+from bubu.log.store import Store
 
 if TYPE_CHECKING:
     from bubu.engine.ceiling import Ceiling
-    from bubu.engine.worker import Queue, SubmittedModel
+    from bubu.engine.worker import Queue
     from bubu.log.postgres import PostgresStore
-    from bubu.providers.base import Provider
-    from bubu.tools.base import Tool
 
 _NEEDS_PG = (
     "the fleet needs a PostgreSQL log; pass --db postgresql://… (or set BUBU_DB), "
@@ -202,43 +200,6 @@ def submit_cmd(
         click.echo(info.id)
 
 
-def equip(
-    info: SessionInfo, mcp: str | None = None, url: str | None = None
-) -> tuple[Provider, dict[str, Tool]]:
-    """The model recorded with the session (built with the model options it was submitted with,
-    read from the store at `url`), the built-in tools and those of the MCP servers in `mcp`
-    (default ``$BUBU_HOME/mcp.json`` when it exists)."""
-    import msgspec
-
-    from bubu.providers import resolve
-    from bubu.tools import builtin_tools, tool_table
-    from bubu.tools.mcp import connect
-
-    if not info.model:
-        raise ConfigError(f"session {info.id} has no model recorded; it cannot run in the fleet")
-    tools = tool_table([*builtin_tools().values(), *connect(mcp)], where="the worker's tools")
-    options = submitted_model(info, url) if url is not None else None
-    given = (
-        {k: v for k, v in msgspec.structs.asdict(options).items() if v is not None}
-        if options
-        else {}
-    )
-    return resolve(info.model, **given), tools
-
-
-def submitted_model(info: SessionInfo, url: str) -> SubmittedModel | None:
-    """The model options of the session's submitted request (its first), if it has one."""
-    from bubu.engine.worker import queued_request
-    from bubu.log.postgres import PostgresStore
-
-    store = PostgresStore(url)
-    try:
-        first = queued_request(store.read(info.id, upto=8))
-    finally:
-        store.close()
-    return first[1].model if first is not None else None
-
-
 def ceiling_text(c: Ceiling) -> str:
     """The worker's ceiling in one phrase for its start line."""
     allowed = [n for n, on in (("--yes", c.allow_yes), ("--network", c.allow_network),
@@ -351,11 +312,9 @@ def worker_cmd(
     SIGTERM or Ctrl-C drains: running turns finish their current step and are handed back to the
     fleet; a second Ctrl-C stops them at once.
     """
-    from bubu.context.policy import ContextPolicy
-    from bubu.context.quota import quota_of
     from bubu.engine.ceiling import Ceiling
     from bubu.engine.driver import RunConfig
-    from bubu.engine.worker import Worker, WorkerConfig
+    from bubu.engine.worker import Worker, WorkerConfig, worker_options
     from bubu.log.postgres import PostgresStore, WorkQueue
 
     store = fleet_store(ctx, db)
@@ -366,17 +325,15 @@ def worker_cmd(
         store = PostgresStore(url)
         return store, WorkQueue(store)
 
-    run = RunConfig(max_steps=None, lease_ttl_s=lease_ttl, tool_timeout_s=tool_timeout,
-                    context=ContextPolicy(store_quota=quota_of(store_quota)))  # fmt: skip
+    run = RunConfig(max_steps=None, lease_ttl_s=lease_ttl)
+    options = worker_options(mcp=mcp, tool_timeout=tool_timeout, store_quota=store_quota)
     ceiling = Ceiling(max_sandbox=max_sandbox, allow_yes=allow_yes, allow_network=allow_network,
                       allow_patterns=allow_patterns, allow_env=frozenset(allow_env),
                       allow_sockets=frozenset(allow_socket), allow_ssh_agent=allow_ssh_agent)  # fmt: skip
     config = WorkerConfig(concurrency=concurrency, once=once, idle_exit_s=idle_exit,
                           poll_s=poll, run=run, ceiling=ceiling, box=worker_box(limits),
-                          workspaces=workspaces)  # fmt: skip
-    worker = Worker(
-        open_slot=open_slot, equip=lambda info: equip(info, mcp, url), config=config, log=_say
-    )
+                          workspaces=workspaces, options=options)  # fmt: skip
+    worker = Worker(open_slot=open_slot, config=config, log=_say)
     received = 0
 
     def on_signal(signum: int, _: object) -> None:

@@ -20,19 +20,18 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 
 from bubu import clock, ids
 from bubu.engine.ceiling import Asked, Ceiling, excess, hold_state
-from bubu.engine.driver import RunConfig, Runner, owner_id
+from bubu.engine.driver import Observer, RunConfig, Runner, owner_id
 from bubu.engine.materialize import local_workspace
-from bubu.engine.permissions import Policy
 from bubu.engine.recovery import Outcome, recover_session
 from bubu.engine.scope import acting_info
 from bubu.engine.session import (
@@ -62,8 +61,7 @@ from bubu.events import (
 from bubu.log.codec import sanitize_text
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.turn import fold
-from bubu.providers.base import Delta, Provider, close_provider
-from bubu.tools.base import Tool
+from bubu.providers.base import Delta, close_provider
 from bubu.tools.sandbox import DEFAULT_MODE, Options, unavailable
 
 if TYPE_CHECKING:
@@ -346,8 +344,65 @@ class Queue(Protocol):
         """Put a session off after a failure; returns the delay in ms."""
 
 
-Equip = Callable[[SessionInfo], tuple[Provider, dict[str, Tool]]]
-"""The model and tools a session runs with (from the model recorded with it)."""
+Equip = Callable[[Store, SessionInfo, "Watch", str], Host]
+"""Builds the host a claimed session runs with (on the slot's store, watched by the worker, for
+the lease owner): `worker_host` with the worker's options."""
+
+WORKER_KEYS = (
+    "deny", "hooks", "prices", "notify", "notify_timeout", "loop_limit", "max_background",
+    "compact_at", "compact_to", "summary_result_share",
+)  # fmt: skip
+"""The keys of the worker's own config file its tasks run under: rules, hooks and limits that
+only tighten or are the operator's own (a task's loosening options come from its submission,
+under the ceiling; its model options from the submission too)."""
+
+
+def worker_options(
+    *, mcp: str | None = None, tool_timeout: float | None = None, store_quota: int | None = None
+) -> dict[str, Any]:
+    """The run options of a worker: the `WORKER_KEYS` of its own config file (a bad file raises
+    ConfigError), its MCP servers file, tool timeout and store quota."""
+    from bubu.engine.assemble import config_options
+
+    configured = config_options(None)
+    options = {k: configured.get(k) for k in WORKER_KEYS}
+    return options | {"mcp": mcp, "tool_timeout": tool_timeout, "store_quota": store_quota}
+
+
+def submitted_options(model: SubmittedModel) -> dict[str, Any]:
+    """The run options of a task's submitted model options (those it gave)."""
+    given = {k: v for k, v in msgspec.structs.asdict(model).items() if v is not None}
+    if "thinking_budget" in given:
+        given["thinking"] = given.pop("thinking_budget")
+    return given
+
+
+def worker_host(
+    store: Store,
+    info: SessionInfo,
+    options: Mapping[str, Any],
+    *,
+    observer: Observer,
+    owner: str,
+    config: WorkerConfig,
+) -> Host:
+    """The host of a claimed session (`bubu.engine.assemble`): the model recorded with it, built
+    with the model options it was submitted with; the worker's own tools (the registered ones and
+    those of its MCP servers, never those a turn recorded elsewhere), its `options` (tool
+    timeout, store quota, `WORKER_KEYS`), lease time and sandbox limits; nobody answers a
+    permission request."""
+    from bubu.engine.assemble import assemble_host, policy_of, run_config_of
+
+    if not info.model:
+        raise ConfigError(f"session {info.id} has no model recorded; it cannot run in the fleet")
+    first = queued_request(store.read(info.id, upto=8))
+    opts = {**options, **(submitted_options(first[1].model) if first is not None else {})}
+    run = replace(run_config_of(opts), max_steps=None, lease_ttl_s=config.run.lease_ttl_s)
+    return assemble_host(
+        store, info.model, opts, observer=observer, owner=owner, turn_tools=False,
+        policy=policy_of({"deny": opts.get("deny")}, box=config.box), config=run,
+    )  # fmt: skip
+
 
 Opener = Callable[[], tuple[Store, Queue]]
 """Opens one slot's own store connection and its queue."""
@@ -364,7 +419,9 @@ class WorkerConfig:
     """Exit after this long with nothing claimable."""
     poll_s: float = 1.0
     run: RunConfig = field(default_factory=lambda: RunConfig(max_steps=None))
-    """`max_steps=None` so the limit recorded with each turn applies."""
+    """The lease time of its runs (their limits come from `options` and each turn's record)."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The worker's run options (`worker_host`)."""
     ceiling: Ceiling = field(default_factory=Ceiling)
     """The most a task may ask of this worker; a queued task asking for more is held."""
     workspaces: str | None = None
@@ -437,11 +494,20 @@ class Worker:
     """Claims sessions with work and runs them, `config.concurrency` at a time."""
 
     def __init__(
-        self, *, open_slot: Opener, equip: Equip, config: WorkerConfig, log: Callable[[str], None]
+        self,
+        *,
+        open_slot: Opener,
+        config: WorkerConfig,
+        log: Callable[[str], None],
+        equip: Equip | None = None,
     ) -> None:
         self.config = config
         self._open = open_slot
-        self._equip = equip
+        self._equip: Equip = equip or (
+            lambda store, info, watch, owner: worker_host(
+                store, info, config.options, observer=watch, owner=owner, config=config
+            )
+        )
         self._log = log
         self._draining = threading.Event()
         self._lock = threading.Lock()
@@ -527,11 +593,8 @@ class Worker:
         detail = ""
         result: str
         try:
-            provider, tools = self._equip(info)
-            host = Host(store=store, provider=provider, tools=tools, observer=watch,
-                        config=self.config.run, owner=lease.owner,
-                        policy=Policy(box=self.config.box))  # fmt: skip
-            watch.host = host
+            watch.host = self._equip(store, info, watch, lease.owner)
+            host = watch.host
             outcome = run_claim(host, claim, self.config.ceiling, workspaces=self.config.workspaces)
             result = outcome if outcome is not None else "released" if watch.drained else "lost"
         except LeaseLost:
@@ -557,6 +620,7 @@ class Worker:
 __all__ = [
     "REQUEST_KINDS",
     "SUBMIT_KEY",
+    "WORKER_KEYS",
     "Equip",
     "Queue",
     "Submission",
@@ -571,4 +635,7 @@ __all__ = [
     "run_claim",
     "start_queued",
     "submit",
+    "submitted_options",
+    "worker_host",
+    "worker_options",
 ]

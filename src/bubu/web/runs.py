@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from bubu.engine.driver import RunConfig
-from bubu.engine.permissions import Answer, Policy
+from bubu.engine.assemble import assemble_host, config_options
+from bubu.engine.driver import Observer
+from bubu.engine.permissions import Answer, Asker, nobody
 from bubu.engine.recovery import needs_recovery, recover_session
 from bubu.engine.scope import acting_info, scan
 from bubu.engine.session import (
@@ -28,20 +29,13 @@ from bubu.engine.session import (
     resume_turn,
     start_turn,
 )
-from bubu.engine.settings import (
-    imported_server,
-    last_turn,
-    recorded_model_settings,
-    resolve_options,
-    user_window,
-)
+from bubu.engine.settings import continuing_opts, imported_server, last_turn
 from bubu.errors import BubuError, ConfigError
 from bubu.events import PermissionRequest, Record, SandboxMode, SystemNote, TurnEnded, TurnStarted
 from bubu.log import redact
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
-from bubu.providers import resolve
 from bubu.providers.base import Delta, close_provider
 
 log = logging.getLogger("bubu.web")
@@ -55,65 +49,35 @@ _UNFINISHED = frozenset({"open", "blocked", "queued", "held"})
 
 class HostFactory(Protocol):
     """Builds a host for a model spec (with the settings a turn `recorded`, when it continues
-    one); the manager plugs in its own asker and observer."""
+    one), with the manager's asker (the page) and observer (its live state)."""
 
     def __call__(
         self, store: Store, model: str, /, *, recorded: TurnStarted | None = None,
-        new_turn: bool = False,
+        new_turn: bool = False, asker: Asker = nobody, observer: Observer | None = None,
     ) -> Host: ...  # fmt: skip
 
 
 def default_host(
-    store: Store, model: str, /, *, recorded: TurnStarted | None = None, new_turn: bool = False
-) -> Host:
-    """A host with the built-in tools and the default policy: commands ask through the page.
-    A turn's `recorded` settings rebuild its provider (its server, window, timeouts) and, unless
-    this is a `new_turn`, its limits."""
-    from bubu.tools import builtin_tools
-
-    deny, hooks = _user_rules()
-    if recorded is None or recorded.model != model:
-        return Host(store=store, provider=resolve(model), tools=builtin_tools(),
-                    policy=Policy(deny=deny), config=RunConfig(hooks=hooks))  # fmt: skip
-    options = resolve_options(recorded)
-    config = RunConfig(context_window=user_window(recorded), hooks=hooks)
-    if not new_turn:
-        config = replace(config, max_steps=None, tool_timeout_s=recorded.tool_timeout or 600.0)
-    return Host(
-        store=store,
-        provider=resolve(model, **options),
-        tools=builtin_tools(),
-        policy=Policy(deny=deny),
-        config=config,
-        model_settings=recorded_model_settings(recorded),
-    )
+    store: Store, model: str, /, *, recorded: TurnStarted | None = None, new_turn: bool = False,
+    asker: Asker = nobody, observer: Observer | None = None,
+) -> Host:  # fmt: skip
+    """A host under the user's own config file (`bubu.engine.assemble`). A turn's `recorded`
+    settings rebuild its provider (its server, window, timeouts) and, unless this is a
+    `new_turn`, its limits."""
+    options = _user_options()
+    if recorded is not None and recorded.model == model:
+        options = continuing_opts(options, (), recorded, new_turn=new_turn)
+    return assemble_host(store, model, options, asker=asker, observer=observer)
 
 
-def _user_rules() -> tuple[tuple[str, ...], tuple[Any, ...]]:
-    """The deny rules and hooks of the user's own config file (a page's turns run under them)."""
-    from bubu import settings
-    from bubu.engine.hooks import from_config
-
+def _user_options() -> dict[str, Any]:
+    """The run options of the user's own config file (a page's turns run under them); a bad
+    file is logged and its settings are off."""
     try:
-        got = settings.resolve(workspace=None, flags={}, defaults={}).values
+        return config_options(None)
     except ConfigError as e:
-        log.warning("deny rules and hooks are off: %s", e)
-        return (), ()
-    deny = got["deny"].value
-    return tuple(deny) if isinstance(deny, list) else (), from_config(got["hooks"].value)
-
-
-def _with_notify(observer: Any, store: Store) -> Any:
-    """`observer`, also running the user's `notify` command (from $BUBU_HOME/config.toml)."""
-    from bubu import notify, settings
-
-    try:
-        got = settings.resolve(workspace=None, flags={}, defaults={}).values
-    except ConfigError as e:
-        log.warning("notifications are off: %s", e)
-        return observer
-    command, timeout = got["notify"].value, got["notify_timeout"].value
-    return notify.wrap(observer, command, store, timeout)  # type: ignore[arg-type]
+        log.warning("the config file's settings are off: %s", e)
+        return {}
 
 
 @dataclass(slots=True)
@@ -136,12 +100,12 @@ class _Ask:
 class _PageObserver:
     """The observer of a host started by the UI: feeds the manager's live state."""
 
-    def __init__(self, manager: RunManager, host: Host) -> None:
+    def __init__(self, manager: RunManager) -> None:
         self.manager = manager
-        self.host = host
+        self.host: Host | None = None
 
     def _session(self) -> str | None:
-        runner = self.host.runner
+        runner = self.host.runner if self.host is not None else None
         return None if runner is None else runner.session.id
 
     def on_delta(self, delta: Delta) -> None:
@@ -189,9 +153,12 @@ class RunManager:
         with self._lock:
             if self._closing:
                 raise ConfigError("the UI is shutting down; start Bubu again to run turns")
-        host = self._factory(self.store, model, recorded=recorded, new_turn=new_turn)
-        host.asker = lambda request: self._ask(host, request)
-        host.observer = _with_notify(_PageObserver(self, host), self.store)
+        page = _PageObserver(self)
+        host = self._factory(
+            self.store, model, recorded=recorded, new_turn=new_turn,
+            asker=lambda request: self._ask(host, request), observer=page,
+        )  # fmt: skip
+        page.host = host
         with self._lock:
             self._hosts.append(host)
         return host
