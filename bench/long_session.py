@@ -257,10 +257,10 @@ class InstantModel:
         times = []
         for _ in range(REPS):
             t0 = time.perf_counter()
-            runner.request_digest(runner.build_request())
+            nxt = runner.request_builder.next()
             times.append(time.perf_counter() - t0)
         self.ledger.build_ms[n] = min(times) * 1000
-        self.ledger.visible[n] = len(runner.build_request().messages)
+        self.ledger.visible[n] = len(nxt.request.messages)
 
 
 def _newest(messages: list[tuple[Message, bytes]]) -> int:
