@@ -44,8 +44,7 @@ from bubu.context.compaction import SECTIONS
 from bubu.context.policy import ContextPolicy
 from bubu.engine.driver import RunConfig
 from bubu.engine.session import Host, new_session, start_turn
-from bubu.events import Compaction, EffectClass, SystemNote
-from bubu.events import ModelRequest as ModelRequestNote
+from bubu.events import Compaction, EffectClass, ModelRequestNote, SystemNote
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.base import (
     AssistantMessage,

@@ -161,7 +161,7 @@ def test_every_event_kind_is_handled_by_the_transcript() -> None:
     text = (SRC / "projections" / "transcript.py").read_text()
     notes = [n.__name__ for n in events.Note.__args__]
     contents = [c.__name__ for c in events.Content.__args__]
-    missing = [n for n in notes + contents if n not in text and n not in ("ModelRequest",)]
+    missing = [n for n in notes + contents if n not in text and n not in ("ModelRequestNote",)]
     assert missing == []
 
 

@@ -65,7 +65,7 @@ holds the session) or ``nothing`` (no unfinished turn)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Usage:
+class Totals:
     """Token accounting of a turn (or of a session)."""
 
     model_calls: int = 0
@@ -83,7 +83,7 @@ class RunResult:
     reason: Ending
     text: str
     """The model's last text in the turn ("" when it said nothing)."""
-    usage: Usage
+    usage: Totals
     high_water: int
     """The session's last seq when the call returned."""
     recovery: Plan | None = None
@@ -106,7 +106,7 @@ def summarize(
     ]
     text = next((s for s in reversed(said) if s), "")
     turn = next((r.event.turn for r in rs if r.event.turn is not None), None)
-    usage = Usage(
+    usage = Totals(
         model_calls=t.model_calls,
         input_tokens=t.input_tokens,
         output_tokens=t.output_tokens,
@@ -555,7 +555,7 @@ __all__ = [
     "Run",
     "RunResult",
     "SessionView",
-    "Usage",
+    "Totals",
     "afollow_records",
     "follow_records",
     "summarize",

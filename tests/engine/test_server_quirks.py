@@ -22,13 +22,13 @@ from bubu.events import (
     Error,
     FunctionCall,
     FunctionResponse,
+    ModelRequestNote,
     Record,
     ServerNote,
     SystemNote,
     TurnStarted,
     WindowLearned,
 )
-from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.openai import OpenAIProvider
 from providers.servers import EMPTY_STREAM, Answer, LocalServer, json_file, serve, stream_file

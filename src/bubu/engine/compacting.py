@@ -16,8 +16,15 @@ import msgspec
 from bubu import failpoints
 from bubu.engine.ports import Appender, BlobReader, RunState, Stopped, Stops
 from bubu.errors import ProviderError
-from bubu.events import Actions, Compaction, Error, SummaryChunk, SystemNote, TokenUsage
-from bubu.events import ModelRequest as ModelRequestNote
+from bubu.events import (
+    Actions,
+    Compaction,
+    Error,
+    ModelRequestNote,
+    SummaryChunk,
+    SystemNote,
+    TokenUsage,
+)
 from bubu.log import codec
 from bubu.log.codec import sha256_hex
 from bubu.projections.request import BYTES_PER_TOKEN, window_of

@@ -33,13 +33,13 @@ from bubu.events import (
     EndCause,
     Error,
     FunctionCall,
+    ModelRequestNote,
     ServerNote,
     Text,
     Thinking,
     TokenUsage,
     WindowLearned,
 )
-from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log import codec
 from bubu.projections.longrun import format_duration
 from bubu.projections.request import NextRequest, Prefix, RequestFold, build
