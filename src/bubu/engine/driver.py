@@ -446,7 +446,7 @@ class Runner:
                                 self.model_calls.call()
                         case RunTools(calls=calls):
                             self.tool_calls.run(calls)
-                            self.instructions.after_tools(self, calls)
+                            self.instructions.after_tools(self.session.workspace, self, calls)
                             self._halt_for_hooks(calls)
                         case EndTurn(reason="completed") if self.hook_points.stop():
                             continue  # a Stop hook gave the model more to do
