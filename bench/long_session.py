@@ -44,8 +44,7 @@ from bubu.context.compaction import SECTIONS
 from bubu.context.policy import ContextPolicy
 from bubu.engine.driver import RunConfig
 from bubu.engine.session import Host, new_session, start_turn
-from bubu.events import Compaction, EffectClass, SystemNote
-from bubu.events import ModelRequest as ModelRequestNote
+from bubu.events import Compaction, EffectClass, ModelRequestNote, SystemNote
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.base import (
     AssistantMessage,
@@ -257,10 +256,10 @@ class InstantModel:
         times = []
         for _ in range(REPS):
             t0 = time.perf_counter()
-            runner.request_digest(runner.build_request())
+            nxt = runner.request_builder.next()
             times.append(time.perf_counter() - t0)
         self.ledger.build_ms[n] = min(times) * 1000
-        self.ledger.visible[n] = len(runner.build_request().messages)
+        self.ledger.visible[n] = len(nxt.request.messages)
 
 
 def _newest(messages: list[tuple[Message, bytes]]) -> int:

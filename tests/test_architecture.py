@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -108,20 +109,42 @@ def test_the_compactor_plans_without_reaching_into_the_runner() -> None:
     assert "bubu.engine.driver" not in _loaded_after_import("bubu.engine.compactor")
 
 
-@pytest.mark.parametrize(
-    ("module", "name"),
-    [
-        ("bubu.engine.modelcall", "host"),
-        ("bubu.engine.toolcalls", "host"),
-        ("bubu.engine.compacting", "runner"),
-    ],
-)
-def test_the_runners_parts_are_written_against_a_view_of_it(module: str, name: str) -> None:
-    """The model call, the tool calls and the compaction see the runner through a Protocol: they
-    never load the driver, nor reach into the runner's private state."""
-    assert "bubu.engine.driver" not in _loaded_after_import(module)
-    source = (SRC / "engine" / (module.rsplit(".", 1)[1] + ".py")).read_text()
-    assert f"{name}._" not in source
+_PARTS = ("modelcall", "toolcalls", "compacting", "hookpoints", "blobs")
+
+
+@pytest.mark.parametrize("module", _PARTS)
+def test_the_runners_parts_are_handed_what_they_need(module: str) -> None:
+    """The model call, the tool calls, the compaction and the hooks are given what they need
+    (the run's state, the appender, the stop, the blob reader) as narrow Protocols or as the
+    parts themselves: they never load the driver, name the runner, nor reach into private state."""
+    assert "bubu.engine.driver" not in _loaded_after_import(f"bubu.engine.{module}")
+    source = (SRC / "engine" / f"{module}.py").read_text()
+    assert "Runner" not in source
+    for name in ("state", "log", "stops", "blobs"):
+        assert f"self.{name}._" not in source
+
+
+def _protocols() -> list[tuple[str, int]]:
+    """(name, members) of every Protocol of the engine, members inherited included."""
+    classes: dict[str, tuple[list[str], int]] = {}
+    for path in sorted((SRC / "engine").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                own = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AnnAssign)]
+                classes[node.name] = ([ast.unparse(b) for b in node.bases], len(own))
+
+    def members(name: str) -> int:
+        bases, own = classes[name]
+        return own + sum(members(b) for b in bases if b in classes)
+
+    return [(n, members(n)) for n, (bases, _) in classes.items() if "Protocol" in bases]
+
+
+def test_the_runners_views_are_narrow() -> None:
+    """Each view a part of the runner is handed is small: a wide one would be the runner again."""
+    wide = [(name, n) for name, n in _protocols() if n > 11]
+    assert not wide
+    assert {"RunState", "Appender", "Stops", "BlobReader"} <= {name for name, _ in _protocols()}
 
 
 def test_the_checkpoint_view_kind_is_the_one_verify_checks() -> None:
@@ -138,7 +161,7 @@ def test_every_event_kind_is_handled_by_the_transcript() -> None:
     text = (SRC / "projections" / "transcript.py").read_text()
     notes = [n.__name__ for n in events.Note.__args__]
     contents = [c.__name__ for c in events.Content.__args__]
-    missing = [n for n in notes + contents if n not in text and n not in ("ModelRequest",)]
+    missing = [n for n in notes + contents if n not in text and n not in ("ModelRequestNote",)]
     assert missing == []
 
 

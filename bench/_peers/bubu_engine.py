@@ -132,7 +132,7 @@ def _resume(path: Path) -> int:
         try:
             runner = Runner(store=store, session=info, provider=TimedModel(0, 0.0, None),
                             tools={CALL_NAME: NoopTool()}, lease=lease)  # fmt: skip
-            runner.build_request()
+            runner.request_builder.next()
         finally:
             store.release_lease(lease)
         calls = runner.turn.calls.values()

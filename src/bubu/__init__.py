@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from bubu.api import Agent, Run, RunResult, SessionView, Usage
+    from bubu.api import Agent, Run, RunResult, SessionView, Totals
     from bubu.engine.permissions import Policy
     from bubu.tools.base import ToolContext, ToolResult
     from bubu.tools.decorator import tool
@@ -22,7 +22,7 @@ _EXPORTS = {
     "Run": "bubu.api",
     "RunResult": "bubu.api",
     "SessionView": "bubu.api",
-    "Usage": "bubu.api",
+    "Totals": "bubu.api",
     "Policy": "bubu.engine.permissions",
     "ToolContext": "bubu.tools.base",
     "ToolResult": "bubu.tools.base",
@@ -51,7 +51,7 @@ __all__ = [
     "SessionView",
     "ToolContext",
     "ToolResult",
-    "Usage",
+    "Totals",
     "__version__",
     "tool",
 ]

@@ -63,7 +63,7 @@ holds the session) or ``nothing`` (no unfinished turn)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Usage:
+class Totals:
     """Token accounting of a turn (or of a session)."""
 
     model_calls: int = 0
@@ -81,7 +81,7 @@ class RunResult:
     reason: Ending
     text: str
     """The model's last text in the turn ("" when it said nothing)."""
-    usage: Usage
+    usage: Totals
     high_water: int
     """The session's last seq when the call returned."""
     recovery: Plan | None = None
@@ -104,7 +104,7 @@ def summarize(
     ]
     text = next((s for s in reversed(said) if s), "")
     turn = next((r.event.turn for r in rs if r.event.turn is not None), None)
-    usage = Usage(
+    usage = Totals(
         model_calls=t.model_calls,
         input_tokens=t.input_tokens,
         output_tokens=t.output_tokens,
@@ -544,7 +544,7 @@ __all__ = [
     "Run",
     "RunResult",
     "SessionView",
-    "Usage",
+    "Totals",
     "afollow_records",
     "follow_records",
     "summarize",

@@ -272,7 +272,7 @@ class ModelSwitch(_Note, frozen=True, kw_only=True, tag="model_switch"):
     reason: str
 
 
-class ModelRequest(_Note, frozen=True, kw_only=True, tag="model_request"):
+class ModelRequestNote(_Note, frozen=True, kw_only=True, tag="model_request"):
     """What the next model call was asked, committed before the call."""
 
     model: str
@@ -605,7 +605,7 @@ Note: TypeAlias = (
     | RunStarted
     | StepLimit
     | ModelSwitch
-    | ModelRequest
+    | ModelRequestNote
     | RecoveryNotice
     | NoticeDismissed
     | Compaction

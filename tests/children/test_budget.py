@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bubu import Agent
-from bubu.engine.host import RunConfig
 from bubu.engine.permissions import Policy
+from bubu.engine.ports import RunConfig
 from bubu.events import ChildStarted, Record, SystemNote, TurnStarted
 from bubu.projections.longrun import fold_longrun
 

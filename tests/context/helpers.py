@@ -24,10 +24,10 @@ from bubu.events import (
     Compaction,
     EffectClass,
     FunctionResponse,
+    ModelRequestNote,
     Record,
     SystemNote,
 )
-from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log.store import SessionInfo, Store
 from bubu.messages import canonical
 from bubu.providers.base import (

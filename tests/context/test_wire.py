@@ -27,7 +27,6 @@ import pytest
 import hermetic
 from bubu.context.compaction import VIEW_KIND
 from bubu.context.policy import ContextPolicy
-from bubu.engine.compacting import compact
 from bubu.engine.driver import RunConfig
 from bubu.engine.fork import fork_session
 from bubu.engine.inspect import inspect_request
@@ -318,7 +317,7 @@ def test_a_fork_in_the_middle_of_a_compaction_sends_the_next_summary_request(
                         config=RunConfig(context_window=int(WINDOW),
                                          context=ContextPolicy(summary_result_share=1.0)))  # fmt: skip
             with host.runner_for(info) as runner:
-                compact(runner)
+                runner.compacting.compact()
             sent = [n for s, n in model_requests(store.read(info.id)) if s > seq - 1]
             assert sent
             assert (sent[0].purpose, sent[0].request_digest) == ("summary", note.request_digest)

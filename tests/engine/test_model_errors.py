@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bubu.engine.driver import RunConfig
 from bubu.engine.session import new_session, start_turn
-from bubu.events import Error, ModelRequest, Record, SystemNote, Text
+from bubu.events import Error, ModelRequestNote, Record, SystemNote, Text
 from bubu.log.sqlite import SQLiteStore
 
 from .helpers import call, kinds, make_host, scripted, turn_end, write_script
@@ -21,7 +21,8 @@ def _attempts(records: list[Record]) -> list[int]:
     return [
         n.attempt
         for r in records
-        if isinstance(c := r.event.content, SystemNote) and isinstance(n := c.note, ModelRequest)
+        if isinstance(c := r.event.content, SystemNote)
+        and isinstance(n := c.note, ModelRequestNote)
     ]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bubu.engine.session import new_session, start_turn
-from bubu.events import ModelRequest, ProjectInstructions, Record, SystemNote, TurnStarted
+from bubu.events import ModelRequestNote, ProjectInstructions, Record, SystemNote, TurnStarted
 from bubu.log.sqlite import SQLiteStore
 from bubu.projections.instructions import MAX_FILE_BYTES
 from bubu.providers.base import ToolResultsMessage, UserMessage
@@ -34,7 +34,7 @@ def _request_digests(records: list[Record]) -> list[str]:
     return [
         c.note.request_digest
         for r in records
-        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, ModelRequest)
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, ModelRequestNote)
     ]
 
 

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bubu.engine import compacting
 from bubu.engine.attempts import SAME_ANSWER_LIMIT
 from bubu.engine.overflow import ODD_ANSWER_LIMIT
 from bubu.engine.session import new_session, start_turn
@@ -23,13 +22,13 @@ from bubu.events import (
     Error,
     FunctionCall,
     FunctionResponse,
+    ModelRequestNote,
     Record,
     ServerNote,
     SystemNote,
     TurnStarted,
     WindowLearned,
 )
-from bubu.events import ModelRequest as ModelRequestNote
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.openai import OpenAIProvider
 from providers.servers import EMPTY_STREAM, Answer, LocalServer, json_file, serve, stream_file
@@ -225,7 +224,7 @@ def test_the_window_the_server_serves_is_recorded_with_the_turn_and_shown(
     assert restarted.context_window == 32_768
     info = sqlite_store.session(records[0].event.session)
     with make_host(sqlite_store, restarted).runner_for(info) as runner:
-        assert compacting.window(runner) == 4096
+        assert runner.compacting.window() == 4096
     # `bubu context` reads it from the log: no server is asked.
     sid = records[0].event.session
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

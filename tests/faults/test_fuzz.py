@@ -26,7 +26,7 @@ from bubu.events import (
     Event,
     FunctionCall,
     FunctionResponse,
-    ModelRequest,
+    ModelRequestNote,
     PermissionDecision,
     Record,
     Role,
@@ -72,7 +72,7 @@ def _contents() -> st.SearchStrategy[tuple[Role, Any, Actions | None]]:
         st.builds(TurnStarted, model=st.just("scripted:x"), max_steps=st.none() | st.integers(0, 5)),
         st.builds(TurnEnded, reason=st.sampled_from(["completed", "failed", "stopped", "suspended"])),
         st.builds(RunStarted, cause=st.sampled_from(["new", "resume", "recovery"])),
-        st.builds(ModelRequest, model=st.just("scripted:x"), request_digest=st.just("d" * 64),
+        st.builds(ModelRequestNote, model=st.just("scripted:x"), request_digest=st.just("d" * 64),
                   estimated_tokens=st.integers(0, 9)),
     ))  # fmt: skip
     call = st.builds(

@@ -18,7 +18,7 @@ import pytest
 
 from bubu.engine.driver import RunConfig
 from bubu.engine.session import new_session, start_turn
-from bubu.events import ModelRequest, Record, SystemNote, Text, TurnEndReason
+from bubu.events import ModelRequestNote, Record, SystemNote, Text, TurnEndReason
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.anthropic import AnthropicProvider
 from bubu.providers.base import Provider, close_provider
@@ -131,12 +131,12 @@ class Turn:
     workspace: Path
 
     @property
-    def requests(self) -> list[ModelRequest]:
+    def requests(self) -> list[ModelRequestNote]:
         """The model_request facts, in order."""
         return [
             c.note
             for r in self.records
-            if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, ModelRequest)
+            if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, ModelRequestNote)
         ]
 
     @property

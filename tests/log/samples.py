@@ -26,7 +26,7 @@ from bubu.events import (
     Info,
     InstructionFile,
     MemoryForgotten,
-    ModelRequest,
+    ModelRequestNote,
     Note,
     NoticeDismissed,
     PermissionDecision,
@@ -173,7 +173,9 @@ def session_events(
         "system",
         "host",
         note(
-            note=ModelRequest(model="scripted:demo", request_digest="ab" * 32, estimated_tokens=812)
+            note=ModelRequestNote(
+                model="scripted:demo", request_digest="ab" * 32, estimated_tokens=812
+            )
         ),
         hidden=True,
         invocation="inv_1",

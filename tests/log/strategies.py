@@ -30,7 +30,7 @@ from bubu.events import (
     InstructionFile,
     MemoryAccepted,
     MemoryForgotten,
-    ModelRequest,
+    ModelRequestNote,
     ModelSwitch,
     NoticeDismissed,
     PermissionDecision,
@@ -116,8 +116,8 @@ NOTES: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
     ModelSwitch: st.builds(
         ModelSwitch, from_model=short, to_model=short, failures=counts, reason=texts
     ),
-    ModelRequest: st.builds(
-        ModelRequest,
+    ModelRequestNote: st.builds(
+        ModelRequestNote,
         model=short,
         request_digest=shas,
         estimated_tokens=counts,

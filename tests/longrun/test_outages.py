@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from bubu.cli import cli
 from bubu.cli.agentcmds import status_dict
 from bubu.errors import ConfigError
-from bubu.events import Error, ModelRequest, ModelSwitch, Record, SystemNote, TurnEnded
+from bubu.events import Error, ModelRequestNote, ModelSwitch, Record, SystemNote, TurnEnded
 from bubu.log.sqlite import SQLiteStore
 from bubu.projections.transcript import transcript
 from faults.helpers import bubu, error_line, finish, only_session, read, start_bubu, wait_for
@@ -87,7 +87,7 @@ def test_a_short_outage_is_ridden_out_with_default_settings(
     assert len(errors) == server.refused() >= 2, "every refused attempt is an event"
     assert all(e.status == 503 and e.retryable for e in errors)
     assert all(e.retry_in_ms == 1000 for e in errors), "Retry-After: 1 is obeyed"
-    attempts = [n.attempt for n in _notes(records, ModelRequest)]
+    attempts = [n.attempt for n in _notes(records, ModelRequestNote)]
     assert attempts == list(range(1, len(errors) + 2))
     assert _end(records).reason == "completed"
 
@@ -256,7 +256,7 @@ def test_a_fallback_model_takes_over_from_a_failing_primary(
         "anthropic:claude-outage",
         3,
     )
-    models = [n.model for n in _notes(records, ModelRequest)]
+    models = [n.model for n in _notes(records, ModelRequestNote)]
     assert models == ["openai:gpt-outage"] * 3 + ["anthropic:claude-outage"]
     assert [h.path for h in server.hits][-1] == "/v1/messages"
     shown = bubu(db, "show", only_session(db))

@@ -20,7 +20,7 @@ from bubu.errors import ConfigError
 from bubu.events import (
     Actions,
     Error,
-    ModelRequest,
+    ModelRequestNote,
     ModelSwitch,
     Note,
     Record,
@@ -142,7 +142,7 @@ def test_the_wait_is_folded_from_the_attempt_events() -> None:
     log = _Log()
     log.add(1_000, TurnStarted(model="openai:a", fallback_models=["anthropic:b"], retry_for_s=60))
     log.add(1_000, RunStarted(cause="new"))
-    log.add(1_100, ModelRequest(model="openai:a", request_digest="d", estimated_tokens=1))
+    log.add(1_100, ModelRequestNote(model="openai:a", request_digest="d", estimated_tokens=1))
     log.add(1_200, Error(error_class="server_error", message="503 down", retryable=True,
                          status=503, retry_in_ms=4_000))  # fmt: skip
     w = fold_longrun(log.records).waiting()
@@ -154,7 +154,7 @@ def test_the_wait_is_folded_from_the_attempt_events() -> None:
     )
 
     log.add(
-        5_200, ModelRequest(model="openai:a", request_digest="d", estimated_tokens=1, attempt=2)
+        5_200, ModelRequestNote(model="openai:a", request_digest="d", estimated_tokens=1, attempt=2)
     )
     w = fold_longrun(log.records).waiting()
     assert w is not None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bubu.events import Error, ModelRequest, Record, SystemNote, TurnEnded, WindowLearned
+from bubu.events import Error, ModelRequestNote, Record, SystemNote, TurnEnded, WindowLearned
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers import windows
 from engine.cli import bubu_cmd, bubu_env, bubu_json, only_session
@@ -57,7 +57,7 @@ def _digests(records: list[Record]) -> list[str]:
     return [
         c.note.request_digest
         for r in records
-        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, ModelRequest)
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, ModelRequestNote)
     ]
 
 
@@ -178,7 +178,7 @@ def test_a_sigkill_during_a_tool_call_is_recovered_and_the_server_continues(
         c.note
         for r in records
         if isinstance(c := r.event.content, SystemNote)
-        and isinstance(c.note, ModelRequest)
+        and isinstance(c.note, ModelRequestNote)
         and c.note.model == f"openai:{MODEL}"
     ]
     assert asked, "the recovered turn asked the server"

@@ -21,7 +21,7 @@ from typing import Any
 from bubu.events import (
     FunctionCall,
     FunctionResponse,
-    ModelRequest,
+    ModelRequestNote,
     Record,
     RecoveryNotice,
     RunStarted,
@@ -237,12 +237,13 @@ def outcomes(records: Sequence[Record]) -> dict[str, list[FunctionResponse]]:
     return out
 
 
-def model_requests(records: Sequence[Record]) -> list[tuple[int, ModelRequest]]:
+def model_requests(records: Sequence[Record]) -> list[tuple[int, ModelRequestNote]]:
     """The committed model-request facts, with their seqs."""
     return [
         (r.seq, n)
         for r in records
-        if isinstance(c := r.event.content, SystemNote) and isinstance(n := c.note, ModelRequest)
+        if isinstance(c := r.event.content, SystemNote)
+        and isinstance(n := c.note, ModelRequestNote)
     ]
 
 

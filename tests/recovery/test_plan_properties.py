@@ -23,7 +23,7 @@ from bubu.events import (
     Event,
     FunctionCall,
     FunctionResponse,
-    ModelRequest,
+    ModelRequestNote,
     Note,
     Record,
     RecoveryDecision,
@@ -158,7 +158,7 @@ class Sim:
 
     def model_call(self, steps: int) -> None:
         """Commit the request, then (unless the process dies first) the response."""
-        self.commit(self.note(ModelRequest(model="m", request_digest="d", estimated_tokens=1)))
+        self.commit(self.note(ModelRequestNote(model="m", request_digest="d", estimated_tokens=1)))
         self.maybe_crash()
         inv = self._id("i")
         names = [] if steps >= 3 else self.data.draw(st.lists(st.sampled_from(TOOLS), max_size=3))

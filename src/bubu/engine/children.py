@@ -39,7 +39,7 @@ from bubu.tools.delegate import Budget, DelegateArgs, MergeArgs
 
 if TYPE_CHECKING:
     from bubu.engine.driver import Runner
-    from bubu.engine.host import RunConfig
+    from bubu.engine.ports import RunConfig
     from bubu.engine.session import Host
     from bubu.providers.base import Provider
 

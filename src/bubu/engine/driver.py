@@ -24,18 +24,19 @@ from typing import Any, Literal, TypeVar, assert_never
 
 from bubu import clock, failpoints, ids
 from bubu.context.quota import StoredWhole
-from bubu.engine import choices, compacting, processes, turnstart
+from bubu.engine import choices, processes, turnstart
+from bubu.engine.blobs import Blobs
 from bubu.engine.callids import CallIds
+from bubu.engine.compacting import Compacting
 from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
 from bubu.engine.hookpoints import HookPoints
-from bubu.engine.host import NullObserver, Observer, RunConfig, Stopped, StopReason
 from bubu.engine.instructions import Instructions
-from bubu.engine.lanes import Lanes
 from bubu.engine.lease import heartbeat
-from bubu.engine.modelcall import ModelCaller, sanitize
+from bubu.engine.modelcall import ModelCaller, RequestBuilder, sanitize
 from bubu.engine.permissions import Asker, Policy, nobody
-from bubu.engine.toolcalls import Ready, ToolCalls
+from bubu.engine.ports import NullObserver, Observer, RunConfig, Stopped, StopReason
+from bubu.engine.toolcalls import ToolCalls
 from bubu.errors import AppendConflict, BubuError, LeaseLost
 from bubu.events import (
     Actions,
@@ -55,14 +56,12 @@ from bubu.events import (
 )
 from bubu.log import codec, readview, redact
 from bubu.log.store import Lease, SessionInfo, Store
-from bubu.projections.context import ContextFold
 from bubu.projections.longrun import LongRunFold
-from bubu.projections.memory import Note
-from bubu.projections.request import NextRequest, RequestFold
+from bubu.projections.request import RequestFold
 from bubu.projections.turn import CallState, TurnFold
-from bubu.providers.base import ModelRequest, Provider, ToolSpec
+from bubu.providers.base import Provider, ToolSpec
 from bubu.tools import sandbox
-from bubu.tools.base import Tool, ToolContext, ToolResult
+from bubu.tools.base import Tool, ToolResult
 from bubu.tools.patch import companions
 
 T = TypeVar("T")
@@ -84,8 +83,11 @@ class Runner:
     """Drives the open turn of one session while holding its lease.
 
     The runner holds the session's state (its folds, its high water, the staged events) and the
-    loop; the model call (`modelcall.ModelCaller`) and the tool calls (`toolcalls.ToolCalls`) are
-    its parts, each written against the view of it they need.
+    loop; the model call (`modelcall.ModelCaller`), the tool calls (`toolcalls.ToolCalls`), the
+    compaction (`compacting.Compacting`) and the hooks (`hookpoints.HookPoints`) are its parts,
+    each handed what it needs: the runner as one of the narrow views of `ports` (the run's state,
+    the log's appender, the stop), and the other parts themselves (the blob reader, the request
+    builder, the compaction).
     """
 
     store: Store
@@ -128,34 +130,61 @@ class Runner:
         self._heartbeat: threading.Thread | None = None
         self.lost_processes: list[str] = []
         """The background processes found dead when this run started (for the notice)."""
-        self.all_tool_specs = tuple(
+        offered = tuple(
             ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
             for t in sorted(self.tools.values(), key=lambda t: t.name)
         )
-        self.plan_tool_specs = tuple(
-            s for s in self.all_tool_specs if self.tools[s.name].effect == "read_only"
-        )
+        read_only = tuple(s for s in offered if self.tools[s.name].effect == "read_only")
         # The tools behind a provider's own shapes run, but are not offered by name.
         self.tools = {**companions(self.tools), **self.tools}
-        self.model_calls = ModelCaller(self)
-        self.tool_calls = ToolCalls(self)
-        self.hook_points = HookPoints(self)
+        # Each part is handed what it needs: the run's state and the log's appender and the stop
+        # are this runner (as the narrow views of `ports`), the rest the parts themselves.
+        self.blobs = Blobs(self.store, known=lambda: self.known_blobs)
+        self.hook_points = HookPoints(state=self, log=self, stops=self, observer=self.observer)
+        self.request_builder = RequestBuilder(
+            self,
+            self.blobs,
+            self.instructions,
+            prompt=self.prompt,
+            tools=offered,
+            plan_tools=read_only,
+        )
+        self.compacting = Compacting(
+            state=self,
+            compactor=self.compactor,
+            log=self,
+            stops=self,
+            blobs=self.blobs,
+            hook_points=self.hook_points,
+            next_request=self.request_builder.next,
+        )
+        self.model_calls = ModelCaller(
+            state=self,
+            log=self,
+            stops=self,
+            end_turn=self.end_turn,
+            requests=self.request_builder,
+            compacting=self.compacting,
+            observer=self.observer,
+            fallbacks=self.fallbacks,
+        )
+        self.tool_calls = ToolCalls(
+            state=self,
+            log=self,
+            stops=self,
+            blobs=self.blobs,
+            hook_points=self.hook_points,
+            observer=self.observer,
+            pool=self.pool,
+            tools=self.tools,
+            asker=self.asker,
+        )
         self._appending = threading.RLock()
         """Sub-agent calls append their facts from their own threads."""
         from bubu.engine.children import Children
 
         self.children: Children | None = Children(self)
         self._catch_up()
-
-    @property
-    def tool_specs(self) -> tuple[ToolSpec, ...]:
-        """The tools the model is offered: in a planning turn, only those that read."""
-        return self.plan_tool_specs if self.turn.plan else self.all_tool_specs
-
-    @property
-    def context(self) -> ContextFold:
-        """The conversation as the next request shows it."""
-        return self.requests.context
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -348,65 +377,6 @@ class Runner:
     def _renewed(self, lease: Lease) -> None:
         self.lease = lease
 
-    # -- the parts: model calls and tool calls ----------------------------------------------------
-
-    def window(self) -> int:
-        """The context window the turn's requests must fit in (`compacting.window`)."""
-        return compacting.window(self)
-
-    def over_budget(self, estimate: int) -> bool:
-        """Whether a request of `estimate` tokens needs compacting first."""
-        return compacting.over_budget(self, estimate)
-
-    def compact(self) -> None:
-        """One compaction pass (`compacting.compact`)."""
-        compacting.compact(self)
-
-    def next_request(self) -> NextRequest:
-        """The next model request, its digest and estimate, projected from the log."""
-        return self.model_calls.next_request()
-
-    def build_request(self) -> ModelRequest:
-        """The next model request, projected from the log."""
-        return self.model_calls.next_request().request
-
-    def request_digest(self, request: ModelRequest) -> tuple[str, int]:
-        """The digest naming the next request, and its estimated tokens (bytes / 4)."""
-        n = self.model_calls.next_request()
-        return n.digest, n.estimate
-
-    def digest_at(self, seq: int) -> str:
-        """The chain digest of this session's prefix 1..seq."""
-        return self.model_calls.digest_at(seq)
-
-    def blobs_of(self, shas: Sequence[str]) -> dict[str, bytes]:
-        """The bytes of these offloaded results, as far as the store has them."""
-        return self.model_calls.blobs_of(shas)
-
-    def context_for(self, call: CallState, *, outside_allowed: bool = False) -> ToolContext:
-        """The context a tool call runs in."""
-        return self.tool_calls.context_for(call, outside_allowed=outside_allowed)
-
-    def read_memory(self) -> dict[str, Note]:
-        """The live notes of this session's workspace (every session of it in the store)."""
-        return self.tool_calls.read_memory()
-
-    def read_blob(self, handle: str) -> bytes | None:
-        """The bytes of one of this session's offloaded results, by sha-256 or a unique prefix."""
-        return self.tool_calls.read_blob(handle)
-
-    def commit_outcomes(
-        self, done: Sequence[tuple[CallState, ToolResult, float | None]], *, stage: bool = False
-    ) -> bool:
-        """Commit tool outcomes with their offloaded blobs (`ToolCalls.commit_outcomes`)."""
-        return self.tool_calls.commit_outcomes(done, stage=stage)
-
-    def execute(
-        self, ready: Sequence[Ready], lanes: Lanes | None = None, *, last_of_step: bool = False
-    ) -> None:
-        """Run dispatched calls and commit each outcome as it arrives (`ToolCalls.execute`)."""
-        self.tool_calls.execute(ready, lanes, last_of_step=last_of_step)
-
     # -- the loop ---------------------------------------------------------------------------------
 
     def start_run(
@@ -476,7 +446,7 @@ class Runner:
                                 self.model_calls.call()
                         case RunTools(calls=calls):
                             self.tool_calls.run(calls)
-                            self.instructions.after_tools(self, calls)
+                            self.instructions.after_tools(self.session.workspace, self, calls)
                             self._halt_for_hooks(calls)
                         case EndTurn(reason="completed") if self.hook_points.stop():
                             continue  # a Stop hook gave the model more to do

@@ -8,14 +8,13 @@ reason, ``additionalContext``) reaches it in a tool result or as a short message
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from bubu import clock, ids
 from bubu.engine import hooks
-from bubu.engine.host import Observer, RunnerView
+from bubu.engine.ports import Appender, Observer, RunState, Stops
 from bubu.events import Event, HookDecision, HookEvent, HookRun, SystemNote, Text, make
 from bubu.projections.turn import CallState
 from bubu.tools.base import ToolResult
@@ -23,16 +22,6 @@ from bubu.tools.base import ToolResult
 PROJECT_DIR_VAR = "BUBU_PROJECT_DIR"
 """The workspace, in every hook's environment (Claude Code's ``CLAUDE_PROJECT_DIR``)."""
 SESSION_VAR = "BUBU_SESSION_ID"
-
-
-class HookHost(RunnerView, Protocol):
-    """What the hooks need of the runner."""
-
-    run: str | None
-    observer: Observer
-    stop_event: threading.Event
-
-    def flush(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,21 +56,21 @@ def context_message(event: HookEvent, hook: str, text: str) -> str:
 class HookPoints:
     """Runs the configured hooks of a runner at each point of a turn."""
 
-    def __init__(self, host: HookHost) -> None:
-        self.host = host
+    def __init__(self, *, state: RunState, log: Appender, stops: Stops, observer: Observer) -> None:
+        self.state, self.log, self.stops, self.observer = state, log, stops, observer
 
     @property
     def configured(self) -> tuple[hooks.Hook, ...]:
-        return self.host.config.hooks
+        return self.state.config.hooks
 
     def payload(self, event: HookEvent, **fields: Any) -> dict[str, Any]:
         """The JSON a hook reads on stdin: the fields every event has, and `fields`."""
-        t = self.host.turn
+        t = self.state.turn
         mode = "plan" if t.plan else ("bypassPermissions" if t.yes else "default")
         return {
-            "session_id": self.host.session.id,
+            "session_id": self.state.session.id,
             "transcript_path": None,
-            "cwd": self.host.session.workspace,
+            "cwd": self.state.session.workspace,
             "hook_event_name": event,
             "permission_mode": mode,
             **fields,
@@ -94,19 +83,19 @@ class HookPoints:
         from bubu.secrets import command_env
         from bubu.tools.proctree import MARKER_VAR
 
-        self.host.flush()  # nothing runs while events are staged: the log is ahead of the world
-        ws = self.host.session.workspace
+        self.log.flush()  # nothing runs while events are staged: the log is ahead of the world
+        ws = self.state.session.workspace
         env = command_env(())
         env[PROJECT_DIR_VAR] = ws
-        env[SESSION_VAR] = self.host.session.id
-        env[MARKER_VAR] = f"{self.host.session.id}/{self.host.run}/{ids.new_id('hook')}"
-        self.host.observer.on_activity(f"hook {hook.event}: {hook.command}")
+        env[SESSION_VAR] = self.state.session.id
+        env[MARKER_VAR] = f"{self.state.session.id}/{self.state.run}/{ids.new_id('hook')}"
+        self.observer.on_activity(f"hook {hook.event}: {hook.command}")
         if hook.workspace is not None and not _still_trusted(hook.workspace):
             ran = hooks.Ran(exit_code=None, failure=UNTRUSTED)
         else:
-            ran = hooks.run(hook, payload, cwd=ws, env=env, cancel=self.host.stop_event)
-        self.host.observer.on_activity(None)
-        self.host.check_stop()  # a hook cut short by a stop decided nothing: nothing is recorded
+            ran = hooks.run(hook, payload, cwd=ws, env=env, cancel=self.stops.stop_event)
+        self.observer.on_activity(None)
+        self.stops.check_stop()  # a hook cut short by a stop decided nothing: nothing is recorded
         a = hooks.answer(hook, ran)
         return HookRun(
             event=hook.event, hook=hook.command, call_id=call_id, decision=a.decision,
@@ -139,8 +128,8 @@ class HookPoints:
                     tool_use_id=call.call_id,
                 )  # fmt: skip
                 rec = self.run_one(hook, payload, call_id=call.call_id)
-                self.host.append([self.host.note(rec)], durable=True)
-                call = self.host.turn.calls.get(call.call_id, call)  # the fold took its input
+                self.log.append([self.log.note(rec)], durable=True)
+                call = self.state.turn.calls.get(call.call_id, call)  # the fold took its input
             if rec.decision == "deny" or rec.stop:  # `continue: false` runs nothing more
                 return PreTool(call=call, decision="deny", reason=rec.reason, hook=rec.hook)
             if rec.decision == "ask" or (rec.decision == "allow" and decided.decision == "none"):
@@ -153,7 +142,7 @@ class HookPoints:
     def post_tool(self, call: CallState, result: ToolResult) -> ToolResult:
         """Run the PostToolUse hooks of a finished call; what they say for the model (a block's
         reason, additional context, and a PreToolUse hook's context) is added to its result."""
-        call = self.host.turn.calls.get(call.call_id, call)  # with every decision folded in
+        call = self.state.turn.calls.get(call.call_id, call)  # with every decision folded in
         extra = [
             context_message("PreToolUse", rec.hook, rec.context)
             for (event, _), rec in call.hooks.items()
@@ -168,7 +157,7 @@ class HookPoints:
                     tool_response=response, tool_use_id=call.call_id,
                 )  # fmt: skip
                 rec = self.run_one(hook, payload, call_id=call.call_id)
-                self.host.append([self.host.note(rec)])
+                self.log.append([self.log.note(rec)])
             if rec.decision == "block" and rec.reason:
                 extra.append(context_message("PostToolUse", hook.command, rec.reason))
             if rec.context:
@@ -184,7 +173,7 @@ class HookPoints:
     def halted(self, calls: Sequence[CallState]) -> HookRun | None:
         """A hook of these calls that asked to end the turn (``"continue": false``), if any."""
         for c in calls:
-            st = self.host.turn.calls.get(c.call_id, c)
+            st = self.state.turn.calls.get(c.call_id, c)
             for rec in st.hooks.values():
                 if rec.stop:
                     return rec
@@ -193,7 +182,7 @@ class HookPoints:
     def stop(self) -> bool:
         """Run the Stop hooks as the model ends its turn; True when one continued the turn (its
         reason, committed with its decision, is the model's next message)."""
-        t = self.host.turn
+        t = self.state.turn
         for hook in hooks.matching(self.configured, "Stop", None):
             rec = t.step_hooks.get(("Stop", hook.command))
             if rec is not None:
@@ -201,12 +190,12 @@ class HookPoints:
                     return True  # committed with its message: the model has it already
                 continue
             rec = self.run_one(hook, self.payload("Stop", stop_hook_active=t.stop_blocks > 0))
-            events: list[Event] = [self.host.note(rec)]
+            events: list[Event] = [self.log.note(rec)]
             going_on = rec.decision == "block" and not rec.stop
             if going_on:
                 text = context_message("Stop", hook.command, rec.reason or "continue")
-                events.append(self.host.event("user", "host", Text(text=text)))
-            self.host.append(events, durable=going_on)
+                events.append(self.log.event("user", "host", Text(text=text)))
+            self.log.append(events, durable=going_on)
             if going_on:
                 return True
         return False
@@ -215,13 +204,13 @@ class HookPoints:
         """Run the PreCompact hooks (they are told; they cannot stop a compaction)."""
         for hook in hooks.matching(self.configured, "PreCompact", trigger):
             payload = self.payload("PreCompact", trigger=trigger, custom_instructions="")
-            self.host.append([self.host.note(self.run_one(hook, payload))])
+            self.log.append([self.log.note(self.run_one(hook, payload))])
 
     def notification(self, message: str, kind: str = "permission_prompt") -> None:
         """Run the Notification hooks (told that Bubu waits for a person)."""
         for hook in hooks.matching(self.configured, "Notification", kind):
             payload = self.payload("Notification", message=message, notification_type=kind)
-            self.host.append([self.host.note(self.run_one(hook, payload))])
+            self.log.append([self.log.note(self.run_one(hook, payload))])
 
     def turn_start(self, prompt: str, *, source: str | None, turn: str) -> TurnStart:
         """The SessionStart hooks (`source`: "startup" or "resume"; None: not run) and the
@@ -256,7 +245,7 @@ class HookPoints:
     def _turn_event(
         self, role: Any, author: Any, content: Any, turn: str | None, *, hidden: bool = False
     ) -> Event:
-        return make(session=self.host.session.id, turn=turn, role=role, author=author,
+        return make(session=self.state.session.id, turn=turn, role=role, author=author,
                     ts=clock.now_ms(), content=content,
                     visibility="hidden" if hidden else "visible")  # fmt: skip
 
@@ -274,4 +263,4 @@ def blocked_message(reason: str) -> str:
     return f"the request was not sent: a UserPromptSubmit hook blocked it: {reason}"
 
 
-__all__ = ["HookHost", "HookPoints", "PreTool", "TurnStart", "blocked_message"]
+__all__ = ["HookPoints", "PreTool", "TurnStart", "blocked_message"]

@@ -38,7 +38,7 @@ from bubu.tools.protected import protected_reason
 from bubu.tools.workspace import decode, drop_partial_utf8, is_binary
 
 if TYPE_CHECKING:
-    from bubu.engine.driver import Runner
+    from bubu.engine.ports import Appender
     from bubu.projections.turn import CallState
 
 NoteMaker = Callable[[ProjectInstructions | SkillsListed, bool], Event]
@@ -198,17 +198,17 @@ class Instructions:
             return []
         return [make_note(ProjectInstructions(cause="changed", files=changed), True)]
 
-    def after_tools(self, runner: Runner, calls: Sequence[CallState]) -> None:
+    def after_tools(self, workspace: str, log: Appender, calls: Sequence[CallState]) -> None:
         """Give the model the instructions of directories its calls just worked in for the
         first time (each directory between the root and the file), as one visible note."""
         if not self.fold.enabled:
             return
         found: list[InstructionFile] = []
         try:
-            wanted = self._directories(runner.session.workspace, calls)
+            wanted = self._directories(workspace, calls)
             if not wanted:
                 return
-            with guard.Root.open(runner.session.workspace) as root:
+            with guard.Root.open(workspace) as root:
                 for d in wanted:
                     self.looked.add(d)
                     f = read_directory(root, d)
@@ -218,7 +218,7 @@ class Instructions:
             return  # the workspace itself is gone: the tools say so, not this
         if found:
             note = ProjectInstructions(cause="directory", files=found)
-            runner.append([runner.event("system", "system", SystemNote(note=note))])
+            log.append([log.event("system", "system", SystemNote(note=note))])
 
     def _directories(self, workspace: str, calls: Iterable[CallState]) -> list[str]:
         out: dict[str, None] = {}

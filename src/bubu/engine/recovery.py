@@ -324,7 +324,7 @@ def _apply(
     ready = []
     for cp, call in reruns:
         tool = runner.tools.get(cp.tool)
-        ctx = runner.context_for(
+        ctx = runner.tool_calls.context_for(
             call, outside_allowed=call.decision is not None and call.decision.decision == "allow"
         )
         intent = None
@@ -343,7 +343,7 @@ def _apply(
             continue
         ready.append((call, tool, ctx, intent))
     if ready:
-        runner.execute(ready)
+        runner.tool_calls.execute(ready)
 
 
 def _response(

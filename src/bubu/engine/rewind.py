@@ -529,11 +529,13 @@ def finish(runner: Runner, plan: Plan) -> None:
         )  # fmt: skip
         runner.append([made])
         call = runner.turn.calls[step.call]
-        ctx = runner.context_for(call)
+        ctx = runner.tool_calls.context_for(call)
         try:
             intent = tool.prepare(dict(args), ctx)
         except ToolError as e:
-            runner.commit_outcomes([(call, ToolResult(output=str(e), is_error=True), None)])
+            runner.tool_calls.commit_outcomes(
+                [(call, ToolResult(output=str(e), is_error=True), None)]
+            )
             continue
         assert intent is not None
         dispatch = ToolDispatch(
@@ -547,7 +549,7 @@ def finish(runner: Runner, plan: Plan) -> None:
             durable=True, blobs=kept_before([intent]),
         )  # fmt: skip
         failpoints.hit("mid_rewind")
-        runner.execute([(call, tool, ctx, intent)])
+        runner.tool_calls.execute([(call, tool, ctx, intent)])
     try:
         runner.store.session(plan.fork)
     except UnknownSession:

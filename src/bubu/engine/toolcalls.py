@@ -3,13 +3,13 @@
 A call crosses two durable boundaries (DESIGN §4): its dispatch is committed (and synced when it
 may change something) before the tool starts; its outcome is committed before the model can see
 it. Tools run in the runner's worker threads, so that a stop is noticed at once. What the calls
-need of the runner is `ToolHost`; nothing here imports the driver.
+read of the run is `ToolState`; they are handed the rest (the log's appender, the stop, the blob
+reader, the hooks) and import no driver.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import threading
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeAlias, assert_never
@@ -19,12 +19,12 @@ from bubu.context.offload import offload_result
 from bubu.context.quota import StoredWhole, bounded, over_quota
 from bubu.engine import choices
 from bubu.engine.hookpoints import HookPoints
-from bubu.engine.host import Observer, RunnerView, StopReason
 from bubu.engine.keep import kept_before
 from bubu.engine.lanes import Admitted, Lanes
 from bubu.engine.loops import repeat_note, warning
 from bubu.engine.memory import workspace_memory
 from bubu.engine.permissions import Answer, Asker, Policy
+from bubu.engine.ports import Appender, BlobReader, Observer, RunState, Stops
 from bubu.errors import StorageError, ToolError
 from bubu.events import (
     Actions,
@@ -37,7 +37,7 @@ from bubu.events import (
     WorkspaceSnapshot,
 )
 from bubu.log import codec, redact
-from bubu.projections.longrun import LongRunFold, format_duration
+from bubu.projections.longrun import format_duration
 from bubu.projections.memory import Note
 from bubu.projections.turn import CallState, TurnFold, result_digest
 from bubu.providers.base import arguments_error
@@ -53,37 +53,17 @@ Ready: TypeAlias = tuple[CallState, Tool, ToolContext, WriteIntent | None]
 """A call ready to start: its tool, its context and, for a provable write, its intent."""
 
 
-class ToolHost(RunnerView, Protocol):
-    """What the tool calls need of the runner."""
+class ToolState(RunState, Protocol):
+    """The run's state and what else the tool calls read of the runner as it is now (a chat may
+    widen the policy between two calls)."""
 
-    tools: dict[str, Tool]
-    policy: Policy
-    observer: Observer
-    run: str | None
-    known_blobs: set[str]
-    """The sha-256 of every result this session offloaded."""
     stored: StoredWhole
     """Bytes of results the session's log stores whole, for the quota."""
-    pool: cf.ThreadPoolExecutor
-    stop_event: threading.Event
-    """Set once a stop is asked for: a running tool's cancel signal."""
-    stop_reason: StopReason | None
-    longrun: LongRunFold
-    hook_points: HookPoints
+    policy: Policy
 
     @property
     def children(self) -> Children | None:
         """Sub-agents (`bubu.engine.children`)."""
-
-    @property
-    def asker(self) -> Asker:
-        """Who answers a permission request (a person, a web UI, or nobody)."""
-
-    def stage(self, events: Sequence[Event], *, after: str | None = ...) -> None: ...
-
-    def stopped_by(self) -> str: ...
-
-    def flush(self) -> None: ...
 
 
 def plan_refusal(tool: str) -> str:
@@ -126,8 +106,22 @@ def recorded_box(t: TurnFold) -> sandbox.Options | None:
 class ToolCalls:
     """Runs the runner's tool calls."""
 
-    def __init__(self, host: ToolHost) -> None:
-        self.host = host
+    def __init__(
+        self,
+        *,
+        state: ToolState,
+        log: Appender,
+        stops: Stops,
+        blobs: BlobReader,
+        hook_points: HookPoints,
+        observer: Observer,
+        pool: cf.ThreadPoolExecutor,
+        tools: dict[str, Tool],
+        asker: Asker,
+    ) -> None:
+        self.state, self.log, self.stops, self.blobs = state, log, stops, blobs
+        self.hook_points, self.observer, self.pool = hook_points, observer, pool
+        self.tools, self.asker = tools, asker
         self._confined: (
             tuple[tuple[SandboxMode, bool, sandbox.Options], sandbox.Sandbox | None] | None
         ) = None
@@ -138,11 +132,11 @@ class ToolCalls:
         """A snapshot of the workspace now (None when snapshots are off); never raises."""
         if not snapshots_enabled():
             return None
-        return snapshotter(self.host.store, self.host.session.workspace).take()
+        return snapshotter(self.state.store, self.state.session.workspace).take()
 
     def _before(self, tools: Sequence[Tool]) -> WorkspaceSnapshot | None:
         """The snapshot to record with the turn's first dispatch that may change the workspace."""
-        turn = self.host.turn.turn
+        turn = self.state.turn.turn
         if turn == self._snapped_turn or all(t.effect == "read_only" for t in tools):
             return None
         self._snapped_turn = turn
@@ -151,7 +145,7 @@ class ToolCalls:
     @property
     def effective_policy(self) -> Policy:
         """The host's policy widened by the one recorded when the turn started."""
-        p, t = self.host.policy, self.host.turn
+        p, t = self.state.policy, self.state.turn
         return Policy(
             yes=p.yes or t.yes,
             allow_commands=tuple(dict.fromkeys([*p.allow_commands, *t.allow_commands])),
@@ -168,14 +162,14 @@ class ToolCalls:
     @property
     def sandbox_mode(self) -> tuple[SandboxMode, bool]:
         """The sandbox mode and network flag of the turn: recorded with it, else the host's."""
-        t, p = self.host.turn, self.host.policy
+        t, p = self.state.turn, self.state.policy
         return sandbox.turn_mode(t.sandbox, t.network, p.sandbox, p.network)
 
     @property
     def sandbox_options(self) -> sandbox.Options:
         """The sockets, SSH agent and limits of the turn's commands: recorded with it, where the
         host's may only tighten them."""
-        return sandbox.turn_options(recorded_box(self.host.turn), self.host.policy.box)
+        return sandbox.turn_options(recorded_box(self.state.turn), self.state.policy.box)
 
     def confinement(self) -> sandbox.Sandbox | None:
         """The sandbox of the turn's commands (looked up once per mode: it searches PATH)."""
@@ -189,50 +183,42 @@ class ToolCalls:
         """The context a tool call runs in."""
         from pathlib import Path
 
-        lr = self.host.longrun
+        lr = self.state.longrun
         left = None
         if lr.time_limit_s is not None:
             left = max(0.0, lr.time_limit_s - lr.running_ms(clock.now_ms()) / 1000)
         return ToolContext(
-            workspace=Path(self.host.session.workspace),
-            timeout_s=self.host.config.tool_timeout_s,
+            workspace=Path(self.state.session.workspace),
+            timeout_s=self.state.config.tool_timeout_s,
             time_left_s=left,
             time_limit=format_duration(lr.time_limit_s) if lr.time_limit_s is not None else "",
-            cancel=self.host.stop_event,
-            stopped_by=self.host.stopped_by,
+            cancel=self.stops.stop_event,
+            stopped_by=self.stops.stopped_by,
             outside_allowed=outside_allowed,
             allow_write=self.effective_policy.allow_write,
-            own_files=store_files(self.host.store.url),
-            blob=self.read_blob,
+            own_files=store_files(self.state.store.url),
+            blob=self.blobs.read_blob,
             sandbox=self._shared(self.confinement()),
             pass_env=self.effective_policy.pass_env,
-            marker=f"{self.host.session.id}/{self.host.run}/{call.call_id}",
+            marker=f"{self.state.session.id}/{self.state.run}/{call.call_id}",
             memory=self.read_memory,
-            images=images.accepts_images(self.host.provider),
-            children=self.host.children,
+            images=images.accepts_images(self.state.provider),
+            children=self.state.children,
             call_id=call.call_id,
             network=self.sandbox_mode[1],
-            web_domains=self.host.policy.web_domains,
-            processes=background.processes(self.host.session.id),
+            web_domains=self.state.policy.web_domains,
+            processes=background.processes(self.state.session.id),
         )
 
     def _shared(self, box: sandbox.Sandbox | None) -> sandbox.Sandbox | None:
         """The sandbox in the session's shared network namespace, once its background
         processes made one (so a command reaches a server started in the background)."""
-        procs = background.known(self.host.session.id)
+        procs = background.known(self.state.session.id)
         return box if procs is None else procs.confine(box)
 
     def read_memory(self) -> dict[str, Note]:
         """The live notes of this session's workspace (every session of it in the store)."""
-        return workspace_memory(self.host.store, self.host.session.workspace)
-
-    def read_blob(self, handle: str) -> bytes | None:
-        """The bytes of one of this session's offloaded results, by sha-256 or a unique prefix."""
-        handle = handle.strip().lower()
-        matches = [sha for sha in self.host.known_blobs if sha.startswith(handle)]
-        if len(matches) > 1:
-            raise ToolError(f"the handle {handle} matches {len(matches)} results; give more of it")
-        return self.host.store.blob(matches[0]) if matches else None
+        return workspace_memory(self.state.store, self.state.session.workspace)
 
     def outcome(
         self,
@@ -254,7 +240,7 @@ class ToolCalls:
     ) -> tuple[Event, bytes | None]:
         """The outcome event; a large result is offloaded (placeholder inline, bytes as a blob)."""
         duration = None if started is None else int((clock.monotonic() - started) * 1000)
-        again = warning(self.host.turn.calls.values(), call) if result.is_error else None
+        again = warning(self.state.turn.calls.values(), call) if result.is_error else None
         if again is not None:
             result = ToolResult(
                 output=f"{result.output}\n[{again}]",
@@ -273,7 +259,7 @@ class ToolCalls:
         # A page of an offloaded result is never offloaded again.
         offload = offload and choices.may_offload(call.name)
         placed = (
-            offload_result(call.name, data, self.host.config.context, dropped=result.dropped)
+            offload_result(call.name, data, self.state.config.context, dropped=result.dropped)
             if offload
             else None
         )
@@ -283,11 +269,11 @@ class ToolCalls:
             if status is not None:
                 text += f"\n{status}"  # the output is the blob; how it ended, here
         if not result.is_error:
-            seen = repeat_note(self.host.turn.last_same(call), result_digest(text))
+            seen = repeat_note(self.state.turn.last_same(call), result_digest(text))
             if seen is not None:
                 text += seen
         refs, _ = images.refs(result.images)
-        event = self.host.event(
+        event = self.log.event(
             "tool", "tool",
             FunctionResponse(call_id=call.call_id, name=call.name, result=text, is_error=result.is_error,
                              duration_ms=duration, blob=blob, images=refs, snapshot=snapshot),
@@ -300,8 +286,8 @@ class ToolCalls:
     ) -> list[tuple[CallState, ToolResult, float | None]]:
         """Each result that would take the session past its quota of bytes stored whole, kept as
         its head and tail with a note instead (a page of a stored result is never cut)."""
-        policy = self.host.config.context
-        used = self.host.stored.total
+        policy = self.state.config.context
+        used = self.state.stored.total
         out = []
         for call, r, started in done:
             data = r.full if r.full is not None else codec.sanitize_text(r.output).encode("utf-8")
@@ -328,7 +314,7 @@ class ToolCalls:
         fails, commit the results inline instead — never a reference to bytes that are not there.
         With `stage`, outcomes without blobs are staged for the next append instead (True).
         A call that may have changed the workspace carries the snapshot taken after it."""
-        done = [(c, self.host.hook_points.post_tool(c, r), t) for c, r, t in done]
+        done = [(c, self.hook_points.post_tool(c, r), t) for c, r, t in done]
         done = self._within_quota(done)
         changing = [self._may_change(c) for c, _, _ in done]
         after = self.snapshot() if any(changing) else None
@@ -338,14 +324,14 @@ class ToolCalls:
             d for _, r, _ in done for _, d in r.images
         ]
         if stage and not blobs:
-            self.host.stage([e for e, _ in pairs], after="after_outcome")
+            self.log.stage([e for e, _ in pairs], after="after_outcome")
             return True
         form: choices.OutcomeForm | None = "offloaded"
         while form is not None:
             try:
                 match form:
                     case "offloaded":
-                        self.host.append([e for e, _ in pairs], blobs=blobs)
+                        self.log.append([e for e, _ in pairs], blobs=blobs)
                     case "inline":
                         inline = [
                             ToolResult(
@@ -355,7 +341,7 @@ class ToolCalls:
                             else ToolResult(output=r.output, is_error=r.is_error)  # no images
                             for _, r, _ in done
                         ]
-                        self.host.append([self.outcome(c, r, t, s) for (c, _, t), r, s in zip(done, inline, snaps, strict=True)])  # fmt: skip
+                        self.log.append([self.outcome(c, r, t, s) for (c, _, t), r, s in zip(done, inline, snaps, strict=True)])  # fmt: skip
                     case "cut":
                         # Not even that fits (a full disk): keep the run going with what the tool
                         # kept for the model, saying what was lost, rather than losing the outcome.
@@ -363,7 +349,7 @@ class ToolCalls:
                             ToolResult(output=r.output + choices.cut_note(len(r.full or b"")), is_error=r.is_error)
                             for _, r, _ in done
                         ]  # fmt: skip
-                        self.host.append([self.outcome(c, r, t, s) for (c, _, t), r, s in zip(done, cut, snaps, strict=True)])  # fmt: skip
+                        self.log.append([self.outcome(c, r, t, s) for (c, _, t), r, s in zip(done, cut, snaps, strict=True)])  # fmt: skip
                     case _:
                         assert_never(form)
                 return False
@@ -374,14 +360,14 @@ class ToolCalls:
         return False
 
     def _may_change(self, call: CallState) -> bool:
-        tool = self.host.tools.get(call.name)
+        tool = self.tools.get(call.name)
         return tool is not None and tool.effect != "read_only"
 
     def run(self, calls: Sequence[CallState]) -> None:
         ready: list[Ready] = []
         early: list[Event] = []
         # Calls on a file that an earlier call of this response writes wait for it (lanes.py).
-        lanes = Lanes.of(calls, self.host.tools, self.context_for)
+        lanes = Lanes.of(calls, self.tools, self.context_for)
         for call in calls:
             if lanes.must_wait(call):
                 admitted = self._prepare(call, early, with_intent=False)
@@ -393,18 +379,18 @@ class ToolCalls:
                 ready.append(prepared)
                 lanes.started(call)
         if early:
-            self.host.append(early)
+            self.log.append(early)
         if not ready:
             return
         before = self._before([t for _, t, _, _ in ready])
         first = next((n for n, (_, t, _, _) in enumerate(ready) if t.effect != "read_only"), -1)
         dispatches = [
-            self.host.event("system", "system", actions=Actions(tool_dispatch=self._dispatch_fact(
+            self.log.event("system", "system", actions=Actions(tool_dispatch=self._dispatch_fact(
                 c, t, i, before if n == first else None)), invocation=c.invocation)
             for n, (c, t, _, i) in enumerate(ready)
         ]  # fmt: skip
         failpoints.hit("before_dispatch")
-        self.host.append(dispatches, durable=any(t.effect != "read_only" for _, t, _, _ in ready),
+        self.log.append(dispatches, durable=any(t.effect != "read_only" for _, t, _, _ in ready),
                     blobs=kept_before(i for *_, i in ready))  # fmt: skip
         failpoints.hit("after_dispatch")
         self.execute(ready, lanes, last_of_step=True)
@@ -423,8 +409,8 @@ class ToolCalls:
         def submit(
             call: CallState, tool: Tool, ctx: ToolContext, intent: WriteIntent | None
         ) -> cf.Future[ToolResult]:
-            self.host.observer.on_activity(f"{tool.name}")
-            fut = self.host.pool.submit(_run_tool, tool, call.arguments, ctx, intent)
+            self.observer.on_activity(f"{tool.name}")
+            fut = self.pool.submit(_run_tool, tool, call.arguments, ctx, intent)
             futures[fut] = (call, clock.monotonic())
             return fut
 
@@ -446,14 +432,14 @@ class ToolCalls:
                 [(futures[f][0], f.result(), futures[f][1]) for f in done], stage=last
             ):
                 failpoints.hit("after_outcome")
-            if lanes is None or self.host.stop_reason is not None:
+            if lanes is None or self.stops.stop_reason is not None:
                 continue  # a stopped turn dispatches nothing more; its waiting calls are "not run"
             for f in done:
                 following = self._next_in_lane(lanes.after(futures[f][0]))
                 if following is not None:
                     pending.add(submit(*following))
-        self.host.observer.on_activity(None)
-        self.host.check_stop()
+        self.observer.on_activity(None)
+        self.stops.check_stop()
 
     def _next_in_lane(self, waiting: deque[Admitted]) -> Ready | None:
         """Prepare and dispatch the next waiting call on a file, now that the one before it has
@@ -469,18 +455,18 @@ class ToolCalls:
                     early.append(self.outcome(call, ToolResult(output=str(e), is_error=True), None))
                     continue
             if early:
-                self.host.append(early)
+                self.log.append(early)
             fact = self._dispatch_fact(call, tool, intent, self._before([tool]))
-            dispatch = self.host.event("system", "system", actions=Actions(tool_dispatch=fact),
+            dispatch = self.log.event("system", "system", actions=Actions(tool_dispatch=fact),
                                   invocation=call.invocation)  # fmt: skip
             failpoints.hit("before_dispatch")
-            self.host.append(
+            self.log.append(
                 [dispatch], durable=tool.effect != "read_only", blobs=kept_before([intent])
             )
             failpoints.hit("after_dispatch")
             return call, tool, ctx, intent
         if early:
-            self.host.append(early)
+            self.log.append(early)
         return None
 
     def _dispatch_fact(
@@ -502,9 +488,9 @@ class ToolCalls:
         self, call: CallState, early: list[Event], *, with_intent: bool = True
     ) -> Ready | None:
         """Resolve the tool, ask permission, compute a write's intent; or queue an error outcome."""
-        tool = self.host.tools.get(call.name)
+        tool = self.tools.get(call.name)
         if tool is None:
-            known = ", ".join(sorted(offered(self.host.tools)))
+            known = ", ".join(sorted(offered(self.tools)))
             early.append(
                 self.outcome(
                     call,
@@ -521,7 +507,7 @@ class ToolCalls:
                        f"send them as one JSON object. They were: {call.raw_arguments[:300]}",
                 is_error=True), None))  # fmt: skip
             return None
-        if self.host.turn.plan and tool.effect != "read_only":
+        if self.state.turn.plan and tool.effect != "read_only":
             # Plan mode refuses, unasked, whatever the model calls that may change something.
             early.append(self.outcome(call, ToolResult(output=plan_refusal(call.name),
                                                        is_error=True), None))  # fmt: skip
@@ -529,7 +515,7 @@ class ToolCalls:
         if self._denied(call, early):
             return None
         asked = call.arguments
-        pre = self.host.hook_points.pre_tool(call)
+        pre = self.hook_points.pre_tool(call)
         call = pre.call
         if pre.decision == "deny":
             why = pre.reason or "no reason given"
@@ -580,7 +566,7 @@ class ToolCalls:
     def _denied(self, call: CallState, early: list[Event]) -> bool:
         """Refuse `call`, unasked, when a deny rule matches it (its result names the rule)."""
         rule = self.effective_policy.denied_by(
-            call.name, call.arguments, cwd=self.host.session.workspace
+            call.name, call.arguments, cwd=self.state.session.workspace
         )
         if rule is None:
             return False
@@ -603,7 +589,7 @@ class ToolCalls:
             command = facts_of(tool.name).command_of(call.arguments)
             if isinstance(command, str):
                 verdict = self.effective_policy.check_command(
-                    command, cwd=self.host.session.workspace
+                    command, cwd=self.state.session.workspace
                 )
                 allowed = verdict.allowed
                 reason = verdict.why or reason
@@ -646,23 +632,23 @@ class ToolCalls:
             summary=_summary(tool.name, call.arguments), reason=reason, protected=protected,
         )  # fmt: skip
         if early:
-            self.host.append(early)
+            self.log.append(early)
             early.clear()
-        self.host.append([self.host.event("system", "agent", actions=Actions(permission_request=request), invocation=call.invocation)],
+        self.log.append([self.log.event("system", "agent", actions=Actions(permission_request=request), invocation=call.invocation)],
                     durable=True)  # fmt: skip
         answer: Answer
         by: choices.By
         if isinstance(settled, choices.Settled) and settled.by is not None:
             answer, by = settled.answer, settled.by
         else:
-            self.host.hook_points.notification(f"Bubu needs your permission: {request.summary}")
-            self.host.observer.on_activity("waiting for permission")
-            answer, by = choices.answered(self.host.asker(request))
-        self.host.check_stop()
+            self.hook_points.notification(f"Bubu needs your permission: {request.summary}")
+            self.observer.on_activity("waiting for permission")
+            answer, by = choices.answered(self.asker(request))
+        self.stops.check_stop()
         dec = PermissionDecision(
             request_id=request.request_id, call_id=call.call_id, decision=answer, by=by
         )
-        self.host.append([self.host.event("system", "user" if by == "user" else "host", actions=Actions(permission_decision=dec),
+        self.log.append([self.log.event("system", "user" if by == "user" else "host", actions=Actions(permission_decision=dec),
                                 invocation=call.invocation)], durable=True)  # fmt: skip
         return answer, by
 
@@ -684,4 +670,4 @@ def _run_tool(
         )
 
 
-__all__ = ["Ready", "ToolCalls", "ToolHost"]
+__all__ = ["Ready", "ToolCalls", "ToolState"]

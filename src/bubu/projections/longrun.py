@@ -23,7 +23,7 @@ from bubu.events import (
     ChildFinished,
     EndCause,
     Error,
-    ModelRequest,
+    ModelRequestNote,
     ModelSwitch,
     Record,
     RunStarted,
@@ -120,7 +120,7 @@ class LongRunFold:
             elif isinstance(n, TurnEnded):
                 self._close_run()
                 self.open, self.end_cause = False, n.cause
-            elif isinstance(n, ModelRequest):
+            elif isinstance(n, ModelRequestNote):
                 self.last_attempt = n.attempt
                 self.retrying = self.last_error is not None
             elif isinstance(n, ModelSwitch):

@@ -19,7 +19,7 @@ from bubu.events import (
     FunctionCall,
     FunctionResponse,
     HookRun,
-    ModelRequest,
+    ModelRequestNote,
     PermissionDecision,
     PlanApproved,
     Record,
@@ -130,7 +130,7 @@ class TurnFold:
     awaiting_model: bool = False
     cut_off: bool = False
     """The latest model response stopped at its output limit (max_tokens)."""
-    inflight_request: ModelRequest | None = None
+    inflight_request: ModelRequestNote | None = None
     calls: dict[str, CallState] = field(default_factory=dict)
     open_calls: list[str] = field(default_factory=list)
     last_outcome: CallState | None = None
@@ -253,7 +253,7 @@ class TurnFold:
             self.run, self.runs, self.steps_in_run = r.event.run, self.runs + 1, 0
             self.inflight_request = None
             self._same = {}  # a new run gives a looping model another chance
-        elif isinstance(n, ModelRequest):
+        elif isinstance(n, ModelRequestNote):
             self.inflight_request = n
         elif isinstance(n, ChildFinished) and r.event.turn == self.turn and self.open:
             if n.child not in self._children:  # a sub-agent's spend counts in its parent's turn

@@ -29,7 +29,7 @@ VERSION = 1
 
 
 @dataclass(slots=True, kw_only=True)
-class Usage:
+class UsageTotals:
     """The token and cost totals of a session's model calls (`Transcript`'s, without items)."""
 
     model_calls: int = 0
@@ -60,7 +60,7 @@ class SessionView:
     version: int = VERSION
     high_water: int = 0
     status: Status = field(default_factory=Status)
-    usage: Usage = field(default_factory=Usage)
+    usage: UsageTotals = field(default_factory=UsageTotals)
     longrun: LongRunFold = field(default_factory=LongRunFold)
     plan: tuple[PlanItem, ...] | None = None
     plan_calls: dict[str, FunctionCall] = field(default_factory=dict)
@@ -128,4 +128,4 @@ def tail_start(view: SessionView, n: int) -> int:
     return view.items[-n] - 1
 
 
-__all__ = ["VERSION", "SessionView", "Usage", "decode", "encode", "fold_view", "tail_start"]
+__all__ = ["VERSION", "SessionView", "UsageTotals", "decode", "encode", "fold_view", "tail_start"]

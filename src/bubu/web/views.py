@@ -71,7 +71,7 @@ def encode(obj: object) -> bytes:
     return _encoder.encode(obj)
 
 
-class Usage(msgspec.Struct, kw_only=True):
+class UsageTotalsView(msgspec.Struct, kw_only=True):
     """Token totals."""
 
     model_calls: int = 0
@@ -98,7 +98,7 @@ class SessionRow(msgspec.Struct, kw_only=True):
     turns: int
     pending_permissions: int
     notice: bool
-    usage: Usage
+    usage: UsageTotalsView
     running_here: bool
     snippet: str | None = None
     parent: str | None = None
@@ -312,7 +312,7 @@ def state_of(store: Store, info: SessionInfo, st: Status) -> State:
 class _Summary:
     high_water: int = 0
     status: Status = field(default_factory=Status)
-    usage: Usage = field(default_factory=Usage)
+    usage: UsageTotalsView = field(default_factory=UsageTotalsView)
     parent: str | None = None
     requests: list[str] | None = field(default_factory=list)
     """The user's requests, lowercased (None: not read yet, for a summary seeded from a snapshot)."""
@@ -327,7 +327,7 @@ def _seeded(store: Store, info: SessionInfo) -> _Summary:
         return _Summary()
     view = readview.load(store, info.id)
     u, cost = view.usage, view.usage.cost
-    usage = Usage(
+    usage = UsageTotalsView(
         model_calls=u.model_calls, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
         cache_read_tokens=u.cache_read_tokens, unpriced_calls=cost.unpriced_calls,
         cost_usd=cost.usd if cost.priced_calls else None,
@@ -459,7 +459,7 @@ class SessionIndex:
         return out
 
 
-def _count(u: Usage, r: Record) -> None:
+def _count(u: UsageTotalsView, r: Record) -> None:
     a = r.event.actions
     if a is not None and a.token_usage is not None:
         t = a.token_usage

@@ -1,15 +1,19 @@
-"""What a run is configured with and shows its host: the types the runner and its parts share.
+"""The ports of the runner: what a run is configured with, what it shows, and the narrow views
+its parts are handed.
 
-The runner (`driver`) holds a session's lease and drives its open turn; the model call
-(`modelcall`) and the tool calls (`toolcalls`) are written against small views of it, so that
-neither imports the driver.
+The runner (`driver`) holds a session's lease and drives its open turn. Its parts (the model call,
+the tool calls, the compaction, the hooks) are each given what they need, as one of these small
+Protocols or as the object itself (the `Blobs`, the `Compaction`), so that none imports the driver
+or calls back into it beyond them.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from bubu.context.policy import ContextPolicy
 from bubu.engine.backoff import WAIT_CAP_S
@@ -20,10 +24,13 @@ from bubu.providers.base import Delta
 
 if TYPE_CHECKING:
     from bubu.engine.hooks import Hook
-    from bubu.events import Actions, Content, Event, Role
+    from bubu.events import Actions, Content, EndCause, Event, Role, TurnEndReason
     from bubu.log.store import SessionInfo, Store
+    from bubu.projections.longrun import LongRunFold
     from bubu.projections.turn import TurnFold
     from bubu.providers.base import Provider
+
+T = TypeVar("T")
 
 
 class Stopped(Exception):
@@ -31,7 +38,7 @@ class Stopped(Exception):
 
 
 class Observer(Protocol):
-    """What a host (CLI, web UI) sees of a running turn."""
+    """What the user's front end (CLI, web UI) sees of a running turn."""
 
     def on_delta(self, delta: Delta) -> None:
         """A streamed fragment of model text or thinking (not yet committed)."""
@@ -89,19 +96,37 @@ class RunConfig:
     """Background processes a session may run at once (`bubu.tools.background`)."""
 
 
-class RunnerView(Protocol):
-    """What every part of the runner (the model call, the tool calls, the compaction) needs of
-    it: the session and its turn, and appending to the log. Each part's own view adds the rest."""
+class RunState(Protocol):
+    """The session and its run as the log folds them: what every part of the runner reads.
+
+    The runner keeps it (it folds each commit in, and may refold the log afresh, so a part reads
+    these through it rather than keeping a fold of its own); the model call moves `provider` to
+    a fallback and back."""
 
     store: Store
     session: SessionInfo
-    provider: Provider
     config: RunConfig
+    provider: Provider
     turn: TurnFold
+    longrun: LongRunFold
+    run: str | None
+    run_seq: int
+    """The seq this run started at."""
+
+
+class Appender(Protocol):
+    """Appending to the session's log through its lease (the `Runner` is one)."""
 
     def append(
         self, events: Sequence[Event], *, durable: bool = ..., blobs: Sequence[bytes] = ...
-    ) -> None: ...
+    ) -> None:
+        """Commit `events` (after whatever is staged), fold them in and show them."""
+
+    def stage(self, events: Sequence[Event], *, after: str | None = ...) -> None:
+        """Fold `events` now and commit them with the next append."""
+
+    def flush(self) -> None:
+        """Commit what is staged now."""
 
     def event(
         self,
@@ -113,11 +138,65 @@ class RunnerView(Protocol):
         invocation: str | None = ...,
         visibility: Literal["visible", "hidden"] = ...,
         status: Literal["completed", "failed", "aborted", "cancelled"] | None = ...,
-    ) -> Event: ...
+    ) -> Event:
+        """A new event of the current turn and run."""
 
-    def note(self, note: Any) -> Event: ...
+    def note(self, note: Any) -> Event:
+        """A hidden system note."""
 
-    def check_stop(self) -> None: ...
+
+class Stops(Protocol):
+    """A run's stop: asked for from anywhere (Ctrl-C, SIGTERM, a lost lease), noticed at once."""
+
+    stop_event: threading.Event
+    """Set once a stop is asked for: a running tool's cancel signal."""
+    stop_reason: StopReason | None
+
+    def check_stop(self) -> None:
+        """Raise `Stopped` once a stop was asked for."""
+
+    def stopped_by(self) -> str:
+        """Who stopped the run, in the words a cut-off tool result uses."""
+
+    def wait(self, fut: cf.Future[T]) -> T:
+        """The future's result, waited for so that a stop is noticed at once."""
+
+    def sleep(self, seconds: float) -> None:
+        """Wait `seconds`, or until a stop is asked for."""
 
 
-__all__ = ["NullObserver", "Observer", "RunConfig", "RunnerView", "StopReason", "Stopped"]
+class BlobReader(Protocol):
+    """The bytes of the session's offloaded results."""
+
+    def blobs_of(self, shas: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of these results, as far as the store has them."""
+
+    def read_blob(self, handle: str) -> bytes | None:
+        """The bytes of one of the session's results, by sha-256 or a unique prefix."""
+
+
+class EndTurn(Protocol):
+    """Ending the open turn (once: a turn that has ended is left as it is)."""
+
+    def __call__(
+        self,
+        reason: TurnEndReason,
+        message: str | None = ...,
+        *,
+        extra: Sequence[Event] = ...,
+        cause: EndCause | None = ...,
+    ) -> None: ...
+
+
+__all__ = [
+    "Appender",
+    "BlobReader",
+    "EndTurn",
+    "NullObserver",
+    "Observer",
+    "RunConfig",
+    "RunState",
+    "StopReason",
+    "Stopped",
+    "Stops",
+]
