@@ -200,7 +200,8 @@ class TerminalObserver:
     # -- output helpers ---------------------------------------------------------------------------
 
     def print(self, renderable: RenderableType) -> None:
-        """Print above the status line (a closed terminal is not the turn's problem)."""
+        """Print a renderable of rich's own (the chat's Markdown of printable text) above the
+        status line; a closed terminal is not the turn's problem."""
         with self._lock, contextlib.suppress(OSError, ValueError):
             self.console.print(renderable)
 
@@ -233,6 +234,9 @@ class TerminalObserver:
                         redirect_stderr=False,
                     )
                     self._live.start()
+                    # The cursor stays visible, at the status line's end: a run killed while
+                    # the line is shown must not leave the terminal without one.
+                    self.console.show_cursor(True)
                 self._live.refresh()
                 self._drawn = time.monotonic()
 
