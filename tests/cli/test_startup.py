@@ -1,4 +1,5 @@
-"""Read-only commands import only what they use: no tools, providers, SDKs, asyncio, ssl or web.
+"""Read-only commands import only what they use: no tools, providers, SDKs, asyncio, ssl, web or
+the live view's renderer (rich).
 
 Each command runs in a fresh interpreter that prints the modules it loaded at exit, so a stray
 top-level import anywhere on a read-only command's path fails here by name.
@@ -23,7 +24,7 @@ from providers.servers import serve, stream_file
 CLI = Path(__file__).resolve().parents[2] / "src" / "bubu" / "cli"
 
 FORBIDDEN_ROOTS = {"asyncio", "ssl", "httpx", "httpcore", "openai", "anthropic", "starlette",
-                   "uvicorn", "pydantic", "concurrent"}  # fmt: skip
+                   "uvicorn", "pydantic", "concurrent", "rich"}  # fmt: skip
 FORBIDDEN_PREFIXES = ("bubu.tools", "bubu.providers", "bubu.web", "bubu.engine.driver",
                       "bubu.engine.permissions", "bubu.engine.session", "bubu.cli.render")  # fmt: skip
 BUDGET = 205

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from bubu.cli.render import TerminalObserver
-from bubu.cli.term import one_line, printable, styled
+from bubu.cli.term import one_line, printable
+from bubu.events import Author, Content, Record, Role, make
 from bubu.providers.base import Delta
 
 from .cli import bubu, on_a_terminal, only_session
@@ -130,7 +131,8 @@ def test_a_real_terminal_gets_colours_but_no_other_escape(tmp_path: Path) -> Non
     db = tmp_path / "bubu.db"
     out = on_a_terminal(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}").decode()
     assert "\x1b[" in out  # the terminal does get our colours
-    ours = re.sub(r"\x1b\[[0-9;]*m|\r\x1b\[K|\r\n", "", out)  # colours, status line, line ends
+    # Ours: colours, the live status line's erase / cursor-up / cursor-hide moves, line ends.
+    ours = re.sub(r"\x1b\[[0-9;]*m|\r?\x1b\[(?:2K|1A|\?25[lh])|\r\n", "", out)
     clean(ours, "a terminal")
 
 
@@ -144,7 +146,6 @@ def test_printable_shows_each_control_visibly_and_keeps_tabs_and_newlines() -> N
     )
     assert printable("bad bytes \udcff") == "bad bytes \\udcff"
     assert printable("plain — ünïcode ✓") == "plain — ünïcode ✓"
-    assert styled("\x1b[1mbold\x1b[0m " + CLEAR) == "\x1b[1mbold\x1b[0m \\x1b[2J\\x1b[H"
     assert one_line("a\x1b]0;t\x07\n  b", 10) == "a\\x1b]0;t…"
 
 
@@ -155,3 +156,141 @@ def test_an_escape_split_across_streamed_deltas_is_still_neutralised() -> None:
         view.on_delta(Delta(kind="text", text=piece))
     view.close()
     assert out.getvalue() == "ok \\x1b]52;c;eA==\\x07 \\x1b[2J a line\nnext\\x0dgone\n"
+
+
+# ---- the renderer: `bubu run`'s view and the chat's, on a terminal and in a pipe -----------------
+
+BIDI = "\u202egnp.exe\u202c \u2066iso\u2069 \u200fmark"  # right-to-left override, isolate, mark
+MARKUP = "[bold red]not red[/bold red] [link=http://evil.example/]x[/link] :smile:"
+"""Rich markup, a link and an emoji code: text to rich, which must print them as written."""
+KEY = "ghp_" + "Zq81mW0pLx3vTe5uRk7y" * 2 + "Ab9Q"
+PAYLOAD = f"{HOSTILE} {BIDI} {MARKUP} key {KEY}"
+
+OURS = re.compile(r"\x1b\[[0-9;]*m|\r?\x1b\[(?:2K|1A|\?25[lh])")
+"""What the view itself writes on a terminal: styles and the live status line's moves."""
+BIDI_CHARS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _records(payload: str) -> list[Record]:
+    from bubu.events import Error, FunctionCall, FunctionResponse, SystemNote, Thinking, TurnEnded
+    from bubu.events import Text as TextEvent
+
+    name = f"evil{OSC52}{MARKUP}"
+    contents: list[tuple[Role, Author, Content]] = [
+        ("model", "agent", Thinking(text=f"think {payload}")),
+        ("model", "agent", TextEvent(text=f"answer {payload}")),
+        ("model", "agent", FunctionCall(call_id="c1", name=name, arguments={"path": payload})),
+        (
+            "model",
+            "agent",
+            FunctionCall(call_id="c2", name="run_command", arguments={"command": payload}),
+        ),
+        ("tool", "tool", FunctionResponse(call_id="c1", name=name, result=payload, is_error=True)),
+        (
+            "tool",
+            "tool",
+            FunctionResponse(call_id="c2", name="run_command", result=f"out\n{payload}"),
+        ),
+        (
+            "system",
+            "system",
+            Error(error_class=f"bad{CLEAR}[bold]", message=payload, retryable=False),
+        ),
+        ("system", "system", SystemNote(note=TurnEnded(reason="failed", message=payload))),
+    ]
+    return [
+        Record(
+            seq=n,
+            hash=f"{n:064x}",
+            event=make(session="s", role=role, author=author, ts=n, content=content),
+        )
+        for n, (role, author, content) in enumerate(contents, start=1)
+    ]
+
+
+def _drive(view: TerminalObserver, *, chat: bool) -> None:
+    if chat:
+        view.begin()  # type: ignore[attr-defined]
+    for piece in (f"stream {PAYLOAD[:9]}", PAYLOAD[9:40], f"{PAYLOAD[40:]} end"):
+        view.on_delta(Delta(kind="thinking", text=piece))
+        view.on_delta(Delta(kind="text", text=piece))
+    view.on_activity(f"running {PAYLOAD}")
+    view.on_records(_records(PAYLOAD))
+    view.close()
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["run", "chat"])
+@pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])
+def test_the_renderer_prints_escapes_bidi_and_markup_literally(
+    monkeypatch: pytest.MonkeyPatch, terminal: bool, chat: bool
+) -> None:
+    """Model text, thinking, tool names, arguments and results, errors and the turn's end full
+    of escapes, bidi controls, rich markup and a key: on a terminal (styles and the live status
+    line are the only escapes) and in a pipe (no escape at all) each is shown, never obeyed."""
+    from bubu.cli.chatview import ChatView
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    out = _Tty() if terminal else io.StringIO()
+    view = ChatView(out) if chat else TerminalObserver(out)
+    _drive(view, chat=chat)
+    written = out.getvalue()
+    assert ("\x1b[" in written) is terminal  # colours on a terminal, none in a pipe
+    text = OURS.sub("", written) if terminal else written
+    clean(text, "the view")
+    assert BIDI_CHARS.search(text) is None
+    assert "\\u202egnp.exe\\u202c" in text  # shown where it was
+    assert "[bold red]not red[/bold red]" in text  # markup printed as written
+    assert "[link=http://evil.example/]x[/link] :smile:" in text
+    assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in text
+    assert "evil\\x1b]52;" in text  # the tool's name
+    assert "bad\\x1b[2J\\x1b[H[bold]" in text  # an error's class
+    assert KEY[:10] not in text
+    assert "[redacted:github-token]" in text
+    if not chat:  # the chat's answer is Markdown, which may fold a `\\` pair of the escapes
+        assert "over\\x0dwrote" in text
+        assert f"answer {printable(PAYLOAD)}\n" not in text  # streamed: not printed twice
+
+
+def test_in_a_pipe_the_view_writes_plain_lines_exactly() -> None:
+    """Long lines are not wrapped or cut at any width, tabs stay, nothing is padded."""
+    from bubu.events import FunctionResponse
+
+    out = io.StringIO()
+    view = TerminalObserver(out)
+    long = "x" * 300
+    view.on_delta(Delta(kind="text", text=f"a\tb {long}  "))
+    result = FunctionResponse(call_id="c", name="read_file", result="one line")
+    record = make(session="s", role="tool", author="tool", ts=1, content=result)
+    view.on_records([Record(seq=1, hash="0" * 64, event=record)])
+    view.line(("dim and ", "dim"), MARKUP)
+    view.close()
+    assert out.getvalue() == (
+        f"a\tb {long}  \n  ⎿ read_file: one line\n"
+        "dim and [bold red]not red[/bold red] [link=http://evil.example/]x[/link] :smile:\n"
+    )
+
+
+def test_no_color_drops_the_colours_but_keeps_the_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("NO_COLOR", "1")
+    out = _Tty()
+    view = TerminalObserver(out)
+    view.line(("● turn completed", "bold green"))
+    view.close()
+    assert "\x1b[1m● turn completed" in out.getvalue()
+    assert re.search(r"\x1b\[[0-9;]*3[0-7]m", out.getvalue()) is None  # no foreground colour
+
+
+def test_a_plan_the_model_wrote_is_shown_printable() -> None:
+    """`bubu status` and the chat's /plan print the steps of the model's update_plan."""
+    from bubu.cli.memorycmd import plan_text
+
+    shown = plan_text([{"text": f"wipe {CLEAR}{OSC0} it", "status": "pending"}])
+    clean(shown, "plan")
+    assert shown.endswith("[ ] wipe \\x1b[2J\\x1b[H\\x1b]0;all tests passed\\x07 it")

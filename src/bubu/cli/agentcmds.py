@@ -536,8 +536,7 @@ def run_cmd(
         host.policy = replace(host.policy, allow_commands=tuple(dict.fromkeys(allowed)))
     with signals(host):
         if isinstance(observer, TerminalObserver):
-            banner = f"bubu · {info.id} · {model} · {printable(info.workspace)}"
-            observer.line(click.style(banner, dim=True) if observer.color else banner)
+            observer.line((f"bubu · {info.id} · {model} · {info.workspace}", "dim"))
             announce(observer.line)
         else:
             announce()

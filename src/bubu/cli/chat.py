@@ -36,7 +36,7 @@ from bubu.cli.agentcmds import (
 )
 from bubu.cli.app import Ctx, cli, fail, pass_ctx
 from bubu.cli.settling import settle
-from bubu.cli.term import one_line, printable
+from bubu.cli.term import one_line
 from bubu.engine.session import Host, check_task, new_session, start_turn
 from bubu.errors import BubuError
 from bubu.log.store import SessionInfo, Store
@@ -295,10 +295,8 @@ class Chat:
         self.opts = {**self.opts, "allow": widen(tuple(self.opts.get("allow") or ()))}
 
     def say(self, text: str, *, dim: bool = False) -> None:
-        """A line of the chat's own (its untrusted parts made printable here)."""
-        shown = printable(text)
-        with contextlib.suppress(OSError):  # the terminal that went away
-            click.echo(click.style(shown, dim=True) if dim and self.view.color else shown)
+        """A line of the chat's own, printed by the view (made printable there)."""
+        self.view.line((text, "dim" if dim else ""))
 
     def error(self, message: str) -> None:
         """A one-line error; the chat goes on."""

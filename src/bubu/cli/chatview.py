@@ -2,34 +2,30 @@
 Markdown (code highlighted) once committed; tool calls as compact cards with a preview of their
 result; the status line at the bottom; approvals asked inline (y / n / a = always for a pattern).
 
-It is the terminal view of `bubu run` (`TerminalObserver`: the same cards, notice and turn-end
-lines, the same status text) drawn through rich: a live region at the bottom holds the text still
-streaming and the status line, and everything committed is printed above it. Every untrusted
-string is made `printable` before rich sees it, so a model cannot drive the terminal.
+It is the terminal view of `bubu run` (`TerminalObserver`: the same console, cards, notice and
+turn-end lines, the same status line and the same escaping) with one difference: the text still
+streaming is held in the live region above the status line, since once committed it is printed
+again as Markdown. The Markdown's source is made `printable` first, so a model cannot drive the
+terminal through it either.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
+from rich.console import Group, RenderableType
 from rich.markdown import Markdown
-from rich.text import Text as RichText
 
-from bubu.cli import shutdown
-from bubu.cli.render import TerminalObserver, prompt_lines
-from bubu.cli.term import printable, styled
+from bubu.cli.render import TerminalObserver, prompt_lines, shown
+from bubu.cli.term import printable
 from bubu.engine import commandline, runners
 from bubu.engine.permissions import Answer, asked_command
 from bubu.events import (
     PermissionRequest,
     Record,
-    RecoveryNotice,
     SystemNote,
     Text,
     Thinking,
@@ -38,7 +34,6 @@ from bubu.events import (
 from bubu.log import redact
 from bubu.pricing import CostTally
 from bubu.projections.processes import ProcessFold, status_line
-from bubu.projections.transcript import notice_text
 from bubu.providers.base import Delta
 
 AskLine = Callable[[str], str]
@@ -113,18 +108,14 @@ def always_pattern(command: str) -> str:
 
 
 class ChatView(TerminalObserver):
-    """`TerminalObserver` drawn with rich for the interactive session."""
+    """`TerminalObserver` for the interactive session: the status line while a turn runs."""
 
     def __init__(self, out: TextIO | None = None, *, ask_line: AskLine | None = None) -> None:
-        self.console = Console(
-            file=shutdown.tolerant(out or sys.stdout), highlight=False, soft_wrap=False
-        )
-        super().__init__(out, color=self.console.is_terminal)
+        super().__init__(out)
+        self.status_on = False  # until a turn begins
         self._ask_line = ask_line or input
         self._draft = ""
         self._draft_kind = "text"
-        self._live: Live | None = None
-        self._drawn = 0.0
         self.always: list[str] = []
         """Patterns the person answered "always" to; the chat adds them to the host's policy."""
         self.on_always: Callable[[str], None] | None = None
@@ -139,62 +130,34 @@ class ChatView(TerminalObserver):
 
     # -- the live region --------------------------------------------------------------------------
 
-    def _draw_status(self) -> None:
-        """Redraw the live region (under the view's lock, as every write: rich's own refresh
-        thread would interleave its output with a print from another thread)."""
-        with self._lock, contextlib.suppress(OSError, ValueError):
-            if self._live is not None:  # looked at under the lock: an approval may take it away
-                self._live.refresh()
-                self._drawn = time.monotonic()
-
-    def _clear_status(self) -> None:
-        """The status line lives in the live region: nothing to clear."""
-
-    def _renderable(self) -> RenderableType:
-        parts: list[RenderableType] = []
-        if self._draft:
-            # What streams, near the prompt; a run that may be the start of a secret waits.
-            tail = "\n".join(redact.shown_prefix(self._draft).splitlines()[-12:])
-            style = "" if self._draft_kind == "text" else "dim italic"
-            parts.append(RichText(printable(tail), style=style))
-        parts.append(RichText(self.status_text(), style="dim"))
-        return Group(*parts)
+    def _live_renderable(self) -> RenderableType:
+        if not self._draft:
+            return self._status_line()
+        # What streams, near the prompt; a run that may be the start of a secret waits.
+        tail = "\n".join(redact.shown_prefix(self._draft).splitlines()[-12:])
+        style = "" if self._draft_kind == "text" else "dim italic"
+        return Group(shown((tail, style)), self._status_line())
 
     def begin(self) -> None:
-        """A turn starts: counters from zero, the live region shown."""
+        """A turn starts: counters from zero, the live region shown (a new one each time: an old
+        one would erase what it once held)."""
         self.started = time.monotonic()
         self.steps = self.tokens = 0
         self.cost = CostTally()
         self.activity = None
         self._draft = ""
         self._first_tree, self.changed = None, []
-        self._start_live()
-
-    def _start_live(self) -> None:
-        """A new live region (a new one each time: an old one would erase what it once held)."""
-        if not self.console.is_terminal or self._live is not None:
-            return
-        live = Live(
-            get_renderable=self._renderable,
-            console=self.console,
-            auto_refresh=False,
-            transient=True,
-            redirect_stdout=False,
-            redirect_stderr=False,
-        )
-        with self._lock, contextlib.suppress(OSError):
-            live.start(refresh=True)
-            self._live = live
+        with self._lock:
+            self.status_on = self.console.is_interactive
+            self._draw_status()
 
     def end(self) -> None:
         """The turn is over: what streamed but was never committed (a stopped call) stays on
         screen as plain text; the live region goes."""
         self._cut_draft()
         with self._lock:
-            live, self._live = self._live, None
-            if live is not None:
-                with contextlib.suppress(OSError):
-                    live.stop()
+            self.status_on = False
+            self._hide_status()
 
     close = end
 
@@ -202,16 +165,7 @@ class ChatView(TerminalObserver):
         with self._lock:
             draft, self._draft = self._draft, ""
         if draft.strip():
-            self.print(RichText(printable(draft) + " …", style="dim"))
-
-    def print(self, renderable: RenderableType) -> None:
-        """Print above the live region (a closed terminal is not the turn's problem)."""
-        with self._lock, contextlib.suppress(OSError, ValueError):
-            self.console.print(renderable)
-
-    def line(self, text: str) -> None:
-        """A line of `TerminalObserver`'s making (its colours survive, nothing else)."""
-        self.print(RichText.from_ansi(styled(text)))
+            self.line((draft + " …", "dim"))
 
     # -- Observer ---------------------------------------------------------------------------------
 
@@ -242,7 +196,7 @@ class ChatView(TerminalObserver):
                 continue
             self._draft = ""
             if isinstance(c, Thinking) and c.text.strip():
-                self.print(RichText(printable(c.text.strip()), style="dim italic"))
+                self.line((c.text.strip(), "dim italic"))
             elif isinstance(c, Text) and c.text.strip():
                 # No OSC 8 hyperlinks: a link's target is shown, never hidden behind its text.
                 md = Markdown(printable(c.text), code_theme="monokai", hyperlinks=False)
@@ -279,14 +233,8 @@ class ChatView(TerminalObserver):
     def _shows_committed_text(self) -> bool:
         return False  # printed above as Markdown, whether it streamed or not
 
-    def notice(self, n: RecoveryNotice, session: str) -> None:
-        """The recovery notice as a framed block, dismissed with /dismiss."""
-        colour = "red" if n.status == "blocked" else "yellow"
-        lines = printable(notice_text(n, session)).splitlines()
-        self.line(self._style("┌ " + lines[0], fg=colour, bold=True))
-        for ln in lines[1:]:
-            self.line(self._style("│ ", fg=colour) + ln)
-        self.line(self._style("└ /dismiss dismisses it", fg=colour, dim=True))
+    def dismiss_hint(self, session: str) -> str:
+        return "/dismiss dismisses it"
 
     def ask(self, request: PermissionRequest) -> Answer | None:
         """Ask inline: y allows, n denies, a allows and approves the pattern shown from now on
@@ -296,16 +244,13 @@ class ChatView(TerminalObserver):
         command = asked_command(request)
         pattern = always_pattern(command) if command is not None and not request.protected else None
         with self._lock:
-            live, self._live = self._live, None
-            if live is not None:
-                with contextlib.suppress(OSError):
-                    live.stop()
+            wanted, self.status_on = self.status_on, False
+            self._hide_status()
         try:
             for ln in prompt_lines(request):
-                shown = printable(ln)
-                self.print(RichText(shown, style="yellow" if ln.startswith("!") else ""))
+                self.line((ln, "yellow" if ln.startswith("!") else ""))
             choices = "y = yes · n = no" + (f" · a = always allow `{pattern}`" if pattern else "")
-            self.print(RichText(f"  {printable(choices)}", style="dim"))
+            self.line((f"  {choices}", "dim"))
             while True:
                 try:
                     got = self._ask_line("? allow it [y/n" + ("/a" if pattern else "") + "] ")
@@ -323,14 +268,13 @@ class ChatView(TerminalObserver):
                     self.always.append(pattern)
                     if self.on_always is not None:
                         self.on_always(pattern)
-                    self.print(
-                        RichText(f"  allowed from now on: {printable(pattern)}", style="dim")
-                    )
+                    self.line((f"  allowed from now on: {pattern}", "dim"))
                     return "allow"
-                self.print(RichText("  answer y, n" + (" or a" if pattern else ""), style="dim"))
+                self.line(("  answer y, n" + (" or a" if pattern else ""), "dim"))
         finally:
-            if live is not None:
-                self._start_live()
+            with self._lock:
+                self.status_on = wanted
+            self._draw_status()
 
 
 __all__ = ["ChatView", "always_pattern"]

@@ -52,8 +52,9 @@ def plan_text(plan: Sequence[dict[str, str]]) -> str:
     """The plan for `bubu status`: ``  plan 2/5`` and one checklist line per step."""
     items = plan_items(list(plan))
     if isinstance(items, str):
-        return f"  plan: {items}"
-    return "\n".join([f"  plan {plan_counts(items)}", *(f"    {ln}" for ln in plan_lines(items))])
+        return f"  plan: {printable(items)}"
+    lines = [f"  plan {plan_counts(items)}", *(f"    {ln}" for ln in plan_lines(items))]
+    return printable("\n".join(lines))  # the model wrote the steps
 
 
 def _options(f: Any) -> Any:

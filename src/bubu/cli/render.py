@@ -1,19 +1,36 @@
-"""What a running turn looks like in a terminal: streamed text, tool lines and a live status line."""
+"""What a running turn looks like in a terminal: streamed text, tool cards, results, notices and
+a live status line, drawn through rich for `bubu run`, `resume`, `recover` and (`ChatView`) the chat.
+
+One escaping path: every string that reaches the screen is made `printable` (`bubu.cli.term`:
+controls, escapes and bidi characters shown as visible escapes, secrets redacted) and put in a
+rich `Text` as plain characters (`shown`), never parsed as rich markup or ANSI, so `[bold red]`
+or an escape sequence in a model's text prints as it is written. Colours and weights are rich
+styles on those texts: on a terminal rich writes them (NO_COLOR drops the colours, keeps the
+weights) and keeps the status line in a live region at the bottom; in a pipe, or with
+`color=False`, the very same lines are written as plain characters, with no status line and no
+escape at all, so a script's output is stable.
+
+Only the commands that run a turn import this module (and rich with it): reading a session does not.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO, cast
 
 import click
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.live import Live
+from rich.text import Text as RichText
 
 from bubu import pricing
 from bubu.cli import shutdown
 from bubu.cli.app import emit_jsonl
-from bubu.cli.term import one_line, printable, styled
+from bubu.cli.term import one_line, printable
 from bubu.engine.permissions import Answer, asked_command, show_command, visible_line
 from bubu.events import (
     ChildFinished,
@@ -78,15 +95,73 @@ def result_label(c: FunctionResponse) -> str:
     return f"{head}{more}"
 
 
+Part = str | tuple[str, str]
+"""A piece of a line: text, or (text, rich style)."""
+
+
+def shown(*parts: Part) -> RichText:
+    """A line of the view made of `parts`, each made `printable` (the one escaping path) and
+    kept as plain characters, a `(text, style)` part styled: nothing in it is read as markup."""
+    line = RichText()
+    for part in parts:
+        text, style = (part, "") if isinstance(part, str) else part
+        line.append(printable(text), style=style or None)
+    return line
+
+
+class _Verbatim:
+    """A `shown` text written exactly: not wrapped, cropped, padded or tab-expanded by rich (a
+    pipe gets the characters as they are; a terminal wraps a long line itself)."""
+
+    def __init__(self, text: RichText, end: str = "\n") -> None:
+        self.text = text
+        self.end = end
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from self.text.render(console, end=self.end)
+
+
+class _Stdout:
+    """`sys.stdout` as it is at each write, as `click.echo` finds it (not as it was when the
+    view was made: a test, or a command, may have replaced it since)."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+    def isatty(self) -> bool:
+        return sys.stdout.isatty()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys.stdout, name)
+
+
+def console_for(out: TextIO, *, tty: bool, color: bool) -> Console:
+    """The rich console a view draws through: styles only with `color` (rich reads NO_COLOR and
+    the terminal's colours), cursor moves (the live status line) only on a terminal."""
+    return Console(
+        file=out,
+        force_terminal=tty,
+        color_system=("auto" if tty else "standard") if color else None,
+        highlight=False,
+        markup=False,
+        emoji=False,
+    )
+
+
 class TerminalObserver:
     """Streams a turn to a terminal; on a TTY keeps a status line at the bottom."""
 
     def __init__(
         self, out: TextIO | None = None, *, color: bool | None = None, quiet: bool = False
     ) -> None:
-        self.out = shutdown.tolerant(out or sys.stdout)  # a closed terminal must not crash a turn
+        # A closed terminal must not crash a turn.
+        self.out = shutdown.tolerant(out or cast(TextIO, _Stdout()))
         self.tty = self.out.isatty()
         self.color = self.tty if color is None else color
+        self.console = console_for(self.out, tty=self.tty, color=self.color)
         self.quiet = quiet
         self.started = time.monotonic()
         self.activity: str | None = None
@@ -108,7 +183,11 @@ class TerminalObserver:
         self._cr = False
         self._stream = redact.Stream()
         self._last_kind = "text"
-        self._status_shown = False
+        self.status_on = self.console.is_interactive
+        """Whether the status line is wanted now (a terminal that can redraw a line)."""
+        self._live: Live | None = None
+        """The live region at the bottom that holds the status line, while it is shown."""
+        self._drawn = 0.0
         self.longrun = LongRunFold()
         """The records seen so far, folded: a wait for the provider is shown from the log."""
         self._lock = threading.RLock()
@@ -120,20 +199,54 @@ class TerminalObserver:
 
     # -- output helpers ---------------------------------------------------------------------------
 
-    def _style(self, text: str, **kw: object) -> str:
-        return click.style(text, **kw) if self.color else text  # type: ignore[arg-type]
+    def print(self, renderable: RenderableType) -> None:
+        """Print a renderable of rich's own (the chat's Markdown of printable text) above the
+        status line; a closed terminal is not the turn's problem."""
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            self.console.print(renderable)
 
-    def _clear_status(self) -> None:
-        if self._status_shown:
-            self.out.write("\r\033[K")
-            self._status_shown = False
+    def _write(self, text: RichText, end: str = "\n") -> None:
+        """Write a `shown` text where the cursor is, exactly."""
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            self.console.print(_Verbatim(text, end), soft_wrap=True)
+
+    def _hide_status(self) -> None:
+        """Take the status line away (text streams where it stood; a question is asked)."""
+        with self._lock:
+            live, self._live = self._live, None
+            if live is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    live.stop()
 
     def _draw_status(self) -> None:
-        if not self.tty or self._in_text or self._done.is_set():
-            return
-        self.out.write("\r\033[K" + self._style(self.status_text(), dim=True))
-        self.out.flush()
-        self._status_shown = True
+        """Draw (or redraw) the live region, unless text is streaming at the cursor."""
+        with self._lock:
+            if not self.status_on or self._in_text or self._done.is_set():
+                return
+            with contextlib.suppress(OSError, ValueError):
+                if self._live is None:
+                    self._live = Live(
+                        get_renderable=self._live_renderable,
+                        console=self.console,
+                        auto_refresh=False,  # the ticker redraws it, under the lock
+                        transient=True,
+                        redirect_stdout=False,
+                        redirect_stderr=False,
+                    )
+                    self._live.start()
+                    # The cursor stays visible, at the status line's end: a run killed while
+                    # the line is shown must not leave the terminal without one.
+                    self.console.show_cursor(True)
+                self._live.refresh()
+                self._drawn = time.monotonic()
+
+    def _live_renderable(self) -> RenderableType:
+        return self._status_line()
+
+    def _status_line(self) -> RichText:
+        line = shown((self.status_text(), "dim"))
+        line.no_wrap, line.overflow = True, "ellipsis"  # one line, whatever the width
+        return line
 
     def status_text(self) -> str:
         """The status line: step, what runs now (or the wait for the provider), tokens, time."""
@@ -149,10 +262,10 @@ class TerminalObserver:
         )
         plan = f" · plan {self.plan}" if self.plan else ""
         if self.children:
-            shown = ", ".join(self.children[:2]) + (
+            names = ", ".join(self.children[:2]) + (
                 f" +{len(self.children) - 2}" if len(self.children) > 2 else ""
             )
-            plan += f" · {len(self.children)} sub-agent{'s' if len(self.children) != 1 else ''} running ({shown})"
+            plan += f" · {len(self.children)} sub-agent{'s' if len(self.children) != 1 else ''} running ({names})"
         return f"  ◦ step {self.steps} · {what}{plan} · {self.tokens:,} tokens{unknown_usage(self.unknown_usage)} · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
 
     def _child(self, n: ChildStarted | ChildFinished) -> None:
@@ -161,36 +274,33 @@ class TerminalObserver:
         self.children = [c for c in self.children if not c.startswith(n.child)]
         if isinstance(n, ChildStarted):
             self.children.append(label)
-            self.line(self._style("  ↳ ", fg="cyan") + printable(child_text(n)))
+            self.line(("  ↳ ", "cyan"), child_text(n))
         else:
-            self.line(self._style("  ↲ ", fg="cyan") + printable(child_text(n)))
+            self.line(("  ↲ ", "cyan"), child_text(n))
 
     def _tick(self) -> None:
         while not self._done.wait(0.5):
-            with self._lock:
-                self._draw_status()
-
-    def line(self, text: str) -> None:
-        """Print a full line above the status line; only colours survive of any escape in it."""
-        with self._lock:
-            self._clear_status()
-            self._end_text()
-            self.out.write(styled(text) + "\n")
             self._draw_status()
-            self.out.flush()
+
+    def line(self, *parts: Part) -> None:
+        """Print a full line above the status line, made of `parts` (see `shown`)."""
+        with self._lock:
+            self._end_text()
+            self._write(shown(*parts))
+            self._draw_status()
 
     def close(self) -> None:
         """Stop the status line."""
         self._done.set()
         with self._lock:
-            self._clear_status()
+            self.status_on = False
+            self._hide_status()
             self._end_text()
-            self.out.flush()
 
     def _end_text(self) -> None:
         self._flush_stream()
         if self._in_text:
-            self.out.write("\n")
+            self._write(RichText())
             self._in_text = False
         self._cr = False
 
@@ -198,8 +308,7 @@ class TerminalObserver:
         """Show what the stream held back (a text that ended inside a run of characters)."""
         rest = self._stream.flush()
         if rest:
-            safe = printable(rest)
-            self.out.write(safe if self._last_kind == "text" else self._style(safe, dim=True))
+            self._write(shown((rest, _delta_style(self._last_kind))), end="")
 
     # -- Observer ---------------------------------------------------------------------------------
 
@@ -208,24 +317,22 @@ class TerminalObserver:
         if self.quiet:
             return
         with self._lock:
-            self._clear_status()
+            self._hide_status()
             if self._in_text and delta.kind != self._last_kind:
                 self._flush_stream()
-                self.out.write("\n")
+                self._write(RichText())
                 self._cr = False
             # A CR-LF may be split across two deltas: hold a trailing CR until the next one.
             raw = ("\r" if self._cr else "") + delta.text
             self._cr = raw.endswith("\r")
             # A secret may arrive in several deltas: the stream holds a run until it is whole,
             # then shows it redacted, as the log will hold it.
-            safe = printable(self._stream.feed(raw[:-1] if self._cr else raw))
-            text = safe if delta.kind == "text" else self._style(safe, dim=True, italic=True)
+            held = self._stream.feed(raw[:-1] if self._cr else raw)
             self._last_kind = delta.kind
             if delta.kind == "text" and delta.text:
                 self._streamed = True
-            self.out.write(text)
             self._in_text = True
-            self.out.flush()
+            self._write(shown((held, _delta_style(delta.kind))), end="")
 
     def on_activity(self, text: str | None) -> None:
         """Update the status line."""
@@ -255,7 +362,7 @@ class TerminalObserver:
             if isinstance(c, Text) and ev.role == "model":
                 # A provider that does not stream sends the answer only as the committed text.
                 if c.text and self._shows_committed_text():
-                    self.line(printable(c.text))
+                    self.line(c.text)
                 self._streamed = False
             elif isinstance(c, FunctionCall):
                 if c.name == "update_plan":
@@ -263,36 +370,27 @@ class TerminalObserver:
                 self._waiting[c.call_id] = c.name
                 if len(self._waiting) > 1:
                     self._parallel.update(self._waiting)
-                self.line(self._style("⏺ ", fg="cyan") + call_label(c))
+                self.line(("⏺ ", "cyan"), call_label(c))
             elif isinstance(c, FunctionResponse):
                 self._note_plan(c)
-                mark = (
-                    self._style("  ✗ ", fg="red") if c.is_error else self._style("  ⎿ ", dim=True)
-                )
-                self.line(mark + self._whose(c) + result_label(c))
+                mark = ("  ✗ ", "red") if c.is_error else ("  ⎿ ", "dim")
+                self.line(mark, *self._whose(c), result_label(c))
             elif isinstance(c, Error):
                 if self._streamed and not self.quiet:
-                    self.line(self._style("  ↺ the text above was discarded: that attempt failed",
-                                          dim=True))  # fmt: skip
+                    self.line(("  ↺ the text above was discarded: that attempt failed", "dim"))
                 self._streamed = False
-                self.line(
-                    self._style(
-                        f"  ! {_short(c.error_class, 40)}: {_short(c.message, 100)}", fg="yellow"
-                    )
-                )
+                self.line((f"  ! {_short(c.error_class, 40)}: {_short(c.message, 100)}", "yellow"))
             elif isinstance(c, SystemNote) and isinstance(c.note, ServerNote | WindowLearned):
-                self.line(self._style(f"  ! {printable(server_text(c.note))}", fg="yellow"))
+                self.line((f"  ! {server_text(c.note)}", "yellow"))
             elif isinstance(c, SystemNote) and isinstance(c.note, ModelSwitch):
-                self.line(self._style(f"  ⇄ {switch_text(c.note)}", fg="yellow"))
+                self.line((f"  ⇄ {switch_text(c.note)}", "yellow"))
             elif isinstance(c, SystemNote) and isinstance(c.note, RecoveryNotice):
                 self.notice(c.note, ev.session)
             elif isinstance(c, SystemNote) and isinstance(c.note, TurnEnded):
                 n = c.note
                 colour = {"completed": "green", "failed": "red"}.get(n.reason, "yellow")
-                self.line(
-                    self._style(f"● turn {n.reason}", fg=colour, bold=True)
-                    + (f": {printable(n.message)}" if n.message else "")
-                )
+                said = f": {n.message}" if n.message else ""
+                self.line((f"● turn {n.reason}", f"bold {colour}"), said)
 
     def _note_plan(self, c: FunctionResponse) -> None:
         """Keep the status line's "plan done/all" in step with successful update_plan calls."""
@@ -307,36 +405,63 @@ class TerminalObserver:
         """Whether a committed answer is printed: when nothing of it was streamed here."""
         return self.quiet or not self._streamed
 
-    def _whose(self, c: FunctionResponse) -> str:
+    def _whose(self, c: FunctionResponse) -> tuple[Part, ...]:
         """`name: ` before a result whose call is not the only one awaited (parallel calls finish
         in any order) or was not shown here (a recovery's results for a crashed run's calls)."""
         alone = c.call_id in self._waiting and c.call_id not in self._parallel
         self._waiting.pop(c.call_id, None)
         self._parallel.discard(c.call_id)
-        return "" if alone else self._style(f"{_short(c.name, 40)}: ", bold=True)
+        return () if alone else ((f"{_short(c.name, 40)}: ", "bold"),)
 
     def notice(self, n: RecoveryNotice, session: str) -> None:
         """Print the recovery notice as a framed block."""
         colour = "red" if n.status == "blocked" else "yellow"
         lines = printable(notice_text(n, session)).splitlines()
-        self.line(self._style("┌ " + lines[0], fg=colour, bold=True))
+        self.line(("┌ " + lines[0], f"bold {colour}"))
         for ln in lines[1:]:
-            self.line(self._style("│ ", fg=colour) + ln)
-        self.line(self._style(f"└ dismiss with `bubu dismiss {session}`", fg=colour, dim=True))
+            self.line(("│ ", colour), ln)
+        self.line((f"└ {self.dismiss_hint(session)}", f"dim {colour}"))
+
+    def dismiss_hint(self, session: str) -> str:
+        """How the notice's reader dismisses it, under the framed block."""
+        return f"dismiss with `bubu dismiss {session}`"
 
     def ask(self, request: PermissionRequest) -> Answer | None:
         """Ask on the terminal; None when there is no terminal to ask on."""
         if not (sys.stdin.isatty() and self.tty):
             return None
         with self._lock:
-            self._clear_status()
+            wanted, self.status_on = self.status_on, False
+            self._hide_status()
             self._end_text()
-            for line in prompt_lines(request):
-                shown = printable(line)  # already visible; printable is the one place for escapes
-                self.out.write(self._style(shown, fg="yellow") if line.startswith("!") else shown)
-                self.out.write("\n")
-            ok = click.confirm(self._style("? allow it", bold=True), default=False)
+            try:
+                for line in prompt_lines(request):
+                    self._write(shown((line, "yellow" if line.startswith("!") else "")))
+                ok = self._confirm("? allow it")
+            finally:
+                self.status_on = wanted
+        self._draw_status()
         return "allow" if ok else "deny"
+
+    def _confirm(self, question: str) -> bool:
+        """Yes or no from the terminal (Enter: no), as `click.confirm` asks it."""
+        while True:
+            self._write(shown((question, "bold"), " [y/N]: "), end="")
+            try:
+                word = input().strip().lower()
+            except (EOFError, KeyboardInterrupt):
+                self._write(RichText())
+                raise click.Abort from None
+            if word in ("y", "yes"):
+                return True
+            if word in ("", "n", "no"):
+                return False
+            self._write(shown("Error: invalid input"))
+
+
+def _delta_style(kind: str) -> str:
+    """How streamed text is shown: the answer plain, thinking dimmed."""
+    return "" if kind == "text" else "dim italic"
 
 
 def prompt_lines(request: PermissionRequest) -> list[str]:
@@ -386,8 +511,11 @@ class JsonlObserver:
 
 __all__ = [
     "JsonlObserver",
+    "Part",
     "TerminalObserver",
     "call_label",
+    "console_for",
     "printable",  # re-exported: it lives in bubu.cli.term, commands import it from here too
     "result_label",
+    "shown",
 ]

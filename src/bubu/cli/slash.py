@@ -165,7 +165,7 @@ def _cost(chat: Chat, _: str) -> None:
 
     sid = _session(chat)
     if sid is not None:
-        click.echo(cost_lines(status_dict(chat.store, chat.store.session(sid))["usage"]))
+        chat.say(cost_lines(status_dict(chat.store, chat.store.session(sid))["usage"]))
 
 
 def _plan(chat: Chat, arg: str) -> None:
@@ -181,7 +181,7 @@ def _plan(chat: Chat, arg: str) -> None:
     if chat.info is None:
         return
     plan = plan_json(fold_plan(chat.store.read(chat.info.id)))
-    click.echo(plan_text(plan) if plan else "  no plan yet (the model keeps one with update_plan)")
+    chat.say(plan_text(plan) if plan else "  no plan yet (the model keeps one with update_plan)")
 
 
 def _approve(chat: Chat, arg: str) -> None:

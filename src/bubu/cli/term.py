@@ -14,6 +14,10 @@ model prints is not on the screen either.
 Because the ESC byte itself (or the C1 introducer) is replaced, a sequence split across two
 streamed pieces is neutralised too: each piece can be passed through on its own. JSON output
 (`--json`, `--jsonl`) is not altered: JSON escapes control characters by itself.
+
+Colours are never escapes inside such text: the live view of a turn (`bubu.cli.render.shown`)
+puts printable text into rich `Text` as plain characters and styles it there, so nothing the
+model wrote is read as an escape or as rich markup.
 """
 
 from __future__ import annotations
@@ -30,8 +34,6 @@ _CONTROLS = (
     "\\ud800-\\udfff"  # lone surrogates (undecodable bytes): unprintable, and would raise
 )
 _CONTROL = re.compile(f"[{_CONTROLS}]")
-_CONTROL_OR_SGR = re.compile(f"(\\x1b\\[[0-9;]*m)|[{_CONTROLS}]")
-"""SGR (colour and weight, what `click.style` writes) is the one sequence `styled` keeps."""
 
 
 def _escape(m: re.Match[str]) -> str:
@@ -39,21 +41,11 @@ def _escape(m: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def _escape_unless_sgr(m: re.Match[str]) -> str:
-    return m.group() if m.group(1) else _escape(m)
-
-
 def printable(text: str) -> str:
     """`text` safe to print on a terminal: every control, escape and bidi character becomes a
     visible escape like `\\x1b`; newlines and tabs stay (a CR-LF becomes a newline); secrets are
     shown redacted."""
     return _CONTROL.sub(_escape, redact.text(text).replace("\r\n", "\n"))
-
-
-def styled(text: str) -> str:
-    """Like `printable`, but colours and weights (SGR, as `click.style` writes them) survive:
-    the last gate before a line of our own making, whose untrusted parts were made `printable`."""
-    return _CONTROL_OR_SGR.sub(_escape_unless_sgr, text.replace("\r\n", "\n"))
 
 
 def one_line(text: str, width: int | None = None) -> str:
@@ -67,4 +59,4 @@ def echo(text: str = "", *, err: bool = False) -> None:
     click.echo(printable(text), err=err)
 
 
-__all__ = ["echo", "one_line", "printable", "styled"]
+__all__ = ["echo", "one_line", "printable"]
