@@ -102,6 +102,12 @@ def test_show_status_log_and_verify_agree(demo: Demo) -> None:
     assert [c["name"] for c in interrupted] == ["run_command"]
 
 
+def test_status_counts_its_turns_in_words(demo: Demo) -> None:
+    head = bubu(demo.db, "status", demo.session).stdout.splitlines()[0]
+    events = bubu_json(demo.db, "status", demo.session, "--json")["events"]
+    assert head == f"{demo.session}  completed  (1 turn, {events} events)"
+
+
 def _keys(obj: dict[str, Any]) -> list[str]:
     return sorted(obj)
 

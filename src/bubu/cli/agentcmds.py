@@ -936,7 +936,11 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         emit_json(d)
         return
     usage: Any = d["usage"]
-    click.echo(f"{info.id}  {d['status']}  ({d['turns']} turns, {d['events']} events)")
+    turns, events = int(d["turns"]), int(d["events"])
+    click.echo(
+        f"{info.id}  {d['status']}  ({turns} turn{'' if turns == 1 else 's'}, "
+        f"{events} event{'' if events == 1 else 's'})"
+    )
     if d["reason"]:
         click.echo(f"  {printable(str(d['reason']))}")
     if d["status"] == "blocked":
