@@ -6,6 +6,7 @@ read-only` as the sandbox does, and the model is told so."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -124,6 +125,12 @@ def test_read_only_file_tools_refuse_and_the_model_is_told(tmp_path: Path) -> No
             {"tool_calls": [
                 {"name": "write_file", "arguments": {"path": "new.py", "content": "y = 2\n"}},
                 {"name": "edit_file", "arguments": {"path": "a.py", "old": "x = 1", "new": "x = 9"}},
+                # The providers' own shapes of the file tools (OpenAI's apply_patch, Anthropic's
+                # text editor insert) are refused the same way.
+                {"name": "apply_patch", "arguments": {"path": "p.py", "operation": "create_file",
+                                                      "diff": "+z = 3\n"}},
+                {"name": "insert_text", "arguments": {"path": "a.py", "insert_line": 1,
+                                                      "text": "w = 4\n"}},
             ]},
             {"text": "done"},
         ],
@@ -132,15 +139,58 @@ def test_read_only_file_tools_refuse_and_the_model_is_told(tmp_path: Path) -> No
                 "--yes", "--jsonl", "change things")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert not (ws / "new.py").exists()
+    assert not (ws / "p.py").exists()
     assert (ws / "a.py").read_text() == "x = 1\n"
     results = [
         json.loads(line)["event"]["content"]
         for line in bubu(db, "log", only_session(db), "--jsonl").stdout.splitlines()
         if '"function_response"' in line
     ]
-    assert len(results) == 2
+    assert len(results) == 4
     for r in results:
         assert r["is_error"] is True
         assert "--sandbox read-only, so no file may be written" in r["result"]
     # Refused, not asked: no permission request was made (--yes or not).
     assert '"permission_request"' not in bubu(db, "log", only_session(db), "--jsonl").stdout
+
+
+def test_a_read_only_turn_does_not_merge_a_sub_agents_branch(tmp_path: Path) -> None:
+    """A worktree sub-agent of an earlier turn left a branch; merging it in a read-only turn
+    would write the workspace, so merge_child is refused there as the file tools are."""
+    import subprocess
+
+    db, ws = tmp_path / "bubu.db", tmp_path / "ws"
+    ws.mkdir()
+    env = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "PATH": os.environ["PATH"]}
+    for args in (
+        ["init", "-q"],
+        ["add", "."],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "i", "--allow-empty"],
+    ):
+        subprocess.run(["git", *args], cwd=ws, env=env, check=True)  # fmt: skip
+    child = write_script(tmp_path / "child.jsonl", [
+        {"tool_calls": [{"name": "write_file",
+                         "arguments": {"path": "child.txt", "content": "from the child\n"}}]},
+        {"text": "wrote it"},
+    ])  # fmt: skip
+    parent = write_script(tmp_path / "parent.jsonl", [
+        {"tool_calls": [{"name": "delegate", "arguments": {
+            "task": "write child.txt", "isolation": "worktree", "model": f"scripted:{child}"}}]},
+        {"text": "delegated"},
+        {"tool_calls": [{"name": "merge_child", "arguments": {"child": "ses_"}}]},
+        {"text": "done"},
+    ])  # fmt: skip
+    first = bubu(db, "run", "-w", str(ws), "-m", f"scripted:{parent}", "--yes", "delegate it")
+    assert first.returncode == 0, first.stderr
+    done = bubu(db, "run", "-c", "-w", str(ws), "-m", f"scripted:{parent}", "--sandbox",
+                "read-only", "--yes", "--jsonl", "merge it")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not (ws / "child.txt").exists()
+    with SQLiteStore(db) as store:
+        (sid,) = [i.id for i in store.sessions() if i.workspace == str(ws.resolve())]
+    log = bubu(db, "log", sid, "--jsonl").stdout
+    merged = [json.loads(line)["event"]["content"] for line in log.splitlines()
+              if '"function_response"' in line and "merge_child" in line]  # fmt: skip
+    assert merged, log
+    assert merged[-1]["is_error"] is True
+    assert "--sandbox read-only, so no file may be written" in merged[-1]["result"]

@@ -104,6 +104,11 @@ def deny_refusal(tool: str, rule: str) -> str:
     )
 
 
+WORKSPACE_WRITERS = frozenset({"merge_child"})
+"""Tools other than the provable writes that change the workspace's files (a sub-agent's branch
+applied to it): refused in a read-only turn like the file tools."""
+
+
 def read_only_refusal(tool: str) -> str:
     """What the model is told when a write tool is called in a read-only turn."""
     return (
@@ -539,7 +544,9 @@ class ToolCalls:
             return None
         if call.arguments != asked and self._denied(call, early):  # the hook changed them
             return None
-        if tool.effect == "provable_write" and self.sandbox_mode[0] == "read-only":
+        if self.sandbox_mode[0] == "read-only" and (
+            tool.effect == "provable_write" or tool.name in WORKSPACE_WRITERS
+        ):
             # Read-only means read-only: the file tools refuse as the sandbox does, unasked.
             early.append(self.outcome(call, ToolResult(output=read_only_refusal(call.name),
                                                        is_error=True), None))  # fmt: skip
