@@ -16,7 +16,7 @@ import pytest
 from backends import tamper_payload
 from bubu.engine.session import Host
 from bubu.errors import CorruptLog
-from bubu.events import Text, make
+from bubu.events import FunctionResponse, Text, make
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.scripted import ScriptedProvider
 from engine.cli import bubu, bubu_json, only_session
@@ -194,3 +194,36 @@ def test_a_read_only_turn_does_not_merge_a_sub_agents_branch(tmp_path: Path) -> 
     assert merged, log
     assert merged[-1]["is_error"] is True
     assert "--sandbox read-only, so no file may be written" in merged[-1]["result"]
+
+
+def test_a_read_only_turn_asks_a_person_for_a_tool_no_sandbox_confines(tmp_path: Path) -> None:
+    """A plugin's or an MCP server's tool that may change something runs in Bubu's process or
+    the server's, not in the sandbox: in a read-only turn --yes does not approve it."""
+    from bubu import Agent, tool
+    from bubu.engine.permissions import Policy
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    @tool(effect="side_effecting", permission="name")  # it asks, as an MCP server's tools do
+    def stamp(name: str) -> str:
+        """Write a stamp file."""
+        (ws / name).write_text("stamped\n")
+        return "stamped"
+
+    script = write_script(tmp_path / "s.jsonl", [
+        {"tool_calls": [{"name": "stamp", "arguments": {"name": "STAMP"}}]},
+        {"text": "done"},
+    ] * 2)  # fmt: skip
+    for mode, written in (("read-only", False), ("workspace-write", True)):
+        policy = Policy(yes=True, sandbox=mode)  # type: ignore[arg-type]
+        with Agent(model=f"scripted:{script}", store=tmp_path / f"{mode}.db", workspace=ws,
+                   tools=[stamp], policy=policy) as agent:  # fmt: skip
+            agent.run("stamp it")
+        assert (ws / "STAMP").exists() is written, mode
+        if not written:
+            with SQLiteStore(tmp_path / f"{mode}.db") as store:
+                (info,) = store.sessions()
+                said = [c.result for r in store.read(info.id)
+                        if isinstance(c := r.event.content, FunctionResponse)]  # fmt: skip
+            assert "--yes does not approve a tool that no sandbox confines" in said[0], said
