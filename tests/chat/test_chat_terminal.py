@@ -167,7 +167,7 @@ def test_a_chat_session_from_task_to_exit_is_the_log_bubu_run_continues(
     pane.wait_prompt(1)
     prompts = pane.prompt_count()
     pane.type("/status")
-    shown = pane.wait(f"{session}  completed  (1 turns")
+    shown = pane.wait(f"{session}  completed  (1 turn,")
     assert "2 model calls" in shown
 
     # A long turn, stopped with Ctrl-C while its command runs; the status line was there.

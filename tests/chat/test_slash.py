@@ -71,7 +71,7 @@ def test_plan_and_cost_read_the_session(chat: Chat, capsys: pytest.CaptureFixtur
 def test_status_is_bubu_status_in_process(chat: Chat, capsys: pytest.CaptureFixture[str]) -> None:
     assert chat.info is not None
     run_slash(chat, "/status")
-    assert f"{chat.info.id}  completed  (1 turns" in capsys.readouterr().out
+    assert f"{chat.info.id}  completed  (1 turn," in capsys.readouterr().out
 
 
 def test_fork_goes_on_in_the_fork(chat: Chat, capsys: pytest.CaptureFixture[str]) -> None:

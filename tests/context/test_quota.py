@@ -143,3 +143,46 @@ def test_the_count_is_a_fold_of_the_log() -> None:
     assert dropped == 1980
     assert text.startswith("[large result of t kept bounded, past the session's store quota: 2,000")
     assert text.endswith("]\n" + "a" * 10 + "\n…\n" + "b" * 10)
+
+
+@pytest.mark.heavy
+def test_a_background_processs_output_counts_and_stops_being_stored_at_the_quota(
+    tmp_path: Path,
+) -> None:
+    """Each background process keeps up to 64 MiB of output in the log, and the model may start
+    as many as it likes one after another: without the quota a runaway one filled the disk."""
+    from bubu.events import ProcessOutput, SystemNote
+
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    ws.mkdir()
+    script = tmp_path / "m.jsonl"
+    start = {"name": "run_command", "arguments": {"command": "seq 1 400000", "background": True}}
+    lines = [
+        {"tool_calls": [start]},
+        {"tool_calls": [{"name": "process_wait", "arguments": {"handle": "bg-1", "timeout": 60}}]},
+        {"text": "done"},
+    ]
+    script.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    done = bubu(home, ws, "run", "print", "-m", f"scripted:{script}", "--store-quota", QUOTA)
+    assert done.returncode == 0, done.stderr
+    with SQLiteStore(home / "bubu.db") as store:
+        (info,) = store.sessions()
+        assert store.verify(info.id).ok
+        chunks = [
+            c.note.chunk for r in store.read(info.id)
+            if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, ProcessOutput)
+        ]  # fmt: skip
+        last = store.blob(chunks[-1].sha256)
+    stored = sum(c.size for c in chunks)
+    # seq prints about 2.7 MB; the log keeps what fits the quota and a line saying the rest is not.
+    assert stored <= parse_size(QUOTA), stored
+    assert last is not None
+    assert b"the rest of this output is not stored in the log" in last
+    assert b"store_quota, is 300,000" in last
+    # The session's count holds the process's output, as it holds results.
+    with SQLiteStore(home / "bubu.db") as store:
+        counted = StoredWhole(inline_over=10**9)
+        for r in store.read(info.id):
+            counted.apply(r)
+    assert counted.total == stored

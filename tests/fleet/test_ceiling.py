@@ -145,6 +145,73 @@ def test_every_loosening_option_a_submitter_sets_is_checked() -> None:
     assert excess(loose, everything, sandbox_works=False) == ()
 
 
+def test_a_task_naming_another_model_server_is_held_the_vendors_own_are_not() -> None:
+    """A submitter who names the server (`bubu submit --base-url`) would have the worker send
+    its API key there: that is a loosening like the others."""
+    careful = Ceiling()
+    (reason,) = excess(
+        careful, Asked(sandbox="workspace-write", base_url="https://evil.example/v1")
+    )
+    assert "https://evil.example/v1" in reason
+    assert "--allow-base-url" in reason
+    for official in ("https://api.openai.com/v1", "https://api.anthropic.com", None):
+        assert excess(careful, Asked(sandbox="workspace-write", base_url=official)) == ()
+    # Not the vendor's host over plain HTTP, nor a look-alike.
+    for other in ("http://api.openai.com/v1", "https://api.openai.com.evil.example/v1"):
+        assert excess(careful, Asked(sandbox="workspace-write", base_url=other)), other
+    mine = Ceiling(allow_base_urls=frozenset({"http://vllm.internal:8000/v1/"}))
+    assert (
+        excess(mine, Asked(sandbox="workspace-write", base_url="http://VLLM.internal:8000/v1"))
+        == ()
+    )
+
+
+@pytest.mark.heavy
+@pytest.mark.postgres
+def test_a_submitted_base_url_is_held_before_the_worker_calls_it(
+    tmp_path: Path, url: str, pg: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import threading
+
+    # A port for the submitter's server; it listens only once the task is queued (`bubu submit`
+    # itself may look at the server it names), and records whether the worker calls it.
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    evil = f"http://127.0.0.1:{port}/v1"
+    sid = bubu_ok(tmp_path, "submit", "go", "--db", url, "-w", str(ws), "-m", "openai:gpt-x",
+                  "--base-url", evil).strip()  # fmt: skip
+    server = socket.socket()
+    server.bind(("127.0.0.1", port))
+    server.listen(4)
+    seen: list[bytes] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                seen.append(conn.recv(65536))
+
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-worker-own-key")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    worker = WorkerProc(tmp_path, url, "--once")
+    assert worker.wait() == 0
+    server.close()
+    # (Building the provider looks for the server's window: GETs without any credential.)
+    sent = [r for r in seen if b"sk-worker-own-key" in r or r.startswith(b"POST")]
+    assert sent == [], "the worker sent its key to the submitter's server"
+    (held,) = [n for n in _notes(pg, sid) if isinstance(n, TaskHeld)]
+    assert any(evil in r for r in held.reasons), held.reasons
+
+
 def _note(seq: int, note: TaskHeld | TaskApproved | TurnStarted) -> Record:
     ev = make(session="s", role="system", author="host", ts=clock.now_ms(),
               content=SystemNote(note=note), visibility="hidden")  # fmt: skip

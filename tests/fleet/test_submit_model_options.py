@@ -26,7 +26,9 @@ def test_a_submitted_task_runs_against_the_server_it_was_submitted_for(
         sid = bubu_ok(tmp_path, "submit", "say done", "--db", url, "-w", str(ws),
                       "-m", "openai:local", "--base-url", f"{s.url}/v1",
                       "--context-window", "4096").strip()  # fmt: skip
-        assert WorkerProc(tmp_path, url, "--once").wait() == 0
+        # The worker names the server it lets tasks send its key to.
+        worker = WorkerProc(tmp_path, url, "--once", "--allow-base-url", f"{s.url}/v1")
+        assert worker.wait() == 0
         asked = s.bodies("/v1/chat/completions")
     assert len(asked) == 1, "the worker called the submitted server"
     assert asked[0]["model"] == "local"

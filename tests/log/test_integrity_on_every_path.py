@@ -6,6 +6,7 @@ read-only` as the sandbox does, and the model is told so."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from backends import tamper_payload
 from bubu.engine.session import Host
 from bubu.errors import CorruptLog
-from bubu.events import Text, make
+from bubu.events import FunctionResponse, Text, make
 from bubu.log.sqlite import SQLiteStore
 from bubu.providers.scripted import ScriptedProvider
 from engine.cli import bubu, bubu_json, only_session
@@ -124,6 +125,12 @@ def test_read_only_file_tools_refuse_and_the_model_is_told(tmp_path: Path) -> No
             {"tool_calls": [
                 {"name": "write_file", "arguments": {"path": "new.py", "content": "y = 2\n"}},
                 {"name": "edit_file", "arguments": {"path": "a.py", "old": "x = 1", "new": "x = 9"}},
+                # The providers' own shapes of the file tools (OpenAI's apply_patch, Anthropic's
+                # text editor insert) are refused the same way.
+                {"name": "apply_patch", "arguments": {"path": "p.py", "operation": "create_file",
+                                                      "diff": "+z = 3\n"}},
+                {"name": "insert_text", "arguments": {"path": "a.py", "insert_line": 1,
+                                                      "text": "w = 4\n"}},
             ]},
             {"text": "done"},
         ],
@@ -132,15 +139,91 @@ def test_read_only_file_tools_refuse_and_the_model_is_told(tmp_path: Path) -> No
                 "--yes", "--jsonl", "change things")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert not (ws / "new.py").exists()
+    assert not (ws / "p.py").exists()
     assert (ws / "a.py").read_text() == "x = 1\n"
     results = [
         json.loads(line)["event"]["content"]
         for line in bubu(db, "log", only_session(db), "--jsonl").stdout.splitlines()
         if '"function_response"' in line
     ]
-    assert len(results) == 2
+    assert len(results) == 4
     for r in results:
         assert r["is_error"] is True
         assert "--sandbox read-only, so no file may be written" in r["result"]
     # Refused, not asked: no permission request was made (--yes or not).
     assert '"permission_request"' not in bubu(db, "log", only_session(db), "--jsonl").stdout
+
+
+def test_a_read_only_turn_does_not_merge_a_sub_agents_branch(tmp_path: Path) -> None:
+    """A worktree sub-agent of an earlier turn left a branch; merging it in a read-only turn
+    would write the workspace, so merge_child is refused there as the file tools are."""
+    import subprocess
+
+    db, ws = tmp_path / "bubu.db", tmp_path / "ws"
+    ws.mkdir()
+    env = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "PATH": os.environ["PATH"]}
+    for args in (
+        ["init", "-q"],
+        ["add", "."],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "i", "--allow-empty"],
+    ):
+        subprocess.run(["git", *args], cwd=ws, env=env, check=True)  # fmt: skip
+    child = write_script(tmp_path / "child.jsonl", [
+        {"tool_calls": [{"name": "write_file",
+                         "arguments": {"path": "child.txt", "content": "from the child\n"}}]},
+        {"text": "wrote it"},
+    ])  # fmt: skip
+    parent = write_script(tmp_path / "parent.jsonl", [
+        {"tool_calls": [{"name": "delegate", "arguments": {
+            "task": "write child.txt", "isolation": "worktree", "model": f"scripted:{child}"}}]},
+        {"text": "delegated"},
+        {"tool_calls": [{"name": "merge_child", "arguments": {"child": "ses_"}}]},
+        {"text": "done"},
+    ])  # fmt: skip
+    first = bubu(db, "run", "-w", str(ws), "-m", f"scripted:{parent}", "--yes", "delegate it")
+    assert first.returncode == 0, first.stderr
+    done = bubu(db, "run", "-c", "-w", str(ws), "-m", f"scripted:{parent}", "--sandbox",
+                "read-only", "--yes", "--jsonl", "merge it")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not (ws / "child.txt").exists()
+    with SQLiteStore(db) as store:
+        (sid,) = [i.id for i in store.sessions() if i.workspace == str(ws.resolve())]
+    log = bubu(db, "log", sid, "--jsonl").stdout
+    merged = [json.loads(line)["event"]["content"] for line in log.splitlines()
+              if '"function_response"' in line and "merge_child" in line]  # fmt: skip
+    assert merged, log
+    assert merged[-1]["is_error"] is True
+    assert "--sandbox read-only, so no file may be written" in merged[-1]["result"]
+
+
+def test_a_read_only_turn_asks_a_person_for_a_tool_no_sandbox_confines(tmp_path: Path) -> None:
+    """A plugin's or an MCP server's tool that may change something runs in Bubu's process or
+    the server's, not in the sandbox: in a read-only turn --yes does not approve it."""
+    from bubu import Agent, tool
+    from bubu.engine.permissions import Policy
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    @tool(effect="side_effecting", permission="name")  # it asks, as an MCP server's tools do
+    def stamp(name: str) -> str:
+        """Write a stamp file."""
+        (ws / name).write_text("stamped\n")
+        return "stamped"
+
+    script = write_script(tmp_path / "s.jsonl", [
+        {"tool_calls": [{"name": "stamp", "arguments": {"name": "STAMP"}}]},
+        {"text": "done"},
+    ] * 2)  # fmt: skip
+    for mode, written in (("read-only", False), ("workspace-write", True)):
+        policy = Policy(yes=True, sandbox=mode)  # type: ignore[arg-type]
+        with Agent(model=f"scripted:{script}", store=tmp_path / f"{mode}.db", workspace=ws,
+                   tools=[stamp], policy=policy) as agent:  # fmt: skip
+            agent.run("stamp it")
+        assert (ws / "STAMP").exists() is written, mode
+        if not written:
+            with SQLiteStore(tmp_path / f"{mode}.db") as store:
+                (info,) = store.sessions()
+                said = [c.result for r in store.read(info.id)
+                        if isinstance(c := r.event.content, FunctionResponse)]  # fmt: skip
+            assert "--yes does not approve a tool that no sandbox confines" in said[0], said

@@ -255,22 +255,6 @@ def test_a_background_command_cannot_keep_a_planted_git_file_while_it_runs(
     process_kill(ProcessKillArgs(handle=handle), ctx)
 
 
-def test_a_long_foreground_command_is_checked_while_it_runs(
-    tools: dict[str, Tool], project: Path
-) -> None:
-    """What a command plants and takes away again before it ends is still found and said."""
-    out = run(
-        tools,
-        project,
-        "git init -q deep/repo && git -C deep/repo config core.fsmonitor x; "
-        "i=0; while [ -e deep/repo/.git ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
-        "[ -e deep/repo/.git ] || echo gone",
-    )
-    assert "gone" in out, out
-    assert "while it ran, the command created or changed git" in out, out
-    assert "deep/repo/.git" in out, out
-
-
 def tools_run_background(ctx: ToolContext, command: str) -> str:
     from bubu.tools.shell import run_command
 

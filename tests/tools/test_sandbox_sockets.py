@@ -147,6 +147,23 @@ def test_a_socket_in_the_workspace_or_tmp_is_unreachable_too(
             assert "Error" in out, (path, out)
 
 
+@pytest.mark.heavy
+def test_a_socket_renamed_or_linked_after_it_was_bound_is_unreachable_too(
+    tools: dict[str, Tool], ws: Path, outside_socket: str
+) -> None:
+    """The kernel's table names the path a socket was bound at; a server that binds a temporary
+    name and renames it into place (or links it) leaves it reachable under another name."""
+    final = os.path.join(os.path.dirname(outside_socket), "final.sock")
+    linked = os.path.join(os.path.dirname(outside_socket), "linked.sock")
+    os.rename(outside_socket, final)
+    os.link(final, linked)
+    for path in (final, linked):
+        assert run(tools, ws, None, connect(path)).startswith("b'hello from the host'")
+        out = run(tools, ws, box(), connect(path))
+        assert "hello" not in out, (path, out)
+        assert "ConnectionRefusedError" in out, (path, out)
+
+
 def _agent(path: str) -> Iterator[str]:
     # SSH2_AGENT_IDENTITIES_ANSWER with no keys: what `ssh-add -l` asks an agent for.
     yield from serve(path, struct.pack(">IBI", 5, 12, 0), asked=True)

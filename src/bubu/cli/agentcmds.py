@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
@@ -936,7 +936,7 @@ def status_cmd(ctx: Ctx, /, session: str, as_json: bool) -> None:
         emit_json(d)
         return
     usage: Any = d["usage"]
-    turns, events = int(d["turns"]), int(d["events"])
+    turns, events = cast(int, d["turns"]), cast(int, d["events"])
     click.echo(
         f"{info.id}  {d['status']}  ({turns} turn{'' if turns == 1 else 's'}, "
         f"{events} event{'' if events == 1 else 's'})"

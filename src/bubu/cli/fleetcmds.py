@@ -200,6 +200,14 @@ def submit_cmd(
         click.echo(info.id)
 
 
+def own_servers() -> frozenset[str]:
+    """The model servers this worker's own environment names (OPENAI_BASE_URL …): its key is
+    meant for them."""
+    import os
+
+    from bubu.providerfacts import SERVER_ENV
+
+    return frozenset(v for v in (os.environ.get(n) for n in SERVER_ENV.values()) if v)
 def ceiling_text(c: Ceiling) -> str:
     """The worker's ceiling in one phrase for its start line."""
     allowed = [n for n, on in (("--yes", c.allow_yes), ("--network", c.allow_network),
@@ -207,6 +215,7 @@ def ceiling_text(c: Ceiling) -> str:
     allowed += [f"--env {n}" for n in sorted(c.allow_env)]
     allowed += [f"--allow-socket {p}" for p in sorted(c.allow_sockets)]
     allowed += ["--ssh-agent"] if c.allow_ssh_agent else []
+    allowed += [f"--base-url {u}" for u in sorted(c.allow_base_urls)]
     return f"tasks up to --sandbox {c.max_sandbox}" + (
         f" with {', '.join(allowed)}" if allowed else ", nothing looser"
     )
@@ -276,6 +285,9 @@ def _say(line: str) -> None:
               help="A Unix socket (exact path) tasks may ask to reach with --allow-socket (else held).")  # fmt: skip
 @click.option("--allow-ssh-agent", is_flag=True,
               help="Run tasks submitted with --ssh-agent, with this worker's agent (else held).")  # fmt: skip
+@click.option("--allow-base-url", "allow_base_url", multiple=True, metavar="URL",
+              help="A model server other than the vendors' APIs that tasks may name with "
+              "--base-url; this worker's API key is sent there (else held).")  # fmt: skip
 @_limit_options
 @pass_ctx
 def worker_cmd(
@@ -299,13 +311,14 @@ def worker_cmd(
     workspaces: str | None = None,
     allow_socket: tuple[str, ...] = (),
     allow_ssh_agent: bool = False,
+    allow_base_url: tuple[str, ...] = (),
     **limits: Any,
 ) -> None:
     """Claim sessions with work (queued tasks, turns whose runner died) and run them.
 
     A queued task that asks for more than this worker allows (a looser sandbox than
     --max-sandbox, --yes, --network, unconfined --allow patterns, a secret variable, a host
-    socket, the SSH agent) is held, not run, until a person approves it with `bubu approve-task`.
+    socket, the SSH agent, a model server other than the vendors' APIs) is held, not run, until a person approves it with `bubu approve-task`.
     A task's sandbox limits above this worker's --max-procs, --max-memory, --max-file-size (or
     their defaults) are clamped to them.
 
@@ -329,7 +342,8 @@ def worker_cmd(
     options = worker_options(mcp=mcp, tool_timeout=tool_timeout, store_quota=store_quota)
     ceiling = Ceiling(max_sandbox=max_sandbox, allow_yes=allow_yes, allow_network=allow_network,
                       allow_patterns=allow_patterns, allow_env=frozenset(allow_env),
-                      allow_sockets=frozenset(allow_socket), allow_ssh_agent=allow_ssh_agent)  # fmt: skip
+                      allow_sockets=frozenset(allow_socket), allow_ssh_agent=allow_ssh_agent,
+                      allow_base_urls=frozenset(allow_base_url) | own_servers())  # fmt: skip
     config = WorkerConfig(concurrency=concurrency, once=once, idle_exit_s=idle_exit,
                           poll_s=poll, run=run, ceiling=ceiling, box=worker_box(limits),
                           workspaces=workspaces, options=options)  # fmt: skip

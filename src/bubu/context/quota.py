@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bubu import sizes
-from bubu.events import FunctionResponse, Record
+from bubu.events import FunctionResponse, ProcessOutput, Record, SystemNote
 
 DEFAULT_STORE_QUOTA = 256 << 20
 """256 MiB: four whole outputs of the largest size a command's output is kept whole (64 MiB), and
@@ -48,6 +48,12 @@ class StoredWhole:
     def apply(self, r: Record) -> None:
         """Fold one record in."""
         c = r.event.content
+        if isinstance(c, SystemNote) and isinstance(c.note, ProcessOutput):
+            # A background process's output is stored whole too, chunk by chunk.
+            if c.note.chunk.sha256 not in self.seen:
+                self.seen.add(c.note.chunk.sha256)
+                self.total += c.note.chunk.size
+            return
         if not isinstance(c, FunctionResponse):
             return
         if c.blob is not None:

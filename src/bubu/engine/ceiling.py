@@ -3,7 +3,7 @@
 Whoever can submit to the fleet's log chooses a task's policy, and a worker runs it unattended on
 its own machine with its own secrets. So a worker never takes the submitter's word for the
 loosening options (`--sandbox`, `--yes`, `--network`, `--allow`, `--env`, `--allow-socket`,
-`--ssh-agent`): each must fit under the worker's ceiling (`bubu worker --max-sandbox …
+`--ssh-agent`, and a `--base-url` that would receive the worker's API key): each must fit under the worker's ceiling (`bubu worker --max-sandbox …
 --allow-yes …`), and a task that asks for more is held, in the log, until a person approves it
 with `bubu approve-task`. A task's sandbox limits are not judged here: the worker clamps them to
 its own (`bubu.tools.sandbox.turn_options`). The check is pure; the worker does the I/O
@@ -43,6 +43,9 @@ class Ceiling:
     """The host Unix sockets (exact paths) a task's sandboxed commands may reach."""
     allow_ssh_agent: bool = False
     """Whether a task's sandboxed commands may use the worker's SSH agent."""
+    allow_base_urls: frozenset[str] = frozenset()
+    """Model servers other than the vendors' own APIs that a task may name (the worker sends
+    its API key to the server a task's model is called at)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +59,30 @@ class Asked:
     pass_env: Sequence[str] = ()
     allow_sockets: Sequence[str] = ()
     ssh_agent: bool = False
+    base_url: str | None = None
+    """The model server the task names (None: the worker's own choice)."""
+
+
+def same_server(url: str) -> str:
+    """`url` as servers are compared: no trailing slash, the scheme and host in lower case."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url.strip())
+    return urlunsplit(
+        (parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/"), parts.query, "")
+    )
+
+
+def _foreign(url: str | None) -> bool:
+    """Whether `url` names a server other than a vendor's own API (where the key belongs)."""
+    from urllib.parse import urlsplit
+
+    from bubu.providerfacts import OFFICIAL_HOSTS
+
+    if not url:
+        return False
+    parts = urlsplit(url.strip())
+    return not (parts.scheme == "https" and (parts.hostname or "") in OFFICIAL_HOSTS)
 
 
 def excess(ceiling: Ceiling, asked: Asked, *, sandbox_works: bool = True) -> tuple[str, ...]:
@@ -97,6 +124,12 @@ def excess(ceiling: Ceiling, asked: Asked, *, sandbox_works: bool = True) -> tup
     if asked.ssh_agent and confined and not ceiling.allow_ssh_agent:
         reasons.append(
             "it asks for --ssh-agent, which this worker does not allow (--allow-ssh-agent)"
+        )
+    allowed = {same_server(u) for u in ceiling.allow_base_urls}
+    if _foreign(asked.base_url) and same_server(asked.base_url or "") not in allowed:
+        reasons.append(
+            f"its model is called at {asked.base_url}, where this worker would send its API key, "
+            "and this worker does not allow that server (--allow-base-url URL)"
         )
     return tuple(reasons)
 
@@ -153,4 +186,5 @@ __all__ = [
     "excess",
     "held_request",
     "hold_state",
+    "same_server",
 ]

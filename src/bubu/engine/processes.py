@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from bubu import clock
@@ -80,6 +80,7 @@ def attach(runner: Runner) -> list[str]:
     sid = runner.session.id
     procs = background.processes(sid)
     procs.limit = runner.config.max_background
+    procs.may_store = _store_check(runner)
     recorder = LogRecorder(runner, procs)
     for notes, blobs in procs.waiting.take():
         recorder.record(notes, blobs=blobs)
@@ -149,6 +150,30 @@ def _output(runner: Runner, p: Process) -> bytes:
         if data is not None:
             parts.append(data)
     return b"".join(parts)
+
+
+def _store_check(runner: Runner) -> Callable[[int], str | None]:
+    """Whether more output of a background process may be stored whole under the session's
+    store quota: what the runner has folded, or at least what it had plus what was recorded
+    since (chunks appended from the processes' threads are folded later)."""
+    quota = runner.config.context.store_quota
+    base = runner.stored.total
+    since = 0
+
+    def check(size: int) -> str | None:
+        nonlocal since
+        if quota is None:
+            return None
+        used = max(runner.stored.total, base + since)
+        if used + size > quota:
+            return (
+                f"the session already stores {used:,} bytes of whole results and output, and "
+                f"its quota, store_quota, is {quota:,}"
+            )
+        since += size
+        return None
+
+    return check
 
 
 def _past(runner: Runner, handle: str) -> tuple[Process, bytes] | None:

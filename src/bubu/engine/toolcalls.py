@@ -84,6 +84,15 @@ def deny_refusal(tool: str, rule: str) -> str:
     )
 
 
+CONFINED_TOOLS = frozenset({"delegate", "process_kill"})
+"""Bubu's own side-effecting tools that change nothing outside a read-only turn's bounds (a
+sub-agent runs read-only too; a kill stops what this session started)."""
+
+WORKSPACE_WRITERS = frozenset({"merge_child"})
+"""Tools other than the provable writes that change the workspace's files (a sub-agent's branch
+applied to it): refused in a read-only turn like the file tools."""
+
+
 def read_only_refusal(tool: str) -> str:
     """What the model is told when a write tool is called in a read-only turn."""
     return (
@@ -525,7 +534,9 @@ class ToolCalls:
             return None
         if call.arguments != asked and self._denied(call, early):  # the hook changed them
             return None
-        if tool.effect == "provable_write" and self.sandbox_mode[0] == "read-only":
+        if self.sandbox_mode[0] == "read-only" and (
+            tool.effect == "provable_write" or tool.name in WORKSPACE_WRITERS
+        ):
             # Read-only means read-only: the file tools refuse as the sandbox does, unasked.
             early.append(self.outcome(call, ToolResult(output=read_only_refusal(call.name),
                                                        is_error=True), None))  # fmt: skip
@@ -546,7 +557,8 @@ class ToolCalls:
             reason = f"the PreToolUse hook `{pre.hook}` asks: {pre.reason or 'confirm this call'}"
         if reason is not None:
             answer = self._permission(call, tool, reason, early, protected=guarded is not None,
-                                      hook_asks=pre.decision == "ask")  # fmt: skip
+                                      hook_asks=pre.decision == "ask",
+                                      person=self._unconfined_in_read_only(tool))  # fmt: skip
             if answer != "allow":
                 return None
             ctx = self.context_for(call, outside_allowed=True)
@@ -562,6 +574,16 @@ class ToolCalls:
                 early.append(self.outcome(call, ToolResult(output=f"{late}; nothing was written", is_error=True), None))  # fmt: skip
                 return None
         return call, tool, ctx, intent
+
+    def _unconfined_in_read_only(self, tool: Tool) -> bool:
+        """Whether `tool` may change something that no sandbox confines (an MCP server's or a
+        plugin's tool) in a read-only turn: --yes then does not approve it, a person must."""
+        return (
+            self.sandbox_mode[0] == "read-only"
+            and tool.effect == "side_effecting"
+            and facts_of(tool.name).command is None
+            and tool.name not in CONFINED_TOOLS
+        )
 
     def _denied(self, call: CallState, early: list[Event]) -> bool:
         """Refuse `call`, unasked, when a deny rule matches it (its result names the rule)."""
@@ -583,8 +605,14 @@ class ToolCalls:
         *,
         protected: bool = False,
         hook_asks: bool = False,
+        person: bool = False,
     ) -> Answer:
         allowed = False
+        if person:
+            reason = (
+                f"{reason} (this turn is read-only, and --yes does not approve a tool that no "
+                "sandbox confines)"
+            )
         if call.decision is None and not hook_asks:
             command = facts_of(tool.name).command_of(call.arguments)
             if isinstance(command, str):
@@ -597,7 +625,7 @@ class ToolCalls:
             call.decision,
             protected=protected,
             allowed_by_policy=allowed,
-            yes=self.effective_policy.yes and not hook_asks,
+            yes=self.effective_policy.yes and not hook_asks and not person,
         )
         match settled:
             case choices.Settled(record=False):

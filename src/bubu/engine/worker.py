@@ -202,9 +202,11 @@ def running(host: Host, info: SessionInfo, lease: Lease) -> Iterator[Runner]:
 
 def asked(policy: Submission | TurnStarted) -> Asked:
     """The loosening options of a submitted policy or of a started turn, for the ceiling."""
+    url = policy.model.base_url if isinstance(policy, Submission) else policy.base_url
     return Asked(sandbox=policy.sandbox or "off", yes=policy.yes, network=policy.network,
                  allow_commands=tuple(policy.allow_commands), pass_env=tuple(policy.pass_env),
-                 allow_sockets=tuple(policy.allow_sockets), ssh_agent=policy.ssh_agent)  # fmt: skip
+                 allow_sockets=tuple(policy.allow_sockets), ssh_agent=policy.ssh_agent,
+                 base_url=url)  # fmt: skip
 
 
 def hold(

@@ -126,6 +126,8 @@ class Proc:
         self._pending_since = 0.0
         self._recorded = offset
         self._last_byte = b"\n"
+        self._unstored = 0
+        """Bytes of output not recorded, past the session's store quota."""
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
         self._kill: float | None = None
@@ -268,6 +270,13 @@ class Proc:
             offset = self._recorded
             self._recorded += len(data)
         data = redact.data(data)
+        if self._unstored:  # past the session's quota the log keeps no more of it
+            self._unstored += len(data)
+            return
+        why = self.owner.may_store(len(data))
+        if why is not None:  # the local spool still holds it, for process_output
+            self._unstored = len(data)
+            data = f"[bubu: the rest of this output is not stored in the log: {why}]\n".encode()
         lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
         ref = BlobRef(sha256=codec.sha256_hex(data), size=len(data), lines=lines)
         note = ProcessOutput(handle=self.start.handle, offset=offset, chunk=ref)
@@ -340,6 +349,9 @@ class Processes:
         """A handle of this session that no longer runs here: what the log says of it and its
         output (set by the engine)."""
         self.finished: dict[str, Proc] = {}
+        self.may_store: Callable[[int], str | None] = lambda size: None
+        """Whether `size` more bytes of output may be stored whole: None, or why not (the
+        session's store quota; set by the engine)."""
         self.holder: netns.Holder | None = None
         """The network namespace the session's sandboxed commands share, once one is needed."""
         self._taken = 0

@@ -7,7 +7,9 @@ those that exist read-only (`binds`), and `check`, after the command, finds what
 changed all the same (a new `sub/.git`, ``git init`` in a folder, a moved directory) and reverts
 it: what the command made is removed, what it replaced is put back, and what cannot be put back
 safely is left for a person, named in the command's result. A `Watch` makes the same check every
-second or so while a command runs, so a background process cannot keep one in place.
+second or so while a background process runs (it may live as long as the session), so it cannot
+keep one in place; a foreground command, bounded by its timeout, is checked when it ends (a test
+suite that makes a repository in the workspace keeps it while it runs).
 
 A scan walks directories only, and after the first one it lists again only the directories whose
 change time moved (a new entry changes its directory's ctime, and no process can set a ctime
@@ -365,8 +367,8 @@ WATCH_S = 1.0
 
 
 class Watch:
-    """The check of `after_command`, made while a command still runs: a long or background
-    command must not leave a control file for the user's next `git status` until it ends."""
+    """The check of `after_command`, made while a background process still runs: it must not
+    leave a control file for the user's next `git status` until it ends."""
 
     def __init__(self, before: Scan) -> None:
         self.before = before

@@ -256,14 +256,10 @@ def run_shell(
     exited_at: float | None = None
     pipe_open = True
     keeper_open = True
-    watch = None if spec.controls is None else controlfiles.Watch(spec.controls)
-    seen: list[str] = []
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
         sel.register(tree.status, selectors.EVENT_READ)
         while True:
-            if watch is not None and (said := watch.poll()) is not None:
-                seen.append(said)
             now = clock.monotonic()
             if tree.error is not None:
                 os.close(fd)
@@ -319,7 +315,7 @@ def run_shell(
         omitted=capture.omitted(),
         full=capture.full(),
         left=left,
-        notes=(*seen, *aftermath(spec, returncode, sandbox)),
+        notes=aftermath(spec, returncode, sandbox),
     )
 
 

@@ -12,6 +12,7 @@ namespace, which the sandbox unshares unless ``--network``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Iterable, Sequence
@@ -59,7 +60,7 @@ def mask_args(
     them), then binding back allowed paths that a tmpfs hides."""
     allow = list(allowed)
     out: list[str] = []
-    for raw in sorted(bound_paths()):
+    for raw in sorted(_candidates(bound_paths())):
         path = os.path.realpath(raw)
         if any(_under(path, a) for a in allow):
             continue
@@ -75,6 +76,23 @@ def mask_args(
     for path in allow:
         if any(_under(path, d) for d in masked_dirs) and os.path.exists(path):
             out += ["--ro-bind", path, path]
+    return out
+
+
+def _candidates(bound: Iterable[str]) -> set[str]:
+    """The bound paths and every socket in their directories: the table names the path a socket
+    was bound at, and a server that binds a temporary name and renames it into place (or links
+    it) leaves the socket under another name, usually beside it."""
+    out = set(bound)
+    for parent in {os.path.dirname(p) for p in out}:
+        try:
+            with os.scandir(parent) as listing:
+                for e in listing:
+                    with contextlib.suppress(OSError):
+                        if stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode):
+                            out.add(e.path)
+        except OSError:
+            continue
     return out
 
 
