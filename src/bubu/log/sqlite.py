@@ -474,6 +474,7 @@ class SQLiteStore(Store):
         durable: bool,
         lease: Lease | None,
         blobs: Sequence[bytes],
+        payloads: Sequence[bytes] | None = None,
     ) -> Appended:
         # The usual append — one event of a kind that is not indexed, onto the head this process
         # wrote last, with no other append in flight — is one INSERT in autocommit: the trigger
@@ -498,7 +499,7 @@ class SQLiteStore(Store):
                             f"an event of session {event.session} cannot be appended to "
                             f"session {session}"
                         )
-                    payload = codec.encode(event)
+                    payload = codec.encode(event) if payloads is None else payloads[0]
                     seq = expect + 1
                     digest = codec.chain(head[1], payload)
                     row = ((sid << SEQ_BITS) | seq, kind, self._packer.stored(payload), digest)
@@ -513,7 +514,13 @@ class SQLiteStore(Store):
             finally:
                 self._lock.release()
         return super()._append(
-            session, events, expect=expect, durable=durable, lease=lease, blobs=blobs
+            session,
+            events,
+            expect=expect,
+            durable=durable,
+            lease=lease,
+            blobs=blobs,
+            payloads=payloads,
         )
 
     def _insert_one(
