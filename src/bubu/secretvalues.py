@@ -20,8 +20,6 @@ transformed (split, reversed, encoded); a variable's *name* still withholds thos
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -357,6 +355,9 @@ def looks_secret(value: str) -> str | None:
 
 def _readable_base64(token: str) -> bool:
     """Whether `token` is base64 of readable text (encoded data, not a random key)."""
+    import base64  # judging the environment's values only: the store's path never gets here
+    import binascii
+
     try:
         alt = b"-_" if ("-" in token or "_" in token) else b"+/"
         raw = base64.b64decode(token + "=" * (-len(token) % 4), altchars=alt, validate=False)

@@ -22,7 +22,7 @@ from bubu.errors import (
     UnknownSession,
 )
 from bubu.events import Event, Record, kind_of
-from bubu.log import codec, diskspace, redact, sqliteopen
+from bubu.log import codec, redact, sqliteopen
 from bubu.log.migrations import INDEXED_KINDS, INDEXED_KINDS_SQL, SEQ_BITS, SQLITE_MIGRATIONS
 from bubu.log.store import (
     Appended,
@@ -159,6 +159,8 @@ def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
             f"the database {path} is locked by another process (waited {BUSY_TIMEOUT_MS} ms); "
             "close the other Bubu or try again"
         )
+    from bubu.log import diskspace  # only on a failure
+
     full = diskspace.full_disk(path, msg)
     if full is not None:
         return StorageError(full)
