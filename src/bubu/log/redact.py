@@ -14,7 +14,6 @@ a file it read): provider key prefixes, private-key blocks, the password of a UR
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +35,8 @@ def marker(name: str) -> str:
 
 
 def _escapes(value: str) -> set[str]:
+    import json  # here: only a process that knows a secret builds its forms
+
     return {
         json.dumps(value)[1:-1],
         json.dumps(value, ensure_ascii=False)[1:-1],
