@@ -14,7 +14,6 @@ needs its key). Two holes are closed before the first command or MCP server star
 
 from __future__ import annotations
 
-import ctypes
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,8 @@ def harden_process(*, is_secret: Callable[[str], bool]) -> bool:
         return _done[0]
     ok = False
     if sys.platform.startswith("linux"):
+        import ctypes  # here: a process that never starts a command does not load it
+
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             ok = libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
@@ -47,6 +48,8 @@ def _wipe_environ_block(is_secret: Callable[[str], bool]) -> None:
     (between ``env_start`` and ``env_end`` of ``/proc/self/stat``), with NUL bytes. Only when the
     memory there holds exactly what the kernel reports, so a layout we do not expect is left
     alone rather than damaged."""
+    import ctypes
+
     stat = Path("/proc/self/stat").read_bytes()
     fields = stat[stat.rfind(b")") + 2 :].split()
     # Fields 50 and 51 of stat (numbered from 1, the name being field 2).

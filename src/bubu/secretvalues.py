@@ -20,8 +20,6 @@ transformed (split, reversed, encoded); a variable's *name* still withholds thos
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -138,8 +136,8 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         kind="pypi-token",
-        regex=r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9-_]{70,}|pypi-AgENdGVzdC5weXBpLm9yZw[A-Za-z0-9-_]{70,}",
-        source=_DS + "pypi_token.py",
+        regex=r"pypi-(?:AgEIcHlwaS5vcmc|AgENdGVzdC5weXBpLm9yZw)[A-Za-z0-9-_]{70,}",
+        source=_DS + "pypi_token.py (its two prefixes in one)",
     ),
     Pattern(
         kind="sendgrid-key",
@@ -175,46 +173,105 @@ PATTERNS: tuple[Pattern, ...] = (
 """Value shapes redacted wherever they appear in what is stored."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Compiled:
-    pattern: Pattern
-    text: re.Pattern[str]
-    data: re.Pattern[bytes]
+_RUN = r"[A-Za-z0-9_\-]*"
+_META = frozenset("\\.^$*+?{}[]()|")
+
+
+def needle(p: Pattern) -> str:
+    """The literal every match of `p` starts with, or "" when it has none for certain: a text
+    without it cannot hold a match, so the regular expression need not run (or be compiled).
+
+    Read off the start of the regex: plain characters and escaped punctuation, up to the first
+    other metacharacter, less the last one when a quantifier follows it (as the engine reads it); "" for a pattern with a
+    top-level alternation or that ignores case."""
+    if p.ignore_case or _top_level_bar(p.regex):
+        return ""
+    out: list[str] = []
+    r, i = p.regex, 0
+    while i < len(r):
+        c = r[i]
+        if c == "\\" and i + 1 < len(r) and not r[i + 1].isalnum():
+            out.append(r[i + 1])
+            i += 2
+        elif c in _META:
+            if c in "?*+{" and out:
+                out.pop()  # the last character may be absent, or repeated
+            break
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _top_level_bar(regex: str) -> bool:
+    depth, i, in_class = 0, 0, False
+    while i < len(regex):
+        c = regex[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if regex[i + 1 : i + 2] == "]":
+                i += 1  # a "]" right after "[" is a member of the class
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            return True
+        i += 1
+    return False
+
+
+_NEEDLES: tuple[tuple[str, bytes], ...] = tuple(
+    (n, n.encode()) for n in (needle(p) for p in PATTERNS)
+)
+
+
+def _source(i: int) -> tuple[str, int]:
+    p = PATTERNS[i]
+    return (f"(?:{p.regex}){_RUN}" if p.whole_run else p.regex), (
+        re.IGNORECASE if p.ignore_case else 0
+    )
+
+
+# One search per pattern, not one alternation: each starts with a literal that the regex engine
+# scans for quickly, which an alternation of them all defeats (50x slower here). Each is compiled
+# on first use, and a text is searched only for the patterns whose leading literal (`needle`) it
+# holds: a reader that shows a few short lines compiles none of them.
 
 
 @cache
-def _compiled() -> tuple[_Compiled, ...]:
-    # One search per pattern, not one alternation: each starts with a literal that the regex
-    # engine scans for quickly, which an alternation of them all defeats (50x slower here);
-    # substring pre-checks cost more than the searches they would save.
-    flags = re.IGNORECASE
-    out: list[_Compiled] = []
-    for p in PATTERNS:
-        regex = f"(?:{p.regex}){_RUN}" if p.whole_run else p.regex
-        f = flags if p.ignore_case else 0
-        out.append(
-            _Compiled(pattern=p, text=re.compile(regex, f), data=re.compile(regex.encode(), f))
-        )
-    return tuple(out)
+def _text_re(i: int) -> re.Pattern[str]:
+    regex, flags = _source(i)
+    return re.compile(regex, flags)
 
 
-_RUN = r"[A-Za-z0-9_\-]*"
+@cache
+def _data_re(i: int) -> re.Pattern[bytes]:
+    regex, flags = _source(i)
+    return re.compile(regex.encode(), flags)
 
 
 def search(data: bytes) -> str | None:
     """The kind of the first value of a known shape in `data` (an event's canonical bytes, a
     blob), or None."""
-    for c in _compiled():
-        if c.data.search(data) is not None:
-            return c.pattern.kind
+    # No literal check first here: over an event's few kilobytes the engine's own scan for the
+    # leading literal is as fast as `in`, so it would only add a second pass.
+    for i in range(len(PATTERNS)):
+        if _data_re(i).search(data) is not None:
+            return PATTERNS[i].kind
     return None
 
 
 def find(text: str) -> str | None:
     """The kind of the first value of a known shape in `text`, or None."""
-    for c in _compiled():
-        if c.text.search(text) is not None:
-            return c.pattern.kind
+    for i, (lit, _) in enumerate(_NEEDLES):
+        if lit in text and _text_re(i).search(text) is not None:
+            return PATTERNS[i].kind
     return None
 
 
@@ -223,11 +280,15 @@ def sub(text: str, marker: str = "[redacted:{kind}]") -> str:
     of a URL, only its password."""
     if not text:
         return text
-    for c in _compiled():
-        if c.text.search(text) is None:
+    for i, (lit, _) in enumerate(_NEEDLES):
+        if lit not in text:
             continue
-        shown = marker.format(kind=c.pattern.kind)
-        group = c.pattern.group
+        compiled = _text_re(i)
+        if compiled.search(text) is None:
+            continue
+        p = PATTERNS[i]
+        shown = marker.format(kind=p.kind)
+        group = p.group
 
         def replace(m: re.Match[str], shown: str = shown, group: int = group) -> str:
             if group == 0 or m.group(group) is None:
@@ -236,7 +297,7 @@ def sub(text: str, marker: str = "[redacted:{kind}]") -> str:
             whole = m.start()
             return m.group()[: start - whole] + shown + m.group()[end - whole :]
 
-        text = c.text.sub(replace, text)
+        text = compiled.sub(replace, text)
     return text
 
 
@@ -295,6 +356,9 @@ def looks_secret(value: str) -> str | None:
 
 def _readable_base64(token: str) -> bool:
     """Whether `token` is base64 of readable text (encoded data, not a random key)."""
+    import base64  # judging the environment's values only: the store's path never gets here
+    import binascii
+
     try:
         alt = b"-_" if ("-" in token or "_" in token) else b"+/"
         raw = base64.b64decode(token + "=" * (-len(token) % 4), altchars=alt, validate=False)

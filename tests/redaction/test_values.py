@@ -175,6 +175,45 @@ def test_the_store_patterns_still_match_what_detect_secrets_finds() -> None:
         assert secretvalues.find(sample) is not None, (type(plugin).__name__, sample)
 
 
+def _leading_literal(regex: str) -> str:
+    """What the regex engine's own parser says every match of `regex` starts with."""
+    from re import _parser  # type: ignore[attr-defined]
+
+    out = []
+    for op, arg in _parser.parse(regex):
+        if str(op) != "LITERAL":
+            break
+        out.append(chr(arg))
+    return "".join(out)
+
+
+@pytest.mark.parametrize("pattern", secretvalues.PATTERNS, ids=lambda p: p.kind)
+def test_each_pattern_runs_only_where_its_leading_literal_is(pattern: secretvalues.Pattern) -> None:
+    """The literal that lets a search skip a pattern is one every match starts with: what the
+    regex engine's parser reads as the pattern's leading literal characters (or the start of it)."""
+    lit = secretvalues.needle(pattern)
+    assert _leading_literal(pattern.regex).startswith(lit)
+    assert lit, pattern.kind  # every pattern has one today: none is searched everywhere
+
+
+def test_a_literal_is_not_taken_past_a_quantifier_or_an_alternation() -> None:
+    def n(regex: str, **kw: bool) -> str:
+        return secretvalues.needle(secretvalues.Pattern(kind="k", regex=regex, source="", **kw))
+
+    assert n(r"abc?d") == "ab"
+    assert n(r"ab*") == "a"
+    assert n(r"ab{2}") == "a"
+    assert n(r"a\.b+") == "a."
+    assert n(r"ab\d") == "ab"
+    assert n(r"abc|abd") == ""
+    assert n(r"a[|]b|c") == ""
+    assert n(r"a(?:b|c)") == "a"
+    assert n(r"a[]|]x") == "a"
+    assert n(r"abc", ignore_case=True) == ""
+    for regex in (r"abc?d", r"ab*", r"ab{2}", r"a\.b+", r"ab\d", r"a(?:b|c)", r"a[]|]x"):
+        assert _leading_literal(regex).startswith(n(regex))
+
+
 def test_a_key_streamed_in_pieces_never_reaches_the_terminal() -> None:
     """The streamed text is held while a run of characters may still be a secret's start, and
     shown redacted once it is whole."""

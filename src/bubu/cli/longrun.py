@@ -11,9 +11,8 @@ from typing import Any
 import click
 
 from bubu.durations import parse_duration
-from bubu.engine.backoff import DEFAULT_RETRY_FOR_S
 from bubu.errors import ConfigError
-from bubu.projections.longrun import LongRunFold, Waiting, format_duration
+from bubu.projections.longrun import DEFAULT_RETRY_FOR_S, LongRunFold, Waiting, format_duration
 
 
 def parse_count(text: str, *, option: str) -> int:

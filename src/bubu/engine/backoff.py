@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-DEFAULT_RETRY_FOR_S = 6 * 3600.0
-"""How long transient provider failures are waited out by default."""
+from bubu.projections.longrun import DEFAULT_RETRY_FOR_S
+
 WAIT_CAP_S = 300.0
 """The longest single wait between two attempts."""
 BASE_S = 1.0

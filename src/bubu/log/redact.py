@@ -14,7 +14,6 @@ a file it read): provider key prefixes, private-key blocks, the password of a UR
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +35,8 @@ def marker(name: str) -> str:
 
 
 def _escapes(value: str) -> set[str]:
+    import json  # here: only a process that knows a secret builds its forms
+
     return {
         json.dumps(value)[1:-1],
         json.dumps(value, ensure_ascii=False)[1:-1],
@@ -265,7 +266,7 @@ def _walk(r: Redactor | None, value: Any, *, careful: bool = False) -> Any:
     return value
 
 
-def _event(r: Redactor | None, ev: Event, renamed: dict[str, BlobRef]) -> Event:
+def _event(r: Redactor | None, ev: Event, renamed: dict[str, BlobRef]) -> tuple[Event, bytes]:
     c = ev.content
     if renamed and isinstance(c, FunctionResponse) and c.blob is not None:
         new = renamed.get(c.blob.sha256)
@@ -286,12 +287,13 @@ def _event(r: Redactor | None, ev: Event, renamed: dict[str, BlobRef]) -> Event:
         ev = msgspec.structs.replace(ev, content=msgspec.structs.replace(c, images=moved))
     payload = codec.encode(ev)
     if not (r is not None and r.hits(payload)) and secretvalues.search(payload) is None:
-        return ev
+        return ev, payload
     raw = msgspec.to_builtins(ev)
     try:
-        return msgspec.convert(_walk(r, raw), Event)
+        clean = msgspec.convert(_walk(r, raw), Event)
     except msgspec.ValidationError:
-        return msgspec.convert(_walk(r, raw, careful=True), Event)
+        clean = msgspec.convert(_walk(r, raw, careful=True), Event)
+    return clean, codec.encode(clean)
 
 
 def _lines(data: bytes) -> int:
@@ -301,6 +303,16 @@ def _lines(data: bytes) -> int:
 def scrub(events: Sequence[Event], blobs: Sequence[bytes] = ()) -> tuple[list[Event], list[bytes]]:
     """The events and blobs of one append with every secret value replaced by its marker; a
     scrubbed blob is stored under its new hash, and the events that refer to it say so."""
+    clean, scrubbed, _ = scrub_encoded(events, blobs)
+    return clean, scrubbed
+
+
+def scrub_encoded(
+    events: Sequence[Event], blobs: Sequence[bytes] = ()
+) -> tuple[list[Event], list[bytes], list[bytes]]:
+    """`scrub`, with the canonical bytes of each scrubbed event (`codec.encode`): the search
+    encodes every event anyway, so the store hashes and stores those bytes instead of encoding
+    the event a second time."""
     r = current()
     renamed: dict[str, BlobRef] = {}
     clean: list[bytes] = []
@@ -311,7 +323,8 @@ def scrub(events: Sequence[Event], blobs: Sequence[bytes] = ()) -> tuple[list[Ev
                 sha256=codec.sha256_hex(scrubbed), size=len(scrubbed), lines=_lines(scrubbed)
             )
         clean.append(scrubbed)
-    return [_event(r, ev, renamed) for ev in events], clean
+    done = [_event(r, ev, renamed) for ev in events]
+    return [ev for ev, _ in done], clean, [payload for _, payload in done]
 
 
 __all__ = [
@@ -322,6 +335,7 @@ __all__ = [
     "found_in",
     "marker",
     "scrub",
+    "scrub_encoded",
     "shape_in",
     "shown_prefix",
     "text",

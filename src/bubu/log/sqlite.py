@@ -22,7 +22,7 @@ from bubu.errors import (
     UnknownSession,
 )
 from bubu.events import Event, Record, kind_of
-from bubu.log import codec, diskspace, redact, sqliteopen
+from bubu.log import codec, redact, sqliteopen
 from bubu.log.migrations import INDEXED_KINDS, INDEXED_KINDS_SQL, SEQ_BITS, SQLITE_MIGRATIONS
 from bubu.log.store import (
     Appended,
@@ -159,6 +159,8 @@ def _storage_error(path: str, e: sqlite3.Error) -> BubuError:
             f"the database {path} is locked by another process (waited {BUSY_TIMEOUT_MS} ms); "
             "close the other Bubu or try again"
         )
+    from bubu.log import diskspace  # only on a failure
+
     full = diskspace.full_disk(path, msg)
     if full is not None:
         return StorageError(full)
@@ -474,6 +476,7 @@ class SQLiteStore(Store):
         durable: bool,
         lease: Lease | None,
         blobs: Sequence[bytes],
+        payloads: Sequence[bytes] | None = None,
     ) -> Appended:
         # The usual append — one event of a kind that is not indexed, onto the head this process
         # wrote last, with no other append in flight — is one INSERT in autocommit: the trigger
@@ -498,7 +501,7 @@ class SQLiteStore(Store):
                             f"an event of session {event.session} cannot be appended to "
                             f"session {session}"
                         )
-                    payload = codec.encode(event)
+                    payload = codec.encode(event) if payloads is None else payloads[0]
                     seq = expect + 1
                     digest = codec.chain(head[1], payload)
                     row = ((sid << SEQ_BITS) | seq, kind, self._packer.stored(payload), digest)
@@ -513,7 +516,13 @@ class SQLiteStore(Store):
             finally:
                 self._lock.release()
         return super()._append(
-            session, events, expect=expect, durable=durable, lease=lease, blobs=blobs
+            session,
+            events,
+            expect=expect,
+            durable=durable,
+            lease=lease,
+            blobs=blobs,
+            payloads=payloads,
         )
 
     def _insert_one(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import sqlite3
 import sys
 from pathlib import Path
@@ -66,6 +65,8 @@ def warn_if_readable(path: str) -> None:
     if mode & 0o077 == 0 or path in _warned:
         return
     _warned.add(path)
+    import shlex  # only for this warning
+
     sys.stderr.write(
         f"bubu: warning: the log {path} is readable by others (mode {mode:04o}), and it holds "
         f"every message and tool output; `chmod 600 {shlex.quote(path)}` makes it yours alone\n"

@@ -111,6 +111,8 @@ class AppendRequest:
     durable: bool
     lease: Lease | None
     blobs: Sequence[bytes] = field(default_factory=tuple)
+    payloads: Sequence[bytes] | None = None
+    """The canonical bytes of `events`, one for one, when the caller has them already."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +133,13 @@ def chain(req: AppendRequest, seq: int, prev: bytes) -> list[Chained]:
     The records are what a reader will decode (canonical key order), not the objects given: a
     fold of them must equal a fold of the log read back."""
     out: list[Chained] = []
-    for ev in req.events:
+    encoded = req.payloads
+    for i, ev in enumerate(req.events):
         if ev.session != req.session:
             raise codec.InvalidEvent(
                 f"an event of session {ev.session} cannot be appended to session {req.session}"
             )
-        payload = codec.encode(ev)
+        payload = codec.encode(ev) if encoded is None else encoded[i]
         prev = codec.chain(prev, payload)
         seq += 1
         record = Record(seq=seq, hash=prev.hex(), event=codec.decode(payload))
@@ -273,9 +276,15 @@ class Store(abc.ABC):
         """
         from bubu.log import redact  # its patterns compile on first use: a reader needs none
 
-        events, blobs = redact.scrub(events, blobs)
+        events, blobs, payloads = redact.scrub_encoded(events, blobs)
         return self._append(
-            session, events, expect=expect, durable=durable, lease=lease, blobs=blobs
+            session,
+            events,
+            expect=expect,
+            durable=durable,
+            lease=lease,
+            blobs=blobs,
+            payloads=payloads,
         )
 
     def _append(
@@ -287,9 +296,11 @@ class Store(abc.ABC):
         durable: bool,
         lease: Lease | None,
         blobs: Sequence[bytes],
+        payloads: Sequence[bytes] | None = None,
     ) -> Appended:
-        """`append` with the secrets already redacted: group-committed with whatever else is
-        queued (a backend may override it with a faster path)."""
+        """`append` with the secrets already redacted (and `payloads`, when given, the canonical
+        bytes of `events`): group-committed with whatever else is queued (a backend may override
+        it with a faster path)."""
         pending = PendingAppend(
             AppendRequest(
                 session=session,
@@ -298,6 +309,7 @@ class Store(abc.ABC):
                 durable=durable,
                 lease=lease,
                 blobs=blobs,
+                payloads=payloads,
             )
         )
         with self._qlock:

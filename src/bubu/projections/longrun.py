@@ -36,6 +36,9 @@ ODD_ANSWERS = frozenset({"empty_stream", "empty_response"})
 """Answers a working server sent that hold nothing to go on (an empty stream, an answer with
 neither text nor a call): the server is up, and the next answer is likely fine."""
 
+DEFAULT_RETRY_FOR_S = 6 * 3600.0
+"""How long transient provider failures are waited out by default (`bubu.engine.backoff`)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Waiting:

@@ -622,6 +622,10 @@ class DataStream(Generic[T]):
     def _data(events: Iterator[_wire.Event]) -> Iterator[T]:
         for sse in events:
             if sse.data.startswith("[DONE]"):
+                # Read the body to its end, as the SDK does: a response read whole leaves its
+                # connection to the next request, one left unread is closed with it.
+                for _ in events:
+                    pass
                 break
             data = _wire.data(sse)
             if isinstance(data, dict) and data.get("error"):
