@@ -73,8 +73,14 @@ def main() -> None:
         n = iter(range(1_000_000))
 
         def bg_start() -> float:
-            start = Start(handle="", call_id=f"c{next(n)}", command="exec sleep 60", cwd=ws,
-                          marker=f"ses_bench/run/c{next(n)}", sandbox=box)  # fmt: skip
+            start = Start(
+                handle="",
+                call_id=f"c{next(n)}",
+                command="exec sleep 60",
+                cwd=ws,
+                marker=f"ses_bench/run/c{next(n)}",
+                sandbox=box,
+            )
             t0 = time.perf_counter()
             p = procs.start(start)
             took = (time.perf_counter() - t0) * 1000
@@ -101,8 +107,9 @@ def main() -> None:
             logged = Processes(info.id)
             logged.recorder = LogRecorder(_Runner(store, info.id), logged)  # type: ignore[arg-type]
             t0 = time.perf_counter()
-            p = logged.start(Start(handle="", call_id="c", command=CHATTY, cwd=ws,
-                                   marker=f"{info.id}/run/c"))  # fmt: skip
+            p = logged.start(
+                Start(handle="", call_id="c", command=CHATTY, cwd=ws, marker=f"{info.id}/run/c")
+            )
             p.done.wait(120)
             bg_ms = (time.perf_counter() - t0) * 1000
             chunks = len(store.read(info.id, kinds=["process_output"]))

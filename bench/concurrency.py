@@ -116,8 +116,12 @@ def _session(
     store = open_store()
     try:
         model, tool = TimedModel(steps), NoopTool()
-        host = Host(store=store, provider=model, tools={"noop": tool},
-                    config=RunConfig(max_steps=steps + 5, loop_limit=None))  # fmt: skip
+        host = Host(
+            store=store,
+            provider=model,
+            tools={"noop": tool},
+            config=RunConfig(max_steps=steps + 5, loop_limit=None),
+        )
         info = new_session(store, task="bench", workspace=ws, model=model.spec)
         start.wait()
         assert start_turn(host, info, "bench") == "completed"
@@ -154,11 +158,17 @@ def measure(backend: str, open_store: Callable[[], Store], n: int, steps: int, w
     appends = APPENDS[0] - before
     q = statistics.quantiles(gaps, n=100, method="inclusive")
     return Row(
-        backend=backend, sessions=n, steps=len(gaps), appends=appends, events=sum(events),
-        wall_s=round(wall, 3), appends_per_s=round(appends / wall, 1),
-        events_per_s=round(sum(events) / wall, 1), step_p50_ms=round(q[49] * 1000, 3),
+        backend=backend,
+        sessions=n,
+        steps=len(gaps),
+        appends=appends,
+        events=sum(events),
+        wall_s=round(wall, 3),
+        appends_per_s=round(appends / wall, 1),
+        events_per_s=round(sum(events) / wall, 1),
+        step_p50_ms=round(q[49] * 1000, 3),
         step_p99_ms=round(q[98] * 1000, 3),
-    )  # fmt: skip
+    )
 
 
 def main() -> None:
@@ -191,10 +201,15 @@ def main() -> None:
         vs = r.appends_per_s / by[("sqlite", r.sessions)].appends_per_s
         ratios[f"{r.backend}_{r.sessions}_vs_1"] = round(scale, 3)
         ratios[f"{r.backend}_{r.sessions}_vs_sqlite"] = round(vs, 3)
-        print(f"{r.backend:<9}{r.sessions:>9}{r.appends_per_s:>11.0f}{r.events_per_s:>10.0f}"
-              f"{r.step_p50_ms:>13.2f}{r.step_p99_ms:>13.2f}{scale:>13.2f}x{vs:>10.2f}x")  # fmt: skip
-    print(json.dumps({"steps_per_session": args.steps, "rows": [asdict(r) for r in rows],
-                      "ratios": ratios}))  # fmt: skip
+        print(
+            f"{r.backend:<9}{r.sessions:>9}{r.appends_per_s:>11.0f}{r.events_per_s:>10.0f}"
+            f"{r.step_p50_ms:>13.2f}{r.step_p99_ms:>13.2f}{scale:>13.2f}x{vs:>10.2f}x"
+        )
+    print(
+        json.dumps(
+            {"steps_per_session": args.steps, "rows": [asdict(r) for r in rows], "ratios": ratios}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -85,13 +85,31 @@ def first_request(server: Server, provider: str, src: Path, work: Path, cache: P
     """CPU seconds of one `bubu run` until its first model request reached `server`."""
     port = server.server_address[1]
     base = f"http://127.0.0.1:{port}" + ("/v1" if provider == "openai" else "")
-    env = {**installed_env(cache), "PYTHONPATH": str(src), "BUBU_HOME": str(work / "home"),
-           "ANTHROPIC_API_KEY": "sk-ant-bench", "OPENAI_API_KEY": "sk-bench"}  # fmt: skip
+    env = {
+        **installed_env(cache),
+        "PYTHONPATH": str(src),
+        "BUBU_HOME": str(work / "home"),
+        "ANTHROPIC_API_KEY": "sk-ant-bench",
+        "OPENAI_API_KEY": "sk-bench",
+    }
     db = work / f"bench-{abs(hash(str(src)))}.db"  # each tree its own: a newer one may migrate
-    argv = [sys.executable, "-m", "bubu", "--db", str(db), "run", "say hello",
-            "-m", MODELS[provider], "--base-url", base, "--yes"]  # fmt: skip
-    proc = subprocess.Popen(argv, env=env, cwd=work, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "bubu",
+        "--db",
+        str(db),
+        "run",
+        "say hello",
+        "-m",
+        MODELS[provider],
+        "--base-url",
+        base,
+        "--yes",
+    ]
+    proc = subprocess.Popen(
+        argv, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     server.watch(proc.pid)
     _, err = proc.communicate(timeout=120)
     server.child = 0
@@ -127,8 +145,16 @@ def main() -> None:
     least = {k: round(min(v) * 1000) for k, v in times.items()}  # the least disturbed round
     for key, ms in medians.items():
         print(f"{key:<18} {ms:6d} ms CPU to the first request (median), {least[key]:6d} ms (min)")
-    print(json.dumps({"runs": args.runs, "median_cpu_ms": medians, "min_cpu_ms": least,
-                      "trees": {k: str(v) for k, v in trees.items()}}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "runs": args.runs,
+                "median_cpu_ms": medians,
+                "min_cpu_ms": least,
+                "trees": {k: str(v) for k, v in trees.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

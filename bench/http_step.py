@@ -51,22 +51,40 @@ def _sse(chunks: list[dict[str, object]], done: bool) -> bytes:
 
 def openai_answer(n: int, steps: int) -> bytes:
     """Chat Completions stream: a `read_file` call for step `n`, or the final text."""
-    head = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": 1764586800,
-            "model": "gpt-4.1-mini"}  # fmt: skip
+    head = {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion.chunk",
+        "created": 1764586800,
+        "model": "gpt-4.1-mini",
+    }
     if n <= steps:
-        delta: dict[str, object] = {"role": "assistant", "content": None, "tool_calls": [{
-            "index": 0, "id": f"call_{n}", "type": "function",
-            "function": {"name": "read_file", "arguments": json.dumps({"path": f"f{n}.txt"})},
-        }]}  # fmt: skip
+        delta: dict[str, object] = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": f"call_{n}",
+                    "type": "function",
+                    "function": {
+                        "name": "read_file",
+                        "arguments": json.dumps({"path": f"f{n}.txt"}),
+                    },
+                }
+            ],
+        }
         finish = "tool_calls"
     else:
         delta, finish = {"role": "assistant", "content": "Done."}, "stop"
     usage = {"prompt_tokens": 1000 + 40 * n, "completion_tokens": 12, "total_tokens": 1012 + 40 * n}
-    return _sse([
-        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
-        {**head, "choices": [], "usage": usage},
-    ], done=True)  # fmt: skip
+    return _sse(
+        [
+            {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+            {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+            {**head, "choices": [], "usage": usage},
+        ],
+        done=True,
+    )
 
 
 def anthropic_answer(n: int, steps: int) -> bytes:
@@ -76,9 +94,22 @@ def anthropic_answer(n: int, steps: int) -> bytes:
         return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
     usage = {"input_tokens": 1000 + 40 * n, "output_tokens": 12}
-    out = ev("message_start", {"type": "message_start", "message": {
-        "id": f"msg_{n}", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
-        "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}})  # fmt: skip
+    out = ev(
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": f"msg_{n}",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-haiku-4-5",
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": usage,
+            },
+        },
+    )
     if n <= steps:
         block = {"type": "tool_use", "id": f"toolu_{n}", "name": "read_file", "input": {}}
         delta = {"type": "input_json_delta", "partial_json": json.dumps({"path": f"f{n}.txt"})}
@@ -94,8 +125,14 @@ def anthropic_answer(n: int, steps: int) -> bytes:
     )
     out += ev("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
     out += ev("content_block_stop", {"type": "content_block_stop", "index": 0})
-    out += ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop,
-              "stop_sequence": None}, "usage": {"output_tokens": 12}})  # fmt: skip
+    out += ev(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": None},
+            "usage": {"output_tokens": 12},
+        },
+    )
     return out + ev("message_stop", {"type": "message_stop"})
 
 
@@ -148,15 +185,34 @@ def run_once(server: Server, provider: str, src: Path, work: Path, steps: int) -
     ws.mkdir(exist_ok=True)
     for i in range(1, steps + 1):
         (ws / f"f{i}.txt").write_text(f"line {i} of a small file\n" * 5)
-    env = {**installed_env(work / "pycache"), "PYTHONPATH": str(src),
-           "BUBU_HOME": str(work / "home"), "ANTHROPIC_API_KEY": "sk-ant-bench",
-           "OPENAI_API_KEY": "sk-bench"}  # fmt: skip
+    env = {
+        **installed_env(work / "pycache"),
+        "PYTHONPATH": str(src),
+        "BUBU_HOME": str(work / "home"),
+        "ANTHROPIC_API_KEY": "sk-ant-bench",
+        "OPENAI_API_KEY": "sk-bench",
+    }
     db = ws / "bench.db"
     db.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "bubu", "--db", str(db), "run", "read the files",
-            "-m", MODELS[provider], "--base-url", base, "--yes", "--max-steps", str(steps + 5)]  # fmt: skip
-    proc = subprocess.Popen(argv, env=env, cwd=ws, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "bubu",
+        "--db",
+        str(db),
+        "run",
+        "read the files",
+        "-m",
+        MODELS[provider],
+        "--base-url",
+        base,
+        "--yes",
+        "--max-steps",
+        str(steps + 5),
+    ]
+    proc = subprocess.Popen(
+        argv, env=env, cwd=ws, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     server.watch(proc.pid, steps)
     _, err = proc.communicate(timeout=600)
     cpu, server.child = server.cpu, 0
@@ -189,9 +245,17 @@ def main() -> None:
     for key, ms in medians.items():
         rounds = ", ".join(f"{t * 1000:.2f}" for t in times[key])
         print(f"{key}: {ms:.2f} ms CPU per read step (median; rounds {rounds})")
-    print(json.dumps({"provider": args.provider, "steps": args.steps, "rounds": args.rounds,
-                      "median_cpu_ms_per_step": medians,
-                      "trees": {k: str(v) for k, v in trees.items()}}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "provider": args.provider,
+                "steps": args.steps,
+                "rounds": args.rounds,
+                "median_cpu_ms_per_step": medians,
+                "trees": {k: str(v) for k, v in trees.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,14 @@ def peak_of(cmd: list[str], env: dict[str, str]) -> tuple[int, float, str]:
         "r = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss; "
         "print(p.returncode, r, (p.stderr.decode().strip().splitlines() or [''])[-1][:200], sep='\\t')"
     )
-    out = subprocess.run([sys.executable, "-c", probe, *cmd], env=env, capture_output=True,
-                         text=True, check=True, timeout=1800).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", probe, *cmd],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=1800,
+    ).stdout
     code, rss, err = out.rstrip("\n").split("\t")
     return int(code), int(rss) / 1024, err
 
@@ -75,12 +81,24 @@ def main() -> None:
         zcode, zero_mb, zerr = peak_of(
             [*bubu, "run", "hi", "-w", str(work), "-m", "scripted:/dev/zero"], env
         )
-        print(json.dumps({
-            "src": a.src, "export_mb": round(export.stat().st_size / 1e6, 1), "events": events,
-            "import_exit": code, "import_peak_mb": round(imp_mb, 1), "import_error": err,
-            "dev_zero_exit": zcode, "dev_zero_peak_mb": round(zero_mb, 1), "dev_zero_error": zerr,
-            "own_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        }))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "src": a.src,
+                    "export_mb": round(export.stat().st_size / 1e6, 1),
+                    "events": events,
+                    "import_exit": code,
+                    "import_peak_mb": round(imp_mb, 1),
+                    "import_error": err,
+                    "dev_zero_exit": zcode,
+                    "dev_zero_peak_mb": round(zero_mb, 1),
+                    "dev_zero_error": zerr,
+                    "own_peak_mb": round(
+                        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+                    ),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

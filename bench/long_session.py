@@ -305,8 +305,11 @@ def run(steps: int, window: int, policy: ContextPolicy, tmp: Path) -> dict[str, 
     reason = start_turn(host, info, TASK)
     wall = time.perf_counter() - t0
     assert reason == "completed", reason
-    notes = [(r.seq, c.note) for r in store.read(info.id, kinds=("model_request", "compaction"))
-             if isinstance(c := r.event.content, SystemNote)]  # fmt: skip
+    notes = [
+        (r.seq, c.note)
+        for r in store.read(info.id, kinds=("model_request", "compaction"))
+        if isinstance(c := r.event.content, SystemNote)
+    ]
     verified = store.verify(info.id).ok
     store.close()
     log_bytes = sum(p.stat().st_size for p in tmp.glob("bubu.db*"))
@@ -431,8 +434,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--quick", action="store_true", help="1,000 steps (unless --steps is given)")
     ap.add_argument("--window", type=int, default=200_000, help="the model's window in tokens")
-    ap.add_argument("--policy", action="append", default=[], metavar="FIELD=VALUE",
-                    help="override a ContextPolicy field, e.g. hot_max_bytes=16384 (repeatable)")  # fmt: skip
+    ap.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a ContextPolicy field, e.g. hot_max_bytes=16384 (repeatable)",
+    )
     args = ap.parse_args()
     steps = 1_000 if args.quick and args.steps == 10_000 else args.steps
     policy = _policy(args.policy)

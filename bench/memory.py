@@ -139,8 +139,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--at", type=int, nargs="*", default=None, help="steps to sample RSS at")
     ap.add_argument("--window", type=int, default=32_000, help="the model's window in tokens")
-    ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
-                    help="keep the database in DIR (for timing the reading commands on it)")  # fmt: skip
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the database in DIR (for timing the reading commands on it)",
+    )
     args = ap.parse_args()
     at = args.at or sorted({min(s, args.steps) for s in (1_000, 10_000, args.steps)})
     if args.keep is not None:

@@ -84,10 +84,12 @@ def main() -> None:
             rounds: dict[str, list[float]] = {}
             for _ in range(5):
                 for name, fn, k in (
-                    ("open_by_name", by_name, n), ("open_beneath", beneath, n),
+                    ("open_by_name", by_name, n),
+                    ("open_beneath", beneath, n),
                     ("read_file_tool", read_tool, n // 4),
-                    ("write_by_name", write_by_name, n // 20), ("write_file_tool", write_tool, n // 20),
-                ):  # fmt: skip
+                    ("write_by_name", write_by_name, n // 20),
+                    ("write_file_tool", write_tool, n // 20),
+                ):
                     rounds.setdefault(name, []).append(_median_us(fn, k))
             for name, values in rounds.items():
                 out[f"{name}_us_d{depth}"] = round(statistics.median(values), 1)

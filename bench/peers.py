@@ -103,10 +103,21 @@ def _spawn(child: str, args: argparse.Namespace) -> bytes | None:
     with tempfile.TemporaryDirectory(prefix=f"bubu-peers-{child}-") as d:
         out = Path(d) / "out.json"
         cmd = [
-            sys.executable, str(Path(__file__).resolve()), "--child", child,
-            "--steps", str(args.steps), "--time-bound", str(args.time_bound),
-            "--recovery-events", args.recovery_events, "--workdir", d, "--out", str(out),
-        ]  # fmt: skip
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            child,
+            "--steps",
+            str(args.steps),
+            "--time-bound",
+            str(args.time_bound),
+            "--recovery-events",
+            args.recovery_events,
+            "--workdir",
+            d,
+            "--out",
+            str(out),
+        ]
         # A generous guard against a hung child: the time bound covers the steps only, not the
         # peer's reload or the final checkpoint of a multi-gigabyte database.
         proc = subprocess.run(

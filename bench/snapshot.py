@@ -123,8 +123,9 @@ class Commands:
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         if request.ordinal >= self.steps:
             return ModelResponse(parts=(TextPart(text="done"),), usage=Usage(output_tokens=1))
-        call = ToolCallPart(call_id=f"c{request.ordinal}", name="run_command",
-                            arguments={"command": "true"})  # fmt: skip
+        call = ToolCallPart(
+            call_id=f"c{request.ordinal}", name="run_command", arguments={"command": "true"}
+        )
         return ModelResponse(parts=(call,), usage=Usage(output_tokens=1), stop_reason="tool_use")
 
 
@@ -136,9 +137,13 @@ def command_step(ws: Path, db: Path, steps: int, *, snapshots: bool, feed: bool 
     if snapshots:  # the steady state: the workspace's first snapshot is measured above
         snapshotter(store, ws).take()
         time.sleep(0.05)
-    host = Host(store=store, provider=Commands(steps), tools=builtin_tools(),
-                policy=Policy(yes=True, sandbox="off"),
-                config=RunConfig(max_steps=steps + 5, loop_limit=None))  # fmt: skip
+    host = Host(
+        store=store,
+        provider=Commands(steps),
+        tools=builtin_tools(),
+        policy=Policy(yes=True, sandbox="off"),
+        config=RunConfig(max_steps=steps + 5, loop_limit=None),
+    )
     info = new_session(store, task="bench", workspace=ws, model="bench:commands")
     t0 = time.perf_counter()
     assert start_turn(host, info, "bench") == "completed"
@@ -205,25 +210,44 @@ def main() -> None:
     inc_b, inc_g = statistics.median(bubu_inc), statistics.median(git_inc)
     inc_w = statistics.median(walk_inc)
     print(f"tree: {a.files:,} files, {a.files * a.size / 1e6:.0f} MB; 10 files changed per round")
-    print(f"first snapshot: bubu {bubu_first * 1000:.0f} ms, git add -A {git_first * 1000:.0f} ms, "
-          f"{bubu_first / git_first:.2f}x  (target <= 1.5x)")  # fmt: skip
-    print(f"incremental: bubu {inc_b * 1000:.1f} ms, git add -A && write-tree {inc_g * 1000:.1f} ms, "
-          f"{inc_b / inc_g:.2f}x  (targets <= 20 ms, <= 1.5x); without the change feed "
-          f"{inc_w * 1000:.1f} ms, {inc_w / inc_g:.2f}x")  # fmt: skip
-    print(f"storage after {a.history} snapshots: bubu {stored:,} B, git pack {pack:,} B, "
-          f"{stored / pack:.2f}x  (target <= 1.2x)")  # fmt: skip
-    print(f"command step: {on * 1000:.1f} ms with snapshots, {off * 1000:.1f} ms without, "
-          f"{(on / off - 1) * 100:+.1f}%  (target <= +10%); without the change feed "
-          f"{on_walk * 1000:.1f} ms, {(on_walk / off - 1) * 100:+.1f}%")  # fmt: skip
-    print(json.dumps({
-        "files": a.files, "first_ms": round(bubu_first * 1000, 1),
-        "git_first_ms": round(git_first * 1000, 1), "incremental_ms": round(inc_b * 1000, 2),
-        "git_incremental_ms": round(inc_g * 1000, 2), "walk_incremental_ms": round(inc_w * 1000, 2),
-        "stored_bytes": stored, "git_pack_bytes": pack,
-        "storage_ratio": round(stored / pack, 3), "step_ms_on": round(on * 1000, 2),
-        "step_ms_off": round(off * 1000, 2), "step_overhead": round(on / off - 1, 4),
-        "step_ms_walk": round(on_walk * 1000, 2), "step_overhead_walk": round(on_walk / off - 1, 4),
-    }))  # fmt: skip
+    print(
+        f"first snapshot: bubu {bubu_first * 1000:.0f} ms, git add -A {git_first * 1000:.0f} ms, "
+        f"{bubu_first / git_first:.2f}x  (target <= 1.5x)"
+    )
+    print(
+        f"incremental: bubu {inc_b * 1000:.1f} ms, git add -A && write-tree {inc_g * 1000:.1f} ms, "
+        f"{inc_b / inc_g:.2f}x  (targets <= 20 ms, <= 1.5x); without the change feed "
+        f"{inc_w * 1000:.1f} ms, {inc_w / inc_g:.2f}x"
+    )
+    print(
+        f"storage after {a.history} snapshots: bubu {stored:,} B, git pack {pack:,} B, "
+        f"{stored / pack:.2f}x  (target <= 1.2x)"
+    )
+    print(
+        f"command step: {on * 1000:.1f} ms with snapshots, {off * 1000:.1f} ms without, "
+        f"{(on / off - 1) * 100:+.1f}%  (target <= +10%); without the change feed "
+        f"{on_walk * 1000:.1f} ms, {(on_walk / off - 1) * 100:+.1f}%"
+    )
+    print(
+        json.dumps(
+            {
+                "files": a.files,
+                "first_ms": round(bubu_first * 1000, 1),
+                "git_first_ms": round(git_first * 1000, 1),
+                "incremental_ms": round(inc_b * 1000, 2),
+                "git_incremental_ms": round(inc_g * 1000, 2),
+                "walk_incremental_ms": round(inc_w * 1000, 2),
+                "stored_bytes": stored,
+                "git_pack_bytes": pack,
+                "storage_ratio": round(stored / pack, 3),
+                "step_ms_on": round(on * 1000, 2),
+                "step_ms_off": round(off * 1000, 2),
+                "step_overhead": round(on / off - 1, 4),
+                "step_ms_walk": round(on_walk * 1000, 2),
+                "step_overhead_walk": round(on_walk / off - 1, 4),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -79,10 +79,14 @@ def main() -> None:
             db, session = demo_db(Path(tmp), OWN_SRC)
         else:
             db = args.db
-            session = re.findall(r"ses_\w+", subprocess.check_output(
-                [sys.executable, "-m", "bubu", "--db", db, "sessions"],
-                env={**os.environ, "PYTHONPATH": str(OWN_SRC)}, text=True,
-            ))[0]  # fmt: skip
+            session = re.findall(
+                r"ses_\w+",
+                subprocess.check_output(
+                    [sys.executable, "-m", "bubu", "--db", db, "sessions"],
+                    env={**os.environ, "PYTHONPATH": str(OWN_SRC)},
+                    text=True,
+                ),
+            )[0]
         commands = {
             "--help": ["--help"],
             "sessions": ["sessions"],
@@ -114,9 +118,16 @@ def main() -> None:
     width = max(map(len, medians))
     for key, ms in medians.items():
         print(f"{key:<{width}}  {ms:7.1f} ms CPU (median), {least[key]:7.1f} ms (min)")
-    print(json.dumps({"runs": args.runs, "median_cpu_ms": medians, "min_cpu_ms": least, "trees": {
-        k: str(v) for k, v in trees.items()
-    }}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "runs": args.runs,
+                "median_cpu_ms": medians,
+                "min_cpu_ms": least,
+                "trees": {k: str(v) for k, v in trees.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

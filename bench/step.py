@@ -161,8 +161,10 @@ def main() -> None:
             ratios.append(per_step / floor_mean)
             cpus.append(cpu)
             walls.append(wall)
-            print(f"round {n + 1}: floor {floor_mean * 1000:.3f} ms, bubu {per_step * 1000:.3f} ms, "
-                  f"{per_step / floor_mean:.2f}x")  # fmt: skip
+            print(
+                f"round {n + 1}: floor {floor_mean * 1000:.3f} ms, bubu {per_step * 1000:.3f} ms, "
+                f"{per_step / floor_mean:.2f}x"
+            )
     floor_ms = statistics.median(floors) * 1000
     bubu_ms = statistics.median(bubus) * 1000
     ratio = statistics.median(ratios)
@@ -179,12 +181,22 @@ def main() -> None:
         f"storage per step: bubu {bubu_bytes:,.0f} B, floor {floor_bytes:,.0f} B, "
         f"{bubu_bytes / floor_bytes:.2f}x  (target <= 1.2x)"
     )
-    print(json.dumps({"steps": steps, "rounds": args.rounds, "runtime_step_ms": round(bubu_ms, 4),
-                      "floor_step_ms": round(floor_ms, 4), "ratio": round(ratio, 3),
-                      "ratios": [round(r, 3) for r in ratios],
-                      "cpu_step_ms": round(statistics.median(cpus) * 1000, 4),
-                      "bytes_per_step": round(bubu_bytes), "floor_bytes_per_step": round(floor_bytes),
-                      "storage_ratio": round(bubu_bytes / floor_bytes, 3)}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "steps": steps,
+                "rounds": args.rounds,
+                "runtime_step_ms": round(bubu_ms, 4),
+                "floor_step_ms": round(floor_ms, 4),
+                "ratio": round(ratio, 3),
+                "ratios": [round(r, 3) for r in ratios],
+                "cpu_step_ms": round(statistics.median(cpus) * 1000, 4),
+                "bytes_per_step": round(bubu_bytes),
+                "floor_bytes_per_step": round(floor_bytes),
+                "storage_ratio": round(bubu_bytes / floor_bytes, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

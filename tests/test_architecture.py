@@ -261,9 +261,10 @@ def test_every_front_end_assembles_its_host_in_one_place() -> None:
     for path in SRC.rglob("*.py"):
         rel = str(path.relative_to(SRC))
         calls = [
-            n for n in ast.walk(ast.parse(path.read_text()))
+            n
+            for n in ast.walk(ast.parse(path.read_text()))
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Host"
-        ]  # fmt: skip
+        ]
         if calls and rel not in HOST_BUILDERS:
             bad.append(f"{rel} constructs a Host (use bubu.engine.assemble.assemble_host)")
     assert bad == []

@@ -22,9 +22,12 @@ def test_every_example_sonnet_is_the_default_one(monkeypatch: pytest.MonkeyPatch
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     chosen = default_model().removeprefix("anthropic:")
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-             *sorted((ROOT / "src" / "bubu").rglob("*.py")),
-             *sorted((ROOT / "src" / "bubu" / "web" / "static").glob("*.*"))]  # fmt: skip
+    files = [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "src" / "bubu").rglob("*.py")),
+        *sorted((ROOT / "src" / "bubu" / "web" / "static").glob("*.*")),
+    ]
     named = {
         (str(f.relative_to(ROOT)), m.group(0))
         for f in files

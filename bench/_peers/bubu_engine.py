@@ -130,8 +130,13 @@ def _resume(path: Path) -> int:
         info = store.sessions()[0]
         lease = store.acquire_lease(info.id, owner_id(), 30.0)
         try:
-            runner = Runner(store=store, session=info, provider=TimedModel(0, 0.0, None),
-                            tools={CALL_NAME: NoopTool()}, lease=lease)  # fmt: skip
+            runner = Runner(
+                store=store,
+                session=info,
+                provider=TimedModel(0, 0.0, None),
+                tools={CALL_NAME: NoopTool()},
+                lease=lease,
+            )
             runner.request_builder.next()
         finally:
             store.release_lease(lease)

@@ -69,10 +69,21 @@ def measure(events: int, workdir: Path, script: Path) -> RecoveryPoint:
     db = workdir / f"crashed-{events}.db"
     env = {**os.environ, "BUBU_FAILPOINT": f"after_dispatch@{crash_step(events)}"}
     child = subprocess.run(
-        [sys.executable, str(script), "--child", "bubu-crash", "--events", str(events),
-         "--db", str(db)],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(script),
+            "--child",
+            "bubu-crash",
+            "--events",
+            str(events),
+            "--db",
+            str(db),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     expect(
         child.returncode == -signal.SIGKILL,
         f"the crash child exited {child.returncode}, not by SIGKILL: {child.stderr[-2000:]}",

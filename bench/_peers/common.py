@@ -235,8 +235,10 @@ class LoopClock:
         """The run's result, once the reload is checked to give back every call and result."""
         step_s = self.step_s(system)
         reload_s, items = reload
-        expect(items == 2 * self.done, f"{system} reloaded {items} calls and results, "
-               f"ran {2 * self.done}")  # fmt: skip
+        expect(
+            items == 2 * self.done,
+            f"{system} reloaded {items} calls and results, ran {2 * self.done}",
+        )
         return Measured(
             system=system,
             steps=self.steps,

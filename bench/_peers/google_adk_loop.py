@@ -110,8 +110,9 @@ def run(steps: int, workdir: Path, bound_s: float) -> Measured:
     """Run one invocation of `steps` tool steps and reload the session with `get_session`."""
     path = workdir / "adk-loop.db"
     url = f"sqlite+aiosqlite:///{path}"
-    clock = LoopClock(steps=steps, bound_s=bound_s,
-                      storage_of=lambda: logical_bytes(path) if path.exists() else 0)  # fmt: skip
+    clock = LoopClock(
+        steps=steps, bound_s=bound_s, storage_of=lambda: logical_bytes(path) if path.exists() else 0
+    )
     base = rss_mb()
     answer, session_id = asyncio.run(_run(steps, url, clock))
     if answer != "done":

@@ -23,10 +23,16 @@ CONFIG = "SQLiteSession defaults: WAL, synchronous=FULL (sqlite3's default), one
 
 def _items(i: int) -> list[TResponseInputItem]:
     return [
-        {"type": "function_call", "id": f"fc{i}", "call_id": f"c{i}", "name": CALL_NAME,
-         "arguments": ARGS_JSON, "status": "completed"},
+        {
+            "type": "function_call",
+            "id": f"fc{i}",
+            "call_id": f"c{i}",
+            "name": CALL_NAME,
+            "arguments": ARGS_JSON,
+            "status": "completed",
+        },
         {"type": "function_call_output", "call_id": f"c{i}", "output": RESULT},
-    ]  # fmt: skip
+    ]
 
 
 async def _persist(steps: int, path: Path, bound_s: float) -> Tally:

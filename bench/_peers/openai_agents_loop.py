@@ -76,9 +76,14 @@ class InstantModel(Model):
                 id="final", type="message", role="assistant", status="completed", content=[text]
             )
         else:
-            out = ResponseFunctionToolCall(type="function_call", id=f"fc{step}",
-                                           call_id=f"c{step}", name=CALL_NAME,
-                                           arguments=json.dumps(ARGS), status="completed")  # fmt: skip
+            out = ResponseFunctionToolCall(
+                type="function_call",
+                id=f"fc{step}",
+                call_id=f"c{step}",
+                name=CALL_NAME,
+                arguments=json.dumps(ARGS),
+                status="completed",
+            )
         response = ModelResponse(output=[out], usage=Usage(requests=1), response_id=None)
         self.clock.model_leave(t0)
         return response
@@ -127,8 +132,9 @@ async def _load(path: Path) -> int:
 def run(steps: int, workdir: Path, bound_s: float) -> Measured:
     """Run one `Runner.run` of `steps` tool steps on a session and reload the session."""
     path = workdir / "agents-loop.db"
-    clock = LoopClock(steps=steps, bound_s=bound_s,
-                      storage_of=lambda: logical_bytes(path) if path.exists() else 0)  # fmt: skip
+    clock = LoopClock(
+        steps=steps, bound_s=bound_s, storage_of=lambda: logical_bytes(path) if path.exists() else 0
+    )
     base = rss_mb()
     answer = asyncio.run(_run(steps, path, clock))
     if answer != "done":

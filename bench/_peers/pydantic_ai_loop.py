@@ -63,8 +63,11 @@ def _count(messages: list[ModelMessage]) -> int:
 def run(steps: int, workdir: Path, bound_s: float) -> Measured:
     """Run the agent once for `steps` tool steps; dump the history to JSON and parse it back."""
     history: list[list[ModelMessage]] = [[]]
-    clock = LoopClock(steps=steps, bound_s=bound_s,
-                      storage_of=lambda: len(ModelMessagesTypeAdapter.dump_json(history[0])))  # fmt: skip
+    clock = LoopClock(
+        steps=steps,
+        bound_s=bound_s,
+        storage_of=lambda: len(ModelMessagesTypeAdapter.dump_json(history[0])),
+    )
     agent = _agent(clock, history)
     base = rss_mb()
     result = agent.run_sync("bench", usage_limits=UsageLimits(request_limit=None))

@@ -399,8 +399,16 @@ def plots(measured: Sequence[Measured], img_dir: Path, steps: int) -> tuple[Path
         color, dash = STYLE.get(m.system, ("#000000", "-"))
         xs = [s for s, _ in m.storage]
         ys = [b for _, b in m.storage]
-        ax.plot(xs, ys, dash, color=color, lw=1.6, marker=".", ms=4,
-                label=LABELS.get(m.system, m.system))  # fmt: skip
+        ax.plot(
+            xs,
+            ys,
+            dash,
+            color=color,
+            lw=1.6,
+            marker=".",
+            ms=4,
+            label=LABELS.get(m.system, m.system),
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("steps persisted (log scale)")

@@ -387,10 +387,16 @@ class Agent:
         """A fresh Host for one run, with this agent's provider, tools, policy and prompt
         (`bubu.engine.assemble`, as every front end builds its hosts)."""
         return assemble_host(
-            self.store, self.provider, {}, tools=self.tools, policy=self.policy,
-            config=self.config, asker=self.asker, observer=self.observer,
+            self.store,
+            self.provider,
+            {},
+            tools=self.tools,
+            policy=self.policy,
+            config=self.config,
+            asker=self.asker,
+            observer=self.observer,
             prompt=self.system_prompt,
-        )  # fmt: skip
+        )
 
     # -- turns ------------------------------------------------------------------------------------
 

@@ -47,8 +47,16 @@ def payloads(records: Sequence[Record]) -> list[dict[str, Any]]:
             out.append({"kind": kind, "status": n2.status, "reason": n2.reason, **base})
         if a is not None and a.permission_request is not None:
             p = a.permission_request
-            out.append({"kind": "permission", "status": "waiting", "tool": p.tool,
-                        "summary": p.summary, "reason": p.reason, **base})  # fmt: skip
+            out.append(
+                {
+                    "kind": "permission",
+                    "status": "waiting",
+                    "tool": p.tool,
+                    "summary": p.summary,
+                    "reason": p.reason,
+                    **base,
+                }
+            )
     return out
 
 
@@ -71,9 +79,12 @@ class Notifier:
         data = json.dumps(payload, sort_keys=True).encode() + b"\n"
         try:
             proc = subprocess.Popen(
-                list(self.command), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
+                list(self.command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except OSError as e:
             self._failed(f"cannot start {self.command[0]!r}: {e.strerror or e}")
             return

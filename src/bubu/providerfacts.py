@@ -29,19 +29,35 @@ class ProviderRecord:
 
 BUILTIN_PROVIDERS: tuple[ProviderRecord, ...] = (
     ProviderRecord(name="scripted", factory="bubu.providers:scripted_provider"),
-    ProviderRecord(name="openai", factory="bubu.providers:openai_provider",
-                   base_url_env="OPENAI_BASE_URL", pricing_id="openai",
-                   official_host="api.openai.com"),
-    ProviderRecord(name="openai-chat", factory="bubu.providers:openai_chat_provider",
-                   base_url_env="OPENAI_BASE_URL", pricing_id="openai",
-                   official_host="api.openai.com"),
-    ProviderRecord(name="openai-responses", factory="bubu.providers:openai_responses_provider",
-                   base_url_env="OPENAI_BASE_URL", pricing_id="openai",
-                   official_host="api.openai.com"),
-    ProviderRecord(name="anthropic", factory="bubu.providers:anthropic_provider",
-                   base_url_env="ANTHROPIC_BASE_URL", pricing_id="anthropic",
-                   official_host="api.anthropic.com"),
-)  # fmt: skip
+    ProviderRecord(
+        name="openai",
+        factory="bubu.providers:openai_provider",
+        base_url_env="OPENAI_BASE_URL",
+        pricing_id="openai",
+        official_host="api.openai.com",
+    ),
+    ProviderRecord(
+        name="openai-chat",
+        factory="bubu.providers:openai_chat_provider",
+        base_url_env="OPENAI_BASE_URL",
+        pricing_id="openai",
+        official_host="api.openai.com",
+    ),
+    ProviderRecord(
+        name="openai-responses",
+        factory="bubu.providers:openai_responses_provider",
+        base_url_env="OPENAI_BASE_URL",
+        pricing_id="openai",
+        official_host="api.openai.com",
+    ),
+    ProviderRecord(
+        name="anthropic",
+        factory="bubu.providers:anthropic_provider",
+        base_url_env="ANTHROPIC_BASE_URL",
+        pricing_id="anthropic",
+        official_host="api.anthropic.com",
+    ),
+)
 """The built-in providers: one line each (a new one adds its record here and its entry point
 in pyproject.toml, which must agree)."""
 

@@ -179,8 +179,10 @@ def _prices(v: object) -> dict[str, dict[str, float]]:
             raise Bad(f'[prices."{spec}"] must be a table, e.g. input = 0.5, output = 1.5')
         unknown = [k for k in table if k not in _PRICE_FIELDS]
         if unknown:
-            raise Bad(f'[prices."{spec}"]: unknown field {unknown[0]!r}; fields: '
-                      f"{', '.join(_PRICE_FIELDS)}")  # fmt: skip
+            raise Bad(
+                f'[prices."{spec}"]: unknown field {unknown[0]!r}; fields: '
+                f"{', '.join(_PRICE_FIELDS)}"
+            )
         for need in ("input", "output"):
             if need not in table:
                 raise Bad(f'[prices."{spec}"] needs {need} (USD per million tokens)')
@@ -227,8 +229,10 @@ def _hook_entry(event: str, entry: object) -> list[dict[str, object]]:
         raise Bad(f"each [[hooks.{event}]] must be a table with a command")
     unknown = [k for k in entry if k not in _HOOK_FIELDS]
     if unknown:
-        raise Bad(f"[[hooks.{event}]]: unknown field {unknown[0]!r}; fields: "
-                  f"{', '.join(_HOOK_FIELDS[:4])}")  # fmt: skip
+        raise Bad(
+            f"[[hooks.{event}]]: unknown field {unknown[0]!r}; fields: "
+            f"{', '.join(_HOOK_FIELDS[:4])}"
+        )
     matcher = entry.get("matcher", "")
     if not isinstance(matcher, str):
         raise Bad(f"[[hooks.{event}]]: matcher must be a string (a tool name or a pattern)")
@@ -254,8 +258,13 @@ def _one_hook(event: str, matcher: str, h: object, outer: dict[str, object]) -> 
     on_error = h.get("on_error", outer.get("on_error", "allow"))
     if on_error not in ("deny", "allow"):
         raise Bad(f'[[hooks.{event}]]: on_error must be "deny" or "allow"')
-    return {"event": event, "matcher": matcher, "command": command, "timeout": float(timeout),
-            "on_error": on_error}  # fmt: skip
+    return {
+        "event": event,
+        "matcher": matcher,
+        "command": command,
+        "timeout": float(timeout),
+        "on_error": on_error,
+    }
 
 
 def _env_seconds(text: str) -> float:
@@ -943,9 +952,17 @@ def resolve(
     out: dict[str, Setting] = {}
     for key in KEYS:
         if key.merge:
-            out[key.name] = _merged(key, flags, user=user, user_profile=user_profile, ws=ws,
-                                    ws_profile=ws_profile, profile=name, trusted=trusted,
-                                    ignored=ignored)  # fmt: skip
+            out[key.name] = _merged(
+                key,
+                flags,
+                user=user,
+                user_profile=user_profile,
+                ws=ws,
+                ws_profile=ws_profile,
+                profile=name,
+                trusted=trusted,
+                ignored=ignored,
+            )
             continue
         if key.option in flags:
             value, src, where = flags[key.option]
@@ -984,9 +1001,12 @@ def resolve(
             if key.guard == "trust" and state == "changed":
                 why = "the workspace file changed since you trusted it (`bubu trust` again)"
             kind: Literal["untrusted", "looser", "user_only"] = (
-                "untrusted" if key.guard in ("trust", "patterns") else
-                "user_only" if key.guard == "user_only" else "looser"
-            )  # fmt: skip
+                "untrusted"
+                if key.guard in ("trust", "patterns")
+                else "user_only"
+                if key.guard == "user_only"
+                else "looser"
+            )
             ignored.append(Ignored(key.name, theirs, _where(ws, key.name, table), why, kind))
         narrowed = key.guard in ("patterns", "narrow") and value != (mine.value or [])
         if why is None or narrowed:

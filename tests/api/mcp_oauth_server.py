@@ -61,12 +61,15 @@ class MemoryProvider:
     ) -> str:
         code = secrets.token_urlsafe(24)
         self.codes[code] = AuthorizationCode(
-            code=code, scopes=params.scopes or [], expires_at=time.time() + 300,
-            client_id=client.client_id or "", code_challenge=params.code_challenge,
+            code=code,
+            scopes=params.scopes or [],
+            expires_at=time.time() + 300,
+            client_id=client.client_id or "",
+            code_challenge=params.code_challenge,
             redirect_uri=params.redirect_uri,
             redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
             resource=params.resource,
-        )  # fmt: skip
+        )
         _tally("authorize")
         return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state)
 
@@ -77,20 +80,31 @@ class MemoryProvider:
 
     def _issue(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
         access, refresh = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-        self.access[access] = AccessToken(token=access, client_id=client_id, scopes=scopes,
-                                          expires_at=int(time.time()) + 3600, resource=resource)  # fmt: skip
-        self.refresh[refresh] = RefreshToken(token=refresh, client_id=client_id, scopes=scopes,
-                                             resource=resource)  # fmt: skip
-        return OAuthToken(access_token=access, expires_in=3600, refresh_token=refresh,
-                          scope=" ".join(scopes) or None)  # fmt: skip
+        self.access[access] = AccessToken(
+            token=access,
+            client_id=client_id,
+            scopes=scopes,
+            expires_at=int(time.time()) + 3600,
+            resource=resource,
+        )
+        self.refresh[refresh] = RefreshToken(
+            token=refresh, client_id=client_id, scopes=scopes, resource=resource
+        )
+        return OAuthToken(
+            access_token=access,
+            expires_in=3600,
+            refresh_token=refresh,
+            scope=" ".join(scopes) or None,
+        )
 
     async def exchange_authorization_code(
         self, client: OAuthClientInformationFull, authorization_code: AuthorizationCode
     ) -> OAuthToken:
         self.codes.pop(authorization_code.code, None)
         _tally("token")
-        return self._issue(client.client_id or "", authorization_code.scopes,
-                           authorization_code.resource)  # fmt: skip
+        return self._issue(
+            client.client_id or "", authorization_code.scopes, authorization_code.resource
+        )
 
     async def load_refresh_token(
         self, client: OAuthClientInformationFull, refresh_token: str
@@ -105,8 +119,9 @@ class MemoryProvider:
             if info.client_id == refresh_token.client_id:
                 del self.access[token]
         _tally("refresh")
-        return self._issue(refresh_token.client_id, scopes or refresh_token.scopes,
-                           refresh_token.resource)  # fmt: skip
+        return self._issue(
+            refresh_token.client_id, scopes or refresh_token.scopes, refresh_token.resource
+        )
 
     async def load_access_token(self, token: str) -> AccessToken | None:
         return self.access.get(token)

@@ -374,12 +374,17 @@ def test_nested_types_have_a_closed_schema() -> None:
 
 def test_nested_arguments_are_validated_and_reach_the_function_typed(ws: Path) -> None:
     ctx = _ctx(ws)
-    ok = schedule.run({"steps": [{"text": "a"}, {"text": "b", "done": True, "owner": "me"}],
-                       "priority": "high"}, ctx, None)  # fmt: skip
+    ok = schedule.run(
+        {"steps": [{"text": "a"}, {"text": "b", "done": True, "owner": "me"}], "priority": "high"},
+        ctx,
+        None,
+    )
     assert ok == ToolResult(output="a:False:None|b:True:me|high|None")
     bad: list[tuple[dict[str, object], str | None]] = [
-        ({"steps": [{"text": "a", "done": "yes"}]},
-         "argument 'steps' does not fit its schema (steps[0].done: expected boolean, got string)"),
+        (
+            {"steps": [{"text": "a", "done": "yes"}]},
+            "argument 'steps' does not fit its schema (steps[0].done: expected boolean, got string)",
+        ),
         ({"steps": [{"done": True}]}, "(steps[0]: missing field text)"),
         ({"steps": [{"text": "a", "when": 1}]}, "(steps[0]: unknown field when)"),
         ({"steps": [{"text": "a", "owner": 7}]}, "(steps[0].owner: expected string or null"),
@@ -387,7 +392,7 @@ def test_nested_arguments_are_validated_and_reach_the_function_typed(ws: Path) -
         ({"steps": [], "priority": "urgent"}, 'argument \'priority\' must be one of "low", "high"'),
         ({"steps": [], "note": 3}, "argument 'note' must be a string or null, not a number"),
         ({"steps": "a"}, "argument 'steps' must be an array, not a string"),
-    ]  # fmt: skip
+    ]
     for args, message in bad:
         result = schedule.run(args, ctx, None)
         if message is None:

@@ -322,9 +322,13 @@ def _cli(
         env["BUBU_FAILPOINT"] = failpoint
     return subprocess.run(
         [sys.executable, "-m", "bubu", "--db", str(db), *args],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
 
 
 def _turn_mcp(db: Path) -> list[str | None]:
@@ -351,8 +355,19 @@ def test_a_cli_recovery_offers_the_mcp_servers_the_turn_started_with(
     custom.parent.mkdir()
     custom.write_text(json.dumps(_config(web_url, tallies, "cli-")))
     db = tmp_path / "bubu.db"
-    run = _cli(db, home, "run", "look it up", "-w", str(ws), "-m", model, "--mcp", str(custom),
-               failpoint="mid_tool")  # fmt: skip
+    run = _cli(
+        db,
+        home,
+        "run",
+        "look it up",
+        "-w",
+        str(ws),
+        "-m",
+        model,
+        "--mcp",
+        str(custom),
+        failpoint="mid_tool",
+    )
     assert run.returncode == -9, run.stdout + run.stderr
     assert _turn_mcp(db) == [str(custom.resolve())]
 
@@ -381,8 +396,19 @@ def test_a_cli_recovery_whose_mcp_file_is_gone_says_so_and_keeps_the_turn(
     custom = tmp_path / "servers.json"
     custom.write_text(json.dumps(_config(web_url, tallies, "gone-")))
     db = tmp_path / "bubu.db"
-    run = _cli(db, home, "run", "look it up", "-w", str(ws), "-m", model, "--mcp", str(custom),
-               failpoint="mid_tool")  # fmt: skip
+    run = _cli(
+        db,
+        home,
+        "run",
+        "look it up",
+        "-w",
+        str(ws),
+        "-m",
+        model,
+        "--mcp",
+        str(custom),
+        failpoint="mid_tool",
+    )
     assert run.returncode == -9, run.stdout + run.stderr
     custom.unlink()
 

@@ -69,8 +69,11 @@ def _login(db: Path) -> subprocess.CompletedProcess[str]:
     printed, and the authorization server's redirect brings it to Bubu's callback."""
     proc = subprocess.Popen(
         bubu_cmd(db, "mcp", "login", "notes", "--no-browser"),
-        env=bubu_env(db.parent), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=bubu_env(db.parent),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None
     seen = []
     for line in proc.stderr:
@@ -99,10 +102,15 @@ def test_login_then_calls_with_the_token_refreshed_when_it_expires(
     home.mkdir()
     db = home / "bubu.db"
     (home / "mcp.json").write_text(json.dumps({"servers": {"notes": {"url": url, "ask": False}}}))
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [{"name": "notes__whoami", "arguments": {}}]}, {"text": "done"},
-        {"tool_calls": [{"name": "notes__whoami", "arguments": {}}]}, {"text": "done"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [{"name": "notes__whoami", "arguments": {}}]},
+            {"text": "done"},
+            {"tool_calls": [{"name": "notes__whoami", "arguments": {}}]},
+            {"text": "done"},
+        ],
+    )
     before = bubu(db, "run", "who am I", "-w", str(tmp_path), "-m", f"scripted:{script}")
     assert before.returncode != 0
     assert "run `bubu mcp login notes`" in before.stderr

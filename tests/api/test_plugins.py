@@ -191,8 +191,14 @@ def test_a_plugin_installed_beside_bubu_takes_no_part_in_the_tests(
     # Nor in a `bubu` process a test starts, in the clean environment tests build for it.
     env = {**hermetic.environ("BUBU_"), "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     code = "from bubu.plugins import registry; print(registry('bubu.providers').names())"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True, timeout=60).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     assert "hello" not in out
     assert "scripted" in out
 

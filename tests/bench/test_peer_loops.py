@@ -21,11 +21,27 @@ STEPS = 5
 def child(system: str, workdir: Path, *, steps: int = STEPS, bound_s: float = 600.0) -> Measured:
     out = workdir / "out.json"
     proc = subprocess.run(
-        [sys.executable, str(PEERS), "--child", system, "--steps", str(steps),
-         "--time-bound", str(bound_s), "--recovery-events", "", "--workdir", str(workdir),
-         "--out", str(out)],
-        check=False, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(PEERS),
+            "--child",
+            system,
+            "--steps",
+            str(steps),
+            "--time-bound",
+            str(bound_s),
+            "--recovery-events",
+            "",
+            "--workdir",
+            str(workdir),
+            "--out",
+            str(out),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr
     return msgspec.json.decode(out.read_bytes(), type=Measured)
 

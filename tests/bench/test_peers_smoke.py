@@ -26,11 +26,25 @@ SYSTEMS = [
     "pydantic-ai-loop",
 ]
 KEYS = {
-    "system", "steps", "steps_done", "stopped", "step_ms_p50", "step_ms_first10_p50",
-    "step_ms_last10_p50", "step_ms_mean", "step_ratio_to_floor", "bytes_per_step",
-    "bytes_ratio_to_floor", "storage_bytes", "reload_ms", "reload_ratio_to_floor",
-    "reload_items", "peak_mb", "config", "recovery",
-}  # fmt: skip
+    "system",
+    "steps",
+    "steps_done",
+    "stopped",
+    "step_ms_p50",
+    "step_ms_first10_p50",
+    "step_ms_last10_p50",
+    "step_ms_mean",
+    "step_ratio_to_floor",
+    "bytes_per_step",
+    "bytes_ratio_to_floor",
+    "storage_bytes",
+    "reload_ms",
+    "reload_ratio_to_floor",
+    "reload_items",
+    "peak_mb",
+    "config",
+    "recovery",
+}
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -55,8 +69,16 @@ def test_every_system_runs_and_reports_positive_figures() -> None:
         assert (r["steps"], r["steps_done"], r["stopped"]) == (20, 20, False)
         # Every system gave back every call and result it was given.
         assert r["reload_items"] == 40, r["system"]
-        for key in ("step_ms_p50", "step_ms_first10_p50", "step_ms_last10_p50", "bytes_per_step",
-                    "reload_ms", "peak_mb", "step_ratio_to_floor", "bytes_ratio_to_floor"):  # fmt: skip
+        for key in (
+            "step_ms_p50",
+            "step_ms_first10_p50",
+            "step_ms_last10_p50",
+            "bytes_per_step",
+            "reload_ms",
+            "peak_mb",
+            "step_ratio_to_floor",
+            "bytes_ratio_to_floor",
+        ):
             assert isinstance(r[key], float | int), (r["system"], key)
             assert r[key] > 0, (r["system"], key)
         assert r["storage_bytes"] >= 20 * 2000, r["system"]  # at least the results' bytes

@@ -39,13 +39,17 @@ def test_a_prompt_file_a_skill_and_a_mention_from_the_chat(
         "---\nname: release\ndescription: Cut a release.\n---\nTag it, then push the tag.\n"
     )
     (ws / "main.py").write_text("print('the main file')\n")
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [{"name": "skill", "arguments": {"name": "release"}}]},
-        {"text": "REVIEWED-IT"},
-        {"text": "EXPLAINED-IT"},
-    ])  # fmt: skip
-    pane = Pane(tmp_path, db, "chat", "-m", f"scripted:{script}", cwd=ws.resolve(),
-                env=chat_env(db.parent))  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [{"name": "skill", "arguments": {"name": "release"}}]},
+            {"text": "REVIEWED-IT"},
+            {"text": "EXPLAINED-IT"},
+        ],
+    )
+    pane = Pane(
+        tmp_path, db, "chat", "-m", f"scripted:{script}", cwd=ws.resolve(), env=chat_env(db.parent)
+    )
     panes.append(pane)
     pane.wait_prompt(0)
     pane.type("/rev", enter=False)
@@ -65,10 +69,16 @@ def test_a_prompt_file_a_skill_and_a_mention_from_the_chat(
     assert pane.exit_status() == 0
     with SQLiteStore(db) as store:
         records = store.read(only_session(db))
-    asked = [c.text for r in records if r.event.role == "user" and isinstance(c := r.event.content, Text)]  # fmt: skip
+    asked = [
+        c.text for r in records if r.event.role == "user" and isinstance(c := r.event.content, Text)
+    ]
     assert asked == ["Review main.py carefully.", "explain @main.py"]
     results = {c.name: c for r in records if isinstance(c := r.event.content, FunctionResponse)}
     assert "Tag it, then push the tag." in results["skill"].result
     assert "print('the main file')" in results["read_file"].result
-    (attached,) = [r for r in records if isinstance(c := r.event.content, FunctionCall) and c.name == "read_file"]  # fmt: skip
+    (attached,) = [
+        r
+        for r in records
+        if isinstance(c := r.event.content, FunctionCall) and c.name == "read_file"
+    ]
     assert attached.event.author == "host"

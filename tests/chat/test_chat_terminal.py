@@ -66,8 +66,21 @@ def test_plain_bubu_on_a_terminal_opens_a_chat_and_ctrl_d_leaves(
     pane.wait_prompt(0)
     pane.type("/help")
     shown = pane.wait("leave (on an empty line)")
-    for command in ("/help", "/status", "/cost", "/context", "/compact", "/plan", "/model",
-                    "/fork", "/rewind", "/stop", "/resume", "/dismiss", "/exit"):  # fmt: skip
+    for command in (
+        "/help",
+        "/status",
+        "/cost",
+        "/context",
+        "/compact",
+        "/plan",
+        "/model",
+        "/fork",
+        "/rewind",
+        "/stop",
+        "/resume",
+        "/dismiss",
+        "/exit",
+    ):
         assert f"\n  {command} " in shown, command
     pane.keys("C-d")
     assert pane.exit_status() == 0
@@ -123,18 +136,35 @@ def test_a_chat_session_from_task_to_exit_is_the_log_bubu_run_continues(
     script = write_script(
         tmp_path / "s.jsonl",
         [
-            {"text": ANSWER, "tool_calls": [call("run_command", command="echo approved-ran")],
-             "delay_s": 0.3},
+            {
+                "text": ANSWER,
+                "tool_calls": [call("run_command", command="echo approved-ran")],
+                "delay_s": 0.3,
+            },
             {"text": "The check printed `approved-ran`: all **good**."},
-            {"text": STREAMED, "delay_s": 2.5,
-             "tool_calls": [call("run_command", command="sleep 60")]},
+            {
+                "text": STREAMED,
+                "delay_s": 2.5,
+                "tool_calls": [call("run_command", command="sleep 60")],
+            },
             {"text": "The long check was stopped; nothing else changed."},
             {"text": "Continued by bubu run."},
         ],
-    )  # fmt: skip
+    )
     model = f"scripted:{script}"
-    pane = _pane(open_pane, tmp_path, db, "chat", "-m", model, "--sandbox", "off",
-                 "--allow", "sleep *", cwd=ws)  # fmt: skip
+    pane = _pane(
+        open_pane,
+        tmp_path,
+        db,
+        "chat",
+        "-m",
+        model,
+        "--sandbox",
+        "off",
+        "--allow",
+        "sleep *",
+        cwd=ws,
+    )
     pane.wait_prompt(0)
 
     # A task: the answer rendered as Markdown, a tool card, an approval answered y.
@@ -197,8 +227,13 @@ def test_a_chat_session_from_task_to_exit_is_the_log_bubu_run_continues(
     status = bubu_json(db, "status", session, "--json")
     assert (status["turns"], status["status"]) == (3, "completed")
     show = bubu(db, "show", session)
-    for line in ("› run the check", "› now the long check", "› what happened?",
-                 "⏺ run_command echo approved-ran", "The long check was stopped"):  # fmt: skip
+    for line in (
+        "› run the check",
+        "› now the long check",
+        "› what happened?",
+        "⏺ run_command echo approved-ran",
+        "The long check was stopped",
+    ):
         assert line in show.stdout, line
     with SQLiteStore(db) as store:
         decisions = [
@@ -225,8 +260,9 @@ def _in_the_web_ui(db: Path, session: str, ws: Path) -> None:
     token = "chat-test-token-0123456789"
     with SQLiteStore(db) as store:
         app = create_app(store, token=token, recover=False, workspace=str(ws))
-        with TestClient(app, base_url="http://127.0.0.1:8642",
-                        headers={"authorization": f"Bearer {token}"}) as client:  # fmt: skip
+        with TestClient(
+            app, base_url="http://127.0.0.1:8642", headers={"authorization": f"Bearer {token}"}
+        ) as client:
             listed = client.get("/api/sessions").json()["sessions"]
             assert session in {row["id"] for row in listed}
             page = client.get(f"/api/sessions/{session}")
@@ -247,8 +283,9 @@ def test_always_allows_the_pattern_for_the_rest_of_the_session(
             {"text": "both ran"},
         ],
     )
-    pane = _pane(open_pane, tmp_path, db, "chat", "-m", f"scripted:{script}", "--sandbox", "off",
-                 cwd=ws)  # fmt: skip
+    pane = _pane(
+        open_pane, tmp_path, db, "chat", "-m", f"scripted:{script}", "--sandbox", "off", cwd=ws
+    )
     pane.wait_prompt(0)
     pane.type("echo twice")
     pane.wait("? allow it [y/n/a]")
@@ -261,8 +298,11 @@ def test_always_allows_the_pattern_for_the_rest_of_the_session(
     assert pane.exit_status() == 0
     with SQLiteStore(db) as store:
         (info,) = store.sessions()
-        asked = [r for r in store.read(info.id) if r.event.actions is not None
-                 and r.event.actions.permission_request is not None]  # fmt: skip
+        asked = [
+            r
+            for r in store.read(info.id)
+            if r.event.actions is not None and r.event.actions.permission_request is not None
+        ]
     assert len(asked) == 1
 
 
@@ -334,8 +374,16 @@ def test_closing_the_terminal_mid_turn_suspends_it_without_a_traceback(
         tmp_path / "s.jsonl", [{"text": "Thinking-slowly about it all", "delay_s": 60}]
     )
     err = tmp_path / "stderr.txt"
-    pane = Pane(tmp_path, db, "chat", "-m", f"scripted:{script}", cwd=ws,
-                env=chat_env(db.parent), stderr=err)  # fmt: skip
+    pane = Pane(
+        tmp_path,
+        db,
+        "chat",
+        "-m",
+        f"scripted:{script}",
+        cwd=ws,
+        env=chat_env(db.parent),
+        stderr=err,
+    )
     open_pane.append(pane)
     pane.wait_prompt(0)
     pane.type("take your time")

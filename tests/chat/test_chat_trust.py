@@ -30,8 +30,9 @@ def panes() -> Iterator[list[Pane]]:
 def _chat(panes: list[Pane], tmp_path: Path, db: Path, ws: Path) -> Pane:
     # The tree under test, by absolute path (the pane starts in the workspace).
     src = str(Path(bubu.__file__).resolve().parents[1])
-    pane = Pane(tmp_path, db, "chat", "-w", str(ws), cwd=ws,
-                env={**chat_env(db.parent), "PYTHONPATH": src})  # fmt: skip
+    pane = Pane(
+        tmp_path, db, "chat", "-w", str(ws), cwd=ws, env={**chat_env(db.parent), "PYTHONPATH": src}
+    )
     panes.append(pane)
     return pane
 
@@ -100,9 +101,16 @@ def test_chat_c_refuses_a_session_whose_log_was_altered(tmp_path: Path, panes: l
     from log.test_integrity_on_every_path import altered_session
 
     db, ws, sid, _ = altered_session(tmp_path)
-    pane = Pane(tmp_path, db, "chat", "-c", "-w", str(ws), cwd=ws,
-                env={**chat_env(db.parent),
-                     "PYTHONPATH": str(Path(bubu.__file__).resolve().parents[1])})  # fmt: skip
+    pane = Pane(
+        tmp_path,
+        db,
+        "chat",
+        "-c",
+        "-w",
+        str(ws),
+        cwd=ws,
+        env={**chat_env(db.parent), "PYTHONPATH": str(Path(bubu.__file__).resolve().parents[1])},
+    )
     panes.append(pane)
     shown = pane.wait(f"bubu: error: session {sid} is not continued: its log does not verify")
     assert "bubu chat ·" not in shown  # refused before the chat opened

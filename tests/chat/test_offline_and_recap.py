@@ -70,8 +70,10 @@ def test_chat_c_recaps_the_session_it_continues(tmp_path: Path, panes: list[Pane
     db, ws = tmp_path / "bubu.db", tmp_path / "ws"
     ws.mkdir()
     long = "The answer goes on " + "and on " * 30 + "\nwith a second line."
-    script = write_script(tmp_path / "s.jsonl", [{"text": "first answer"}, {"text": "second"},
-                                                 {"text": long}, {"text": "unused"}])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [{"text": "first answer"}, {"text": "second"}, {"text": long}, {"text": "unused"}],
+    )
     for i, task in enumerate(("task one", "task two", "task three")):
         more = ["-c"] if i else []
         done = bubu(db, "run", task, "-w", str(ws), "-m", f"scripted:{script}", *more)

@@ -175,9 +175,13 @@ def test_bubu_run_sends_a_prompt_file_and_the_skills_reach_the_prefix_and_the_lo
 ) -> None:
     db = tmp_path / "home" / "bubu.db"
     db.parent.mkdir(exist_ok=True)
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [{"name": "skill", "arguments": {"name": "release"}}]},
-        {"text": "released"}])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [{"name": "skill", "arguments": {"name": "release"}}]},
+            {"text": "released"},
+        ],
+    )
     done = bubu(db, "run", "/hello the team", "-w", str(ws), "-m", f"scripted:{script}")
     assert done.returncode == 0, done.stderr
     with SQLiteStore(db) as store:
@@ -242,9 +246,16 @@ def test_the_skills_section_is_the_same_bytes_on_every_call(ws: Path, tmp_path: 
     from bubu.engine.session import new_session, start_turn
     from engine.helpers import make_host, scripted
 
-    model = scripted(write_script(tmp_path / "m.jsonl", [
-        {"tool_calls": [{"name": "skill", "arguments": {"name": "release"}}]},
-        {"text": "one"}, {"text": "two"}]))  # fmt: skip
+    model = scripted(
+        write_script(
+            tmp_path / "m.jsonl",
+            [
+                {"tool_calls": [{"name": "skill", "arguments": {"name": "release"}}]},
+                {"text": "one"},
+                {"text": "two"},
+            ],
+        )
+    )
     with SQLiteStore(tmp_path / "bubu.db") as store:
         host = make_host(store, model)
         host.tools = {**host.tools, "skill": skill}

@@ -27,11 +27,20 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     script = write_script(
         root / "s.jsonl",
         [
-            {"tool_calls": [call("update_plan", items=[{"text": "look", "status": "completed"},
-                                                       {"text": "fix", "status": "pending"}])]},
+            {
+                "tool_calls": [
+                    call(
+                        "update_plan",
+                        items=[
+                            {"text": "look", "status": "completed"},
+                            {"text": "fix", "status": "pending"},
+                        ],
+                    )
+                ]
+            },
             {"text": "done"},
         ],
-    )  # fmt: skip
+    )
     assert bubu(db, "run", "plan it", "-w", str(ws), "-m", f"scripted:{script}").returncode == 0
     return db, ws, f"scripted:{script}"
 
@@ -140,8 +149,9 @@ def test_undo_reverts_what_the_last_turns_command_did_and_the_chat_follows(
         tmp_path / "s.jsonl",
         [{"tool_calls": [call("run_command", command="rm a.txt")]}, {"text": "done"}],
     )
-    ran = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off",
-               "--yes")  # fmt: skip
+    ran = bubu(
+        db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off", "--yes"
+    )
     assert ran.returncode == 0
     assert not (ws / "a.txt").exists()
     ctx = Ctx(str(db))
@@ -248,10 +258,15 @@ def test_plan_mode_in_the_chat_refuses_a_write_until_approve(
     ws = tmp_path / "ws"
     ws.mkdir()
     write = call("write_file", path="a.txt", content="planned\n")
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [write]}, {"text": "Plan: write a.txt"}, {"tool_calls": [write]},
-        {"text": "done"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [write]},
+            {"text": "Plan: write a.txt"},
+            {"tool_calls": [write]},
+            {"text": "done"},
+        ],
+    )
     ctx = Ctx(str(tmp_path / "bubu.db"))
     try:
         c = Chat(ctx, str(ws), {"sandbox": "off"})

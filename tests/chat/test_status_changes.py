@@ -24,17 +24,23 @@ def test_the_status_line_names_what_the_turn_changed(tmp_path: Path) -> None:
     after = snapper.take()
     sid = "ses_x"
     call = FunctionCall(call_id="c1", name="run_command", arguments={"command": "edit"})
-    dispatch = ToolDispatch(call_id="c1", tool="run_command", effect="side_effecting",
-                            args_digest="d", snapshot=before)  # fmt: skip
+    dispatch = ToolDispatch(
+        call_id="c1", tool="run_command", effect="side_effecting", args_digest="d", snapshot=before
+    )
     done = FunctionResponse(call_id="c1", name="run_command", result="ok", snapshot=after)
     records = [
         Record(seq=n, hash="", event=ev)
-        for n, ev in enumerate([
-            make_event(sid, call, role="model", author="agent"),
-            make_event(sid, actions=Actions(tool_dispatch=dispatch), role="system", author="system"),
-            make_event(sid, done, role="tool", author="tool"),
-        ], start=1)
-    ]  # fmt: skip
+        for n, ev in enumerate(
+            [
+                make_event(sid, call, role="model", author="agent"),
+                make_event(
+                    sid, actions=Actions(tool_dispatch=dispatch), role="system", author="system"
+                ),
+                make_event(sid, done, role="tool", author="tool"),
+            ],
+            start=1,
+        )
+    ]
     view = ChatView(io.StringIO())
     view.objects = store.get_object
     view.begin()

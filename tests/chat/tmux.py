@@ -21,9 +21,14 @@ class Pane:
     """`bubu ARGS` running in a tmux pane; the pane stays after bubu exits, saying its status."""
 
     def __init__(
-        self, root: Path, db: Path, *args: str, cwd: Path, env: dict[str, str],
+        self,
+        root: Path,
+        db: Path,
+        *args: str,
+        cwd: Path,
+        env: dict[str, str],
         stderr: Path | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.socket = f"bubu-chat-test-{os.getpid()}-{id(self)}"
         self.target = "chat"
         script = root / f"pane-{id(self)}.sh"
@@ -35,14 +40,26 @@ class Pane:
             f"unset $(env | sed -n 's/^\\(BUBU_[A-Z_]*\\)=.*/\\1/p')\n{exports}"
             f"cd {shlex.quote(str(cwd))}\n{command}\necho '{EXITED}'$?']'\nexec sleep 3600\n"
         )
-        self._tmux("new-session", "-d", "-s", self.target, "-x", "120", "-y", "40",
-                   f"bash --norc --noprofile {shlex.quote(str(script))}")  # fmt: skip
+        self._tmux(
+            "new-session",
+            "-d",
+            "-s",
+            self.target,
+            "-x",
+            "120",
+            "-y",
+            "40",
+            f"bash --norc --noprofile {shlex.quote(str(script))}",
+        )
 
     def _tmux(self, *args: str) -> str:
         done = subprocess.run(
             [TMUX, "-L", self.socket, "-f", "/dev/null", *args],
-            capture_output=True, text=True, timeout=30, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
         return done.stdout
 
     def type(self, text: str, *, enter: bool = True) -> None:
@@ -92,8 +109,9 @@ class Pane:
 
     def close(self) -> None:
         """End the test's tmux server (and with it the pane)."""
-        subprocess.run([TMUX, "-L", self.socket, "kill-server"], capture_output=True,
-                       timeout=30, check=False)  # fmt: skip
+        subprocess.run(
+            [TMUX, "-L", self.socket, "kill-server"], capture_output=True, timeout=30, check=False
+        )
 
 
 def chat_env(home: Path) -> dict[str, str]:

@@ -36,10 +36,13 @@ def _agent_file(path: Path, model: str, tools: str = "Read, Bash") -> None:
 
 
 def _kid(tmp_path: Path) -> str:
-    return script(tmp_path / "kid.jsonl", [
-        {"tool_calls": [{"name": "write_file", "arguments": {"path": "x", "content": "y"}}]},
-        {"text": "reviewed"},
-    ])  # fmt: skip
+    return script(
+        tmp_path / "kid.jsonl",
+        [
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "x", "content": "y"}}]},
+            {"text": "reviewed"},
+        ],
+    )
 
 
 def _run(tmp_path: Path, ws: Path) -> tuple[Agent, list[Record]]:
@@ -127,8 +130,13 @@ def test_bubu_agents_lists_the_users_and_reports_an_untrusted_workspaces(tmp_pat
     ws = tmp_path / "ws"
     _agent_file(ws / ".claude" / "agents" / "evil.md", "openai:gpt-9")
     env = {**hermetic.environ("BUBU_"), "HOME": str(home), "BUBU_HOME": str(home / ".bubu")}
-    done = subprocess.run([sys.executable, "-m", "bubu", "agents", "-w", str(ws), "--json"],
-                          env=env, capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "bubu", "agents", "-w", str(ws), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
     assert [(a["name"], a["scope"], a["model"]) for a in got["agents"]] == [("rev", "user", None)]

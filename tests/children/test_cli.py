@@ -36,14 +36,22 @@ def test_stop_of_a_parent_stops_its_children_and_the_tree_is_shown(tmp_path: Pat
         {"text": "report"},
     ]
     kids = [script(tmp_path / f"{m}.jsonl", sleeper) for m in ("a", "b")]
-    parent = script(tmp_path / "p.jsonl", [
-        {"tool_calls": [delegate("do a", model=kids[0]), delegate("do b", model=kids[1])]},
-        {"text": "went on"},
-    ])  # fmt: skip
+    parent = script(
+        tmp_path / "p.jsonl",
+        [
+            {"tool_calls": [delegate("do a", model=kids[0]), delegate("do b", model=kids[1])]},
+            {"text": "went on"},
+        ],
+    )
     db = tmp_path / "bubu.db"
     args = ["run", "split", "-w", str(ws), "-m", parent, "--sandbox", "off", "--yes"]
-    proc = subprocess.Popen(bubu_cmd(db, *args), env=bubu_env(tmp_path), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        bubu_cmd(db, *args),
+        env=bubu_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while len(_sessions(db) if db.exists() else []) < 3 or not all(

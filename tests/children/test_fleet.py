@@ -28,10 +28,13 @@ def _lines(path: Path) -> list[str]:
 
 def _child(root: Path, mark: str, counter: Path) -> str:
     cmd = f"echo {mark} >> {counter}; sleep 60"
-    return script(root / f"{mark}.jsonl", [
-        {"tool_calls": [{"name": "run_command", "arguments": {"command": cmd}}]},
-        {"text": f"report of {mark}"},
-    ])  # fmt: skip
+    return script(
+        root / f"{mark}.jsonl",
+        [
+            {"tool_calls": [{"name": "run_command", "arguments": {"command": cmd}}]},
+            {"text": f"report of {mark}"},
+        ],
+    )
 
 
 def test_a_killed_workers_children_continue_with_their_parent_elsewhere(
@@ -41,14 +44,27 @@ def test_a_killed_workers_children_continue_with_their_parent_elsewhere(
     ws.mkdir()
     counter = tmp_path / "counter"
     kids = {mark: _child(tmp_path, mark, counter) for mark in ("A", "B")}
-    parent = script(tmp_path / "parent.jsonl", [
-        {"tool_calls": [delegate("do A", model=kids["A"]), delegate("do B", model=kids["B"])]},
-        {"text": "both done"},
-    ])  # fmt: skip
-    info = submit(pg, task="split it", workspace=ws, model=parent,
-                  policy=Submission(yes=True, sandbox="off"))  # fmt: skip
-    args = ("--lease-ttl", "1", "--poll", "0.1", "--max-sandbox", "off", "--allow-yes",
-            "--concurrency", "2")  # fmt: skip
+    parent = script(
+        tmp_path / "parent.jsonl",
+        [
+            {"tool_calls": [delegate("do A", model=kids["A"]), delegate("do B", model=kids["B"])]},
+            {"text": "both done"},
+        ],
+    )
+    info = submit(
+        pg, task="split it", workspace=ws, model=parent, policy=Submission(yes=True, sandbox="off")
+    )
+    args = (
+        "--lease-ttl",
+        "1",
+        "--poll",
+        "0.1",
+        "--max-sandbox",
+        "off",
+        "--allow-yes",
+        "--concurrency",
+        "2",
+    )
     first = WorkerProc(tmp_path, url, *args, name="first")
     try:
         wait_for(lambda: _lines(counter) == ["A", "B"], "both children's commands")

@@ -20,8 +20,16 @@ from bubu.projections.recovery import plan_recovery
 
 def _log(tool: str, *, recovered: str | None = None) -> list[Record]:
     def ev(role: str, content: Content | None = None, actions: Actions | None = None) -> Record:
-        e = make(session="ses_p", turn="trn_1", role=role, author="system", ts=1,  # type: ignore[arg-type]
-                 content=content, actions=actions, invocation="inv_1")  # fmt: skip
+        e = make(
+            session="ses_p",
+            turn="trn_1",
+            role=role,
+            author="system",
+            ts=1,  # type: ignore[arg-type]
+            content=content,
+            actions=actions,
+            invocation="inv_1",
+        )
         return Record(seq=len(out) + 1, hash="", event=e)
 
     out: list[Record] = []

@@ -38,15 +38,28 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_child_in_its_own_worktree_reports_its_branch_and_the_parent_merges_it(
     tmp_path: Path, repo: Path
 ) -> None:
-    kid = script(tmp_path / "kid.jsonl", [
-        {"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old": "alpha", "new": "beta"}}]},
-        {"text": "edited"},
-    ])  # fmt: skip
-    parent = script(tmp_path / "p.jsonl", [
-        {"tool_calls": [delegate("edit", model=kid, isolation="worktree")]},
-        {"tool_calls": [{"name": "merge_child", "arguments": {"child": "CHILD"}}]},
-        {"text": "merged"},
-    ])  # fmt: skip
+    kid = script(
+        tmp_path / "kid.jsonl",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "edit_file",
+                        "arguments": {"path": "a.txt", "old": "alpha", "new": "beta"},
+                    }
+                ]
+            },
+            {"text": "edited"},
+        ],
+    )
+    parent = script(
+        tmp_path / "p.jsonl",
+        [
+            {"tool_calls": [delegate("edit", model=kid, isolation="worktree")]},
+            {"tool_calls": [{"name": "merge_child", "arguments": {"child": "CHILD"}}]},
+            {"text": "merged"},
+        ],
+    )
     from bubu.engine.children import child_id
 
     with Agent(

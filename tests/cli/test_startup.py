@@ -23,10 +23,28 @@ from providers.servers import serve, stream_file
 
 CLI = Path(__file__).resolve().parents[2] / "src" / "bubu" / "cli"
 
-FORBIDDEN_ROOTS = {"asyncio", "ssl", "httpx", "httpcore", "openai", "anthropic", "starlette",
-                   "uvicorn", "pydantic", "concurrent", "rich"}  # fmt: skip
-FORBIDDEN_PREFIXES = ("bubu.tools", "bubu.providers", "bubu.web", "bubu.engine.driver",
-                      "bubu.engine.permissions", "bubu.engine.session", "bubu.cli.render")  # fmt: skip
+FORBIDDEN_ROOTS = {
+    "asyncio",
+    "ssl",
+    "httpx",
+    "httpcore",
+    "openai",
+    "anthropic",
+    "starlette",
+    "uvicorn",
+    "pydantic",
+    "concurrent",
+    "rich",
+}
+FORBIDDEN_PREFIXES = (
+    "bubu.tools",
+    "bubu.providers",
+    "bubu.web",
+    "bubu.engine.driver",
+    "bubu.engine.permissions",
+    "bubu.engine.session",
+    "bubu.cli.render",
+)
 BUDGET = 192
 """Modules a read-only command may load in all (the interpreter alone loads about 30; 341 did
 when every command's module loaded for each; `bubu status`, the largest, loads 190 with its
@@ -53,8 +71,14 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def _loaded(tmp_path: Path, db: Path, *args: str) -> list[str]:
     out = tmp_path / "modules.json"
     env = {**os.environ, "MODULES_OUT": str(out), "BUBU_HOME": str(tmp_path / "home")}
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, "--db", str(db), *args], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, "--db", str(db), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     loaded: list[str] = json.loads(out.read_text())
     return loaded
@@ -80,9 +104,8 @@ def test_a_read_only_command_loads_no_engine_tools_providers_or_network(
     db, session = seeded
     loaded = _loaded(tmp_path, db, *(a.format(id=session) for a in args))
     forbidden = [
-        m for m in loaded
-        if m.split(".")[0] in FORBIDDEN_ROOTS or m.startswith(FORBIDDEN_PREFIXES)
-    ]  # fmt: skip
+        m for m in loaded if m.split(".")[0] in FORBIDDEN_ROOTS or m.startswith(FORBIDDEN_PREFIXES)
+    ]
     assert forbidden == []
     assert len(loaded) <= BUDGET, len(loaded)
 
@@ -137,8 +160,14 @@ def test_the_lazy_table_names_every_command_its_module_and_its_help() -> None:
 
 def test_help_lists_each_command_as_if_every_module_were_loaded(tmp_path: Path) -> None:
     env = {**os.environ, "COLUMNS": "80", "BUBU_HOME": str(tmp_path)}
-    lazy_page = subprocess.run([sys.executable, "-m", "bubu", "--help"], env=env, check=True,
-                               capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+    lazy_page = subprocess.run(
+        [sys.executable, "-m", "bubu", "--help"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     ctx = cli.make_context("bubu", [], terminal_width=78, resilient_parsing=True)  # 80 columns
     cli.load_all(ctx)
     assert cli.get_help(ctx) + "\n" == lazy_page

@@ -31,9 +31,12 @@ def test_a_configured_price_is_used_at_any_server_with_its_cache_rates() -> None
     assert call_cost("openai:local", input_tokens=100, output_tokens=10, official=False) is None
     configure({"openai:local": Price(input=1.0, output=1000.0, cache_read=0.5)})
     cost = call_cost(
-        "openai:local", input_tokens=1_000_000, output_tokens=1000, cache_read_tokens=400_000,
+        "openai:local",
+        input_tokens=1_000_000,
+        output_tokens=1000,
+        cache_read_tokens=400_000,
         official=False,
-    )  # fmt: skip
+    )
     # 600k fresh at $1/M, 400k cached at $0.5/M, 1k out at $1000/M.
     assert cost == pytest.approx(0.6 + 0.2 + 1.0)
     assert known("openai:local", official=False)
@@ -82,16 +85,30 @@ def test_max_cost_binds_on_a_local_server_with_a_configured_price(tmp_path: Path
         stream_file("compatible_text.sse")
     ]
     with serve({CHAT: answers}) as s:
-        done = bubu(db, "run", "go", "-w", str(ws), "-m", "openai:local",
-                    "--base-url", f"{s.url}/v1", "--max-cost", "0.025")  # fmt: skip
+        done = bubu(
+            db,
+            "run",
+            "go",
+            "-w",
+            str(ws),
+            "-m",
+            "openai:local",
+            "--base-url",
+            f"{s.url}/v1",
+            "--max-cost",
+            "0.025",
+        )
     assert done.returncode == 3, done.stdout + done.stderr
     assert "cannot limit it" not in done.stderr
     records = read(db)
     costs = [u.cost_usd for u in _usages(records)]
     assert costs
     assert costs[0] == pytest.approx(0.0101)
-    ends = [c.note for r in records
-            if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnEnded)]  # fmt: skip
+    ends = [
+        c.note
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnEnded)
+    ]
     assert ends[-1].reason == "stopped"
     assert (ends[-1].message or "").startswith("the cost limit of $0.025 was reached")
     shown = bubu(db, "sessions")
@@ -103,8 +120,19 @@ def test_max_cost_with_an_unpriced_model_says_once_it_cannot_bind(tmp_path: Path
     ws, db = tmp_path / "ws", tmp_path / "bubu.db"
     ws.mkdir()
     with serve({CHAT: stream_file("compatible_text.sse")}) as s:
-        done = bubu(db, "run", "go", "-w", str(ws), "-m", "openai:local",
-                    "--base-url", f"{s.url}/v1", "--max-cost", "1")  # fmt: skip
+        done = bubu(
+            db,
+            "run",
+            "go",
+            "-w",
+            str(ws),
+            "-m",
+            "openai:local",
+            "--base-url",
+            f"{s.url}/v1",
+            "--max-cost",
+            "1",
+        )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr.count("cannot limit it") == 1
     assert '[prices."openai:local"]' in done.stderr

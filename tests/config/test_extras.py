@@ -43,14 +43,24 @@ def test_a_package_directory_outside_a_clone_is_judged_by_its_metadata(tmp_path:
     [
         (None, "'bubu-agent[mcp]'"),
         ('{"url": "file:///home/me/bubu", "dir_info": {}}', "'/home/me/bubu[mcp]'"),
-        ('{"url": "file:///home/me/bubu", "dir_info": {"editable": true}}', "-e '/home/me/bubu[mcp]'"),
-        ('{"url": "file:///tmp/w/bubu_agent-0.1.0-py3-none-any.whl", "archive_info": {}}',
-         "'/tmp/w/bubu_agent-0.1.0-py3-none-any.whl[mcp]'"),
-        ('{"url": "https://github.com/o/bubu", "vcs_info": {"vcs": "git", "commit_id": "ab"}}',
-         "'bubu-agent[mcp] @ git+https://github.com/o/bubu'"),
-        ('{"url": "https://files.example/bubu_agent-0.1.0.tar.gz", "archive_info": {}}', "'bubu-agent[mcp]'"),
+        (
+            '{"url": "file:///home/me/bubu", "dir_info": {"editable": true}}',
+            "-e '/home/me/bubu[mcp]'",
+        ),
+        (
+            '{"url": "file:///tmp/w/bubu_agent-0.1.0-py3-none-any.whl", "archive_info": {}}',
+            "'/tmp/w/bubu_agent-0.1.0-py3-none-any.whl[mcp]'",
+        ),
+        (
+            '{"url": "https://github.com/o/bubu", "vcs_info": {"vcs": "git", "commit_id": "ab"}}',
+            "'bubu-agent[mcp] @ git+https://github.com/o/bubu'",
+        ),
+        (
+            '{"url": "https://files.example/bubu_agent-0.1.0.tar.gz", "archive_info": {}}',
+            "'bubu-agent[mcp]'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_way_of_installing_gets_its_own_command(raw: str | None, expected: str) -> None:
     assert install_command("mcp", from_direct_url(raw)) == f"{PIP} {expected}"
 
@@ -68,8 +78,9 @@ def test_the_mcp_example_without_the_sdk_says_what_to_run_in_one_line() -> None:
         "import runpy, sys; sys.modules['mcp'] = None; "  # as if the mcp extra were not installed
         f"runpy.run_path({str(ROOT / 'examples' / 'mcp_agent.py')!r}, run_name='__main__')"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("mcp_agent.py: ")

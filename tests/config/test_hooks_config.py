@@ -26,7 +26,9 @@ def _resolve(tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch) -> obje
 def test_both_shapes_of_a_hook_table_are_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    got = _resolve(tmp_path, """
+    got = _resolve(
+        tmp_path,
+        """
 [[hooks.PreToolUse]]
 matcher = "run_command"
 command = "./no-rm.sh"
@@ -37,13 +39,25 @@ on_error = "deny"
 [[hooks.PostToolUse]]
 matcher = "write_file|edit_file"
 hooks = [{ type = "command", command = "ruff format", timeout = 30 }]
-""", monkeypatch)  # fmt: skip
+""",
+        monkeypatch,
+    )
     assert got == [
-        {"event": "PreToolUse", "matcher": "run_command", "command": "./no-rm.sh",
-         "timeout": 5.0, "on_error": "deny"},
-        {"event": "PostToolUse", "matcher": "write_file|edit_file", "command": "ruff format",
-         "timeout": 30.0, "on_error": "allow"},
-    ]  # fmt: skip
+        {
+            "event": "PreToolUse",
+            "matcher": "run_command",
+            "command": "./no-rm.sh",
+            "timeout": 5.0,
+            "on_error": "deny",
+        },
+        {
+            "event": "PostToolUse",
+            "matcher": "write_file|edit_file",
+            "command": "ruff format",
+            "timeout": 30.0,
+            "on_error": "allow",
+        },
+    ]
 
 
 @pytest.mark.parametrize(
@@ -67,10 +81,14 @@ def test_a_bad_hook_table_is_refused_in_one_line(
 def test_a_repositorys_hooks_run_only_once_trusted_and_its_deny_rules_always_apply(
     tmp_path: Path,
 ) -> None:
-    mine = write_script(tmp_path / "m.jsonl", [
-        {"tool_calls": [{"name": "run_command", "arguments": {"command": "rm a.txt"}}]},
-        {"text": "done"},
-    ] * 2)  # fmt: skip
+    mine = write_script(
+        tmp_path / "m.jsonl",
+        [
+            {"tool_calls": [{"name": "run_command", "arguments": {"command": "rm a.txt"}}]},
+            {"text": "done"},
+        ]
+        * 2,
+    )
     ran = tmp_path / "ran.txt"
     (tmp_path / "config.toml").write_text(
         f'model = "scripted:{mine}"\n[[hooks.SessionStart]]\ncommand = "echo user >> {ran}"\n'
@@ -97,8 +115,11 @@ def test_a_repositorys_hooks_run_only_once_trusted_and_its_deny_rules_always_app
     # The flag's rule joins the files' rules in what the turn records.
     with SQLiteStore(db) as store:
         records = store.read(store.sessions()[0].id, kinds=("turn_started",))
-    started = [c.note for r in records if isinstance(c := r.event.content, SystemNote)
-               and isinstance(c.note, TurnStarted)]  # fmt: skip
+    started = [
+        c.note
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnStarted)
+    ]
     assert started[-1].deny == ["git push *", "rm *"]
     got = bubu_json(db, "config", "-w", str(repo), "--json")
     assert json.dumps(got["settings"]["hooks"]["value"]).count("SessionStart") == 2
@@ -111,12 +132,23 @@ def test_a_trusted_repositorys_hook_script_rewritten_by_a_command_is_not_run(
     """A trusted repository's hook runs outside the sandbox; the script it names lies in the
     workspace, where a sandboxed command may write. Rewritten, it is not run (and said so)."""
     planted = tmp_path / "PWNED"
-    mine = write_script(tmp_path / "m.jsonl", [
-        {"tool_calls": [{"name": "run_command", "arguments": {
-            "command": f"printf 'touch {planted}\\n' > scripts/hook.sh; echo rewritten"}}]},
-        {"tool_calls": [{"name": "list_files", "arguments": {}}]},
-        {"text": "done"},
-    ])  # fmt: skip
+    mine = write_script(
+        tmp_path / "m.jsonl",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "run_command",
+                        "arguments": {
+                            "command": f"printf 'touch {planted}\\n' > scripts/hook.sh; echo rewritten"
+                        },
+                    }
+                ]
+            },
+            {"tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "done"},
+        ],
+    )
     (tmp_path / "config.toml").write_text(f'model = "scripted:{mine}"\n')
     repo = tmp_path / "repo"
     (repo / ".bubu").mkdir(parents=True)

@@ -93,7 +93,17 @@ def test_a_request_answered_by_yes_does_not_call_anyone(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text(
         f"notify = {json.dumps([sys.executable, '-c', RECORDER, str(out)])}\n"
     )
-    done = bubu(db, "run", "-w", str(tmp_path), "-m", f"scripted:{script}", "--sandbox", "off",
-                "--yes", "hi")  # fmt: skip
+    done = bubu(
+        db,
+        "run",
+        "-w",
+        str(tmp_path),
+        "-m",
+        f"scripted:{script}",
+        "--sandbox",
+        "off",
+        "--yes",
+        "hi",
+    )
     assert done.returncode == 0, done.stderr
     assert [n["kind"] for n in notes(out, 1)] == ["turn_ended"]

@@ -59,8 +59,9 @@ def test_precedence_flag_env_profile_workspace_user_default(home: Path, tmp_path
     assert (s.values["model"].value, s.values["model"].source) == ("openai:user-model", "user")
     assert [(i.key, i.kind) for i in s.ignored] == [("model", "untrusted")]
     assert s.trust == "untrusted"
-    trust.record(str(ws.resolve()), trust.digest([ws.resolve() / ".bubu" / "config.toml"]),
-                 trusted=True)  # fmt: skip
+    trust.record(
+        str(ws.resolve()), trust.digest([ws.resolve() / ".bubu" / "config.toml"]), trusted=True
+    )
     s = settings(ws)
     assert (s.values["model"].value, s.values["model"].source) == (
         "openai:workspace-model",
@@ -158,8 +159,9 @@ def test_a_limit_the_user_has_none_of_can_be_set_but_never_raised(
     files(home, ws, "max_tokens = 1000\n", "max_tokens = 100000\n")
     assert settings(ws).values["max_tokens"].value == 1000
     # Trust does not loosen a limit either.
-    trust.record(str(ws.resolve()), trust.digest([ws.resolve() / ".bubu" / "config.toml"]),
-                 trusted=True)  # fmt: skip
+    trust.record(
+        str(ws.resolve()), trust.digest([ws.resolve() / ".bubu" / "config.toml"]), trusted=True
+    )
     s = settings(ws)
     assert s.values["max_tokens"].value == 1000
     assert [i.kind for i in s.ignored] == ["looser"]

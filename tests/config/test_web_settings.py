@@ -27,8 +27,12 @@ def _write(home: Path, ws: Path, user: str, workspace: str) -> None:
 
 def test_a_workspace_narrows_web_domains_but_never_adds_one(home: Path, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    _write(home, ws, 'web_domains = ["docs.python.org", "pypi.org"]\n',
-           'web_domains = ["pypi.org", "evil.example"]\n')  # fmt: skip
+    _write(
+        home,
+        ws,
+        'web_domains = ["docs.python.org", "pypi.org"]\n',
+        'web_domains = ["pypi.org", "evil.example"]\n',
+    )
     for trusted in (False, True):
         if trusted:
             layer = workspace_layer(ws)

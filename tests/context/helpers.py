@@ -202,11 +202,23 @@ def config(window: int | None = WINDOW, **policy: Any) -> RunConfig:
     )
 
 
-CONTEXT_TOOLS = frozenset({
-    "edit_file", "grep", "inspect_result", "list_files", "query_result", "read_file",
-    "read_result", "recall", "remember", "run_command", "search_result", "update_plan",
-    "write_file",
-})  # fmt: skip
+CONTEXT_TOOLS = frozenset(
+    {
+        "edit_file",
+        "grep",
+        "inspect_result",
+        "list_files",
+        "query_result",
+        "read_file",
+        "read_result",
+        "recall",
+        "remember",
+        "run_command",
+        "search_result",
+        "update_plan",
+        "write_file",
+    }
+)
 """The built-in tools these tests offer: a fixed set, so that the window arithmetic of a test
 (how many steps fit before a compaction) does not move when a new tool joins the built-ins."""
 

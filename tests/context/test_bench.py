@@ -14,22 +14,53 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "long_session.py"
 
 KEYS = {
-    "steps", "window", "budget_tokens", "max_request_tokens", "max_request_estimate",
-    "max_summary_request_tokens", "within_budget", "compactions", "failed_compactions",
-    "prefix_share_mean", "prefix_share_p10", "prefix_share_mean_all", "uncached_tokens_per_step",
-    "newest_step_tokens", "tokens_per_step", "tokens_per_step_raw", "tokens_total",
-    "tokens_total_raw", "build_ms", "build_messages", "build_early_step", "build_late_step",
-    "build_ratio", "step_ms_early", "step_ms_late", "output_bytes", "log_bytes", "log_over_output",
-    "blob_bytes", "event_bytes", "verified", "policy", "wall_s", "load_avg_1m", "goal_share",
+    "steps",
+    "window",
+    "budget_tokens",
+    "max_request_tokens",
+    "max_request_estimate",
+    "max_summary_request_tokens",
+    "within_budget",
+    "compactions",
+    "failed_compactions",
+    "prefix_share_mean",
+    "prefix_share_p10",
+    "prefix_share_mean_all",
+    "uncached_tokens_per_step",
+    "newest_step_tokens",
+    "tokens_per_step",
+    "tokens_per_step_raw",
+    "tokens_total",
+    "tokens_total_raw",
+    "build_ms",
+    "build_messages",
+    "build_early_step",
+    "build_late_step",
+    "build_ratio",
+    "step_ms_early",
+    "step_ms_late",
+    "output_bytes",
+    "log_bytes",
+    "log_over_output",
+    "blob_bytes",
+    "event_bytes",
+    "verified",
+    "policy",
+    "wall_s",
+    "load_avg_1m",
+    "goal_share",
     "summary_calls",
-}  # fmt: skip
+}
 
 
 def test_a_small_long_session_stays_in_budget_and_keeps_every_byte() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH), "--steps", "80", "--window", "20000"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     *text, last = done.stdout.strip().splitlines()
     r = json.loads(last)
@@ -59,10 +90,23 @@ def test_a_small_long_session_stays_in_budget_and_keeps_every_byte() -> None:
 @pytest.mark.heavy
 def test_policy_overrides_reach_the_engine() -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--steps", "10", "--window", "20000",
-         "--policy", "hot_max_bytes=16384", "--policy", "compact_at=0.5"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(BENCH),
+            "--steps",
+            "10",
+            "--window",
+            "20000",
+            "--policy",
+            "hot_max_bytes=16384",
+            "--policy",
+            "compact_at=0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     r = json.loads(done.stdout.strip().splitlines()[-1])
     assert (r["policy"]["hot_max_bytes"], r["policy"]["compact_at"]) == (16384, 0.5)
@@ -70,8 +114,11 @@ def test_policy_overrides_reach_the_engine() -> None:
     assert r["newest_step_tokens"] < 1000
     bad = subprocess.run(
         [sys.executable, str(BENCH), "--steps", "1", "--policy", "nonsense=1"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert bad.returncode != 0
     assert "expected FIELD=VALUE with a ContextPolicy field" in bad.stderr
 
@@ -80,8 +127,11 @@ def test_policy_overrides_reach_the_engine() -> None:
 def test_a_small_window_is_compacted_below_its_trigger_so_it_is_not_summarized_every_step() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH), "--steps", "300", "--window", "8192"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     r = json.loads(done.stdout.strip().splitlines()[-1])
     assert r["within_budget"]

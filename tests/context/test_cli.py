@@ -22,10 +22,22 @@ NOISE = "python3 -c \"print(('line ' + 'x' * 60 + chr(10)) * 200)\""
 """A command printing 13,200 bytes: offloaded yet whole while newest, and a few fill the window."""
 
 KEYS = {
-    "session", "model", "request_digest", "estimated_tokens", "calibrated_tokens", "calibration",
-    "window", "window_source", "budget", "checkpoint", "system", "tools", "messages", "events",
+    "session",
+    "model",
+    "request_digest",
+    "estimated_tokens",
+    "calibrated_tokens",
+    "calibration",
+    "window",
+    "window_source",
+    "budget",
+    "checkpoint",
+    "system",
+    "tools",
+    "messages",
+    "events",
     "project_instructions",
-}  # fmt: skip
+}
 
 
 def bubu(db: Path, *args: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -36,8 +48,13 @@ def bubu(db: Path, *args: str, failpoint: str | None = None) -> subprocess.Compl
         env["BUBU_FAILPOINT"] = failpoint
     return subprocess.run(
         [sys.executable, "-m", "bubu", "--db", str(db), *args],
-        env=env, capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 NOISY: dict[str, Any] = {"tool_calls": [{"name": "run_command", "arguments": {"command": NOISE}}]}
@@ -97,12 +114,18 @@ def test_context_json_shows_the_next_request_and_what_became_of_each_event(
     with SQLiteStore(db) as store:
         records = store.read(sid)
         (_, cp), *_ = compactions(records)
-        assert out["checkpoint"] == {"key": cp.checkpoint, "watermark": cp.watermark,
-                                     "source_digest": cp.source_digest}  # fmt: skip
+        assert out["checkpoint"] == {
+            "key": cp.checkpoint,
+            "watermark": cp.watermark,
+            "source_digest": cp.source_digest,
+        }
         assert store.get_view(VIEW_KIND, sid, str(cp.checkpoint)) is not None
         again = next(r.seq for r in records if r.event.content == Text(text="again"))
-        offloaded = {r.seq for r in records
-                     if isinstance(c := r.event.content, FunctionResponse) and c.blob is not None}  # fmt: skip
+        offloaded = {
+            r.seq
+            for r in records
+            if isinstance(c := r.event.content, FunctionResponse) and c.blob is not None
+        }
     rows = out["events"]
     assert [r["seq"] for r in rows] == list(range(1, len(records) + 1))
     assert all(set(r) == {"seq", "kind", "inclusion", "why"} for r in rows)
@@ -146,8 +169,18 @@ def test_context_shows_the_request_the_model_was_sent(tmp_path: Path, workspace:
     # that same request (same digest, same estimate).
     db = tmp_path / "bubu.db"
     script = _noisy_script(tmp_path, 10, [{"error": {"status": 400, "message": "refused"}}])
-    done = bubu(db, "run", "make noise", "-w", str(workspace), "-m", f"scripted:{script}", "--yes",
-                "--context-window", WINDOW)  # fmt: skip
+    done = bubu(
+        db,
+        "run",
+        "make noise",
+        "-w",
+        str(workspace),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        "--context-window",
+        WINDOW,
+    )
     assert done.returncode != 0
     sid = _session(db)
     with SQLiteStore(db) as store:

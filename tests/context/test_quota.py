@@ -31,9 +31,15 @@ def bubu(home: Path, ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUBU_")}
     env["BUBU_HOME"] = str(home)
     return subprocess.run(
-        [sys.executable, "-m", "bubu", *args], cwd=ws, env=env, capture_output=True, text=True,
-        timeout=120, check=False, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        [sys.executable, "-m", "bubu", *args],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _responses(db: Path) -> list[FunctionResponse]:
@@ -54,8 +60,15 @@ def test_past_the_quota_a_result_keeps_its_head_and_tail_with_a_note_and_a_resta
     ws.mkdir()
     (home / "config.toml").write_text(f'store_quota = "{QUOTA}"\n')
     script = tmp_path / "m.jsonl"
-    lines = [_cmd(40000), _cmd(40001), {"text": "one"}, _cmd(40002), {"text": "two"},
-             _cmd(40003), {"text": "three"}]  # fmt: skip
+    lines = [
+        _cmd(40000),
+        _cmd(40001),
+        {"text": "one"},
+        _cmd(40002),
+        {"text": "two"},
+        _cmd(40003),
+        {"text": "three"},
+    ]
     script.write_text("".join(json.dumps(x) + "\n" for x in lines))
     model = f"scripted:{script}"
 
@@ -127,8 +140,13 @@ def test_the_count_is_a_fold_of_the_log() -> None:
     from bubu.events import BlobRef, Record, make
 
     def rec(seq: int, result: str, blob: BlobRef | None = None) -> Record:
-        ev = make(session="s", role="tool", author="tool", ts=clock.now_ms(),
-                  content=FunctionResponse(call_id=f"c{seq}", name="x", result=result, blob=blob))  # fmt: skip
+        ev = make(
+            session="s",
+            role="tool",
+            author="tool",
+            ts=clock.now_ms(),
+            content=FunctionResponse(call_id=f"c{seq}", name="x", result=result, blob=blob),
+        )
         return Record(seq=seq, hash="", event=ev)
 
     ref = BlobRef(sha256="a" * 64, size=10_000, lines=1)
@@ -170,9 +188,10 @@ def test_a_background_processs_output_counts_and_stops_being_stored_at_the_quota
         (info,) = store.sessions()
         assert store.verify(info.id).ok
         chunks = [
-            c.note.chunk for r in store.read(info.id)
+            c.note.chunk
+            for r in store.read(info.id)
             if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, ProcessOutput)
-        ]  # fmt: skip
+        ]
         last = store.blob(chunks[-1].sha256)
     stored = sum(c.size for c in chunks)
     # seq prints about 2.7 MB; the log keeps what fits the quota and a line saying the rest is not.

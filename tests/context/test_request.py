@@ -232,9 +232,12 @@ def test_a_provider_counting_twice_the_estimate_makes_compaction_come_earlier(
         d.mkdir()
         with SQLiteStore(d / "bubu.db") as store:
             info, provider = noisy_turn(
-                d, store, steps=16, model_kw={"usage_factor": factor},
+                d,
+                store,
+                steps=16,
+                model_kw={"usage_factor": factor},
                 host_kw={"config": config(window)},
-            )  # fmt: skip
+            )
             records = store.read(info.id)
             firsts = [i for i, r in enumerate(provider.requests) if r.purpose == "summary"]
             runs[factor] = (firsts[0] if firsts else None, model_requests(records))

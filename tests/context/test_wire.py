@@ -78,8 +78,13 @@ def bubu(db: Path, srv: Server, *args: str, **kw: Any) -> subprocess.CompletedPr
         kw["stdin"] = subprocess.DEVNULL
     return subprocess.run(
         [sys.executable, "-m", "bubu", "--db", str(db), *args],
-        env=_env(db, srv), capture_output=True, text=True, timeout=180, check=False, **kw,
-    )  # fmt: skip
+        env=_env(db, srv),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        **kw,
+    )
 
 
 def _env(db: Path, srv: Server) -> dict[str, str]:
@@ -96,8 +101,19 @@ def run(tmp_path: Path, srv: Server) -> tuple[Path, str]:
     db = tmp_path / "bubu.db"
     ws = tmp_path / "ws"
     inventory(ws)
-    done = bubu(db, srv, "run", TASK, "-w", str(ws), "-m", "openai:gpt-compact", "--yes",
-                "--context-window", WINDOW)  # fmt: skip
+    done = bubu(
+        db,
+        srv,
+        "run",
+        TASK,
+        "-w",
+        str(ws),
+        "-m",
+        "openai:gpt-compact",
+        "--yes",
+        "--context-window",
+        WINDOW,
+    )
     assert done.returncode == 0, done.stderr
     with SQLiteStore(db) as store:
         (info,) = store.sessions()
@@ -174,8 +190,14 @@ def test_a_span_larger_than_the_summarizer_window_is_summarized_in_chunks(ran: R
     assert body.chunks == n.chunks == len(body.calls)
     # The parts come in order, each folding the summary of the ones before it; none is dropped.
     parts = [r for r in srv.summaries() if f"of {n.chunks}\n" in r["messages"][1]["content"]]
-    assert [f"part {i} of {n.chunks}" in p["messages"][1]["content"] for i, p in enumerate(parts[: n.chunks], 1)] == [True] * n.chunks  # fmt: skip
-    assert all(p["messages"][1]["content"].startswith("# Previous summary\n## Goal") for p in parts[1 : n.chunks])  # fmt: skip
+    assert [
+        f"part {i} of {n.chunks}" in p["messages"][1]["content"]
+        for i, p in enumerate(parts[: n.chunks], 1)
+    ] == [True] * n.chunks
+    assert all(
+        p["messages"][1]["content"].startswith("# Previous summary\n## Goal")
+        for p in parts[1 : n.chunks]
+    )
     assert all(len(json.dumps(p)) // 4 <= BUDGET for p in parts)
 
 
@@ -253,11 +275,27 @@ def test_ctrl_c_during_a_summary_call_ends_it_at_once(tmp_path: Path) -> None:
         ws = tmp_path / "ws"
         inventory(ws)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bubu", "--db", str(db), "run", TASK, "-w", str(ws), "-m",
-             "openai:gpt-compact", "--yes", "--context-window", WINDOW],
-            env=_env(db, srv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            [
+                sys.executable,
+                "-m",
+                "bubu",
+                "--db",
+                str(db),
+                "run",
+                TASK,
+                "-w",
+                str(ws),
+                "-m",
+                "openai:gpt-compact",
+                "--yes",
+                "--context-window",
+                WINDOW,
+            ],
+            env=_env(db, srv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + 120
         while not srv.summaries() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
@@ -311,11 +349,17 @@ def test_a_fork_in_the_middle_of_a_compaction_sends_the_next_summary_request(
         ):
             fork = fork_session(store, ran.sid, seq - 1)
             info = store.session(fork.session)
-            refuses = FunctionProvider(_refuse, spec="openai:gpt-compact",
-                                       context_window=int(WINDOW), summarize=_refuse)  # fmt: skip
-            host = Host(store=store, provider=refuses, tools=builtin_tools(),
-                        config=RunConfig(context_window=int(WINDOW),
-                                         context=ContextPolicy(summary_result_share=1.0)))  # fmt: skip
+            refuses = FunctionProvider(
+                _refuse, spec="openai:gpt-compact", context_window=int(WINDOW), summarize=_refuse
+            )
+            host = Host(
+                store=store,
+                provider=refuses,
+                tools=builtin_tools(),
+                config=RunConfig(
+                    context_window=int(WINDOW), context=ContextPolicy(summary_result_share=1.0)
+                ),
+            )
             with host.runner_for(info) as runner:
                 runner.compacting.compact()
             sent = [n for s, n in model_requests(store.read(info.id)) if s > seq - 1]

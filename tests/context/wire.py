@@ -134,9 +134,17 @@ def _events(answer: Text | Call, prompt_tokens: int) -> list[bytes]:
         "total_tokens": prompt_tokens + 20,
     }
     events.append(
-        _sse({"id": "chatcmpl-compact", "object": "chat.completion.chunk", "created": 1741569952,
-              "model": "gpt-compact", "choices": [], "usage": usage})
-    )  # fmt: skip
+        _sse(
+            {
+                "id": "chatcmpl-compact",
+                "object": "chat.completion.chunk",
+                "created": 1741569952,
+                "model": "gpt-compact",
+                "choices": [],
+                "usage": usage,
+            }
+        )
+    )
     return [*events, b"data: [DONE]\n\n"]
 
 

@@ -100,8 +100,10 @@ def test_demo_crashes_recovers_and_fixes_the_test(home: Path, tmp_path: Path) ->
     opening, *results = [ln for ln in block.splitlines()[1:] if ln.strip()]
     assert opening.endswith("…"), opening
     assert [r.split(":", 1)[0].strip(" ⎿✗") for r in results] == [
-        "edit_file", "run_command", "read_file"
-    ]  # fmt: skip
+        "edit_file",
+        "run_command",
+        "read_file",
+    ]
     assert sys.executable not in text
     assert "run_command python3 check_style.py" in text
     assert "with the recovery" in text

@@ -61,8 +61,15 @@ def on_a_terminal(db: Path, *args: str) -> bytes:
     """What `bubu ARGS` writes to a terminal (a pseudo-terminal), byte for byte."""
     leader, follower = pty.openpty()
     try:
-        done = subprocess.run(bubu_cmd(db, *args), env=bubu_env(db.parent), stdout=follower,
-                              stderr=follower, stdin=subprocess.DEVNULL, timeout=60, check=False)  # fmt: skip
+        done = subprocess.run(
+            bubu_cmd(db, *args),
+            env=bubu_env(db.parent),
+            stdout=follower,
+            stderr=follower,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+            check=False,
+        )
         os.close(follower)
         follower = -1
         out = b""

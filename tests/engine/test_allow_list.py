@@ -238,15 +238,84 @@ def test_a_command_is_shown_line_by_line_with_its_newlines_marked() -> None:
 # ---- real bash is the judge ---------------------------------------------------------------------
 
 _FRAGMENTS = [
-    "pytest", " ", " -q", ";", "\n", "&&", "||", "&", "|", "'", '"', "\\", "$", "$'", '$"', "`",
-    "#", "(", ")", "{", "}", "<<", "<<-", "'EOF'", "EOF", "\nEOF\n", "touch pwned", "echo", "x",
-    "\t", "${x}", "=", "!", "*", ">", "2>&1", "<", "$(", "\\\n", "\r", "coproc ", "time ",
-    "then ", "do ", "done", "if ", "fi", "{ ", " }", "[[ ", " ]]", "case ", " in ", "esac",
+    "pytest",
+    " ",
+    " -q",
+    ";",
+    "\n",
+    "&&",
+    "||",
+    "&",
+    "|",
+    "'",
+    '"',
+    "\\",
+    "$",
+    "$'",
+    '$"',
+    "`",
+    "#",
+    "(",
+    ")",
+    "{",
+    "}",
+    "<<",
+    "<<-",
+    "'EOF'",
+    "EOF",
+    "\nEOF\n",
+    "touch pwned",
+    "echo",
+    "x",
+    "\t",
+    "${x}",
+    "=",
+    "!",
+    "*",
+    ">",
+    "2>&1",
+    "<",
+    "$(",
+    "\\\n",
+    "\r",
+    "coproc ",
+    "time ",
+    "then ",
+    "do ",
+    "done",
+    "if ",
+    "fi",
+    "{ ",
+    " }",
+    "[[ ",
+    " ]]",
+    "case ",
+    " in ",
+    "esac",
     # builtins that evaluate a word, and programs that run other programs
-    "printf -v ", "'a[$(touch pwned)]' ", "read ", "unset ", "test -v ", "[ -v ", " ]", "let ",
-    "mapfile -C ", "a=(1) ", "declare ", "set -k ", "env ", "prlimit ", "setarch x86_64 ",
-    "timeout 5 ", "nice ", "bash -c ", "xargs ", "find . -exec ", " {} ';'", "sort -o pwned ",
-]  # fmt: skip
+    "printf -v ",
+    "'a[$(touch pwned)]' ",
+    "read ",
+    "unset ",
+    "test -v ",
+    "[ -v ",
+    " ]",
+    "let ",
+    "mapfile -C ",
+    "a=(1) ",
+    "declare ",
+    "set -k ",
+    "env ",
+    "prlimit ",
+    "setarch x86_64 ",
+    "timeout 5 ",
+    "nice ",
+    "bash -c ",
+    "xargs ",
+    "find . -exec ",
+    " {} ';'",
+    "sort -o pwned ",
+]
 
 _SHIMS = ("touch", "env", "prlimit", "setarch", "timeout", "nice", "bash", "xargs", "find", "sort")
 """Real programs put on the judge's PATH behind a shim that records each time one is run."""
@@ -281,9 +350,13 @@ def _judge(command: str, where: Path) -> tuple[list[str], list[str]]:
     script = f'set -T; trap \'printf "%s\\0" "$BASH_COMMAND" >> {trace}\' DEBUG\neval "$BUBU_CMD"'
     subprocess.run(
         ["/bin/bash", "--norc", "--noprofile", "-c", script],
-        cwd=where, env={"PATH": str(stubs), "BUBU_CMD": command, "HOME": str(where)},
-        stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False,
-    )  # fmt: skip
+        cwd=where,
+        env={"PATH": str(stubs), "BUBU_CMD": command, "HOME": str(where)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=10,
+        check=False,
+    )
     seen = trace.read_bytes().split(b"\0") if trace.exists() else []
     ran = [s.decode("utf-8", "replace") for s in seen if s][1:]  # [0] is the eval itself
     ran_programs = execs.read_bytes().split(b"\0") if execs.exists() else []
@@ -314,15 +387,55 @@ def test_what_a_pattern_approves_is_all_that_bash_runs(tmp_path: Path, command: 
 
 
 _HEADS = [
-    "printf -v", "printf", "read", "read -a", "unset", "test -v", "[ -v", "let", "mapfile -C",
-    "readarray", "wait -p", "getopts a", "env", "prlimit", "setarch x86_64", "timeout 5", "nice",
-    "bash -c", "xargs", "find . -exec", "sort -o", "a=(1);", "declare", "set -k;", "pytest",
-    "command", "exec", "eval", "trap",
-]  # fmt: skip
+    "printf -v",
+    "printf",
+    "read",
+    "read -a",
+    "unset",
+    "test -v",
+    "[ -v",
+    "let",
+    "mapfile -C",
+    "readarray",
+    "wait -p",
+    "getopts a",
+    "env",
+    "prlimit",
+    "setarch x86_64",
+    "timeout 5",
+    "nice",
+    "bash -c",
+    "xargs",
+    "find . -exec",
+    "sort -o",
+    "a=(1);",
+    "declare",
+    "set -k;",
+    "pytest",
+    "command",
+    "exec",
+    "eval",
+    "trap",
+]
 _ARGS = [
-    "'a[$(touch pwned)]'", "a[0]", "x", "touch", "pwned", "pytest", "]", "';'", "{}", "-q",
-    "a=b", "'touch pwned'", "%s", "1", "'$(touch pwned)'", "'`touch pwned`'", "<<< 'a[$(touch pwned)]'",
-]  # fmt: skip
+    "'a[$(touch pwned)]'",
+    "a[0]",
+    "x",
+    "touch",
+    "pwned",
+    "pytest",
+    "]",
+    "';'",
+    "{}",
+    "-q",
+    "a=b",
+    "'touch pwned'",
+    "%s",
+    "1",
+    "'$(touch pwned)'",
+    "'`touch pwned`'",
+    "<<< 'a[$(touch pwned)]'",
+]
 
 
 @settings(
@@ -381,9 +494,37 @@ def test_parse_is_total() -> None:
 
 
 _WORD_BITS = [
-    "a", "1", "x", "-", "/", "~", "=", ":", "*", "?", "[", "]", "{", "}", ",", "..", "'", '"',
-    "\\", "$", "@", "HEAD", "@{u}", "%", "!", "^", "+", " ", "\t", "#",
-]  # fmt: skip
+    "a",
+    "1",
+    "x",
+    "-",
+    "/",
+    "~",
+    "=",
+    ":",
+    "*",
+    "?",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    "..",
+    "'",
+    '"',
+    "\\",
+    "$",
+    "@",
+    "HEAD",
+    "@{u}",
+    "%",
+    "!",
+    "^",
+    "+",
+    " ",
+    "\t",
+    "#",
+]
 
 
 @settings(
@@ -404,9 +545,12 @@ def test_a_word_called_plain_is_what_bash_passes(tmp_path: Path, word: str) -> N
         return  # asks; or no argument (printf then prints its format once)
     got = subprocess.run(
         ["/bin/bash", "--norc", "--noprofile", "-c", f"printf '%s\\0' {word}"],
-        cwd=where, env={"PATH": "/usr/bin:/bin", "HOME": "/home/someone"},
-        capture_output=True, timeout=10, check=False,
-    )  # fmt: skip
+        cwd=where,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/home/someone"},
+        capture_output=True,
+        timeout=10,
+        check=False,
+    )
     if got.returncode != 0:
         return  # bash could not read it either
     passed = got.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]

@@ -76,8 +76,13 @@ def test_each_builtin_attack_really_runs_in_bash(command: str, tmp_path: Path) -
     """The table is not guesswork: bash runs the command hidden in each quoted subscript."""
     subprocess.run(
         ["/bin/bash", "--norc", "--noprofile", "-c", f"a=(1); {command}"],
-        cwd=tmp_path, input="x\n", capture_output=True, text=True, timeout=10, check=False,
-    )  # fmt: skip
+        cwd=tmp_path,
+        input="x\n",
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
     if command.startswith(("wait", "getopts", "mapfile", "readarray", "declare", "typeset")) or (
         "-a" in command
     ):
@@ -334,8 +339,11 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (ws / "a").write_text("a\n")
     (ws / "b").write_text("b\n")
     env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
-    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t",
-                 "commit", "-qm", "one"]):  # fmt: skip
+    for args in (
+        ["init", "-q"],
+        ["add", "."],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"],
+    ):
         subprocess.run(["git", *args], cwd=ws, env=env, check=True, capture_output=True)
     (ws / "a").write_text("changed\n")
     return ws
@@ -369,8 +377,12 @@ def test_a_recommended_pattern_cannot_write_outside_or_run_another_program(
         approved += 1
         subprocess.run(
             ["/bin/bash", "--norc", "--noprofile", "-c", command],
-            cwd=repo, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
+            cwd=repo,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=120,
             check=False,
-        )  # fmt: skip
+        )
         assert list(out.iterdir()) == [], (pattern, command)
     assert approved, f"{pattern} approved none of its own lines"

@@ -82,8 +82,9 @@ def test_a_worker_host_has_its_config_files_deny_rules_and_the_tasks_model_optio
         policy = Submission(model=SubmittedModel(native_tools=False))
         info = submit(store, task="say done", workspace=ws, model=MODEL, policy=policy)
         options = worker_options(tool_timeout=30.0)
-        host = worker_host(store, info, options, observer=NullObserver(), owner="w1",
-                           config=WorkerConfig())  # fmt: skip
+        host = worker_host(
+            store, info, options, observer=NullObserver(), owner="w1", config=WorkerConfig()
+        )
     assert host.policy.deny == ("rm *", "path:secrets/**")
     assert native(host) is False
     assert host.config.max_background == 2
@@ -96,8 +97,14 @@ def test_a_worker_takes_no_loosening_setting_from_its_config_file(home: Path, ws
     (home / "config.toml").write_text('yes = true\nallow = ["*"]\nnetwork = true\n' + CONFIG)
     with SQLiteStore(home / "bubu.db") as store:
         info = submit(store, task="say done", workspace=ws, model=MODEL)
-        host = worker_host(store, info, worker_options(), observer=NullObserver(), owner="w1",
-                           config=WorkerConfig())  # fmt: skip
+        host = worker_host(
+            store,
+            info,
+            worker_options(),
+            observer=NullObserver(),
+            owner="w1",
+            config=WorkerConfig(),
+        )
     assert not host.policy.yes
     assert not host.policy.allow_commands
     assert not host.policy.network
@@ -107,8 +114,9 @@ def test_a_worker_takes_no_loosening_setting_from_its_config_file(home: Path, ws
 def test_the_python_api_host_carries_the_agents_own_choices(home: Path) -> None:
     policy = Policy(deny=("rm *",))
     provider = ScriptedProvider(str(write_script(home / "s.jsonl", [{"text": "ok"}])))
-    with Agent(provider, store=home / "bubu.db", policy=policy,
-               config=RunConfig(max_background=2)) as agent:  # fmt: skip
+    with Agent(
+        provider, store=home / "bubu.db", policy=policy, config=RunConfig(max_background=2)
+    ) as agent:
         host = agent.host()
     assert host.policy.deny == ("rm *",)
     assert host.config.max_background == 2

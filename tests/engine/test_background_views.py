@@ -40,8 +40,13 @@ def _run(store: SQLiteStore, tmp_path: Path, lines: list[dict[str, object]]) -> 
     ws.mkdir(exist_ok=True)
     script = write_script(tmp_path / f"s{len(list(tmp_path.iterdir()))}.jsonl", lines)
     info = new_session(store, task="t", workspace=ws, model=f"scripted:{script}")
-    host = Host(store=store, provider=ScriptedProvider(str(script)), tools=builtin_tools(),
-                policy=Policy(yes=True, sandbox="off"), config=RunConfig())  # fmt: skip
+    host = Host(
+        store=store,
+        provider=ScriptedProvider(str(script)),
+        tools=builtin_tools(),
+        policy=Policy(yes=True, sandbox="off"),
+        config=RunConfig(),
+    )
     assert start_turn(host, info, "serve") == "completed"
     return info.id
 
@@ -49,11 +54,18 @@ def _run(store: SQLiteStore, tmp_path: Path, lines: list[dict[str, object]]) -> 
 def test_a_process_kept_for_the_session_is_listed_by_every_view(
     store: SQLiteStore, tmp_path: Path
 ) -> None:
-    sid = _run(store, tmp_path, [
-        {"tool_calls": [call("run_command", command="exec sleep 300", background=True,
-                             keep="session")]},
-        {"text": "it runs"},
-    ])  # fmt: skip
+    sid = _run(
+        store,
+        tmp_path,
+        [
+            {
+                "tool_calls": [
+                    call("run_command", command="exec sleep 300", background=True, keep="session")
+                ]
+            },
+            {"text": "it runs"},
+        ],
+    )
     try:
         procs = background.known(sid)
         assert procs is not None
@@ -72,8 +84,11 @@ def test_a_process_kept_for_the_session_is_listed_by_every_view(
     finally:
         processes.end_session(sid, store)
     assert not proctree.marked(proctree.session_match(sid))
-    ends = [n for r in store.read(sid) if isinstance(n := getattr(r.event.content, "note", None),
-                                                      ProcessEnded)]  # fmt: skip
+    ends = [
+        n
+        for r in store.read(sid)
+        if isinstance(n := getattr(r.event.content, "note", None), ProcessEnded)
+    ]
     assert [(n.how, n.reason) for n in ends] == [("killed", "the session ended")]
     assert status_dict(store, store.session(sid))["processes"] == []
 
@@ -82,13 +97,25 @@ def test_a_process_kept_for_the_session_is_listed_by_every_view(
 def test_a_process_left_by_another_bubu_is_told_to_the_model_as_dead(
     store: SQLiteStore, tmp_path: Path
 ) -> None:
-    sid = _run(store, tmp_path, [
-        {"tool_calls": [call("run_command", command="echo up; exec sleep 300", background=True,
-                             keep="session")]},
-        {"tool_calls": [call("process_wait", handle="bg-1", timeout=2)]},
-        {"text": "it runs"},
-        {"text": "and now?"},
-    ])  # fmt: skip
+    sid = _run(
+        store,
+        tmp_path,
+        [
+            {
+                "tool_calls": [
+                    call(
+                        "run_command",
+                        command="echo up; exec sleep 300",
+                        background=True,
+                        keep="session",
+                    )
+                ]
+            },
+            {"tool_calls": [call("process_wait", handle="bg-1", timeout=2)]},
+            {"text": "it runs"},
+            {"text": "and now?"},
+        ],
+    )
     procs = background.known(sid)
     assert procs is not None
     # As if this Bubu had ended: its processes are gone, their end never recorded.
@@ -97,8 +124,13 @@ def test_a_process_left_by_another_bubu_is_told_to_the_model_as_dead(
     background._REGISTRY.pop(sid)
     info = store.session(sid)
     script = info.model.removeprefix("scripted:") if info.model else ""
-    host = Host(store=store, provider=ScriptedProvider(script), tools=builtin_tools(),
-                policy=Policy(yes=True, sandbox="off"), config=RunConfig())  # fmt: skip
+    host = Host(
+        store=store,
+        provider=ScriptedProvider(script),
+        tools=builtin_tools(),
+        policy=Policy(yes=True, sandbox="off"),
+        config=RunConfig(),
+    )
     assert start_turn(host, info, "again") == "completed"
     records = store.read(sid)
     ends = [

@@ -45,8 +45,11 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
 def test_the_demo_fixes_the_project(demo: Demo) -> None:
     tests = subprocess.run(
         [sys.executable, "-m", "unittest", "-q"],
-        cwd=demo.workspace, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        cwd=demo.workspace,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert tests.returncode == 0, tests.stderr
     fixed = (demo.workspace / "stats.py").read_text()
     assert FIX_NEW in fixed
@@ -218,11 +221,25 @@ def _start_slow(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
         [{"tool_calls": [call("run_command", command=SLOW)]}, {"text": "after the command"}],
     )
     proc = subprocess.Popen(
-        bubu_cmd(db, "run", "slow", "-w", str(ws), "-m", f"scripted:{script}", "--allow", SLOW,
-                 "--sandbox", "off"),
-        env=bubu_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        bubu_cmd(
+            db,
+            "run",
+            "slow",
+            "-w",
+            str(ws),
+            "-m",
+            f"scripted:{script}",
+            "--allow",
+            SLOW,
+            "--sandbox",
+            "off",
+        ),
+        env=bubu_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     pid_file = ws / "pid.txt"
     try:
         wait_for(

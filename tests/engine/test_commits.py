@@ -118,9 +118,16 @@ class Dismisser:
     def run(self, args: dict[str, Any], ctx: ToolContext, intent: WriteIntent | None) -> ToolResult:
         with SQLiteStore(self.db) as other:
             (info,) = other.sessions()
-            note = make(session=info.id, turn=None, run=None, role="user", author="user",
-                        ts=1, content=SystemNote(note=NoticeDismissed(notice_seq=1)),
-                        visibility="hidden")  # fmt: skip
+            note = make(
+                session=info.id,
+                turn=None,
+                run=None,
+                role="user",
+                author="user",
+                ts=1,
+                content=SystemNote(note=NoticeDismissed(notice_seq=1)),
+                visibility="hidden",
+            )
             other.append(info.id, [note], expect=other.head(info.id).high_water)
         return ToolResult(output="dismissed elsewhere")
 
@@ -130,9 +137,12 @@ def test_a_foreign_append_meeting_staged_events_is_folded_in_and_nothing_is_lost
 ) -> None:
     script = write_script(
         tmp_path / "s.jsonl",
-        [{"tool_calls": [call("dismiss_elsewhere")]}, {"tool_calls": [call("read_file", path="a.txt")]},
-         {"text": "done"}],
-    )  # fmt: skip
+        [
+            {"tool_calls": [call("dismiss_elsewhere")]},
+            {"tool_calls": [call("read_file", path="a.txt")]},
+            {"text": "done"},
+        ],
+    )
     provider = scripted(script)
     store = Counting(tmp_path / "count.db")
     try:
@@ -150,8 +160,11 @@ def test_a_foreign_append_meeting_staged_events_is_folded_in_and_nothing_is_lost
         # note were then committed together after it.
         at = kinds.index("notice_dismissed")
         assert kinds[at - 1 : at + 3] == [
-            "tool_dispatch", "notice_dismissed", "function_response", "model_request",
-        ]  # fmt: skip
+            "tool_dispatch",
+            "notice_dismissed",
+            "function_response",
+            "model_request",
+        ]
         # The second request carried the first result: the folds were rebuilt right.
         assert "dismissed elsewhere" in str(provider.requests[1].messages[-1])
     finally:

@@ -119,9 +119,15 @@ def test_decide_does_not_change_the_fold() -> None:
 
 def _ev(content: Content, *, role: Role, inv: str | None = None) -> Event:
     return make(
-        session="s", turn="t", run="r", invocation=inv, role=role, author="agent", ts=0,
+        session="s",
+        turn="t",
+        run="r",
+        invocation=inv,
+        role=role,
+        author="agent",
+        ts=0,
         content=content,
-    )  # fmt: skip
+    )
 
 
 def _records(events: Iterable[Event]) -> list[Record]:
@@ -215,13 +221,31 @@ def test_every_prefix_of_a_real_turn_pairs_its_calls(
 # ---- purity ------------------------------------------------------------------------------------
 
 FORBIDDEN = (
-    "sqlite3", "subprocess", "httpx", "socket", "threading", "time", "os", "psycopg",
-    "bubu.clock", "bubu.log", "bubu.tools", "bubu.engine.driver", "bubu.providers.openai",
-    "bubu.providers.anthropic", "bubu.providers.scripted",
-)  # fmt: skip
+    "sqlite3",
+    "subprocess",
+    "httpx",
+    "socket",
+    "threading",
+    "time",
+    "os",
+    "psycopg",
+    "bubu.clock",
+    "bubu.log",
+    "bubu.tools",
+    "bubu.engine.driver",
+    "bubu.providers.openai",
+    "bubu.providers.anthropic",
+    "bubu.providers.scripted",
+)
 
-PURE = ("bubu.engine.decide", "bubu.projections.turn", "bubu.projections.recovery",
-        "bubu.projections.status", "bubu.projections.transcript", "bubu.projections.context")  # fmt: skip
+PURE = (
+    "bubu.engine.decide",
+    "bubu.projections.turn",
+    "bubu.projections.recovery",
+    "bubu.projections.status",
+    "bubu.projections.transcript",
+    "bubu.projections.context",
+)
 
 
 def _imports(module: str) -> set[str]:

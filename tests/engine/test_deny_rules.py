@@ -54,11 +54,15 @@ def test_a_denied_call_is_refused_unasked_even_under_yes_and_the_model_reads_the
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
     lines: list[dict[str, object]] = [
-        {"tool_calls": [call("run_command", command="rm a.txt"),
-                        call("read_file", path="b.txt"),
-                        call("run_command", command="echo ok > ok.txt")]},
+        {
+            "tool_calls": [
+                call("run_command", command="rm a.txt"),
+                call("read_file", path="b.txt"),
+                call("run_command", command="echo ok > ok.txt"),
+            ]
+        },
         {"text": "ok"},
-    ]  # fmt: skip
+    ]
     provider = scripted(write_script(tmp_path / "s.jsonl", lines))
     info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
     asked: list[PermissionRequest] = []
@@ -67,8 +71,9 @@ def test_a_denied_call_is_refused_unasked_even_under_yes_and_the_model_reads_the
         asked.append(r)
 
     # Allowed by pattern and by --yes: the deny rule still wins, and nobody is asked.
-    policy = Policy(sandbox="off", yes=True, allow_commands=("rm *", "echo *"),
-                    deny=("rm *", "path:b.txt"))  # fmt: skip
+    policy = Policy(
+        sandbox="off", yes=True, allow_commands=("rm *", "echo *"), deny=("rm *", "path:b.txt")
+    )
     host = make_host(sqlite_store, provider, policy=policy, asker=asker)
     assert start_turn(host, info, "t") == "completed"
     records = sqlite_store.read(info.id)
@@ -81,8 +86,11 @@ def test_a_denied_call_is_refused_unasked_even_under_yes_and_the_model_reads_the
     assert first.is_error
     assert "denied by rule `path:b.txt`" in second.result
     assert not third.is_error
-    started = [c.note for r in records if isinstance(c := r.event.content, SystemNote)
-               and isinstance(c.note, TurnStarted)]  # fmt: skip
+    started = [
+        c.note
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnStarted)
+    ]
     assert started[0].deny == ["rm *", "path:b.txt"]
     # The model saw the refusal in its next request.
     shown = str(provider.requests[1].messages)

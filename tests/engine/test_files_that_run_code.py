@@ -86,9 +86,11 @@ def test_a_virtualenv_anywhere_is_found_by_its_pyvenv_cfg(
     ordinary = [f"{site}/requests/__init__.py", "tools/py-env/README.md", "tools/notes.txt"]
     before = _snapshot(ws)
     results, requests = _turn(
-        tmp_path, sqlite_store, ws,
+        tmp_path,
+        sqlite_store,
+        ws,
         [call("write_file", path=p, content=PLANTED) for p in [*protected, *ordinary]],
-    )  # fmt: skip
+    )
     for path, result in zip([*protected, *ordinary], results, strict=True):
         assert result.is_error == (path in protected), (path, result.result)
     for path, result in zip(protected, results, strict=False):
@@ -110,11 +112,15 @@ def test_a_virtualenv_file_reached_through_a_symlink_or_dotdot_is_protected(
     (ws / "activate-link").symlink_to(root / "bin" / "activate")
     before = (root / "bin" / "activate").read_bytes()
     results, _ = _turn(
-        tmp_path, sqlite_store, ws,
-        [call("write_file", path="activate-link", content=PLANTED),
-         call("write_file", path="src/../.venv/bin/activate", content=PLANTED),
-         call("edit_file", path=".venv/bin/activate", old="deactivate", new="touch pwned; x")],
-    )  # fmt: skip
+        tmp_path,
+        sqlite_store,
+        ws,
+        [
+            call("write_file", path="activate-link", content=PLANTED),
+            call("write_file", path="src/../.venv/bin/activate", content=PLANTED),
+            call("edit_file", path=".venv/bin/activate", old="deactivate", new="touch pwned; x"),
+        ],
+    )
     assert [r.is_error for r in results] == [True, True, True]
     assert (root / "bin" / "activate").read_bytes() == before
 
@@ -133,11 +139,19 @@ def test_a_pth_import_changed_after_a_check_is_seen(tmp_path: Path, ws: Path) ->
 def _git(*args: str, cwd: Path) -> None:
     subprocess.run(
         ["git", "-c", "protocol.file.allow=always", *args],
-        cwd=cwd, check=True, capture_output=True,
-        env={"GIT_CONFIG_NOSYSTEM": "1", "HOME": str(cwd), "PATH": "/usr/bin:/bin",
-             "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-             "GIT_COMMITTER_EMAIL": "t@t"},
-    )  # fmt: skip
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        env={
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "HOME": str(cwd),
+            "PATH": "/usr/bin:/bin",
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
 
 
 def test_git_control_files_at_any_depth_are_protected(
@@ -167,10 +181,15 @@ def test_git_control_files_at_any_depth_are_protected(
     ]
     before = _snapshot(ws)
     results, requests = _turn(
-        tmp_path, sqlite_store, ws,
-        [call("write_file", path=p, content='[core]\n\tfsmonitor = "touch pwned"\n') for p in protected]
+        tmp_path,
+        sqlite_store,
+        ws,
+        [
+            call("write_file", path=p, content='[core]\n\tfsmonitor = "touch pwned"\n')
+            for p in protected
+        ]
         + [call("write_file", path="vendor/lib/x", content="ok\n")],
-    )  # fmt: skip
+    )
     assert [r.is_error for r in results] == [True] * len(protected) + [False]
     assert len(requests) == len(protected)
     after = _snapshot(ws)
@@ -209,9 +228,11 @@ def test_files_that_run_code_are_protected_by_name(
 ) -> None:
     plain = [".nvmrc", ".python-version", ".editorconfig", ".env.example", "package.json"]
     results, requests = _turn(
-        tmp_path, sqlite_store, ws,
+        tmp_path,
+        sqlite_store,
+        ws,
         [call("write_file", path=p, content="x\n") for p in [*NAMES, *plain]],
-    )  # fmt: skip
+    )
     for path, result in zip([*NAMES, *plain], results, strict=True):
         assert result.is_error == (path in NAMES), (path, result.result)
     assert len(requests) == len(NAMES)
@@ -247,10 +268,16 @@ def test_a_writing_tool_of_ones_own_is_judged_by_its_path(
     (ws / ".hg" / "hgrc").write_text("[ui]\n")
     script = write_script(
         tmp_path / "s.jsonl",
-        [{"tool_calls": [call("append_line", path=".hg/hgrc", line="[hooks]\npre-status = touch pwned"),
-                         call("append_line", path="notes.txt", line="ok")]},
-         {"text": "ok"}],
-    )  # fmt: skip
+        [
+            {
+                "tool_calls": [
+                    call("append_line", path=".hg/hgrc", line="[hooks]\npre-status = touch pwned"),
+                    call("append_line", path="notes.txt", line="ok"),
+                ]
+            },
+            {"text": "ok"},
+        ],
+    )
     provider = scripted(script)
     info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
     host = make_host(sqlite_store, provider, policy=replace(Policy(yes=True), sandbox="off"))
@@ -273,14 +300,22 @@ def test_a_git_directory_cannot_be_made_one_file_at_a_time(
         ("src/main.py", False),
     ]
     results, _ = _turn(
-        tmp_path, sqlite_store, ws,
+        tmp_path,
+        sqlite_store,
+        ws,
         [call("write_file", path=p, content="ref: refs/heads/main\n") for p, _ in steps],
-    )  # fmt: skip
+    )
     assert [r.is_error for r in results] == [asks for _, asks in steps]
     done = subprocess.run(
         ["git", "-C", str(ws / "src"), "rev-parse", "--git-dir"],
-        capture_output=True, text=True, check=False,
-        env={"GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
-             "GIT_CEILING_DIRECTORIES": str(ws)},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        env={
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "HOME": str(tmp_path),
+            "PATH": "/usr/bin:/bin",
+            "GIT_CEILING_DIRECTORIES": str(ws),
+        },
+    )
     assert done.returncode != 0, f"git found a repository: {done.stdout}"

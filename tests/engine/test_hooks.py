@@ -69,8 +69,12 @@ def _turn(
 ) -> list[Record]:
     provider = scripted(write_script(tmp_path / "s.jsonl", lines))
     info = new_session(store, task="t", workspace=ws, model=provider.spec)
-    host = make_host(store, provider, policy=policy or Policy(sandbox="off", yes=True),
-                     config=replace(FAST, hooks=hooks))  # fmt: skip
+    host = make_host(
+        store,
+        provider,
+        policy=policy or Policy(sandbox="off", yes=True),
+        config=replace(FAST, hooks=hooks),
+    )
     assert start_turn(host, info, "t") == "completed"
     return store.read(info.id)
 
@@ -153,8 +157,14 @@ def test_a_failing_hook_with_on_error_allow_lets_the_call_run(
 def test_an_ask_from_a_hook_asks_a_person_even_under_yes(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
-    ask = json.dumps({"hookSpecificOutput": {"permissionDecision": "ask",
-                                              "permissionDecisionReason": "are you sure?"}})  # fmt: skip
+    ask = json.dumps(
+        {
+            "hookSpecificOutput": {
+                "permissionDecision": "ask",
+                "permissionDecisionReason": "are you sure?",
+            }
+        }
+    )
     hooks = (Hook(event="PreToolUse", command=f"echo '{ask}'"),)
     lines: list[dict[str, object]] = [
         {"tool_calls": [call("read_file", path="a.txt")]},
@@ -170,8 +180,14 @@ def test_an_ask_from_a_hook_asks_a_person_even_under_yes(
 def test_post_tool_use_context_reaches_the_model_in_the_result(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
-    say = json.dumps({"hookSpecificOutput": {"hookEventName": "PostToolUse",
-                                              "additionalContext": "a.txt is generated"}})  # fmt: skip
+    say = json.dumps(
+        {
+            "hookSpecificOutput": {
+                "hookEventName": "PostToolUse",
+                "additionalContext": "a.txt is generated",
+            }
+        }
+    )
     hooks = (Hook(event="PostToolUse", matcher="read_file", command=f"echo '{say}'"),)
     lines: list[dict[str, object]] = [
         {"tool_calls": [call("read_file", path="a.txt")]},
@@ -186,8 +202,14 @@ def test_post_tool_use_context_reaches_the_model_in_the_result(
 def test_pre_tool_use_context_reaches_the_model_with_the_result(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
-    say = json.dumps({"hookSpecificOutput": {"permissionDecision": "allow",
-                                              "additionalContext": "b.txt is vendored"}})  # fmt: skip
+    say = json.dumps(
+        {
+            "hookSpecificOutput": {
+                "permissionDecision": "allow",
+                "additionalContext": "b.txt is vendored",
+            }
+        }
+    )
     hooks = (Hook(event="PreToolUse", command=f"echo '{say}'"),)
     lines: list[dict[str, object]] = [{"tool_calls": [call("read_file", path="b.txt")]}]
     records = _turn(tmp_path, sqlite_store, ws, [*lines, {"text": "ok"}], hooks)

@@ -19,11 +19,19 @@ from bubu.messages import ModelResponse, TextPart, ThinkingPart, ToolCallPart
 from bubu.projections.turn import CallState, TurnFold
 
 
-def _call(n: int, name: str = "read_file", *, failed: bool = True, raw: str | None = None,
-          **args: object) -> CallState:  # fmt: skip
-    return CallState(call_id=f"c{n}", name=name, arguments=dict(args or {"path": "x"}),
-                     raw_arguments=raw, call_seq=n * 10, invocation=None,
-                     outcome_seq=n * 10 + 1, outcome_error=failed)  # fmt: skip
+def _call(
+    n: int, name: str = "read_file", *, failed: bool = True, raw: str | None = None, **args: object
+) -> CallState:
+    return CallState(
+        call_id=f"c{n}",
+        name=name,
+        arguments=dict(args or {"path": "x"}),
+        raw_arguments=raw,
+        call_seq=n * 10,
+        invocation=None,
+        outcome_seq=n * 10 + 1,
+        outcome_error=failed,
+    )
 
 
 def test_the_same_failing_call_is_counted_since_it_last_succeeded() -> None:

@@ -56,11 +56,25 @@ class Home:
         env.pop("XDG_CONFIG_HOME", None)
         env.pop("XDG_DATA_HOME", None)
         done = subprocess.run(
-            bubu_cmd(self.db, "run", "the task", "-w", str(self.ws), "-m", f"scripted:{script}",
-                     "--sandbox", "off", *flags),
-            env=env, capture_output=True, text=True, timeout=120, check=False,
+            bubu_cmd(
+                self.db,
+                "run",
+                "the task",
+                "-w",
+                str(self.ws),
+                "-m",
+                f"scripted:{script}",
+                "--sandbox",
+                "off",
+                *flags,
+            ),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
             stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         assert "Traceback" not in done.stderr, done.stderr
         assert done.returncode == 0, done.stderr
         with SQLiteStore(self.db) as store:
@@ -119,8 +133,9 @@ def test_allow_write_lets_exactly_the_named_path_through(home: Home) -> None:
     others = [home.home / ".npmrc2", home.home / ".config" / "git" / "config"]
     results, requests = home.run(
         [call("write_file", path=str(p), content="x=1\n") for p in [npmrc, *others]],
-        "--allow-write", str(npmrc),
-    )  # fmt: skip
+        "--allow-write",
+        str(npmrc),
+    )
     assert [r.is_error for r in results] == [False, True, True]
     assert npmrc.read_text() == "x=1\n"
     assert not any(p.exists() for p in others)
@@ -144,8 +159,10 @@ def test_a_directory_named_with_allow_write_keeps_its_protected_files(home: Home
     ]
     results, _ = home.run(
         [call("write_file", path=str(p), content="x\n") for p in paths],
-        "--yes", "--allow-write", str(notes),
-    )  # fmt: skip
+        "--yes",
+        "--allow-write",
+        str(notes),
+    )
     assert [r.is_error for r in results] == [False, False, True, True]
     assert (notes / "todo.md").read_text() == "x\n"
     assert not (notes / ".git").exists()
@@ -169,8 +186,12 @@ def test_a_workspace_file_may_not_name_paths_to_write(home: Home) -> None:
     done = subprocess.run(
         bubu_cmd(home.db, "run", "t", "-w", str(home.ws), "-m", f"scripted:{script}"),
         env={**bubu_env(home.bubu_home), "HOME": str(home.home)},
-        capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
     # Ignored, not obeyed: the run goes on and says so once.
     assert done.returncode == 0, done.stderr
     assert "ignored allow_write" in done.stdout + done.stderr, done.stdout
@@ -185,9 +206,12 @@ def test_bubu_home_inside_the_workspace_is_protected_whatever_its_name(home: Hom
     home.bubu_home = link
     home.db = home.tmp / "bubu.db"
     results, requests = home.run(
-        [call("write_file", path=f"state/{name}", content="{}\n") for name in ("mcp.json", "config.toml")],
+        [
+            call("write_file", path=f"state/{name}", content="{}\n")
+            for name in ("mcp.json", "config.toml")
+        ],
         "--yes",
-    )  # fmt: skip
+    )
     assert [r.is_error for r in results] == [True, True]
     assert "Bubu's home directory" in results[0].result
     assert not (real / "mcp.json").exists()
@@ -244,10 +268,11 @@ def test_a_workspace_that_is_the_home_directory_keeps_its_dot_files_protected(
     monkeypatch.setenv("BUBU_HOME", str(tmp_path / "state"))
     protected = [".config/git/config", ".local/share/applications/x.desktop", ".tmux.conf"]
     results = _in_process(
-        tmp_path, home,
+        tmp_path,
+        home,
         [call("write_file", path=p, content="x\n") for p in [*protected, "src/app.py"]]
         + [call("write_file", path=str(xdg / "git" / "config"), content="x\n")],
-    )  # fmt: skip
+    )
     assert [r.is_error for r in results] == [True, True, True, False, True]
     assert "in your home directory" in results[0].result, results[0].result
     assert "dot-file of your home directory" in results[2].result
@@ -281,12 +306,15 @@ def test_a_directory_named_inside_a_dot_directory_of_home_opens_only_itself(
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.setenv("BUBU_HOME", str(tmp_path / "state"))
     results = _in_process(
-        tmp_path, ws,
-        [call("write_file", path=str(app / "settings.json"), content="{}\n"),
-         call("write_file", path=str(home / ".config" / "git" / "config"), content="x\n"),
-         call("write_file", path=str(home / ".bashrc"), content="x\n")],
+        tmp_path,
+        ws,
+        [
+            call("write_file", path=str(app / "settings.json"), content="{}\n"),
+            call("write_file", path=str(home / ".config" / "git" / "config"), content="x\n"),
+            call("write_file", path=str(home / ".bashrc"), content="x\n"),
+        ],
         allow_write=(str(app), str(home)),
-    )  # fmt: skip
+    )
     assert [r.is_error for r in results] == [False, True, True]
     assert (app / "settings.json").read_text() == "{}\n"
 
@@ -298,8 +326,15 @@ def test_an_imported_log_grants_no_paths_to_write(tmp_path: Path) -> None:
     from bubu.projections.turn import fold
 
     def note(sid: str, n: TurnStarted | SessionStarted, turn: str | None) -> Event:
-        return make_event(session=sid, turn=turn, role="system", author="system",
-                          ts=clock.now_ms(), content=SystemNote(note=n), visibility="hidden")  # fmt: skip
+        return make_event(
+            session=sid,
+            turn=turn,
+            role="system",
+            author="system",
+            ts=clock.now_ms(),
+            content=SystemNote(note=n),
+            visibility="hidden",
+        )
 
     with SQLiteStore(tmp_path / "b.db") as store:
         info = store.create_session(title="t", workspace=str(tmp_path), events=[])

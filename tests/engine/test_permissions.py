@@ -192,9 +192,13 @@ def test_a_write_outside_the_workspace_asks_a_person_under_yes(
     outside = tmp_path / "elsewhere" / "notes.txt"
     outside.parent.mkdir()
     records, asked = _run(
-        tmp_path, sqlite_store, ws, call("write_file", path=str(outside), content="x\n"),
-        policy=Policy(yes=True), answer=answer,
-    )  # fmt: skip
+        tmp_path,
+        sqlite_store,
+        ws,
+        call("write_file", path=str(outside), content="x\n"),
+        policy=Policy(yes=True),
+        answer=answer,
+    )
     assert len(asked) == 1, "--yes does not approve a write outside the workspace"
     assert asked[0].protected
     (decision,) = _decisions(records)

@@ -26,15 +26,19 @@ def test_a_planning_turn_refuses_a_write_and_the_approval_switches_the_session_t
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
     lines: list[dict[str, object]] = [
-        {"tool_calls": [call("read_file", path="a.txt"),
-                        call("write_file", path="a.txt", content="changed\n"),
-                        call("run_command", command="echo x > x.txt")]},
+        {
+            "tool_calls": [
+                call("read_file", path="a.txt"),
+                call("write_file", path="a.txt", content="changed\n"),
+                call("run_command", command="echo x > x.txt"),
+            ]
+        },
         {"tool_calls": [call("update_plan", items=PLAN)]},
         {"text": "Plan: 1. read the code 2. fix it"},
         {"text": "still planning"},
         {"tool_calls": [call("write_file", path="a.txt", content="changed\n")]},
         {"text": "done"},
-    ]  # fmt: skip
+    ]
     provider = scripted(write_script(tmp_path / "s.jsonl", lines))
     info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
     policy = Policy(sandbox="off", yes=True)

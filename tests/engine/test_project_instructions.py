@@ -186,9 +186,28 @@ def test_a_symlink_out_of_the_workspace_or_to_a_protected_path_is_not_followed(
     assert "protected path .git/config" in (files[1].skipped or "")
 
 
-def _cli_run(tmp_path: Path, db: Path, ws: Path, name: str, lines: list[dict[str, object]], *extra: str, failpoint: str | None = None):  # type: ignore[no-untyped-def]  # fmt: skip
+def _cli_run(
+    tmp_path: Path,
+    db: Path,
+    ws: Path,
+    name: str,
+    lines: list[dict[str, object]],
+    *extra: str,
+    failpoint: str | None = None,
+):  # type: ignore[no-untyped-def]
     script = write_script(tmp_path / f"{name}.jsonl", lines)
-    return bubu(db, "run", name, "-w", str(ws), "-m", f"scripted:{script}", "--jsonl", *extra, failpoint=failpoint)  # fmt: skip
+    return bubu(
+        db,
+        "run",
+        name,
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--jsonl",
+        *extra,
+        failpoint=failpoint,
+    )
 
 
 def _read(db: Path, session: str) -> list[Record]:

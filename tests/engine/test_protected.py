@@ -55,10 +55,11 @@ def test_an_edit_that_plants_core_fsmonitor_is_not_made(
 ) -> None:
     before = (repo / ".git" / "config").read_text()
     results, requests, decisions = _bubu_run(
-        tmp_path, repo,
+        tmp_path,
+        repo,
         [call("edit_file", path=".git/config", old="[core]\n", new=FSMONITOR)],
         *flags,
-    )  # fmt: skip
+    )
     assert (repo / ".git" / "config").read_text() == before
     (result,) = results
     assert result.is_error
@@ -79,10 +80,11 @@ def test_protected_writes_are_denied_without_a_person(tmp_path: Path, repo: Path
     (repo / "link").symlink_to(repo / ".git" / "config")
     before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
     results, requests, _ = _bubu_run(
-        tmp_path, repo,
+        tmp_path,
+        repo,
         [call("write_file", path=path, content="touch pwned\n") for path in PROTECTED],
         "--yes",
-    )  # fmt: skip
+    )
     assert len(results) == len(PROTECTED)
     for path, result in zip(PROTECTED, results, strict=True):
         assert result.is_error, path
@@ -120,9 +122,12 @@ def test_the_prompt_shows_every_line_of_a_command() -> None:
     from bubu.cli.render import prompt_lines
 
     request = PermissionRequest(
-        request_id="p", call_id="c", tool="run_command",
-        summary="run `pytest -q\nrm -rf x`", reason="`rm -rf x` matches no --allow pattern",
-    )  # fmt: skip
+        request_id="p",
+        call_id="c",
+        tool="run_command",
+        summary="run `pytest -q\nrm -rf x`",
+        reason="`rm -rf x` matches no --allow pattern",
+    )
     assert prompt_lines(request) == [
         "? run this command (2 lines):",
         "  │ pytest -q⏎",
@@ -130,9 +135,13 @@ def test_the_prompt_shows_every_line_of_a_command() -> None:
         "  `rm -rf x` matches no --allow pattern",
     ]
     protected = PermissionRequest(
-        request_id="p", call_id="c", tool="write_file", summary="write_file .git/config",
-        reason=protected_reason(".git/config") or "", protected=True,
-    )  # fmt: skip
+        request_id="p",
+        call_id="c",
+        tool="write_file",
+        summary="write_file .git/config",
+        reason=protected_reason(".git/config") or "",
+        protected=True,
+    )
     assert prompt_lines(protected)[1].startswith("! .git/config is a protected path")
 
 
@@ -217,9 +226,14 @@ def _on_a_terminal(
     db = tmp_path / "bubu.db"
     main, side = pty.openpty()
     proc = subprocess.Popen(
-        bubu_cmd(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off", *flags),
-        env={**bubu_env(tmp_path), "TERM": "dumb", "NO_COLOR": "1"}, stdin=side, stdout=side, stderr=side,
-    )  # fmt: skip
+        bubu_cmd(
+            db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off", *flags
+        ),
+        env={**bubu_env(tmp_path), "TERM": "dumb", "NO_COLOR": "1"},
+        stdin=side,
+        stdout=side,
+        stderr=side,
+    )
     os.close(side)
     out, answered = b"", False
     try:
@@ -247,9 +261,13 @@ def test_the_terminal_prompt_shows_the_chained_line(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     shown = _on_a_terminal(
-        tmp_path, ws, [call("run_command", command="pytest -q\ntouch pwned")], b"n\n",
-        "--allow", "pytest*",
-    )  # fmt: skip
+        tmp_path,
+        ws,
+        [call("run_command", command="pytest -q\ntouch pwned")],
+        b"n\n",
+        "--allow",
+        "pytest*",
+    )
     assert "? run this command (2 lines):\n  │ pytest -q⏎\n  │ touch pwned\n" in shown
     assert "`touch pwned` matches no --allow pattern" in shown
     assert not (ws / "pwned").exists()

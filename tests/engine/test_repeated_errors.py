@@ -58,19 +58,35 @@ def _openai_500(message: str) -> Answer:
 
 
 def _anthropic_500(message: str) -> Answer:
-    return Answer(500, json.dumps({"type": "error", "error": {"type": "api_error",
-                                                               "message": message}}).encode())  # fmt: skip
+    return Answer(
+        500,
+        json.dumps({"type": "error", "error": {"type": "api_error", "message": message}}).encode(),
+    )
 
 
 WIRES = [
-    Wire(name="chat", path="/v1/chat/completions", text=stream_file("compatible_text.sse"),
-         error=_openai_500, adapter=lambda url: OpenAIProvider("local", base_url=f"{url}/v1")),
-    Wire(name="messages", path="/v1/messages", text=stream_file("anthropic_text.sse"),
-         error=_anthropic_500, adapter=lambda url: AnthropicProvider("local", base_url=url)),
-    Wire(name="responses", path="/v1/responses", text=stream_file("responses_text.sse"),
-         error=_openai_500,
-         adapter=lambda url: OpenAIResponsesProvider("local", base_url=f"{url}/v1")),
-]  # fmt: skip
+    Wire(
+        name="chat",
+        path="/v1/chat/completions",
+        text=stream_file("compatible_text.sse"),
+        error=_openai_500,
+        adapter=lambda url: OpenAIProvider("local", base_url=f"{url}/v1"),
+    ),
+    Wire(
+        name="messages",
+        path="/v1/messages",
+        text=stream_file("anthropic_text.sse"),
+        error=_anthropic_500,
+        adapter=lambda url: AnthropicProvider("local", base_url=url),
+    ),
+    Wire(
+        name="responses",
+        path="/v1/responses",
+        text=stream_file("responses_text.sse"),
+        error=_openai_500,
+        adapter=lambda url: OpenAIResponsesProvider("local", base_url=f"{url}/v1"),
+    ),
+]
 
 
 @pytest.fixture(params=WIRES, ids=lambda w: w.name)
@@ -136,15 +152,32 @@ def test_the_same_500_from_a_server_not_shown_up_is_waited_out_on_every_wire(
 
 
 def _after(*, up: bool, waited_s: float) -> Retry | End:
-    e = ProviderError("the server returned a server error (500)", status=500, retryable=True,
-                      error_class="server_error")  # fmt: skip
+    e = ProviderError(
+        "the server returned a server error (500)",
+        status=500,
+        retryable=True,
+        error_class="server_error",
+    )
     e.repeats_for_the_request, e.server_up = True, up
     last = Error(error_class="server_error", message=str(e), retryable=True, status=500)
-    fold = LongRunFold(open=True, streak=SAME_ANSWER_LIMIT - 1, since_ms=0, last_error=last,
-                       same_in_a_row=SAME_ANSWER_LIMIT - 1)  # fmt: skip
-    return after_failure(e, attempt=SAME_ANSWER_LIMIT, fold=fold, knobs=Knobs(), primary="m",
-                         current="m", now_ms=int(waited_s * 1000), session="s",
-                         rand=lambda: 0.5)  # fmt: skip
+    fold = LongRunFold(
+        open=True,
+        streak=SAME_ANSWER_LIMIT - 1,
+        since_ms=0,
+        last_error=last,
+        same_in_a_row=SAME_ANSWER_LIMIT - 1,
+    )
+    return after_failure(
+        e,
+        attempt=SAME_ANSWER_LIMIT,
+        fold=fold,
+        knobs=Knobs(),
+        primary="m",
+        current="m",
+        now_ms=int(waited_s * 1000),
+        session="s",
+        rand=lambda: 0.5,
+    )
 
 
 def test_the_same_answer_counts_as_a_broken_request_once_shown_up_or_after_a_long_window() -> None:

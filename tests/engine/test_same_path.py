@@ -19,16 +19,25 @@ from .helpers import call, dispatches, make_host, outcomes, scripted, wait_for, 
 def test_same_file_calls_wait_for_each_other_and_other_files_do_not(
     tmp_path: Path, sqlite_store: SQLiteStore, ws: Path
 ) -> None:
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [
-            call("edit_file", path="a.txt", old="alpha", new="beta"),
-            call("write_file", path="b.txt", content="other\n"),
-            call("edit_file", path="a.txt", old="nowhere", new="x"),  # refused: nothing to find
-            call("edit_file", path="./a.txt", old="beta", new="gamma"),  # the same file, spelled so
-            call("read_file", path="a.txt"),
-        ]},
-        {"text": "done"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {
+                "tool_calls": [
+                    call("edit_file", path="a.txt", old="alpha", new="beta"),
+                    call("write_file", path="b.txt", content="other\n"),
+                    call(
+                        "edit_file", path="a.txt", old="nowhere", new="x"
+                    ),  # refused: nothing to find
+                    call(
+                        "edit_file", path="./a.txt", old="beta", new="gamma"
+                    ),  # the same file, spelled so
+                    call("read_file", path="a.txt"),
+                ]
+            },
+            {"text": "done"},
+        ],
+    )
     provider = scripted(script)
     info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
     assert start_turn(make_host(sqlite_store, provider), info, "t") == "completed"
@@ -63,11 +72,18 @@ def test_a_stop_leaves_the_waiting_calls_on_a_file_not_run(
         release.wait(30)
         return "saved"
 
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [call("slow_save", path="a.txt", text="one\n"),
-                        call("write_file", path="a.txt", content="two\n")]},
-        {"text": "done"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {
+                "tool_calls": [
+                    call("slow_save", path="a.txt", text="one\n"),
+                    call("write_file", path="a.txt", content="two\n"),
+                ]
+            },
+            {"text": "done"},
+        ],
+    )
     provider = scripted(script)
     info = new_session(sqlite_store, task="t", workspace=ws, model=provider.spec)
     host = make_host(sqlite_store, provider)

@@ -230,15 +230,23 @@ def test_the_window_the_server_serves_is_recorded_with_the_turn_and_shown(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     shown = subprocess.run(
         [sys.executable, "-m", "bubu", "--db", str(sqlite_store.path), "context", sid],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert shown.returncode == 0, shown.stderr
     assert "window: 4,096 tokens (from llama.cpp /props)" in shown.stdout
     # The server sent no usage: the status says so rather than showing 0 tokens as a fact.
     status = subprocess.run(
         [sys.executable, "-m", "bubu", "--db", str(sqlite_store.path), "status", sid],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert status.returncode == 0, status.stderr
     assert "1 model calls · 0 in / 0 out tokens (+1 call of unknown usage)" in status.stdout
 
@@ -315,8 +323,12 @@ def _bubu(store: SQLiteStore, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(
         [sys.executable, "-m", "bubu", "--db", str(store.path), *args],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 

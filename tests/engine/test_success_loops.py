@@ -24,8 +24,13 @@ def _results(records: list[Record]) -> list[FunctionResponse]:
     return [c for r in records if isinstance(c := r.event.content, FunctionResponse)]
 
 
-def _run(tmp_path: Path, store: SQLiteStore, ws: Path, lines: list[dict[str, object]],
-         loop_limit: int = DEFAULT_LOOP_LIMIT) -> tuple[str | None, list[Record], SessionInfo]:  # fmt: skip
+def _run(
+    tmp_path: Path,
+    store: SQLiteStore,
+    ws: Path,
+    lines: list[dict[str, object]],
+    loop_limit: int = DEFAULT_LOOP_LIMIT,
+) -> tuple[str | None, list[Record], SessionInfo]:
     provider = scripted(write_script(tmp_path / "s.jsonl", lines))
     info = new_session(store, task="t", workspace=ws, model=provider.spec)
     host = make_host(store, provider, config=replace(FAST, loop_limit=loop_limit))

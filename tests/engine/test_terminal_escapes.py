@@ -50,12 +50,17 @@ def hostile(
     ws.mkdir()
     script = tmp_path / "hostile.jsonl"
     lines = [
-        {"text": HOSTILE, "thinking": f"thinking {OSC0} hard",
-         "tool_calls": [{"name": "run_command", "arguments": {"command": PRINTF}},
-                        {"name": "read_file", "arguments": {"path": f"no{CLEAR}such.txt"}},
-                        {"name": f"evil{OSC52}tool", "arguments": {}}]},
+        {
+            "text": HOSTILE,
+            "thinking": f"thinking {OSC0} hard",
+            "tool_calls": [
+                {"name": "run_command", "arguments": {"command": PRINTF}},
+                {"name": "read_file", "arguments": {"path": f"no{CLEAR}such.txt"}},
+                {"name": f"evil{OSC52}tool", "arguments": {}},
+            ],
+        },
         {"text": f"finished {OSC8} tab\there\r\nnext line"},
-    ]  # fmt: skip
+    ]
     script.write_text("".join(json.dumps(x) + "\n" for x in lines))
     db = tmp_path / "bubu.db"
     done = bubu(db, "run", f"fix {OSC0}it", "-w", str(ws), "-m", f"scripted:{script}", "--yes")
@@ -80,9 +85,14 @@ def test_bubu_run_prints_no_escape_from_the_model_or_a_command(
 
 @pytest.mark.parametrize(
     ("command", "quotes"),
-    [(["context"], True), (["show"], True), (["sessions"], True),
-     (["status"], False), (["log"], False)],  # the last two list counts and kinds, not text
-)  # fmt: skip
+    [
+        (["context"], True),
+        (["show"], True),
+        (["sessions"], True),
+        (["status"], False),
+        (["log"], False),
+    ],  # the last two list counts and kinds, not text
+)
 def test_inspecting_commands_print_no_escape(
     hostile: tuple[Path, str, subprocess.CompletedProcess[str]], command: list[str], quotes: bool
 ) -> None:
@@ -126,8 +136,16 @@ def test_a_real_terminal_gets_colours_but_no_other_escape(tmp_path: Path) -> Non
     ws = tmp_path / "ws"
     ws.mkdir()
     script = tmp_path / "s.jsonl"
-    script.write_text(json.dumps({"text": HOSTILE, "tool_calls": [
-        {"name": "list_files", "arguments": {"pattern": CLEAR}}]}) + "\n" + '{"text": "ok"}\n')  # fmt: skip
+    script.write_text(
+        json.dumps(
+            {
+                "text": HOSTILE,
+                "tool_calls": [{"name": "list_files", "arguments": {"pattern": CLEAR}}],
+            }
+        )
+        + "\n"
+        + '{"text": "ok"}\n'
+    )
     db = tmp_path / "bubu.db"
     out = on_a_terminal(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}").decode()
     assert "\x1b[" in out  # the terminal does get our colours

@@ -27,8 +27,11 @@ _seq = count(1)
 def _rec(role: Role, content: Content) -> Record:
     author: Author = {"model": "agent", "tool": "tool"}.get(role, "system")  # type: ignore[assignment]
     n = next(_seq)
-    return Record(seq=n, hash=f"{n:064x}", event=make(session="s", role=role, author=author, ts=n,
-                                                       content=content))  # fmt: skip
+    return Record(
+        seq=n,
+        hash=f"{n:064x}",
+        event=make(session="s", role=role, author=author, ts=n, content=content),
+    )
 
 
 def _view() -> tuple[TerminalObserver, io.StringIO]:
@@ -55,8 +58,14 @@ def test_streamed_text_is_not_printed_twice() -> None:
 def test_text_of_a_failed_attempt_is_marked_discarded() -> None:
     obs, out = _view()
     obs.on_delta(Delta(kind="text", text="The half ans"))
-    obs.on_records([_rec("system", Error(error_class="stream_incomplete", message="broke off",
-                                         retryable=True))])  # fmt: skip
+    obs.on_records(
+        [
+            _rec(
+                "system",
+                Error(error_class="stream_incomplete", message="broke off", retryable=True),
+            )
+        ]
+    )
     obs.on_delta(Delta(kind="text", text="The whole answer."))
     obs.on_records([_rec("model", Text(text="The whole answer."))])
     obs.close()
@@ -70,10 +79,12 @@ def test_text_of_a_failed_attempt_is_marked_discarded() -> None:
 
 def test_results_of_parallel_calls_name_their_call() -> None:
     obs, out = _view()
-    obs.on_records([
-        _rec("model", FunctionCall(call_id="c1", name="grep", arguments={"pattern": "x"})),
-        _rec("model", FunctionCall(call_id="c2", name="read_file", arguments={"path": "a.py"})),
-    ])  # fmt: skip
+    obs.on_records(
+        [
+            _rec("model", FunctionCall(call_id="c1", name="grep", arguments={"pattern": "x"})),
+            _rec("model", FunctionCall(call_id="c2", name="read_file", arguments={"path": "a.py"})),
+        ]
+    )
     obs.on_records([_rec("tool", FunctionResponse(call_id="c2", name="read_file", result="1 a"))])
     obs.on_records([_rec("tool", FunctionResponse(call_id="c1", name="grep", result="a.py:1: x"))])
     obs.on_records(
@@ -93,11 +104,23 @@ def test_results_of_parallel_calls_name_their_call() -> None:
 
 def test_a_failure_shows_its_reason_from_the_last_line() -> None:
     obs, out = _view()
-    obs.on_records([
-        _rec("model", FunctionCall(call_id="c1", name="run_command", arguments={"command": "sleep 9"})),
-        _rec("tool", FunctionResponse(call_id="c1", name="run_command", is_error=True,
-             result="(no output)\ntimed out after 1s; the command and its processes were killed")),
-    ])  # fmt: skip
+    obs.on_records(
+        [
+            _rec(
+                "model",
+                FunctionCall(call_id="c1", name="run_command", arguments={"command": "sleep 9"}),
+            ),
+            _rec(
+                "tool",
+                FunctionResponse(
+                    call_id="c1",
+                    name="run_command",
+                    is_error=True,
+                    result="(no output)\ntimed out after 1s; the command and its processes were killed",
+                ),
+            ),
+        ]
+    )
     obs.close()
     assert out.getvalue().splitlines()[-1] == (
         "  ✗ (no output) — timed out after 1s; the command and its processes were killed"
@@ -106,8 +129,13 @@ def test_a_failure_shows_its_reason_from_the_last_line() -> None:
 
 def test_results_for_calls_of_a_crashed_run_name_their_tool() -> None:
     obs, out = _view()
-    obs.on_records([
-        _rec("tool", FunctionResponse(call_id="c9", name="edit_file", result="applied before the crash")),
-    ])  # fmt: skip
+    obs.on_records(
+        [
+            _rec(
+                "tool",
+                FunctionResponse(call_id="c9", name="edit_file", result="applied before the crash"),
+            ),
+        ]
+    )
     obs.close()
     assert out.getvalue() == "  ⎿ edit_file: applied before the crash\n"

@@ -22,16 +22,21 @@ def _ran(tmp: Path, lines: list[dict[str, object]]) -> tuple[Path, Path, str]:
     (ws / ".gitignore").write_text("*.log\n")
     (ws / "noise.log").write_text("ignored\n")
     script = write_script(tmp / "s.jsonl", lines)
-    done = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off",
-                "--yes")  # fmt: skip
+    done = bubu(
+        db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off", "--yes"
+    )
     assert done.returncode == 0, done.stderr
     return db, ws, only_session(db)
 
 
 TWO_TURNS: list[dict[str, object]] = [
-    {"tool_calls": [call("run_command", command="sed -i s/2/3/ src/a.py; rm old.txt; echo n > new.txt")]},
+    {
+        "tool_calls": [
+            call("run_command", command="sed -i s/2/3/ src/a.py; rm old.txt; echo n > new.txt")
+        ]
+    },
     {"text": "done"},
-]  # fmt: skip
+]
 
 
 @pytest.mark.heavy
@@ -87,8 +92,19 @@ def test_status_names_the_files_the_open_turn_changed(tmp_path: Path) -> None:
     (ws / "src").mkdir(parents=True)
     (ws / "src" / "a.py").write_text("a = 1\n")
     script = write_script(tmp_path / "s.jsonl", lines)
-    killed = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off",
-                  "--yes", failpoint="mid_tool@2")  # fmt: skip
+    killed = bubu(
+        db,
+        "run",
+        "go",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--sandbox",
+        "off",
+        "--yes",
+        failpoint="mid_tool@2",
+    )
     assert killed.returncode == -9
     sid = only_session(db)
     status = bubu_json(db, "status", sid, "--json")

@@ -57,8 +57,19 @@ def test_sessions_status_running_matches_bubu_status(tmp_path: Path) -> None:
         tmp_path / "s.jsonl", [{"tool_calls": [call("run_command", command=SLOW)]}]
     )
     db = tmp_path / "bubu.db"
-    proc = start_bubu(db, "run", "slow", "-w", str(ws), "-m", f"scripted:{script}",
-                      "--allow", SLOW, "--sandbox", "off")  # fmt: skip
+    proc = start_bubu(
+        db,
+        "run",
+        "slow",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--allow",
+        SLOW,
+        "--sandbox",
+        "off",
+    )
     try:
         wait_for((ws / "pid.txt").exists, "the command to start")
         (row,) = bubu_json(db, "sessions", "--status", "running", "--json")

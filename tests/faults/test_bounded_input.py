@@ -54,8 +54,12 @@ def test_importing_endless_standard_input_is_refused_with_the_limit(tmp_path: Pa
     with open("/dev/zero", "rb") as zero:
         done = subprocess.run(
             [sys.executable, "-m", "bubu", "--db", str(tmp_path / "bubu.db"), "import", "-"],
-            stdin=zero, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+            stdin=zero,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     assert done.returncode == 1
     assert error_line(done.stderr) == (
         "bubu: error: refused to import -: line 1 of the file is longer than 128 MiB, "
@@ -85,9 +89,13 @@ class _Watching(SQLiteStore):
                 yield chunk
 
         return super().create_session_in_chunks(
-            title=title, workspace=workspace, model=model, session_id=session_id,
-            chunks=watched(), blobs=blobs,
-        )  # fmt: skip
+            title=title,
+            workspace=workspace,
+            model=model,
+            session_id=session_id,
+            chunks=watched(),
+            blobs=blobs,
+        )
 
 
 def test_an_import_reads_and_inserts_incrementally(tmp_path: Path) -> None:

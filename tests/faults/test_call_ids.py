@@ -114,8 +114,19 @@ def test_one_id_across_responses_then_a_kill_mid_tool_recovers(tmp_path: Path) -
     ]
     with serve(replies) as server:
         url = f"{server.url}/v1"
-        proc = start_bubu(db, "run", "read, then wait", "-w", str(ws), "-m", "openai:gpt-fault",
-                          "--base-url", url, "--yes", env={"OPENAI_API_KEY": OPENAI_KEY})  # fmt: skip
+        proc = start_bubu(
+            db,
+            "run",
+            "read, then wait",
+            "-w",
+            str(ws),
+            "-m",
+            "openai:gpt-fault",
+            "--base-url",
+            url,
+            "--yes",
+            env={"OPENAI_API_KEY": OPENAI_KEY},
+        )
         deadline = time.monotonic() + 60
         while not (pid_file.exists() and pid_file.read_text().strip().isdigit()):
             assert proc.poll() is None, proc.communicate()
@@ -126,8 +137,15 @@ def test_one_id_across_responses_then_a_kill_mid_tool_recovers(tmp_path: Path) -
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
         server.replies.append(openai_text("Done."))
-        done = bubu(db, "recover", "-m", "openai:gpt-fault", "--base-url", url,
-                    env={"OPENAI_API_KEY": OPENAI_KEY})  # fmt: skip
+        done = bubu(
+            db,
+            "recover",
+            "-m",
+            "openai:gpt-fault",
+            "--base-url",
+            url,
+            env={"OPENAI_API_KEY": OPENAI_KEY},
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "blocked" not in done.stdout + done.stderr
         records = read(db)

@@ -43,8 +43,16 @@ def test_ctrl_c_right_after_the_turn_start_is_committed_stops_it_once(tmp_path: 
     ws.mkdir()
     script = write_script(tmp_path / "s.jsonl", [{"text": "first answer"}, {"text": "resumed"}])
     db = tmp_path / "bubu.db"
-    proc = start_bubu(db, "run", "a task", "-w", str(ws), "-m", f"scripted:{script}",
-                      env={"BUBU_PAUSE": "after_turn_start:3"})  # fmt: skip
+    proc = start_bubu(
+        db,
+        "run",
+        "a task",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        env={"BUBU_PAUSE": "after_turn_start:3"},
+    )
     deadline = time.monotonic() + 30
     while "turn_started" not in _committed_kinds(db):
         assert proc.poll() is None, "bubu ended before its turn started"

@@ -44,15 +44,27 @@ def test_every_command_declares_db_after_its_name() -> None:
 
 def _bubu(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "BUBU_DB"} | {"BUBU_HOME": str(cwd / "home")}
-    return subprocess.run([sys.executable, "-m", "bubu", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, check=False, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "bubu", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
 
 
 @pytest.mark.heavy
 def test_db_before_and_after_the_subcommand_reads_the_same_log(tmp_path: Path) -> None:
     db, _, ids = seed(tmp_path, 1)
-    for args in (["sessions"], ["status", ids[0]], ["show", ids[0]], ["verify"],
-                 ["memory", "list", "-w", str(tmp_path)]):  # fmt: skip
+    for args in (
+        ["sessions"],
+        ["status", ids[0]],
+        ["show", ids[0]],
+        ["verify"],
+        ["memory", "list", "-w", str(tmp_path)],
+    ):
         before = _bubu("--db", str(db), *args, cwd=tmp_path)
         after = _bubu(*args, "--db", str(db), cwd=tmp_path)
         assert before.returncode == 0, (args, before.stderr)

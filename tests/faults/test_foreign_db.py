@@ -37,11 +37,20 @@ def _commands(tmp_path: Path) -> list[list[str]]:
     export = tmp_path / "nothing.jsonl"
     export.write_bytes(b"")
     return [
-        ["sessions"], ["verify"], ["show", "ses_x"], ["status", "ses_x"], ["log", "ses_x"],
-        ["export", "ses_x"], ["context", "ses_x"], ["recover"], ["stop", "ses_x"],
-        ["import", str(export)], ["fork", "ses_x", "--at", "1"], ["compact", "ses_x"],
+        ["sessions"],
+        ["verify"],
+        ["show", "ses_x"],
+        ["status", "ses_x"],
+        ["log", "ses_x"],
+        ["export", "ses_x"],
+        ["context", "ses_x"],
+        ["recover"],
+        ["stop", "ses_x"],
+        ["import", str(export)],
+        ["fork", "ses_x", "--at", "1"],
+        ["compact", "ses_x"],
         ["run", "a task", "-w", str(tmp_path), "-m", f"scripted:{script}"],
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.slow
@@ -160,8 +169,12 @@ def test_a_log_with_wal_commits_on_a_read_only_mount(tmp_path: Path) -> None:
     src.mkdir()
     db, _, ids = seed(src, 1)
     high = len(read(db, ids[0]))
-    writer = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(db), ids[0]], check=False,
-                            capture_output=True, timeout=60)  # fmt: skip
+    writer = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(db), ids[0]],
+        check=False,
+        capture_output=True,
+        timeout=60,
+    )
     assert writer.returncode == -9
     assert (src / "bubu.db-wal").stat().st_size > 0
     with _read_only_mount(src, tmp_path / "ro") as ro:

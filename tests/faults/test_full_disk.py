@@ -52,8 +52,17 @@ def full_disk(tmp_path: Path) -> Iterator[tuple[Path, Path, Path, str, Snapshot]
     )
     with _small_disk(tmp_path / "disk") as disk:
         db = disk / "bubu.db"
-        run = bubu(db, "run", "crash", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-                   env={"BUBU_FAILPOINT": "mid_tool"})  # fmt: skip
+        run = bubu(
+            db,
+            "run",
+            "crash",
+            "-w",
+            str(ws),
+            "-m",
+            f"scripted:{script}",
+            "--yes",
+            env={"BUBU_FAILPOINT": "mid_tool"},
+        )
         assert run.returncode == -9, run.stdout + run.stderr
         session = only_session(db)
         before = snapshot(db)

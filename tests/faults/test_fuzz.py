@@ -68,13 +68,24 @@ def _as(role: Role) -> st.SearchStrategy[Role]:
 
 def _contents() -> st.SearchStrategy[tuple[Role, Any, Actions | None]]:
     """(role, content, actions) of one plausible event of a turn."""
-    note = st.builds(SystemNote, note=st.one_of(
-        st.builds(TurnStarted, model=st.just("scripted:x"), max_steps=st.none() | st.integers(0, 5)),
-        st.builds(TurnEnded, reason=st.sampled_from(["completed", "failed", "stopped", "suspended"])),
-        st.builds(RunStarted, cause=st.sampled_from(["new", "resume", "recovery"])),
-        st.builds(ModelRequestNote, model=st.just("scripted:x"), request_digest=st.just("d" * 64),
-                  estimated_tokens=st.integers(0, 9)),
-    ))  # fmt: skip
+    note = st.builds(
+        SystemNote,
+        note=st.one_of(
+            st.builds(
+                TurnStarted, model=st.just("scripted:x"), max_steps=st.none() | st.integers(0, 5)
+            ),
+            st.builds(
+                TurnEnded, reason=st.sampled_from(["completed", "failed", "stopped", "suspended"])
+            ),
+            st.builds(RunStarted, cause=st.sampled_from(["new", "resume", "recovery"])),
+            st.builds(
+                ModelRequestNote,
+                model=st.just("scripted:x"),
+                request_digest=st.just("d" * 64),
+                estimated_tokens=st.integers(0, 9),
+            ),
+        ),
+    )
     call = st.builds(
         FunctionCall,
         call_id=call_ids,
@@ -83,22 +94,44 @@ def _contents() -> st.SearchStrategy[tuple[Role, Any, Actions | None]]:
             {}, optional={"path": st.sampled_from(PATHS), "command": st.just("ls")}
         ),
     )
-    response = st.builds(FunctionResponse, call_id=call_ids, name=st.sampled_from(TOOLS),
-                         result=st.just("r"), is_error=st.booleans())  # fmt: skip
+    response = st.builds(
+        FunctionResponse,
+        call_id=call_ids,
+        name=st.sampled_from(TOOLS),
+        result=st.just("r"),
+        is_error=st.booleans(),
+    )
     dispatch = st.builds(
-        ToolDispatch, call_id=call_ids, tool=st.sampled_from(TOOLS), effect=effects,
-        args_digest=st.just("e" * 64), path=st.none() | st.sampled_from(PATHS),
-        before_sha256=shas, after_sha256=shas,
-    )  # fmt: skip
+        ToolDispatch,
+        call_id=call_ids,
+        tool=st.sampled_from(TOOLS),
+        effect=effects,
+        args_digest=st.just("e" * 64),
+        path=st.none() | st.sampled_from(PATHS),
+        before_sha256=shas,
+        after_sha256=shas,
+    )
     recovery = st.builds(
-        ToolRecovery, call_id=call_ids, tool=st.sampled_from(TOOLS),
+        ToolRecovery,
+        call_id=call_ids,
+        tool=st.sampled_from(TOOLS),
         decision=st.sampled_from(["rerun", "applied", "rerun_not_applied", "interrupted"]),
-        reason=st.just("r"), dispatch_seq=st.integers(1, 40),
-    )  # fmt: skip
-    decision = st.builds(PermissionDecision, request_id=st.just("p"), call_id=call_ids,
-                         decision=st.sampled_from(["allow", "deny"]), by=st.just("user"))  # fmt: skip
-    usage = st.builds(TokenUsage, model=st.just("m"), input_tokens=st.integers(0, 9),
-                      output_tokens=st.integers(0, 9))  # fmt: skip
+        reason=st.just("r"),
+        dispatch_seq=st.integers(1, 40),
+    )
+    decision = st.builds(
+        PermissionDecision,
+        request_id=st.just("p"),
+        call_id=call_ids,
+        decision=st.sampled_from(["allow", "deny"]),
+        by=st.just("user"),
+    )
+    usage = st.builds(
+        TokenUsage,
+        model=st.just("m"),
+        input_tokens=st.integers(0, 9),
+        output_tokens=st.integers(0, 9),
+    )
     return st.one_of(
         st.tuples(_as("user"), st.builds(Text, text=st.just("task")), st.none()),
         st.tuples(_as("system"), note, st.none()),
@@ -128,19 +161,35 @@ def logs(draw: st.DrawFn) -> list[Record]:
         draw(st.lists(_contents(), max_size=30)), start=1
     ):
         event = make(
-            session=SESSION, role=role, author="agent" if role == "model" else "system", ts=seq,
-            content=content, actions=actions, id=f"evt_{seq}",
-            turn=draw(st.sampled_from(["t1", "t2", None])), run=draw(st.sampled_from(["r1", "r2", None])),
+            session=SESSION,
+            role=role,
+            author="agent" if role == "model" else "system",
+            ts=seq,
+            content=content,
+            actions=actions,
+            id=f"evt_{seq}",
+            turn=draw(st.sampled_from(["t1", "t2", None])),
+            run=draw(st.sampled_from(["r1", "r2", None])),
             invocation=draw(st.sampled_from(["i1", "i2", None])),
-        )  # fmt: skip
+        )
         records.append(Record(seq=seq, hash="", event=event))
     return records
 
 
 def _one(parts: tuple[Role, Any, Actions | None]) -> bytes:
     role, content, actions = parts
-    event = make(session=SESSION, role=role, author="agent", ts=1, content=content, actions=actions,
-                 id="evt_1", turn="t1", run="r1", invocation="i1")  # fmt: skip
+    event = make(
+        session=SESSION,
+        role=role,
+        author="agent",
+        ts=1,
+        content=content,
+        actions=actions,
+        id="evt_1",
+        turn="t1",
+        run="r1",
+        invocation="i1",
+    )
     return codec.encode(event)
 
 
@@ -314,8 +363,12 @@ def _real_log() -> list[str]:
 def test_the_recovery_planner_never_raises_on_a_mutated_real_log(
     records: list[Record], observed: dict[str, str | None]
 ) -> None:
-    known: dict[str, EffectClass] = {"read_file": "read_only", "write_file": "provable_write",
-                                     "edit_file": "provable_write", "run_command": "side_effecting"}  # fmt: skip
+    known: dict[str, EffectClass] = {
+        "read_file": "read_only",
+        "write_file": "provable_write",
+        "edit_file": "provable_write",
+        "run_command": "side_effecting",
+    }
     plan = plan_recovery(records, known, observed)
     assert plan.kind in ("nothing", "ready", "blocked")
 
@@ -333,9 +386,19 @@ def test_atheris_finds_no_crash_in_the_decoder(tmp_path: Path) -> None:
     # known bug above (test_decode_of_deeply_nested_bytes_is_a_corrupt_log), not news.
     runs = examples(3000, quick=300)
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("fuzz_decode.py")), str(corpus),
-         f"-runs={runs}", "-seed=9", "-max_len=512", "-rss_limit_mb=1024"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(Path(__file__).with_name("fuzz_decode.py")),
+            str(corpus),
+            f"-runs={runs}",
+            "-seed=9",
+            "-max_len=512",
+            "-rss_limit_mb=1024",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"Done {runs} runs" in done.stderr

@@ -156,17 +156,25 @@ def test_control_characters_are_shown_escaped_on_a_terminal(
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (['{"text": "ok"}', '{"txt": "typo"}'],
-         "line 2 of the script {path} is not a valid response: Object contains unknown field `txt`"),
-        (['{"text": "ok"}', "// a comment", '{"text": "unterminated'],
-         "line 3 of the script {path} is not a valid response: Input data was truncated"),
-        (['{"tool_calls": [{"name": "read_file", "arguments": "a.txt"}]}'],
-         "line 1 of the script {path} is not a valid response: Expected `object`, got `str` - at "
-         "`$.tool_calls[0].arguments`"),
-        (["\udcff\udcfe"],
-         "line 1 of the script {path} is not a valid response: JSON is malformed: invalid character (byte 0)"),
+        (
+            ['{"text": "ok"}', '{"txt": "typo"}'],
+            "line 2 of the script {path} is not a valid response: Object contains unknown field `txt`",
+        ),
+        (
+            ['{"text": "ok"}', "// a comment", '{"text": "unterminated'],
+            "line 3 of the script {path} is not a valid response: Input data was truncated",
+        ),
+        (
+            ['{"tool_calls": [{"name": "read_file", "arguments": "a.txt"}]}'],
+            "line 1 of the script {path} is not a valid response: Expected `object`, got `str` - at "
+            "`$.tool_calls[0].arguments`",
+        ),
+        (
+            ["\udcff\udcfe"],
+            "line 1 of the script {path} is not a valid response: JSON is malformed: invalid character (byte 0)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_script_with_a_bad_line_is_refused_naming_the_line(
     project: tuple[Path, Path, Path], lines: list[str], message: str
 ) -> None:
@@ -198,9 +206,13 @@ def test_a_missing_script_is_refused(project: tuple[Path, Path, Path]) -> None:
 def exported(project: tuple[Path, Path, Path], tmp_path: Path) -> tuple[Path, list[bytes], str]:
     """A database with one session, and that session exported: (db, export lines, session)."""
     db, ws, _ = project
-    script = write_script(tmp_path / "tools.jsonl", [
-        {"tool_calls": [call("read_file", path="a.txt")]}, {"text": "read it"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "tools.jsonl",
+        [
+            {"tool_calls": [call("read_file", path="a.txt")]},
+            {"text": "read it"},
+        ],
+    )
     assert bubu(db, "run", "read a", "-w", str(ws), "-m", f"scripted:{script}").returncode == 0
     session = bubu_json(db, "sessions", "--json")[0]["id"]
     done = bubu(db, "export", session)
@@ -219,12 +231,18 @@ def _altered(lines: list[bytes]) -> list[bytes]:
     [
         (_altered, "the chain does not verify at seq 1: the event was altered"),
         (lambda ls: [ls[0], *ls[1:3], *ls[4:]], "seq 3 is missing (line 4 has seq 4)"),
-        (lambda ls: ls[:-1], "the file is truncated or altered: the header promises {n} events "
-                             "ending in {d}…, the file holds {m}"),
-        (lambda ls: ls[1:], "the first line is not a Bubu export header (Object missing required field `format`)"),
+        (
+            lambda ls: ls[:-1],
+            "the file is truncated or altered: the header promises {n} events "
+            "ending in {d}…, the file holds {m}",
+        ),
+        (
+            lambda ls: ls[1:],
+            "the first line is not a Bubu export header (Object missing required field `format`)",
+        ),
     ],
     ids=["altered", "gap", "truncated", "headless"],
-)  # fmt: skip
+)
 def test_an_import_with_a_broken_chain_is_refused_and_writes_nothing(
     exported: tuple[Path, list[bytes], str], tmp_path: Path, damage: object, problem: str
 ) -> None:
@@ -260,15 +278,30 @@ def test_an_import_with_a_pathologically_nested_event_is_refused(tmp_path: Path)
         b'"id":"evt_deep","role":"user","session":"ses_deep","ts":1,"v":1}'
     )
     digest = codec.chain(codec.GENESIS, payload).hex()
-    header = json.dumps({"format": "bubu-session/1", "session": "ses_deep", "title": "deep",
-                         "workspace": "/w", "created_ms": 1, "high_water": 1, "digest": digest})  # fmt: skip
+    header = json.dumps(
+        {
+            "format": "bubu-session/1",
+            "session": "ses_deep",
+            "title": "deep",
+            "workspace": "/w",
+            "created_ms": 1,
+            "high_water": 1,
+            "digest": digest,
+        }
+    )
     hostile = tmp_path / "deep.jsonl"
     hostile.write_bytes(
         header.encode() + b'\n{"event":' + payload + b',"hash":"%s","seq":1}\n' % digest.encode()
     )
     db = tmp_path / "bubu.db"
-    done = subprocess.run(bubu_cmd(db, "import", str(hostile)), env=bubu_env(tmp_path),
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        bubu_cmd(db, "import", str(hostile)),
+        env=bubu_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.returncode == 1
     assert error_line(done.stderr).startswith(f"bubu: error: refused to import {hostile}: line 2 ")

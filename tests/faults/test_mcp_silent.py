@@ -51,8 +51,18 @@ def test_a_server_that_never_answers_is_killed_with_its_children(tmp_path: Path)
     mcp, pids = _silent_server(tmp_path)
     script = write_script(tmp_path / "s.jsonl", [{"text": "hi"}])
     db = tmp_path / "bubu.db"
-    done = bubu(db, "run", "task", "-w", str(tmp_path), "-m", f"scripted:{script}",
-                "--mcp", str(mcp), env={"BUBU_MCP_STARTUP_TIMEOUT": "1"})  # fmt: skip
+    done = bubu(
+        db,
+        "run",
+        "task",
+        "-w",
+        str(tmp_path),
+        "-m",
+        f"scripted:{script}",
+        "--mcp",
+        str(mcp),
+        env={"BUBU_MCP_STARTUP_TIMEOUT": "1"},
+    )
     assert done.returncode == 2, done.stderr
     assert error_line(done.stderr) == (
         f"bubu: error: the MCP server 'silent' did not answer within 1 s; check it in {mcp}"
@@ -68,9 +78,18 @@ def test_a_server_that_never_answers_is_killed_with_its_children(tmp_path: Path)
 def test_a_server_and_its_child_die_with_a_sigkilled_bubu(tmp_path: Path) -> None:
     mcp, pids = _silent_server(tmp_path)
     script = write_script(tmp_path / "s.jsonl", [{"text": "hi"}])
-    proc = start_bubu(tmp_path / "bubu.db", "run", "task", "-w", str(tmp_path), "-m",
-                      f"scripted:{script}", "--mcp", str(mcp),
-                      env={"BUBU_MCP_STARTUP_TIMEOUT": "120"})  # fmt: skip
+    proc = start_bubu(
+        tmp_path / "bubu.db",
+        "run",
+        "task",
+        "-w",
+        str(tmp_path),
+        "-m",
+        f"scripted:{script}",
+        "--mcp",
+        str(mcp),
+        env={"BUBU_MCP_STARTUP_TIMEOUT": "120"},
+    )
     server = child = 0
     try:
         deadline = time.monotonic() + 60
@@ -97,8 +116,18 @@ def test_a_bad_startup_timeout_is_refused(tmp_path: Path) -> None:
     mcp = tmp_path / "mcp.json"
     mcp.write_text(json.dumps({"servers": {"x": {"command": ["true"]}}}))
     script = write_script(tmp_path / "s.jsonl", [{"text": "hi"}])
-    done = bubu(tmp_path / "bubu.db", "run", "task", "-w", str(tmp_path), "-m",
-                f"scripted:{script}", "--mcp", str(mcp), env={"BUBU_MCP_STARTUP_TIMEOUT": "0"})  # fmt: skip
+    done = bubu(
+        tmp_path / "bubu.db",
+        "run",
+        "task",
+        "-w",
+        str(tmp_path),
+        "-m",
+        f"scripted:{script}",
+        "--mcp",
+        str(mcp),
+        env={"BUBU_MCP_STARTUP_TIMEOUT": "0"},
+    )
     assert done.returncode == 2
     assert error_line(done.stderr) == (
         "bubu: error: BUBU_MCP_STARTUP_TIMEOUT takes a number of seconds from 0 to 3600, got '0'"

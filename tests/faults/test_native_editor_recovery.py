@@ -30,9 +30,20 @@ def test_a_text_editor_edit_and_a_bash_command_killed_after_dispatch(tmp_path: P
     db = tmp_path / "bubu.db"
     env = {"ANTHROPIC_API_KEY": ANTHROPIC_KEY}
     with serve([_sse("anthropic_native_tools.sse")]) as server:
-        proc = start_bubu(db, "run", "say hello", "-w", str(ws), "-m", SPEC, "--base-url",
-                          server.url, "--native-tools", "--yes",
-                          env={**env, "BUBU_FAILPOINT": "after_dispatch"})  # fmt: skip
+        proc = start_bubu(
+            db,
+            "run",
+            "say hello",
+            "-w",
+            str(ws),
+            "-m",
+            SPEC,
+            "--base-url",
+            server.url,
+            "--native-tools",
+            "--yes",
+            env={**env, "BUBU_FAILPOINT": "after_dispatch"},
+        )
         assert finish(proc)[0] == -signal.SIGKILL
         server.replies.append(_sse("anthropic_text.sse"))
         done = bubu(db, "recover", "-m", SPEC, "--base-url", server.url, env=env)

@@ -60,9 +60,19 @@ def test_a_three_file_patch_killed_after_dispatch_is_recovered_file_by_file(
     db = tmp_path / "bubu.db"
     with serve([_sse("responses_three_file_patch.sse")]) as server:
         url = f"{server.url}/v1"
-        proc = start_bubu(db, "run", "shout the greeting", "-w", str(ws), "-m", SPEC,
-                          "--base-url", url, "--native-tools",
-                          env={"OPENAI_API_KEY": OPENAI_KEY, "BUBU_FAILPOINT": "after_dispatch"})  # fmt: skip
+        proc = start_bubu(
+            db,
+            "run",
+            "shout the greeting",
+            "-w",
+            str(ws),
+            "-m",
+            SPEC,
+            "--base-url",
+            url,
+            "--native-tools",
+            env={"OPENAI_API_KEY": OPENAI_KEY, "BUBU_FAILPOINT": "after_dispatch"},
+        )
         assert finish(proc)[0] == -signal.SIGKILL
         # The crash left the patch part way: one file written, one untouched, one changed by
         # someone else since (it matches neither side of its dispatch).
@@ -70,8 +80,9 @@ def test_a_three_file_patch_killed_after_dispatch_is_recovered_file_by_file(
         (ws / "old.py").write_text("x = 2  # edited by hand\n")
         server.replies.append(_sse("responses_text.sse"))
         # No --native-tools here: the turn recorded it.
-        done = bubu(db, "recover", "-m", SPEC, "--base-url", url,
-                    env={"OPENAI_API_KEY": OPENAI_KEY})  # fmt: skip
+        done = bubu(
+            db, "recover", "-m", SPEC, "--base-url", url, env={"OPENAI_API_KEY": OPENAI_KEY}
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         requests = server.requests
 
@@ -128,9 +139,19 @@ def test_a_kill_during_the_call_after_a_patch_reissues_it_byte_for_byte(tmp_path
     replies = [_sse("responses_three_file_patch.sse"), Reply(body=(Stall(60),))]
     with serve(replies) as server:
         url = f"{server.url}/v1"
-        proc = start_bubu(db, "run", "shout the greeting", "-w", str(ws), "-m", SPEC,
-                          "--base-url", url, "--native-tools",
-                          env={"OPENAI_API_KEY": OPENAI_KEY})  # fmt: skip
+        proc = start_bubu(
+            db,
+            "run",
+            "shout the greeting",
+            "-w",
+            str(ws),
+            "-m",
+            SPEC,
+            "--base-url",
+            url,
+            "--native-tools",
+            env={"OPENAI_API_KEY": OPENAI_KEY},
+        )
         deadline = time.monotonic() + 60
         while len(server.bodies) < 2:
             assert proc.poll() is None, proc.communicate()
@@ -139,8 +160,9 @@ def test_a_kill_during_the_call_after_a_patch_reissues_it_byte_for_byte(tmp_path
         os.kill(proc.pid, signal.SIGKILL)
         finish(proc)
         server.replies.append(_sse("responses_text.sse"))
-        done = bubu(db, "recover", "-m", SPEC, "--base-url", url,
-                    env={"OPENAI_API_KEY": OPENAI_KEY})  # fmt: skip
+        done = bubu(
+            db, "recover", "-m", SPEC, "--base-url", url, env={"OPENAI_API_KEY": OPENAI_KEY}
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         bodies, requests = server.bodies, server.requests
 
@@ -152,6 +174,8 @@ def test_a_kill_during_the_call_after_a_patch_reissues_it_byte_for_byte(tmp_path
     assert not (ws / "old.py").exists()
     assert only_session(db)
     dispatches = [
-        d for r in read(db) if (a := r.event.actions) and isinstance(d := a.tool_dispatch, ToolDispatch)
-    ]  # fmt: skip
+        d
+        for r in read(db)
+        if (a := r.event.actions) and isinstance(d := a.tool_dispatch, ToolDispatch)
+    ]
     assert len(dispatches) == 3

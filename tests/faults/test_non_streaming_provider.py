@@ -25,9 +25,23 @@ def test_the_answer_of_a_provider_that_does_not_stream_is_printed(tmp_path: Path
     env = {k: v for k, v in os.environ.items() if k != "BUBU_DB"}
     env |= {"PYTHONPATH": path, "BUBU_HOME": str(tmp_path), "BUBU_PLUGINS": "bubu-hello"}
     done = subprocess.run(
-        [sys.executable, "-m", "bubu", "run", "say hello", "-m", "hello:world", "-w", str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bubu",
+            "run",
+            "say hello",
+            "-m",
+            "hello:world",
+            "-w",
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert "The tool says: Hello, world!" in lines

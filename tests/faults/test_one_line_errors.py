@@ -20,9 +20,14 @@ BAD_URL = "postgresql://u:secret@[::1:5432/x"
 
 def _ui(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        bubu_cmd(db, "ui", "--no-open", *args), env=bubu_env(db.parent), capture_output=True,
-        text=True, timeout=30, check=False, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        bubu_cmd(db, "ui", "--no-open", *args),
+        env=bubu_env(db.parent),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
     assert_no_traceback(done.stdout + done.stderr)
     return done
 
@@ -64,9 +69,14 @@ def test_malformed_postgres_url(tmp_path: Path, args: tuple[str, ...]) -> None:
     SQLiteStore(src).close()  # an empty but real source store (a read-only command makes none)
     argv = [a.replace("SRC", str(src)) for a in args]
     done = subprocess.run(
-        [sys.executable, "-m", "bubu", *argv], env=bubu_env(tmp_path), capture_output=True,
-        text=True, timeout=30, check=False, cwd=tmp_path,
-    )  # fmt: skip
+        [sys.executable, "-m", "bubu", *argv],
+        env=bubu_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=tmp_path,
+    )
     assert_no_traceback(done.stderr)
     assert done.returncode == 2, done.stderr
     line = error_line(done.stderr)
@@ -79,9 +89,13 @@ def test_bubu_home_is_a_file(tmp_path: Path) -> None:
     home.write_text("not a directory\n")
     for env_home in (home, home / "sub"):
         done = subprocess.run(
-            [sys.executable, "-m", "bubu", "sessions"], env=bubu_env(env_home),
-            capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
+            [sys.executable, "-m", "bubu", "sessions"],
+            env=bubu_env(env_home),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert_no_traceback(done.stderr)
         assert done.returncode == 2
         assert "BUBU_HOME" in error_line(done.stderr)

@@ -80,8 +80,17 @@ def test_recovery_kills_a_leftover_of_the_dead_run_before_it_says_interrupted(
     tmp_path: Path,
 ) -> None:
     db, ws, script = project(tmp_path, "echo $$ > started; sleep 300")
-    crashed = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-                   env={"BUBU_FAILPOINT": "mid_tool"})  # fmt: skip
+    crashed = bubu(
+        db,
+        "run",
+        "go",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        env={"BUBU_FAILPOINT": "mid_tool"},
+    )
     assert crashed.returncode == -9, crashed.stdout + crashed.stderr
     session = only_session(db)
     _none_marked(session)
@@ -91,8 +100,12 @@ def test_recovery_kills_a_leftover_of_the_dead_run_before_it_says_interrupted(
 
     # What a keeper that was itself killed would leave: marked, but nobody's descendant.
     def start(marker: str, program: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-c", program], cwd=ws, start_new_session=True,
-                                env={**os.environ, proctree.MARKER_VAR: marker})  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-c", program],
+            cwd=ws,
+            start_new_session=True,
+            env={**os.environ, proctree.MARKER_VAR: marker},
+        )
 
     # It writes once the test lets it go (so a slow start of `bubu recover` changes nothing).
     leftover = start(marker, GATED_LATE)

@@ -19,10 +19,18 @@ def test_an_output_too_large_to_keep_whole_says_what_was_dropped(tmp_path: Path)
     total = FULL_BYTES + (6 << 20)
     ws = tmp_path / "ws"
     ws.mkdir()
-    run = run_script(tmp_path, ws, [
-        {"tool_calls": [call("run_command", command=f"yes 0123456789abcdefghi | head -c {total}")]},
-        {"text": "done"},
-    ])  # fmt: skip
+    run = run_script(
+        tmp_path,
+        ws,
+        [
+            {
+                "tool_calls": [
+                    call("run_command", command=f"yes 0123456789abcdefghi | head -c {total}")
+                ]
+            },
+            {"text": "done"},
+        ],
+    )
     (result,) = results(run.records)
     assert isinstance(result, FunctionResponse)
     assert "stored whole" not in result.result
@@ -46,10 +54,18 @@ def test_an_output_too_large_to_keep_whole_says_what_was_dropped(tmp_path: Path)
 def test_an_output_kept_whole_says_so(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    run = run_script(tmp_path, ws, [
-        {"tool_calls": [call("run_command", command="yes 0123456789abcdefghi | head -c 200000")]},
-        {"text": "done"},
-    ])  # fmt: skip
+    run = run_script(
+        tmp_path,
+        ws,
+        [
+            {
+                "tool_calls": [
+                    call("run_command", command="yes 0123456789abcdefghi | head -c 200000")
+                ]
+            },
+            {"text": "done"},
+        ],
+    )
     (result,) = results(run.records)
     assert result.result.startswith("[large result of run_command stored whole: 200,0")
     assert "dropped" not in result.result.splitlines()[0]

@@ -72,8 +72,18 @@ def pid_alive(pid: int) -> bool:
 @pytest.mark.heavy
 def test_sigterm_during_a_tool_suspends_in_order_and_resume_continues(tmp_path: Path) -> None:
     db, ws, script = project(tmp_path, GATED)
-    proc = start_bubu(db, "run", "wait for it", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-                      "--sandbox", "off")  # fmt: skip
+    proc = start_bubu(
+        db,
+        "run",
+        "wait for it",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        "--sandbox",
+        "off",
+    )
     started = ws / "started"
     wait_for(lambda: started.exists() and started.read_text().strip().isdigit(), "the command")
     command_pid = int(started.read_text())
@@ -102,8 +112,12 @@ def test_sigterm_during_a_tool_suspends_in_order_and_resume_continues(tmp_path: 
     assert "All done." in resumed.stdout
     records = read(db)
     assert kinds(records)[suspended.high_water :] == [
-        "turn_started", "run_started", "model_request", "text", "turn_ended",
-    ]  # fmt: skip
+        "turn_started",
+        "run_started",
+        "model_request",
+        "text",
+        "turn_ended",
+    ]
     assert turn_end(records).reason == "completed"
     assert_kept(suspended, db)
 
@@ -114,8 +128,18 @@ def test_sigterm_during_a_tool_suspends_in_order_and_resume_continues(tmp_path: 
 @pytest.mark.heavy
 def test_bubu_stop_stops_a_turn_running_in_another_process(tmp_path: Path) -> None:
     db, ws, script = project(tmp_path, GATED)
-    proc = start_bubu(db, "run", "wait for it", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-                      "--sandbox", "off")  # fmt: skip
+    proc = start_bubu(
+        db,
+        "run",
+        "wait for it",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        "--sandbox",
+        "off",
+    )
     started = ws / "started"
     wait_for(lambda: started.exists() and started.read_text().strip().isdigit(), "the command")
     command_pid = int(started.read_text())
@@ -146,8 +170,17 @@ def test_bubu_stop_stops_a_turn_running_in_another_process(tmp_path: Path) -> No
 @pytest.mark.heavy
 def test_bubu_stop_on_a_crashed_turn_says_nobody_runs_it(tmp_path: Path) -> None:
     db, ws, script = project(tmp_path, "echo hi")
-    run = bubu(db, "run", "crash", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-               env={"BUBU_FAILPOINT": "mid_tool"})  # fmt: skip
+    run = bubu(
+        db,
+        "run",
+        "crash",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        env={"BUBU_FAILPOINT": "mid_tool"},
+    )
     assert run.returncode == -9, run.stdout + run.stderr
     session = only_session(db)
     before = snapshot(db)
@@ -183,8 +216,18 @@ def takeover(tmp_path_factory: pytest.TempPathFactory) -> Takeover:
     takes the session over and finishes the turn; then A is thawed with SIGCONT."""
     tmp_path = tmp_path_factory.mktemp("takeover")
     db, ws, script = project(tmp_path, GATED)
-    stale = start_bubu(db, "run", "slow", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-                       hooked=True, env={"FAULT_LEASE_TTL": "1.0"})  # fmt: skip
+    stale = start_bubu(
+        db,
+        "run",
+        "slow",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        hooked=True,
+        env={"FAULT_LEASE_TTL": "1.0"},
+    )
     wait_for((ws / "started").exists, "the command to start")
     os.kill(stale.pid, signal.SIGSTOP)
     try:
@@ -204,8 +247,16 @@ def takeover(tmp_path_factory: pytest.TempPathFactory) -> Takeover:
         (ws / "go").touch()
         os.kill(stale.pid, signal.SIGCONT)
     code, out, err = finish(stale)
-    return Takeover(session=session, stale_run=stale_run, taken_at=taken_at,
-                    after_takeover=after, code=code, out=out, err=err, db=db)  # fmt: skip
+    return Takeover(
+        session=session,
+        stale_run=stale_run,
+        taken_at=taken_at,
+        after_takeover=after,
+        code=code,
+        out=out,
+        err=err,
+        db=db,
+    )
 
 
 def test_a_thawed_runner_never_writes_after_a_takeover(takeover: Takeover) -> None:
@@ -217,9 +268,14 @@ def test_a_thawed_runner_never_writes_after_a_takeover(takeover: Takeover) -> No
     stale = [r.seq for r in records if r.event.run == t.stale_run]
     assert max(stale) < t.taken_at, "no event of the stale run after the takeover"
     assert kinds(records)[t.taken_at - 1 :] == [
-        "run_started", "tool_recovery", "function_response", "recovery_notice",
-        "model_request", "text", "turn_ended",
-    ]  # fmt: skip
+        "run_started",
+        "tool_recovery",
+        "function_response",
+        "recovery_notice",
+        "model_request",
+        "text",
+        "turn_ended",
+    ]
     assert results(records)[-1].result.startswith(
         "interrupted: the run that was running this call ended before its outcome could be"
     )
@@ -313,10 +369,15 @@ def killed_import(tmp_path_factory: pytest.TempPathFactory) -> KilledImport:
         info = store.create_session(title="big", workspace="/w")
         for batch in range(20):
             events = [
-                make(session=info.id, role="user", author="user", ts=n,
-                     content=Text(text=f"event {batch}.{n} " + "z" * 200))
+                make(
+                    session=info.id,
+                    role="user",
+                    author="user",
+                    ts=n,
+                    content=Text(text=f"event {batch}.{n} " + "z" * 200),
+                )
                 for n in range(1000)
-            ]  # fmt: skip
+            ]
             store.append(info.id, events, expect=batch * 1000)
         export = tmp_path / "big.jsonl"
         export.write_bytes(
@@ -325,8 +386,15 @@ def killed_import(tmp_path_factory: pytest.TempPathFactory) -> KilledImport:
     db = tmp_path / "bubu.db"
     with SQLiteStore(db) as store:
         other = store.create_session(title="bystander", workspace="/w")
-        store.append(other.id, [make(session=other.id, role="user", author="user", ts=1,
-                                     content=Text(text="keep me"))], expect=0)  # fmt: skip
+        store.append(
+            other.id,
+            [
+                make(
+                    session=other.id, role="user", author="user", ts=1, content=Text(text="keep me")
+                )
+            ],
+            expect=0,
+        )
         bystander = snapshot(store, other.id)
     proc = start_bubu(db, "import", str(export))
     watch = sqlite3.connect(f"file:{db}?mode=ro", uri=True)

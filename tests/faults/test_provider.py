@@ -286,8 +286,16 @@ def test_a_bad_stall_timeout_is_refused_before_anything_is_written(tmp_path: Pat
     ws = tmp_path / "ws"
     ws.mkdir()
     db = tmp_path / "bubu.db"
-    args = ("run", "fix the bug", "-w", str(ws), "-m", "openai:gpt-fault", "--base-url",
-            "http://127.0.0.1:9/v1")  # fmt: skip
+    args = (
+        "run",
+        "fix the bug",
+        "-w",
+        str(ws),
+        "-m",
+        "openai:gpt-fault",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+    )
     done = bubu(db, *args, "--stall-timeout", "0")
     assert done.returncode == 2
     assert "Invalid value for '--stall-timeout'" in done.stderr
@@ -355,8 +363,11 @@ def test_an_outage_followed_by_one_empty_answer_ends_no_task(tmp_path: Path, api
     turn = drive(tmp_path, api, replies, config=replace(FAST, model_attempts=10))
     assert turn.reason == "completed"
     assert [e.error_class for e in errors(turn.records)] == [
-        "server_error", "server_error", "server_error", "empty_stream",
-    ]  # fmt: skip
+        "server_error",
+        "server_error",
+        "server_error",
+        "empty_stream",
+    ]
     assert turn.answer == ["Answer."]
 
 
@@ -370,8 +381,13 @@ def test_malformed_tool_arguments_are_an_error_result_the_model_sees(
     turn = drive(tmp_path, api, [broken, api.text("I will retry with valid JSON.")])
     assert turn.reason == "completed"
     assert _shape(turn) == [
-        "model_request", "function_call", "function_response", "model_request", "text", "turn_ended",
-    ]  # fmt: skip
+        "model_request",
+        "function_call",
+        "function_response",
+        "model_request",
+        "text",
+        "turn_ended",
+    ]
     (result,) = results(turn.records)
     assert result.is_error
     assert result.result.startswith(
@@ -385,10 +401,13 @@ def test_malformed_tool_arguments_are_an_error_result_the_model_sees(
 
 @pytest.mark.parametrize(
     "arguments",
-    ['{"path": "a.txt", "limit": 1e999}', '{"path": "a.txt", "limit": NaN}',
-     '{"path": ' + "[" * 100_000 + "]" * 100_000 + "}"],
+    [
+        '{"path": "a.txt", "limit": 1e999}',
+        '{"path": "a.txt", "limit": NaN}',
+        '{"path": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    ],
     ids=["1e999", "NaN", "deep"],
-)  # fmt: skip
+)
 def test_arguments_the_log_cannot_hold_are_an_error_result(
     tmp_path: Path, api: Api, arguments: str
 ) -> None:
@@ -397,9 +416,11 @@ def test_arguments_the_log_cannot_hold_are_an_error_result(
     (result,) = results(turn.records)
     assert result.is_error
     assert result.result.startswith("read_file did not run: its arguments ")
-    why = {"1e999": "hold a number JSON cannot carry (1e999 does not fit a double)",
-           "NaN": "hold a number JSON cannot carry (NaN is not a JSON number)",
-           "deep": "are nested too deeply to parse"}  # fmt: skip
+    why = {
+        "1e999": "hold a number JSON cannot carry (1e999 does not fit a double)",
+        "NaN": "hold a number JSON cannot carry (NaN is not a JSON number)",
+        "deep": "are nested too deeply to parse",
+    }
     assert why[next(k for k in why if k in arguments or k == "deep")] in result.result
 
 
@@ -474,8 +495,18 @@ def test_an_invalid_api_key_through_the_cli(tmp_path: Path) -> None:
     db = tmp_path / "bubu.db"
     with serve([OPENAI.error(401, f"Incorrect API key provided: {OPENAI_KEY}.")]) as server:
         url = f"{server.url}/v1"
-        done = bubu(db, "run", "fix the bug", "-w", str(ws), "-m", "openai:gpt-fault",
-                    "--base-url", url, env={"OPENAI_API_KEY": OPENAI_KEY})  # fmt: skip
+        done = bubu(
+            db,
+            "run",
+            "fix the bug",
+            "-w",
+            str(ws),
+            "-m",
+            "openai:gpt-fault",
+            "--base-url",
+            url,
+            env={"OPENAI_API_KEY": OPENAI_KEY},
+        )
     assert done.returncode == 1, done.stdout + done.stderr
     message = (
         f"the API key was rejected by the server at {url} "

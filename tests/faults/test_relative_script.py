@@ -14,8 +14,15 @@ import pytest
 
 def _bubu(db: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "BUBU_DB"} | {"BUBU_HOME": str(db.parent)}
-    return subprocess.run([sys.executable, "-m", "bubu", "--db", str(db), *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "bubu", "--db", str(db), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 @pytest.mark.heavy

@@ -45,9 +45,22 @@ def test_a_kill_during_the_call_after_reasoning_reissues_it_byte_for_byte(tmp_pa
     replies = [_sse("responses_reasoning_tool_calls.sse"), Reply(body=(Stall(60),))]
     with serve(replies) as server:
         url = f"{server.url}/v1"
-        proc = start_bubu(db, "run", "fix the test", "-w", str(ws), "-m", spec, "--base-url", url,
-                          "--reasoning-effort", "high", "--max-output-tokens", "32000",
-                          env={"OPENAI_API_KEY": OPENAI_KEY})  # fmt: skip
+        proc = start_bubu(
+            db,
+            "run",
+            "fix the test",
+            "-w",
+            str(ws),
+            "-m",
+            spec,
+            "--base-url",
+            url,
+            "--reasoning-effort",
+            "high",
+            "--max-output-tokens",
+            "32000",
+            env={"OPENAI_API_KEY": OPENAI_KEY},
+        )
         deadline = time.monotonic() + 60
         while len(server.bodies) < 2:
             assert proc.poll() is None, proc.communicate()
@@ -56,8 +69,9 @@ def test_a_kill_during_the_call_after_reasoning_reissues_it_byte_for_byte(tmp_pa
         os.kill(proc.pid, signal.SIGKILL)
         finish(proc)
         server.replies.append(_sse("responses_text.sse"))
-        done = bubu(db, "recover", "-m", spec, "--base-url", url,
-                    env={"OPENAI_API_KEY": OPENAI_KEY})  # fmt: skip
+        done = bubu(
+            db, "recover", "-m", spec, "--base-url", url, env={"OPENAI_API_KEY": OPENAI_KEY}
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "blocked" not in done.stdout + done.stderr
         bodies, requests = server.bodies, server.requests

@@ -48,9 +48,18 @@ def _project(tmp_path: Path, lines: list[dict[str, object]]) -> tuple[Path, Path
 
 def _run(db: Path, ws: Path, script: Path, task: str = "slow") -> subprocess.Popen[str]:
     return start_bubu(
-        db, "run", task, "-w", str(ws), "-m", f"scripted:{script}", "--allow", SLOW,
-        "--sandbox", "off",
-    )  # fmt: skip
+        db,
+        "run",
+        task,
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--allow",
+        SLOW,
+        "--sandbox",
+        "off",
+    )
 
 
 def _mid_command(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
@@ -133,8 +142,14 @@ def test_sigterm_while_waiting_for_the_provider(tmp_path: Path) -> None:
         [{"text": "ok", "error": {"status": 503, "message": "overloaded", "retry_after": 300}}],
     )
     proc = _run(db, ws, script)
-    wait_for(lambda: bubu_json(db, "status", only_session(db), "--json")["waiting"] is not None
-             if "turn_started" in _kinds(db) else False, "the run to wait for its provider")  # fmt: skip
+    wait_for(
+        lambda: (
+            bubu_json(db, "status", only_session(db), "--json")["waiting"] is not None
+            if "turn_started" in _kinds(db)
+            else False
+        ),
+        "the run to wait for its provider",
+    )
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, timeout=30)
@@ -146,8 +161,18 @@ def test_sigterm_while_waiting_for_the_provider(tmp_path: Path) -> None:
 @pytest.mark.heavy
 def test_under_nohup_a_hang_up_is_ignored_and_sigterm_still_suspends(tmp_path: Path) -> None:
     db, ws, script = _project(tmp_path, [{"text": "ok", "delay_s": 120}])
-    proc = start_bubu(db, "run", "slow", "-w", str(ws), "-m", f"scripted:{script}",
-                      "--sandbox", "off", hup_ignored=True)  # fmt: skip
+    proc = start_bubu(
+        db,
+        "run",
+        "slow",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--sandbox",
+        "off",
+        hup_ignored=True,
+    )
     wait_for(lambda: db.exists() and "model_request" in _kinds(db), "the model call")
     proc.send_signal(signal.SIGHUP)
     time.sleep(1.0)
@@ -217,11 +242,25 @@ def test_closing_the_terminal_suspends(tmp_path: Path) -> None:
     )
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        bubu_cmd(db, "run", "slow", "-w", str(ws), "-m", f"scripted:{script}", "--allow", SLOW,
-                 "--sandbox", "off"),
-        env=bubu_env(tmp_path), stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+        bubu_cmd(
+            db,
+            "run",
+            "slow",
+            "-w",
+            str(ws),
+            "-m",
+            f"scripted:{script}",
+            "--allow",
+            SLOW,
+            "--sandbox",
+            "off",
+        ),
+        env=bubu_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
         preexec_fn=_take_terminal,  # noqa: PLW1509  # only setsid and an ioctl before exec
-    )  # fmt: skip
+    )
     os.close(follower)
     pid = ws / "pid.txt"
     try:

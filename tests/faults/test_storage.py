@@ -62,8 +62,20 @@ def test_a_full_disk_fails_the_run_clearly_and_recovery_continues(tmp_path: Path
         [{"tool_calls": [call("run_command", command=fill)]}, {"text": "Carrying on."}],
     )
     db = tmp_path / "bubu.db"
-    done = bubu(db, "run", "fill the disk", "-w", str(ws), "-m", f"scripted:{script}", "--yes", "--sandbox", "off",
-                hooked=True, env={"FAULT_DISK_FULL": str(flag)})  # fmt: skip
+    done = bubu(
+        db,
+        "run",
+        "fill the disk",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        "--sandbox",
+        "off",
+        hooked=True,
+        env={"FAULT_DISK_FULL": str(flag)},
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert error_line(done.stderr) == (
         f"bubu: error: the disk holding {db} is full (database or disk is full); free space and retry"
@@ -80,9 +92,14 @@ def test_a_full_disk_fails_the_run_clearly_and_recovery_continues(tmp_path: Path
     records = read(db)
     assert turn_end(records).reason == "completed"
     assert kinds(records)[before.high_water :] == [
-        "run_started", "tool_recovery", "function_response", "recovery_notice",
-        "model_request", "text", "turn_ended",
-    ]  # fmt: skip
+        "run_started",
+        "tool_recovery",
+        "function_response",
+        "recovery_notice",
+        "model_request",
+        "text",
+        "turn_ended",
+    ]
     assert results(records)[-1].result.startswith(
         "interrupted: the run that was running this call ended before its outcome could be"
     )
@@ -235,8 +252,18 @@ def test_a_lock_held_mid_run_through_the_cli(tmp_path: Path) -> None:
         [{"tool_calls": [call("run_command", command="touch started; sleep 0.5")]}, {"text": "ok"}],
     )
     db = tmp_path / "bubu.db"
-    proc = start_bubu(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-                      hooked=True, env={"FAULT_LEASE_TTL": "0.6"})  # fmt: skip
+    proc = start_bubu(
+        db,
+        "run",
+        "t",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        hooked=True,
+        env={"FAULT_LEASE_TTL": "0.6"},
+    )
     wait_for((ws / "started").exists, "the command to start")
     with holding_lock(db, 12):
         out, err = proc.communicate(timeout=60)
@@ -303,8 +330,11 @@ def test_a_corrupted_page_is_reported_never_a_traceback(tmp_path: Path) -> None:
     ):
         done = subprocess.run(
             [sys.executable, "-m", "bubu", "--db", str(db), *args],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert "Traceback" not in done.stderr, (args, done.stderr)
         assert done.returncode == 1, args
         if args != ["verify"]:

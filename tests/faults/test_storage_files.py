@@ -58,8 +58,13 @@ def killed_writer(tmp_path: Path) -> tuple[Path, list[tuple[int, bytes, bytes]]]
     """A database whose writer was SIGKILLed: events 1–50 are in the main file (checkpointed),
     51–100 were committed (acknowledged) but exist only in the -wal file."""
     db = tmp_path / "bubu.db"
-    done = subprocess.run([sys.executable, "-c", WRITER, str(db)], capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", WRITER, str(db)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert done.stdout.split() == [str(n) for n in range(1, 101)], "100 commits acknowledged"
     wal = Path(f"{db}-wal")
@@ -168,10 +173,25 @@ def test_continuing_a_session_in_a_read_only_database_is_refused(
     db, _ws, ids = read_only
     script = write_script(tmp_path / "s.jsonl", [{"text": "hi"}])
     done = subprocess.run(
-        [sys.executable, "-m", "bubu", "--db", str(db), "run", "--session", ids[0], "more",
-         "-m", f"scripted:{script}"],
-        capture_output=True, text=True, timeout=60, check=False, preexec_fn=drop_root_file_powers,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bubu",
+            "--db",
+            str(db),
+            "run",
+            "--session",
+            ids[0],
+            "more",
+            "-m",
+            f"scripted:{script}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=drop_root_file_powers,
+    )
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 1
     assert error_line(done.stderr) == (
@@ -223,10 +243,18 @@ def test_an_event_from_a_newer_bubu_is_refused_and_nothing_is_appended(tmp_path:
     with SQLiteStore(db) as store:
         head = store.head(sid)
         payload = json.dumps(
-            {"v": 99, "id": "evt_future", "session": sid, "role": "user", "author": "user",
-             "ts": 1, "content": {"kind": "hologram", "text": "from the future"}},
-            sort_keys=True, separators=(",", ":"),
-        ).encode()  # fmt: skip
+            {
+                "v": 99,
+                "id": "evt_future",
+                "session": sid,
+                "role": "user",
+                "author": "user",
+                "ts": 1,
+                "content": {"kind": "hologram", "text": "from the future"},
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
         digest = codec.chain(bytes.fromhex(head.digest), payload)
         store._db.execute(
             "INSERT INTO events(pos, kind, payload, hash) "
@@ -240,8 +268,12 @@ def test_an_event_from_a_newer_bubu_is_refused_and_nothing_is_appended(tmp_path:
         "reads up to 1); upgrade Bubu to read this log"
     )
     script = write_script(tmp_path / "s.jsonl", [{"text": "hi"}])
-    for args in (["show", sid], ["export", sid], ["resume", sid],
-                 ["run", "--session", sid, "more", "-m", f"scripted:{script}"]):  # fmt: skip
+    for args in (
+        ["show", sid],
+        ["export", sid],
+        ["resume", sid],
+        ["run", "--session", sid, "more", "-m", f"scripted:{script}"],
+    ):
         done = bubu(db, *args)
         assert done.returncode == 1, args
         assert error_line(done.stderr) == message, args

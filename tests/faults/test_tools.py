@@ -101,8 +101,11 @@ def test_a_path_leading_out_is_asked_for_and_refused(
     else:
         assert text == said
     assert run.kinds[4:8] == [
-        "function_call", "permission_request", "permission_decision", "function_response",
-    ]  # fmt: skip
+        "function_call",
+        "permission_request",
+        "permission_decision",
+        "function_response",
+    ]
     assert "tool_dispatch" not in run.kinds, "the tool never ran"
     assert (tmp_path / "outside" / "secret.txt").read_text() == "SECRET\n"
     assert not (tmp_path / "outside" / "escape.txt").exists()
@@ -137,10 +140,19 @@ def test_a_symlink_leading_out_is_refused(
 def test_searching_never_follows_a_symlink_out(tmp_path: Path, ws: Path) -> None:
     (ws / "door").symlink_to(tmp_path / "outside")
     (ws / "link.txt").symlink_to(tmp_path / "outside" / "secret.txt")
-    run = run_script(tmp_path, ws, [
-        {"tool_calls": [call("grep", pattern="SECRET"), call("list_files", pattern="**/*.txt")]},
-        {"text": "noted"},
-    ])  # fmt: skip
+    run = run_script(
+        tmp_path,
+        ws,
+        [
+            {
+                "tool_calls": [
+                    call("grep", pattern="SECRET"),
+                    call("list_files", pattern="**/*.txt"),
+                ]
+            },
+            {"text": "noted"},
+        ],
+    )
     found, listed = sorted(run.results, key=lambda r: r.name)
     assert found.result == "no matches for SECRET"
     assert "secret.txt" not in listed.result
@@ -167,9 +179,11 @@ def peak_rss_mb(db: Path, *args: str, timeout: float = 120) -> tuple[int, str, i
     with out_file.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-c", _MEASURE, str(rss_file), *bubu_cmd(db, *args)],
-            env=bubu_env(db.parent), stdout=out, stderr=subprocess.STDOUT,
+            env=bubu_env(db.parent),
+            stdout=out,
+            stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         try:
             proc.wait(timeout=timeout)  # a hang fails here, never blocks
         except subprocess.TimeoutExpired:
@@ -188,11 +202,14 @@ def test_reading_a_1_gb_file_is_bounded(tmp_path: Path, ws: Path) -> None:
         f.seek(1 << 30)  # a hole: a gigabyte of NUL bytes the disk does not hold
         f.write(b"\nthe end\n")
     assert big.stat().st_size > 1 << 30
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [call("read_file", path="big.log")]},
-        {"tool_calls": [call("read_file", path="big.log", offset=3001)]},
-        {"text": "read both ends"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [call("read_file", path="big.log")]},
+            {"tool_calls": [call("read_file", path="big.log", offset=3001)]},
+            {"text": "read both ends"},
+        ],
+    )
     db = tmp_path / "bubu.db"
     code, out, peak = peak_rss_mb(db, "run", "read it", "-w", str(ws), "-m", f"scripted:{script}")
     assert code == 0, out
@@ -227,11 +244,20 @@ def test_invalid_utf8_is_replaced_in_output_and_files_stay_untouched(
     tmp_path: Path, ws: Path
 ) -> None:
     (ws / "latin1.txt").write_bytes(b"caf\xe9 cr\xe8me\n")
-    run = run_script(tmp_path, ws, [
-        {"tool_calls": [call("run_command", command="printf 'caf\\xe9 \\xff\\xfe ok\\n'"),
-                        call("read_file", path="latin1.txt")]},
-        {"text": "noted"},
-    ], policy=YES)  # fmt: skip
+    run = run_script(
+        tmp_path,
+        ws,
+        [
+            {
+                "tool_calls": [
+                    call("run_command", command="printf 'caf\\xe9 \\xff\\xfe ok\\n'"),
+                    call("read_file", path="latin1.txt"),
+                ]
+            },
+            {"text": "noted"},
+        ],
+        policy=YES,
+    )
     shown, printed = sorted(run.results, key=lambda r: r.name)
     assert printed.result == "caf\ufffd \ufffd\ufffd ok\nexit code 0"
     assert shown.result == "     1\tcaf\ufffd cr\ufffdme"
@@ -302,10 +328,17 @@ def test_a_command_that_ignores_sigterm_is_killed_at_its_timeout(tmp_path: Path,
 def test_a_command_that_prints_forever_is_cut_at_its_timeout_in_bounded_memory(
     tmp_path: Path, ws: Path
 ) -> None:
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [call("run_command", command="yes 'all work and no play'", timeout_s=2)]},
-        {"text": "that was a lot"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {
+                "tool_calls": [
+                    call("run_command", command="yes 'all work and no play'", timeout_s=2)
+                ]
+            },
+            {"text": "that was a lot"},
+        ],
+    )
     db = tmp_path / "bubu.db"
     code, out, peak = peak_rss_mb(
         db, "run", "print", "-w", str(ws), "-m", f"scripted:{script}", "--yes"
@@ -360,11 +393,19 @@ def test_a_write_to_a_read_only_file_is_refused_and_the_file_kept(tmp_path: Path
     locked = ws / "locked.txt"
     locked.write_text("keep\n")
     locked.chmod(0o444)
-    run = run_script(tmp_path, ws, [
-        {"tool_calls": [call("write_file", path="locked.txt", content="changed\n"),
-                        call("edit_file", path="locked.txt", old="keep", new="lose")]},
-        {"text": "noted"},
-    ])  # fmt: skip
+    run = run_script(
+        tmp_path,
+        ws,
+        [
+            {
+                "tool_calls": [
+                    call("write_file", path="locked.txt", content="changed\n"),
+                    call("edit_file", path="locked.txt", old="keep", new="lose"),
+                ]
+            },
+            {"text": "noted"},
+        ],
+    )
     message = "locked.txt is read-only; it was not changed (ask the user to make it writable)"
     assert [(r.result, r.is_error) for r in run.results] == [(message, True)] * 2
     assert "tool_dispatch" not in run.kinds, "refused before dispatch: nothing to recover"
@@ -376,11 +417,19 @@ def test_an_edit_whose_text_is_missing_or_ambiguous_changes_nothing(
 ) -> None:
     code = ws / "code.py"
     code.write_text("x = 1\nx = 1\ny = 2\n")
-    run = run_script(tmp_path, ws, [
-        {"tool_calls": [call("edit_file", path="code.py", old="z = 3", new="z = 4"),
-                        call("edit_file", path="code.py", old="x = 1", new="x = 9")]},
-        {"text": "noted"},
-    ])  # fmt: skip
+    run = run_script(
+        tmp_path,
+        ws,
+        [
+            {
+                "tool_calls": [
+                    call("edit_file", path="code.py", old="z = 3", new="z = 4"),
+                    call("edit_file", path="code.py", old="x = 1", new="x = 9"),
+                ]
+            },
+            {"text": "noted"},
+        ],
+    )
     missing, twice = run.results
     assert (missing.is_error, twice.is_error) == (True, True)
     assert missing.result == (

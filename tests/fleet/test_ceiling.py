@@ -138,10 +138,16 @@ def test_every_loosening_option_a_submitter_sets_is_checked() -> None:
     # The order is off < workspace-write < read-only.
     strict = Ceiling(max_sandbox="read-only")
     assert "--sandbox workspace-write" in excess(strict, Asked(sandbox="workspace-write"))[0]
-    loose = Ceiling(max_sandbox="off", allow_yes=True, allow_network=True, allow_patterns=True,
-                    allow_env=frozenset({"DB_PASSWORD"}))  # fmt: skip
-    everything = Asked(sandbox="off", yes=True, network=True, allow_commands=("x",),
-                       pass_env=("DB_PASSWORD",))  # fmt: skip
+    loose = Ceiling(
+        max_sandbox="off",
+        allow_yes=True,
+        allow_network=True,
+        allow_patterns=True,
+        allow_env=frozenset({"DB_PASSWORD"}),
+    )
+    everything = Asked(
+        sandbox="off", yes=True, network=True, allow_commands=("x",), pass_env=("DB_PASSWORD",)
+    )
     assert excess(loose, everything, sandbox_works=False) == ()
 
 
@@ -183,8 +189,19 @@ def test_a_submitted_base_url_is_held_before_the_worker_calls_it(
     ws = tmp_path / "ws"
     ws.mkdir()
     evil = f"http://127.0.0.1:{port}/v1"
-    sid = bubu_ok(tmp_path, "submit", "go", "--db", url, "-w", str(ws), "-m", "openai:gpt-x",
-                  "--base-url", evil).strip()  # fmt: skip
+    sid = bubu_ok(
+        tmp_path,
+        "submit",
+        "go",
+        "--db",
+        url,
+        "-w",
+        str(ws),
+        "-m",
+        "openai:gpt-x",
+        "--base-url",
+        evil,
+    ).strip()
     server = socket.socket()
     server.bind(("127.0.0.1", port))
     server.listen(4)
@@ -213,8 +230,14 @@ def test_a_submitted_base_url_is_held_before_the_worker_calls_it(
 
 
 def _note(seq: int, note: TaskHeld | TaskApproved | TurnStarted) -> Record:
-    ev = make(session="s", role="system", author="host", ts=clock.now_ms(),
-              content=SystemNote(note=note), visibility="hidden")  # fmt: skip
+    ev = make(
+        session="s",
+        role="system",
+        author="host",
+        ts=clock.now_ms(),
+        content=SystemNote(note=note),
+        visibility="hidden",
+    )
     return Record(seq=seq, hash="", event=ev)
 
 

@@ -110,9 +110,18 @@ def test_a_task_asking_for_a_socket_is_held_until_approved_or_allowed(
 
 
 def test_an_open_turn_with_a_socket_is_not_continued_by_a_default_worker() -> None:
-    ev = make(session="s", role="system", author="host", ts=clock.now_ms(), visibility="hidden",
-              content=SystemNote(note=TurnStarted(model="scripted:x", sandbox="workspace-write",
-                                                  allow_sockets=["/run/x.sock"])))  # fmt: skip
+    ev = make(
+        session="s",
+        role="system",
+        author="host",
+        ts=clock.now_ms(),
+        visibility="hidden",
+        content=SystemNote(
+            note=TurnStarted(
+                model="scripted:x", sandbox="workspace-write", allow_sockets=["/run/x.sock"]
+            )
+        ),
+    )
     opened = [Record(seq=2, hash="", event=ev)]
     with pytest.raises(ConfigError, match=r"/run/x\.sock"):
         check_open_turn(opened, Ceiling(), "s")

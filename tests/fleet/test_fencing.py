@@ -25,8 +25,13 @@ def queued(tmp_path: Path, pg: PostgresStore, script: list[dict[str, object]]) -
     ws = tmp_path / "ws"
     ws.mkdir()
     model = write_script(tmp_path / "script.jsonl", script)
-    info = submit(pg, task="count", workspace=ws, model=model,
-                  policy=Submission(allow_commands=("echo *", "touch *", "sleep *")))  # fmt: skip
+    info = submit(
+        pg,
+        task="count",
+        workspace=ws,
+        model=model,
+        policy=Submission(allow_commands=("echo *", "touch *", "sleep *")),
+    )
     return info.id, ws
 
 
@@ -34,11 +39,15 @@ def queued(tmp_path: Path, pg: PostgresStore, script: list[dict[str, object]]) -
 def test_a_frozen_worker_whose_lease_was_taken_over_cannot_append(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:
-    sid, ws = queued(tmp_path, pg, [
-        command("echo one >> counter && touch started && sleep 2.5"),
-        command("echo two >> counter"),
-        {"text": "done"},
-    ])  # fmt: skip
+    sid, ws = queued(
+        tmp_path,
+        pg,
+        [
+            command("echo one >> counter && touch started && sleep 2.5"),
+            command("echo two >> counter"),
+            {"text": "done"},
+        ],
+    )
     frozen = WorkerProc(tmp_path, url, "--once", *FAST, name="frozen")
     taker: WorkerProc | None = None
     try:
@@ -80,11 +89,15 @@ def test_a_frozen_worker_whose_lease_was_taken_over_cannot_append(
 def test_sigterm_finishes_the_current_step_and_hands_the_turn_to_another_worker(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:
-    sid, ws = queued(tmp_path, pg, [
-        command("echo one >> counter && touch started && sleep 1"),
-        command("echo two >> counter"),
-        {"text": "done"},
-    ])  # fmt: skip
+    sid, ws = queued(
+        tmp_path,
+        pg,
+        [
+            command("echo one >> counter && touch started && sleep 1"),
+            command("echo two >> counter"),
+            {"text": "done"},
+        ],
+    )
     first = WorkerProc(tmp_path, url, *FAST, name="first")
     try:
         wait_for((ws / "started").exists, "the first command to start")
@@ -120,10 +133,14 @@ def test_sigterm_finishes_the_current_step_and_hands_the_turn_to_another_worker(
 def test_a_second_ctrl_c_stops_at_once_and_records_what_was_cut_short(
     tmp_path: Path, url: str, pg: PostgresStore
 ) -> None:
-    sid, ws = queued(tmp_path, pg, [
-        command("echo one >> counter && touch started && sleep 30"),
-        {"text": "done"},
-    ])  # fmt: skip
+    sid, ws = queued(
+        tmp_path,
+        pg,
+        [
+            command("echo one >> counter && touch started && sleep 30"),
+            {"text": "done"},
+        ],
+    )
     worker = WorkerProc(tmp_path, url, *FAST, name="worker")
     try:
         wait_for((ws / "started").exists, "the command to start")

@@ -30,13 +30,25 @@ pytestmark = pytest.mark.postgres
 
 
 def user(session: str, text: str = "do it", *, hidden: bool = False) -> Event:
-    return make(session=session, role="user", author="user", ts=1, content=Text(text=text),
-                visibility="hidden" if hidden else "visible")  # fmt: skip
+    return make(
+        session=session,
+        role="user",
+        author="user",
+        ts=1,
+        content=Text(text=text),
+        visibility="hidden" if hidden else "visible",
+    )
 
 
 def note(session: str, n: Note) -> Event:
-    return make(session=session, role="system", author="system", ts=1,
-                content=SystemNote(note=n), visibility="hidden")  # fmt: skip
+    return make(
+        session=session,
+        role="system",
+        author="system",
+        ts=1,
+        content=SystemNote(note=n),
+        visibility="hidden",
+    )
 
 
 def add(pg: PostgresStore, session: str, *events: Event) -> None:
@@ -82,8 +94,18 @@ def test_only_visible_user_text_queues_and_odd_text_never_blocks_an_append(
 ) -> None:
     s = new(pg).id
     add(pg, s, user(s, "a hidden aside", hidden=True))
-    add(pg, s, make(session=s, role="model", author="agent", ts=1, content=Text(text="x"),
-                    actions=Actions(state_delta={"role": "user"})))  # fmt: skip
+    add(
+        pg,
+        s,
+        make(
+            session=s,
+            role="model",
+            author="agent",
+            ts=1,
+            content=Text(text="x"),
+            actions=Actions(state_delta={"role": "user"}),
+        ),
+    )
     assert queue.state(s) is None
     # NUL and a literal backslash-u sequence: PostgreSQL's JSON refuses \u0000 in text.
     add(pg, s, user(s, "nul \x00 and \\u0000 and \U0001f600"))
@@ -131,10 +153,20 @@ def test_blocked_idle_and_deferred_sessions_are_not_claimed(
     pg: PostgresStore, queue: WorkQueue
 ) -> None:
     blocked, idle, deferred = new(pg).id, new(pg).id, new(pg).id
-    add(pg, blocked, user(blocked), note(blocked, TurnStarted(model="m")),
-        note(blocked, RecoveryNotice(status="blocked", reason="broken chain")))  # fmt: skip
-    add(pg, idle, user(idle), note(idle, TurnStarted(model="m")),
-        note(idle, TurnEnded(reason="failed")))  # fmt: skip
+    add(
+        pg,
+        blocked,
+        user(blocked),
+        note(blocked, TurnStarted(model="m")),
+        note(blocked, RecoveryNotice(status="blocked", reason="broken chain")),
+    )
+    add(
+        pg,
+        idle,
+        user(idle),
+        note(idle, TurnStarted(model="m")),
+        note(idle, TurnEnded(reason="failed")),
+    )
     add(pg, deferred, user(deferred))
     assert queue.defer(deferred, error="no such workspace") == pytest.approx(5000, abs=200)
     assert queue.defer(deferred) == pytest.approx(10_000, abs=200)

@@ -36,8 +36,19 @@ def test_a_turn_that_gave_up_on_its_provider_is_claimed_again_later(
         monkeypatch.setenv("OPENAI_BASE_URL", server.openai())
         monkeypatch.setenv("OPENAI_API_KEY", "sk-fleet-outage-0123456789")
         server.outage(600.0, retry_after="1")
-        session = bubu_ok(tmp_path, "submit", "say done", "--db", url, "-w", str(ws),
-                          "-m", "openai:gpt-outage", "--retry-for", "2s").strip()  # fmt: skip
+        session = bubu_ok(
+            tmp_path,
+            "submit",
+            "say done",
+            "--db",
+            url,
+            "-w",
+            str(ws),
+            "-m",
+            "openai:gpt-outage",
+            "--retry-for",
+            "2s",
+        ).strip()
         first = WorkerProc(tmp_path, url, "--once", name="first")
         assert first.wait(timeout=120) == 0
         (end,) = _ends(pg, session)

@@ -42,9 +42,20 @@ def roles(tmp_path: Path, schema: str, pg: PostgresStore) -> Iterator[FleetRoles
     made = FleetRoles(
         schema=schema, worker=f"bubu_w_{tag}", submitter=f"bubu_s_{tag}", approver=f"bubu_a_{tag}"
     )
-    script = bubu_ok(tmp_path, "fleet", "roles", "--sql", "--schema", schema,
-                     "--worker", made.worker, "--submitter", made.submitter,
-                     "--approver", made.approver)  # fmt: skip
+    script = bubu_ok(
+        tmp_path,
+        "fleet",
+        "roles",
+        "--sql",
+        "--schema",
+        schema,
+        "--worker",
+        made.worker,
+        "--submitter",
+        made.submitter,
+        "--approver",
+        made.approver,
+    )
     with psycopg.connect(PG_URL, autocommit=True) as db:
         db.execute(script.encode())
         # Run again (a second schema's fleet, or the same script twice): roles that exist are
@@ -169,8 +180,20 @@ def test_only_the_approver_role_can_approve_a_held_task_and_a_forged_approval_is
     ws = tmp_path / "ws"
     ws.mkdir()
     model = write_script(tmp_path / "m.jsonl", [command("touch ran"), {"text": "done"}])
-    sid = bubu_ok(tmp_path, "submit", "go", "--db", submitter_url, "-w", str(ws), "-m", model,
-                  "--sandbox", "off", "--yes").strip()  # fmt: skip
+    sid = bubu_ok(
+        tmp_path,
+        "submit",
+        "go",
+        "--db",
+        submitter_url,
+        "-w",
+        str(ws),
+        "-m",
+        model,
+        "--sandbox",
+        "off",
+        "--yes",
+    ).strip()
     worker_url = as_role(url, roles.worker)
     assert WorkerProc(tmp_path, worker_url, "--once").wait() == 0
     assert fold_status(pg.read(sid)).state == "held"
@@ -181,11 +204,19 @@ def test_only_the_approver_role_can_approve_a_held_task_and_a_forged_approval_is
     assert "may not approve held tasks" in done.stderr
     # Nor by writing the approval straight into the log under another kind and putting the queue
     # row back: the worker finds no approval the database vouches for, and holds it again.
-    holds = [c.note for r in pg.read(sid) if isinstance(c := r.event.content, SystemNote)
-             and isinstance(c.note, TaskHeld)]  # fmt: skip
-    forged = make(session=sid, role="system", author="user", ts=clock.now_ms(),
-                  content=SystemNote(note=TaskApproved(request_seq=holds[-1].request_seq)),
-                  visibility="hidden")  # fmt: skip
+    holds = [
+        c.note
+        for r in pg.read(sid)
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TaskHeld)
+    ]
+    forged = make(
+        session=sid,
+        role="system",
+        author="user",
+        ts=clock.now_ms(),
+        content=SystemNote(note=TaskApproved(request_seq=holds[-1].request_seq)),
+        visibility="hidden",
+    )
     payload = codec.encode(forged)
     with psycopg.connect(as_role(PG_URL, roles.submitter), autocommit=True) as db:
         db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(roles.schema)))

@@ -23,9 +23,21 @@ def test_a_submitted_task_runs_against_the_server_it_was_submitted_for(
     ws = tmp_path / "ws"
     ws.mkdir()
     with serve({("POST", "/v1/chat/completions"): stream_file("compatible_text.sse")}) as s:
-        sid = bubu_ok(tmp_path, "submit", "say done", "--db", url, "-w", str(ws),
-                      "-m", "openai:local", "--base-url", f"{s.url}/v1",
-                      "--context-window", "4096").strip()  # fmt: skip
+        sid = bubu_ok(
+            tmp_path,
+            "submit",
+            "say done",
+            "--db",
+            url,
+            "-w",
+            str(ws),
+            "-m",
+            "openai:local",
+            "--base-url",
+            f"{s.url}/v1",
+            "--context-window",
+            "4096",
+        ).strip()
         # The worker names the server it lets tasks send its key to.
         worker = WorkerProc(tmp_path, url, "--once", "--allow-base-url", f"{s.url}/v1")
         assert worker.wait() == 0

@@ -50,8 +50,12 @@ def test_a_submitted_task_runs_on_a_worker_under_the_policy_it_was_submitted_wit
         tmp_path / "script.jsonl", [command("echo ran >> counter"), {"text": "done"}]
     )
     off = ["--sandbox", "off"]  # where commands ask; "sandboxed" needs no approval
-    flags = {"allowed": ["--allow", "echo *", *off], "yes": ["--yes", *off], "plain": off,
-             "sandboxed": []}  # fmt: skip
+    flags = {
+        "allowed": ["--allow", "echo *", *off],
+        "yes": ["--yes", *off],
+        "plain": off,
+        "sandboxed": [],
+    }
     sessions = {}
     for name, extra in flags.items():
         ws = workspace(tmp_path, name)
@@ -61,8 +65,9 @@ def test_a_submitted_task_runs_on_a_worker_under_the_policy_it_was_submitted_wit
         sessions[name] = out.strip()
     assert WorkQueue(pg).counts() == {"queued": 4}
     # A worker whose ceiling lets tasks loosen all this (the default one holds them: test_ceiling).
-    worker = WorkerProc(tmp_path, url, "--once", "--max-sandbox", "off", "--allow-yes",
-                        "--allow-patterns")  # fmt: skip
+    worker = WorkerProc(
+        tmp_path, url, "--once", "--max-sandbox", "off", "--allow-yes", "--allow-patterns"
+    )
     assert worker.wait() == 0
     for name, sid in sessions.items():
         check_log(pg, sid)
@@ -105,8 +110,11 @@ def test_status_show_sessions_verify_and_the_ui_read_a_postgresql_log(
     assert bubu_json(tmp_path, "--db", url, "verify", "--json")["ok"]
     ui = subprocess.Popen(
         [*BUBU, "--db", url, "ui", "--no-open", "--port", "0"],
-        env=clean_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=clean_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert ui.stdout is not None
         first = ui.stdout.readline()
@@ -167,9 +175,14 @@ def test_a_worker_leaves_an_imported_open_turn_to_the_user(
     spec = write_script(tmp_path / "s.jsonl", [command("echo ran"), {"text": "done"}])
     local = tmp_path / "local.db"
     env = {**clean_env(tmp_path), "BUBU_FAILPOINT": "mid_tool"}
-    crashed = subprocess.run([*BUBU, "--db", str(local), "run", "x", "-w", str(ws), "-m", spec,
-                              "--yes"], env=env, capture_output=True, text=True, timeout=120,
-                             check=False)  # fmt: skip
+    crashed = subprocess.run(
+        [*BUBU, "--db", str(local), "run", "x", "-w", str(ws), "-m", spec, "--yes"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert crashed.returncode == -9, crashed.stderr
     (sid,) = [s["id"] for s in bubu_json(tmp_path, "--db", str(local), "sessions", "--json")]
     export = tmp_path / "x.jsonl"

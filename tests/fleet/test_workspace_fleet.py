@@ -34,16 +34,31 @@ def test_a_second_machine_finishes_the_task_in_its_own_workspace(
     (src / "tool.sh").write_text("#!/bin/sh\n")
     (src / "tool.sh").chmod(0o755)
     counter = tmp_path / "counter"
-    model = write_script(tmp_path / "s.jsonl", [
-        command(f"echo one >> a.txt; echo one >> {counter}"),
-        command(f"echo two >> {counter}; sleep 60"),
-        command(f"echo three >> a.txt; echo three >> {counter}"),
-        {"text": "done"},
-    ])  # fmt: skip
+    model = write_script(
+        tmp_path / "s.jsonl",
+        [
+            command(f"echo one >> a.txt; echo one >> {counter}"),
+            command(f"echo two >> {counter}; sleep 60"),
+            command(f"echo three >> a.txt; echo three >> {counter}"),
+            {"text": "done"},
+        ],
+    )
     sid = bubu_json(
-        tmp_path / "submit-home", "submit", "do it", "--db", url, "-w", str(src), "-m", model,
-        "--snapshot", "--sandbox", "off", "--yes", "--json",
-    )["session"]  # fmt: skip
+        tmp_path / "submit-home",
+        "submit",
+        "do it",
+        "--db",
+        url,
+        "-w",
+        str(src),
+        "-m",
+        model,
+        "--snapshot",
+        "--sandbox",
+        "off",
+        "--yes",
+        "--json",
+    )["session"]
     shutil.rmtree(src)  # the submitter's machine: gone
     roots = [tmp_path / "machine1" / "work", tmp_path / "machine2" / "work"]
     homes = [tmp_path / "machine1" / "home", tmp_path / "machine2" / "home"]

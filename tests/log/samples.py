@@ -339,32 +339,178 @@ def session_events(
         hidden=True,
     )
     # Kinds added to schema 1 after its fixture was written (LATER_NOTE_KINDS).
-    add("system", "system", note(note=SummaryChunk(request_digest="ef" * 32, start=0, watermark=10,
-        chunk=1, chunks=1, text="## Goal\nWrite hello.py")), run_id=run2, hidden=True)  # fmt: skip
-    add("system", "system", note(note=CheckpointBody(key="ckpt_2", watermark=10,
-        source_digest="cd" * 32, summary="## Goal\nWrite hello.py", facts="## Facts",
-        summarized_upto=10, chunks=1, calls=["ef" * 32])), run_id=run2, hidden=True)  # fmt: skip
+    add(
+        "system",
+        "system",
+        note(
+            note=SummaryChunk(
+                request_digest="ef" * 32,
+                start=0,
+                watermark=10,
+                chunk=1,
+                chunks=1,
+                text="## Goal\nWrite hello.py",
+            )
+        ),
+        run_id=run2,
+        hidden=True,
+    )
+    add(
+        "system",
+        "system",
+        note(
+            note=CheckpointBody(
+                key="ckpt_2",
+                watermark=10,
+                source_digest="cd" * 32,
+                summary="## Goal\nWrite hello.py",
+                facts="## Facts",
+                summarized_upto=10,
+                chunks=1,
+                calls=["ef" * 32],
+            )
+        ),
+        run_id=run2,
+        hidden=True,
+    )
     add("system", "user", note(note=MemoryForgotten(key="build")), hidden=True)
-    add("system", "system", note(note=ProjectInstructions(cause="directory", files=[InstructionFile(
-        path="pkg/AGENTS.md", sha256="ab" * 32, size=12, text="Use tabs.\n")])))  # fmt: skip
-    add("system", "system", note(note=SkillsListed(skills=[SkillEntry(
-        name="release", description="Cut a release.", where=".bubu/skills/release",
-        sha256="cd" * 32)])), hidden=True)  # fmt: skip
-    add("system", "system", note(note=WindowLearned(tokens=4096, source="learned: the server's overflow error")))  # fmt: skip
-    add("system", "system", note(note=ServerNote(text="the server cannot call tools; the model answers in text only")))  # fmt: skip
-    add("system", "host", note(note=WorkspaceTaken(source="/w", snapshot=WorkspaceSnapshot(
-        tree=None, partial="the snapshot failed: No space left on device"))), hidden=True)  # fmt: skip
-    add("system", "system", note(note=ChildStarted(child="ses_child", call_id="call_9",
-        agent="reviewer", model="scripted:/k.jsonl", branch="bubu/ses_child", base="ab" * 20)), hidden=True)  # fmt: skip
-    add("system", "system", note(note=ChildFinished(child="ses_child", call_id="call_9",
-        reason="completed", tokens=120, cost_usd=0.01)), hidden=True)  # fmt: skip
-    add("system", "host", note(note=HookRun(event="PreToolUse", hook="./no-rm.sh", call_id="call_2",
-        decision="deny", reason="rm is not allowed", exit_code=2, duration_ms=12)), hidden=True)  # fmt: skip
+    add(
+        "system",
+        "system",
+        note(
+            note=ProjectInstructions(
+                cause="directory",
+                files=[
+                    InstructionFile(
+                        path="pkg/AGENTS.md", sha256="ab" * 32, size=12, text="Use tabs.\n"
+                    )
+                ],
+            )
+        ),
+    )
+    add(
+        "system",
+        "system",
+        note(
+            note=SkillsListed(
+                skills=[
+                    SkillEntry(
+                        name="release",
+                        description="Cut a release.",
+                        where=".bubu/skills/release",
+                        sha256="cd" * 32,
+                    )
+                ]
+            )
+        ),
+        hidden=True,
+    )
+    add(
+        "system",
+        "system",
+        note(note=WindowLearned(tokens=4096, source="learned: the server's overflow error")),
+    )
+    add(
+        "system",
+        "system",
+        note(note=ServerNote(text="the server cannot call tools; the model answers in text only")),
+    )
+    add(
+        "system",
+        "host",
+        note(
+            note=WorkspaceTaken(
+                source="/w",
+                snapshot=WorkspaceSnapshot(
+                    tree=None, partial="the snapshot failed: No space left on device"
+                ),
+            )
+        ),
+        hidden=True,
+    )
+    add(
+        "system",
+        "system",
+        note(
+            note=ChildStarted(
+                child="ses_child",
+                call_id="call_9",
+                agent="reviewer",
+                model="scripted:/k.jsonl",
+                branch="bubu/ses_child",
+                base="ab" * 20,
+            )
+        ),
+        hidden=True,
+    )
+    add(
+        "system",
+        "system",
+        note(
+            note=ChildFinished(
+                child="ses_child", call_id="call_9", reason="completed", tokens=120, cost_usd=0.01
+            )
+        ),
+        hidden=True,
+    )
+    add(
+        "system",
+        "host",
+        note(
+            note=HookRun(
+                event="PreToolUse",
+                hook="./no-rm.sh",
+                call_id="call_2",
+                decision="deny",
+                reason="rm is not allowed",
+                exit_code=2,
+                duration_ms=12,
+            )
+        ),
+        hidden=True,
+    )
     add("system", "user", note(note=PlanApproved(plan=["read the code", "fix it"])), hidden=True)
-    add("system", "tool", note(note=ProcessStarted(handle="bg-1", call_id="call_9",
-        command="python3 -m http.server", pid=4242, keep="session", restart=True)), hidden=True)  # fmt: skip
-    add("system", "tool", note(note=ProcessOutput(handle="bg-1", offset=0, chunk=BlobRef(
-        sha256=codec.sha256_hex(BLOB), size=len(BLOB), lines=BLOB.count(b"\n")))), hidden=True)  # fmt: skip
-    add("system", "tool", note(note=ProcessEnded(handle="bg-1", how="died", command="python3 -m http.server",
-        reason="Bubu stopped while it ran", tail="GET / 200", restarted=True)))  # fmt: skip
+    add(
+        "system",
+        "tool",
+        note(
+            note=ProcessStarted(
+                handle="bg-1",
+                call_id="call_9",
+                command="python3 -m http.server",
+                pid=4242,
+                keep="session",
+                restart=True,
+            )
+        ),
+        hidden=True,
+    )
+    add(
+        "system",
+        "tool",
+        note(
+            note=ProcessOutput(
+                handle="bg-1",
+                offset=0,
+                chunk=BlobRef(
+                    sha256=codec.sha256_hex(BLOB), size=len(BLOB), lines=BLOB.count(b"\n")
+                ),
+            )
+        ),
+        hidden=True,
+    )
+    add(
+        "system",
+        "tool",
+        note(
+            note=ProcessEnded(
+                handle="bg-1",
+                how="died",
+                command="python3 -m http.server",
+                reason="Bubu stopped while it ran",
+                tail="GET / 200",
+                restarted=True,
+            )
+        ),
+    )
     return events

@@ -61,8 +61,9 @@ def test_continuing_an_altered_session_is_refused_with_the_reason(tmp_path: Path
         done = bubu(db, *args)
         assert done.returncode == 1, (args, done.stdout, done.stderr)
         (line,) = done.stderr.strip().splitlines()
-        assert line.startswith(f"bubu: error: session {sid} is not continued: its log does not "
-                               "verify at seq "), line  # fmt: skip
+        assert line.startswith(
+            f"bubu: error: session {sid} is not continued: its log does not verify at seq "
+        ), line
         assert "does not match its content" in line
         assert f"`bubu verify {sid}`" in line
         assert "continued" not in done.stdout
@@ -86,8 +87,11 @@ def test_a_host_verifies_once_in_full_then_only_the_chain(tmp_path: Path) -> Non
     with SQLiteStore(tmp_path / "other.db") as store:
         host = Host(store=store, provider=ScriptedProvider(str(script)), tools={})
         clean = store.create_session(title="t", workspace=str(tmp_path)).id
-        store.append(clean, [make(session=clean, role="user", author="user", ts=1,
-                                  content=Text(text="hello"))], expect=0)  # fmt: skip
+        store.append(
+            clean,
+            [make(session=clean, role="user", author="user", ts=1, content=Text(text="hello"))],
+            expect=0,
+        )
         host.check_integrity(clean)
         assert clean in host.verified
         tamper_payload(store, clean, 1, b"hello", b"hullo")
@@ -106,8 +110,9 @@ def test_the_web_ui_refuses_to_continue_an_altered_session(tmp_path: Path) -> No
     token = "test-token-0123456789"
     with SQLiteStore(db) as store:
         app = create_app(store, token=token, recover=False, workspace=str(ws), hosts=())
-        with TestClient(app, base_url="http://127.0.0.1:8642",
-                        headers={"authorization": f"Bearer {token}"}) as client:  # fmt: skip
+        with TestClient(
+            app, base_url="http://127.0.0.1:8642", headers={"authorization": f"Bearer {token}"}
+        ) as client:
             r = client.post(f"/api/sessions/{sid}/turns", json={"task": "go on"})
             assert r.status_code == 409, r.text
             assert "its log does not verify at seq" in r.json()["error"], r.text
@@ -122,21 +127,45 @@ def test_read_only_file_tools_refuse_and_the_model_is_told(tmp_path: Path) -> No
     script = write_script(
         tmp_path / "s.jsonl",
         [
-            {"tool_calls": [
-                {"name": "write_file", "arguments": {"path": "new.py", "content": "y = 2\n"}},
-                {"name": "edit_file", "arguments": {"path": "a.py", "old": "x = 1", "new": "x = 9"}},
-                # The providers' own shapes of the file tools (OpenAI's apply_patch, Anthropic's
-                # text editor insert) are refused the same way.
-                {"name": "apply_patch", "arguments": {"path": "p.py", "operation": "create_file",
-                                                      "diff": "+z = 3\n"}},
-                {"name": "insert_text", "arguments": {"path": "a.py", "insert_line": 1,
-                                                      "text": "w = 4\n"}},
-            ]},
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "new.py", "content": "y = 2\n"}},
+                    {
+                        "name": "edit_file",
+                        "arguments": {"path": "a.py", "old": "x = 1", "new": "x = 9"},
+                    },
+                    # The providers' own shapes of the file tools (OpenAI's apply_patch, Anthropic's
+                    # text editor insert) are refused the same way.
+                    {
+                        "name": "apply_patch",
+                        "arguments": {
+                            "path": "p.py",
+                            "operation": "create_file",
+                            "diff": "+z = 3\n",
+                        },
+                    },
+                    {
+                        "name": "insert_text",
+                        "arguments": {"path": "a.py", "insert_line": 1, "text": "w = 4\n"},
+                    },
+                ]
+            },
             {"text": "done"},
         ],
-    )  # fmt: skip
-    done = bubu(db, "run", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "read-only",
-                "--yes", "--jsonl", "change things")  # fmt: skip
+    )
+    done = bubu(
+        db,
+        "run",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--sandbox",
+        "read-only",
+        "--yes",
+        "--jsonl",
+        "change things",
+    )
     assert done.returncode == 0, done.stderr
     assert not (ws / "new.py").exists()
     assert not (ws / "p.py").exists()
@@ -167,30 +196,67 @@ def test_a_read_only_turn_does_not_merge_a_sub_agents_branch(tmp_path: Path) -> 
         ["add", "."],
         ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "i", "--allow-empty"],
     ):
-        subprocess.run(["git", *args], cwd=ws, env=env, check=True)  # fmt: skip
-    child = write_script(tmp_path / "child.jsonl", [
-        {"tool_calls": [{"name": "write_file",
-                         "arguments": {"path": "child.txt", "content": "from the child\n"}}]},
-        {"text": "wrote it"},
-    ])  # fmt: skip
-    parent = write_script(tmp_path / "parent.jsonl", [
-        {"tool_calls": [{"name": "delegate", "arguments": {
-            "task": "write child.txt", "isolation": "worktree", "model": f"scripted:{child}"}}]},
-        {"text": "delegated"},
-        {"tool_calls": [{"name": "merge_child", "arguments": {"child": "ses_"}}]},
-        {"text": "done"},
-    ])  # fmt: skip
+        subprocess.run(["git", *args], cwd=ws, env=env, check=True)
+    child = write_script(
+        tmp_path / "child.jsonl",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "write_file",
+                        "arguments": {"path": "child.txt", "content": "from the child\n"},
+                    }
+                ]
+            },
+            {"text": "wrote it"},
+        ],
+    )
+    parent = write_script(
+        tmp_path / "parent.jsonl",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "delegate",
+                        "arguments": {
+                            "task": "write child.txt",
+                            "isolation": "worktree",
+                            "model": f"scripted:{child}",
+                        },
+                    }
+                ]
+            },
+            {"text": "delegated"},
+            {"tool_calls": [{"name": "merge_child", "arguments": {"child": "ses_"}}]},
+            {"text": "done"},
+        ],
+    )
     first = bubu(db, "run", "-w", str(ws), "-m", f"scripted:{parent}", "--yes", "delegate it")
     assert first.returncode == 0, first.stderr
-    done = bubu(db, "run", "-c", "-w", str(ws), "-m", f"scripted:{parent}", "--sandbox",
-                "read-only", "--yes", "--jsonl", "merge it")  # fmt: skip
+    done = bubu(
+        db,
+        "run",
+        "-c",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{parent}",
+        "--sandbox",
+        "read-only",
+        "--yes",
+        "--jsonl",
+        "merge it",
+    )
     assert done.returncode == 0, done.stderr
     assert not (ws / "child.txt").exists()
     with SQLiteStore(db) as store:
         (sid,) = [i.id for i in store.sessions() if i.workspace == str(ws.resolve())]
     log = bubu(db, "log", sid, "--jsonl").stdout
-    merged = [json.loads(line)["event"]["content"] for line in log.splitlines()
-              if '"function_response"' in line and "merge_child" in line]  # fmt: skip
+    merged = [
+        json.loads(line)["event"]["content"]
+        for line in log.splitlines()
+        if '"function_response"' in line and "merge_child" in line
+    ]
     assert merged, log
     assert merged[-1]["is_error"] is True
     assert "--sandbox read-only, so no file may be written" in merged[-1]["result"]
@@ -211,19 +277,31 @@ def test_a_read_only_turn_asks_a_person_for_a_tool_no_sandbox_confines(tmp_path:
         (ws / name).write_text("stamped\n")
         return "stamped"
 
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [{"name": "stamp", "arguments": {"name": "STAMP"}}]},
-        {"text": "done"},
-    ] * 2)  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [{"name": "stamp", "arguments": {"name": "STAMP"}}]},
+            {"text": "done"},
+        ]
+        * 2,
+    )
     for mode, written in (("read-only", False), ("workspace-write", True)):
         policy = Policy(yes=True, sandbox=mode)  # type: ignore[arg-type]
-        with Agent(model=f"scripted:{script}", store=tmp_path / f"{mode}.db", workspace=ws,
-                   tools=[stamp], policy=policy) as agent:  # fmt: skip
+        with Agent(
+            model=f"scripted:{script}",
+            store=tmp_path / f"{mode}.db",
+            workspace=ws,
+            tools=[stamp],
+            policy=policy,
+        ) as agent:
             agent.run("stamp it")
         assert (ws / "STAMP").exists() is written, mode
         if not written:
             with SQLiteStore(tmp_path / f"{mode}.db") as store:
                 (info,) = store.sessions()
-                said = [c.result for r in store.read(info.id)
-                        if isinstance(c := r.event.content, FunctionResponse)]  # fmt: skip
+                said = [
+                    c.result
+                    for r in store.read(info.id)
+                    if isinstance(c := r.event.content, FunctionResponse)
+                ]
             assert "--yes does not approve a tool that no sandbox confines" in said[0], said

@@ -71,8 +71,14 @@ def test_a_log_others_may_read_gets_one_warning_line_and_keeps_its_mode(tmp_path
         "[SQLiteStore(sys.argv[1]).close() for _ in range(2)]; "
         "SQLiteStore(sys.argv[1], readonly=True).close()"
     )
-    proc = subprocess.run([sys.executable, "-c", code, str(db)], env=hermetic.environ("BUBU_"),
-                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(db)],
+        env=hermetic.environ("BUBU_"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0] == (
@@ -86,6 +92,12 @@ def test_a_private_log_opens_without_a_word(tmp_path: Path) -> None:
     db = tmp_path / "mine.db"
     SQLiteStore(db).close()
     code = "import sys; from bubu.log.sqlite import SQLiteStore; SQLiteStore(sys.argv[1]).close()"
-    proc = subprocess.run([sys.executable, "-c", code, str(db)], env=hermetic.environ("BUBU_"),
-                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(db)],
+        env=hermetic.environ("BUBU_"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert proc.stderr == ""

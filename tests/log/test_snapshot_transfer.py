@@ -26,8 +26,9 @@ def _session(store: Store, ws: Path) -> tuple[str, WorkspaceSnapshot]:
     snap = Snapshotter(store, ws).take()
     sid = store.create_session(title="t", workspace=str(ws)).id
     response = FunctionResponse(call_id="c", name="run_command", result="ok", snapshot=snap)
-    store.append(sid, [make_event(sid), make_event(sid, response, role="tool", author="tool")],
-                 expect=0)  # fmt: skip
+    store.append(
+        sid, [make_event(sid), make_event(sid, response, role="tool", author="tool")], expect=0
+    )
     return sid, snap
 
 

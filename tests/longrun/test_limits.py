@@ -79,8 +79,10 @@ def test_max_steps_stops_cleanly_and_resume_continues_with_a_raised_limit(tmp_pa
     assert "raise the limit with --max-steps N" in end.message
     assert f"● turn stopped: {end.message}" in done.stdout
     assert _model_calls(read(db)) == 3
-    assert any(isinstance(c, SystemNote) and isinstance(c.note, StepLimit)
-               for c in (r.event.content for r in read(db)))  # fmt: skip
+    assert any(
+        isinstance(c, SystemNote) and isinstance(c.note, StepLimit)
+        for c in (r.event.content for r in read(db))
+    )
     status = json.loads(bubu(db, "status", session, "--json").stdout)
     assert (status["status"], status["cause"]) == ("stopped", "max_steps")
     assert status["reason"] == end.message
@@ -128,8 +130,12 @@ def test_max_time_stops_cleanly_and_resume_continues(tmp_path: Path) -> None:
     end = _ends(records)[-1]
     assert (end.reason, end.cause) == ("stopped", "max_time")
     assert end.message is not None
-    assert end.message.startswith(("the time limit of 1s was reached;",
-                                   "the time limit of 1s was reached during a model call"))  # fmt: skip
+    assert end.message.startswith(
+        (
+            "the time limit of 1s was reached;",
+            "the time limit of 1s was reached during a model call",
+        )
+    )
     assert "--max-time DURATION" in end.message
     assert 1 <= _model_calls(records) < 7
     raised = bubu(db, "resume", only_session(db), "--max-time", "1h")

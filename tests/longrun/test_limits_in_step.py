@@ -13,8 +13,11 @@ from faults.helpers import bubu, only_session, read, write_script
 
 
 def _end(records: list[Record]) -> TurnEnded:
-    ends = [c.note for r in records
-            if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnEnded)]  # fmt: skip
+    ends = [
+        c.note
+        for r in records
+        if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnEnded)
+    ]
     return ends[-1]
 
 
@@ -31,11 +34,23 @@ def _ws(tmp_path: Path) -> Path:
 @pytest.mark.heavy
 def test_a_command_past_max_time_is_stopped_and_its_result_says_so(tmp_path: Path) -> None:
     slow = {"name": "run_command", "arguments": {"command": "sleep 30; echo late > late.txt"}}
-    script = write_script(tmp_path / "s.jsonl", [{"text": "wait", "tool_calls": [slow]},
-                                                 {"text": "done"}])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl", [{"text": "wait", "tool_calls": [slow]}, {"text": "done"}]
+    )
     ws, db = _ws(tmp_path), tmp_path / "bubu.db"
-    done = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-                "--max-time", "3s", timeout=60)  # fmt: skip
+    done = bubu(
+        db,
+        "run",
+        "go",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        "--max-time",
+        "3s",
+        timeout=60,
+    )
     assert done.returncode == 3, done.stdout + done.stderr
     records = read(db)
     (result,) = _results(records)
@@ -55,8 +70,9 @@ def test_a_model_call_past_max_time_is_cancelled_and_the_turn_is_resumable(
     slow = " ".join(["slow"] * 100)
     script = write_script(tmp_path / "s.jsonl", [{"text": slow, "delay_s": 35}])
     ws, db = _ws(tmp_path), tmp_path / "bubu.db"
-    done = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}",
-                "--max-time", "2s", timeout=60)  # fmt: skip
+    done = bubu(
+        db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--max-time", "2s", timeout=60
+    )
     assert done.returncode == 3, done.stdout + done.stderr
     records = read(db)
     end = _end(records)
@@ -74,8 +90,18 @@ def test_an_answer_streaming_past_max_tokens_is_cancelled(tmp_path: Path) -> Non
     long = " ".join(f"word{i}" for i in range(120_000))  # about 200,000 tokens
     script = write_script(tmp_path / "s.jsonl", [{"text": long}])
     ws, db = _ws(tmp_path), tmp_path / "bubu.db"
-    done = bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}",
-                "--max-tokens", "50000", timeout=60)  # fmt: skip
+    done = bubu(
+        db,
+        "run",
+        "go",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--max-tokens",
+        "50000",
+        timeout=60,
+    )
     assert done.returncode == 3, done.stdout + done.stderr
     end = _end(read(db))
     assert (end.reason, end.cause) == ("stopped", "max_tokens")

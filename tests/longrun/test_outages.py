@@ -243,8 +243,17 @@ def test_a_fallback_model_takes_over_from_a_failing_primary(
     server.retry_after = "0"
     db = tmp_path / "bubu.db"
     env = {**ENV, "ANTHROPIC_BASE_URL": server.url}
-    done = bubu(db, "run", "say done", "-w", str(ws), *_model_args(server, "openai"),
-                "--fallback-model", "anthropic:claude-outage", env=env)  # fmt: skip
+    done = bubu(
+        db,
+        "run",
+        "say done",
+        "-w",
+        str(ws),
+        *_model_args(server, "openai"),
+        "--fallback-model",
+        "anthropic:claude-outage",
+        env=env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "⇄ switched from openai:gpt-outage to anthropic:claude-outage after 3 failed" in (
         done.stdout
@@ -310,8 +319,9 @@ def test_a_45_second_outage_is_ridden_out_with_default_settings(
 ) -> None:
     server.outage(45.0, retry_after="5")
     db = tmp_path / "bubu.db"
-    done = bubu(db, "run", "say done", "-w", str(ws), *_model_args(server, "openai"), env=ENV,
-                timeout=180)  # fmt: skip
+    done = bubu(
+        db, "run", "say done", "-w", str(ws), *_model_args(server, "openai"), env=ENV, timeout=180
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     records = read(db)
     assert _end(records).reason == "completed"

@@ -37,10 +37,16 @@ from bubu.projections.longrun import LongRunFold, fold_longrun, format_duration
 
 def _plan(**kw: object) -> object:
     args: dict[str, object] = {
-        "attempt": 1, "retry_after_s": None, "since_ms": 0, "now_ms": 0,
-        "retry_for_s": DEFAULT_RETRY_FOR_S, "chain": ("openai:a",), "model": "openai:a",
-        "failures_on_model": 1, "rand": lambda: 1.0,
-    }  # fmt: skip
+        "attempt": 1,
+        "retry_after_s": None,
+        "since_ms": 0,
+        "now_ms": 0,
+        "retry_for_s": DEFAULT_RETRY_FOR_S,
+        "chain": ("openai:a",),
+        "model": "openai:a",
+        "failures_on_model": 1,
+        "rand": lambda: 1.0,
+    }
     args.update(kw)
     return plan_retry(**args)  # type: ignore[arg-type]
 
@@ -82,9 +88,17 @@ def test_fallbacks_take_over_after_a_run_of_failures_and_wrap_around() -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90s", 90), ("10m", 600), ("6h", 21600), ("1d", 86400), ("1h30m", 5400), ("45", 45),
-     ("0.5s", 0.5), (" 2H ", 7200)],
-)  # fmt: skip
+    [
+        ("90s", 90),
+        ("10m", 600),
+        ("6h", 21600),
+        ("1d", 86400),
+        ("1h30m", 5400),
+        ("45", 45),
+        ("0.5s", 0.5),
+        (" 2H ", 7200),
+    ],
+)
 def test_durations_people_write_are_read(text: str, seconds: float) -> None:
     assert parse_duration(text, option="--retry-for") == seconds
 
@@ -106,8 +120,15 @@ def test_bad_counts_are_one_line_errors(text: str) -> None:
 
 def test_format_duration() -> None:
     assert [format_duration(s) for s in (0.25, 5, 45, 90, 3600, 5400, 21600, 90061)] == [
-        "0.2s", "5s", "45s", "1m30s", "1h", "1h30m", "6h", "1d1h"
-    ]  # fmt: skip
+        "0.2s",
+        "5s",
+        "45s",
+        "1m30s",
+        "1h",
+        "1h30m",
+        "6h",
+        "1d1h",
+    ]
     assert not math.isnan(parse_duration("1d"))
 
 
@@ -131,10 +152,16 @@ class _Log:
             )
         self.inv += 1
         ev = make(
-            session="s", turn="t", run="r", role="model" if model else "system", author="agent",
-            ts=ts, content=content if isinstance(content, Text | Error) else SystemNote(note=content),
-            actions=actions, invocation=f"inv{self.inv}",
-        )  # fmt: skip
+            session="s",
+            turn="t",
+            run="r",
+            role="model" if model else "system",
+            author="agent",
+            ts=ts,
+            content=content if isinstance(content, Text | Error) else SystemNote(note=content),
+            actions=actions,
+            invocation=f"inv{self.inv}",
+        )
         self.records.append(Record(seq=len(self.records) + 1, hash="h", event=ev))
 
 
@@ -143,8 +170,16 @@ def test_the_wait_is_folded_from_the_attempt_events() -> None:
     log.add(1_000, TurnStarted(model="openai:a", fallback_models=["anthropic:b"], retry_for_s=60))
     log.add(1_000, RunStarted(cause="new"))
     log.add(1_100, ModelRequestNote(model="openai:a", request_digest="d", estimated_tokens=1))
-    log.add(1_200, Error(error_class="server_error", message="503 down", retryable=True,
-                         status=503, retry_in_ms=4_000))  # fmt: skip
+    log.add(
+        1_200,
+        Error(
+            error_class="server_error",
+            message="503 down",
+            retryable=True,
+            status=503,
+            retry_in_ms=4_000,
+        ),
+    )
     w = fold_longrun(log.records).waiting()
     assert w is not None
     assert (w.attempt, w.next_at_ms, w.since_ms, w.in_flight) == (1, 5_200, 1_200, False)

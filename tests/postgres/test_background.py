@@ -21,20 +21,31 @@ def test_a_chatty_background_process_is_logged_beside_the_turn(
     ws = tmp_path / "ws"
     ws.mkdir()
     chatty = "for i in $(seq 1 2000); do echo line $i; done; sleep 0.5; echo done"
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [call("run_command", command=chatty, background=True)]},
-        {"tool_calls": [call("run_command", command="echo meanwhile")]},
-        {"tool_calls": [call("process_wait", handle="bg-1", timeout=30)]},
-        {"text": "done"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [call("run_command", command=chatty, background=True)]},
+            {"tool_calls": [call("run_command", command="echo meanwhile")]},
+            {"tool_calls": [call("process_wait", handle="bg-1", timeout=30)]},
+            {"text": "done"},
+        ],
+    )
     info = new_session(pg, task="t", workspace=ws, model=f"scripted:{script}")
-    host = Host(store=pg, provider=ScriptedProvider(str(script)), tools=builtin_tools(),
-                policy=Policy(yes=True, sandbox="off"), config=RunConfig())  # fmt: skip
+    host = Host(
+        store=pg,
+        provider=ScriptedProvider(str(script)),
+        tools=builtin_tools(),
+        policy=Policy(yes=True, sandbox="off"),
+        config=RunConfig(),
+    )
     assert start_turn(host, info, "chat") == "completed"
     records = pg.read(info.id)
     assert pg.verify(info.id).ok
-    notes = [n for r in records if isinstance(n := getattr(r.event.content, "note", None),
-                                              ProcessOutput | ProcessEnded)]  # fmt: skip
+    notes = [
+        n
+        for r in records
+        if isinstance(n := getattr(r.event.content, "note", None), ProcessOutput | ProcessEnded)
+    ]
     chunks = [n for n in notes if isinstance(n, ProcessOutput)]
     data = b"".join(pg.blob(c.chunk.sha256) or b"" for c in chunks)
     expected = "".join(f"line {i}\n" for i in range(1, 2001)) + "done\n"

@@ -45,8 +45,13 @@ def _session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str
     with SQLiteStore(db) as store:
         provider = ScriptedProvider(str(script))
         info = new_session(store, task="read", workspace=ws, model=provider.spec)
-        host = Host(store=store, provider=provider, tools=builtin_tools(), policy=Policy(yes=True),
-                    config=RunConfig(loop_limit=None))  # fmt: skip
+        host = Host(
+            store=store,
+            provider=provider,
+            tools=builtin_tools(),
+            policy=Policy(yes=True),
+            config=RunConfig(loop_limit=None),
+        )
         assert start_turn(host, info, "read") == "completed"
     return db, info.id
 
@@ -60,8 +65,12 @@ def _cli(db: Path, *args: str) -> tuple[int, str]:
 
 def _outputs(db: Path, session: str) -> list[str]:
     outs = []
-    for args in (["status", "--json"], ["status"], ["show", "--tail", "7", "--json"],
-                 ["show", "--tail", "7"]):  # fmt: skip
+    for args in (
+        ["status", "--json"],
+        ["status"],
+        ["show", "--tail", "7", "--json"],
+        ["show", "--tail", "7"],
+    ):
         code, out = _cli(db, *args, session)
         assert code == 0, out
         outs.append(out)

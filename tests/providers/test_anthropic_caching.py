@@ -115,9 +115,13 @@ def test_cache_reads_and_one_hour_writes_are_counted_and_priced() -> None:
     hour = pricing.usage_cost("anthropic:claude-sonnet-4-5", response.usage)
     five = pricing.usage_cost(
         "anthropic:claude-sonnet-4-5",
-        Usage(input_tokens=12 + 2048 + 10240, output_tokens=5, cache_read_tokens=10240,
-              cache_write_tokens=2048),
-    )  # fmt: skip
+        Usage(
+            input_tokens=12 + 2048 + 10240,
+            output_tokens=5,
+            cache_read_tokens=10240,
+            cache_write_tokens=2048,
+        ),
+    )
     assert hour is not None
     assert five is not None
     # An hour-long write costs 2x the input price, a five-minute one 1.25x: 0.75x of 2048 tokens.
@@ -145,7 +149,9 @@ def test_the_output_cap_leaves_room_for_thinking() -> None:
     assert [wire.body(n)["max_tokens"] for n in range(4)] == [8192, 8192 + 4096, 64000, 20000]
     with pytest.raises(ConfigError) as caught:
         AnthropicProvider(
-            "claude-sonnet-4-5", api_key=ANTHROPIC_KEY, max_output_tokens=2048,
+            "claude-sonnet-4-5",
+            api_key=ANTHROPIC_KEY,
+            max_output_tokens=2048,
             thinking_budget=4096,
-        )  # fmt: skip
+        )
     assert "above the thinking budget" in str(caught.value)

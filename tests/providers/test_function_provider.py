@@ -58,8 +58,9 @@ def ws(tmp_path: Path) -> Path:
 
 def _run(store: SQLiteStore, ws: Path, provider: FunctionProvider, seen: Seen | None = None) -> str:
     info = new_session(store, task="go", workspace=ws, model=provider.spec)
-    host = Host(store=store, provider=provider, tools=builtin_tools(), config=FAST,
-                observer=seen or Seen())  # fmt: skip
+    host = Host(
+        store=store, provider=provider, tools=builtin_tools(), config=FAST, observer=seen or Seen()
+    )
     assert start_turn(host, info, "go") == "completed"
     return info.id
 
@@ -144,8 +145,11 @@ def test_a_whole_response_is_kept_and_parts_make_one() -> None:
 
     got = provider.complete(request, lambda d: None)
     assert (got.parts, got.usage, got.stop_reason, got.model) == (
-        whole.parts, usage, "max_tokens", "function:unit"
-    )  # fmt: skip
+        whole.parts,
+        usage,
+        "max_tokens",
+        "function:unit",
+    )
     got = provider.complete(
         ModelRequest(system="s", tools=(), messages=(), ordinal=1), lambda d: None
     )

@@ -59,8 +59,13 @@ def bubu(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env["BUBU_HOME"] = str(db.parent)
     return subprocess.run(
         [sys.executable, "-m", "bubu", "--db", str(db), *args],
-        env=env, capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def b64(data: bytes) -> str:
@@ -139,9 +144,9 @@ def _image_shas(records: list) -> list[str]:  # type: ignore[type-arg]
 
 def test_anthropic_gets_base64_image_blocks_in_the_task_and_the_tool_result() -> None:
     wire = Wire([sse("anthropic_text.sse")])
-    AnthropicProvider("claude-sonnet-4-5", api_key=ANTHROPIC_KEY, http_client=wire.client()).complete(
-        HISTORY, lambda d: None
-    )  # fmt: skip
+    AnthropicProvider(
+        "claude-sonnet-4-5", api_key=ANTHROPIC_KEY, http_client=wire.client()
+    ).complete(HISTORY, lambda d: None)
     messages = wire.body()["messages"]
     source = {"type": "base64", "media_type": "image/png"}
     assert messages[0]["content"] == [
@@ -197,8 +202,17 @@ def test_an_image_for_a_model_that_is_not_shown_images_is_refused_before_a_sessi
     script.write_text('{"text": "ok"}\n')
     (tmp_path / "a.png").write_bytes(TASK_PNG)
     db = tmp_path / "bubu.db"
-    done = bubu(db, "run", "look", "-w", str(tmp_path), "-m", f"scripted:{script}",
-                "--image", str(tmp_path / "a.png"))  # fmt: skip
+    done = bubu(
+        db,
+        "run",
+        "look",
+        "-w",
+        str(tmp_path),
+        "-m",
+        f"scripted:{script}",
+        "--image",
+        str(tmp_path / "a.png"),
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"bubu: error: scripted:{script} is not shown images, so --image cannot be used with "

@@ -364,9 +364,13 @@ def test_an_empty_stream_names_the_causes_it_cannot_tell_apart() -> None:
             provider.complete(REQUEST, Deltas())
     said = str(caught.value)
     assert caught.value.error_class == "empty_stream"
-    for cause in ("exceeds its context window", "cannot stream what was asked",
-                  "an automatic choice of tools", "failed in the middle of the request",
-                  "the server's log says which"):  # fmt: skip
+    for cause in (
+        "exceeds its context window",
+        "cannot stream what was asked",
+        "an automatic choice of tools",
+        "failed in the middle of the request",
+        "the server's log says which",
+    ):
         assert cause in said, cause
 
 
@@ -387,8 +391,11 @@ def test_an_empty_stream_whose_server_says_it_cannot_stream_tools_is_asked_whole
     # llama-cpp-python fails a streamed tool_choice "auto"; the error it gives asked again
     # names the cause, and the call goes on not streamed, as toolmode.py does for that error.
     body = b'{"error": {"message": "Automatic streaming tool choice is not supported"}}'
-    answers = [EMPTY_STREAM, Answer(500, body, "application/json"),
-               json_file("llamacpp_python_whole_text.json")]  # fmt: skip
+    answers = [
+        EMPTY_STREAM,
+        Answer(500, body, "application/json"),
+        json_file("llamacpp_python_whole_text.json"),
+    ]
     with serve({CHAT: answers}) as s:
         provider = OpenAIProvider("smol", base_url=f"{s.url}/v1", context_window=8192)
         response = provider.complete(WITH_TOOLS, Deltas())

@@ -161,14 +161,37 @@ def test_anthropic_replays_the_native_blocks_and_answers_with_tool_results() -> 
 @pytest.mark.parametrize(
     ("given", "name", "arguments"),
     [
-        ({"command": "create", "path": "n.py", "file_text": "x\n"}, "write_file", {"path": "n.py", "content": "x\n"}),
-        ({"command": "insert", "path": "n.py", "insert_line": 2, "insert_text": "y"}, "insert_text", {"path": "n.py", "insert_line": 2, "text": "y"}),
+        (
+            {"command": "create", "path": "n.py", "file_text": "x\n"},
+            "write_file",
+            {"path": "n.py", "content": "x\n"},
+        ),
+        (
+            {"command": "insert", "path": "n.py", "insert_line": 2, "insert_text": "y"},
+            "insert_text",
+            {"path": "n.py", "insert_line": 2, "text": "y"},
+        ),
         ({"command": "view", "path": "src"}, "read_file", {"path": "src"}),
-        ({"command": "view", "path": "n.py", "view_range": [10, -1]}, "read_file", {"path": "n.py", "offset": 10}),
-        ({"command": "undo_edit", "path": "n.py"}, "tool_reply", {"message": "the text editor has no command 'undo_edit'; use view, create, str_replace or insert", "error": True}),
-        ({"command": "str_replace", "path": "n.py"}, "tool_reply", {"message": "str_replace needs old_str and new_str (strings)", "error": True}),
+        (
+            {"command": "view", "path": "n.py", "view_range": [10, -1]},
+            "read_file",
+            {"path": "n.py", "offset": 10},
+        ),
+        (
+            {"command": "undo_edit", "path": "n.py"},
+            "tool_reply",
+            {
+                "message": "the text editor has no command 'undo_edit'; use view, create, str_replace or insert",
+                "error": True,
+            },
+        ),
+        (
+            {"command": "str_replace", "path": "n.py"},
+            "tool_reply",
+            {"message": "str_replace needs old_str and new_str (strings)", "error": True},
+        ),
     ],
-)  # fmt: skip
+)
 def test_every_text_editor_command_maps_to_one_bubu_call(
     given: dict[str, Any], name: str, arguments: dict[str, Any]
 ) -> None:
@@ -212,13 +235,35 @@ def test_apply_patch_calls_are_one_provable_write_per_file_and_shell_a_command()
     response = gpt(wire).complete(ASK, Deltas())
     calls = [p for p in response.parts if isinstance(p, ToolCallPart)]
     assert [(c.call_id, c.name, c.arguments) for c in calls] == [
-        ("call_Patch1CreateHelpers0001", "apply_patch",
-         {"path": "helpers.py", "operation": "create_file", "diff": "+def shout(text):\n+    return text.upper()\n"}),
-        ("call_Patch2UpdateApp000000002", "apply_patch",
-         {"path": "app.py", "operation": "update_file", "diff": '@@ def greet():\n-    print("Hi")\n+    print(shout("hello"))\n'}),
-        ("call_Patch3DeleteOld0000000003", "apply_patch", {"path": "old.py", "operation": "delete_file"}),
-        ("call_Shell4RunTests000000004", "run_command", {"command": "python -m pytest -q", "timeout_s": 60.0}),
-    ]  # fmt: skip
+        (
+            "call_Patch1CreateHelpers0001",
+            "apply_patch",
+            {
+                "path": "helpers.py",
+                "operation": "create_file",
+                "diff": "+def shout(text):\n+    return text.upper()\n",
+            },
+        ),
+        (
+            "call_Patch2UpdateApp000000002",
+            "apply_patch",
+            {
+                "path": "app.py",
+                "operation": "update_file",
+                "diff": '@@ def greet():\n-    print("Hi")\n+    print(shout("hello"))\n',
+            },
+        ),
+        (
+            "call_Patch3DeleteOld0000000003",
+            "apply_patch",
+            {"path": "old.py", "operation": "delete_file"},
+        ),
+        (
+            "call_Shell4RunTests000000004",
+            "run_command",
+            {"command": "python -m pytest -q", "timeout_s": 60.0},
+        ),
+    ]
     assert all(isinstance(c.native, dict) for c in calls)
     assert response.stop_reason == "tool_use"
 
@@ -241,11 +286,22 @@ def test_responses_replays_the_native_items_and_answers_each_in_its_own_shape() 
     first = gpt(wire).complete(ASK, Deltas())
     calls = [p for p in first.parts if isinstance(p, ToolCallPart)]
     results = (
-        ToolResultPart(call_id=calls[0].call_id, name="apply_patch", content="created helpers.py (2 lines)."),
-        ToolResultPart(call_id=calls[1].call_id, name="apply_patch", content="section 1 of the diff does not match", is_error=True),
+        ToolResultPart(
+            call_id=calls[0].call_id, name="apply_patch", content="created helpers.py (2 lines)."
+        ),
+        ToolResultPart(
+            call_id=calls[1].call_id,
+            name="apply_patch",
+            content="section 1 of the diff does not match",
+            is_error=True,
+        ),
         ToolResultPart(call_id=calls[2].call_id, name="apply_patch", content="deleted old.py."),
-        ToolResultPart(call_id=calls[3].call_id, name="run_command", content="F.\n1 failed, 1 passed\nexit code 1"),
-    )  # fmt: skip
+        ToolResultPart(
+            call_id=calls[3].call_id,
+            name="run_command",
+            content="F.\n1 failed, 1 passed\nexit code 1",
+        ),
+    )
     gpt(wire).complete(_follow(first.parts, results), Deltas())
     items = wire.body()["input"]
     sent_calls = [i for i in items if i.get("type") in ("apply_patch_call", "shell_call")]
@@ -257,23 +313,44 @@ def test_responses_replays_the_native_items_and_answers_each_in_its_own_shape() 
     }
     outputs = [i for i in items if i.get("type", "").endswith("_output")]
     assert outputs[:3] == [
-        {"type": "apply_patch_call_output", "call_id": "call_Patch1CreateHelpers0001", "status": "completed", "output": "created helpers.py (2 lines)."},
-        {"type": "apply_patch_call_output", "call_id": "call_Patch2UpdateApp000000002", "status": "failed", "output": "section 1 of the diff does not match"},
-        {"type": "apply_patch_call_output", "call_id": "call_Patch3DeleteOld0000000003", "status": "completed", "output": "deleted old.py."},
-    ]  # fmt: skip
+        {
+            "type": "apply_patch_call_output",
+            "call_id": "call_Patch1CreateHelpers0001",
+            "status": "completed",
+            "output": "created helpers.py (2 lines).",
+        },
+        {
+            "type": "apply_patch_call_output",
+            "call_id": "call_Patch2UpdateApp000000002",
+            "status": "failed",
+            "output": "section 1 of the diff does not match",
+        },
+        {
+            "type": "apply_patch_call_output",
+            "call_id": "call_Patch3DeleteOld0000000003",
+            "status": "completed",
+            "output": "deleted old.py.",
+        },
+    ]
     assert outputs[3] == {
         "type": "shell_call_output",
         "call_id": "call_Shell4RunTests000000004",
         "output": [
-            {"stdout": "F.\n1 failed, 1 passed", "stderr": "", "outcome": {"type": "exit", "exit_code": 1}}
+            {
+                "stdout": "F.\n1 failed, 1 passed",
+                "stderr": "",
+                "outcome": {"type": "exit", "exit_code": 1},
+            }
         ],
         "max_output_length": 4096,
-    }  # fmt: skip
+    }
     assert not any(i.get("type") == "function_call_output" for i in items)
 
 
 def test_the_same_history_is_sent_as_the_same_bytes() -> None:
-    wire = Wire([sse("responses_apply_patch.sse"), sse("responses_text.sse"), sse("responses_text.sse")])  # fmt: skip
+    wire = Wire(
+        [sse("responses_apply_patch.sse"), sse("responses_text.sse"), sse("responses_text.sse")]
+    )
     first = gpt(wire).complete(ASK, Deltas())
     results = tuple(
         ToolResultPart(call_id=c.call_id, name=c.name, content="ok\nexit code 0")
@@ -290,12 +367,32 @@ def test_the_same_history_is_sent_as_the_same_bytes() -> None:
 @pytest.mark.parametrize(
     ("content", "is_error", "output"),
     [
-        ("(no output)\nexit code 0", False, {"stdout": "", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}),
-        ("partial\ntimed out after 5s; the command and its processes were killed", True, {"stdout": "partial", "stderr": "", "outcome": {"type": "timeout"}}),
-        ("x\nkilled by signal 9 (SIGKILL)", False, {"stdout": "x", "stderr": "", "outcome": {"type": "exit", "exit_code": 137}}),
-        ("permission denied: the command was not approved", True, {"stdout": "", "stderr": "permission denied: the command was not approved", "outcome": {"type": "exit", "exit_code": 1}}),
+        (
+            "(no output)\nexit code 0",
+            False,
+            {"stdout": "", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+        ),
+        (
+            "partial\ntimed out after 5s; the command and its processes were killed",
+            True,
+            {"stdout": "partial", "stderr": "", "outcome": {"type": "timeout"}},
+        ),
+        (
+            "x\nkilled by signal 9 (SIGKILL)",
+            False,
+            {"stdout": "x", "stderr": "", "outcome": {"type": "exit", "exit_code": 137}},
+        ),
+        (
+            "permission denied: the command was not approved",
+            True,
+            {
+                "stdout": "",
+                "stderr": "permission denied: the command was not approved",
+                "outcome": {"type": "exit", "exit_code": 1},
+            },
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_command_result_is_read_back_into_stdout_and_an_outcome(
     content: str, is_error: bool, output: dict[str, Any]
 ) -> None:
@@ -324,9 +421,13 @@ def test_only_claude_models_that_know_the_tool_versions_get_them(model: str, nat
 
 @pytest.mark.parametrize(
     ("model", "native_tools", "native"),
-    [("gpt-5", None, False), ("gpt-4.1", None, False), ("gpt-5.1-codex", None, True),
-     ("gpt-5", True, True)],
-)  # fmt: skip
+    [
+        ("gpt-5", None, False),
+        ("gpt-4.1", None, False),
+        ("gpt-5.1-codex", None, True),
+        ("gpt-5", True, True),
+    ],
+)
 def test_only_openai_models_documented_for_apply_patch_get_it_unless_asked(
     model: str, native_tools: bool | None, native: bool
 ) -> None:

@@ -28,9 +28,15 @@ def _event(kind: str, **data: Any) -> str:
 
 def claude_calls(*calls: tuple[str, str, dict[str, Any]]) -> Any:
     """A Messages API stream answering with `calls` (id, tool name, input), as documented."""
-    start: dict[str, Any] = {"id": "msg_native", "type": "message", "role": "assistant",
-                             "model": "claude-sonnet-4-5-20250929", "content": [],
-                             "stop_reason": None, "usage": {"input_tokens": 900, "output_tokens": 1}}  # fmt: skip
+    start: dict[str, Any] = {
+        "id": "msg_native",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5-20250929",
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": 900, "output_tokens": 1},
+    }
     parts = [_event("message_start", message=start)]
     for n, (call_id, name, given) in enumerate(calls):
         block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
@@ -38,7 +44,9 @@ def claude_calls(*calls: tuple[str, str, dict[str, Any]]) -> Any:
         delta = {"type": "input_json_delta", "partial_json": json.dumps(given)}
         parts.append(_event("content_block_delta", index=n, delta=delta))
         parts.append(_event("content_block_stop", index=n))
-    parts.append(_event("message_delta", delta={"stop_reason": "tool_use"}, usage={"output_tokens": 60}))  # fmt: skip
+    parts.append(
+        _event("message_delta", delta={"stop_reason": "tool_use"}, usage={"output_tokens": 60})
+    )
     parts.append(_event("message_stop"))
     body = "".join(parts).encode()
     return lambda request: httpx2.Response(
@@ -52,21 +60,46 @@ def test_a_turn_with_the_text_editor_and_bash(tmp_path: Path) -> None:
     (ws / ".git" / "config").write_text("[core]\n")
     (ws / "app.py").write_text(APP)
     first = claude_calls(
-        ("toolu_create", "str_replace_based_edit_tool",
-         {"command": "create", "path": "notes.md", "file_text": "# Notes\n"}),
-        ("toolu_edit", "str_replace_based_edit_tool",
-         {"command": "str_replace", "path": "app.py", "old_str": '"Hi"', "new_str": '"Hello"'}),
-    )  # fmt: skip
+        (
+            "toolu_create",
+            "str_replace_based_edit_tool",
+            {"command": "create", "path": "notes.md", "file_text": "# Notes\n"},
+        ),
+        (
+            "toolu_edit",
+            "str_replace_based_edit_tool",
+            {"command": "str_replace", "path": "app.py", "old_str": '"Hi"', "new_str": '"Hello"'},
+        ),
+    )
     second = claude_calls(
-        ("toolu_insert", "str_replace_based_edit_tool",
-         {"command": "insert", "path": "notes.md", "insert_line": 1, "insert_text": "- greet says Hello"}),
-        ("toolu_hook", "str_replace_based_edit_tool",
-         {"command": "str_replace", "path": ".git/config", "old_str": "[core]", "new_str": "[core]\n\thooksPath = x"}),
-        ("toolu_view", "str_replace_based_edit_tool",
-         {"command": "view", "path": "app.py", "view_range": [2, 2]}),
+        (
+            "toolu_insert",
+            "str_replace_based_edit_tool",
+            {
+                "command": "insert",
+                "path": "notes.md",
+                "insert_line": 1,
+                "insert_text": "- greet says Hello",
+            },
+        ),
+        (
+            "toolu_hook",
+            "str_replace_based_edit_tool",
+            {
+                "command": "str_replace",
+                "path": ".git/config",
+                "old_str": "[core]",
+                "new_str": "[core]\n\thooksPath = x",
+            },
+        ),
+        (
+            "toolu_view",
+            "str_replace_based_edit_tool",
+            {"command": "view", "path": "app.py", "view_range": [2, 2]},
+        ),
         ("toolu_bash", "bash", {"command": "cat notes.md"}),
         ("toolu_undo", "str_replace_based_edit_tool", {"command": "undo_edit", "path": "app.py"}),
-    )  # fmt: skip
+    )
     wire = Wire([first, second, sse("anthropic_text.sse")])
     provider = AnthropicProvider(
         "claude-sonnet-4-5", api_key=ANTHROPIC_KEY, http_client=wire.client()
@@ -141,10 +174,12 @@ def test_a_turn_elsewhere_offers_the_json_schema_tools(
 ) -> None:
     wire = Wire([sse("anthropic_text.sse")])
     provider = AnthropicProvider(
-        "claude-sonnet-4-5", api_key=ANTHROPIC_KEY, http_client=wire.client(),
+        "claude-sonnet-4-5",
+        api_key=ANTHROPIC_KEY,
+        http_client=wire.client(),
         base_url=None if native_tools is False else "http://127.0.0.1:9/litellm",
         native_tools=native_tools,
-    )  # fmt: skip
+    )
     with Agent(model=provider, store=tmp_path / "bubu.db", workspace=tmp_path) as agent:
         assert agent.run("hi").ok
     offered = {t["name"] for t in json.loads(wire.requests[0].content)["tools"]}

@@ -229,11 +229,13 @@ def test_reasoning_and_calls_are_replayed_byte_for_byte_in_the_next_request() ->
         results=(
             ToolResultPart(call_id="call_Q1w2E3r4T5y6U7i8O9p0", name="read_file", content="x = 1"),
             ToolResultPart(
-                call_id="call_A1s2D3f4G5h6J7k8L9z0", name="read_file", content="no such file",
+                call_id="call_A1s2D3f4G5h6J7k8L9z0",
+                name="read_file",
+                content="no such file",
                 is_error=True,
             ),
         )
-    )  # fmt: skip
+    )
     follow = ModelRequest(
         system=REQUEST.system,
         tools=REQUEST.tools,
@@ -340,8 +342,13 @@ def test_a_stream_cut_before_the_response_ends_is_incomplete_and_retryable() -> 
 
 def test_a_stream_that_ends_without_completing_is_incomplete() -> None:
     head = b"\n\n".join(fixture("responses_text.sse").split(b"\n\n")[:6]) + b"\n\n"
-    wire = Wire([lambda request: httpx2.Response(
-        200, headers={"content-type": "text/event-stream"}, content=head)])  # fmt: skip
+    wire = Wire(
+        [
+            lambda request: httpx2.Response(
+                200, headers={"content-type": "text/event-stream"}, content=head
+            )
+        ]
+    )
     with pytest.raises(ProviderError) as caught:
         provider(wire).complete(REQUEST, Deltas())
     assert caught.value.error_class == "stream_incomplete"

@@ -21,8 +21,13 @@ FAST = RunConfig(backoff_s=0.001, backoff_max_s=0.01)
 
 def _run(store: SQLiteStore, ws: Path, provider: SchemaCallsProvider) -> str:
     info = new_session(store, task="go", workspace=ws, model=provider.spec)
-    host = Host(store=store, provider=provider, tools=builtin_tools(), config=FAST,
-                policy=Policy(yes=True, sandbox="off"))  # fmt: skip
+    host = Host(
+        store=store,
+        provider=provider,
+        tools=builtin_tools(),
+        config=FAST,
+        policy=Policy(yes=True, sandbox="off"),
+    )
     assert start_turn(host, info, "go") == "completed"
     return info.id
 
@@ -75,9 +80,10 @@ def test_arguments_follow_the_schemas_bounds_enums_refs_and_optional_fields() ->
             "flag": {"type": "boolean"},
         },
         "required": ["n", "x", "mode", "tags", "maybe"],
-        "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}},
-                            "required": ["x"]}},
-    }  # fmt: skip
+        "$defs": {
+            "Point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+        },
+    }
     args = arguments_for(schema)
     assert args == {"n": 3, "x": 1.5, "mode": "fast", "tags": ["aa", "aa"], "maybe": {"x": 1}}
     assert arguments_for(schema, optional=True)["flag"] is False

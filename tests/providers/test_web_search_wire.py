@@ -84,10 +84,14 @@ def test_anthropic_server_tool_blocks_are_kept_and_replayed_in_order() -> None:
     assert response.stop_reason == "end_turn"
 
     follow = ModelRequest(
-        system=REQUEST.system, tools=(),
-        messages=(*REQUEST.messages, AssistantMessage(parts=response.parts),
-                  UserMessage(text="And the one before?")),
-    )  # fmt: skip
+        system=REQUEST.system,
+        tools=(),
+        messages=(
+            *REQUEST.messages,
+            AssistantMessage(parts=response.parts),
+            UserMessage(text="And the one before?"),
+        ),
+    )
     adapter.complete(follow, Deltas())
     assistant = _body(wire, 1)["messages"][1]
     assert assistant["role"] == "assistant"
@@ -119,10 +123,14 @@ def test_responses_web_search_call_is_kept_and_replayed() -> None:
     assert answer == TextPart(text="The latest release is 2.16.")
 
     follow = ModelRequest(
-        system=REQUEST.system, tools=(),
-        messages=(*REQUEST.messages, AssistantMessage(parts=response.parts),
-                  UserMessage(text="And the one before?")),
-    )  # fmt: skip
+        system=REQUEST.system,
+        tools=(),
+        messages=(
+            *REQUEST.messages,
+            AssistantMessage(parts=response.parts),
+            UserMessage(text="And the one before?"),
+        ),
+    )
     adapter.complete(follow, Deltas())
     sent = _body(wire, 1)["input"]
     assert sent[1] == native

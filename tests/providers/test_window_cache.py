@@ -19,8 +19,15 @@ print(json.dumps([found.tokens, found.source, "genai_prices" in sys.modules]))
 
 def _ask(home: Path) -> list[object]:
     env = {**os.environ, "BUBU_HOME": str(home)}
-    done = subprocess.run([sys.executable, "-c", ASK], env=env, capture_output=True, text=True,
-                          timeout=60, check=True, umask=0o022)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", ASK],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        umask=0o022,
+    )
     answer: list[object] = json.loads(done.stdout)
     return answer
 

@@ -50,6 +50,7 @@ def test_a_window_the_server_states_is_named_with_its_source(wire: str) -> None:
 def test_claudes_documented_window_holds_at_anthropics_own_api_only() -> None:
     official = AnthropicProvider("claude-some-new-model", api_key="sk-ant-test-0123456789")
     assert (official.context_window, official.context_window_source) == (
-        200_000, "default: every Claude model has 200k",
-    )  # fmt: skip
+        200_000,
+        "default: every Claude model has 200k",
+    )
     close_provider(official)

@@ -45,8 +45,9 @@ def _seen(request: httpx2.Request) -> tuple[str, str, dict[str, str], Any]:
 
 def test_anthropic_request_equals_the_sdks() -> None:
     ours = Wire([sse("anthropic_text.sse")])
-    AnthropicProvider("claude-haiku-4-5", api_key=ANTHROPIC_KEY, http_client=ours.client(),
-                      thinking_budget=2048).complete(REQUEST, Deltas())  # fmt: skip
+    AnthropicProvider(
+        "claude-haiku-4-5", api_key=ANTHROPIC_KEY, http_client=ours.client(), thinking_budget=2048
+    ).complete(REQUEST, Deltas())
     body = json.loads(ours.requests[0].content)
     theirs = Wire([sse("anthropic_text.sse")])
     client = anthropic.Anthropic(api_key=ANTHROPIC_KEY, http_client=theirs.client(), max_retries=0)
@@ -59,8 +60,9 @@ def test_anthropic_request_equals_the_sdks() -> None:
 def test_anthropic_events_read_as_the_sdk_reads_them() -> None:
     for name in ("anthropic_thinking.sse", "anthropic_tool_use.sse", "anthropic_cache_1h.sse"):
         theirs = Wire([sse(name)])
-        client = anthropic.Anthropic(api_key=ANTHROPIC_KEY, http_client=theirs.client(),
-                                     max_retries=0)  # fmt: skip
+        client = anthropic.Anthropic(
+            api_key=ANTHROPIC_KEY, http_client=theirs.client(), max_retries=0
+        )
         with client.messages.create(model="m", max_tokens=1, messages=[], stream=True) as stream:
             expected = [event.to_dict(mode="json") for event in stream]
         ours = Wire([sse(name)])
@@ -90,8 +92,12 @@ OPENAI_CASES = [
 
 
 def _sdk_openai(wire: Wire) -> openai.OpenAI:
-    return openai.OpenAI(api_key=OPENAI_KEY, base_url="http://127.0.0.1:1/v1",
-                         http_client=wire.client(), max_retries=0)  # fmt: skip
+    return openai.OpenAI(
+        api_key=OPENAI_KEY,
+        base_url="http://127.0.0.1:1/v1",
+        http_client=wire.client(),
+        max_retries=0,
+    )
 
 
 @pytest.mark.parametrize(("path", "name"), OPENAI_CASES)
@@ -116,12 +122,18 @@ def test_openai_streams_read_as_the_sdk_reads_them(path: str, name: str) -> None
 def test_openai_chat_request_equals_the_sdks(official: bool) -> None:
     base = None if official else "http://127.0.0.1:1/v1"
     ours = Wire([sse("openai_text.sse")])
-    OpenAIProvider("gpt-4.1-mini", api_key=OPENAI_KEY, base_url=base, http_client=ours.client(),
-                   reasoning_effort="low").complete(REQUEST, Deltas())  # fmt: skip
+    OpenAIProvider(
+        "gpt-4.1-mini",
+        api_key=OPENAI_KEY,
+        base_url=base,
+        http_client=ours.client(),
+        reasoning_effort="low",
+    ).complete(REQUEST, Deltas())
     body = json.loads(ours.requests[0].content)
     theirs = Wire([sse("openai_text.sse")])
-    client = openai.OpenAI(api_key=OPENAI_KEY, base_url=base, http_client=theirs.client(),
-                           max_retries=0)  # fmt: skip
+    client = openai.OpenAI(
+        api_key=OPENAI_KEY, base_url=base, http_client=theirs.client(), max_retries=0
+    )
     with client.chat.completions.create(**body):
         pass
     assert _seen(ours.requests[0]) == _seen(theirs.requests[0])
@@ -153,7 +165,10 @@ def test_openai_status_errors_carry_what_the_sdks_carry(name: str) -> None:
     with pytest.raises(_wire.APIStatusError) as got:
         stream_data(wire[1], "chat/completions", {})
     assert (got.value.status_code, got.value.body, got.value.code) == (
-        sdk.value.status_code, sdk.value.body, sdk.value.code)  # fmt: skip
+        sdk.value.status_code,
+        sdk.value.body,
+        sdk.value.code,
+    )
     assert got.value.response.headers["retry-after"] == "3"
 
 

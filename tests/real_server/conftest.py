@@ -162,9 +162,13 @@ def start_server(
     """Start a server process in a session of its own, its output in `log`, and watch it."""
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,
-        )  # fmt: skip
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
     STARTED.append(Started(name=name, proc=proc, log=log))
     return proc
 
@@ -204,9 +208,24 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     gguf = model_path()
     port = _free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
-    cmd = [sys.executable, str(PORTABLE_LLAMA), "--model", str(gguf), "--model_alias", MODEL,
-           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(N_CTX),
-           "--n_threads", "2", "--verbose", "False"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(PORTABLE_LLAMA),
+        "--model",
+        str(gguf),
+        "--model_alias",
+        MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(N_CTX),
+        "--n_threads",
+        "2",
+        "--verbose",
+        "False",
+    ]
     proc = start_server("the llama server", cmd, log)
     try:
         wait_ready(proc, f"http://127.0.0.1:{port}/v1/models", log)
@@ -245,13 +264,20 @@ def litellm_proxy(
     # Its /v1/messages asks some providers' Responses API unless told to use Chat Completions,
     # which llama-cpp-python's server is.
     env.update(LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES="True")
-    env.update(LITELLM_MASTER_KEY=key, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False",
-               LITELLM_LOG="ERROR", NO_DOCS="True", DISABLE_ADMIN_UI="True")  # fmt: skip
+    env.update(
+        LITELLM_MASTER_KEY=key,
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        LITELLM_TELEMETRY="False",
+        LITELLM_LOG="ERROR",
+        NO_DOCS="True",
+        DISABLE_ADMIN_UI="True",
+    )
     cmd = [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
     proc = start_server("LiteLLM's proxy", cmd, log, env)
     try:
         wait_ready(proc, f"http://127.0.0.1:{port}/health/liveliness", log)
-        yield Server(base_url=f"http://127.0.0.1:{port}", proc=proc, log=log,
-                     env={"ANTHROPIC_API_KEY": key})  # fmt: skip
+        yield Server(
+            base_url=f"http://127.0.0.1:{port}", proc=proc, log=log, env={"ANTHROPIC_API_KEY": key}
+        )
     finally:
         stop_server(proc)

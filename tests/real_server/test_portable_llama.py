@@ -44,8 +44,14 @@ def _stand_in(root: Path, fields: list[str]) -> None:
 
 def _serve(root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(root)}
-    return subprocess.run([sys.executable, str(PORTABLE_LLAMA), "--port", "1"], env=env,
-                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(PORTABLE_LLAMA), "--port", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
 
 
 def test_the_server_gets_the_model_without_extra_buffer_types(tmp_path: Path) -> None:

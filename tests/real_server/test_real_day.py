@@ -20,17 +20,39 @@ TASK = "Reply with one short sentence that says hello."
 
 
 def _run(db: Path, ws: Path, server: Server, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = bubu_cmd(db, "run", TASK, "-w", str(ws), "-m", f"openai:{MODEL}",
-                   "--base-url", server.base_url, "--max-steps", "3", *args)  # fmt: skip
-    return subprocess.run(cmd, env=bubu_env(db.parent, None), capture_output=True, text=True,
-                          timeout=240, check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+    cmd = bubu_cmd(
+        db,
+        "run",
+        TASK,
+        "-w",
+        str(ws),
+        "-m",
+        f"openai:{MODEL}",
+        "--base-url",
+        server.base_url,
+        "--max-steps",
+        "3",
+        *args,
+    )
+    return subprocess.run(
+        cmd,
+        env=bubu_env(db.parent, None),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _end(db: Path) -> TurnEnded:
     with SQLiteStore(db) as store:
         (info,) = store.sessions()
-        ends = [c.note for r in store.read(info.id)
-                if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnEnded)]  # fmt: skip
+        ends = [
+            c.note
+            for r in store.read(info.id)
+            if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, TurnEnded)
+        ]
     return ends[-1]
 
 

@@ -36,8 +36,15 @@ def bubu(
 ) -> subprocess.CompletedProcess[str]:
     """Run `bubu` to its end, with what `server` needs in the environment (its key)."""
     env = {**bubu_env(db.parent, failpoint), **(server.env if server is not None else {})}
-    return subprocess.run(bubu_cmd(db, *args), env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        bubu_cmd(db, *args),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _records(db: Path, session: str) -> list[Record]:
@@ -92,8 +99,19 @@ def _assert_clear_end(
 def _run(
     db: Path, ws: Path, *args: str, failpoint: str | None = None, server: Server | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return bubu(db, "run", *args, "-w", str(ws), "--jsonl", "--max-steps", "3",
-                failpoint=failpoint, timeout=240, server=server)  # fmt: skip
+    return bubu(
+        db,
+        "run",
+        *args,
+        "-w",
+        str(ws),
+        "--jsonl",
+        "--max-steps",
+        "3",
+        failpoint=failpoint,
+        timeout=240,
+        server=server,
+    )
 
 
 @pytest.fixture
@@ -117,9 +135,18 @@ def test_a_short_task_through_litellm_s_anthropic_endpoint(
 ) -> None:
     db = tmp_path / "bubu.db"
     # `--retry-for` bounds the wait when the server keeps failing: the turn ends either way.
-    done = _run(db, ws, TASK, "-m", f"anthropic:{MODEL}", "--retry-for", "60s",
-                "--base-url", litellm_proxy.base_url,
-                server=litellm_proxy)  # fmt: skip
+    done = _run(
+        db,
+        ws,
+        TASK,
+        "-m",
+        f"anthropic:{MODEL}",
+        "--retry-for",
+        "60s",
+        "--base-url",
+        litellm_proxy.base_url,
+        server=litellm_proxy,
+    )
     _assert_clear_end(db, only_session(db), done.returncode, done.stderr, counted=True)
 
 
@@ -154,12 +181,24 @@ def test_a_sigkill_during_a_tool_call_is_recovered_and_the_server_continues(
         tmp_path / "first.jsonl",
         [{"tool_calls": [call("run_command", command="sleep 30; echo finished > out.txt")]}],
     )
-    died = _run(db, ws, "run the slow command", "-m", f"scripted:{script}", "--yes",
-                failpoint="mid_tool")  # fmt: skip
+    died = _run(
+        db, ws, "run the slow command", "-m", f"scripted:{script}", "--yes", failpoint="mid_tool"
+    )
     assert died.returncode == -9, died.stderr
     sid = only_session(db)
-    back = bubu(db, "recover", sid, "--jsonl", "-m", f"openai:{MODEL}", "--retry-for", "60s",
-                "--base-url", llama_server.base_url, timeout=240)  # fmt: skip
+    back = bubu(
+        db,
+        "recover",
+        sid,
+        "--jsonl",
+        "-m",
+        f"openai:{MODEL}",
+        "--retry-for",
+        "60s",
+        "--base-url",
+        llama_server.base_url,
+        timeout=240,
+    )
     records = _records(db, sid)
     notices = [
         c.note

@@ -63,10 +63,30 @@ def test_a_server_that_traps_during_a_test_is_reported_on_it_and_the_next(tmp_pa
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "real_server.conftest", "-p", "no:cacheprovider",
-         "-n", "0", "-q", "--rootdir", str(tmp_path), "-o", "addopts=", str(tmp_path)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "real_server.conftest",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "0",
+            "-q",
+            "--rootdir",
+            str(tmp_path),
+            "-o",
+            "addopts=",
+            str(tmp_path),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
     assert "1 failed, 1 error" in out  # the second fails in its set-up, before it runs

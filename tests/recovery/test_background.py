@@ -89,13 +89,23 @@ def test_a_background_server_is_polled_by_a_command_and_killed(
     tmp_path: Path, sandbox: list[str]
 ) -> None:
     db, ws, port = _project(tmp_path)
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [call("run_command", command=_server(port), background=True)]},
-        {"tool_calls": [call("run_command", command=f"python3 poll.py {port}; "
-                             f"curl -s -o /dev/null -w 'curl %{{http_code}}' http://127.0.0.1:{port}/")]},
-        {"tool_calls": [call("process_kill", handle="bg-1")]},
-        {"text": "done"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [call("run_command", command=_server(port), background=True)]},
+            {
+                "tool_calls": [
+                    call(
+                        "run_command",
+                        command=f"python3 poll.py {port}; "
+                        f"curl -s -o /dev/null -w 'curl %{{http_code}}' http://127.0.0.1:{port}/",
+                    )
+                ]
+            },
+            {"tool_calls": [call("process_kill", handle="bg-1")]},
+            {"text": "done"},
+        ],
+    )
     done = bubu(db, "run", "serve", "-w", str(ws), "-m", f"scripted:{script}", "--yes", *sandbox)
     assert done.returncode == 0, done.stdout + done.stderr
     records = read(db)
@@ -114,20 +124,27 @@ def test_a_background_server_is_polled_by_a_command_and_killed(
 
 def test_the_turn_end_stops_a_background_process(tmp_path: Path) -> None:
     db, ws, _ = _project(tmp_path)
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [call("run_command", command="exec python3 tick.py", background=True)]},
-        {"text": "done"},
-    ])  # fmt: skip
-    done = bubu(db, "run", "tick", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-                "--sandbox", "off")  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [call("run_command", command="exec python3 tick.py", background=True)]},
+            {"text": "done"},
+        ],
+    )
+    done = bubu(
+        db, "run", "tick", "-w", str(ws), "-m", f"scripted:{script}", "--yes", "--sandbox", "off"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     records = read(db)
     (start,) = _notes(records, ProcessStarted)
     (end,) = _notes(records, ProcessEnded)
     assert (end.how, end.reason) == ("killed", "the turn ended")
     ended_at = next(r.seq for r in records if getattr(r.event.content, "note", None) is end)
-    turn_end = next(r.seq for r in records if r.event.content and "TurnEnded" in type(
-        getattr(r.event.content, "note", None)).__name__)  # fmt: skip
+    turn_end = next(
+        r.seq
+        for r in records
+        if r.event.content and "TurnEnded" in type(getattr(r.event.content, "note", None)).__name__
+    )
     assert ended_at < turn_end, "stopped before the turn's end is written"
     assert start.pid is not None
     assert not pid_alive(start.pid)
@@ -137,15 +154,30 @@ def test_a_sigkilled_bubu_takes_its_background_processes_and_recovery_tells_the_
     tmp_path: Path,
 ) -> None:
     db, ws, port = _project(tmp_path)
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [call("run_command", command=_server(port), background=True)]},
-        {"tool_calls": [call("run_command", command="exec python3 tick.py", background=True,
-                             restart=True)]},
-        {"tool_calls": [call("run_command", command=f"python3 poll.py {port}; touch ready; "
-                             "exec sleep 300")]},
-    ])  # fmt: skip
-    proc = start_bubu(db, "run", "serve", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-                      "--sandbox", "off")  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [call("run_command", command=_server(port), background=True)]},
+            {
+                "tool_calls": [
+                    call(
+                        "run_command", command="exec python3 tick.py", background=True, restart=True
+                    )
+                ]
+            },
+            {
+                "tool_calls": [
+                    call(
+                        "run_command",
+                        command=f"python3 poll.py {port}; touch ready; exec sleep 300",
+                    )
+                ]
+            },
+        ],
+    )
+    proc = start_bubu(
+        db, "run", "serve", "-w", str(ws), "-m", f"scripted:{script}", "--yes", "--sandbox", "off"
+    )
     wait_for((ws / "ready").exists, "the server to answer")
 
     def logged(handle: str, text: bytes) -> bool:
@@ -175,8 +207,9 @@ def test_a_sigkilled_bubu_takes_its_background_processes_and_recovery_tells_the_
         if len(asked) == 1:
             from bubu.providers.base import ToolCallPart
 
-            return ToolCallPart(call_id="c_out", name="process_wait",
-                                arguments={"handle": "bg-2", "timeout": 0.5})  # fmt: skip
+            return ToolCallPart(
+                call_id="c_out", name="process_wait", arguments={"handle": "bg-2", "timeout": 0.5}
+            )
         return "noted"
 
     from bubu.engine.recovery import recover_session

@@ -63,10 +63,14 @@ def _lay_out(root: Path) -> tuple[Path, Path, Path, list[str]]:
     )
     script = root / "script.jsonl"
     lines = [
-        {"tool_calls": [{"name": "run_command", "arguments": {"command": "echo hi > out.txt"}},
-                        {"name": "run_command", "arguments": {"command": "touch bad.txt"}}]},
+        {
+            "tool_calls": [
+                {"name": "run_command", "arguments": {"command": "echo hi > out.txt"}},
+                {"name": "run_command", "arguments": {"command": "touch bad.txt"}},
+            ]
+        },
         {"text": "done"},
-    ]  # fmt: skip
+    ]
     script.write_text("".join(json.dumps(line) + "\n" for line in lines))
     args = ["run", "do it", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off"]
     return root / "bubu.db", ws, counter, args

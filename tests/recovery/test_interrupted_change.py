@@ -35,9 +35,11 @@ def test_a_killed_command_is_reported_by_the_paths_it_changed(tmp_path: Path) ->
     marker = tmp_path / "marker"
     script = write_script(
         tmp_path / "s.jsonl",
-        [{"tool_calls": [call("run_command", command=COMMAND.format(marker=marker))]},
-         {"text": "checked"}],
-    )  # fmt: skip
+        [
+            {"tool_calls": [call("run_command", command=COMMAND.format(marker=marker))]},
+            {"text": "checked"},
+        ],
+    )
     db = tmp_path / "bubu.db"
     proc = start_bubu(
         db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--yes", "--sandbox", "off"
@@ -50,8 +52,12 @@ def test_a_killed_command_is_reported_by_the_paths_it_changed(tmp_path: Path) ->
     with Agent(model=provider, store=db, workspace=ws) as agent:
         result = agent.recover(only_session(db))
     assert result.reason == "completed"
-    want = {("modified", "a.txt"), ("modified", "b.txt"), ("modified", "c.txt"),
-            ("deleted", "d.txt")}  # fmt: skip
+    want = {
+        ("modified", "a.txt"),
+        ("modified", "b.txt"),
+        ("modified", "c.txt"),
+        ("deleted", "d.txt"),
+    }
 
     (out,) = [c for r in read(db) if isinstance(c := r.event.content, FunctionResponse)]
     assert out.result.startswith(INTERRUPTED)
@@ -67,9 +73,10 @@ def test_a_killed_command_is_reported_by_the_paths_it_changed(tmp_path: Path) ->
     assert b"+++ /dev/null" in diff
 
     (notice,) = [
-        n for r in read(db)
+        n
+        for r in read(db)
         if isinstance(c := r.event.content, SystemNote) and isinstance(n := c.note, RecoveryNotice)
-    ]  # fmt: skip
+    ]
     assert _paths(" ".join(notice.workspace_changes)) == want
 
     seen = [m for m in provider.requests[-1].messages if isinstance(m, ToolResultsMessage)]
@@ -91,16 +98,23 @@ def test_a_write_is_proven_against_the_whole_workspace(tmp_path: Path) -> None:
         [{"tool_calls": [call("write_file", path="a.txt", content="A\n")]}, {"text": "ok"}],
     )
     db = tmp_path / "bubu.db"
-    proc = start_bubu(db, "run", "go", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-                      env={"BUBU_FAILPOINT": "after_dispatch"})  # fmt: skip
+    proc = start_bubu(
+        db,
+        "run",
+        "go",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        env={"BUBU_FAILPOINT": "after_dispatch"},
+    )
     assert finish(proc)[0] == -9
     (ws / "other.txt").write_text("changed by someone\n")  # between the crash and the recovery
     provider = Recording(ScriptedProvider(str(script)))
     with Agent(model=provider, store=db, workspace=ws) as agent:
         agent.recover(only_session(db))
-    (fact,) = [
-        a.tool_recovery for r in read(db) if (a := r.event.actions) and a.tool_recovery
-    ]  # fmt: skip
+    (fact,) = [a.tool_recovery for r in read(db) if (a := r.event.actions) and a.tool_recovery]
     assert fact.decision == "rerun_not_applied"
     assert "1 other path changed" in fact.reason
     assert "modified other.txt (+1 −1)" in fact.reason

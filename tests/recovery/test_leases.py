@@ -29,14 +29,16 @@ TASK = Scenario(
     name="race",
     files={"a.txt": "alpha\n"},
     lines=[
-        {"tool_calls": [
-            {"name": "read_file", "arguments": {"path": "a.txt"}},
-            {"name": "run_command", "arguments": {"command": counted("c1")}},
-        ]},
+        {
+            "tool_calls": [
+                {"name": "read_file", "arguments": {"path": "a.txt"}},
+                {"name": "run_command", "arguments": {"command": counted("c1")}},
+            ]
+        },
         {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
         {"text": "done"},
     ],
-)  # fmt: skip
+)
 
 
 def _live_owner() -> str:

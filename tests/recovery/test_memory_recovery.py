@@ -38,7 +38,9 @@ def _session(db: Path, title: str) -> tuple[str, list[Record]]:
 
 
 def _outcomes(records: list[Record], tool: str) -> list[FunctionResponse]:
-    return [c for r in records if isinstance(c := r.event.content, FunctionResponse) and c.name == tool]  # fmt: skip
+    return [
+        c for r in records if isinstance(c := r.event.content, FunctionResponse) and c.name == tool
+    ]
 
 
 def _dispatch(records: list[Record], tool: str) -> ToolDispatch:
@@ -128,8 +130,14 @@ def test_plan_and_recall_killed_after_dispatch_re_run_silently(tmp_path: Path) -
     ws.mkdir()
     db = tmp_path / "bubu.db"
     items = [{"text": "step one", "status": "in_progress"}]
-    killed = _run(tmp_path, db, ws, "crash", [("update_plan", {"items": items}),
-                  ("recall", {"query": "x"})], failpoint="after_dispatch@2")  # fmt: skip
+    killed = _run(
+        tmp_path,
+        db,
+        ws,
+        "crash",
+        [("update_plan", {"items": items}), ("recall", {"query": "x"})],
+        failpoint="after_dispatch@2",
+    )
     assert killed.returncode == -9, killed.stdout + killed.stderr
     session, _ = _session(db, "crash")
     assert bubu_json(db, "status", session, "--json")["plan"] == items

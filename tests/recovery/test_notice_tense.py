@@ -15,12 +15,17 @@ from engine.helpers import call, write_script
 def test_status_after_the_recovered_turn_ended_says_recovered(tmp_path: Path) -> None:
     db, ws = tmp_path / "bubu.db", tmp_path / "ws"
     ws.mkdir()
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [call("read_file", path="a.txt")]}, {"text": "All done."},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [call("read_file", path="a.txt")]},
+            {"text": "All done."},
+        ],
+    )
     (ws / "a.txt").write_text("hello\n")
-    crashed = bubu(db, "run", "read a.txt", "-w", str(ws), "-m", f"scripted:{script}",
-                   failpoint="mid_tool")  # fmt: skip
+    crashed = bubu(
+        db, "run", "read a.txt", "-w", str(ws), "-m", f"scripted:{script}", failpoint="mid_tool"
+    )
     assert crashed.returncode == -9, crashed.stdout + crashed.stderr
     session = only_session(db)
     recovered = bubu(db, "recover", session)

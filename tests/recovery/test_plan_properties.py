@@ -79,13 +79,28 @@ class Sim:
         self.n += 1
         return f"{prefix}{self.n}"
 
-    def event(self, role: Role, content: Content | None = None, actions: Actions | None = None,
-              *, turn: str | None = None, inv: str | None = None) -> Event:  # fmt: skip
+    def event(
+        self,
+        role: Role,
+        content: Content | None = None,
+        actions: Actions | None = None,
+        *,
+        turn: str | None = None,
+        inv: str | None = None,
+    ) -> Event:
         """An event of the current turn and run."""
         return make(
-            id=self._id("e"), session="s", turn=turn or fold(self.records).turn, run=self.run,
-            invocation=inv, role=role, author="system", ts=0, content=content, actions=actions,
-        )  # fmt: skip
+            id=self._id("e"),
+            session="s",
+            turn=turn or fold(self.records).turn,
+            run=self.run,
+            invocation=inv,
+            role=role,
+            author="system",
+            ts=0,
+            content=content,
+            actions=actions,
+        )
 
     def commit(self, *events: Event) -> None:
         """One append: the events get the next seqs."""
@@ -208,10 +223,14 @@ class Sim:
                 st.sampled_from([f"before-{c.call_id}", f"after-{c.call_id}", "other"])
             )
         d = ToolDispatch(
-            call_id=c.call_id, tool=c.name, effect=effect, args_digest="a", path=path,
+            call_id=c.call_id,
+            tool=c.name,
+            effect=effect,
+            args_digest="a",
+            path=path,
             before_sha256=None if path is None else f"before-{c.call_id}",
             after_sha256=None if path is None else f"after-{c.call_id}",
-        )  # fmt: skip
+        )
         return self.event("system", actions=Actions(tool_dispatch=d), inv=c.invocation)
 
     def stop(self, calls: list[CallState]) -> None:
@@ -241,9 +260,21 @@ class Sim:
         reruns = []
         for cp in plan.calls:
             c = t.calls[cp.call_id]
-            settled.append(self.event("system", actions=Actions(tool_recovery=ToolRecovery(
-                call_id=cp.call_id, tool=cp.tool, decision=cp.decision, reason=cp.reason,
-                dispatch_seq=cp.dispatch_seq)), inv=c.invocation))  # fmt: skip
+            settled.append(
+                self.event(
+                    "system",
+                    actions=Actions(
+                        tool_recovery=ToolRecovery(
+                            call_id=cp.call_id,
+                            tool=cp.tool,
+                            decision=cp.decision,
+                            reason=cp.reason,
+                            dispatch_seq=cp.dispatch_seq,
+                        )
+                    ),
+                    inv=c.invocation,
+                )
+            )
             if cp.decision in ("applied", "interrupted"):
                 settled.append(self.outcome(c, cp.decision, error=cp.decision == "interrupted"))
             else:
@@ -321,12 +352,41 @@ def apply(prefix: Sequence[Record], plan: Plan) -> list[Record]:
     for cp in plan.calls:
         c = t.calls[cp.call_id]
         for content, actions in (
-            (None, Actions(tool_recovery=ToolRecovery(call_id=cp.call_id, tool=cp.tool, decision=cp.decision, reason=cp.reason, dispatch_seq=cp.dispatch_seq))),
-            (FunctionResponse(call_id=c.call_id, name=c.name, result=cp.decision, is_error=cp.decision == "interrupted"), None),
-        ):  # fmt: skip
+            (
+                None,
+                Actions(
+                    tool_recovery=ToolRecovery(
+                        call_id=cp.call_id,
+                        tool=cp.tool,
+                        decision=cp.decision,
+                        reason=cp.reason,
+                        dispatch_seq=cp.dispatch_seq,
+                    )
+                ),
+            ),
+            (
+                FunctionResponse(
+                    call_id=c.call_id,
+                    name=c.name,
+                    result=cp.decision,
+                    is_error=cp.decision == "interrupted",
+                ),
+                None,
+            ),
+        ):
             seq = len(out) + 1
-            ev = make(id=f"x{seq}", session="s", turn=t.turn, run="rx", invocation=c.invocation,
-                      role="tool" if content else "system", author="system", ts=0, content=content, actions=actions)  # fmt: skip
+            ev = make(
+                id=f"x{seq}",
+                session="s",
+                turn=t.turn,
+                run="rx",
+                invocation=c.invocation,
+                role="tool" if content else "system",
+                author="system",
+                ts=0,
+                content=content,
+                actions=actions,
+            )
             out.append(Record(seq=seq, hash=f"x{seq}", event=ev))
     return out
 
@@ -412,14 +472,38 @@ def test_a_tampered_prefix_is_blocked(data: st.DataObject, tampering: str) -> No
         ]
     elif tampering == "outcome without dispatch":
         extra = [
-            make(id="m1", session="s", turn=t.turn, invocation="ix", role="model", author="agent", ts=0,
-                 content=FunctionCall(call_id="forged", name="run_command", arguments={})),
-            make(id="m2", session="s", turn=t.turn, role="tool", author="tool", ts=0,
-                 content=FunctionResponse(call_id="forged", name="run_command", result="ok")),
-        ]  # fmt: skip
+            make(
+                id="m1",
+                session="s",
+                turn=t.turn,
+                invocation="ix",
+                role="model",
+                author="agent",
+                ts=0,
+                content=FunctionCall(call_id="forged", name="run_command", arguments={}),
+            ),
+            make(
+                id="m2",
+                session="s",
+                turn=t.turn,
+                role="tool",
+                author="tool",
+                ts=0,
+                content=FunctionResponse(call_id="forged", name="run_command", result="ok"),
+            ),
+        ]
     else:
-        extra = [make(id="g", session="s", turn=t.turn, role="tool", author="tool", ts=0,
-                      content=FunctionResponse(call_id="ghost", name="read_file", result="boo"))]  # fmt: skip
+        extra = [
+            make(
+                id="g",
+                session="s",
+                turn=t.turn,
+                role="tool",
+                author="tool",
+                ts=0,
+                content=FunctionResponse(call_id="ghost", name="read_file", result="boo"),
+            )
+        ]
     tampered = [
         *prefix,
         *(Record(seq=len(prefix) + i, hash="t", event=e) for i, e in enumerate(extra, start=1)),
@@ -431,8 +515,19 @@ def test_a_tampered_prefix_is_blocked(data: st.DataObject, tampering: str) -> No
 
 
 def test_a_broken_chain_is_blocked() -> None:
-    r = Record(seq=1, hash="h", event=make(id="e", session="s", turn="t", role="system", author="system", ts=0,
-                                           content=SystemNote(note=TurnStarted(model="m"))))  # fmt: skip
+    r = Record(
+        seq=1,
+        hash="h",
+        event=make(
+            id="e",
+            session="s",
+            turn="t",
+            role="system",
+            author="system",
+            ts=0,
+            content=SystemNote(note=TurnStarted(model="m")),
+        ),
+    )
     plan = plan_recovery([r], EFFECTS, {}, chain_problem="seq 1 hash mismatch")
     assert plan.kind == "blocked"
     assert plan.reason is not None

@@ -34,29 +34,48 @@ TASK = Scenario(
     name="mixed",
     files={"a.txt": "alpha\n", "b.txt": "beta\n"},
     lines=[
-        {"text": "Looking around.", "tool_calls": [
-            {"name": "list_files", "arguments": {}},
-            {"name": "read_file", "arguments": {"path": "a.txt"}},
-        ]},
-        {"text": "Changing things.", "tool_calls": [
-            {"name": "write_file", "arguments": {"path": "new.txt", "content": "new\n"}},
-            {"name": "edit_file", "arguments": {"path": "a.txt", "old": "alpha", "new": "alpha beta"}},
-            {"name": "run_command", "arguments": {"command": counted("c1")}},
-        ]},
-        {"text": "Checking.", "tool_calls": [
-            {"name": "run_command", "arguments": {"command": counted("c2")}},
-            {"name": "read_file", "arguments": {"path": "new.txt"}},
-            {"name": "grep", "arguments": {"pattern": "beta"}},
-        ]},
+        {
+            "text": "Looking around.",
+            "tool_calls": [
+                {"name": "list_files", "arguments": {}},
+                {"name": "read_file", "arguments": {"path": "a.txt"}},
+            ],
+        },
+        {
+            "text": "Changing things.",
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "new.txt", "content": "new\n"}},
+                {
+                    "name": "edit_file",
+                    "arguments": {"path": "a.txt", "old": "alpha", "new": "alpha beta"},
+                },
+                {"name": "run_command", "arguments": {"command": counted("c1")}},
+            ],
+        },
+        {
+            "text": "Checking.",
+            "tool_calls": [
+                {"name": "run_command", "arguments": {"command": counted("c2")}},
+                {"name": "read_file", "arguments": {"path": "new.txt"}},
+                {"name": "grep", "arguments": {"pattern": "beta"}},
+            ],
+        },
         {"text": "Done."},
     ],
-)  # fmt: skip
+)
 
 HITS = {
-    "before_model_call": 4, "mid_model_call": 4, "after_model_response": 4,
-    "before_dispatch": 3, "after_dispatch": 3, "mid_tool": 3, "after_tool": 3, "after_outcome": 3,
-    "before_turn_end": 1, "after_turn_end": 1,
-}  # fmt: skip
+    "before_model_call": 4,
+    "mid_model_call": 4,
+    "after_model_response": 4,
+    "before_dispatch": 3,
+    "after_dispatch": 3,
+    "mid_tool": 3,
+    "after_tool": 3,
+    "after_outcome": 3,
+    "before_turn_end": 1,
+    "after_turn_end": 1,
+}
 """How many times a run of TASK surely reaches each failpoint (4 model calls, 3 tool batches)."""
 
 

@@ -33,8 +33,17 @@ def _log(*facts: ToolRecovery, answered: bool = False) -> list[Record]:
     out: list[Record] = []
 
     def add(role: Role, content: Content | None = None, actions: Actions | None = None) -> None:
-        ev = make(session="s1", turn="t1", run="r1", invocation="i1", role=role, author="system",
-                  ts=1, content=content, actions=actions)  # fmt: skip
+        ev = make(
+            session="s1",
+            turn="t1",
+            run="r1",
+            invocation="i1",
+            role=role,
+            author="system",
+            ts=1,
+            content=content,
+            actions=actions,
+        )
         out.append(Record(seq=len(out) + 1, hash=f"{len(out) + 1:064x}", event=ev))
 
     add("system", SystemNote(note=TurnStarted(model="scripted:x")))
@@ -42,16 +51,37 @@ def _log(*facts: ToolRecovery, answered: bool = False) -> list[Record]:
     add("user", Text(text="tidy the repository"))
     add("model", FunctionCall(call_id="c1", name="run_command", arguments={"command": "make"}))
     add("model", FunctionCall(call_id="c2", name="write_file", arguments={"path": "a.txt"}))
-    add("system", actions=Actions(tool_dispatch=ToolDispatch(
-        call_id="c1", tool="run_command", effect="side_effecting", args_digest="d1")))  # fmt: skip
-    add("system", actions=Actions(tool_dispatch=ToolDispatch(
-        call_id="c2", tool="write_file", effect="provable_write", args_digest="d2", path="/w/a.txt",
-        before_sha256=None, after_sha256="ab" * 32)))  # fmt: skip
+    add(
+        "system",
+        actions=Actions(
+            tool_dispatch=ToolDispatch(
+                call_id="c1", tool="run_command", effect="side_effecting", args_digest="d1"
+            )
+        ),
+    )
+    add(
+        "system",
+        actions=Actions(
+            tool_dispatch=ToolDispatch(
+                call_id="c2",
+                tool="write_file",
+                effect="provable_write",
+                args_digest="d2",
+                path="/w/a.txt",
+                before_sha256=None,
+                after_sha256="ab" * 32,
+            )
+        ),
+    )
     for f in facts:
         add("system", actions=Actions(tool_recovery=f))
         if answered:
-            add("tool", FunctionResponse(call_id=f.call_id, name=f.tool, result="interrupted: …",
-                                         is_error=True))  # fmt: skip
+            add(
+                "tool",
+                FunctionResponse(
+                    call_id=f.call_id, name=f.tool, result="interrupted: …", is_error=True
+                ),
+            )
     return out
 
 

@@ -31,14 +31,20 @@ MIXED = Scenario(
     files={"a.txt": "alpha\n", "b.txt": "beta\n"},
     lines=[
         # The edit comes first: mid_tool waits (briefly) for the first call, so it is usually applied.
-        {"text": "all at once", "tool_calls": [
-            {"name": "edit_file", "arguments": {"path": "a.txt", "old": "alpha", "new": "alpha beta"}},
-            {"name": "read_file", "arguments": {"path": "b.txt"}},
-            {"name": "run_command", "arguments": {"command": counted("c1")}},
-        ]},
+        {
+            "text": "all at once",
+            "tool_calls": [
+                {
+                    "name": "edit_file",
+                    "arguments": {"path": "a.txt", "old": "alpha", "new": "alpha beta"},
+                },
+                {"name": "read_file", "arguments": {"path": "b.txt"}},
+                {"name": "run_command", "arguments": {"command": counted("c1")}},
+            ],
+        },
         {"text": "done"},
     ],
-)  # fmt: skip
+)
 
 READ = Scenario(
     name="read",
@@ -86,9 +92,14 @@ def killed_recovery(tmp_path_factory: pytest.TempPathFactory) -> KilledRecovery:
     second = read_log(db)
     done = bubu(db, "recover", "--json")
     return KilledRecovery(
-        db=db, ws=ws, counter=counter, session=session, logs=(first, second, read_log(db)),
-        rc=done.returncode, output=done.stdout + done.stderr,
-    )  # fmt: skip
+        db=db,
+        ws=ws,
+        counter=counter,
+        session=session,
+        logs=(first, second, read_log(db)),
+        rc=done.returncode,
+        output=done.stdout + done.stderr,
+    )
 
 
 @pytest.mark.heavy
@@ -285,9 +296,12 @@ def test_dismissing_during_the_continuation_changes_nothing(tmp_path: Path) -> N
     for twin in ("kept", "dismissed"):
         db, ws, _, session = _crashed(tmp_path / twin, GATED)
         proc = subprocess.Popen(
-            bubu_cmd(db, "recover"), env=bubu_env(db.parent),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            bubu_cmd(db, "recover"),
+            env=bubu_env(db.parent),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             wait_for_file(ws / "pid.txt")
             if twin == "dismissed":
@@ -337,9 +351,12 @@ def test_stopped_and_suspended_turns_are_never_continued(tmp_path: Path) -> None
     # A suspended turn, in the same database: SIGTERM while its command runs.
     suspended = lay_out(tmp_path / "suspended", SLOW)
     proc = subprocess.Popen(
-        bubu_cmd(stopped.db, *suspended.run_args(SLOW)), env=bubu_env(tmp_path),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        bubu_cmd(stopped.db, *suspended.run_args(SLOW)),
+        env=bubu_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for_file(suspended.ws / "pid.txt")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)

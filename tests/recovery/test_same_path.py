@@ -81,8 +81,11 @@ def test_three_edits_of_one_file_are_all_applied_in_order(tmp_path: Path) -> Non
     assert (p.ws / "a.txt").read_text() == "ONE\nTWO\nTHREE\n"
     records = read_log(p.db)
     results = [c for r in records if isinstance(c := r.event.content, FunctionResponse)]
-    assert [(r.result, r.is_error) for r in results] == [("edited a.txt (10 bytes, 3 lines).", False),
-        ("edited a.txt (10 bytes, 3 lines).", False), ("edited a.txt (14 bytes, 3 lines).", False)]  # fmt: skip
+    assert [(r.result, r.is_error) for r in results] == [
+        ("edited a.txt (10 bytes, 3 lines).", False),
+        ("edited a.txt (10 bytes, 3 lines).", False),
+        ("edited a.txt (14 bytes, 3 lines).", False),
+    ]
     _assert_chained(records)
     assert len(_chain(records)) == 3
 

@@ -46,8 +46,15 @@ def ws(tmp_path: Path) -> Path:
 
 
 def _note(session: str, note: object, turn: str | None = "trn_1") -> Event:
-    return make_event(session=session, turn=turn, role="system", author="system",
-                      ts=clock.now_ms(), content=SystemNote(note=note), visibility="hidden")  # type: ignore[arg-type]  # fmt: skip
+    return make_event(
+        session=session,
+        turn=turn,
+        role="system",
+        author="system",
+        ts=clock.now_ms(),
+        content=SystemNote(note=note),
+        visibility="hidden",
+    )  # type: ignore[arg-type]
 
 
 def _open_turn(
@@ -61,11 +68,12 @@ def _open_turn(
 ) -> None:
     """An open turn whose last run was `pid` on `host`, its lease expired."""
     events = [
-        make_event(session=info.id, turn="trn_1", role="user", author="user", ts=1,
-                   content=Text(text="go")),
+        make_event(
+            session=info.id, turn="trn_1", role="user", author="user", ts=1, content=Text(text="go")
+        ),
         _note(info.id, TurnStarted(model=model)),
         _note(info.id, RunStarted(cause="new", pid=pid, host=host, proc_start=started)),
-    ]  # fmt: skip
+    ]
     store.append(info.id, events, expect=store.head(info.id).high_water)
     lease = store.acquire_lease(info.id, f"{host}:{pid}:abcdef", 0.001)
     while store.now_ms() <= lease.expires_ms:  # expired, however fast the test runs
@@ -170,8 +178,14 @@ def test_a_legacy_session_trusts_its_header_and_a_legacy_fork_is_a_fork(
     _open_turn(store, store.session(plain.id), pid=_dead_pid())
     assert classify(store, store.session(plain.id)).verdict == "recover"
     fork = store.create_session(title="old fork", workspace=str(ws))
-    first = make_event(session=fork.id, role="user", author="user", ts=1, content=Text(text="x"),
-                       actions=Actions(state_delta={"fork": {"session": "ses_src", "seq": 3}}))  # fmt: skip
+    first = make_event(
+        session=fork.id,
+        role="user",
+        author="user",
+        ts=1,
+        content=Text(text="x"),
+        actions=Actions(state_delta={"fork": {"session": "ses_src", "seq": 3}}),
+    )
     store.append(fork.id, [first], expect=0)
     _open_turn(store, store.session(fork.id), pid=_dead_pid())
     found = classify(store, store.session(fork.id))
@@ -204,8 +218,13 @@ def test_a_live_lease_of_a_reused_pid_is_held_by_nobody(store: SQLiteStore, ws: 
             assert start is not None
             boot, _, ticks = start.rpartition(":")
             owner = f"{HERE}:{other.pid}:abcdef"
-            run = RunStarted(cause="new", pid=other.pid, host=HERE, owner=owner,
-                             proc_start=f"{boot}:{int(ticks) - 1}")  # fmt: skip
+            run = RunStarted(
+                cause="new",
+                pid=other.pid,
+                host=HERE,
+                owner=owner,
+                proc_start=f"{boot}:{int(ticks) - 1}",
+            )
             store.append(info.id, [_note(info.id, run)], expect=0)
             lease = store.acquire_lease(info.id, owner, 30)
             # Not expired, and its pid answers: but that pid is a later process than the run's.

@@ -76,13 +76,30 @@ def test_commands_do_not_see_keys_and_nothing_they_print_is_logged(tmp_path: Pat
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "config.json").write_text(json.dumps({"api_key": KEY, "token": TOKEN}) + "\n")
-    script = write_script(tmp_path / "model.jsonl", [
-        {"tool_calls": [call("run_command", command="env | grep -i -e key -e token; echo \"[$OPENAI_API_KEY]\"")]},
-        {"tool_calls": [call("run_command", command="yes \"$(cat config.json)\" | head -n 3000")]},
-        {"thinking": f"the key is {KEY}", "text": f"found {KEY} and {TOKEN}",
-         "tool_calls": [call("run_command", command=f"echo {KEY} | wc -c")]},
-        {"text": "done"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "model.jsonl",
+        [
+            {
+                "tool_calls": [
+                    call(
+                        "run_command",
+                        command='env | grep -i -e key -e token; echo "[$OPENAI_API_KEY]"',
+                    )
+                ]
+            },
+            {
+                "tool_calls": [
+                    call("run_command", command='yes "$(cat config.json)" | head -n 3000')
+                ]
+            },
+            {
+                "thinking": f"the key is {KEY}",
+                "text": f"found {KEY} and {TOKEN}",
+                "tool_calls": [call("run_command", command=f"echo {KEY} | wc -c")],
+            },
+            {"text": "done"},
+        ],
+    )
     done = run(
         tmp_path / "b.db",
         "run",
@@ -128,25 +145,45 @@ def test_env_passes_a_secret_on_and_the_log_still_hides_it(tmp_path: Path) -> No
         'python3 -c \'import json, os; print(json.dumps({"t": os.environ["MY_SERVICE_TOKEN"]}))\''
     )
     (ws / "expected").write_text(TOKEN)
-    script = write_script(tmp_path / "model.jsonl", [
-        {"tool_calls": [call("run_command", command=check)]},
-        {"tool_calls": [call("run_command", command='yes "$MY_SERVICE_TOKEN" | head -n 4000')]},
-        {"text": "done"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "model.jsonl",
+        [
+            {"tool_calls": [call("run_command", command=check)]},
+            {"tool_calls": [call("run_command", command='yes "$MY_SERVICE_TOKEN" | head -n 4000')]},
+            {"text": "done"},
+        ],
+    )
     db = tmp_path / "b.db"
-    done = run(db, "run", "use the token", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-               "--env", "MY_SERVICE_TOKEN")  # fmt: skip
+    done = run(
+        db,
+        "run",
+        "use the token",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        "--env",
+        "MY_SERVICE_TOKEN",
+    )
     assert done.returncode == 0, done.stderr
     sid = only_session(db)
     log = assert_no_secret(db, sid)
     events = [json.loads(line)["event"] for line in log.splitlines()]
-    results = [e["content"]["result"] for e in events if e.get("content", {}).get("kind") == "function_response"]  # fmt: skip
+    results = [
+        e["content"]["result"]
+        for e in events
+        if e.get("content", {}).get("kind") == "function_response"
+    ]
     assert "SEEN" in results[0]
     assert "[]" in results[0]  # the key was not passed on
     assert '{"t": "[redacted:MY_SERVICE_TOKEN]"}' in results[0]  # found JSON-escaped
     assert results[1].count("[redacted:MY_SERVICE_TOKEN]") >= 10  # offloaded, redacted
-    (started,) = [e["content"]["note"] for e in events
-                  if e.get("content", {}).get("note", {}).get("note") == "turn_started"]  # fmt: skip
+    (started,) = [
+        e["content"]["note"]
+        for e in events
+        if e.get("content", {}).get("note", {}).get("note") == "turn_started"
+    ]
     assert started["pass_env"] == ["MY_SERVICE_TOKEN"]
 
 
@@ -154,8 +191,11 @@ def test_env_refuses_a_name_that_is_not_set_or_not_a_name(tmp_path: Path) -> Non
     """--env takes names of variables that are set; anything else is a one-line error that
     creates no session."""
     db = tmp_path / "b.db"
-    for bad, says in [("NOT_SET_ANYWHERE_TOKEN", "is not set"), ("A=b", "only the name"),
-                      ("1X", "not an environment variable name")]:  # fmt: skip
+    for bad, says in [
+        ("NOT_SET_ANYWHERE_TOKEN", "is not set"),
+        ("A=b", "only the name"),
+        ("1X", "not an environment variable name"),
+    ]:
         done = run(db, "run", "x", "-m", "scripted:/dev/null", "--env", bad)
         assert done.returncode == 2, done.stderr
         assert says in done.stderr
@@ -167,8 +207,9 @@ def test_env_refuses_a_name_that_is_not_set_or_not_a_name(tmp_path: Path) -> Non
 
 def test_help_lists_env() -> None:
     """`bubu run --help` documents --env."""
-    out = subprocess.run([sys.executable, "-m", "bubu", "run", "--help"], capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "bubu", "run", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     assert "--env NAME" in out
 
 
@@ -180,14 +221,28 @@ def test_a_recovered_turn_passes_on_the_names_it_was_started_with(tmp_path: Path
     ws.mkdir()
     (ws / "expected").write_text(TOKEN)
     check = 'test "$MY_SERVICE_TOKEN" = "$(cat expected)" && echo SEEN; echo "[$OPENAI_API_KEY]"'
-    script = write_script(tmp_path / "model.jsonl", [
-        {"tool_calls": [call("run_command", command="echo first")]},
-        {"tool_calls": [call("run_command", command=check)]},
-        {"text": "done"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "model.jsonl",
+        [
+            {"tool_calls": [call("run_command", command="echo first")]},
+            {"tool_calls": [call("run_command", command=check)]},
+            {"text": "done"},
+        ],
+    )
     db = tmp_path / "b.db"
-    died = run(db, "run", "use it", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-               "--env", "MY_SERVICE_TOKEN", env={"BUBU_FAILPOINT": "before_model_call@2"})  # fmt: skip
+    died = run(
+        db,
+        "run",
+        "use it",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        "--env",
+        "MY_SERVICE_TOKEN",
+        env={"BUBU_FAILPOINT": "before_model_call@2"},
+    )
     assert died.returncode == -9, died.stderr
     sid = only_session(db)
     done = run(db, "recover", sid, "--yes")
@@ -206,10 +261,13 @@ def test_a_recovered_turn_passes_on_the_names_it_was_started_with(tmp_path: Path
 def test_a_remembered_note_holding_a_key_keeps_only_its_redaction(tmp_path: Path) -> None:
     db, ws = tmp_path / "bubu.db", tmp_path / "ws"
     ws.mkdir()
-    script = write_script(tmp_path / "s.jsonl", [
-        {"tool_calls": [call("remember", key="deploy", text=f"the deploy key is {KEY}")]},
-        {"text": "kept"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "s.jsonl",
+        [
+            {"tool_calls": [call("remember", key="deploy", text=f"the deploy key is {KEY}")]},
+            {"text": "kept"},
+        ],
+    )
     done = run(db, "run", "remember the key", "-w", str(ws), "-m", f"scripted:{script}")
     assert done.returncode == 0, done.stdout + done.stderr
     assert_no_secret(db, only_session(db))

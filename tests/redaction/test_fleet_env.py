@@ -35,8 +35,15 @@ def url() -> Iterator[str]:
 
 def _bubu(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**clean_env(home), "OPENAI_API_KEY": KEY, "MY_SERVICE_TOKEN": TOKEN}
-    return subprocess.run([*BUBU, *args], env=env, capture_output=True, text=True, timeout=120,
-                          check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        [*BUBU, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.mark.heavy
@@ -46,17 +53,33 @@ def test_a_worker_passes_on_what_the_submission_names(tmp_path: Path, url: str) 
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "expected").write_text(TOKEN)
-    check = 'test "$MY_SERVICE_TOKEN" = "$(cat expected)" && echo SEEN "$MY_SERVICE_TOKEN"; echo "[$OPENAI_API_KEY]"'  # fmt: skip
-    model = write_script(tmp_path / "m.jsonl", [
-        {"tool_calls": [{"name": "run_command", "arguments": {"command": check}}]},
-        {"text": "done"},
-    ])  # fmt: skip
-    sub = _bubu(tmp_path, "submit", "use it", "--db", url, "-w", str(ws), "-m", model, "--yes",
-                "--env", "MY_SERVICE_TOKEN")  # fmt: skip
+    check = 'test "$MY_SERVICE_TOKEN" = "$(cat expected)" && echo SEEN "$MY_SERVICE_TOKEN"; echo "[$OPENAI_API_KEY]"'
+    model = write_script(
+        tmp_path / "m.jsonl",
+        [
+            {"tool_calls": [{"name": "run_command", "arguments": {"command": check}}]},
+            {"text": "done"},
+        ],
+    )
+    sub = _bubu(
+        tmp_path,
+        "submit",
+        "use it",
+        "--db",
+        url,
+        "-w",
+        str(ws),
+        "-m",
+        model,
+        "--yes",
+        "--env",
+        "MY_SERVICE_TOKEN",
+    )
     assert sub.returncode == 0, sub.stderr
     sid = sub.stdout.strip()
-    worker = _bubu(tmp_path, "worker", "--db", url, "--once", "--allow-yes",
-                   "--allow-env", "MY_SERVICE_TOKEN")  # fmt: skip
+    worker = _bubu(
+        tmp_path, "worker", "--db", url, "--once", "--allow-yes", "--allow-env", "MY_SERVICE_TOKEN"
+    )
     assert worker.returncode == 0, worker.stderr
     with PostgresStore(url) as pg:
         records = pg.read(sid)
@@ -77,7 +100,16 @@ def test_a_worker_passes_on_what_the_submission_names(tmp_path: Path, url: str) 
 
 def test_submit_refuses_a_bad_name(tmp_path: Path, url: str) -> None:
     """A value where a name belongs is a one-line error."""
-    done = _bubu(tmp_path, "submit", "x", "--db", url, "-m", "scripted:/dev/null",
-                 "--env", "MY_SERVICE_TOKEN=abc")  # fmt: skip
+    done = _bubu(
+        tmp_path,
+        "submit",
+        "x",
+        "--db",
+        url,
+        "-m",
+        "scripted:/dev/null",
+        "--env",
+        "MY_SERVICE_TOKEN=abc",
+    )
     assert done.returncode == 2
     assert "only the name" in done.stderr

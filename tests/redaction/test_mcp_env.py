@@ -42,14 +42,27 @@ def test_a_server_that_echoes_its_environment_and_arguments(tmp_path: Path) -> N
     provider key; an argument holding the key reaches it redacted, since calls run from the log."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    script = write_script(tmp_path / "model.jsonl", [
-        {"tool_calls": [call("sec__environment")]},
-        {"tool_calls": [call("sec__echo", text=f"the key {KEY}")]},
-        {"text": "done"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "model.jsonl",
+        [
+            {"tool_calls": [call("sec__environment")]},
+            {"tool_calls": [call("sec__echo", text=f"the key {KEY}")]},
+            {"text": "done"},
+        ],
+    )
     db = tmp_path / "b.db"
-    done = run(db, "run", "ask the server", "-w", str(ws), "-m", f"scripted:{script}", "--yes",
-               "--mcp", str(_config(tmp_path)))  # fmt: skip
+    done = run(
+        db,
+        "run",
+        "ask the server",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        "--mcp",
+        str(_config(tmp_path)),
+    )
     assert done.returncode == 0, done.stderr
     log = assert_no_secret(db, only_session(db), cli=False)
     env_text, echoed = _results(log)[:2]

@@ -76,9 +76,21 @@ def test_secret_names(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["PATH", "HOME", "PWD", "OLDPWD", "TOKENIZERS_PARALLELISM", "MAX_TOKENS", "KEY", "KEYBOARD",
-     "SSH_AUTH_SOCK", "AWS_ACCESS_KEY_ID", "OPENAI_BASE_URL", "BUBU_HOME"],
-)  # fmt: skip
+    [
+        "PATH",
+        "HOME",
+        "PWD",
+        "OLDPWD",
+        "TOKENIZERS_PARALLELISM",
+        "MAX_TOKENS",
+        "KEY",
+        "KEYBOARD",
+        "SSH_AUTH_SOCK",
+        "AWS_ACCESS_KEY_ID",
+        "OPENAI_BASE_URL",
+        "BUBU_HOME",
+    ],
+)
 def test_ordinary_names(name: str) -> None:
     """Names that merely resemble a secret's are passed to commands as usual."""
     assert not secrets.is_secret_name(name)
@@ -199,8 +211,12 @@ def test_an_offloaded_blob_is_scrubbed_and_stored_under_its_new_hash(
     placed = offload_result("run_command", data, ContextPolicy())
     assert placed is not None
     text, ref = placed
-    ev = make_event(sid, FunctionResponse(call_id="c", name="run_command", result=text, blob=ref),
-                    role="tool", author="tool")  # fmt: skip
+    ev = make_event(
+        sid,
+        FunctionResponse(call_id="c", name="run_command", result=text, blob=ref),
+        role="tool",
+        author="tool",
+    )
     sqlite_store.append(sid, [ev], expect=0, blobs=[data])
     (rec,) = sqlite_store.read(sid)
     content = rec.event.content
@@ -229,8 +245,12 @@ def test_a_secret_that_is_a_vocabulary_word_cannot_break_the_log(
     fields whose words it shares, so appends and reads still work."""
     secrets.reset({"DB_PASSWORD": "function_response"})
     sid = sqlite_store.create_session(title="t", workspace="/w").id
-    ev = make_event(sid, FunctionResponse(call_id="c", name="x", result="a function_response b"),
-                    role="tool", author="tool")  # fmt: skip
+    ev = make_event(
+        sid,
+        FunctionResponse(call_id="c", name="x", result="a function_response b"),
+        role="tool",
+        author="tool",
+    )
     sqlite_store.append(sid, [ev], expect=0)
     (rec,) = sqlite_store.read(sid)
     assert isinstance(rec.event.content, FunctionResponse)
@@ -321,11 +341,16 @@ def test_a_command_cannot_read_a_withheld_secret_from_its_parent() -> None:
         out = {
             (who, mode): subprocess.run(
                 [*prefix, python, "-c", _PROC_ATTACK, str(where), mode],
-                env=env, cwd="/", capture_output=True, text=True, timeout=60, check=True,
+                env=env,
+                cwd="/",
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
             ).stdout.strip()
             for who, prefix in (("user", user), ("self", []))
             for mode in ("plain", "hardened")
-        }  # fmt: skip
+        }
     finally:
         shutil.rmtree(where)
     assert out["user", "plain"] == "X_TOKEN=value-read-from-the-parent"

@@ -58,15 +58,38 @@ def test_the_name_rule_catches_these_names(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["PATH", "PWD", "OLDPWD", "MAX_TOKENS", "PATCH_LEVEL", "COMPASS_HOME", "PASSAGE", "SPATH",
-     "XDG_SESSION_ID", "PEMBROKE", "DSNAME", "WEBROOT", "AUTH_URL", "OAUTH_DOMAIN", "AUTHOR"],
-)  # fmt: skip
+    [
+        "PATH",
+        "PWD",
+        "OLDPWD",
+        "MAX_TOKENS",
+        "PATCH_LEVEL",
+        "COMPASS_HOME",
+        "PASSAGE",
+        "SPATH",
+        "XDG_SESSION_ID",
+        "PEMBROKE",
+        "DSNAME",
+        "WEBROOT",
+        "AUTH_URL",
+        "OAUTH_DOMAIN",
+        "AUTHOR",
+    ],
+)
 def test_the_name_rule_leaves_these_alone(name: str) -> None:
     assert not secrets.is_secret_name(name)
 
 
-SECRET_VALUES = [GITHUB, AWS, ANTHROPIC, KEY_BLOCK, URL, RANDOM, "xoxb-1234567890-0987654321-abc",
-                 "redis://:Vq8rT2xLm4Kp@cache.internal:6379/0"]  # fmt: skip
+SECRET_VALUES = [
+    GITHUB,
+    AWS,
+    ANTHROPIC,
+    KEY_BLOCK,
+    URL,
+    RANDOM,
+    "xoxb-1234567890-0987654321-abc",
+    "redis://:Vq8rT2xLm4Kp@cache.internal:6379/0",
+]
 ORDINARY_VALUES = [
     "3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",  # a git SHA
     hashlib.sha256(b"x").hexdigest(),
@@ -105,8 +128,11 @@ def test_a_command_does_not_get_a_variable_whose_value_looks_secret(tmp_path: Pa
     env = secrets.command_env(environ=environ)
     seen = subprocess.run(
         [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"],
-        env=env, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     got = json.loads(seen)
     assert "DEPLOY" not in got
     assert got["NOTE"] == "hello"
@@ -247,16 +273,23 @@ def test_a_real_run_shows_and_stores_the_key_the_model_prints_redacted(tmp_path:
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "deploy.txt").write_text(f"token={ANTHROPIC}\n")
-    script = write_script(tmp_path / "model.jsonl", [
-        {"tool_calls": [call("run_command", command="cat deploy.txt; env | grep -c DEPLOYED")]},
-        {"text": f"The token is {ANTHROPIC} and the url {URL}"},
-    ])  # fmt: skip
+    script = write_script(
+        tmp_path / "model.jsonl",
+        [
+            {"tool_calls": [call("run_command", command="cat deploy.txt; env | grep -c DEPLOYED")]},
+            {"text": f"The token is {ANTHROPIC} and the url {URL}"},
+        ],
+    )
     db = tmp_path / "b.db"
     done = subprocess.run(
         bubu_cmd(db, "run", "show the token", "-w", str(ws), "-m", f"scripted:{script}", "--yes"),
         env={**bubu_env(tmp_path), "DEPLOYED": GITHUB},
-        capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr
     for value in (ANTHROPIC, GITHUB, "Vq8rT2xLm4Kp"):
         assert value not in done.stdout + done.stderr
@@ -264,9 +297,13 @@ def test_a_real_run_shows_and_stores_the_key_the_model_prints_redacted(tmp_path:
             assert value.encode() not in f.read_bytes()
     assert "[redacted:anthropic-key]" in done.stdout
     log = subprocess.run(
-        bubu_cmd(db, "log", only_session(db), "--jsonl"), env=bubu_env(tmp_path),
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout  # fmt: skip
+        bubu_cmd(db, "log", only_session(db), "--jsonl"),
+        env=bubu_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert "[redacted:anthropic-key]" in log
     assert "[redacted:url-password]" in log
     results = [

@@ -11,13 +11,29 @@ from bubu.log.sqlite import SQLiteStore
 
 APP = 'def greet():\n    print("Hi")\n'
 SCRIPT = [
-    {"tool_calls": [
-        {"name": "apply_patch", "arguments": {"path": "helpers.py", "operation": "create_file", "diff": "+def shout(t):\n+    return t.upper()\n"}},
-        {"name": "apply_patch", "arguments": {"path": "app.py", "operation": "update_file", "diff": '@@ def greet():\n-    print("Hi")\n+    print("HI")\n'}},
-        {"name": "apply_patch", "arguments": {"path": "old.py", "operation": "delete_file"}},
-    ]},
+    {
+        "tool_calls": [
+            {
+                "name": "apply_patch",
+                "arguments": {
+                    "path": "helpers.py",
+                    "operation": "create_file",
+                    "diff": "+def shout(t):\n+    return t.upper()\n",
+                },
+            },
+            {
+                "name": "apply_patch",
+                "arguments": {
+                    "path": "app.py",
+                    "operation": "update_file",
+                    "diff": '@@ def greet():\n-    print("Hi")\n+    print("HI")\n',
+                },
+            },
+            {"name": "apply_patch", "arguments": {"path": "old.py", "operation": "delete_file"}},
+        ]
+    },
     {"text": "patched"},
-]  # fmt: skip
+]
 
 
 def test_a_rewind_undoes_each_file_of_a_patch(tmp_path: Path) -> None:

@@ -29,12 +29,20 @@ SCRIPT = [
             {"name": "write_file", "arguments": {"path": "new/c.txt", "content": "created\n"}},
         ]
     },
-    {"tool_calls": [{"name": "edit_file", "arguments": {"path": "b.txt", "old": "beta", "new": "BETA"}}]},
+    {
+        "tool_calls": [
+            {"name": "edit_file", "arguments": {"path": "b.txt", "old": "beta", "new": "BETA"}}
+        ]
+    },
     {"text": "first turn done"},
     {"tool_calls": [{"name": "write_file", "arguments": {"path": "d.txt", "content": "dee\n"}}]},
-    {"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old": "ALPHA", "new": "A2"}}]},
+    {
+        "tool_calls": [
+            {"name": "edit_file", "arguments": {"path": "a.txt", "old": "ALPHA", "new": "A2"}}
+        ]
+    },
     {"text": "second turn done"},
-]  # fmt: skip
+]
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
@@ -50,9 +58,13 @@ def bubu(tmp: Path, *args: str, check: bool = True, **env: str) -> subprocess.Co
     """`bubu --db tmp/bubu.db ARGS…` in a real process, with no terminal."""
     out = subprocess.run(
         [sys.executable, "-m", "bubu", "--db", str(tmp / "bubu.db"), *args],
-        capture_output=True, text=True, env=_env(tmp / "home", **env), stdin=subprocess.DEVNULL,
-        timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=_env(tmp / "home", **env),
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
     if check and out.returncode != 0:
         raise AssertionError(f"bubu {' '.join(args)} failed ({out.returncode}): {out.stderr}")
     return out
@@ -81,9 +93,12 @@ def session(tmp_path: Path) -> tuple[Path, Path, str]:
         sid = agent.run("change the files").session
         agent.continue_("more")
     assert files(ws) == {
-        "a.txt": b"A2\n", "b.txt": b"BETA\n", "d.txt": b"dee\n", "keep.txt": b"untouched\n",
+        "a.txt": b"A2\n",
+        "b.txt": b"BETA\n",
+        "d.txt": b"dee\n",
+        "keep.txt": b"untouched\n",
         "new/c.txt": b"created\n",
-    }  # fmt: skip
+    }
     return tmp_path, ws.resolve(), sid
 
 
@@ -165,9 +180,11 @@ def test_rewind_to_the_end_of_the_first_turn(session: tuple[Path, Path, str]) ->
     end = _first_turn_end(tmp / "bubu.db", sid)
     fork = bubu(tmp, "rewind", sid, "--to", str(end), "--yes").stdout.strip().splitlines()[-1]
     assert files(ws) == {
-        "a.txt": b"ALPHA\n", "b.txt": b"BETA\n", "keep.txt": b"untouched\n",
+        "a.txt": b"ALPHA\n",
+        "b.txt": b"BETA\n",
+        "keep.txt": b"untouched\n",
         "new/c.txt": b"created\n",
-    }  # fmt: skip
+    }
     with SQLiteStore(tmp / "bubu.db") as store:
         assert store.head(fork).high_water == end + 2  # the copy, its facts and its note
 
@@ -193,9 +210,12 @@ def test_fork_restore_files_deletes_nothing_and_keeps_the_original(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("point", "decision"),
-    [("mid_rewind@1", "rerun_not_applied"), ("mid_rewind@3", "rerun_not_applied"),
-     ("after_tool@3", "applied")],  # the 3rd restore deletes d.txt: proven by its absence
-)  # fmt: skip
+    [
+        ("mid_rewind@1", "rerun_not_applied"),
+        ("mid_rewind@3", "rerun_not_applied"),
+        ("after_tool@3", "applied"),
+    ],  # the 3rd restore deletes d.txt: proven by its absence
+)
 def test_a_kill_mid_rewind_is_recovered_to_a_consistent_state(
     session: tuple[Path, Path, str], point: str, decision: str
 ) -> None:
@@ -232,8 +252,9 @@ def test_an_interrupted_rewind_is_finished_by_running_rewind_again(
     session: tuple[Path, Path, str],
 ) -> None:
     tmp, ws, sid = session
-    killed = bubu(tmp, "rewind", sid, "--to", "0", "--yes", check=False,
-                  BUBU_FAILPOINT="mid_rewind@2")  # fmt: skip
+    killed = bubu(
+        tmp, "rewind", sid, "--to", "0", "--yes", check=False, BUBU_FAILPOINT="mid_rewind@2"
+    )
     assert killed.returncode == -signal.SIGKILL
     again = bubu(tmp, "rewind", sid, "--to", "0", "--yes")
     assert "finished the rewind" in again.stderr
@@ -292,15 +313,31 @@ def test_too_large_content_and_escaping_symlinks_cannot_be_restored(tmp_path: Pa
     outside.write_bytes(b"secret place\n")
     script = tmp_path / "m.jsonl"
     script.write_text(
-        json.dumps({"tool_calls": [
-            {"name": "write_file", "arguments": {"path": "big.txt", "content": "small\n"}},
-            {"name": "write_file", "arguments": {"path": "link.txt", "content": "after\n"}},
-        ]}) + "\n" + json.dumps({"text": "ok"}) + "\n"
-    )  # fmt: skip
+        json.dumps(
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "big.txt", "content": "small\n"}},
+                    {"name": "write_file", "arguments": {"path": "link.txt", "content": "after\n"}},
+                ]
+            }
+        )
+        + "\n"
+        + json.dumps({"text": "ok"})
+        + "\n"
+    )
     # Without snapshots only what the writes kept can be put back (with them, see
     # test_snapshot_rewind: the snapshot holds the large file too).
-    bubu(tmp_path, "run", "-w", str(ws), "-m", f"scripted:{script}", "--yes", "go",
-         BUBU_SNAPSHOTS="off")  # fmt: skip
+    bubu(
+        tmp_path,
+        "run",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--yes",
+        "go",
+        BUBU_SNAPSHOTS="off",
+    )
     (ws / "link.txt").unlink()
     (ws / "link.txt").symlink_to(outside)
     with SQLiteStore(tmp_path / "bubu.db") as store:
@@ -324,8 +361,11 @@ def _talk(tmp: Path, args: list[str], answers: list[tuple[bytes, bytes]]) -> tup
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "bubu", "--db", str(tmp / "bubu.db"), *args],
-        stdin=follower, stdout=follower, stderr=follower, env=_env(tmp / "home"),
-    )  # fmt: skip
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=_env(tmp / "home"),
+    )
     os.close(follower)
     out = b""
     todo = list(answers)
@@ -355,17 +395,25 @@ def test_at_a_terminal_each_changed_file_and_the_rewind_are_asked(
 ) -> None:
     tmp, ws, sid = session
     (ws / "b.txt").write_bytes(b"changed by hand\n")
-    code, out = _talk(tmp, ["rewind", sid, "--to", "0"], [
-        (b"b.txt was changed since Bubu's last write; overwrite it?", b"n\n"),
-        (b"restore these files and fork at seq 0?", b"n\n"),
-    ])  # fmt: skip
+    code, out = _talk(
+        tmp,
+        ["rewind", sid, "--to", "0"],
+        [
+            (b"b.txt was changed since Bubu's last write; overwrite it?", b"n\n"),
+            (b"restore these files and fork at seq 0?", b"n\n"),
+        ],
+    )
     assert code == 0, out
     assert b"nothing was done" in out
     assert files(ws)["a.txt"] == b"A2\n"
-    code, out = _talk(tmp, ["rewind", sid, "--to", "0"], [
-        (b"overwrite it?", b"y\n"),
-        (b"restore these files and fork at seq 0?", b"y\n"),
-    ])  # fmt: skip
+    code, out = _talk(
+        tmp,
+        ["rewind", sid, "--to", "0"],
+        [
+            (b"overwrite it?", b"y\n"),
+            (b"restore these files and fork at seq 0?", b"y\n"),
+        ],
+    )
     assert code == 0, out
     assert b"Traceback" not in out
     assert files(ws) == START  # b.txt too: the user said so

@@ -19,13 +19,15 @@ from bubu.log.transfer import export_lines, import_lines
 from pgserver import PG_URL, ensure_database
 
 SCRIPT = [
-    {"tool_calls": [
-        {"name": "write_file", "arguments": {"path": "a.txt", "content": "ALPHA\n"}},
-        {"name": "edit_file", "arguments": {"path": "b.txt", "old": "beta", "new": "BETA"}},
-        {"name": "write_file", "arguments": {"path": "sub/c.txt", "content": "new\n"}},
-    ]},
+    {
+        "tool_calls": [
+            {"name": "write_file", "arguments": {"path": "a.txt", "content": "ALPHA\n"}},
+            {"name": "edit_file", "arguments": {"path": "b.txt", "old": "beta", "new": "BETA"}},
+            {"name": "write_file", "arguments": {"path": "sub/c.txt", "content": "new\n"}},
+        ]
+    },
     {"text": "done"},
-]  # fmt: skip
+]
 
 
 def _workspace(tmp: Path) -> tuple[Path, str]:
@@ -59,8 +61,10 @@ def test_a_rewind_on_postgresql(tmp_path: Path, pg: PostgresStore) -> None:
     assert (ws / "b.txt").read_bytes() == b"BETA\n"
     p = preview(pg, sid, 0)
     assert [(f.path, f.action) for f in p.files] == [
-        ("a.txt", "restore"), ("b.txt", "restore"), ("sub/c.txt", "delete"),
-    ]  # fmt: skip
+        ("a.txt", "restore"),
+        ("b.txt", "restore"),
+        ("sub/c.txt", "delete"),
+    ]
     done = rewind(pg, p)
     assert (ws / "a.txt").read_bytes() == b"alpha\n"
     assert (ws / "b.txt").read_bytes() == b"beta\n"
@@ -78,5 +82,7 @@ def test_an_export_carries_the_kept_contents(tmp_path: Path) -> None:
         import_lines(b, list(export_lines(a, a.session(sid))))
         p = preview(b, sid, 0)
     assert {f.path: f.action for f in p.files} == {
-        "a.txt": "restore", "b.txt": "restore", "sub/c.txt": "delete",
-    }  # fmt: skip
+        "a.txt": "restore",
+        "b.txt": "restore",
+        "sub/c.txt": "delete",
+    }

@@ -36,18 +36,46 @@ def _fill(store: Store) -> list[str]:
         ids.append(s)
         events = [
             make(session=s, role="user", author="user", ts=TS, content=Text(text=user)),
-            make(session=s, role="model", author="agent", ts=TS, content=Text(text=model),
-                 invocation="i1"),
-            make(session=s, role="model", author="agent", ts=TS, invocation="i1",
-                 content=FunctionCall(call_id=f"c{s}", name="grep",
-                                      arguments={"pattern": f"needle{len(ids) - 1}", "path": "src"}),
-                 actions=Actions(end_invocation=True)),
-            make(session=s, role="system", author="system", ts=TS, actions=Actions(
-                tool_dispatch=ToolDispatch(call_id=f"c{s}", tool="grep", effect="read_only",
-                                           args_digest="d"))),
-            make(session=s, role="tool", author="tool", ts=TS,
-                 content=FunctionResponse(call_id=f"c{s}", name="grep", result=result)),
-        ]  # fmt: skip
+            make(
+                session=s,
+                role="model",
+                author="agent",
+                ts=TS,
+                content=Text(text=model),
+                invocation="i1",
+            ),
+            make(
+                session=s,
+                role="model",
+                author="agent",
+                ts=TS,
+                invocation="i1",
+                content=FunctionCall(
+                    call_id=f"c{s}",
+                    name="grep",
+                    arguments={"pattern": f"needle{len(ids) - 1}", "path": "src"},
+                ),
+                actions=Actions(end_invocation=True),
+            ),
+            make(
+                session=s,
+                role="system",
+                author="system",
+                ts=TS,
+                actions=Actions(
+                    tool_dispatch=ToolDispatch(
+                        call_id=f"c{s}", tool="grep", effect="read_only", args_digest="d"
+                    )
+                ),
+            ),
+            make(
+                session=s,
+                role="tool",
+                author="tool",
+                ts=TS,
+                content=FunctionResponse(call_id=f"c{s}", name="grep", result=result),
+            ),
+        ]
         store.append(s, events, expect=0)
     return ids
 
@@ -111,8 +139,19 @@ def test_the_index_catches_up_with_new_events_and_is_not_doubled(tmp_path: Path)
     with SQLiteStore(tmp_path / "b.db") as store:
         ids = _fill(store)
         assert search(store, "giraffe") == []
-        store.append(ids[2], [make(session=ids[2], role="user", author="user", ts=TS,
-                                   content=Text(text="a giraffe appears"))], expect=5)  # fmt: skip
+        store.append(
+            ids[2],
+            [
+                make(
+                    session=ids[2],
+                    role="user",
+                    author="user",
+                    ts=TS,
+                    content=Text(text="a giraffe appears"),
+                )
+            ],
+            expect=5,
+        )
         hits = search(store, "giraffe")
         assert [(h.session, h.seq) for h in hits] == [(ids[2], 6)]
         assert "giraffe" in hits[0].snippet
@@ -172,8 +211,9 @@ def test_an_index_that_disagrees_with_the_log_is_rebuilt(tmp_path: Path) -> None
         ids = _fill(store)
         search(store, "zebra")
         # The index says it was built from another log up to seq 2 (a database replaced under it).
-        store._db.execute("UPDATE search_done SET high_water=2, digest='not the log' WHERE session=?",
-                          (ids[1],))  # fmt: skip
+        store._db.execute(
+            "UPDATE search_done SET high_water=2, digest='not the log' WHERE session=?", (ids[1],)
+        )
         store._db.execute("DELETE FROM search_fts WHERE session=? AND seq=5", (ids[1],))
         assert [h.session for h in search(store, "zebra")] == [ids[1]]
         rows = store._db.execute(

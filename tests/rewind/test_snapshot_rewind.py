@@ -63,8 +63,18 @@ def test_a_file_changed_by_someone_else_since_is_left_alone_unless_forced(tmp_pa
     ws, script = _project(
         tmp_path, [_command("echo more >> src/a.py; echo x > README"), {"text": "ok"}]
     )
-    bubu(tmp_path, "run", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off", "--yes",
-         "go")  # fmt: skip
+    bubu(
+        tmp_path,
+        "run",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--sandbox",
+        "off",
+        "--yes",
+        "go",
+    )
     (ws / "README").write_text("the person's own edit\n")
     sid = _session(tmp_path)
     out = bubu(tmp_path, "rewind", sid, "--to", "0", "--yes")
@@ -74,8 +84,9 @@ def test_a_file_changed_by_someone_else_since_is_left_alone_unless_forced(tmp_pa
 
     ws2, script2 = _project(tmp_path / "again", [_command("echo x > README"), {"text": "ok"}])
     tmp2 = tmp_path / "again"
-    bubu(tmp2, "run", "-w", str(ws2), "-m", f"scripted:{script2}", "--sandbox", "off", "--yes",
-         "go")  # fmt: skip
+    bubu(
+        tmp2, "run", "-w", str(ws2), "-m", f"scripted:{script2}", "--sandbox", "off", "--yes", "go"
+    )
     (ws2 / "README").write_text("the person's own edit\n")
     bubu(tmp2, "undo", _session(tmp2), "--yes", "--force-file", "README")
     assert (ws2 / "README").read_text() == "readme\n"
@@ -88,8 +99,18 @@ def test_the_preview_lists_every_path_a_command_touched(tmp_path: Path) -> None:
         [_command("rm src/a.py; echo new > created.txt; echo z >> big.bin"), {"text": "ok"}],
     )
     (ws / "big.bin").write_bytes(big)
-    bubu(tmp_path, "run", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off", "--yes",
-         "go")  # fmt: skip
+    bubu(
+        tmp_path,
+        "run",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--sandbox",
+        "off",
+        "--yes",
+        "go",
+    )
     with SQLiteStore(tmp_path / "bubu.db") as store:
         p = preview(store, _session(tmp_path), 0)
     acts = {f.path: f.action for f in p.files}

@@ -47,8 +47,12 @@ def test_gitignore_rules_nested_and_negated_and_bubus_own_list(
     (ws / ".bubu" / "config.toml").write_text("x")
     snap = Snapshotter(store, ws).take()
     assert _files(store, snap.tree) == {
-        ".gitignore", "keep.log", "sub/.gitignore", "sub/a.log", ".bubu/config.toml",
-    }  # fmt: skip
+        ".gitignore",
+        "keep.log",
+        "sub/.gitignore",
+        "sub/a.log",
+        ".bubu/config.toml",
+    }
 
 
 def test_what_is_skipped_is_listed_and_counted(store: SQLiteStore, tmp_path: Path) -> None:

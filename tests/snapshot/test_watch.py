@@ -154,8 +154,19 @@ OPS = st.lists(
     st.tuples(
         st.sampled_from(
             [
-                "write", "append", "same_size", "delete", "mkdir", "rmtree", "rename",
-                "rename_dir", "move_out_and_back", "chmod", "symlink", "hardlink", "gitignore",
+                "write",
+                "append",
+                "same_size",
+                "delete",
+                "mkdir",
+                "rmtree",
+                "rename",
+                "rename_dir",
+                "move_out_and_back",
+                "chmod",
+                "symlink",
+                "hardlink",
+                "gitignore",
                 "replace_dir_with_file",
             ]
         ),
@@ -163,7 +174,7 @@ OPS = st.lists(
     ),
     min_size=1,
     max_size=6,
-)  # fmt: skip
+)
 
 
 def _apply(ws: Path, outside: Path, op: str, n: int) -> None:

@@ -82,8 +82,13 @@ def test_a_background_command_is_read_and_killed_and_its_life_is_recorded(
     ctx = _ctx(tmp_path, procs)
     handle = _start(ctx, "echo hello; echo $$ > pid; exec sleep 300")
     assert handle == "bg-1"
-    _until(lambda: (tmp_path / "pid").exists() and "hello" in process_output.run(
-        {"handle": handle}, ctx, None).output, "its output")  # fmt: skip
+    _until(
+        lambda: (
+            (tmp_path / "pid").exists()
+            and "hello" in process_output.run({"handle": handle}, ctx, None).output
+        ),
+        "its output",
+    )
     page = process_output(ProcessOutputArgs(handle=handle), ctx).output
     assert page.startswith("bg-1: running (pid ")
     pid = int((tmp_path / "pid").read_text())
@@ -145,9 +150,12 @@ def test_output_pages_by_byte_offset(tmp_path: Path, procs: Processes) -> None:
     first = process_output(ProcessOutputArgs(handle=handle, offset=0, limit=8), ctx).output
     assert first.splitlines() == [
         f"bg-1: exited with code 0; output bytes 0–7 of {total:,}",
-        "1", "2", "3", "4",
+        "1",
+        "2",
+        "3",
+        "4",
         'next page: process_output{"handle": "bg-1", "offset": 8}',
-    ]  # fmt: skip
+    ]
     with pytest.raises(ToolError, match="past the end"):
         process_output(ProcessOutputArgs(handle=handle, offset=total), ctx)
 
@@ -195,8 +203,9 @@ def test_a_sandboxed_background_command_runs_in_the_sandbox(
     box = confinement("workspace-write", False, say=lambda line: None)
     if box is None:
         pytest.skip("bubblewrap cannot run here")
-    ctx = ToolContext(workspace=tmp_path, processes=procs, marker="ses_bgtest/run_1/call_2",
-                      sandbox=box)  # fmt: skip
+    ctx = ToolContext(
+        workspace=tmp_path, processes=procs, marker="ses_bgtest/run_1/call_2", sandbox=box
+    )
     handle = _start(ctx, "touch /etc/bubu-bg-test 2>/dev/null || echo read-only; echo ok > here")
     out = process_wait(ProcessWaitArgs(handle=handle, timeout=30), ctx).output
     assert "read-only" in out
@@ -210,16 +219,18 @@ def test_sandboxed_commands_of_a_session_share_one_loopback_and_nothing_more(
     if box is None:
         pytest.skip("bubblewrap cannot run here")
     (tmp_path / "serve.py").write_text(SERVE)
-    ctx = ToolContext(workspace=tmp_path, processes=procs, marker="ses_bgtest/run_1/call_3",
-                      sandbox=box)  # fmt: skip
+    ctx = ToolContext(
+        workspace=tmp_path, processes=procs, marker="ses_bgtest/run_1/call_3", sandbox=box
+    )
     _start(ctx, "exec python3 serve.py")
     _until((tmp_path / "port").exists, "the server's port")
     port = (tmp_path / "port").read_text()
     joined = procs.confine(box)
     assert joined is not None
     assert joined.shared_net is not None, "the session now has a shared namespace"
-    poll = ToolContext(workspace=tmp_path, processes=procs, marker="ses_bgtest/run_1/call_4",
-                       sandbox=joined)  # fmt: skip
+    poll = ToolContext(
+        workspace=tmp_path, processes=procs, marker="ses_bgtest/run_1/call_4", sandbox=joined
+    )
     probe = (
         "import socket, sys\n"
         f"print(socket.create_connection(('127.0.0.1', {port})).recv(5).decode())\n"
@@ -229,8 +240,10 @@ def test_sandboxed_commands_of_a_session_share_one_loopback_and_nothing_more(
     (tmp_path / "probe.py").write_text(probe)
     out = run_command(RunCommandArgs(command="python3 probe.py"), poll).output
     assert out.splitlines()[:2] == ["hello", "outside: Network is unreachable"], out
-    own = run_command(RunCommandArgs(command="python3 probe.py"), ToolContext(
-        workspace=tmp_path, marker="ses_other/run_1/call_5", sandbox=box)).output  # fmt: skip
+    own = run_command(
+        RunCommandArgs(command="python3 probe.py"),
+        ToolContext(workspace=tmp_path, marker="ses_other/run_1/call_5", sandbox=box),
+    ).output
     assert "Connection refused" in own, "a command in a namespace of its own does not reach it"
     procs.stop(["turn", "session"], "the session ended")
     assert not proctree.marked(proctree.session_match("ses_bgtest")), "the holder went too"

@@ -33,8 +33,9 @@ def test_run_command_is_a_command_by_its_declaration() -> None:
     facts = facts_of("run_command")
     assert facts.command_of({"command": "make test"}) == "make test"
     assert facts.call_summary("run_command", {"command": "make test"}) == "run `make test`"
-    req = PermissionRequest(request_id="r", call_id="c", tool="run_command",
-                            summary="run `make test`", reason="asks")  # fmt: skip
+    req = PermissionRequest(
+        request_id="r", call_id="c", tool="run_command", summary="run `make test`", reason="asks"
+    )
     assert asked_command(req) == "make test"
 
 
@@ -54,9 +55,16 @@ def test_a_tool_that_declares_nothing_gets_the_defaults() -> None:
 
 
 def test_a_declared_command_tool_is_judged_by_the_allow_list_and_shown_by_its_headline() -> None:
-    @tool(effect="side_effecting", name="facts_deploy", permission="script",
-          facts=ToolFacts(headline="target", command="script",
-                          result=lambda text, err: f"deployed: {text.split()[-1]}"))  # fmt: skip
+    @tool(
+        effect="side_effecting",
+        name="facts_deploy",
+        permission="script",
+        facts=ToolFacts(
+            headline="target",
+            command="script",
+            result=lambda text, err: f"deployed: {text.split()[-1]}",
+        ),
+    )
     def deploy(target: str, script: str) -> str:
         """Deploy."""
         return f"{target} {script} ok"

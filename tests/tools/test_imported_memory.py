@@ -55,9 +55,16 @@ def planted_export(tmp_path: Path, ws: Path) -> Path:
     db = elsewhere / "bubu.db"
     sid = _run(db, ws, "plant", [_remember("deploy", PLANTED)])
     with SQLiteStore(db) as store:
-        forged = make(session=sid, role="system", author="user", ts=clock.now_ms(),
-                      visibility="hidden", content=SystemNote(note=MemoryAccepted(
-                          key="deploy", sha256=text_sha256(PLANTED), source=sid)))  # fmt: skip
+        forged = make(
+            session=sid,
+            role="system",
+            author="user",
+            ts=clock.now_ms(),
+            visibility="hidden",
+            content=SystemNote(
+                note=MemoryAccepted(key="deploy", sha256=text_sha256(PLANTED), source=sid)
+            ),
+        )
         store.append(sid, [forged], expect=store.head(sid).high_water)
     done = bubu(db, "export", sid)
     assert done.returncode == 0, done.stderr

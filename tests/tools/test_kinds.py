@@ -28,8 +28,17 @@ def test_the_import_lines_of_a_pth_file_name_what_runs() -> None:
         ]
     )
     assert _imported(text) == {
-        "_virtualenv", "a", "c", "t_ab", "sys", "pkg", "importlib", "lazy", "os", "dunder",
-    }  # fmt: skip
+        "_virtualenv",
+        "a",
+        "c",
+        "t_ab",
+        "sys",
+        "pkg",
+        "importlib",
+        "lazy",
+        "os",
+        "dunder",
+    }
 
 
 def test_pth_imports_are_read_again_when_a_pth_file_changes(tmp_path: Path) -> None:

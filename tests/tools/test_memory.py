@@ -73,8 +73,18 @@ def test_a_later_session_of_the_workspace_recalls_what_an_earlier_one_remembered
 def test_remembering_is_idempotent_by_key_and_text_and_a_new_text_replaces(tmp_path: Path) -> None:
     db, a, _ = _dirs(tmp_path)
     note = {"key": "style", "text": "tabs, never spaces"}
-    s = _run(tmp_path, db, a, "one", [("remember", note), ("remember", note),
-             ("remember", {"key": "style", "text": "four spaces"}), ("recall", {"query": ""})])  # fmt: skip
+    s = _run(
+        tmp_path,
+        db,
+        a,
+        "one",
+        [
+            ("remember", note),
+            ("remember", note),
+            ("remember", {"key": "style", "text": "four spaces"}),
+            ("recall", {"query": ""}),
+        ],
+    )
     first, again, replaced = _results(db, s, "remember")
     assert first.result.startswith("remembered 'style'")
     assert again.result == "already remembered 'style' with this text; nothing changed."
@@ -106,8 +116,16 @@ def test_a_note_is_credited_to_the_session_that_wrote_it_not_one_that_repeated_i
 @pytest.mark.slow
 def test_forget_is_an_event_and_the_note_is_no_longer_recalled(tmp_path: Path) -> None:
     db, a, b = _dirs(tmp_path)
-    one = _run(tmp_path, db, a, "one", [("remember", {"key": "db", "text": "postgres on 5432"}),
-               ("remember", {"key": "ci", "text": "github actions"})])  # fmt: skip
+    one = _run(
+        tmp_path,
+        db,
+        a,
+        "one",
+        [
+            ("remember", {"key": "db", "text": "postgres on 5432"}),
+            ("remember", {"key": "ci", "text": "github actions"}),
+        ],
+    )
     _run(tmp_path, db, b, "other", [("remember", {"key": "db", "text": "sqlite in b"})])
     shown = bubu_json(db, "memory", "show", "db", "-w", str(a), "--json")
     assert shown["note"]["text"] == "postgres on 5432"
@@ -139,13 +157,19 @@ def test_forget_is_an_event_and_the_note_is_no_longer_recalled(tmp_path: Path) -
 @pytest.mark.slow
 def test_bad_memory_and_plan_arguments_are_one_line_errors_for_the_model(tmp_path: Path) -> None:
     db, a, _ = _dirs(tmp_path)
-    s = _run(tmp_path, db, a, "bad", [
-        ("remember", {"key": "  ", "text": "x"}),
-        ("remember", {"key": "k", "text": ""}),
-        ("update_plan", {"items": [{"text": "a", "status": "doing"}]}),
-        ("update_plan", {"items": [{"text": " ", "status": "pending"}]}),
-        ("update_plan", {"items": "write tests"}),
-    ])  # fmt: skip
+    s = _run(
+        tmp_path,
+        db,
+        a,
+        "bad",
+        [
+            ("remember", {"key": "  ", "text": "x"}),
+            ("remember", {"key": "k", "text": ""}),
+            ("update_plan", {"items": [{"text": "a", "status": "doing"}]}),
+            ("update_plan", {"items": [{"text": " ", "status": "pending"}]}),
+            ("update_plan", {"items": "write tests"}),
+        ],
+    )
     rem = _results(db, s, "remember")
     plan = _results(db, s, "update_plan")
     assert all(r.is_error and "\n" not in r.result for r in [*rem, *plan])
@@ -164,14 +188,22 @@ def test_bad_memory_and_plan_arguments_are_one_line_errors_for_the_model(tmp_pat
 @pytest.mark.heavy
 def test_the_plan_is_the_newest_valid_update_plan_in_status(tmp_path: Path) -> None:
     db, a, _ = _dirs(tmp_path)
-    steps = [{"text": "read the code", "status": "completed"},
-             {"text": "write the fix", "status": "in_progress"},
-             {"text": "run the tests", "status": "pending"}]  # fmt: skip
-    s = _run(tmp_path, db, a, "plan", [
-        ("update_plan", {"items": [{"text": "read the code", "status": "pending"}]}),
-        ("update_plan", {"items": steps}),
-        ("update_plan", {"items": [{"text": "oops", "status": "later"}]}),
-    ])  # fmt: skip
+    steps = [
+        {"text": "read the code", "status": "completed"},
+        {"text": "write the fix", "status": "in_progress"},
+        {"text": "run the tests", "status": "pending"},
+    ]
+    s = _run(
+        tmp_path,
+        db,
+        a,
+        "plan",
+        [
+            ("update_plan", {"items": [{"text": "read the code", "status": "pending"}]}),
+            ("update_plan", {"items": steps}),
+            ("update_plan", {"items": [{"text": "oops", "status": "later"}]}),
+        ],
+    )
     assert bubu_json(db, "status", s, "--json")["plan"] == steps
     text = bubu(db, "status", s)
     assert text.returncode == 0

@@ -28,7 +28,11 @@ def test_an_update_records_both_hashes_and_writes_the_patched_file(
     ws: Path, ctx: ToolContext
 ) -> None:
     (ws / "a.py").write_text("x = 1\ny = 2\n")
-    args: dict[str, JSON] = {"path": "a.py", "operation": "update_file", "diff": "@@\n x = 1\n-y = 2\n+y = 3\n"}  # fmt: skip
+    args: dict[str, JSON] = {
+        "path": "a.py",
+        "operation": "update_file",
+        "diff": "@@\n x = 1\n-y = 2\n+y = 3\n",
+    }
     intent = apply_patch.prepare(args, ctx)
     assert intent is not None
     assert intent.before_sha256 == sha(b"x = 1\ny = 2\n")

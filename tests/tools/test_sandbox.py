@@ -285,8 +285,9 @@ def test_sandbox_off_asks_and_yes_approves(tmp_path: Path) -> None:
     assert _turns(db)[0].sandbox == "off"
 
     db.unlink()
-    done = bubu(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off",
-                "--yes")  # fmt: skip
+    done = bubu(
+        db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox", "off", "--yes"
+    )
     assert done.returncode == 0, done.stderr
     assert [(d.decision, d.by) for d in _decisions(db)] == [("allow", "flag")]
     assert (ws / "ran.txt").exists()
@@ -294,8 +295,9 @@ def test_sandbox_off_asks_and_yes_approves(tmp_path: Path) -> None:
 
 def test_yes_never_lifts_the_sandbox(tmp_path: Path) -> None:
     db, ws, script = _project(tmp_path, "touch $HOME/.bubu-yes-test; echo $?")
-    done = bubu(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--yes", "--sandbox",
-                "read-only")  # fmt: skip
+    done = bubu(
+        db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--yes", "--sandbox", "read-only"
+    )
     assert done.returncode == 0, done.stderr
     (result,) = _results(db)
     assert "Read-only file system" in result.result
@@ -317,8 +319,13 @@ def test_where_bwrap_cannot_run_it_says_so_once_and_asks(tmp_path: Path) -> None
     env = {**bubu_env(tmp_path), "BUBU_BWRAP": str(tmp_path / "no-bwrap")}
     done = subprocess.run(
         bubu_cmd(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}"),
-        env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     notes = [ln for ln in done.stderr.splitlines() if "no sandbox" in ln]
     assert notes == [
@@ -343,8 +350,18 @@ def test_where_bwrap_cannot_run_it_says_so_once_and_asks(tmp_path: Path) -> None
 def test_a_recovered_turn_keeps_its_recorded_mode(tmp_path: Path) -> None:
     db, ws, script = _project(tmp_path, "echo changed > a.txt; echo $?")
     (ws / "a.txt").write_text("alpha\n")
-    crashed = bubu(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox",
-                   "read-only", failpoint="before_dispatch")  # fmt: skip
+    crashed = bubu(
+        db,
+        "run",
+        "t",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--sandbox",
+        "read-only",
+        failpoint="before_dispatch",
+    )
     assert crashed.returncode == -9, crashed.stderr
     # Recovered by a command that names another mode: the turn's own one still applies.
     done = bubu(db, "recover", only_session(db), "--sandbox", "workspace-write", "--yes")
@@ -360,9 +377,11 @@ def test_a_sandboxed_command_dies_with_a_killed_runner(tmp_path: Path) -> None:
     db, ws, script = _project(tmp_path, "touch started; sleep 1; touch late")
     proc = subprocess.Popen(
         bubu_cmd(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}"),
-        env=bubu_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=bubu_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     try:
         deadline = time.monotonic() + 60
         while not (ws / "started").exists():
@@ -379,8 +398,19 @@ def test_a_sandboxed_command_dies_with_a_killed_runner(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_resumed_turn_keeps_its_mode_unless_another_is_given(tmp_path: Path) -> None:
     db, ws, script = _project(tmp_path, "touch one", "touch two", "touch three")
-    first = bubu(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--sandbox",
-                 "read-only", "--max-steps", "1")  # fmt: skip
+    first = bubu(
+        db,
+        "run",
+        "t",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--sandbox",
+        "read-only",
+        "--max-steps",
+        "1",
+    )
     assert first.returncode == 3, first.stderr  # stopped at the step limit
     session = only_session(db)
     resumed = bubu(db, "resume", session, "--max-steps", "1")

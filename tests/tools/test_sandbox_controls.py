@@ -233,8 +233,9 @@ def test_a_background_command_cannot_keep_a_planted_git_file_while_it_runs(
 
     procs = Processes("ses_watch")
     procs.recorder = Kept()
-    ctx = ToolContext(workspace=project, processes=procs, marker="ses_watch/run_1/call_1",
-                      sandbox=WRITE)  # fmt: skip
+    ctx = ToolContext(
+        workspace=project, processes=procs, marker="ses_watch/run_1/call_1", sandbox=WRITE
+    )
     before = (project / "sub" / ".git").read_bytes()
     res = tools_run_background(ctx, f"{REPOINT} && echo planted && sleep 600")
     handle = res.split()[5]

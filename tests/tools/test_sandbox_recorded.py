@@ -71,13 +71,35 @@ def test_a_recovered_turn_reaches_its_recorded_socket_and_no_other(
     first, second = two_sockets
     write = "; echo; (head -c 3M /dev/zero > big); echo size=$(wc -c < big)"
     db, ws, model = _project(tmp_path, _both(first, second) + write)
-    crashed = bubu(db, "run", "t", "-w", str(ws), "-m", model, "--allow-socket", first,
-                   "--max-procs", "200", "--max-file-size", "1M",
-                   failpoint="before_dispatch")  # fmt: skip
+    crashed = bubu(
+        db,
+        "run",
+        "t",
+        "-w",
+        str(ws),
+        "-m",
+        model,
+        "--allow-socket",
+        first,
+        "--max-procs",
+        "200",
+        "--max-file-size",
+        "1M",
+        failpoint="before_dispatch",
+    )
     assert crashed.returncode == -9, crashed.stderr
     # Recovered by a command that names the other socket and higher limits: none applies.
-    done = bubu(db, "recover", only_session(db), "--allow-socket", second, "--max-procs", "4000",
-                "--max-file-size", "8M")  # fmt: skip
+    done = bubu(
+        db,
+        "recover",
+        only_session(db),
+        "--allow-socket",
+        second,
+        "--max-procs",
+        "4000",
+        "--max-file-size",
+        "8M",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (result,) = _results(db)
     assert "size=1048576" in result, result  # the recorded file-size limit still binds
@@ -95,11 +117,21 @@ def test_a_resumed_turn_keeps_its_recorded_socket(
 ) -> None:
     first, second = two_sockets
     db, ws, model = _project(tmp_path, "true", _both(first, second))
-    started = bubu(db, "run", "t", "-w", str(ws), "-m", model, "--allow-socket", first,
-                   "--max-steps", "1")  # fmt: skip
+    started = bubu(
+        db, "run", "t", "-w", str(ws), "-m", model, "--allow-socket", first, "--max-steps", "1"
+    )
     assert started.returncode == 3, started.stderr  # stopped at the step limit
-    resumed = bubu(db, "resume", only_session(db), "--allow-socket", second,
-                   "--max-procs", "300", "--max-steps", "5")  # fmt: skip
+    resumed = bubu(
+        db,
+        "resume",
+        only_session(db),
+        "--allow-socket",
+        second,
+        "--max-procs",
+        "300",
+        "--max-steps",
+        "5",
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     _, result = _results(db)
     assert "b'hello from first'" in result, result

@@ -202,12 +202,31 @@ def test_bubu_run_allow_socket(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert '"42\\nexit code 0"' not in done.stdout
     db.unlink()
-    done = bubu(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}", "--jsonl",
-                "--allow-socket", PG_DIR)  # fmt: skip
+    done = bubu(
+        db,
+        "run",
+        "t",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--jsonl",
+        "--allow-socket",
+        PG_DIR,
+    )
     assert done.returncode == 0, done.stderr
     assert "42\\nexit code 0" in done.stdout, done.stdout
-    missing = bubu(db, "run", "t", "-w", str(ws), "-m", f"scripted:{script}",
-                   "--allow-socket", str(tmp_path / "nothing"))  # fmt: skip
+    missing = bubu(
+        db,
+        "run",
+        "t",
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--allow-socket",
+        str(tmp_path / "nothing"),
+    )
     assert missing.returncode != 0
     assert missing.stderr == (
         f"bubu: error: --allow-socket {tmp_path / 'nothing'}: there is no such socket or "

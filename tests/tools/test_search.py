@@ -211,9 +211,19 @@ def test_grep_finds_nothing_in_a_gitignored_directory(
 ) -> None:
     """The ignore files decide at every depth, negations included, as git reads them."""
     lines = run(tools, ctx, "grep", pattern="needle").splitlines()
-    assert lines[:-1] == ["keep.log:1:needle kept", "src/app.py:1:needle = 1", "src/gen/hand.py:1:needle by hand"]  # fmt: skip
+    assert lines[:-1] == [
+        "keep.log:1:needle kept",
+        "src/app.py:1:needle = 1",
+        "src/gen/hand.py:1:needle by hand",
+    ]
     listed = run(tools, ctx, "list_files").splitlines()
-    assert listed == [".gitignore", "keep.log", "src/app.py", "src/gen/.gitignore", "src/gen/hand.py"]  # fmt: skip
+    assert listed == [
+        ".gitignore",
+        "keep.log",
+        "src/app.py",
+        "src/gen/.gitignore",
+        "src/gen/hand.py",
+    ]
 
 
 def test_a_walk_below_the_root_keeps_the_rules_above_it(

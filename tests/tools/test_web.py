@@ -48,8 +48,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(302, b"", location="/page")
         elif self.path.startswith("/search"):
             q = parse_qs(urlsplit(self.path).query)["q"][0]
-            body = {"results": [{"title": f"About {q}", "url": "https://example.org/a",
-                                 "content": "a snippet"}, {"title": "no url"}]}  # fmt: skip
+            body = {
+                "results": [
+                    {"title": f"About {q}", "url": "https://example.org/a", "content": "a snippet"},
+                    {"title": "no url"},
+                ]
+            }
             self._send(200, json.dumps(body).encode(), kind="application/json")
         else:
             self._send(200, PAGE, kind="text/html; charset=utf-8")
@@ -153,7 +157,9 @@ def test_private_addresses_need_the_host_named_exactly(monkeypatch: pytest.Monke
 
 def test_the_host_offers_web_tools_only_where_the_settings_let_them_reach_something() -> None:
     assert web_tools(network=False, domains=(), search=None) == []
-    assert [t.name for t in web_tools(network=False, domains=("a.org",), search="http://s/?q={query}")] == ["web_fetch", "web_search"]  # fmt: skip
+    assert [
+        t.name for t in web_tools(network=False, domains=("a.org",), search="http://s/?q={query}")
+    ] == ["web_fetch", "web_search"]
     assert "web_fetch" not in builtin_tools()
 
 
@@ -175,12 +181,21 @@ def test_the_markdown_reaches_the_model_request_and_the_log(server: str, tmp_pat
 
     ws = tmp_path / "ws"
     ws.mkdir()
-    model = scripted(write_script(tmp_path / "m.jsonl", [
-        {"tool_calls": [call("web_fetch", url=server + "/page")]}, {"text": "done"}]))  # fmt: skip
+    model = scripted(
+        write_script(
+            tmp_path / "m.jsonl",
+            [{"tool_calls": [call("web_fetch", url=server + "/page")]}, {"text": "done"}],
+        )
+    )
     with SQLiteStore(tmp_path / "bubu.db") as store:
         tools = {**builtin_tools(), "web_fetch": web_fetch}
-        host = Host(store=store, provider=model, tools=tools,
-                    policy=Policy(web_domains=("127.0.0.1",)), config=FAST)  # fmt: skip
+        host = Host(
+            store=store,
+            provider=model,
+            tools=tools,
+            policy=Policy(web_domains=("127.0.0.1",)),
+            config=FAST,
+        )
         info = new_session(store, task="t", workspace=ws, model=model.spec)
         assert start_turn(host, info, "read the notes") == "completed"
         records = store.read(info.id)

@@ -94,7 +94,11 @@ BAD_ARGS: list[tuple[str, dict[str, JSON], str]] = [
     ("search_result", {"handle": "ab" * 8}, "missing required argument pattern"),
     # Checked by msgspec against each tool's arguments Struct, nested types and bounds included.
     ("edit_file", {"path": "a"}, "missing required argument old, new"),
-    ("read_file", {"path": "a", "offset": 1.5}, "argument 'offset' must be an integer, not a number"),
+    (
+        "read_file",
+        {"path": "a", "offset": 1.5},
+        "argument 'offset' must be an integer, not a number",
+    ),
     ("read_result", {"handle": "ab" * 8, "limit": 0}, "argument 'limit' must be at least 1, not 0"),
     ("list_files", {"path": None}, "argument 'path' must be a string, not null"),
     ("grep", {"pattern": "x", "glob": 7}, "argument 'glob' must be a string, not a number"),
@@ -104,13 +108,23 @@ BAD_ARGS: list[tuple[str, dict[str, JSON], str]] = [
     ("remember", {"key": ["k"], "text": "x"}, "argument 'key' must be a string, not an array"),
     ("recall", {}, "missing required argument query"),
     ("update_plan", {"items": "write tests"}, "argument 'items' must be an array, not a string"),
-    ("update_plan", {"items": [{"text": "a", "status": "doing"}]},
-     "the plan was not changed: item 1 has the status 'doing'; it must be one of pending"),
-    ("update_plan", {"items": [{"text": "a", "status": "pending", "due": 1}]},
-     "item 1 has the unknown field 'due'"),
+    (
+        "update_plan",
+        {"items": [{"text": "a", "status": "doing"}]},
+        "the plan was not changed: item 1 has the status 'doing'; it must be one of pending",
+    ),
+    (
+        "update_plan",
+        {"items": [{"text": "a", "status": "pending", "due": 1}]},
+        "item 1 has the unknown field 'due'",
+    ),
     ("update_plan", {"items": [{"status": "pending"}]}, "item 1 has an empty text"),
-    ("inspect_result", {"handle": "ab" * 8, "page": 2}, "unknown argument 'page'; expected one of handle"),
-]  # fmt: skip
+    (
+        "inspect_result",
+        {"handle": "ab" * 8, "page": 2},
+        "unknown argument 'page'; expected one of handle",
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "args", "message"), BAD_ARGS)
@@ -143,16 +157,18 @@ def test_an_argument_that_may_be_left_out_is_not_nullable_in_the_schema() -> Non
         maybe: Annotated[str | msgspec.UnsetType, "Left out or a string."] = msgspec.UNSET
         either: str | None = None
 
-    assert json.dumps(arguments_schema(Probe, "probe")) == json.dumps({
-        "type": "object",
-        "properties": {
-            "need": {"type": "integer", "description": "Needed."},
-            "maybe": {"type": "string", "description": "Left out or a string."},
-            "either": {"type": ["string", "null"]},
-        },
-        "required": ["need"],
-        "additionalProperties": False,
-    })  # fmt: skip
+    assert json.dumps(arguments_schema(Probe, "probe")) == json.dumps(
+        {
+            "type": "object",
+            "properties": {
+                "need": {"type": "integer", "description": "Needed."},
+                "maybe": {"type": "string", "description": "Left out or a string."},
+                "either": {"type": ["string", "null"]},
+            },
+            "required": ["need"],
+            "additionalProperties": False,
+        }
+    )
     schema = arguments_schema(Probe, "probe")
     assert convert({"need": 2}, Probe, schema).maybe is msgspec.UNSET
     assert convert({"need": 2, "either": None}, Probe, schema).either is None

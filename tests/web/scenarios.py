@@ -75,17 +75,25 @@ def crash_and_recover(root: Path) -> Crashed:
     spec = write_script(
         root / "crash.jsonl",
         [
-            {"text": "Let me read the code.", "tool_calls": [{"name": "read_file", "arguments": {"path": "app.py"}}]},
-            {"thinking": "The greeting says Helo. Fix it, write notes, run the slow check.",
-             "text": "Fixing the typo and writing the notes while the slow check runs.",
-             "tool_calls": [
-                 {"name": "edit_file", "arguments": {"path": "app.py", "old": "Helo", "new": "Hello"}},
-                 {"name": "write_file", "arguments": {"path": "NOTES.md", "content": NOTES}},
-                 {"name": "run_command", "arguments": {"command": SLOW}},
-             ]},
+            {
+                "text": "Let me read the code.",
+                "tool_calls": [{"name": "read_file", "arguments": {"path": "app.py"}}],
+            },
+            {
+                "thinking": "The greeting says Helo. Fix it, write notes, run the slow check.",
+                "text": "Fixing the typo and writing the notes while the slow check runs.",
+                "tool_calls": [
+                    {
+                        "name": "edit_file",
+                        "arguments": {"path": "app.py", "old": "Helo", "new": "Hello"},
+                    },
+                    {"name": "write_file", "arguments": {"path": "NOTES.md", "content": NOTES}},
+                    {"name": "run_command", "arguments": {"command": SLOW}},
+                ],
+            },
             {"text": "The check was cut off by the crash; the edit is in place. Done."},
         ],
-    )  # fmt: skip
+    )
     db = root / "crash.db"
     env = clean_env()
     log = (root / "run.log").open("wb")
@@ -161,9 +169,13 @@ class Server:
         self.port = self.sock.getsockname()[1]
         self.base = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, ws="none", lifespan="on",
+            app,
+            log_level="warning",
+            access_log=False,
+            ws="none",
+            lifespan="on",
             timeout_graceful_shutdown=1,
-        )  # fmt: skip
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True

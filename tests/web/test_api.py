@@ -107,8 +107,16 @@ def test_the_page_shell_loads_without_the_token_and_holds_no_secret(
     assert old.headers["set-cookie"].startswith(f'bubu_token_{PORT}=""; expires=')  # removed
 
 
-@pytest.mark.parametrize("path", ["/api/config", "/api/sessions", "/api/sessions/{sid}",
-                                  "/api/sessions/{sid}/stream", "/api/sessions/{sid}/context"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/config",
+        "/api/sessions",
+        "/api/sessions/{sid}",
+        "/api/sessions/{sid}/stream",
+        "/api/sessions/{sid}/context",
+    ],
+)
 def test_every_api_read_needs_the_bearer_header(
     make_client: ClientFactory, recovered_store: SQLiteStore, crashed: Crashed, path: str
 ) -> None:
@@ -118,8 +126,10 @@ def test_every_api_read_needs_the_bearer_header(
     assert (none.status_code, none.json()) == (401, {"error": NO_TOKEN})
     wrong = anon.get(url, headers={"authorization": "Bearer not-the-token"})
     assert (wrong.status_code, wrong.json()) == (403, {"error": BAD_TOKEN})
-    for tried in (anon.get(url + f"?token={TOKEN}"),
-                  anon.get(url, headers={"cookie": f"bubu_token_{PORT}={TOKEN}"})):  # fmt: skip
+    for tried in (
+        anon.get(url + f"?token={TOKEN}"),
+        anon.get(url, headers={"cookie": f"bubu_token_{PORT}={TOKEN}"}),
+    ):
         assert (tried.status_code, tried.json()) == (401, {"error": NOT_A_HEADER})
 
 
@@ -138,9 +148,17 @@ def test_the_token_as_a_cookie_does_not_change_anything(
 
 @pytest.mark.parametrize(
     "host",
-    ["evil.example:8642", "evil.example", f"127.0.0.1:{PORT + 1}", "127.0.0.2:8642",
-     "localhost.evil.example:8642", "[::1", "127.0.0.1:x", ""],
-)  # fmt: skip
+    [
+        "evil.example:8642",
+        "evil.example",
+        f"127.0.0.1:{PORT + 1}",
+        "127.0.0.2:8642",
+        "localhost.evil.example:8642",
+        "[::1",
+        "127.0.0.1:x",
+        "",
+    ],
+)
 def test_a_request_naming_another_host_is_refused(client: TestClient, host: str) -> None:
     """DNS rebinding: a name the attacker points at 127.0.0.1 reaches nothing, not even the page."""
     for path in ("/api/sessions", "/", "/static/app.js"):
@@ -149,8 +167,9 @@ def test_a_request_naming_another_host_is_refused(client: TestClient, host: str)
         assert r.json()["error"].startswith("This request named the host")
 
 
-@pytest.mark.parametrize("host", [f"127.0.0.1:{PORT}", f"localhost:{PORT}", f"[::1]:{PORT}",
-                                  f"LOCALHOST:{PORT}"])  # fmt: skip
+@pytest.mark.parametrize(
+    "host", [f"127.0.0.1:{PORT}", f"localhost:{PORT}", f"[::1]:{PORT}", f"LOCALHOST:{PORT}"]
+)
 def test_the_loopback_names_of_the_bound_port_are_accepted(client: TestClient, host: str) -> None:
     assert client.get("/api/sessions", headers={"host": host}).status_code == 200
 
@@ -196,10 +215,20 @@ def test_host_headers_are_split_like_a_server_would() -> None:
 def test_the_sessions_list_filters_by_status_and_searches_text(
     client: TestClient, recovered_store: SQLiteStore, tmp_path: Path, crashed: Crashed
 ) -> None:
-    done = run_scripted(recovered_store, tmp_path, "parser", "Add a verbose flag to the parser",
-                        [{"text": "Added the flag."}])  # fmt: skip
-    failed = run_scripted(recovered_store, tmp_path, "broken", "Refactor the storage layer",
-                          [{"error": {"status": 400, "message": "the request was malformed"}}])  # fmt: skip
+    done = run_scripted(
+        recovered_store,
+        tmp_path,
+        "parser",
+        "Add a verbose flag to the parser",
+        [{"text": "Added the flag."}],
+    )
+    failed = run_scripted(
+        recovered_store,
+        tmp_path,
+        "broken",
+        "Refactor the storage layer",
+        [{"error": {"status": 400, "message": "the request was malformed"}}],
+    )
     rows = client.get("/api/sessions").json()["sessions"]
     by_id = {r["id"]: r for r in rows}
     assert set(by_id) == {done, failed, crashed.session}
@@ -284,15 +313,26 @@ def test_the_raw_log_an_event_and_the_context(
     ctx = client.get(f"/api/sessions/{sid}/context").json()
     cli = subprocess.run(
         bubu(Path(recovered_store.path), "context", sid, "--json"),
-        check=True, capture_output=True, text=True, env=clean_env(), timeout=60,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
     same = json.loads(cli.stdout)
     assert ctx["request_digest"] == same["request_digest"]  # what `bubu context` shows, exactly
     assert ctx["calibrated_tokens"] == same["calibrated_tokens"]  # the count both show
-    assert f"~{same['calibrated_tokens']:,} of" in subprocess.run(
-        bubu(Path(recovered_store.path), "context", sid),
-        check=True, capture_output=True, text=True, env=clean_env(), timeout=60,
-    ).stdout  # fmt: skip
+    assert (
+        f"~{same['calibrated_tokens']:,} of"
+        in subprocess.run(
+            bubu(Path(recovered_store.path), "context", sid),
+            check=True,
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            timeout=60,
+        ).stdout
+    )
     assert ctx["messages"] == same["messages"]
     assert ctx["checkpoint"] is None
     assert ctx["inclusion"]["hidden"] > 0
@@ -315,9 +355,16 @@ def test_the_raw_log_an_event_and_the_context(
 def test_large_results_and_blobs_are_paged(
     make_client: ClientFactory, recovered_store: SQLiteStore, tmp_path: Path
 ) -> None:
-    sid = run_scripted(recovered_store, tmp_path, "counting", "Count to 500",
-                       [{"tool_calls": [{"name": "run_command", "arguments": {"command": "seq 1 500"}}]},
-                        {"text": "Counted."}])  # fmt: skip
+    sid = run_scripted(
+        recovered_store,
+        tmp_path,
+        "counting",
+        "Count to 500",
+        [
+            {"tool_calls": [{"name": "run_command", "arguments": {"command": "seq 1 500"}}]},
+            {"text": "Counted."},
+        ],
+    )
     client = make_client(recovered_store)
     card = tool(detail(client, sid), "run_command")
     assert card["truncated"] is True
@@ -332,8 +379,14 @@ def test_large_results_and_blobs_are_paged(
     assert client.get(f"/api/sessions/{sid}/calls/nope/result").status_code == 404
 
     data = b"first\nsecond\nthird\n"
-    note = make(session=sid, role="system", author="system", ts=1,
-                content=SystemNote(note=Info(text="a blob")), visibility="hidden")  # fmt: skip
+    note = make(
+        session=sid,
+        role="system",
+        author="system",
+        ts=1,
+        content=SystemNote(note=Info(text="a blob")),
+        visibility="hidden",
+    )
     recovered_store.append(sid, [note], expect=recovered_store.head(sid).high_water, blobs=[data])
     blob = client.get(f"/api/blobs/{sha256_hex(data)}?offset=2&limit=1").json()
     assert (blob["lines"], blob["total_lines"], blob["size"]) == (["second"], 3, len(data))
@@ -379,10 +432,12 @@ def test_a_crashed_session_is_recovered_when_the_ui_starts(
 
 
 PERMISSION_SCRIPT: list[dict[str, Any]] = [
-    {"text": "Running the greeting.",
-     "tool_calls": [{"name": "run_command", "arguments": {"command": "echo hello-from-bubu"}}]},
+    {
+        "text": "Running the greeting.",
+        "tool_calls": [{"name": "run_command", "arguments": {"command": "echo hello-from-bubu"}}],
+    },
     {"text": "It printed the greeting."},
-]  # fmt: skip
+]
 
 
 def start(
@@ -489,9 +544,14 @@ def test_a_new_task_runs_allow_listed_commands_without_asking(
     spec = write_script(tmp_path / "allowed.jsonl", PERMISSION_SCRIPT)
     r = client.post(
         "/api/sessions",
-        json={"task": "greet", "workspace": str(ws), "model": spec, "sandbox": "off",
-              "allow_commands": ["echo hello-*", " ", "git status"]},
-    )  # fmt: skip
+        json={
+            "task": "greet",
+            "workspace": str(ws),
+            "model": spec,
+            "sandbox": "off",
+            "allow_commands": ["echo hello-*", " ", "git status"],
+        },
+    )
     assert r.status_code == 201, r.text
     sid = str(r.json()["session"])
     wait_for(lambda: status(client, sid) == "completed", what="the turn to end")
@@ -514,14 +574,20 @@ def test_stop_reaches_a_turn_that_another_process_runs(
     ws = tmp_path / "elsewhere"
     ws.mkdir()
     db = tmp_path / "cli.db"
-    spec = write_script(tmp_path / "long.jsonl", [
-        {"tool_calls": [{"name": "run_command", "arguments": {"command": "sleep 60"}}]},
-        {"text": "done"},
-    ])  # fmt: skip
+    spec = write_script(
+        tmp_path / "long.jsonl",
+        [
+            {"tool_calls": [{"name": "run_command", "arguments": {"command": "sleep 60"}}]},
+            {"text": "done"},
+        ],
+    )
     proc = subprocess.Popen(
         bubu(db, "run", "wait a minute", "-w", str(ws), "-m", spec, "--yes"),
-        env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: db.exists() and _running(db), what="the CLI's turn to start its command")
         with SQLiteStore(db) as store:
@@ -668,8 +734,13 @@ def test_the_detail_holds_the_plan_and_the_memory_of_the_workspace_only(
     run_scripted(
         recovered_store, tmp_path, "mem", "remember", [{"tool_calls": [remember]}, {"text": "ok"}]
     )
-    sid = run_scripted(recovered_store, tmp_path, "mem", "plan",
-        [{"tool_calls": [{"name": "update_plan", "arguments": {"items": steps}}]}, {"text": "ok"}])  # fmt: skip
+    sid = run_scripted(
+        recovered_store,
+        tmp_path,
+        "mem",
+        "plan",
+        [{"tool_calls": [{"name": "update_plan", "arguments": {"items": steps}}]}, {"text": "ok"}],
+    )
     other = run_scripted(recovered_store, tmp_path, "elsewhere", "nothing", [{"text": "ok"}])
     d = detail(client, sid)
     assert d["plan"] == steps
@@ -701,10 +772,14 @@ def test_form_errors_speak_of_the_form_not_of_flags(
     monkeypatch.setenv("BUBU_HOME", str(tmp_path / "home"))
     client = make_client(SQLiteStore(tmp_path / "fresh.db"))
     no_model = client.post("/api/sessions", json={"task": "fix it", "workspace": str(tmp_path)})
-    missing = client.post("/api/sessions", json={"task": "fix it", "workspace": str(tmp_path / "nope"),
-                                                 "model": "scripted:/dev/null"})  # fmt: skip
-    empty = client.post("/api/sessions", json={"task": "  ", "workspace": str(tmp_path),
-                                               "model": "scripted:/dev/null"})  # fmt: skip
+    missing = client.post(
+        "/api/sessions",
+        json={"task": "fix it", "workspace": str(tmp_path / "nope"), "model": "scripted:/dev/null"},
+    )
+    empty = client.post(
+        "/api/sessions",
+        json={"task": "  ", "workspace": str(tmp_path), "model": "scripted:/dev/null"},
+    )
     said = [r.json()["error"] for r in (no_model, missing, empty)]
     assert [r.status_code for r in (no_model, missing, empty)] == [400, 400, 400], said
     assert said[0].startswith("no model given: fill in the Model field with provider:model (e.g.")
@@ -720,7 +795,9 @@ def test_the_detail_and_the_list_show_a_sessions_sub_agents(
     kid = tmp_path / "kid.jsonl"
     kid.write_text('{"text": "found it"}\n')
     call = {"name": "delegate", "arguments": {"task": "look", "model": f"scripted:{kid}"}}
-    sid = run_scripted(recovered_store, tmp_path, "kids", "delegate", [{"tool_calls": [call]}, {"text": "ok"}])  # fmt: skip
+    sid = run_scripted(
+        recovered_store, tmp_path, "kids", "delegate", [{"tool_calls": [call]}, {"text": "ok"}]
+    )
     d = detail(client, sid)
     (child,) = d["children"]
     assert child["state"] == "completed"

@@ -31,8 +31,9 @@ def test_the_ui_keeps_serving_its_page_after_its_files_are_gone(tmp_path: Path) 
     assert page.text == (STATIC / "index.html").read_text()
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assert (script.status_code, script.headers["content-type"].split(";")[0]) == (
-        200, "text/javascript",
-    )  # fmt: skip
+        200,
+        "text/javascript",
+    )
     assert script.content == (STATIC / "app.js").read_bytes()
     assert (style.status_code, style.headers["content-type"].split(";")[0]) == (200, "text/css")
     assert missing.status_code == 404

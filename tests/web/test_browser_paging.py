@@ -63,7 +63,14 @@ def test_a_long_session_opens_on_its_last_page_and_loads_older_ones_on_scroll(
 ) -> None:
     base, _, sid = long_site
     details: list[str] = []
-    page.on("request", lambda r: details.append(r.url) if f"/api/sessions/{sid}?" in r.url or r.url.endswith(sid) else None)  # fmt: skip
+    page.on(
+        "request",
+        lambda r: (
+            details.append(r.url)
+            if f"/api/sessions/{sid}?" in r.url or r.url.endswith(sid)
+            else None
+        ),
+    )
     page.goto(f"{base}/?token={TOKEN}#/s/{sid}")
     items = page.locator("#items")
     expect(items).to_contain_text("All read.")
@@ -98,11 +105,16 @@ def test_a_new_record_reaches_the_page_as_a_delta(
     items = page.locator("#items")
     expect(items).to_contain_text("All read.")
     fetched: list[str] = []
-    page.on("request", lambda r: fetched.append(r.url) if f"/api/sessions/{sid}" in r.url else None)  # fmt: skip
+    page.on("request", lambda r: fetched.append(r.url) if f"/api/sessions/{sid}" in r.url else None)
     page.wait_for_timeout(500)  # the stream is connected
     hw = store.head(sid).high_water
-    note = make(session=sid, role="system", author="system", ts=1,
-                content=SystemNote(note=Info(text="written by another writer")))  # fmt: skip
+    note = make(
+        session=sid,
+        role="system",
+        author="system",
+        ts=1,
+        content=SystemNote(note=Info(text="written by another writer")),
+    )
     store.append(sid, [note], expect=hw)
     expect(items).to_contain_text("written by another writer")
     expect(items).to_contain_text("Reading part 079.")

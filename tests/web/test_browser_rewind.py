@@ -39,13 +39,18 @@ def test_a_turn_is_rewound_from_its_button(tmp_path: Path, page: Page) -> None:
     (ws / "b.txt").write_bytes(b"beta\n")
     script = tmp_path / "m.jsonl"
     lines = [
-        {"tool_calls": [
-            {"name": "write_file", "arguments": {"path": "a.txt", "content": "ALPHA\n"}},
-            {"name": "write_file", "arguments": {"path": "b.txt", "content": "BETA\n"}},
-            {"name": "write_file", "arguments": {"path": "c.txt", "content": "zebra crossing\n"}},
-        ]},
+        {
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "a.txt", "content": "ALPHA\n"}},
+                {"name": "write_file", "arguments": {"path": "b.txt", "content": "BETA\n"}},
+                {
+                    "name": "write_file",
+                    "arguments": {"path": "c.txt", "content": "zebra crossing\n"},
+                },
+            ]
+        },
         {"text": "wrote them"},
-    ]  # fmt: skip
+    ]
     script.write_text("".join(json.dumps(x) + "\n" for x in lines))
     db = tmp_path / "bubu.db"
     with Agent(model=f"scripted:{script}", store=db, workspace=ws) as agent:

@@ -21,12 +21,15 @@ def test_a_turns_changes_and_diff(tmp_path: Path) -> None:
     ws.mkdir()
     (ws / "a.txt").write_text("one\n")
     script = tmp_path / "s.jsonl"
-    lines = [{"tool_calls": [{"name": "run_command", "arguments": {"command": "echo two >> a.txt"}}]},
-             {"text": "done"}]  # fmt: skip
+    lines = [
+        {"tool_calls": [{"name": "run_command", "arguments": {"command": "echo two >> a.txt"}}]},
+        {"text": "done"},
+    ]
     script.write_text("".join(json.dumps(line) + "\n" for line in lines))
     db = tmp_path / "bubu.db"
-    with Agent(model=f"scripted:{script}", store=db, workspace=ws,
-               policy=Policy(yes=True, sandbox="off")) as agent:  # fmt: skip
+    with Agent(
+        model=f"scripted:{script}", store=db, workspace=ws, policy=Policy(yes=True, sandbox="off")
+    ) as agent:
         sid = agent.run("go").session
     assert (ws / "a.txt").read_text() == "one\ntwo\n"
     store = SQLiteStore(db)

@@ -41,8 +41,9 @@ def long_session(
 def client(long_session: tuple[SQLiteStore, str], tmp_path: Path) -> Iterator[TestClient]:
     store, _ = long_session
     app = create_app(store, token=TOKEN, recover=False, workspace=str(tmp_path))
-    with TestClient(app, base_url="http://127.0.0.1:8642",
-                    headers={"authorization": f"Bearer {TOKEN}"}) as c:  # fmt: skip
+    with TestClient(
+        app, base_url="http://127.0.0.1:8642", headers={"authorization": f"Bearer {TOKEN}"}
+    ) as c:
         yield c
 
 

@@ -14,11 +14,25 @@ def test_the_card_shows_each_line_of_a_command_and_flags_a_protected_write(
     client: TestClient,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    sid = start(client, tmp_path, "card", [
-        {"tool_calls": [{"name": "run_command", "arguments": {"command": "echo one\necho two\r"}}]},
-        {"tool_calls": [{"name": "write_file", "arguments": {"path": ".git/config", "content": "x"}}]},
-        {"text": "done"},
-    ], sandbox="off")  # fmt: skip
+    sid = start(
+        client,
+        tmp_path,
+        "card",
+        [
+            {
+                "tool_calls": [
+                    {"name": "run_command", "arguments": {"command": "echo one\necho two\r"}}
+                ]
+            },
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": ".git/config", "content": "x"}}
+                ]
+            },
+            {"text": "done"},
+        ],
+        sandbox="off",
+    )
     wait_for(lambda: bool(pending(client, sid)), what="the command's request")
     (card,) = pending(client, sid)
     assert card["command"] == ["echo one⏎", "echo two␍"]

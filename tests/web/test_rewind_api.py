@@ -27,11 +27,18 @@ def setup(tmp_path: Path) -> Iterator[tuple[TestClient, Path, str, SQLiteStore]]
     (ws / "a.txt").write_bytes(b"alpha\n")
     script = tmp_path / "m.jsonl"
     script.write_text(
-        json.dumps({"tool_calls": [
-            {"name": "write_file", "arguments": {"path": "a.txt", "content": "ALPHA\n"}},
-            {"name": "write_file", "arguments": {"path": "n.txt", "content": "new\n"}},
-        ]}) + "\n" + json.dumps({"text": "the okapi is done"}) + "\n"
-    )  # fmt: skip
+        json.dumps(
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "a.txt", "content": "ALPHA\n"}},
+                    {"name": "write_file", "arguments": {"path": "n.txt", "content": "new\n"}},
+                ]
+            }
+        )
+        + "\n"
+        + json.dumps({"text": "the okapi is done"})
+        + "\n"
+    )
     db = tmp_path / "bubu.db"
     with Agent(model=f"scripted:{script}", store=db, workspace=ws) as agent:
         sid = agent.run("write").session
@@ -57,8 +64,9 @@ def test_the_preview_then_the_confirmed_rewind(
     assert "changed since this preview" in stale.json()["error"]
     assert (ws / "a.txt").read_bytes() == b"by hand\n"
     p = client.get(f"/api/sessions/{sid}/rewind", params={"to": "0", "force": "a.txt"}).json()
-    done = client.post(f"/api/sessions/{sid}/rewind",
-                       json={"to": 0, "token": p["token"], "force": ["a.txt"]})  # fmt: skip
+    done = client.post(
+        f"/api/sessions/{sid}/rewind", json={"to": 0, "token": p["token"], "force": ["a.txt"]}
+    )
     assert done.status_code == 200, done.text
     assert store.session(done.json()["fork"]).workspace == str(ws.resolve())
     assert (ws / "a.txt").read_bytes() == b"alpha\n"

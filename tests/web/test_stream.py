@@ -47,11 +47,29 @@ def test_the_stream_sends_new_records_permission_requests_and_live_state(
     seen: list[tuple[str | None, str | None, str]] = []
 
     def append_later() -> None:
-        info = make(session=sid, role="system", author="system", ts=1,
-                    content=SystemNote(note=Info(text="written by another writer")), visibility="hidden")  # fmt: skip
-        ask = make(session=sid, role="system", author="agent", ts=1, actions=Actions(
-            permission_request=PermissionRequest(request_id="perm_1", call_id="call_9", tool="run_command",
-                                                 summary="run `make`", reason="make")))  # fmt: skip
+        info = make(
+            session=sid,
+            role="system",
+            author="system",
+            ts=1,
+            content=SystemNote(note=Info(text="written by another writer")),
+            visibility="hidden",
+        )
+        ask = make(
+            session=sid,
+            role="system",
+            author="agent",
+            ts=1,
+            actions=Actions(
+                permission_request=PermissionRequest(
+                    request_id="perm_1",
+                    call_id="call_9",
+                    tool="run_command",
+                    summary="run `make`",
+                    reason="make",
+                )
+            ),
+        )
         store.append(sid, [info], expect=hw)
         store.append(sid, [ask], expect=hw + 1)
 
@@ -112,8 +130,9 @@ def test_a_quiet_stream_is_kept_alive_and_ends_when_the_client_goes(
     with Server(app) as server:
         url = f"{server.base}/api/sessions/{sid}/stream?after={hw}"
         got = b""
-        with httpx.stream("GET", url, headers={"authorization": f"Bearer {TOKEN}"},
-                          timeout=10) as r:  # fmt: skip
+        with httpx.stream(
+            "GET", url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=10
+        ) as r:
             assert r.headers["content-type"].startswith("text/event-stream")
             for chunk in r.iter_bytes():
                 got += chunk
@@ -143,8 +162,14 @@ def test_on_postgresql_the_stream_is_woken_by_the_append_not_a_poll(tmp_path: Pa
         seen = wait(sid, 0, 0.5)
         assert seen != FAILED
         assert wait(sid, seen, 0.3) == seen
-        note = make(session=sid, role="system", author="system", ts=1,
-                    content=SystemNote(note=Info(text="announced")), visibility="hidden")  # fmt: skip
+        note = make(
+            session=sid,
+            role="system",
+            author="system",
+            ts=1,
+            content=SystemNote(note=Info(text="announced")),
+            visibility="hidden",
+        )
         threading.Timer(0.2, lambda: store.append(sid, [note], expect=hw)).start()
         # Woken by the commit's notification, long before the timeout.
         assert wait(sid, seen, 30.0) == seen + 1

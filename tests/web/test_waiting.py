@@ -54,10 +54,24 @@ def test_the_page_shows_the_wait_and_resumes_a_turn_that_gave_up(
     with serve_outages() as server:
         server.outage(600.0, retry_after="1")
         proc = subprocess.Popen(
-            bubu(db, "run", "say done", "-w", str(ws), "-m", "openai:gpt-outage",
-                 "--base-url", server.openai(), "--retry-for", "4s"),
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            bubu(
+                db,
+                "run",
+                "say done",
+                "-w",
+                str(ws),
+                "-m",
+                "openai:gpt-outage",
+                "--base-url",
+                server.openai(),
+                "--retry-for",
+                "4s",
+            ),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             wait_for(lambda: db.exists() and server.refused() >= 1, 60, "a refused attempt")
             sid = _only(db)

@@ -649,8 +649,13 @@ def resume_cmd(ctx: Ctx, /, session: str, **opts: Any) -> None:
 @click.argument("session")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--thinking/--no-thinking", default=False, help="Show the model's thinking.")
-@click.option("--tail", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Only the last N items (read from the end of the log, not all of it).")  # fmt: skip
+@click.option(
+    "--tail",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Only the last N items (read from the end of the log, not all of it).",
+)
 @pass_ctx
 def show_cmd(ctx: Ctx, /, session: str, as_json: bool, thinking: bool, tail: int | None) -> None:
     """Print a session's transcript."""
@@ -766,9 +771,14 @@ def _session_json(info: SessionInfo) -> dict[str, object]:
 CHILD_KINDS = ("child_started", "child_finished")
 """The kinds a session's sub-agents are folded from."""
 STATUS_NOTE_KINDS = (
-    "turn_started", "plan_approved", "child_started", "child_finished", "process_started",
-    "process_output", "process_ended",
-)  # fmt: skip
+    "turn_started",
+    "plan_approved",
+    "child_started",
+    "child_finished",
+    "process_started",
+    "process_output",
+    "process_ended",
+)
 
 
 def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:

@@ -11,8 +11,13 @@ from bubu.cli.term import printable
 
 
 @cli.command("agents")
-@click.option("-w", "--workspace", default=".", type=click.Path(file_okay=False),
-              help="The workspace whose agents to list.")  # fmt: skip
+@click.option(
+    "-w",
+    "--workspace",
+    default=".",
+    type=click.Path(file_okay=False),
+    help="The workspace whose agents to list.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def agents_cmd(workspace: str, as_json: bool) -> None:
     """List the named agents delegate can start (yours, and a trusted workspace's), and the
@@ -24,13 +29,19 @@ def agents_cmd(workspace: str, as_json: bool) -> None:
         emit_json(
             {
                 "agents": [
-                    {"name": a.name, "description": a.description, "tools": a.tools,
-                     "model": a.model, "scope": a.scope, "path": a.path}
+                    {
+                        "name": a.name,
+                        "description": a.description,
+                        "tools": a.tools,
+                        "model": a.model,
+                        "scope": a.scope,
+                        "path": a.path,
+                    }
                     for a in found.found.values()
                 ],
                 "ignored": list(found.ignored),
             }
-        )  # fmt: skip
+        )
         return
     for a in found.found.values():
         model = a.model or "the parent's model"

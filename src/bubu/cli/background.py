@@ -98,9 +98,12 @@ class Finder:
 
     def __init__(self, store: Store, db: str | None, *, skip: Container[str] = ()) -> None:
         self._thread = threading.Thread(
-            target=continue_crashed, args=(store, db), kwargs={"skip": skip},
-            name="bubu-find-crashed", daemon=True,
-        )  # fmt: skip
+            target=continue_crashed,
+            args=(store, db),
+            kwargs={"skip": skip},
+            name="bubu-find-crashed",
+            daemon=True,
+        )
 
     def start(self) -> None:
         """Start looking (call once the user's own task is durable)."""

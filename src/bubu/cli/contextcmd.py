@@ -54,13 +54,15 @@ def context_cmd(ctx: Ctx, /, session: str, as_json: bool, context_window: int | 
         "window": window,
         "window_source": seen.window_source,
         "budget": seen.budget,
-        "checkpoint": None if cp is None else {"key": cp.key, "watermark": cp.watermark, "source_digest": cp.source_digest},
+        "checkpoint": None
+        if cp is None
+        else {"key": cp.key, "watermark": cp.watermark, "source_digest": cp.source_digest},
         "project_instructions": instruction_rows(seen.instructions),
         "system": request.system,
         "tools": [t.name for t in request.tools],
         "messages": msgspec.to_builtins(request.messages),
         "events": [{"seq": s, "kind": k, "inclusion": inc, "why": why} for s, k, inc, why in rows],
-    }  # fmt: skip
+    }
     if as_json:
         emit_json(out)
         return
@@ -100,8 +102,16 @@ def instruction_rows(fold: InstructionsFold) -> list[dict[str, Any]]:
     the latest one of each directory given in the history (with the seq of its note)."""
 
     def row(f: InstructionFile, where: str, seq: int | None) -> dict[str, Any]:
-        return {"path": f.path, "sha256": f.sha256, "size": f.size, "truncated": f.truncated,
-                "skipped": f.skipped, "where": where, "seq": seq, "given": fold.enabled}  # fmt: skip
+        return {
+            "path": f.path,
+            "sha256": f.sha256,
+            "size": f.size,
+            "truncated": f.truncated,
+            "skipped": f.skipped,
+            "where": where,
+            "seq": seq,
+            "given": fold.enabled,
+        }
 
     rows = [row(f, "prefix", fold.seqs.get(directory_of(f.path))) for f in fold.prefix]
     for d in fold.directories:

@@ -51,8 +51,20 @@ def demo_cmd(ctx: Ctx, no_crash: bool, directory: str | None) -> None:
     )
     script = write_script(ws.parent / f"{ws.name}.script.jsonl", crash=not no_crash)
     tests, style = commands()
-    run_args = ["run", TASK, "-w", str(ws), "-m", f"scripted:{script}", "--allow", tests, "--allow", style,
-                "--allow", f"{style} && {tests}"]  # fmt: skip
+    run_args = [
+        "run",
+        TASK,
+        "-w",
+        str(ws),
+        "-m",
+        f"scripted:{script}",
+        "--allow",
+        tests,
+        "--allow",
+        style,
+        "--allow",
+        f"{style} && {tests}",
+    ]
     _say(f"Demo project: {ws}  (a stats module whose test fails)", bold=True)
     _say(f"Log: {db}\n", dim=True)
     env = dict(os.environ)
@@ -85,20 +97,27 @@ def demo_cmd(ctx: Ctx, no_crash: bool, directory: str | None) -> None:
         check=False,
     )
     _say("")
-    _say(f"{'✓' if passed.returncode == 0 else '✗'} tests in {ws}: {'pass' if passed.returncode == 0 else 'FAIL'}",
-         fg="green" if passed.returncode == 0 else "red", bold=True)  # fmt: skip
-    _say(f"{'✓' if verify.returncode == 0 else '✗'} log verified: {verify.stdout.strip()}",
-         fg="green" if verify.returncode == 0 else "red")  # fmt: skip
+    _say(
+        f"{'✓' if passed.returncode == 0 else '✗'} tests in {ws}: {'pass' if passed.returncode == 0 else 'FAIL'}",
+        fg="green" if passed.returncode == 0 else "red",
+        bold=True,
+    )
+    _say(
+        f"{'✓' if verify.returncode == 0 else '✗'} log verified: {verify.stdout.strip()}",
+        fg="green" if verify.returncode == 0 else "red",
+    )
     _say(f"  ({time.monotonic() - started:.1f}s)\n", dim=True)
     _say("Try next:", bold=True)
     dbopt = "" if ctx.db is None and "BUBU_DB" not in os.environ else f" --db {db}"
     bubu = bubu_command()
     hints = [
-        (f"{bubu}{dbopt} show {session}",
-         "the transcript" if no_crash else "the transcript, with the recovery"),
+        (
+            f"{bubu}{dbopt} show {session}",
+            "the transcript" if no_crash else "the transcript, with the recovery",
+        ),
         (f"{bubu}{dbopt} log {session}", "every event, its seq and hash"),
         (f"{bubu}{dbopt} ui", "the web view"),
-    ]  # fmt: skip
+    ]
     width = max(len(c) for c, _ in hints)
     for command, what in hints:
         _say(f"  {command.ljust(width)}   {what}")

@@ -35,9 +35,15 @@ def tasks_cmd(ctx: Ctx, /, *, db: str | None, as_json: bool) -> None:
     rows: list[dict[str, object]] = []
     for info, state in queue.listing(("queued", "held", "open", "blocked", "retry")):
         held = held_request(store.read(info.id, kinds=("task_held", "task_approved")))
-        rows.append({"session": info.id, "state": state, "title": info.title,
-                     "workspace": info.workspace,
-                     "held_reasons": list(held.reasons) if state == "held" and held else []})  # fmt: skip
+        rows.append(
+            {
+                "session": info.id,
+                "state": state,
+                "title": info.title,
+                "workspace": info.workspace,
+                "held_reasons": list(held.reasons) if state == "held" and held else [],
+            }
+        )
     if as_json:
         emit_json(rows)
         return
@@ -72,8 +78,14 @@ def approve_task_cmd(ctx: Ctx, /, session: str, *, db: str | None) -> None:
         fail(f"session {info.id} is not held by a worker; `bubu fleet tasks` lists those that are")
     by = f"{getpass.getuser()}@{socket.gethostname()}"
     note = TaskApproved(request_seq=held.request_seq, reasons=list(held.reasons), by=by)
-    ev = make(session=info.id, role="system", author="user", ts=clock.now_ms(),
-              content=SystemNote(note=note), visibility="hidden")  # fmt: skip
+    ev = make(
+        session=info.id,
+        role="system",
+        author="user",
+        ts=clock.now_ms(),
+        content=SystemNote(note=note),
+        visibility="hidden",
+    )
     try:
         store.append(info.id, [ev], expect=store.head(info.id).high_water, durable=True)
     except BubuError as e:
@@ -93,8 +105,9 @@ def approve_task_cmd(ctx: Ctx, /, session: str, *, db: str | None) -> None:
 @click.option("--schema", default=None, metavar="NAME", help="The log's schema (default bubu).")
 @click.option("--worker", "worker", default=None, metavar="ROLE", help="The workers' role name.")
 @click.option("--submitter", default=None, metavar="ROLE", help="The submitters' role name.")
-@click.option("--approver", default=None, metavar="ROLE",
-              help="The role of those who approve held tasks.")  # fmt: skip
+@click.option(
+    "--approver", default=None, metavar="ROLE", help="The role of those who approve held tasks."
+)
 @click.option("--grant-only", is_flag=True, help="Grant to roles that exist; create none.")
 def roles_cmd(
     *,
@@ -117,9 +130,13 @@ def roles_cmd(
     )
 
     del as_sql  # the script is the output; the flag says so where it is run
-    roles = FleetRoles(schema=schema or DEFAULT_SCHEMA, worker=worker or DEFAULT_WORKER_ROLE,
-                       submitter=submitter or DEFAULT_SUBMITTER_ROLE,
-                       approver=approver or DEFAULT_APPROVER_ROLE, create=not grant_only)  # fmt: skip
+    roles = FleetRoles(
+        schema=schema or DEFAULT_SCHEMA,
+        worker=worker or DEFAULT_WORKER_ROLE,
+        submitter=submitter or DEFAULT_SUBMITTER_ROLE,
+        approver=approver or DEFAULT_APPROVER_ROLE,
+        create=not grant_only,
+    )
     if len({roles.worker, roles.submitter, roles.approver}) < 3:
         fail("--worker, --submitter and --approver must name three roles; each may do other things")
     click.echo(roles_sql(roles), nl=False)

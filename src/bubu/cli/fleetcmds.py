@@ -84,10 +84,14 @@ def _box_options(f: Any) -> Any:
     """The sandbox options of a submitted task: `bubu run`'s, with sockets named absolutely."""
     options = sandbox_options()
     options[0] = click.option(
-        "--allow-socket", "allow_socket", multiple=True, metavar="PATH", callback=_worker_socket,
+        "--allow-socket",
+        "allow_socket",
+        multiple=True,
+        metavar="PATH",
+        callback=_worker_socket,
         help="Let the task's sandboxed commands reach this Unix socket of the worker (or the "
         "sockets in this directory); a worker holds the task unless it allows it (repeatable).",
-    )  # fmt: skip
+    )
     for opt in reversed(options):
         f = opt(f)
     return f
@@ -102,25 +106,58 @@ def _longrun(f: Any) -> Any:
 
 
 _SETTINGS = (
-    click.option("--base-url", default=None, help="An OpenAI-compatible server (credentials in "
-                 "it are dropped: the log holds none; give them to the workers' environment)."),
-    click.option("--context-window", type=int, default=None, callback=checks.context_window,
-                 help="Override the model's window (tokens)."),
-    click.option("--thinking", "thinking_budget", type=int, default=None, callback=checks.thinking,
-                 metavar="TOKENS", help="Extended thinking budget (Anthropic)."),
-    click.option("--reasoning-effort", default=None, metavar="low|medium|high",
-                 callback=checks.one_of("low", "medium", "high",
-                                        what="how hard an OpenAI reasoning model thinks"),
-                 help="How hard an OpenAI reasoning model thinks."),
-    click.option("--max-output-tokens", default=None, callback=checks.max_output_tokens,
-                 metavar="TOKENS", help="Tokens one model call may produce."),
-    click.option("--cache-ttl", default=None, metavar="5m|1h",
-                 callback=checks.one_of("5m", "1h", what="how long Anthropic keeps the prompt cache"),
-                 help="How long Anthropic keeps the prompt cache."),
-    click.option("--native-tools/--no-native-tools", default=None,
-                 help="Offer the file and command tools in the provider's own shapes "
-                 "[default: at the provider's own API only]."),
-)  # fmt: skip
+    click.option(
+        "--base-url",
+        default=None,
+        help="An OpenAI-compatible server (credentials in "
+        "it are dropped: the log holds none; give them to the workers' environment).",
+    ),
+    click.option(
+        "--context-window",
+        type=int,
+        default=None,
+        callback=checks.context_window,
+        help="Override the model's window (tokens).",
+    ),
+    click.option(
+        "--thinking",
+        "thinking_budget",
+        type=int,
+        default=None,
+        callback=checks.thinking,
+        metavar="TOKENS",
+        help="Extended thinking budget (Anthropic).",
+    ),
+    click.option(
+        "--reasoning-effort",
+        default=None,
+        metavar="low|medium|high",
+        callback=checks.one_of(
+            "low", "medium", "high", what="how hard an OpenAI reasoning model thinks"
+        ),
+        help="How hard an OpenAI reasoning model thinks.",
+    ),
+    click.option(
+        "--max-output-tokens",
+        default=None,
+        callback=checks.max_output_tokens,
+        metavar="TOKENS",
+        help="Tokens one model call may produce.",
+    ),
+    click.option(
+        "--cache-ttl",
+        default=None,
+        metavar="5m|1h",
+        callback=checks.one_of("5m", "1h", what="how long Anthropic keeps the prompt cache"),
+        help="How long Anthropic keeps the prompt cache.",
+    ),
+    click.option(
+        "--native-tools/--no-native-tools",
+        default=None,
+        help="Offer the file and command tools in the provider's own shapes "
+        "[default: at the provider's own API only].",
+    ),
+)
 
 
 def _model_settings(f: Any) -> Any:
@@ -139,14 +176,29 @@ def _model_settings(f: Any) -> Any:
 @click.option("-m", "--model", default=None, help="provider:model (default: BUBU_MODEL).")
 @click.option("--yes", is_flag=True, help="Approve every permission request of the task.")
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Allow commands matching PATTERN.")
-@click.option("--sandbox", default=None, envvar="BUBU_SANDBOX", metavar="workspace-write|read-only|off",
-              callback=sandbox_option, help="Confine the task's commands (default workspace-write).")  # fmt: skip
+@click.option(
+    "--sandbox",
+    default=None,
+    envvar="BUBU_SANDBOX",
+    metavar="workspace-write|read-only|off",
+    callback=sandbox_option,
+    help="Confine the task's commands (default workspace-write).",
+)
 @click.option("--network", is_flag=True, help="Let the task's sandboxed commands use the network.")
-@click.option("--env", "pass_env", multiple=True, metavar="NAME", callback=env_names(must_be_set=False),
-              help="Pass the worker's secret variable NAME on to the task's commands.")  # fmt: skip
-@click.option("--snapshot", is_flag=True,
-              help="Store a snapshot of the workspace with the task, so that a worker on another "
-              "machine (`bubu worker --workspaces DIR`) materializes it.")  # fmt: skip
+@click.option(
+    "--env",
+    "pass_env",
+    multiple=True,
+    metavar="NAME",
+    callback=env_names(must_be_set=False),
+    help="Pass the worker's secret variable NAME on to the task's commands.",
+)
+@click.option(
+    "--snapshot",
+    is_flag=True,
+    help="Store a snapshot of the workspace with the task, so that a worker on another "
+    "machine (`bubu worker --workspaces DIR`) materializes it.",
+)
 @_box_options
 @_longrun
 @_model_settings
@@ -186,14 +238,25 @@ def submit_cmd(
 
     store = fleet_store(ctx, db)
     spec = check_model(model or default_model())
-    policy = Submission(yes=yes, allow_commands=allow, max_steps=max_steps,
-                        sandbox=sandbox or "workspace-write", network=network, pass_env=pass_env,
-                        retry_for_s=retry_for, fallback_models=tuple(check_model(m) for m in fallback_model),
-                        token_limit=max_tokens, time_limit_s=max_time,
-                        **box_fields(sandbox_box(box)),
-                        model=SubmittedModel(**{**model_settings, "base_url": public_url(model_settings.get("base_url"))}))  # fmt: skip
-    info = submit(store, task=task, workspace=workspace, model=spec, policy=policy,
-                  snapshot=snapshot)  # fmt: skip
+    policy = Submission(
+        yes=yes,
+        allow_commands=allow,
+        max_steps=max_steps,
+        sandbox=sandbox or "workspace-write",
+        network=network,
+        pass_env=pass_env,
+        retry_for_s=retry_for,
+        fallback_models=tuple(check_model(m) for m in fallback_model),
+        token_limit=max_tokens,
+        time_limit_s=max_time,
+        **box_fields(sandbox_box(box)),
+        model=SubmittedModel(
+            **{**model_settings, "base_url": public_url(model_settings.get("base_url"))}
+        ),
+    )
+    info = submit(
+        store, task=task, workspace=workspace, model=spec, policy=policy, snapshot=snapshot
+    )
     if as_json:
         emit_json({"session": info.id, "workspace": info.workspace, "model": spec})
     else:
@@ -208,10 +271,19 @@ def own_servers() -> frozenset[str]:
     from bubu.providerfacts import SERVER_ENV
 
     return frozenset(v for v in (os.environ.get(n) for n in SERVER_ENV.values()) if v)
+
+
 def ceiling_text(c: Ceiling) -> str:
     """The worker's ceiling in one phrase for its start line."""
-    allowed = [n for n, on in (("--yes", c.allow_yes), ("--network", c.allow_network),
-                               ("unconfined --allow", c.allow_patterns)) if on]  # fmt: skip
+    allowed = [
+        n
+        for n, on in (
+            ("--yes", c.allow_yes),
+            ("--network", c.allow_network),
+            ("unconfined --allow", c.allow_patterns),
+        )
+        if on
+    ]
     allowed += [f"--env {n}" for n in sorted(c.allow_env)]
     allowed += [f"--allow-socket {p}" for p in sorted(c.allow_sockets)]
     allowed += ["--ssh-agent"] if c.allow_ssh_agent else []
@@ -241,8 +313,11 @@ def worker_box(limits: dict[str, Any]) -> Any:
     from bubu.tools.sandbox import Options
 
     given = sandbox_box(limits).limits
-    return Options(limits=Limits(procs=given.proc_count(), memory=given.memory_bytes(),
-                                 file_size=given.file_bytes()))  # fmt: skip
+    return Options(
+        limits=Limits(
+            procs=given.proc_count(), memory=given.memory_bytes(), file_size=given.file_bytes()
+        )
+    )
 
 
 def _say(line: str) -> None:
@@ -251,43 +326,109 @@ def _say(line: str) -> None:
 
 @cli.command("worker")
 @db_option
-@click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True,
-              help="Sessions run at once.")  # fmt: skip
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Sessions run at once.",
+)
 @click.option("--once", is_flag=True, help="Exit as soon as nothing is claimable.")
-@click.option("--idle-exit", type=float, default=None, metavar="S",
-              help="Exit after S seconds with nothing claimable.")  # fmt: skip
-@click.option("--lease-ttl", type=click.FloatRange(0.5), default=30.0, show_default=True,
-              metavar="S", help="Lease time; a dead worker's sessions wait this long.")  # fmt: skip
-@click.option("--poll", type=click.FloatRange(0.05), default=1.0, show_default=True, metavar="S",
-              help="Seconds between looks for work while idle.")  # fmt: skip
-@click.option("--tool-timeout", type=float, default=600.0, show_default=True,
-              callback=checks.seconds, help="Seconds per tool call.")  # fmt: skip
-@click.option("--mcp", "mcp", default=None, envvar="BUBU_MCP", metavar="FILE",
-              type=click.Path(dir_okay=False),
-              help="MCP servers to offer tools from (default $BUBU_HOME/mcp.json if present).")  # fmt: skip
+@click.option(
+    "--idle-exit",
+    type=float,
+    default=None,
+    metavar="S",
+    help="Exit after S seconds with nothing claimable.",
+)
+@click.option(
+    "--lease-ttl",
+    type=click.FloatRange(0.5),
+    default=30.0,
+    show_default=True,
+    metavar="S",
+    help="Lease time; a dead worker's sessions wait this long.",
+)
+@click.option(
+    "--poll",
+    type=click.FloatRange(0.05),
+    default=1.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds between looks for work while idle.",
+)
+@click.option(
+    "--tool-timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    callback=checks.seconds,
+    help="Seconds per tool call.",
+)
+@click.option(
+    "--mcp",
+    "mcp",
+    default=None,
+    envvar="BUBU_MCP",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="MCP servers to offer tools from (default $BUBU_HOME/mcp.json if present).",
+)
 @store_quota_option()
-@click.option("--max-sandbox", default="workspace-write", show_default=True, callback=sandbox_option,
-              metavar="workspace-write|read-only|off",
-              help="The loosest sandbox a task runs in; a task asking for a looser one is held.")  # fmt: skip
+@click.option(
+    "--max-sandbox",
+    default="workspace-write",
+    show_default=True,
+    callback=sandbox_option,
+    metavar="workspace-write|read-only|off",
+    help="The loosest sandbox a task runs in; a task asking for a looser one is held.",
+)
 @click.option("--allow-yes", is_flag=True, help="Run tasks submitted with --yes (else held).")
 @click.option(
     "--allow-network", is_flag=True, help="Run tasks submitted with --network (else held)."
 )
-@click.option("--allow-patterns", is_flag=True,
-              help="Run tasks whose --allow patterns approve unconfined commands (else held).")  # fmt: skip
-@click.option("--allow-env", "allow_env", multiple=True, metavar="NAME",
-              callback=env_names(must_be_set=False),
-              help="A secret variable of this worker that tasks may ask for with --env (else held).")  # fmt: skip
-@click.option("--workspaces", default=None, metavar="DIR", type=click.Path(file_okay=False),
-              help="Run each session in DIR/SESSION, materialized from its snapshots when missing "
-              "(a machine that does not have the sessions' workspaces).")  # fmt: skip
-@click.option("--allow-socket", "allow_socket", multiple=True, metavar="PATH", callback=_socket_paths,
-              help="A Unix socket (exact path) tasks may ask to reach with --allow-socket (else held).")  # fmt: skip
-@click.option("--allow-ssh-agent", is_flag=True,
-              help="Run tasks submitted with --ssh-agent, with this worker's agent (else held).")  # fmt: skip
-@click.option("--allow-base-url", "allow_base_url", multiple=True, metavar="URL",
-              help="A model server other than the vendors' APIs that tasks may name with "
-              "--base-url; this worker's API key is sent there (else held).")  # fmt: skip
+@click.option(
+    "--allow-patterns",
+    is_flag=True,
+    help="Run tasks whose --allow patterns approve unconfined commands (else held).",
+)
+@click.option(
+    "--allow-env",
+    "allow_env",
+    multiple=True,
+    metavar="NAME",
+    callback=env_names(must_be_set=False),
+    help="A secret variable of this worker that tasks may ask for with --env (else held).",
+)
+@click.option(
+    "--workspaces",
+    default=None,
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="Run each session in DIR/SESSION, materialized from its snapshots when missing "
+    "(a machine that does not have the sessions' workspaces).",
+)
+@click.option(
+    "--allow-socket",
+    "allow_socket",
+    multiple=True,
+    metavar="PATH",
+    callback=_socket_paths,
+    help="A Unix socket (exact path) tasks may ask to reach with --allow-socket (else held).",
+)
+@click.option(
+    "--allow-ssh-agent",
+    is_flag=True,
+    help="Run tasks submitted with --ssh-agent, with this worker's agent (else held).",
+)
+@click.option(
+    "--allow-base-url",
+    "allow_base_url",
+    multiple=True,
+    metavar="URL",
+    help="A model server other than the vendors' APIs that tasks may name with "
+    "--base-url; this worker's API key is sent there (else held).",
+)
 @_limit_options
 @pass_ctx
 def worker_cmd(
@@ -340,13 +481,27 @@ def worker_cmd(
 
     run = RunConfig(max_steps=None, lease_ttl_s=lease_ttl)
     options = worker_options(mcp=mcp, tool_timeout=tool_timeout, store_quota=store_quota)
-    ceiling = Ceiling(max_sandbox=max_sandbox, allow_yes=allow_yes, allow_network=allow_network,
-                      allow_patterns=allow_patterns, allow_env=frozenset(allow_env),
-                      allow_sockets=frozenset(allow_socket), allow_ssh_agent=allow_ssh_agent,
-                      allow_base_urls=frozenset(allow_base_url) | own_servers())  # fmt: skip
-    config = WorkerConfig(concurrency=concurrency, once=once, idle_exit_s=idle_exit,
-                          poll_s=poll, run=run, ceiling=ceiling, box=worker_box(limits),
-                          workspaces=workspaces, options=options)  # fmt: skip
+    ceiling = Ceiling(
+        max_sandbox=max_sandbox,
+        allow_yes=allow_yes,
+        allow_network=allow_network,
+        allow_patterns=allow_patterns,
+        allow_env=frozenset(allow_env),
+        allow_sockets=frozenset(allow_socket),
+        allow_ssh_agent=allow_ssh_agent,
+        allow_base_urls=frozenset(allow_base_url) | own_servers(),
+    )
+    config = WorkerConfig(
+        concurrency=concurrency,
+        once=once,
+        idle_exit_s=idle_exit,
+        poll_s=poll,
+        run=run,
+        ceiling=ceiling,
+        box=worker_box(limits),
+        workspaces=workspaces,
+        options=options,
+    )
     worker = Worker(open_slot=open_slot, config=config, log=_say)
     received = 0
 
@@ -361,8 +516,10 @@ def worker_cmd(
         worker.drain()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    _say(f"started on {where} (concurrency {concurrency}, lease {lease_ttl:g} s, "
-         f"{ceiling_text(ceiling)})")  # fmt: skip
+    _say(
+        f"started on {where} (concurrency {concurrency}, lease {lease_ttl:g} s, "
+        f"{ceiling_text(ceiling)})"
+    )
     try:
         worker.serve()
     finally:

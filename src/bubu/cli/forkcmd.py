@@ -14,16 +14,31 @@ from bubu.errors import ConfigError
 @click.argument("session")
 @click.option("--at", "at", type=int, required=True, metavar="SEQ", help="The last seq to copy.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--restore-files", is_flag=True,
-              help="Also put back the files SESSION changed after SEQ (deleting none).")  # fmt: skip
+@click.option(
+    "--restore-files",
+    is_flag=True,
+    help="Also put back the files SESSION changed after SEQ (deleting none).",
+)
 @click.option("--yes", "-y", is_flag=True, help="With --restore-files: do it without asking.")
-@click.option("--force-file", "force", multiple=True, metavar="PATH",
-              help="With --restore-files: overwrite PATH though it changed since Bubu's last write.")  # fmt: skip
+@click.option(
+    "--force-file",
+    "force",
+    multiple=True,
+    metavar="PATH",
+    help="With --restore-files: overwrite PATH though it changed since Bubu's last write.",
+)
 @pass_ctx
 def fork_cmd(
-    ctx: Ctx, /, *, session: str, at: int, as_json: bool, restore_files: bool, yes: bool,
+    ctx: Ctx,
+    /,
+    *,
+    session: str,
+    at: int,
+    as_json: bool,
+    restore_files: bool,
+    yes: bool,
     force: tuple[str, ...],
-) -> None:  # fmt: skip
+) -> None:
     """Start a new session from events 1..SEQ of SESSION (verified first) and print its id."""
     if restore_files:
         from bubu.cli.rewindcmd import run_rewind

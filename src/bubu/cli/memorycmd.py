@@ -209,10 +209,16 @@ def _append_notes(store: Store, info: SessionInfo, notes: Sequence[NoteFact]) ->
     )
     now = clock.now_ms()
     events = [
-        make(session=info.id, role="system", author="user", ts=now,
-             content=SystemNote(note=n), visibility="hidden")
+        make(
+            session=info.id,
+            role="system",
+            author="user",
+            ts=now,
+            content=SystemNote(note=n),
+            visibility="hidden",
+        )
         for n in notes
-    ]  # fmt: skip
+    ]
     try:
         store.append(
             info.id, events, expect=store.head(info.id).high_water, durable=True, lease=lease

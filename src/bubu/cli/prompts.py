@@ -56,8 +56,9 @@ def prepare(p: PromptFile, arguments: str, *, trusted: bool) -> Prepared:
             "trusted (`bubu trust` if you wrote it); its text is sent as it is"
         )
         return Prepared(name=p.name, prompt=prompt, ignored=why)
-    return Prepared(name=p.name, prompt=prompt, model=p.model,
-                    allow=tuple(allow_patterns(p.allowed_tools)))  # fmt: skip
+    return Prepared(
+        name=p.name, prompt=prompt, model=p.model, allow=tuple(allow_patterns(p.allowed_tools))
+    )
 
 
 def find(text: str, workspace: str) -> Prepared | None:

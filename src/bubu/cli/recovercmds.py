@@ -27,8 +27,12 @@ from bubu.projections.status import BOUNDARY_KINDS, fold_status
 @click.argument("session", required=False)
 @model_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
-@click.option("--force", is_flag=True, help="Continue a blocked SESSION: every call left running "
-              "gets an interrupted result, nothing is re-run (look at it first).")  # fmt: skip
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Continue a blocked SESSION: every call left running "
+    "gets an interrupted result, nothing is re-run (look at it first).",
+)
 @pass_ctx
 def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, force: bool, **opts: Any) -> None:
     """Recover every session with an unfinished turn (or just SESSION) and continue it to its end.
@@ -119,8 +123,15 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, force: bool, **
 
 @cli.command("stop")
 @click.argument("session")
-@click.option("--wait", "wait_s", type=click.FloatRange(0), default=30.0, show_default=True,
-              metavar="S", help="Seconds to wait for the turn to end (0: do not wait).")  # fmt: skip
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds to wait for the turn to end (0: do not wait).",
+)
 @pass_ctx
 def stop_cmd(ctx: Ctx, /, session: str, wait_s: float) -> None:
     """Stop the turn running in another process (a terminal, the web UI, a worker).

@@ -109,11 +109,22 @@ def _ask(store: Store, p: Preview, force: Collection[str]) -> Preview | None:
 
 @cli.command("rewind")
 @click.argument("session")
-@click.option("--to", "to", type=int, required=True, metavar="SEQ",
-              help="The seq to go back to: a turn boundary (0: before the first request).")  # fmt: skip
+@click.option(
+    "--to",
+    "to",
+    type=int,
+    required=True,
+    metavar="SEQ",
+    help="The seq to go back to: a turn boundary (0: before the first request).",
+)
 @click.option("--yes", "-y", is_flag=True, help="Do it without asking (for scripts).")
-@click.option("--force-file", "force", multiple=True, metavar="PATH",
-              help="Overwrite PATH even though it changed since Bubu's last write (repeatable).")  # fmt: skip
+@click.option(
+    "--force-file",
+    "force",
+    multiple=True,
+    metavar="PATH",
+    help="Overwrite PATH even though it changed since Bubu's last write (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the preview and the result as JSON.")
 @pass_ctx
 def rewind_cmd(
@@ -145,8 +156,13 @@ def last_turn_start(records: Sequence[Record]) -> int | None:
 @cli.command("undo")
 @click.argument("session")
 @click.option("--yes", "-y", is_flag=True, help="Do it without asking (for scripts).")
-@click.option("--force-file", "force", multiple=True, metavar="PATH",
-              help="Overwrite PATH even though it changed since Bubu's last step (repeatable).")  # fmt: skip
+@click.option(
+    "--force-file",
+    "force",
+    multiple=True,
+    metavar="PATH",
+    help="Overwrite PATH even though it changed since Bubu's last step (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the preview and the result as JSON.")
 @pass_ctx
 def undo_cmd(

@@ -176,8 +176,10 @@ def _plan(chat: Chat, arg: str) -> None:
 
     if arg != "show":
         chat.host.config = replace(chat.host.config, plan=True)
-        chat.say("plan mode: the next turns read and plan, nothing is written or run; "
-                 "/approve lets the session act on the plan")  # fmt: skip
+        chat.say(
+            "plan mode: the next turns read and plan, nothing is written or run; "
+            "/approve lets the session act on the plan"
+        )
     if chat.info is None:
         return
     plan = plan_json(fold_plan(chat.store.read(chat.info.id)))

@@ -11,13 +11,31 @@ from bubu.log.store import SessionInfo, Store
 from bubu.projections.status import Status
 
 Shown = Literal[
-    "running", "open turn", "queued", "held", "idle", "completed", "failed", "stopped", "suspended", "blocked"
-]  # fmt: skip
+    "running",
+    "open turn",
+    "queued",
+    "held",
+    "idle",
+    "completed",
+    "failed",
+    "stopped",
+    "suspended",
+    "blocked",
+]
 """A session's state as every command shows it."""
 
 STATES: tuple[Shown, ...] = (
-    "running", "open turn", "queued", "held", "idle", "completed", "failed", "stopped", "suspended", "blocked",
-)  # fmt: skip
+    "running",
+    "open turn",
+    "queued",
+    "held",
+    "idle",
+    "completed",
+    "failed",
+    "stopped",
+    "suspended",
+    "blocked",
+)
 
 
 def shown_state(store: Store, info: SessionInfo, st: Status) -> Shown:

@@ -103,9 +103,13 @@ def copy_session(src: Store, dst: Store, info: SessionInfo) -> CopyResult:
     try:
         # With its events in one transaction: an interrupted copy leaves nothing to skip later.
         dst.create_session(
-            title=info.title, workspace=info.workspace, model=info.model, session_id=sid,
-            events=[r.event for r in records], blobs=list(blobs.values()),
-        )  # fmt: skip
+            title=info.title,
+            workspace=info.workspace,
+            model=info.model,
+            session_id=sid,
+            events=[r.event for r in records],
+            blobs=list(blobs.values()),
+        )
     except StorageError:
         if _exists(dst, sid):  # created by someone else in the meantime
             return CopyResult(session=sid, result="skipped", reason="it already exists in DST")

@@ -110,9 +110,13 @@ def serve(app: Any, sock: socket.socket) -> None:
             yield
 
     config = uvicorn.Config(
-        app, log_level="warning", access_log=False, ws="none", lifespan="on",
+        app,
+        log_level="warning",
+        access_log=False,
+        ws="none",
+        lifespan="on",
         timeout_graceful_shutdown=2,
-    )  # fmt: skip
+    )
     server = Server(config)
 
     def on_signal(*_: object) -> None:

@@ -35,8 +35,9 @@ def changed_by_turn(store: Store, records: list[Record]) -> list[diff.Changed]:
         return []
 
 
-def _range(records: list[Record], sid: str, turn: int | None, start: int | None,
-           end: int | None) -> tuple[str, str, str]:  # fmt: skip
+def _range(
+    records: list[Record], sid: str, turn: int | None, start: int | None, end: int | None
+) -> tuple[str, str, str]:
     """(old tree, new tree, what the range is) for `bubu diff`'s options."""
     last = records[-1].seq if records else 0
     if turn is not None:
@@ -66,9 +67,16 @@ def _range(records: list[Record], sid: str, turn: int | None, start: int | None,
 @click.option("--json", "as_json", is_flag=True, help="Print the changed paths as JSON.")
 @pass_ctx
 def diff_cmd(
-    ctx: Ctx, /, *, session: str, turn: int | None, start: int | None, end: int | None,
-    stat: bool, as_json: bool,
-) -> None:  # fmt: skip
+    ctx: Ctx,
+    /,
+    *,
+    session: str,
+    turn: int | None,
+    start: int | None,
+    end: int | None,
+    stat: bool,
+    as_json: bool,
+) -> None:
     """Print the unified diff of what SESSION changed in its workspace (all of it, one turn, or
     a range of seqs), from the workspace snapshots, commands' changes included."""
     if turn is not None and (start is not None or end is not None):
@@ -83,11 +91,18 @@ def diff_cmd(
     except CorruptLog as e:
         fail(f"{e}; `bubu verify {info.id}` tells what is damaged")
     if as_json:
-        emit_json({
-            "session": info.id, "range": what, "from_tree": a, "to_tree": b,
-            "changes": [{"path": c.path, "kind": c.kind, "added": c.added,
-                         "removed": c.removed} for c in changed],
-        })  # fmt: skip
+        emit_json(
+            {
+                "session": info.id,
+                "range": what,
+                "from_tree": a,
+                "to_tree": b,
+                "changes": [
+                    {"path": c.path, "kind": c.kind, "added": c.added, "removed": c.removed}
+                    for c in changed
+                ],
+            }
+        )
         return
     if stat:
         for line in diff.stat_lines(changed):

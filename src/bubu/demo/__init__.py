@@ -94,31 +94,49 @@ def script(crash: bool) -> list[dict[str, object]]:
         else "Now I'll run the style check and the tests again."
     )
     return [
-        {"text": "Let me look at the project first.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
-        {"text": "I'll read the tests to see what is expected.",
-         "tool_calls": [{"name": "read_file", "arguments": {"path": "test_stats.py"}}]},
-        {"text": "Where is `average` defined?",
-         "tool_calls": [{"name": "grep", "arguments": {"pattern": "def average", "path": "."}}]},
-        {"text": "Let me run the tests to see the failure.",
-         "tool_calls": [{"name": "run_command", "arguments": {"command": tests}}]},
-        {"thinking": "average([2, 4, 6]) should be 4 but divides by len - 1, giving 6. Fix the divisor.",
-         "text": "`average` divides by `len(values) - 1`; the mean divides by `len(values)`. "
-                 "Fixing it, and running the slow style check at the same time.",
-         "delay_s": 0.3,
-         "tool_calls": [
-             {"name": "edit_file", "arguments": {"path": "stats.py", "old": FIX_OLD, "new": FIX_NEW}},
-             {"name": "read_file", "arguments": {"path": "test_stats.py"}},
-             {"name": "run_command", "arguments": {"command": style}},
-         ]},
-        {"text": after,
-         "tool_calls": [
-             {"name": "grep", "arguments": {"pattern": "len\\(values\\)", "path": "stats.py"}},
-             {"name": "run_command", "arguments": {"command": f"{style} && {tests}"}},
-         ]},
-        {"text": "All tests pass. The bug was an off-by-one divisor in `average` "
-                 "(`len(values) - 1` instead of `len(values)`); I fixed it in stats.py and verified "
-                 "with the style check and the full test suite."},
-    ]  # fmt: skip
+        {
+            "text": "Let me look at the project first.",
+            "tool_calls": [{"name": "list_files", "arguments": {}}],
+        },
+        {
+            "text": "I'll read the tests to see what is expected.",
+            "tool_calls": [{"name": "read_file", "arguments": {"path": "test_stats.py"}}],
+        },
+        {
+            "text": "Where is `average` defined?",
+            "tool_calls": [{"name": "grep", "arguments": {"pattern": "def average", "path": "."}}],
+        },
+        {
+            "text": "Let me run the tests to see the failure.",
+            "tool_calls": [{"name": "run_command", "arguments": {"command": tests}}],
+        },
+        {
+            "thinking": "average([2, 4, 6]) should be 4 but divides by len - 1, giving 6. Fix the divisor.",
+            "text": "`average` divides by `len(values) - 1`; the mean divides by `len(values)`. "
+            "Fixing it, and running the slow style check at the same time.",
+            "delay_s": 0.3,
+            "tool_calls": [
+                {
+                    "name": "edit_file",
+                    "arguments": {"path": "stats.py", "old": FIX_OLD, "new": FIX_NEW},
+                },
+                {"name": "read_file", "arguments": {"path": "test_stats.py"}},
+                {"name": "run_command", "arguments": {"command": style}},
+            ],
+        },
+        {
+            "text": after,
+            "tool_calls": [
+                {"name": "grep", "arguments": {"pattern": "len\\(values\\)", "path": "stats.py"}},
+                {"name": "run_command", "arguments": {"command": f"{style} && {tests}"}},
+            ],
+        },
+        {
+            "text": "All tests pass. The bug was an off-by-one divisor in `average` "
+            "(`len(values) - 1` instead of `len(values)`); I fixed it in stats.py and verified "
+            "with the style check and the full test suite."
+        },
+    ]
 
 
 def make_workspace(root: Path) -> Path:

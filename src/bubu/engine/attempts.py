@@ -96,11 +96,19 @@ def after_failure(
         return End(error=error, message=message, cause="provider_unavailable")
     horizon = fold.retry_for_s or knobs.retry_for_s or DEFAULT_RETRY_FOR_S
     plan = plan_retry(
-        attempt=attempt, retry_after_s=e.retry_after, since_ms=since, now_ms=now_ms,
-        retry_for_s=horizon, chain=tuple(dict.fromkeys([primary, *fold.fallbacks])),
-        model=current, failures_on_model=fold.streak_on_model + 1, rand=rand,
-        base_s=knobs.base_s, cap_s=knobs.cap_s, max_attempts=knobs.max_attempts,
-    )  # fmt: skip
+        attempt=attempt,
+        retry_after_s=e.retry_after,
+        since_ms=since,
+        now_ms=now_ms,
+        retry_for_s=horizon,
+        chain=tuple(dict.fromkeys([primary, *fold.fallbacks])),
+        model=current,
+        failures_on_model=fold.streak_on_model + 1,
+        rand=rand,
+        base_s=knobs.base_s,
+        cap_s=knobs.cap_s,
+        max_attempts=knobs.max_attempts,
+    )
     if isinstance(plan, GiveUp):
         message = (
             f"gave up waiting for the provider after {attempt} attempts over "

@@ -99,15 +99,32 @@ class Children:
         elif not plan.isolation:
             # A child without a worktree acts where its parent does now (a fleet worker's copy).
             info = replace(info, workspace=r.session.workspace)
-        self._fact(ChildStarted(child=cid, call_id=call_id, agent=a.agent or None, model=plan.provider.spec,
-                                branch=branch, base=base, resumed=resumed))  # fmt: skip
+        self._fact(
+            ChildStarted(
+                child=cid,
+                call_id=call_id,
+                agent=a.agent or None,
+                model=plan.provider.spec,
+                branch=branch,
+                base=base,
+                resumed=resumed,
+            )
+        )
         read_back = resumed and _ended(r.store, cid)
         if not read_back:
             self._run(self._host(plan, call_id), info, plan.task)
         got = report(r.store.read(cid))
         line = outcome_line(got) if got.reason is not None else "stopped: its parent stopped"
-        self._fact(ChildFinished(child=cid, call_id=call_id, reason=got.reason or "stopped",
-                                 tokens=got.tokens, cost_usd=got.cost_usd, read_back=read_back))  # fmt: skip
+        self._fact(
+            ChildFinished(
+                child=cid,
+                call_id=call_id,
+                reason=got.reason or "stopped",
+                tokens=got.tokens,
+                cost_usd=got.cost_usd,
+                read_back=read_back,
+            )
+        )
         who = f"sub-agent {cid}" + (f" ({a.agent})" if a.agent else "")
         text = f"{who} {line}:\n{got.text or '(it said nothing)'}"
         if branch is not None and base is not None:
@@ -138,8 +155,14 @@ class Children:
                 )
             tools = {n: r.tools[n] for n in names}
         spec = a.model or (agent.model if agent is not None else None)
-        return Plan(task=a.task, agent=agent, tools=tools, provider=self._provider(spec),
-                    isolation=a.isolation == "worktree", budget=a.budget)  # fmt: skip
+        return Plan(
+            task=a.task,
+            agent=agent,
+            tools=tools,
+            provider=self._provider(spec),
+            isolation=a.isolation == "worktree",
+            budget=a.budget,
+        )
 
     def _provider(self, spec: str | None) -> Provider:
         from bubu.providers import resolve
@@ -153,14 +176,30 @@ class Children:
     def _create(self, cid: str, call_id: str, plan: Plan, workspace: str) -> SessionInfo:
         r = self.runner
         title = " ".join(plan.task.split())[:120]
-        first = make(session=cid, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
-                     content=_note(SessionStarted(workspace=workspace, title=title, model=plan.provider.spec,
-                                                  parent=r.session.id, parent_call=call_id)))  # fmt: skip
+        first = make(
+            session=cid,
+            role="system",
+            author="host",
+            ts=clock.now_ms(),
+            visibility="hidden",
+            content=_note(
+                SessionStarted(
+                    workspace=workspace,
+                    title=title,
+                    model=plan.provider.spec,
+                    parent=r.session.id,
+                    parent_call=call_id,
+                )
+            ),
+        )
         try:
             return r.store.create_session(
-                title=title, workspace=workspace, model=plan.provider.spec, session_id=cid,
+                title=title,
+                workspace=workspace,
+                model=plan.provider.spec,
+                session_id=cid,
                 events=[first],
-            )  # fmt: skip
+            )
         except BubuError:
             found = _find(r.store, cid)  # another process made it first: it is the same child
             if found is None:
@@ -172,21 +211,30 @@ class Children:
 
         r = self.runner
         return Host(
-            store=r.store, provider=plan.provider, tools=plan.tools,
-            policy=r.tool_calls.effective_policy, asker=r.asker,
+            store=r.store,
+            provider=plan.provider,
+            tools=plan.tools,
+            policy=r.tool_calls.effective_policy,
+            asker=r.asker,
             config=self._limits(call_id, plan.budget),
-            prompt=plan.agent.instructions if plan.agent is not None and plan.agent.instructions.strip() else None,
-        )  # fmt: skip
+            prompt=plan.agent.instructions
+            if plan.agent is not None and plan.agent.instructions.strip()
+            else None,
+        )
 
     def _limits(self, call_id: str, budget: Budget | None) -> RunConfig:
         """The parent's run config with the child's share of each limit."""
         r = self.runner
         lr, t = r.longrun, r.turn
         me = t.calls.get(call_id)
-        siblings = sum(
-            1 for c in t.calls.values()
-            if c.name == "delegate" and me is not None and c.invocation == me.invocation
-        ) or 1  # fmt: skip
+        siblings = (
+            sum(
+                1
+                for c in t.calls.values()
+                if c.name == "delegate" and me is not None and c.invocation == me.invocation
+            )
+            or 1
+        )
         tokens = (
             None if lr.token_limit is None else max(1, (lr.token_limit - lr.tokens) // siblings)
         )
@@ -198,8 +246,9 @@ class Children:
             tokens = _least(tokens, budget.tokens or None)
             cost = _least(cost, budget.cost or None)
             seconds = _least(seconds, budget.seconds or None)
-        return replace(r.config, token_limit=tokens, max_cost=cost, time_limit_s=seconds,
-                       fallback_models=())  # fmt: skip
+        return replace(
+            r.config, token_limit=tokens, max_cost=cost, time_limit_s=seconds, fallback_models=()
+        )
 
     def _fact(self, note: ChildStarted | ChildFinished) -> None:
         """Append a fact to the parent's log from the call's thread."""
@@ -214,8 +263,9 @@ class Children:
 
         r, store = self.runner, self.runner.store
         done = threading.Event()
-        watcher = threading.Thread(target=self._watch, args=(host, done), daemon=True,
-                                   name="bubu-child-stop")  # fmt: skip
+        watcher = threading.Thread(
+            target=self._watch, args=(host, done), daemon=True, name="bubu-child-stop"
+        )
         watcher.start()
         try:
             while r.stop_reason is None:
@@ -341,8 +391,18 @@ def finish_worktree(workspace: str, branch: str, base: str, cid: str) -> str:
     _git(workspace, "add", "-A")
     staged = _git(workspace, "diff", "--cached", "--name-only").strip()
     if staged:
-        _git(workspace, "-c", "user.name=Bubu", "-c", "user.email=bubu@localhost", "commit", "-q",
-             "--no-verify", "-m", f"sub-agent {cid}")  # fmt: skip
+        _git(
+            workspace,
+            "-c",
+            "user.name=Bubu",
+            "-c",
+            "user.email=bubu@localhost",
+            "commit",
+            "-q",
+            "--no-verify",
+            "-m",
+            f"sub-agent {cid}",
+        )
     stat = _git(workspace, "diff", "--stat", base, branch).strip()
     if not stat:
         return f"branch {branch}: no changes"

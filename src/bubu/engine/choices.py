@@ -159,8 +159,16 @@ def after_stop(reason: StopReason | None, *, turn_open: bool) -> AfterStop:
 
 # -- conflicts ----------------------------------------------------------------------------------
 
-BENIGN_NOTES = frozenset({"NoticeDismissed", "MemoryForgotten", "MemoryAccepted",
-                          "ProcessStarted", "ProcessOutput", "ProcessEnded"})  # fmt: skip
+BENIGN_NOTES = frozenset(
+    {
+        "NoticeDismissed",
+        "MemoryForgotten",
+        "MemoryAccepted",
+        "ProcessStarted",
+        "ProcessOutput",
+        "ProcessEnded",
+    }
+)
 """The notes another process may append to a running session (and a background process's reader
 thread, beside the runner)."""
 

@@ -131,27 +131,66 @@ class Compacting:
         estimate = len(encoded) // BYTES_PER_TOKEN
         calls.append(digest)
         log.append(
-            [log.note(ModelRequestNote(model=model, request_digest=digest,
-                                       estimated_tokens=estimate, purpose="summary"))]
-        )  # fmt: skip
+            [
+                log.note(
+                    ModelRequestNote(
+                        model=model,
+                        request_digest=digest,
+                        estimated_tokens=estimate,
+                        purpose="summary",
+                    )
+                )
+            ]
+        )
         try:
             response = self._call(request)
         except ProviderError as e:
-            log.append([log.event("system", "system", Error(
-                error_class=e.error_class, message=f"summarizer: {e}", retryable=e.retryable,
-                status=e.status), visibility="hidden")])  # fmt: skip
+            log.append(
+                [
+                    log.event(
+                        "system",
+                        "system",
+                        Error(
+                            error_class=e.error_class,
+                            message=f"summarizer: {e}",
+                            retryable=e.retryable,
+                            status=e.status,
+                        ),
+                        visibility="hidden",
+                    )
+                ]
+            )
             return "", f"the summarizer failed: {e}"
         answer = "".join(p.text for p in response.parts if isinstance(p, TextPart))
         u = response.usage
         usage = TokenUsage(
-            model=model, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-            cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
-            estimated_input_tokens=estimate, stop_reason=response.stop_reason,
-        )  # fmt: skip
-        chunk = SummaryChunk(request_digest=digest, start=plan.start, watermark=plan.watermark,
-                             chunk=i + 1, chunks=len(plan.chunks), text=answer)  # fmt: skip
-        log.append([log.event("system", "system", SystemNote(note=chunk),
-                              Actions(token_usage=usage), visibility="hidden")])  # fmt: skip
+            model=model,
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cache_read_tokens=u.cache_read_tokens,
+            cache_write_tokens=u.cache_write_tokens,
+            estimated_input_tokens=estimate,
+            stop_reason=response.stop_reason,
+        )
+        chunk = SummaryChunk(
+            request_digest=digest,
+            start=plan.start,
+            watermark=plan.watermark,
+            chunk=i + 1,
+            chunks=len(plan.chunks),
+            text=answer,
+        )
+        log.append(
+            [
+                log.event(
+                    "system",
+                    "system",
+                    SystemNote(note=chunk),
+                    Actions(token_usage=usage),
+                    visibility="hidden",
+                )
+            ]
+        )
         return answer, plan.problem(answer, i)
 
     def _call(self, request: ModelRequest) -> ModelResponse:

@@ -68,9 +68,13 @@ class CompactionPlan:
     def request(self, i: int, text: str | None) -> ModelRequest:
         """The summarizer request for chunk `i`, folding `text` (the summary so far)."""
         return summary_request(
-            text, self.chunks[i], self.facts, max_tokens=self.max_tokens,
-            ordinal=self.ordinal, part=(i + 1, len(self.chunks)),
-        )  # fmt: skip
+            text,
+            self.chunks[i],
+            self.facts,
+            max_tokens=self.max_tokens,
+            ordinal=self.ordinal,
+            part=(i + 1, len(self.chunks)),
+        )
 
     def problem(self, answer: str, i: int) -> str | None:
         """Why the answer to chunk `i` may not be used (None when it may)."""
@@ -93,27 +97,54 @@ class CompactionPlan:
         )
         if problem is None and text is not None:
             body = CheckpointBody(
-                key=f"cp-{watermark}-{digest[:12]}", watermark=watermark, source_digest=digest,
-                summary=text, facts=self.facts, model=model, prompt_version=PROMPT_VERSION,
-                previous=previous.key if previous is not None else None, covered_bytes=self.covered,
-                summarized_upto=watermark, chunks=n, calls=calls,
-            )  # fmt: skip
-            return body, Compaction(checkpoint=body.key, watermark=watermark, source_digest=digest,
-                                    body_digest=body_digest(body), chunks=n, calls=calls)  # fmt: skip
+                key=f"cp-{watermark}-{digest[:12]}",
+                watermark=watermark,
+                source_digest=digest,
+                summary=text,
+                facts=self.facts,
+                model=model,
+                prompt_version=PROMPT_VERSION,
+                previous=previous.key if previous is not None else None,
+                covered_bytes=self.covered,
+                summarized_upto=watermark,
+                chunks=n,
+                calls=calls,
+            )
+            return body, Compaction(
+                checkpoint=body.key,
+                watermark=watermark,
+                source_digest=digest,
+                body_digest=body_digest(body),
+                chunks=n,
+                calls=calls,
+            )
         # The goal survives a failed summary: the last valid summary stays, the fact sheet
         # (no model needed) covers the rest, and the next compaction tries the summary again.
         body = CheckpointBody(
-            key=f"cp-{watermark}-{digest[:12]}-facts", watermark=watermark, source_digest=digest,
-            summary=previous.summary if previous is not None else "", facts=self.facts, model=model,
-            prompt_version=PROMPT_VERSION, previous=previous.key if previous is not None else None,
-            covered_bytes=self.covered, summarized_upto=self.start, chunks=n, calls=calls,
-        )  # fmt: skip
+            key=f"cp-{watermark}-{digest[:12]}-facts",
+            watermark=watermark,
+            source_digest=digest,
+            summary=previous.summary if previous is not None else "",
+            facts=self.facts,
+            model=model,
+            prompt_version=PROMPT_VERSION,
+            previous=previous.key if previous is not None else None,
+            covered_bytes=self.covered,
+            summarized_upto=self.start,
+            chunks=n,
+            calls=calls,
+        )
         return body, Compaction(
-            checkpoint=body.key, watermark=watermark, source_digest=digest, ok=False,
+            checkpoint=body.key,
+            watermark=watermark,
+            source_digest=digest,
+            ok=False,
             message=f"{problem}; kept the last valid checkpoint and the fact sheet for the rest "
             "(the summary is retried at the next compaction)",
-            body_digest=body_digest(body), chunks=n, calls=calls,
-        )  # fmt: skip
+            body_digest=body_digest(body),
+            chunks=n,
+            calls=calls,
+        )
 
 
 @dataclass(slots=True)
@@ -180,10 +211,18 @@ class Compactor:
             if start < seq <= watermark
         )
         plan = CompactionPlan(
-            start=start, watermark=watermark, source_digest=digest, previous=previous,
-            facts=facts, goal=fold.facts.goal, chunks=tuple(chunks), covered=covered,
-            max_tokens=max_tokens, ordinal=ordinal, text=prev_text,
-        )  # fmt: skip
+            start=start,
+            watermark=watermark,
+            source_digest=digest,
+            previous=previous,
+            facts=facts,
+            goal=fold.facts.goal,
+            chunks=tuple(chunks),
+            covered=covered,
+            max_tokens=max_tokens,
+            ordinal=ordinal,
+            text=prev_text,
+        )
         done = [
             p
             for p in fold.progress
@@ -195,8 +234,12 @@ class Compactor:
             and all(validate(p.text, fold.facts.goal) is None for p in done)
         ):
             # A run cut during this very compaction: its answers are in the log, go on after them.
-            return dataclasses.replace(plan, calls=tuple(p.request_digest for p in done),
-                                       text=done[-1].text, first=len(done))  # fmt: skip
+            return dataclasses.replace(
+                plan,
+                calls=tuple(p.request_digest for p in done),
+                text=done[-1].text,
+                first=len(done),
+            )
         return plan
 
     def _choose_watermark(self, window: int, hot: Blobs, overhead: int | None) -> int | None:
@@ -235,9 +278,15 @@ def cache_view(store: Store, session: str, seq: int, body: CheckpointBody) -> No
         if view is not None and view.source_digest == digest and sha256_hex(view.data) == digest:
             return
         store.put_view(
-            View(kind=VIEW_KIND, session=session, key=body.key, source_high_water=seq,
-                 source_digest=digest, data=encode_body(body))
-        )  # fmt: skip
+            View(
+                kind=VIEW_KIND,
+                session=session,
+                key=body.key,
+                source_high_water=seq,
+                source_digest=digest,
+                data=encode_body(body),
+            )
+        )
     except BubuError:
         return
 

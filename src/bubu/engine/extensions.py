@@ -209,9 +209,14 @@ def skills(workspace: str | None) -> list[Skill]:
                     continue
                 directory = rel if base is None else root.absolute(rel)  # type: ignore[union-attr]
                 where = f"~/.bubu/skills/{entry}" if base is None else rel
-                found[name] = Skill(name=name, description=desc[:MAX_DESCRIPTION],
-                                    directory=directory, origin=origin, sha256=got[1],
-                                    where=where)  # fmt: skip
+                found[name] = Skill(
+                    name=name,
+                    description=desc[:MAX_DESCRIPTION],
+                    directory=directory,
+                    origin=origin,
+                    sha256=got[1],
+                    where=where,
+                )
                 if len(found) >= MAX_SKILLS:
                     break
     finally:

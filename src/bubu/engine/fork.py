@@ -81,10 +81,18 @@ def _copy(e: Event, session: str, provenance: dict[str, object] | None) -> Event
         delta = {**(base.state_delta or {}), FORK_KEY: provenance}
         actions = msgspec.structs.replace(base, state_delta=delta)
     return make(
-        session=session, turn=e.turn, run=e.run, invocation=e.invocation, role=e.role,
-        author=e.author, status=e.status, visibility=e.visibility, ts=e.ts, content=e.content,
+        session=session,
+        turn=e.turn,
+        run=e.run,
+        invocation=e.invocation,
+        role=e.role,
+        author=e.author,
+        status=e.status,
+        visibility=e.visibility,
+        ts=e.ts,
+        content=e.content,
         actions=actions,
-    )  # fmt: skip
+    )
 
 
 def fork_session(
@@ -130,24 +138,44 @@ def fork_session(
     fork_id = fork_id or ids.session_id()
     copies = [_copy(r.event, fork_id, provenance if r.seq == 1 else None) for r in records]
     note = make(
-        session=fork_id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
-        content=SystemNote(note=Info(text=f"forked from {info.id} at seq {at} (digest {digest[:16]}…)")),
-    )  # fmt: skip
+        session=fork_id,
+        role="system",
+        author="host",
+        ts=clock.now_ms(),
+        visibility="hidden",
+        content=SystemNote(
+            note=Info(text=f"forked from {info.id} at seq {at} (digest {digest[:16]}…)")
+        ),
+    )
     # The fork's own facts, under its chain; a forked session is never continued by itself.
     source, _ = acting_info(store, info)
     title = sanitize_text(f"fork@{at}: {source.title}"[:160])
     facts = make(
-        session=fork_id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
-        content=SystemNote(note=SessionStarted(
-            workspace=source.workspace, title=title, model=source.model, origin="fork",
-            source=info.id, source_seq=at, source_digest=digest,
-        )),
-    )  # fmt: skip
+        session=fork_id,
+        role="system",
+        author="host",
+        ts=clock.now_ms(),
+        visibility="hidden",
+        content=SystemNote(
+            note=SessionStarted(
+                workspace=source.workspace,
+                title=title,
+                model=source.model,
+                origin="fork",
+                source=info.id,
+                source_seq=at,
+                source_digest=digest,
+            )
+        ),
+    )
     # The session and its copied events in one transaction: never a half-made fork.
     new = store.create_session(
-        title=title, workspace=source.workspace, model=source.model,
-        session_id=fork_id, events=[*copies, facts, note],
-    )  # fmt: skip
+        title=title,
+        workspace=source.workspace,
+        model=source.model,
+        session_id=fork_id,
+        events=[*copies, facts, note],
+    )
     turn = fold(records)
     return Fork(
         session=new.id,
@@ -167,25 +195,48 @@ def _fork_from_start(store: Store, info: SessionInfo, fork_id: str) -> Fork:
     title = sanitize_text(f"fork@0: {source.title}"[:160])
     provenance: dict[str, object] = {"session": info.id, "seq": 0, "digest": digest}
     facts = make(
-        session=fork_id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
-        content=SystemNote(note=SessionStarted(
-            workspace=source.workspace, title=title, model=source.model, origin="fork",
-            source=info.id, source_seq=0, source_digest=digest,
-        )),
+        session=fork_id,
+        role="system",
+        author="host",
+        ts=clock.now_ms(),
+        visibility="hidden",
+        content=SystemNote(
+            note=SessionStarted(
+                workspace=source.workspace,
+                title=title,
+                model=source.model,
+                origin="fork",
+                source=info.id,
+                source_seq=0,
+                source_digest=digest,
+            )
+        ),
         actions=Actions(state_delta={FORK_KEY: provenance}),
-    )  # fmt: skip
+    )
     note = make(
-        session=fork_id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
+        session=fork_id,
+        role="system",
+        author="host",
+        ts=clock.now_ms(),
+        visibility="hidden",
         content=SystemNote(note=Info(text=f"forked from {info.id} before its first event")),
-    )  # fmt: skip
+    )
     new = store.create_session(
-        title=title, workspace=source.workspace, model=source.model, session_id=fork_id,
+        title=title,
+        workspace=source.workspace,
+        model=source.model,
+        session_id=fork_id,
         events=[facts, note],
-    )  # fmt: skip
+    )
     return Fork(
-        session=new.id, source=info.id, seq=0, digest=digest, events=2, open_turn=False,
+        session=new.id,
+        source=info.id,
+        seq=0,
+        digest=digest,
+        events=2,
+        open_turn=False,
         dangling_calls=0,
-    )  # fmt: skip
+    )
 
 
 __all__ = ["FORK_KEY", "Fork", "fork_session"]

@@ -98,10 +98,18 @@ class HookPoints:
         self.stops.check_stop()  # a hook cut short by a stop decided nothing: nothing is recorded
         a = hooks.answer(hook, ran)
         return HookRun(
-            event=hook.event, hook=hook.command, call_id=call_id, decision=a.decision,
-            reason=a.reason, updated_input=a.updated_input, context=a.context, stop=a.stop,
-            exit_code=ran.exit_code, failure=a.failure, duration_ms=ran.duration_ms,
-        )  # fmt: skip
+            event=hook.event,
+            hook=hook.command,
+            call_id=call_id,
+            decision=a.decision,
+            reason=a.reason,
+            updated_input=a.updated_input,
+            context=a.context,
+            stop=a.stop,
+            exit_code=ran.exit_code,
+            failure=a.failure,
+            duration_ms=ran.duration_ms,
+        )
 
     # -- tool calls -------------------------------------------------------------------------------
 
@@ -124,17 +132,20 @@ class HookPoints:
             if rec is None:
                 assert hook is not None
                 payload = self.payload(
-                    "PreToolUse", tool_name=call.name, tool_input=call.arguments,
+                    "PreToolUse",
+                    tool_name=call.name,
+                    tool_input=call.arguments,
                     tool_use_id=call.call_id,
-                )  # fmt: skip
+                )
                 rec = self.run_one(hook, payload, call_id=call.call_id)
                 self.log.append([self.log.note(rec)], durable=True)
                 call = self.state.turn.calls.get(call.call_id, call)  # the fold took its input
             if rec.decision == "deny" or rec.stop:  # `continue: false` runs nothing more
                 return PreTool(call=call, decision="deny", reason=rec.reason, hook=rec.hook)
             if rec.decision == "ask" or (rec.decision == "allow" and decided.decision == "none"):
-                decided = PreTool(call=call, decision=rec.decision, reason=rec.reason,
-                                  hook=rec.hook)  # fmt: skip
+                decided = PreTool(
+                    call=call, decision=rec.decision, reason=rec.reason, hook=rec.hook
+                )
             else:
                 decided = replace(decided, call=call)
         return decided
@@ -153,9 +164,12 @@ class HookPoints:
             if rec is None:
                 response = {"output": result.output, "is_error": result.is_error}
                 payload = self.payload(
-                    "PostToolUse", tool_name=call.name, tool_input=call.arguments,
-                    tool_response=response, tool_use_id=call.call_id,
-                )  # fmt: skip
+                    "PostToolUse",
+                    tool_name=call.name,
+                    tool_input=call.arguments,
+                    tool_response=response,
+                    tool_use_id=call.call_id,
+                )
                 rec = self.run_one(hook, payload, call_id=call.call_id)
                 self.log.append([self.log.note(rec)])
             if rec.decision == "block" and rec.reason:
@@ -245,9 +259,15 @@ class HookPoints:
     def _turn_event(
         self, role: Any, author: Any, content: Any, turn: str | None, *, hidden: bool = False
     ) -> Event:
-        return make(session=self.state.session.id, turn=turn, role=role, author=author,
-                    ts=clock.now_ms(), content=content,
-                    visibility="hidden" if hidden else "visible")  # fmt: skip
+        return make(
+            session=self.state.session.id,
+            turn=turn,
+            role=role,
+            author=author,
+            ts=clock.now_ms(),
+            content=content,
+            visibility="hidden" if hidden else "visible",
+        )
 
 
 @dataclass(slots=True)

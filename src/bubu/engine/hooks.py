@@ -133,9 +133,13 @@ def run(
         argv = [_shell(), "-c", hook.command]
         try:
             tree = proctree.start(
-                argv, cwd=cwd, env=env, output=out.fileno(), stdin=stdin.fileno(),
+                argv,
+                cwd=cwd,
+                env=env,
+                output=out.fileno(),
+                stdin=stdin.fileno(),
                 errors=err.fileno(),
-            )  # fmt: skip
+            )
         except ToolError as e:
             return Ran(exit_code=None, failure=f"it could not be started: {e}")
         try:
@@ -148,8 +152,9 @@ def run(
             number, _, path = tree.error.partition(" ")
             failure = f"it could not be started: {os.strerror(int(number))} ({path})"
         code = tree.returncode if failure is None else None
-        return Ran(exit_code=code, stdout=_read(out), stderr=_read(err), failure=failure,
-                   duration_ms=ms)  # fmt: skip
+        return Ran(
+            exit_code=code, stdout=_read(out), stderr=_read(err), failure=failure, duration_ms=ms
+        )
 
 
 def _wait(tree: Any, timeout_s: float, cancel: threading.Event | None) -> str | None:
@@ -233,8 +238,9 @@ def answer(hook: Hook, ran: Ran) -> Answer:
 def _failed(hook: Hook, why: str) -> Answer:
     if hook.on_error == "deny":
         decision = _BLOCKING.get(hook.event, "block")
-        return Answer(decision=decision, reason=f"the hook failed ({why}; on_error = deny)",
-                      failure=why)  # fmt: skip
+        return Answer(
+            decision=decision, reason=f"the hook failed ({why}; on_error = deny)", failure=why
+        )
     return Answer(failure=why)
 
 
@@ -258,8 +264,9 @@ def _from_json(hook: Hook, out: dict[str, Any]) -> Answer:
     stop = out.get("continue") is False
     if stop:
         reason = _text(out.get("stopReason")) or reason or f"the {hook.event} hook ended the turn"
-    return Answer(decision=decision, reason=reason, updated_input=updated, context=context,
-                  stop=stop)  # fmt: skip
+    return Answer(
+        decision=decision, reason=reason, updated_input=updated, context=context, stop=stop
+    )
 
 
 def _text(v: object) -> str | None:

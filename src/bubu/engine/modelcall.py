@@ -194,8 +194,10 @@ class ModelCaller:
         passes, before, after = 0, None, self._watermark()
         while choices.compact_again(
             over_budget=self.compacting.over_budget(nxt.estimate),
-            passes=passes, before=before, after=after,
-        ):  # fmt: skip
+            passes=passes,
+            before=before,
+            after=after,
+        ):
             before = after
             self.compacting.compact()
             nxt = self.requests.next()
@@ -208,9 +210,18 @@ class ModelCaller:
         )
         attempt = self.state.longrun.streak + 1
         self.log.append(
-            [self.log.note(ModelRequestNote(model=self.state.provider.spec, request_digest=digest, checkpoint=checkpoint,
-                                     estimated_tokens=estimate, attempt=attempt))]
-        )  # fmt: skip
+            [
+                self.log.note(
+                    ModelRequestNote(
+                        model=self.state.provider.spec,
+                        request_digest=digest,
+                        checkpoint=checkpoint,
+                        estimated_tokens=estimate,
+                        attempt=attempt,
+                    )
+                )
+            ]
+        )
         failpoints.hit("before_model_call")
         self.observer.on_activity("thinking")
         self.stops.check_stop()  # a stop asked for by now (a draining worker) comes before the call
@@ -273,9 +284,10 @@ class ModelCaller:
         t = self.state.turn
         if t.max_cost is not None:
             spent = pricing.usage_cost(
-                self.state.provider.spec, Usage(input_tokens=b.estimate, output_tokens=out),
+                self.state.provider.spec,
+                Usage(input_tokens=b.estimate, output_tokens=out),
                 official=getattr(self.state.provider, "official", True),
-            )  # fmt: skip
+            )
             if spent is not None and t.turn_cost + spent >= t.max_cost:
                 raise _PastLimit(
                     cause=None,
@@ -291,8 +303,12 @@ class ModelCaller:
         """End the turn when the model keeps repeating one failing call, or one call that keeps
         returning the same result (loops.py)."""
         t = self.state.turn
-        v = verdict(t.calls.values(), after_seq=self.state.run_seq, last=t.last_outcome,
-                    loop_limit=self.state.config.loop_limit)  # fmt: skip
+        v = verdict(
+            t.calls.values(),
+            after_seq=self.state.run_seq,
+            last=t.last_outcome,
+            loop_limit=self.state.config.loop_limit,
+        )
         match v:
             case GoOn():
                 return False
@@ -358,12 +374,21 @@ class ModelCaller:
         """Record a failed attempt; end the turn, or wait (interruptibly) before the next one."""
         c = self.state.config
         then = after_failure(
-            e, attempt=attempt, fold=self.state.longrun, primary=self.primary.spec,
-            knobs=Knobs(retry_for_s=c.retry_for_s, base_s=c.backoff_s, cap_s=c.backoff_max_s,
-                        max_attempts=c.model_attempts),
-            current=self.state.provider.spec, now_ms=clock.now_ms(), session=self.state.session.id,
+            e,
+            attempt=attempt,
+            fold=self.state.longrun,
+            primary=self.primary.spec,
+            knobs=Knobs(
+                retry_for_s=c.retry_for_s,
+                base_s=c.backoff_s,
+                cap_s=c.backoff_max_s,
+                max_attempts=c.model_attempts,
+            ),
+            current=self.state.provider.spec,
+            now_ms=clock.now_ms(),
+            session=self.state.session.id,
             rand=random.random,
-        )  # fmt: skip
+        )
         events = [self.log.event("system", "system", then.error)]
         if isinstance(then, End):
             self.log.append(events)
@@ -410,29 +435,52 @@ class ModelCaller:
             else:
                 cid = unique_call_id(p.call_id, self.state.call_ids)
                 self.state.call_ids.add(cid)
-                contents.append(FunctionCall(
-                    call_id=cid, provider_id=None if cid == p.call_id else p.call_id, name=codec.sanitize_text(p.name), arguments=sanitize(p.arguments),
-                    raw_arguments=None if p.raw_arguments is None else codec.sanitize_text(p.raw_arguments),
-                    native=sanitize(p.native)))  # fmt: skip
+                contents.append(
+                    FunctionCall(
+                        call_id=cid,
+                        provider_id=None if cid == p.call_id else p.call_id,
+                        name=codec.sanitize_text(p.name),
+                        arguments=sanitize(p.arguments),
+                        raw_arguments=None
+                        if p.raw_arguments is None
+                        else codec.sanitize_text(p.raw_arguments),
+                        native=sanitize(p.native),
+                    )
+                )
         if not contents:
             contents.append(Text(text=""))
         u = response.usage
         usage = TokenUsage(
-            model=self.state.provider.spec, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-            cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
+            model=self.state.provider.spec,
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cache_read_tokens=u.cache_read_tokens,
+            cache_write_tokens=u.cache_write_tokens,
             reasoning_tokens=u.reasoning_tokens,
-            estimated_input_tokens=estimate, stop_reason=response.stop_reason,
-            served_model=codec.sanitize_text(response.model)[:200] or None, usage_unknown=not u.reported,
-            cost_usd=pricing.usage_cost(self.state.provider.spec, u, official=getattr(self.state.provider, "official", True)),
-        )  # fmt: skip
+            estimated_input_tokens=estimate,
+            stop_reason=response.stop_reason,
+            served_model=codec.sanitize_text(response.model)[:200] or None,
+            usage_unknown=not u.reported,
+            cost_usd=pricing.usage_cost(
+                self.state.provider.spec, u, official=getattr(self.state.provider, "official", True)
+            ),
+        )
         events = (
             [self.log.note(ServerNote(text=codec.sanitize_text(response.notice)))]
             if response.notice
             else []
         )
         events += [self.log.event("model", "agent", c, invocation=inv) for c in contents[:-1]]
-        events.append(self.log.event("model", "agent", contents[-1], Actions(token_usage=usage, end_invocation=True),
-                              invocation=inv, status="completed"))  # fmt: skip
+        events.append(
+            self.log.event(
+                "model",
+                "agent",
+                contents[-1],
+                Actions(token_usage=usage, end_invocation=True),
+                invocation=inv,
+                status="completed",
+            )
+        )
         # Committed with the dispatches of its calls (or the turn's end): one transaction.
         self.log.stage(events, after="after_model_response")
 

@@ -59,11 +59,18 @@ class LogRecorder:
         while r._staged and clock.monotonic() < deadline:
             r.stop_event.wait(0.02)
         events = [
-            make(session=r.session.id, turn=r.turn.turn, run=r.run, role="system", author="tool",
-                 ts=clock.now_ms(), content=SystemNote(note=n),
-                 visibility="visible" if visible else "hidden")
+            make(
+                session=r.session.id,
+                turn=r.turn.turn,
+                run=r.run,
+                role="system",
+                author="tool",
+                ts=clock.now_ms(),
+                content=SystemNote(note=n),
+                visibility="visible" if visible else "hidden",
+            )
             for n in notes
-        ]  # fmt: skip
+        ]
         while True:
             head = r.store.head(r.session.id).high_water
             try:
@@ -124,8 +131,14 @@ def _died(runner: Runner, recorder: LogRecorder, procs: Processes, p: Process) -
     reason = "Bubu stopped while it ran (its processes were killed with it)"
     if why:
         reason += f"; {why}"
-    note = ProcessEnded(handle=p.handle, how="died", command=p.command, reason=reason,
-                        tail=tail, restarted=restarted)  # fmt: skip
+    note = ProcessEnded(
+        handle=p.handle,
+        how="died",
+        command=p.command,
+        reason=reason,
+        tail=tail,
+        restarted=restarted,
+    )
     try:
         recorder.append_now([note], visible=True)
     except BubuError:
@@ -137,10 +150,17 @@ def _died(runner: Runner, recorder: LogRecorder, procs: Processes, p: Process) -
 def _start_of(runner: Runner, p: Process) -> Start:
     tc = runner.tool_calls
     return Start(
-        handle=p.handle, call_id=p.call_id, command=p.command, cwd=runner.session.workspace,
-        marker=f"{runner.session.id}/{runner.run}/{p.call_id}", keep=p.keep, restart=True,
-        restarts=p.restarts + 1, sandbox=tc.confinement(), pass_env=tc.effective_policy.pass_env,
-    )  # fmt: skip
+        handle=p.handle,
+        call_id=p.call_id,
+        command=p.command,
+        cwd=runner.session.workspace,
+        marker=f"{runner.session.id}/{runner.run}/{p.call_id}",
+        keep=p.keep,
+        restart=True,
+        restarts=p.restarts + 1,
+        sandbox=tc.confinement(),
+        pass_env=tc.effective_policy.pass_env,
+    )
 
 
 def _output(runner: Runner, p: Process) -> bytes:
@@ -223,10 +243,17 @@ def end_session(session: str, store: Store | None = None, owner: str = "") -> No
         lease = store.acquire_lease(session, owner or "bubu", 30.0)
         try:
             events = [
-                make(session=session, role="system", author="tool", ts=clock.now_ms(),
-                     content=SystemNote(note=n), visibility="hidden")
-                for notes, _ in waiting for n in notes
-            ]  # fmt: skip
+                make(
+                    session=session,
+                    role="system",
+                    author="tool",
+                    ts=clock.now_ms(),
+                    content=SystemNote(note=n),
+                    visibility="hidden",
+                )
+                for notes, _ in waiting
+                for n in notes
+            ]
             blobs = [b for _, bs in waiting for b in bs]
             head = store.head(session).high_water
             store.append(session, events, expect=head, lease=lease, blobs=blobs)

@@ -255,27 +255,45 @@ def _step(
             else ""
         )
         return FileStep(
-            path=rel, action="changed", now=now,
+            path=rel,
+            action="changed",
+            now=now,
             reason=f"changed since Bubu's last write (Bubu {left}, {found}){by}; not overwritten "
             "without asking (--force-file to overwrite it)",
-        )  # fmt: skip
+        )
     over = "; changed since Bubu's last write, overwritten as asked" if now != fc.last_after else ""
     if fc.at_seq is None:
         if not delete:
-            return FileStep(path=rel, action="keep", now=now,
-                            reason=f"created after seq {to}; a fork with --restore-files deletes nothing")  # fmt: skip
+            return FileStep(
+                path=rel,
+                action="keep",
+                now=now,
+                reason=f"created after seq {to}; a fork with --restore-files deletes nothing",
+            )
         return FileStep(path=rel, action="delete", now=now, reason=f"created after seq {to}{over}")
     if fc.link:
-        return FileStep(path=rel, action="cannot", now=now,
-                        reason="a symbolic link at the seq or since; restore it by hand")  # fmt: skip
+        return FileStep(
+            path=rel,
+            action="cannot",
+            now=now,
+            reason="a symbolic link at the seq or since; restore it by hand",
+        )
     if store.blob(fc.at_seq) is None and store.missing_objects([fc.at_seq]):
         return FileStep(
-            path=rel, action="cannot", now=now,
+            path=rel,
+            action="cannot",
+            now=now,
             reason=f"its content at seq {to} ({fc.at_seq[:12]}) was not kept (over "
             f"{KEEP_MAX_BYTES // (1024 * 1024)} MiB, holding a secret, or written by an older Bubu)",
-        )  # fmt: skip
-    return FileStep(path=rel, action="restore", sha256=fc.at_seq, now=now, mode=fc.mode,
-                    reason=f"back to its content at seq {to} ({fc.at_seq[:12]}){over}")  # fmt: skip
+        )
+    return FileStep(
+        path=rel,
+        action="restore",
+        sha256=fc.at_seq,
+        now=now,
+        mode=fc.mode,
+        reason=f"back to its content at seq {to} ({fc.at_seq[:12]}){over}",
+    )
 
 
 def _check_session(store: Store, info: SessionInfo) -> None:
@@ -330,9 +348,15 @@ def preview(
     for fc in changed_files(store, records, to, ws):
         rel = _shown(ws, fc.path)
         steps.append(
-            _step(store, ws, fc, to, delete=delete,
-                  forced=rel is not None and (rel in forced or fc.path in forced))
-        )  # fmt: skip
+            _step(
+                store,
+                ws,
+                fc,
+                to,
+                delete=delete,
+                forced=rel is not None and (rel in forced or fc.path in forced),
+            )
+        )
     unknown = (
         forced
         - {f.path for f in steps}
@@ -344,10 +368,14 @@ def preview(
             f"{', '.join(f.path for f in steps) or 'none'}"
         )
     return Preview(
-        session=info.id, workspace=ws, to=to, delete=delete, files=tuple(steps),
+        session=info.id,
+        workspace=ws,
+        to=to,
+        delete=delete,
+        files=tuple(steps),
         commands=since(records, to).commands,
         snapshots=_covered(records, to),
-    )  # fmt: skip
+    )
 
 
 def _covered(records: Sequence[Record], to: int) -> bool:
@@ -466,21 +494,37 @@ def rewind(
         commands=[f"seq {c.seq}: {c.label}" for c in p.commands],
     )
     runner = Runner(
-        store=store, session=acting, provider=NoModel(acting.model or "none"),
-        tools=rewind_tools({}, store), lease=lease,
-    )  # fmt: skip
+        store=store,
+        session=acting,
+        provider=NoModel(acting.model or "none"),
+        tools=rewind_tools({}, store),
+        lease=lease,
+    )
     try:
         turn = ids.turn_id()
-        opened = make(session=info.id, turn=turn, role="system", author="host",
-                      ts=clock.now_ms(), content=SystemNote(note=_turn_note(records, acting)),
-                      visibility="hidden")  # fmt: skip
+        opened = make(
+            session=info.id,
+            turn=turn,
+            role="system",
+            author="host",
+            ts=clock.now_ms(),
+            content=SystemNote(note=_turn_note(records, acting)),
+            visibility="hidden",
+        )
         text = (
             f"rewinding to seq {p.to}: {len(plan.steps)} file(s) to restore, then a fork "
             f"{plan.fork}"
         )
-        planned = make(session=info.id, turn=turn, role="system", author="host", ts=clock.now_ms(),
-                       content=SystemNote(note=Info(text=text)), visibility="hidden",
-                       actions=Actions(state_delta={REWIND_KEY: msgspec.to_builtins(plan)}))  # fmt: skip
+        planned = make(
+            session=info.id,
+            turn=turn,
+            role="system",
+            author="host",
+            ts=clock.now_ms(),
+            content=SystemNote(note=Info(text=text)),
+            visibility="hidden",
+            actions=Actions(state_delta={REWIND_KEY: msgspec.to_builtins(plan)}),
+        )
         runner.start_run("new", prefix=[opened, planned])
         runner.drive(lambda: finish(runner, plan), continue_turn=False)
     finally:
@@ -524,9 +568,13 @@ def finish(runner: Runner, plan: Plan) -> None:
         if step.mode is not None:
             args["mode"] = step.mode
         made = runner.event(
-            "model", "host", FunctionCall(call_id=step.call, name=NAME, arguments=args),
-            actions=Actions(end_invocation=True), invocation=ids.new_id("inv"), visibility="hidden",
-        )  # fmt: skip
+            "model",
+            "host",
+            FunctionCall(call_id=step.call, name=NAME, arguments=args),
+            actions=Actions(end_invocation=True),
+            invocation=ids.new_id("inv"),
+            visibility="hidden",
+        )
         runner.append([made])
         call = runner.turn.calls[step.call]
         ctx = runner.tool_calls.context_for(call)
@@ -539,15 +587,26 @@ def finish(runner: Runner, plan: Plan) -> None:
             continue
         assert intent is not None
         dispatch = ToolDispatch(
-            call_id=call.call_id, tool=NAME, effect="provable_write",
-            args_digest=codec.args_digest(dict(args)), path=intent.path,
-            before_sha256=intent.before_sha256, after_sha256=intent.after_sha256,
-        )  # fmt: skip
+            call_id=call.call_id,
+            tool=NAME,
+            effect="provable_write",
+            args_digest=codec.args_digest(dict(args)),
+            path=intent.path,
+            before_sha256=intent.before_sha256,
+            after_sha256=intent.after_sha256,
+        )
         runner.append(
-            [runner.event("system", "system", actions=Actions(tool_dispatch=dispatch),
-                          invocation=call.invocation)],
-            durable=True, blobs=kept_before([intent]),
-        )  # fmt: skip
+            [
+                runner.event(
+                    "system",
+                    "system",
+                    actions=Actions(tool_dispatch=dispatch),
+                    invocation=call.invocation,
+                )
+            ],
+            durable=True,
+            blobs=kept_before([intent]),
+        )
         failpoints.hit("mid_rewind")
         runner.tool_calls.execute([(call, tool, ctx, intent)])
     try:

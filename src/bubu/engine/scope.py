@@ -126,9 +126,16 @@ def acting_info(store: Store, info: SessionInfo) -> tuple[SessionInfo, SessionFa
 
 
 Verdict = Literal[
-    "recover", "running", "idle", "elsewhere", "adopted", "no_workspace", "no_server", "error",
+    "recover",
+    "running",
+    "idle",
+    "elsewhere",
+    "adopted",
+    "no_workspace",
+    "no_server",
+    "error",
     "child",
-]  # fmt: skip
+]
 """``recover``: continue it now. ``adopted`` (imported or forked), ``no_workspace``,
 ``no_server`` (an older Bubu did not record the model's server) and ``error``: leave it to the
 user, and say so. ``child``: a sub-agent, continued by its parent's recovery. The rest: not ours

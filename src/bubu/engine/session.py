@@ -107,9 +107,12 @@ class Host:
         current = self.store.current_lease(session.id)
         dead = current is not None and holder_gone(self.store, session.id, current)
         lease = self.store.acquire_lease(
-            session.id, self.owner, self.config.lease_ttl_s, steal=dead,
+            session.id,
+            self.owner,
+            self.config.lease_ttl_s,
+            steal=dead,
             steal_epoch=current.epoch if dead and current is not None else None,
-        )  # fmt: skip
+        )
         runner: Runner | None = None
         try:
             # The workspace and title the chain records, not the header (which it does not cover).
@@ -227,26 +230,57 @@ def start_turn(
         plan = not approve_plan and (host.config.plan or runner.turn.plan)
         hooked = _turn_hooks(host, runner, task, turn)
         now = clock.now_ms()
-        request = make(session=session.id, turn=turn, role="user", author="user", ts=now,
-                       content=Text(text=sanitize_text(task), images=attached))  # fmt: skip
-        opened = make(session=session.id, turn=turn, role="system", author="system", ts=now,
-                      content=SystemNote(note=_turn_started(host, runner.session, plan=plan)),
-                      visibility="hidden")  # fmt: skip
+        request = make(
+            session=session.id,
+            turn=turn,
+            role="user",
+            author="user",
+            ts=now,
+            content=Text(text=sanitize_text(task), images=attached),
+        )
+        opened = make(
+            session=session.id,
+            turn=turn,
+            role="system",
+            author="system",
+            ts=now,
+            content=SystemNote(note=_turn_started(host, runner.session, plan=plan)),
+            visibility="hidden",
+        )
         if plan:
-            hooked.append(make(session=session.id, turn=turn, role="user", author="host", ts=now,
-                               content=Text(text=PLAN_MODE)))  # fmt: skip
+            hooked.append(
+                make(
+                    session=session.id,
+                    turn=turn,
+                    role="user",
+                    author="host",
+                    ts=now,
+                    content=Text(text=PLAN_MODE),
+                )
+            )
         notes = runner.instructions.at_turn_start(
-            runner.session.workspace, enabled=host.config.project_instructions,
-            called=runner.turn.model_responses > 0, make_note=instructions_note(session, turn, now),
+            runner.session.workspace,
+            enabled=host.config.project_instructions,
+            called=runner.turn.model_responses > 0,
+            make_note=instructions_note(session, turn, now),
             skills="skill" in host.tools,
-        )  # fmt: skip
+        )
         attach = [
-            make(session=session.id, turn=turn, role="model", author="host", ts=now,
-                 content=FunctionCall(call_id=ids.new_id("at"), name="read_file",
-                                      arguments={"path": path}),
-                 actions=Actions(end_invocation=True), invocation=ids.invocation_id())
-            for path in dict.fromkeys(reads) if "read_file" in host.tools
-        ]  # fmt: skip
+            make(
+                session=session.id,
+                turn=turn,
+                role="model",
+                author="host",
+                ts=now,
+                content=FunctionCall(
+                    call_id=ids.new_id("at"), name="read_file", arguments={"path": path}
+                ),
+                actions=Actions(end_invocation=True),
+                invocation=ids.invocation_id(),
+            )
+            for path in dict.fromkeys(reads)
+            if "read_file" in host.tools
+        ]
         with turnstart.window():
             runner.start_run(
                 "new", prefix=[*approval, request, opened, *notes, *hooked, *attach], blobs=blobs
@@ -270,8 +304,17 @@ def _approval(host: Host, runner: Runner, turn: str) -> list[Event]:
         )
     items = fold_plan(host.store.read(runner.session.id)) or ()
     approved = PlanApproved(plan=[i.text for i in items])
-    return [make(session=runner.session.id, turn=turn, role="system", author="user",
-                 ts=clock.now_ms(), content=SystemNote(note=approved), visibility="hidden")]  # fmt: skip
+    return [
+        make(
+            session=runner.session.id,
+            turn=turn,
+            role="system",
+            author="user",
+            ts=clock.now_ms(),
+            content=SystemNote(note=approved),
+            visibility="hidden",
+        )
+    ]
 
 
 def _turn_hooks(host: Host, runner: Runner, task: str, turn: str) -> list[Event]:
@@ -298,8 +341,15 @@ def instructions_note(session: SessionInfo, turn: str, now: int) -> NoteMaker:
     """How a turn's project instruction notes are made (hidden in the prefix, visible after)."""
 
     def note(n: ProjectInstructions | SkillsListed, visible: bool) -> Event:
-        return make(session=session.id, turn=turn, role="system", author="system", ts=now,
-                    content=SystemNote(note=n), visibility="visible" if visible else "hidden")  # fmt: skip
+        return make(
+            session=session.id,
+            turn=turn,
+            role="system",
+            author="system",
+            ts=now,
+            content=SystemNote(note=n),
+            visibility="visible" if visible else "hidden",
+        )
 
     return note
 
@@ -333,9 +383,15 @@ def reopen_turn(host: Host, runner: Runner) -> TurnEndReason | None:
     """Reopen the runner's ended turn under the host's settings (widened by the turn's own) and
     drive it on; every limit counts afresh from here."""
     t, session = runner.turn, runner.session
-    reopened = make(session=session.id, turn=t.turn, role="system", author="system", ts=clock.now_ms(),
-                    content=SystemNote(note=_turn_started(host, session, t, runner.longrun)),
-                    visibility="hidden")  # fmt: skip
+    reopened = make(
+        session=session.id,
+        turn=t.turn,
+        role="system",
+        author="system",
+        ts=clock.now_ms(),
+        content=SystemNote(note=_turn_started(host, session, t, runner.longrun)),
+        visibility="hidden",
+    )
     with turnstart.window():
         runner.start_run("resume", prefix=[reopened])
         failpoints.pause("after_turn_start")

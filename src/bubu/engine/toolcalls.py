@@ -283,11 +283,21 @@ class ToolCalls:
                 text += seen
         refs, _ = images.refs(result.images)
         event = self.log.event(
-            "tool", "tool",
-            FunctionResponse(call_id=call.call_id, name=call.name, result=text, is_error=result.is_error,
-                             duration_ms=duration, blob=blob, images=refs, snapshot=snapshot),
-            invocation=call.invocation, status="failed" if result.is_error else "completed",
-        )  # fmt: skip
+            "tool",
+            "tool",
+            FunctionResponse(
+                call_id=call.call_id,
+                name=call.name,
+                result=text,
+                is_error=result.is_error,
+                duration_ms=duration,
+                blob=blob,
+                images=refs,
+                snapshot=snapshot,
+            ),
+            invocation=call.invocation,
+            status="failed" if result.is_error else "completed",
+        )
         return event, (data if blob is not None else None)
 
     def _within_quota(
@@ -309,10 +319,16 @@ class ToolCalls:
                 continue
             assert policy.store_quota is not None  # over_quota says so
             # Redacted before the cut, which could leave half a secret the scrubber cannot see.
-            text, dropped = bounded(call.name, redact.data(data), keep=policy.bounded_keep,
-                                    quota=policy.store_quota, used=used)  # fmt: skip
-            kept = ToolResult(output=text, is_error=r.is_error, images=r.images,
-                              dropped=r.dropped + dropped)  # fmt: skip
+            text, dropped = bounded(
+                call.name,
+                redact.data(data),
+                keep=policy.bounded_keep,
+                quota=policy.store_quota,
+                used=used,
+            )
+            kept = ToolResult(
+                output=text, is_error=r.is_error, images=r.images, dropped=r.dropped + dropped
+            )
             out.append((call, kept, started))
         return out
 
@@ -350,15 +366,28 @@ class ToolCalls:
                             else ToolResult(output=r.output, is_error=r.is_error)  # no images
                             for _, r, _ in done
                         ]
-                        self.log.append([self.outcome(c, r, t, s) for (c, _, t), r, s in zip(done, inline, snaps, strict=True)])  # fmt: skip
+                        self.log.append(
+                            [
+                                self.outcome(c, r, t, s)
+                                for (c, _, t), r, s in zip(done, inline, snaps, strict=True)
+                            ]
+                        )
                     case "cut":
                         # Not even that fits (a full disk): keep the run going with what the tool
                         # kept for the model, saying what was lost, rather than losing the outcome.
                         cut = [
-                            ToolResult(output=r.output + choices.cut_note(len(r.full or b"")), is_error=r.is_error)
+                            ToolResult(
+                                output=r.output + choices.cut_note(len(r.full or b"")),
+                                is_error=r.is_error,
+                            )
                             for _, r, _ in done
-                        ]  # fmt: skip
-                        self.log.append([self.outcome(c, r, t, s) for (c, _, t), r, s in zip(done, cut, snaps, strict=True)])  # fmt: skip
+                        ]
+                        self.log.append(
+                            [
+                                self.outcome(c, r, t, s)
+                                for (c, _, t), r, s in zip(done, cut, snaps, strict=True)
+                            ]
+                        )
                     case _:
                         assert_never(form)
                 return False
@@ -394,13 +423,22 @@ class ToolCalls:
         before = self._before([t for _, t, _, _ in ready])
         first = next((n for n, (_, t, _, _) in enumerate(ready) if t.effect != "read_only"), -1)
         dispatches = [
-            self.log.event("system", "system", actions=Actions(tool_dispatch=self._dispatch_fact(
-                c, t, i, before if n == first else None)), invocation=c.invocation)
+            self.log.event(
+                "system",
+                "system",
+                actions=Actions(
+                    tool_dispatch=self._dispatch_fact(c, t, i, before if n == first else None)
+                ),
+                invocation=c.invocation,
+            )
             for n, (c, t, _, i) in enumerate(ready)
-        ]  # fmt: skip
+        ]
         failpoints.hit("before_dispatch")
-        self.log.append(dispatches, durable=any(t.effect != "read_only" for _, t, _, _ in ready),
-                    blobs=kept_before(i for *_, i in ready))  # fmt: skip
+        self.log.append(
+            dispatches,
+            durable=any(t.effect != "read_only" for _, t, _, _ in ready),
+            blobs=kept_before(i for *_, i in ready),
+        )
         failpoints.hit("after_dispatch")
         self.execute(ready, lanes, last_of_step=True)
 
@@ -466,8 +504,9 @@ class ToolCalls:
             if early:
                 self.log.append(early)
             fact = self._dispatch_fact(call, tool, intent, self._before([tool]))
-            dispatch = self.log.event("system", "system", actions=Actions(tool_dispatch=fact),
-                                  invocation=call.invocation)  # fmt: skip
+            dispatch = self.log.event(
+                "system", "system", actions=Actions(tool_dispatch=fact), invocation=call.invocation
+            )
             failpoints.hit("before_dispatch")
             self.log.append(
                 [dispatch], durable=tool.effect != "read_only", blobs=kept_before([intent])
@@ -486,12 +525,15 @@ class ToolCalls:
         snapshot: WorkspaceSnapshot | None = None,
     ) -> ToolDispatch:
         return ToolDispatch(
-            call_id=call.call_id, tool=tool.name, effect=tool.effect,
+            call_id=call.call_id,
+            tool=tool.name,
+            effect=tool.effect,
             args_digest=codec.args_digest(call.arguments),
             path=None if intent is None else intent.path,
             before_sha256=None if intent is None else intent.before_sha256,
-            after_sha256=None if intent is None else intent.after_sha256, snapshot=snapshot,
-        )  # fmt: skip
+            after_sha256=None if intent is None else intent.after_sha256,
+            snapshot=snapshot,
+        )
 
     def _prepare(
         self, call: CallState, early: list[Event], *, with_intent: bool = True
@@ -511,15 +553,23 @@ class ToolCalls:
             )
             return None
         if call.raw_arguments is not None:
-            early.append(self.outcome(call, ToolResult(
-                output=f"{call.name} did not run: its arguments {arguments_error(call.raw_arguments)}; "
-                       f"send them as one JSON object. They were: {call.raw_arguments[:300]}",
-                is_error=True), None))  # fmt: skip
+            early.append(
+                self.outcome(
+                    call,
+                    ToolResult(
+                        output=f"{call.name} did not run: its arguments {arguments_error(call.raw_arguments)}; "
+                        f"send them as one JSON object. They were: {call.raw_arguments[:300]}",
+                        is_error=True,
+                    ),
+                    None,
+                )
+            )
             return None
         if self.state.turn.plan and tool.effect != "read_only":
             # Plan mode refuses, unasked, whatever the model calls that may change something.
-            early.append(self.outcome(call, ToolResult(output=plan_refusal(call.name),
-                                                       is_error=True), None))  # fmt: skip
+            early.append(
+                self.outcome(call, ToolResult(output=plan_refusal(call.name), is_error=True), None)
+            )
             return None
         if self._denied(call, early):
             return None
@@ -528,9 +578,16 @@ class ToolCalls:
         call = pre.call
         if pre.decision == "deny":
             why = pre.reason or "no reason given"
-            early.append(self.outcome(call, ToolResult(
-                output=f"{call.name} did not run: the PreToolUse hook `{pre.hook}` denied it: {why}",
-                is_error=True), None))  # fmt: skip
+            early.append(
+                self.outcome(
+                    call,
+                    ToolResult(
+                        output=f"{call.name} did not run: the PreToolUse hook `{pre.hook}` denied it: {why}",
+                        is_error=True,
+                    ),
+                    None,
+                )
+            )
             return None
         if call.arguments != asked and self._denied(call, early):  # the hook changed them
             return None
@@ -538,8 +595,11 @@ class ToolCalls:
             tool.effect == "provable_write" or tool.name in WORKSPACE_WRITERS
         ):
             # Read-only means read-only: the file tools refuse as the sandbox does, unasked.
-            early.append(self.outcome(call, ToolResult(output=read_only_refusal(call.name),
-                                                       is_error=True), None))  # fmt: skip
+            early.append(
+                self.outcome(
+                    call, ToolResult(output=read_only_refusal(call.name), is_error=True), None
+                )
+            )
             return None
         ctx = self.context_for(call)
         try:
@@ -556,9 +616,15 @@ class ToolCalls:
         elif pre.decision == "ask" and reason is None:
             reason = f"the PreToolUse hook `{pre.hook}` asks: {pre.reason or 'confirm this call'}"
         if reason is not None:
-            answer = self._permission(call, tool, reason, early, protected=guarded is not None,
-                                      hook_asks=pre.decision == "ask",
-                                      person=self._unconfined_in_read_only(tool))  # fmt: skip
+            answer = self._permission(
+                call,
+                tool,
+                reason,
+                early,
+                protected=guarded is not None,
+                hook_asks=pre.decision == "ask",
+                person=self._unconfined_in_read_only(tool),
+            )
             if answer != "allow":
                 return None
             ctx = self.context_for(call, outside_allowed=True)
@@ -571,7 +637,11 @@ class ToolCalls:
                 return None
             late = None if intent is None or guarded else write_reason(ctx, intent.path)
             if late is not None:  # the target changed into a protected one since the check
-                early.append(self.outcome(call, ToolResult(output=f"{late}; nothing was written", is_error=True), None))  # fmt: skip
+                early.append(
+                    self.outcome(
+                        call, ToolResult(output=f"{late}; nothing was written", is_error=True), None
+                    )
+                )
                 return None
         return call, tool, ctx, intent
 
@@ -656,14 +726,27 @@ class ToolCalls:
     ) -> tuple[Answer, choices.By]:
         """Write the request durably, get the answer (the flag's, or the person's) and write it."""
         request = PermissionRequest(
-            request_id=ids.new_id("perm"), call_id=call.call_id, tool=tool.name,
-            summary=_summary(tool.name, call.arguments), reason=reason, protected=protected,
-        )  # fmt: skip
+            request_id=ids.new_id("perm"),
+            call_id=call.call_id,
+            tool=tool.name,
+            summary=_summary(tool.name, call.arguments),
+            reason=reason,
+            protected=protected,
+        )
         if early:
             self.log.append(early)
             early.clear()
-        self.log.append([self.log.event("system", "agent", actions=Actions(permission_request=request), invocation=call.invocation)],
-                    durable=True)  # fmt: skip
+        self.log.append(
+            [
+                self.log.event(
+                    "system",
+                    "agent",
+                    actions=Actions(permission_request=request),
+                    invocation=call.invocation,
+                )
+            ],
+            durable=True,
+        )
         answer: Answer
         by: choices.By
         if isinstance(settled, choices.Settled) and settled.by is not None:
@@ -676,8 +759,17 @@ class ToolCalls:
         dec = PermissionDecision(
             request_id=request.request_id, call_id=call.call_id, decision=answer, by=by
         )
-        self.log.append([self.log.event("system", "user" if by == "user" else "host", actions=Actions(permission_decision=dec),
-                                invocation=call.invocation)], durable=True)  # fmt: skip
+        self.log.append(
+            [
+                self.log.event(
+                    "system",
+                    "user" if by == "user" else "host",
+                    actions=Actions(permission_decision=dec),
+                    invocation=call.invocation,
+                )
+            ],
+            durable=True,
+        )
         return answer, by
 
 

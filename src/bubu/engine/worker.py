@@ -132,8 +132,15 @@ def submit(
     check_task(task)
     info = new_session(store, task=task, workspace=workspace, model=model)
     delta = {SUBMIT_KEY: msgspec.to_builtins(policy or Submission())}
-    request = make(session=info.id, turn=ids.turn_id(), role="user", author="user", ts=clock.now_ms(),
-                   content=Text(text=sanitize_text(task)), actions=Actions(state_delta=delta))  # fmt: skip
+    request = make(
+        session=info.id,
+        turn=ids.turn_id(),
+        role="user",
+        author="user",
+        ts=clock.now_ms(),
+        content=Text(text=sanitize_text(task)),
+        actions=Actions(state_delta=delta),
+    )
     taken = []
     if snapshot:
         from bubu.snapshot.take import Snapshotter
@@ -143,8 +150,16 @@ def submit(
             raise ConfigError(
                 f"the workspace {info.workspace} could not be snapshotted: {snap.partial}"
             )
-        taken.append(make(session=info.id, role="system", author="host", ts=clock.now_ms(), visibility="hidden",
-                          content=SystemNote(note=WorkspaceTaken(snapshot=snap, source=info.workspace))))  # fmt: skip
+        taken.append(
+            make(
+                session=info.id,
+                role="system",
+                author="host",
+                ts=clock.now_ms(),
+                visibility="hidden",
+                content=SystemNote(note=WorkspaceTaken(snapshot=snap, source=info.workspace)),
+            )
+        )
     store.append(info.id, [*taken, request], expect=0, durable=True)
     return info
 
@@ -187,10 +202,17 @@ def running(host: Host, info: SessionInfo, lease: Lease) -> Iterator[Runner]:
             host.store.release_lease(lease)
         raise
     runner = Runner(
-        store=host.store, session=info, provider=host.provider, tools=host.tools, lease=lease,
-        policy=host.policy, asker=host.asker, observer=host.observer, config=host.config,
+        store=host.store,
+        session=info,
+        provider=host.provider,
+        tools=host.tools,
+        lease=lease,
+        policy=host.policy,
+        asker=host.asker,
+        observer=host.observer,
+        config=host.config,
         prompt=host.prompt,
-    )  # fmt: skip
+    )
     host.runner = runner
     try:
         yield runner
@@ -203,10 +225,16 @@ def running(host: Host, info: SessionInfo, lease: Lease) -> Iterator[Runner]:
 def asked(policy: Submission | TurnStarted) -> Asked:
     """The loosening options of a submitted policy or of a started turn, for the ceiling."""
     url = policy.model.base_url if isinstance(policy, Submission) else policy.base_url
-    return Asked(sandbox=policy.sandbox or "off", yes=policy.yes, network=policy.network,
-                 allow_commands=tuple(policy.allow_commands), pass_env=tuple(policy.pass_env),
-                 allow_sockets=tuple(policy.allow_sockets), ssh_agent=policy.ssh_agent,
-                 base_url=url)  # fmt: skip
+    return Asked(
+        sandbox=policy.sandbox or "off",
+        yes=policy.yes,
+        network=policy.network,
+        allow_commands=tuple(policy.allow_commands),
+        pass_env=tuple(policy.pass_env),
+        allow_sockets=tuple(policy.allow_sockets),
+        ssh_agent=policy.ssh_agent,
+        base_url=url,
+    )
 
 
 def hold(
@@ -214,10 +242,18 @@ def hold(
 ) -> None:
     """Record that the worker holds `request` above its ceiling (the queue then lists it held)."""
     note = TaskHeld(request_seq=request.seq, reasons=list(reasons), worker=lease.owner)
-    ev = make(session=info.id, turn=request.event.turn, role="system", author="host",
-              ts=clock.now_ms(), content=SystemNote(note=note), visibility="hidden")  # fmt: skip
-    host.store.append(info.id, [ev], expect=host.store.head(info.id).high_water, durable=True,
-                      lease=lease)  # fmt: skip
+    ev = make(
+        session=info.id,
+        turn=request.event.turn,
+        role="system",
+        author="host",
+        ts=clock.now_ms(),
+        content=SystemNote(note=note),
+        visibility="hidden",
+    )
+    host.store.append(
+        info.id, [ev], expect=host.store.head(info.id).high_water, durable=True, lease=lease
+    )
 
 
 def start_queued(
@@ -241,25 +277,45 @@ def start_queued(
     with running(host, info, lease) as runner:
         if runner.turn.open:
             return "nothing"
-        note = TurnStarted(model=host.provider.spec, max_steps=policy.max_steps, yes=policy.yes,
-                           allow_commands=list(policy.allow_commands), sandbox=policy.sandbox,
-                           network=policy.network, pass_env=list(policy.pass_env),
-                           retry_for_s=policy.retry_for_s, fallback_models=list(policy.fallback_models),
-                           token_limit=policy.token_limit, time_limit_s=policy.time_limit_s,
-                           workspace=runner.session.workspace, title=runner.session.title,
-                           project_instructions=host.config.project_instructions,
-                           allow_sockets=list(policy.allow_sockets), ssh_agent=policy.ssh_agent,
-                           max_procs=policy.max_procs, max_memory=policy.max_memory,
-                           max_file_size=policy.max_file_size)  # fmt: skip
+        note = TurnStarted(
+            model=host.provider.spec,
+            max_steps=policy.max_steps,
+            yes=policy.yes,
+            allow_commands=list(policy.allow_commands),
+            sandbox=policy.sandbox,
+            network=policy.network,
+            pass_env=list(policy.pass_env),
+            retry_for_s=policy.retry_for_s,
+            fallback_models=list(policy.fallback_models),
+            token_limit=policy.token_limit,
+            time_limit_s=policy.time_limit_s,
+            workspace=runner.session.workspace,
+            title=runner.session.title,
+            project_instructions=host.config.project_instructions,
+            allow_sockets=list(policy.allow_sockets),
+            ssh_agent=policy.ssh_agent,
+            max_procs=policy.max_procs,
+            max_memory=policy.max_memory,
+            max_file_size=policy.max_file_size,
+        )
         turn, now = request.event.turn or ids.turn_id(), clock.now_ms()
-        opened = make(session=info.id, turn=turn, role="system", author="system", ts=now,
-                      content=SystemNote(note=note), visibility="hidden")  # fmt: skip
+        opened = make(
+            session=info.id,
+            turn=turn,
+            role="system",
+            author="system",
+            ts=now,
+            content=SystemNote(note=note),
+            visibility="hidden",
+        )
         # The project's AGENTS.md, as a turn started by `bubu run` reads it (a workspace this
         # machine does not have gives none, and never stops the turn).
         notes = runner.instructions.at_turn_start(
-            runner.session.workspace, enabled=host.config.project_instructions,
-            called=runner.turn.model_responses > 0, make_note=instructions_note(info, turn, now),
-        )  # fmt: skip
+            runner.session.workspace,
+            enabled=host.config.project_instructions,
+            called=runner.turn.model_responses > 0,
+            make_note=instructions_note(info, turn, now),
+        )
         runner.start_run("new", prefix=[opened, *notes])
         return runner.drive()
 
@@ -351,9 +407,17 @@ Equip = Callable[[Store, SessionInfo, "Watch", str], Host]
 the lease owner): `worker_host` with the worker's options."""
 
 WORKER_KEYS = (
-    "deny", "hooks", "prices", "notify", "notify_timeout", "loop_limit", "max_background",
-    "compact_at", "compact_to", "summary_result_share",
-)  # fmt: skip
+    "deny",
+    "hooks",
+    "prices",
+    "notify",
+    "notify_timeout",
+    "loop_limit",
+    "max_background",
+    "compact_at",
+    "compact_to",
+    "summary_result_share",
+)
 """The keys of the worker's own config file its tasks run under: rules, hooks and limits that
 only tighten or are the operator's own (a task's loosening options come from its submission,
 under the ceiling; its model options from the submission too)."""
@@ -401,9 +465,15 @@ def worker_host(
     opts = {**options, **(submitted_options(first[1].model) if first is not None else {})}
     run = replace(run_config_of(opts), max_steps=None, lease_ttl_s=config.run.lease_ttl_s)
     return assemble_host(
-        store, info.model, opts, observer=observer, owner=owner, turn_tools=False,
-        policy=policy_of({"deny": opts.get("deny")}, box=config.box), config=run,
-    )  # fmt: skip
+        store,
+        info.model,
+        opts,
+        observer=observer,
+        owner=owner,
+        turn_tools=False,
+        policy=policy_of({"deny": opts.get("deny")}, box=config.box),
+        config=run,
+    )
 
 
 Opener = Callable[[], tuple[Store, Queue]]

@@ -126,8 +126,9 @@ class MemoryStore(Store):
                 raise StorageError(f"a session {sid} already exists")
             entry = _Session(info=info, order=next(db.order))
             if events:
-                first = AppendRequest(session=sid, events=events, expect=0, durable=True,
-                                      lease=None, blobs=blobs)  # fmt: skip
+                first = AppendRequest(
+                    session=sid, events=events, expect=0, durable=True, lease=None, blobs=blobs
+                )
                 self._apply(entry, first)
             db.sessions[sid] = entry
         return info
@@ -312,8 +313,13 @@ class MemoryStore(Store):
                 raise LeaseLost(
                     f"the lease on session {lease.session} was taken over by another runner"
                 )
-            entry.lease = Lease(session=held.session, owner=held.owner, epoch=held.epoch,
-                                expires_ms=expires, stop_requested=held.stop_requested)  # fmt: skip
+            entry.lease = Lease(
+                session=held.session,
+                owner=held.owner,
+                epoch=held.epoch,
+                expires_ms=expires,
+                stop_requested=held.stop_requested,
+            )
         return Lease(
             session=lease.session, owner=lease.owner, epoch=lease.epoch, expires_ms=expires
         )
@@ -323,8 +329,13 @@ class MemoryStore(Store):
             entry = self._session(lease.session)
             held = entry.lease
             if held is not None and (held.epoch, held.owner) == (lease.epoch, lease.owner):
-                entry.lease = Lease(session=held.session, owner="", epoch=held.epoch,
-                                    expires_ms=0, stop_requested=held.stop_requested)  # fmt: skip
+                entry.lease = Lease(
+                    session=held.session,
+                    owner="",
+                    epoch=held.epoch,
+                    expires_ms=0,
+                    stop_requested=held.stop_requested,
+                )
 
     def current_lease(self, session: str) -> Lease | None:
         with self._open().lock:
@@ -336,8 +347,13 @@ class MemoryStore(Store):
             held = entry.lease
             if held is None or not held.owner or held.expires_ms <= clock.now_ms():
                 return None
-            entry.lease = Lease(session=held.session, owner=held.owner, epoch=held.epoch,
-                                expires_ms=held.expires_ms, stop_requested=True)  # fmt: skip
+            entry.lease = Lease(
+                session=held.session,
+                owner=held.owner,
+                epoch=held.epoch,
+                expires_ms=held.expires_ms,
+                stop_requested=True,
+            )
             return entry.lease
 
     # -- views ------------------------------------------------------------------------------------

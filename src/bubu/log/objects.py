@@ -78,8 +78,9 @@ def _window(base: bytes, offset: int) -> bytes:
 def _delta(data: bytes, base: bytes) -> bytes:
     parts = []
     for offset in range(0, len(data), CHUNK):
-        c = zlib.compressobj(DELTA_LEVEL, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY,
-                             _window(base, offset))  # fmt: skip
+        c = zlib.compressobj(
+            DELTA_LEVEL, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, _window(base, offset)
+        )
         parts.append(c.compress(data[offset : offset + CHUNK]) + c.flush())
     return b"".join(parts)
 

@@ -79,8 +79,16 @@ def save(store: Store, session: str, view: SessionView, digest: str | None = Non
     if digest is None:
         return
     try:
-        store.put_view(View(kind=KIND, session=session, key=KEY, source_high_water=view.high_water,
-                            source_digest=digest, data=_pack(view)))  # fmt: skip
+        store.put_view(
+            View(
+                kind=KIND,
+                session=session,
+                key=KEY,
+                source_high_water=view.high_water,
+                source_digest=digest,
+                data=_pack(view),
+            )
+        )
     except BubuError:
         return
 
@@ -126,11 +134,14 @@ def check(store: Store, report: VerifyReport) -> VerifyReport:
     if bad is None:
         return report
     return VerifyReport(
-        session=report.session, ok=False, high_water=report.high_water, digest=report.digest,
+        session=report.session,
+        ok=False,
+        high_water=report.high_water,
+        digest=report.digest,
         first_bad_seq=view.high_water if view is not None else None,
         problem=f"the session view snapshot is ignored ({bad}): readers fold the log instead, "
         "and the session's next run rebuilds it",
-    )  # fmt: skip
+    )
 
 
 __all__ = ["EVERY", "KIND", "check", "digest_at", "keep_up", "load", "save", "stored"]

@@ -249,8 +249,10 @@ class _SQLite:
                 self._tables(schema)
                 done = {
                     str(s): (int(h), str(d))
-                    for s, h, d in db.execute(f"SELECT session, high_water, digest FROM {schema}.search_done")
-                }  # fmt: skip
+                    for s, h, d in db.execute(
+                        f"SELECT session, high_water, digest FROM {schema}.search_done"
+                    )
+                }
                 for session, records, rebuild in _todo(self.store, done):
                     if rebuild:
                         db.execute(f"DELETE FROM {schema}.search_fts WHERE session=?", (session,))

@@ -127,8 +127,13 @@ def _lease_lost(session: str, lease: Lease, current: object) -> LeaseLost:
 
 def _lease(session: str, row: tuple[object, ...]) -> Lease:
     """A Lease from an (owner, epoch, expires_ms, stop_requested) row."""
-    return Lease(session=session, owner=str(row[0]), epoch=_int(row[1]), expires_ms=_int(row[2]),
-                 stop_requested=bool(row[3]))  # fmt: skip
+    return Lease(
+        session=session,
+        owner=str(row[0]),
+        epoch=_int(row[1]),
+        expires_ms=_int(row[2]),
+        stop_requested=bool(row[3]),
+    )
 
 
 def _int(value: object) -> int:
@@ -359,8 +364,14 @@ class SQLiteStore(Store):
                     pending = list(blobs)
                     for chunk in chunks:
                         events, pending = redact.scrub(chunk, pending)
-                        req = AppendRequest(session=session_id, events=events, expect=seq,
-                                            durable=True, lease=None, blobs=pending)  # fmt: skip
+                        req = AppendRequest(
+                            session=session_id,
+                            events=events,
+                            expect=seq,
+                            durable=True,
+                            lease=None,
+                            blobs=pending,
+                        )
                         seq = self._append_one(req).high_water
                         pending = []
                     db.execute("COMMIT")
@@ -374,8 +385,15 @@ class SQLiteStore(Store):
                 raise StorageError(f"a session {session_id} already exists") from e
             except sqlite3.Error as e:
                 raise _storage_error(self.path, e) from e
-        return SessionInfo(id=session_id, title=title, workspace=workspace, created_ms=now,
-                           model=model, high_water=seq, last_ms=None)  # fmt: skip
+        return SessionInfo(
+            id=session_id,
+            title=title,
+            workspace=workspace,
+            created_ms=now,
+            model=model,
+            high_water=seq,
+            last_ms=None,
+        )
 
     def _create_session(
         self,
@@ -403,8 +421,14 @@ class SQLiteStore(Store):
                         (sid, title, workspace, model, now),
                     )
                     if events:
-                        first = AppendRequest(session=sid, events=events, expect=0, durable=True,
-                                              lease=None, blobs=blobs)  # fmt: skip
+                        first = AppendRequest(
+                            session=sid,
+                            events=events,
+                            expect=0,
+                            durable=True,
+                            lease=None,
+                            blobs=blobs,
+                        )
                         self._append_one(first)
                     db.execute("COMMIT")
                 except BaseException:  # undone, then re-raised: Ctrl-C and exits too

@@ -198,9 +198,13 @@ class Store(abc.ABC):
 
         events, blobs = redact.scrub(events, blobs)
         return self._create_session(
-            title=redact.text(title), workspace=workspace, model=model, session_id=session_id,
-            events=events, blobs=blobs,
-        )  # fmt: skip
+            title=redact.text(title),
+            workspace=workspace,
+            model=model,
+            session_id=session_id,
+            events=events,
+            blobs=blobs,
+        )
 
     def create_session_in_chunks(
         self,
@@ -216,9 +220,13 @@ class Store(abc.ABC):
         This default gathers them first; a store that can holds only one chunk at a time."""
         events = [ev for chunk in chunks for ev in chunk]
         return self.create_session(
-            title=title, workspace=workspace, model=model, session_id=session_id,
-            events=events, blobs=blobs,
-        )  # fmt: skip
+            title=title,
+            workspace=workspace,
+            model=model,
+            session_id=session_id,
+            events=events,
+            blobs=blobs,
+        )
 
     @abc.abstractmethod
     def _create_session(

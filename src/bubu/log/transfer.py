@@ -285,12 +285,23 @@ def import_file(store: Store, f: BinaryIO) -> tuple[SessionInfo, Head]:
     # Where it came from, as a chained fact after the copy: an imported session is continued
     # only when the user runs it explicitly.
     origin = make(
-        session=header.session, role="system", author="host", ts=clock.now_ms(),
-        visibility="hidden", content=SystemNote(note=SessionStarted(
-            workspace=facts.workspace, title=facts.title, model=facts.model, origin="import",
-            source=header.session, source_seq=header.high_water, source_digest=header.digest,
-        )),
-    )  # fmt: skip
+        session=header.session,
+        role="system",
+        author="host",
+        ts=clock.now_ms(),
+        visibility="hidden",
+        content=SystemNote(
+            note=SessionStarted(
+                workspace=facts.workspace,
+                title=facts.title,
+                model=facts.model,
+                origin="import",
+                source=header.session,
+                source_seq=header.high_water,
+                source_digest=header.digest,
+            )
+        ),
+    )
 
     # The snapshots' objects go in first, in transactions of their own: the events that name
     # them are committed after (an import cut short leaves only unnamed objects behind).
@@ -365,8 +376,12 @@ def imported_facts(
     record); refuses a header that says otherwise (the header is outside the chain, so an edit
     there breaks no hash)."""
     facts = fold_facts(
-        notes, workspace=header.workspace, title=header.title, model=header.model, first=first,
-    )  # fmt: skip
+        notes,
+        workspace=header.workspace,
+        title=header.title,
+        model=header.model,
+        first=first,
+    )
     wrong = disagreement(facts, workspace=header.workspace, title=header.title, model=header.model)
     if wrong:
         raise CorruptLog(

@@ -70,8 +70,14 @@ def verify_chain(session: str, rows: Sequence[tuple[int, bytes, bytes]]) -> Veri
         elif chained != bytes(stored):
             problem = f"the hash at seq {seq} does not match its content (altered or damaged)"
         if problem is not None:
-            return VerifyReport(session=session, ok=False, high_water=len(rows),
-                                digest=prev.hex(), first_bad_seq=at, problem=problem)  # fmt: skip
+            return VerifyReport(
+                session=session,
+                ok=False,
+                high_water=len(rows),
+                digest=prev.hex(),
+                first_bad_seq=at,
+                problem=problem,
+            )
         prev = chained
     return VerifyReport(session=session, ok=True, high_water=len(rows), digest=prev.hex())
 

@@ -39,9 +39,14 @@ def fold_children(records: Iterable[Record]) -> dict[str, Child]:
         if isinstance(n, ChildStarted):
             if n.child not in out:  # a resumed child is the same child
                 out[n.child] = Child(
-                    session=n.child, call_id=n.call_id, agent=n.agent, model=n.model,
-                    branch=n.branch, base=n.base, started_seq=r.seq,
-                )  # fmt: skip
+                    session=n.child,
+                    call_id=n.call_id,
+                    agent=n.agent,
+                    model=n.model,
+                    branch=n.branch,
+                    base=n.base,
+                    started_seq=r.seq,
+                )
         elif isinstance(n, ChildFinished):
             known = out.get(n.child)
             if known is not None:

@@ -314,9 +314,12 @@ class ContextFold:
         p = res.part
         if p.images:
             p = ToolResultPart(
-                call_id=p.call_id, name=p.name, content=p.content, is_error=p.is_error,
+                call_id=p.call_id,
+                name=p.name,
+                content=p.content,
+                is_error=p.is_error,
                 images=_filled(p.images, blobs),
-            )  # fmt: skip
+            )
         if res.blob is None or not (whole or self._shows_whole(res, hot)):
             return p
         data = blobs.get(res.blob)

@@ -196,8 +196,11 @@ def note_line(note: ProjectInstructions) -> str:
         else:
             cut = f", cut to {MAX_FILE_BYTES:,}" if f.truncated else ""
             parts.append(f"{f.path} ({f.size:,} bytes{cut})")
-    what = {"start": "project instructions", "directory": "project instructions picked up",
-            "changed": "project instructions changed"}[note.cause]  # fmt: skip
+    what = {
+        "start": "project instructions",
+        "directory": "project instructions picked up",
+        "changed": "project instructions changed",
+    }[note.cause]
     return f"{what}: " + ", ".join(parts)
 
 

@@ -142,8 +142,9 @@ def _fold(facts: list[_Fact], imported: dict[str, Note]) -> tuple[dict[str, Note
         if sha is not None:
             found = imported.get(key)
             if found is not None and found.sha256 == sha:
-                notes[key] = Note(key=key, text=found.text, ts=ts, session=found.session,
-                                  accepted=True)  # fmt: skip
+                notes[key] = Note(
+                    key=key, text=found.text, ts=ts, session=found.session, accepted=True
+                )
                 accepted.add(f"{key}\0{sha}")
         elif text is None:
             notes.pop(key, None)

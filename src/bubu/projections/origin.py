@@ -103,9 +103,15 @@ def fold_facts(
     up, call = parent if parent is not None else (None, None)
     if chained is None:
         return SessionFacts(
-            workspace=workspace, title=title, model=model, origin=origin, source=source,
-            chained=False, parent=up, parent_call=call,
-        )  # fmt: skip
+            workspace=workspace,
+            title=title,
+            model=model,
+            origin=origin,
+            source=source,
+            chained=False,
+            parent=up,
+            parent_call=call,
+        )
     ws, chained_title, chained_model, model_known = chained
     return SessionFacts(
         workspace=ws,
@@ -124,9 +130,11 @@ def disagreement(facts: SessionFacts, *, workspace: str, title: str, model: str 
     """What a header says differently from the chained facts ('' when it agrees)."""
     if not facts.chained:
         return ""
-    checks = [("workspace", workspace, facts.workspace, True),
-              ("title", title, facts.title, facts.title_known),
-              ("model", model, facts.model, facts.model_known)]  # fmt: skip
+    checks = [
+        ("workspace", workspace, facts.workspace, True),
+        ("title", title, facts.title, facts.title_known),
+        ("model", model, facts.model, facts.model_known),
+    ]
     wrong = [
         f"{name} {given!r} (the chain says {chained!r})"
         for name, given, chained, known in checks

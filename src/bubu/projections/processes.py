@@ -85,10 +85,17 @@ class ProcessFold:
         if isinstance(n, ProcessStarted):
             old = self.procs.get(n.handle)
             self.procs[n.handle] = Process(
-                handle=n.handle, call_id=n.call_id, command=n.command, keep=n.keep,
-                restart=n.restart, restarts=n.restarts, pid=n.pid, started_seq=r.seq,
-                turn=r.event.turn, chunks=old.chunks if old is not None else [],
-            )  # fmt: skip
+                handle=n.handle,
+                call_id=n.call_id,
+                command=n.command,
+                keep=n.keep,
+                restart=n.restart,
+                restarts=n.restarts,
+                pid=n.pid,
+                started_seq=r.seq,
+                turn=r.event.turn,
+                chunks=old.chunks if old is not None else [],
+            )
         elif isinstance(n, ProcessOutput):
             p = self.procs.get(n.handle)
             if p is not None:

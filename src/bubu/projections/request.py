@@ -180,9 +180,15 @@ def fold_request(records: Iterable[Record], policy: ContextPolicy | None = None)
 def header(prefix: Prefix, *, ordinal: int, purpose: str = "turn") -> bytes:
     """The canonical bytes of everything in a request but its messages."""
     return _encoder.encode(
-        {"model": prefix.model, "system": prefix.system, "tools": prefix.tools,
-         "max_tokens": prefix.max_tokens, "ordinal": ordinal, "purpose": purpose}
-    )  # fmt: skip
+        {
+            "model": prefix.model,
+            "system": prefix.system,
+            "tools": prefix.tools,
+            "max_tokens": prefix.max_tokens,
+            "ordinal": ordinal,
+            "purpose": purpose,
+        }
+    )
 
 
 def build(fold: RequestFold, prefix: Prefix, *, ordinal: int, blobs: Blobs) -> NextRequest:

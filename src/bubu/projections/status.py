@@ -24,7 +24,7 @@ from bubu.events import (
 
 State = Literal[
     "idle", "queued", "held", "open", "completed", "failed", "stopped", "suspended", "blocked"
-]  # fmt: skip
+]
 """`open` is a turn with no end: running if its runner holds a live lease, crashed otherwise.
 `queued` is a request waiting for a worker to open its turn (`bubu submit`); `held` is one a
 worker would not run under its ceiling, waiting for `bubu approve-task`."""

@@ -293,10 +293,13 @@ class TurnFold:
         keep = set(self.open_calls)
         last = self.last_outcome
         done = [
-            cid for cid, st in self.calls.items()
-            if st.outcome_seq is not None and st.outcome_seq <= watermark
-            and cid not in keep and st is not last
-        ]  # fmt: skip
+            cid
+            for cid, st in self.calls.items()
+            if st.outcome_seq is not None
+            and st.outcome_seq <= watermark
+            and cid not in keep
+            and st is not last
+        ]
         for cid in done:
             del self.calls[cid]
         for key in [k for k, st in self._same.items() if st.call_id not in self.calls]:

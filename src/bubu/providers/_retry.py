@@ -325,9 +325,12 @@ EMPTY_STREAM_CAUSES = (
 (worded so that toolmode.py does not read a refusal of tools into it)."""
 
 _CAUSES_SAID: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("context window", "context length", "context size", "exceed"), "the request does not fit its context window"),
+    (
+        ("context window", "context length", "context size", "exceed"),
+        "the request does not fit its context window",
+    ),
     (("tool choice", "tool_choice", "function call"), "it cannot stream the choice of tools asked"),
-)  # fmt: skip
+)
 """Words of a server's own error, and the cause of the empty stream they name."""
 
 

@@ -153,8 +153,15 @@ class Wire:
         """The full URL of `path` at the server."""
         return f"{self._base}/{path.lstrip('/')}"
 
-    def _send(self, method: str, path: str, *, body: object = None, stream: bool,
-              timeout: float | None = None) -> httpx2.Response:  # fmt: skip
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        stream: bool,
+        timeout: float | None = None,
+    ) -> httpx2.Response:
         headers = dict(self._headers)
         content = None
         if body is not None:
@@ -181,8 +188,9 @@ class Wire:
         try:
             text = response.read().decode(response.encoding or "utf-8", "replace").strip()
         except httpx2.HTTPError:
-            return APIStatusError(f"Error code: {response.status_code}", response=response,
-                                  body=None)  # fmt: skip
+            return APIStatusError(
+                f"Error code: {response.status_code}", response=response, body=None
+            )
         finally:
             response.close()
         body: object = text

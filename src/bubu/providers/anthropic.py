@@ -609,8 +609,13 @@ class AnthropicProvider(_endpoint.AtEndpoint):
         if self._window_given is not None:
             return self._window_given
         if self._found is None:
-            self._found = window_for(self._model) if self._official else windows.find_window(
-                base_url=self._base_url, model=self._model, official=False, vendor="anthropic")  # fmt: skip
+            self._found = (
+                window_for(self._model)
+                if self._official
+                else windows.find_window(
+                    base_url=self._base_url, model=self._model, official=False, vendor="anthropic"
+                )
+            )
         return self._found
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
@@ -710,8 +715,11 @@ API_VERSION = "2026-10-21"
 
 def wire_headers(key: str | None) -> dict[str, str]:
     """The headers of every call, as the official SDK sends them (it never retries)."""
-    headers = {"accept": "application/json", "anthropic-version": API_VERSION,
-               "x-stainless-retry-count": "0"}  # fmt: skip
+    headers = {
+        "accept": "application/json",
+        "anthropic-version": API_VERSION,
+        "x-stainless-retry-count": "0",
+    }
     if key:
         headers["authorization"] = f"Bearer {key}"
     return headers

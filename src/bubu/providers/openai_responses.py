@@ -346,8 +346,9 @@ class EventAssembler:
                     parts.append(_native_call(item))
                 case "web_search_call" if item.native is not None:
                     native = item.native
-                    parts.append(TextPart(text=search_text(native),
-                                          native={"openai_responses": native}))  # fmt: skip
+                    parts.append(
+                        TextPart(text=search_text(native), native={"openai_responses": native})
+                    )
                 case _:
                     pass  # other built-in tools' items: Bubu offers no others
         stop = self._stop
@@ -489,8 +490,9 @@ class OpenAIResponsesProvider(_endpoint.AtEndpoint):
         if self._window_given is not None:
             return self._window_given
         if self._found is None:
-            self._found = windows.find_window(base_url=self._base_url, model=self._model,
-                                              official=self._official, vendor="openai")  # fmt: skip
+            self._found = windows.find_window(
+                base_url=self._base_url, model=self._model, official=self._official, vendor="openai"
+            )
         return self._found
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:

@@ -66,10 +66,12 @@ def _value(node: dict[str, JSON], root: dict[str, JSON], *, optional: bool, dept
         options = node.get(key)
         if isinstance(options, list) and options:
             # The first alternative that is not `null` (a field that is "X or nothing" gets an X).
-            chosen = next((o for o in options if isinstance(o, dict) and o.get("type") != "null"),
-                          options[0])  # fmt: skip
-            return _value(chosen if isinstance(chosen, dict) else {}, root, optional=optional,
-                          depth=depth)  # fmt: skip
+            chosen = next(
+                (o for o in options if isinstance(o, dict) and o.get("type") != "null"), options[0]
+            )
+            return _value(
+                chosen if isinstance(chosen, dict) else {}, root, optional=optional, depth=depth
+            )
     kind = node.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
@@ -99,11 +101,10 @@ def _object(node: dict[str, JSON], root: dict[str, JSON], *, optional: bool, dep
     required = node.get("required")
     wanted = set(required) if isinstance(required, list) else set()
     return {
-        name: _value(sub if isinstance(sub, dict) else {}, root, optional=optional,
-                     depth=depth + 1)
+        name: _value(sub if isinstance(sub, dict) else {}, root, optional=optional, depth=depth + 1)
         for name, sub in props.items()
         if optional or name in wanted
-    }  # fmt: skip
+    }
 
 
 def _number(node: dict[str, JSON], *, integer: bool) -> JSON:
@@ -138,10 +139,13 @@ class _Caller:
     def _calls(self, request: ModelRequest) -> list[AssistantPart]:
         chosen = self.call_tools
         return [
-            ToolCallPart(call_id=f"schema_{request.ordinal}_{i}", name=spec.name,
-                         arguments=arguments_for(spec.parameters, optional=self.optional))
+            ToolCallPart(
+                call_id=f"schema_{request.ordinal}_{i}",
+                name=spec.name,
+                arguments=arguments_for(spec.parameters, optional=self.optional),
+            )
             for i, spec in enumerate(t for t in request.tools if chosen is None or t.name in chosen)
-        ]  # fmt: skip
+        ]
 
     def _final(self, results: ToolResultsMessage) -> Reply:
         if self.final_text is not None:
@@ -163,8 +167,9 @@ class SchemaCallsProvider(FunctionProvider):
         context_window: int = 200_000,
     ) -> None:
         chosen = None if call_tools is None else tuple(call_tools)
-        super().__init__(_Caller(chosen, optional, final_text), spec=spec,
-                         context_window=context_window)  # fmt: skip
+        super().__init__(
+            _Caller(chosen, optional, final_text), spec=spec, context_window=context_window
+        )
 
 
 __all__ = ["SchemaCallsProvider", "arguments_for"]

@@ -209,8 +209,12 @@ class Snapshotter:
         if scan.read >= SAVE_AFTER_READS:
             self._save_cache()
         return WorkspaceSnapshot(
-            tree=root_sha, files=files, bytes=total, skipped=len(skipped), partial=scan.partial,
-        )  # fmt: skip
+            tree=root_sha,
+            files=files,
+            bytes=total,
+            skipped=len(skipped),
+            partial=scan.partial,
+        )
 
     def _new_scan(self, *, incremental: bool) -> _Scan:
         scan = _Scan(start_ns=time.time_ns(), caps=self.caps)
@@ -265,8 +269,14 @@ class Snapshotter:
             out[rel] = {n: e for n, e in node.stats.items() if e[0] != UNTRUSTED}
             stack.extend((f"{rel}{n}/", c) for n, c in node.children.items())
         data = zlib.compress(msgspec.msgpack.encode(out), 1)
-        view = View(kind=CACHE_VIEW, session="", key=self.root, source_high_water=0,
-                    source_digest="", data=data)  # fmt: skip
+        view = View(
+            kind=CACHE_VIEW,
+            session="",
+            key=self.root,
+            source_high_water=0,
+            source_digest="",
+            data=data,
+        )
         with contextlib.suppress(BubuError):
             self.store.put_view(view)
 
@@ -345,9 +355,24 @@ class Snapshotter:
         entries: dict[str, tree.Entry] = {}
         old = prev.stats if prev is not None else self._loaded.get(rel) or {}
         seen: dict[str, tuple[StatKey, str]] = {}
-        node = _Dir(parent_rules=parent, rules=rules, dev=dev, wd=wd, entries=[], index={},
-                    sha="", size=0, files=0, stats=seen, children={}, skipped={}, unsure=set(),
-                    settled=False, unsettled=0, skipped_all=[])  # fmt: skip
+        node = _Dir(
+            parent_rules=parent,
+            rules=rules,
+            dev=dev,
+            wd=wd,
+            entries=[],
+            index={},
+            sha="",
+            size=0,
+            files=0,
+            stats=seen,
+            children={},
+            skipped={},
+            unsure=set(),
+            settled=False,
+            unsettled=0,
+            skipped_all=[],
+        )
         kids = prev.children if prev is not None else {}
         exclude = self._exclude
         # The counters live in locals through the fast path (a file as the last scan saw it),
@@ -388,8 +413,18 @@ class Snapshotter:
                     entries[name] = (name, LINK if S_ISLNK(mode) else mode, hit[1], n)
                     continue
             scan.files, scan.total = files, total
-            self._one(d.path, rel, name, s, isdir=isdir, node=node, entries=entries, old=old,
-                      kid=kids.get(name), scan=scan)  # fmt: skip
+            self._one(
+                d.path,
+                rel,
+                name,
+                s,
+                isdir=isdir,
+                node=node,
+                entries=entries,
+                old=old,
+                kid=kids.get(name),
+                scan=scan,
+            )
             files, total = scan.files, scan.total
         scan.files, scan.total = files, total
         return self._finish(scan, rel, node, entries, prev, dirty=None)
@@ -398,11 +433,24 @@ class Snapshotter:
         """The last scan's directory with only `names` looked at again (each stat-ed by its
         path), and the directories in it walked as the feed says."""
         entries = dict(prev.index)
-        node = _Dir(parent_rules=prev.parent_rules, rules=prev.rules, dev=prev.dev, wd=prev.wd,
-                    entries=[], index={}, sha="", size=0, files=0, stats=dict(prev.stats),
-                    children=dict(prev.children), skipped=dict(prev.skipped),
-                    unsure=set(prev.unsure), settled=False, unsettled=0,
-                    skipped_all=[])  # fmt: skip
+        node = _Dir(
+            parent_rules=prev.parent_rules,
+            rules=prev.rules,
+            dev=prev.dev,
+            wd=prev.wd,
+            entries=[],
+            index={},
+            sha="",
+            size=0,
+            files=0,
+            stats=dict(prev.stats),
+            children=dict(prev.children),
+            skipped=dict(prev.skipped),
+            unsure=set(prev.unsure),
+            settled=False,
+            unsettled=0,
+            skipped_all=[],
+        )
         dirty = set(names)
         verdicts = self._verdicts(rel, prev.rules)
         for name in names:
@@ -428,13 +476,24 @@ class Snapshotter:
                 ignored = verdicts[vkey] = prev.rules.ignored(rel + name, directory=isdir)
             if ignored:
                 continue
-            self._one(full, rel, name, s, isdir=isdir, node=node, entries=entries,
-                      old=prev.stats, kid=prev.children.get(name), scan=scan)  # fmt: skip
+            self._one(
+                full,
+                rel,
+                name,
+                s,
+                isdir=isdir,
+                node=node,
+                entries=entries,
+                old=prev.stats,
+                kid=prev.children.get(name),
+                scan=scan,
+            )
         for name, child in prev.children.items():
             if name in names:
                 continue
-            sub = self._walk(f"{path}/{name}", f"{rel}{name}/", prev.rules, scan, prev=child,
-                             dev=child.dev)  # fmt: skip
+            sub = self._walk(
+                f"{path}/{name}", f"{rel}{name}/", prev.rules, scan, prev=child, dev=child.dev
+            )
             if sub is not child:
                 dirty.add(name)
                 self._place(node, entries, name, sub, scan)
@@ -584,8 +643,12 @@ class Snapshotter:
         try:
             rel.encode("utf-8")
         except UnicodeEncodeError:
-            scan.skipped.append((rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
-                                 "its name is not UTF-8"))  # fmt: skip
+            scan.skipped.append(
+                (
+                    rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+                    "its name is not UTF-8",
+                )
+            )
             return None
         if not link and size > scan.caps.file_bytes:
             scan.skipped.append((rel, f"over the per-file cap of {scan.caps.file_bytes} bytes"))

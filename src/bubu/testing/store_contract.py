@@ -82,9 +82,14 @@ def make_event(
     if content is None and actions is None:
         content = Text(text="hello")
     return make(
-        session=session, role=role, author=author, ts=ts, content=content, actions=actions,
+        session=session,
+        role=role,
+        author=author,
+        ts=ts,
+        content=content,
+        actions=actions,
         **more,  # type: ignore[arg-type]  # the rest of `make`'s keywords, passed through
-    )  # fmt: skip
+    )
 
 
 def sample_session(session: str) -> list[Event]:
@@ -98,28 +103,63 @@ def sample_session(session: str) -> list[Event]:
         ("user", "user", Text(text="list the files — « bonjour » 👋"), None),
         ("model", "agent", Thinking(text="I should look first.", signature="sig-1"), None),
         ("model", "agent", Text(text="Looking."), None),
-        ("model", "agent", FunctionCall(call_id="c1", name="list_files", arguments={}),
-         Actions(token_usage=usage, end_invocation=True)),
-        ("tool", "tool", FunctionResponse(call_id="c1", name="list_files", result="…", blob=ref),
-         None),
-        ("model", "agent", FunctionCall(call_id="c2", name="run_command",
-                                        arguments={"command": "pytest -q"}), None),
-        ("system", "host", None,
-         Actions(permission_request=PermissionRequest(request_id="req_1", call_id="c2",
-                                                      tool="run_command", summary="pytest -q",
-                                                      reason="commands ask outside the sandbox"))),
-        ("tool", "tool", FunctionResponse(call_id="c2", name="run_command", result="1 passed"),
-         None),
+        (
+            "model",
+            "agent",
+            FunctionCall(call_id="c1", name="list_files", arguments={}),
+            Actions(token_usage=usage, end_invocation=True),
+        ),
+        (
+            "tool",
+            "tool",
+            FunctionResponse(call_id="c1", name="list_files", result="…", blob=ref),
+            None,
+        ),
+        (
+            "model",
+            "agent",
+            FunctionCall(call_id="c2", name="run_command", arguments={"command": "pytest -q"}),
+            None,
+        ),
+        (
+            "system",
+            "host",
+            None,
+            Actions(
+                permission_request=PermissionRequest(
+                    request_id="req_1",
+                    call_id="c2",
+                    tool="run_command",
+                    summary="pytest -q",
+                    reason="commands ask outside the sandbox",
+                )
+            ),
+        ),
+        (
+            "tool",
+            "tool",
+            FunctionResponse(call_id="c2", name="run_command", result="1 passed"),
+            None,
+        ),
         ("model", "agent", Thinking(text="Done.", signature="sig-2"), None),
         ("model", "agent", Text(text="All tests pass."), Actions(token_usage=usage)),
         ("user", "user", Text(text="thanks"), None),
         ("system", "host", SystemNote(note=TurnEnded(reason="completed")), None),
-    ]  # fmt: skip
+    ]
     return [
-        make(session=session, role=role, author=author, ts=TS + n, content=content,
-             actions=actions, id=f"evt_contract_{n:03d}", turn="trn_contract", run="run_contract")
+        make(
+            session=session,
+            role=role,
+            author=author,
+            ts=TS + n,
+            content=content,
+            actions=actions,
+            id=f"evt_contract_{n:03d}",
+            turn="trn_contract",
+            run="run_contract",
+        )
         for n, (role, author, content, actions) in enumerate(script, 1)
-    ]  # fmt: skip
+    ]
 
 
 def _texts(make_event: EventFactory, session: str, n: int, tag: str = "m") -> list[Event]:
@@ -288,8 +328,11 @@ class StoreContract:
             )
             assert other.read(sid) == store.read(sid)
         assert [r.event.content.text for r in store.read(sid)] == [  # type: ignore[union-attr]
-            "a0", "a1", "b0", *(f"c{i}" for i in range(batch))
-        ]  # fmt: skip
+            "a0",
+            "a1",
+            "b0",
+            *(f"c{i}" for i in range(batch)),
+        ]
         assert store.verify(sid).ok
 
     def test_appending_to_an_unknown_session_is_refused(
@@ -344,8 +387,13 @@ class StoreContract:
         sid = _new(store)
         line = "src/bubu/module.py:{n}: def handler_{n}(request, response):  # output\n"
         result = "".join(line.format(n=n) for n in range(60))
-        big = make_event(sid, FunctionResponse(call_id="c1", name="grep", result=result),
-                         role="tool", author="tool", ts=77)  # fmt: skip
+        big = make_event(
+            sid,
+            FunctionResponse(call_id="c1", name="grep", result=result),
+            role="tool",
+            author="tool",
+            ts=77,
+        )
         events = [make_event(sid, ts=5), big, make_event(sid, ts=6), big]
         store.append(sid, events[:2], expect=0)
         store.append(sid, events[2:3], expect=2)

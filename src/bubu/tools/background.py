@@ -169,9 +169,18 @@ class Proc:
             raise ToolError(f"the background command could not be started ({why})")
         self.pid = tree.pid
         self.owner.recorder.record(
-            [ProcessStarted(handle=s.handle, call_id=s.call_id, command=s.command, pid=self.pid,
-                            keep=s.keep, restart=s.restart, restarts=s.restarts)]
-        )  # fmt: skip
+            [
+                ProcessStarted(
+                    handle=s.handle,
+                    call_id=s.call_id,
+                    command=s.command,
+                    pid=self.pid,
+                    keep=s.keep,
+                    restart=s.restart,
+                    restarts=s.restarts,
+                )
+            ]
+        )
         reader = threading.Thread(
             target=self._read, args=(tree, out_r, spec), name=f"bubu-{s.handle}", daemon=True
         )
@@ -292,9 +301,12 @@ class Proc:
             more = f"{left} of its processes could not be confirmed dead and may still run"
             reason = f"{reason}; {more}" if reason else more
         note = ProcessEnded(
-            handle=s.handle, how="killed" if killed else "exited", command=s.command,
-            code=code, reason=reason,
-        )  # fmt: skip
+            handle=s.handle,
+            how="killed" if killed else "exited",
+            command=s.command,
+            code=code,
+            reason=reason,
+        )
         self.state, self.code = note.how, code
         self.owner.recorder.record([note])
         self.owner.ended(self)

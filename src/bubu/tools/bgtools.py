@@ -43,10 +43,18 @@ def start_background(
     procs = _processes(ctx)
     call = ctx.marker.rsplit("/", 1)[-1] if ctx.marker else ""
     proc = procs.start(
-        Start(handle="", call_id=call, command=command, cwd=workspace_root(ctx),
-              marker=ctx.marker, keep=keep, restart=restart, sandbox=ctx.sandbox,
-              pass_env=ctx.pass_env)
-    )  # fmt: skip
+        Start(
+            handle="",
+            call_id=call,
+            command=command,
+            cwd=workspace_root(ctx),
+            marker=ctx.marker,
+            keep=keep,
+            restart=restart,
+            sandbox=ctx.sandbox,
+            pass_env=ctx.pass_env,
+        )
+    )
     h = proc.start.handle
     until = "the session ends" if keep == "session" else "this turn ends"
     again = " If Bubu crashes it is started again on recovery." if restart else ""

@@ -96,15 +96,19 @@ def describe(data: bytes) -> list[str]:
                 continue
             if isinstance(item, dict):
                 keys.update(map(str, item))
-        out.append(f"{rows:,} JSON lines; keys (in how many lines): " + ", ".join(
-            f"{k} ({n:,})" for k, n in keys.most_common(MAX_KEYS)))  # fmt: skip
+        out.append(
+            f"{rows:,} JSON lines; keys (in how many lines): "
+            + ", ".join(f"{k} ({n:,})" for k, n in keys.most_common(MAX_KEYS))
+        )
     elif fmt == "log":
         levels: Counter[str] = Counter()
         for ln in decode(data).splitlines():
             m = _LEVEL.search(ln)
             levels[m.group(1).upper() if m else "(no level)"] += 1
-        out.append("lines per level: " + ", ".join(
-            f"{lv} {levels[lv]:,}" for lv in (*LEVELS, "(no level)") if levels[lv]))  # fmt: skip
+        out.append(
+            "lines per level: "
+            + ", ".join(f"{lv} {levels[lv]:,}" for lv in (*LEVELS, "(no level)") if levels[lv])
+        )
     elif fmt == "csv":
         header = decode(data).splitlines()[0]
         out.append(f"header: {header[:300]}")

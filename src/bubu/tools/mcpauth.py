@@ -183,9 +183,12 @@ def connection_auth(name: str, url: str) -> OAuthClientProvider | None:
         )
 
     return _provider_class()(
-        server_url=url, client_metadata=_metadata(redirect), storage=store,
-        redirect_handler=again, callback_handler=_signed_out,
-    )  # fmt: skip
+        server_url=url,
+        client_metadata=_metadata(redirect),
+        storage=store,
+        redirect_handler=again,
+        callback_handler=_signed_out,
+    )
 
 
 async def login(
@@ -199,9 +202,12 @@ async def login(
     token_path(name).unlink(missing_ok=True)
     async with Callback(port=port, path=CALLBACK_PATH) as cb:
         provider = _provider_class()(
-            server_url=url, client_metadata=_metadata(cb.redirect_uri),
-            storage=TokenFile(name, url), redirect_handler=show, callback_handler=cb.wait,
-        )  # fmt: skip
+            server_url=url,
+            client_metadata=_metadata(cb.redirect_uri),
+            storage=TokenFile(name, url),
+            redirect_handler=show,
+            callback_handler=cb.wait,
+        )
         return await _list_with(url, provider)
 
 

@@ -60,8 +60,9 @@ class Callback:
         if "error" in q:
             what = q.get("error_description") or q["error"]
             raise ConfigError(f"the authorization server refused the sign-in: {what}")
-        return AuthorizationCodeResult(code=q.get("code", ""), state=q.get("state"),
-                                       iss=q.get("iss"))  # fmt: skip
+        return AuthorizationCodeResult(
+            code=q.get("code", ""), state=q.get("state"), iss=q.get("iss")
+        )
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -46,8 +46,23 @@ def start(box: Sandbox, marker: str) -> Holder | None:
     if shutil.which("nsenter") is None:
         return None
     sleep = shutil.which("sleep") or "/bin/sleep"
-    argv = [box.bwrap, "--die-with-parent", "--unshare-all", "--cap-drop", "ALL",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", sleep, "infinity"]  # fmt: skip
+    argv = [
+        box.bwrap,
+        "--die-with-parent",
+        "--unshare-all",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--",
+        sleep,
+        "infinity",
+    ]
     env = {"PATH": os.environ.get("PATH", ""), proctree.MARKER_VAR: marker}
     null = os.open(os.devnull, os.O_WRONLY)
     try:

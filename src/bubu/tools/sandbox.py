@@ -95,12 +95,32 @@ def bwrap_binary() -> str | None:
 def _base_args(binary: str, network: bool, root: str = "--ro-bind") -> list[str]:
     # Run by root, bubblewrap leaves the command its capabilities, with which it could unmount
     # the read-only binds or remount / writable: --cap-drop ALL takes them away for every user.
-    args = [binary, "--die-with-parent", "--new-session", "--unshare-all", "--unshare-pid",
-            "--cap-drop", "ALL"]  # fmt: skip
+    args = [
+        binary,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-all",
+        "--unshare-pid",
+        "--cap-drop",
+        "ALL",
+    ]
     if network:
         args.append("--share-net")
-    return [*args, root, "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", SANDBOX_TMP, "--setenv", "TMPDIR", SANDBOX_TMP]  # fmt: skip
+    return [
+        *args,
+        root,
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        SANDBOX_TMP,
+        "--setenv",
+        "TMPDIR",
+        SANDBOX_TMP,
+    ]
 
 
 @functools.cache

@@ -101,8 +101,12 @@ def struct_schema(hint: type[msgspec.Struct], where: str) -> dict[str, JSON]:
             required.append(f.encode_name)
     # Closed when the Struct refuses unknown fields, as validation then does.
     closed = hint.__struct_config__.forbid_unknown_fields
-    return {"type": "object", "properties": props, "required": required,
-            "additionalProperties": not closed}  # fmt: skip
+    return {
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": not closed,
+    }
 
 
 def arguments_schema(hint: type[Arguments], where: str) -> dict[str, JSON]:
@@ -156,8 +160,15 @@ def convert(args: object, type_: type[S], parameters: Mapping[str, JSON]) -> S:
         raise ToolError(_validation_text(e, props, args)) from e
 
 
-_WORDS = {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
-          "array": "array", "object": "object", "null": "null"}  # fmt: skip
+_WORDS = {
+    "str": "string",
+    "int": "integer",
+    "float": "number",
+    "bool": "boolean",
+    "array": "array",
+    "object": "object",
+    "null": "null",
+}
 _EXPECTED = re.compile(r"^Expected `([^`]*)`, got `([^`]*)`")
 _BOUND = re.compile(r"^Expected `(?:int|float)` (>=|>|<=|<) (-?[0-9.e+-]+)$")
 _AT = re.compile(r"^(.*) - at `\$\.?([^`]*)`$")
@@ -208,8 +219,15 @@ def _shown(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)[:80]
 
 
-_ARTICLES = {"string": "a string", "integer": "an integer", "number": "a number",
-             "boolean": "a boolean", "array": "an array", "object": "an object", "null": "null"}  # fmt: skip
+_ARTICLES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean",
+    "array": "an array",
+    "object": "an object",
+    "null": "null",
+}
 
 
 def _describe(schema: Mapping[str, JSON]) -> str:

@@ -154,8 +154,13 @@ def fetch(url: str, access: WebAccess, *, timeout_s: float = TIMEOUT_S) -> Page:
                         cut = True
                         break
                 kind = r.headers.get("content-type", "")
-                return Page(url=str(r.url), status=r.status_code, content_type=kind,
-                            body=bytes(body), cut=cut)  # fmt: skip
+                return Page(
+                    url=str(r.url),
+                    status=r.status_code,
+                    content_type=kind,
+                    body=bytes(body),
+                    cut=cut,
+                )
     raise ToolError(f"{url} redirects more than {MAX_REDIRECTS} times; nothing more was fetched")
 
 
@@ -287,8 +292,11 @@ def make_web_search(template: str) -> Tool:
             raise ToolError("the query is empty; say what to search for")
         url = search_url(template, args.query.strip())
         try:
-            r = httpx2.get(url, timeout=min(ctx.timeout_s, TIMEOUT_S), headers={
-                "user-agent": USER_AGENT, "accept": "application/json"})  # fmt: skip
+            r = httpx2.get(
+                url,
+                timeout=min(ctx.timeout_s, TIMEOUT_S),
+                headers={"user-agent": USER_AGENT, "accept": "application/json"},
+            )
             r.raise_for_status()
             answer = json.loads(r.content)
         except httpx2.HTTPError as e:

@@ -114,9 +114,11 @@ class Config(msgspec.Struct, kw_only=True):
 def json(obj: object, status: int = 200) -> Response:
     """A JSON response from a view (never cached: transcripts are as private as the token)."""
     return Response(
-        views.encode(obj), status_code=status, media_type="application/json",
+        views.encode(obj),
+        status_code=status,
+        media_type="application/json",
         headers={"cache-control": "no-store"},
-    )  # fmt: skip
+    )
 
 
 class _Error(msgspec.Struct):
@@ -302,8 +304,9 @@ def create_app(
         return EventSourceResponse(
             session_events(store, manager, info.id, after, lambda: closing),
             headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-            ping=HEARTBEAT_S, sep="\n",
-        )  # fmt: skip
+            ping=HEARTBEAT_S,
+            sep="\n",
+        )
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -373,12 +376,18 @@ def dismiss_notice(store: Store, session: str) -> bool:
         free = lease_is_stale(store.current_lease(session), store.now_ms())
         lease = store.acquire_lease(session, owner_id(), 10, steal=False) if free else None
         ev = make(
-            session=session, turn=None, role="system", author="user", ts=clock.now_ms(),
-            content=SystemNote(note=NoticeDismissed(notice_seq=st.notice_seq)), visibility="hidden",
-        )  # fmt: skip
+            session=session,
+            turn=None,
+            role="system",
+            author="user",
+            ts=clock.now_ms(),
+            content=SystemNote(note=NoticeDismissed(notice_seq=st.notice_seq)),
+            visibility="hidden",
+        )
         try:
-            store.append(session, [ev], expect=store.head(session).high_water, durable=True,
-                         lease=lease)  # fmt: skip
+            store.append(
+                session, [ev], expect=store.head(session).high_water, durable=True, lease=lease
+            )
             return True
         except (AppendConflict, LeaseError):
             pass  # a running turn appended in between (or took the lease): read again and retry

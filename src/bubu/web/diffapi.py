@@ -28,8 +28,14 @@ def turn_diff(store: Store, sid: str, at: int) -> dict[str, object]:
     if span is None:
         raise ConfigError(f"seq {at} is in no turn of session {sid}")
     old, new = refs.span(records, *span)
-    out: dict[str, object] = {"from": span[0], "to": span[1], "changes": [], "diff": "",
-                              "cut": False, "reason": None}  # fmt: skip
+    out: dict[str, object] = {
+        "from": span[0],
+        "to": span[1],
+        "changes": [],
+        "diff": "",
+        "cut": False,
+        "reason": None,
+    }
     if old is None or new is None:
         out["reason"] = "no workspace snapshot covers this turn"
         return out

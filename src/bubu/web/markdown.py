@@ -15,9 +15,35 @@ from markdown_it import MarkdownIt
 _MD = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
 
 TAGS = frozenset(
-    {"p", "br", "hr", "em", "strong", "del", "s", "code", "pre", "blockquote", "a", "ul", "ol",
-     "li", "h1", "h2", "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr", "th", "td"}
-)  # fmt: skip
+    {
+        "p",
+        "br",
+        "hr",
+        "em",
+        "strong",
+        "del",
+        "s",
+        "code",
+        "pre",
+        "blockquote",
+        "a",
+        "ul",
+        "ol",
+        "li",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "table",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+    }
+)
 """The tags Markdown produces that the page shows (no images, no raw HTML)."""
 
 ATTRIBUTES = {

@@ -52,15 +52,28 @@ class HostFactory(Protocol):
     one), with the manager's asker (the page) and observer (its live state)."""
 
     def __call__(
-        self, store: Store, model: str, /, *, recorded: TurnStarted | None = None,
-        new_turn: bool = False, asker: Asker = nobody, observer: Observer | None = None,
-    ) -> Host: ...  # fmt: skip
+        self,
+        store: Store,
+        model: str,
+        /,
+        *,
+        recorded: TurnStarted | None = None,
+        new_turn: bool = False,
+        asker: Asker = nobody,
+        observer: Observer | None = None,
+    ) -> Host: ...
 
 
 def default_host(
-    store: Store, model: str, /, *, recorded: TurnStarted | None = None, new_turn: bool = False,
-    asker: Asker = nobody, observer: Observer | None = None,
-) -> Host:  # fmt: skip
+    store: Store,
+    model: str,
+    /,
+    *,
+    recorded: TurnStarted | None = None,
+    new_turn: bool = False,
+    asker: Asker = nobody,
+    observer: Observer | None = None,
+) -> Host:
     """A host under the user's own config file (`bubu.engine.assemble`). A turn's `recorded`
     settings rebuild its provider (its server, window, timeouts) and, unless this is a
     `new_turn`, its limits."""
@@ -155,9 +168,13 @@ class RunManager:
                 raise ConfigError("the UI is shutting down; start Bubu again to run turns")
         page = _PageObserver(self)
         host = self._factory(
-            self.store, model, recorded=recorded, new_turn=new_turn,
-            asker=lambda request: self._ask(host, request), observer=page,
-        )  # fmt: skip
+            self.store,
+            model,
+            recorded=recorded,
+            new_turn=new_turn,
+            asker=lambda request: self._ask(host, request),
+            observer=page,
+        )
         page.host = host
         with self._lock:
             self._hosts.append(host)
@@ -303,8 +320,9 @@ class RunManager:
         host = self.host(model)
         host.policy = replace(host.policy, allow_commands=(*host.policy.allow_commands, *patterns))
         if sandbox is not None or network:
-            host.policy = replace(host.policy, sandbox=sandbox or host.policy.sandbox,
-                                  network=network)  # fmt: skip
+            host.policy = replace(
+                host.policy, sandbox=sandbox or host.policy.sandbox, network=network
+            )
         try:
             info = new_session(self.store, task=task, workspace=workspace, model=model)
         except BaseException:

@@ -93,9 +93,7 @@ class Deltas:
             self.t.apply(r)
         fresh, usage = page_items(records, all_usage=True)
         seen = {i.seq for i in fresh}
-        moved = [
-            c for k, c in before.items() if c.seq not in seen and _touched(k, records)
-        ]  # fmt: skip
+        moved = [c for k, c in before.items() if c.seq not in seen and _touched(k, records)]
         items = [*(card_item(c) for c in moved), *fresh]
         self._trim()
         return ItemsEvent(items=items, usage=usage, high_water=records[-1].seq if records else 0)
@@ -163,18 +161,24 @@ async def session_events(
                     yield sse(
                         "permission_request",
                         PermissionEvent(
-                            seq=r.seq, request_id=p.request_id, call_id=p.call_id, tool=p.tool,
-                            summary=p.summary, reason=p.reason,
+                            seq=r.seq,
+                            request_id=p.request_id,
+                            call_id=p.call_id,
+                            tool=p.tool,
+                            summary=p.summary,
+                            reason=p.reason,
                         ),
-                    )  # fmt: skip
+                    )
             if len(records) >= BATCH:
                 due = True  # more to read at once
                 continue
         live = manager.live(session)
         view = LiveView(
-            running_here=manager.running_here(session), activity=live.activity, draft=live.draft,
+            running_here=manager.running_here(session),
+            activity=live.activity,
+            draft=live.draft,
             thinking=live.thinking,
-        )  # fmt: skip
+        )
         if view != last_live:
             last_live = view
             yield sse("live", view)

@@ -56,8 +56,17 @@ State = Literal[
 """A session's state as the page shows it (the vocabulary of `bubu status`)."""
 
 STATES: tuple[State, ...] = (
-    "running", "open turn", "queued", "held", "idle", "completed", "failed", "stopped", "suspended", "blocked",
-)  # fmt: skip
+    "running",
+    "open turn",
+    "queued",
+    "held",
+    "idle",
+    "completed",
+    "failed",
+    "stopped",
+    "suspended",
+    "blocked",
+)
 
 HEAD_LINES = 30
 HEAD_CHARS = 4000
@@ -292,9 +301,17 @@ def log_row(r: Record) -> LogRow:
     """The raw-log row of a record."""
     ev = r.event
     return LogRow(
-        seq=r.seq, hash=r.hash, kind=kind_of(ev), role=ev.role, author=ev.author,
-        visibility=ev.visibility, status=ev.status, turn=ev.turn, run=ev.run, ts=ev.ts,
-    )  # fmt: skip
+        seq=r.seq,
+        hash=r.hash,
+        kind=kind_of(ev),
+        role=ev.role,
+        author=ev.author,
+        visibility=ev.visibility,
+        status=ev.status,
+        turn=ev.turn,
+        run=ev.run,
+        ts=ev.ts,
+    )
 
 
 def state_of(store: Store, info: SessionInfo, st: Status) -> State:
@@ -328,10 +345,13 @@ def _seeded(store: Store, info: SessionInfo) -> _Summary:
     view = readview.load(store, info.id)
     u, cost = view.usage, view.usage.cost
     usage = UsageTotalsView(
-        model_calls=u.model_calls, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-        cache_read_tokens=u.cache_read_tokens, unpriced_calls=cost.unpriced_calls,
+        model_calls=u.model_calls,
+        input_tokens=u.input_tokens,
+        output_tokens=u.output_tokens,
+        cache_read_tokens=u.cache_read_tokens,
+        unpriced_calls=cost.unpriced_calls,
         cost_usd=cost.usd if cost.priced_calls else None,
-    )  # fmt: skip
+    )
     first = next(iter(store.read(info.id, upto=1)), None)
     parent = (
         c.note.parent
@@ -424,14 +444,22 @@ class SessionIndex:
         s = self._summary(info)
         st = s.status
         return SessionRow(
-            id=info.id, title=info.title, workspace=info.workspace, model=info.model,
-            created_ms=info.created_ms, last_ms=info.last_ms, events=info.high_water,
-            status=state_of(self.store, info, st), reason=st.reason, turns=st.turns,
+            id=info.id,
+            title=info.title,
+            workspace=info.workspace,
+            model=info.model,
+            created_ms=info.created_ms,
+            last_ms=info.last_ms,
+            events=info.high_water,
+            status=state_of(self.store, info, st),
+            reason=st.reason,
+            turns=st.turns,
             pending_permissions=len(st.pending_permissions),
             notice=st.notice_seq is not None and not st.notice_dismissed,
-            usage=msgspec.structs.replace(s.usage), running_here=self.manager.running_here(info.id),
+            usage=msgspec.structs.replace(s.usage),
+            running_here=self.manager.running_here(info.id),
             parent=s.parent,
-        )  # fmt: skip
+        )
 
     def rows(self, *, status: str | None = None, query: str | None = None) -> list[SessionRow]:
         """Sessions, most recently active first, filtered by state and by text."""
@@ -446,9 +474,14 @@ class SessionIndex:
                 continue
             if words:
                 hay = " ".join(
-                    [info.id, info.title.lower(), info.workspace.lower(), info.model or "",
-                     *self._requests(info)]
-                )  # fmt: skip
+                    [
+                        info.id,
+                        info.title.lower(),
+                        info.workspace.lower(),
+                        info.model or "",
+                        *self._requests(info),
+                    ]
+                )
                 hit = found.get(info.id)
                 if hit is None and not all(w in hay for w in words):
                     continue
@@ -504,14 +537,19 @@ def detail(index: SessionIndex, info: SessionInfo, *, tail: int | None = None) -
             items.append(_message_item(item, compactions.get(item.seq)))
     usage = [
         UsageRow(
-            seq=r.seq, model=t.model, input_tokens=t.input_tokens, output_tokens=t.output_tokens,
-            cache_read_tokens=t.cache_read_tokens, cache_write_tokens=t.cache_write_tokens,
-            estimated_input_tokens=t.estimated_input_tokens, stop_reason=t.stop_reason,
+            seq=r.seq,
+            model=t.model,
+            input_tokens=t.input_tokens,
+            output_tokens=t.output_tokens,
+            cache_read_tokens=t.cache_read_tokens,
+            cache_write_tokens=t.cache_write_tokens,
+            estimated_input_tokens=t.estimated_input_tokens,
+            stop_reason=t.stop_reason,
             cost_usd=t.cost_usd,
         )
         for r in records
         if r.event.actions is not None and (t := r.event.actions.token_usage) is not None
-    ]  # fmt: skip
+    ]
     notice = None
     if st.notice is not None and st.notice_seq is not None:
         notice = notice_view(records, st.notice_seq, st.notice, dismissed=st.notice_dismissed)
@@ -549,15 +587,18 @@ def _processes(records: list[Record]) -> list[ProcessView]:
     from bubu.projections.processes import fold_processes
 
     return [
-        ProcessView(handle=p.handle, command=p.command, pid=p.pid, keep=p.keep,
-                    output_bytes=p.size)
+        ProcessView(handle=p.handle, command=p.command, pid=p.pid, keep=p.keep, output_bytes=p.size)
         for p in fold_processes(records).running()
-    ]  # fmt: skip
+    ]
 
 
 PANEL_KINDS = (
-    "child_started", "child_finished", "process_started", "process_output", "process_ended",
-)  # fmt: skip
+    "child_started",
+    "child_finished",
+    "process_started",
+    "process_output",
+    "process_ended",
+)
 """The kinds the sub-agents and background processes panels are folded from."""
 
 
@@ -586,20 +627,40 @@ def _paged_detail(index: SessionIndex, info: SessionInfo, tail: int) -> Detail:
     live = manager.live(info.id)
     w = view.longrun.waiting() if state == "running" else None
     return Detail(
-        session=index.row(info), items=items, usage=usage, notice=notice, permissions=permissions,
-        live=LiveView(running_here=manager.running_here(info.id), activity=live.activity,
-                      draft=live.draft, thinking=live.thinking),
-        error=manager.error(info.id), high_water=hw, first_seq=start,
-        waiting=None if w is None else WaitingView(
-            attempt=w.attempt + 1, next_at_ms=w.next_at_ms, since_ms=w.since_ms,
-            in_flight=w.in_flight, model=w.model, error_class=w.error_class, status=w.status,
-            error=w.message),
+        session=index.row(info),
+        items=items,
+        usage=usage,
+        notice=notice,
+        permissions=permissions,
+        live=LiveView(
+            running_here=manager.running_here(info.id),
+            activity=live.activity,
+            draft=live.draft,
+            thinking=live.thinking,
+        ),
+        error=manager.error(info.id),
+        high_water=hw,
+        first_seq=start,
+        waiting=None
+        if w is None
+        else WaitingView(
+            attempt=w.attempt + 1,
+            next_at_ms=w.next_at_ms,
+            since_ms=w.since_ms,
+            in_flight=w.in_flight,
+            model=w.model,
+            error_class=w.error_class,
+            status=w.status,
+            error=w.message,
+        ),
         cause=(st.state in ("failed", "stopped") and view.longrun.end_cause) or None,
-        plan=None if view.plan is None else [PlanItemView(text=i.text, status=i.status) for i in view.plan],
+        plan=None
+        if view.plan is None
+        else [PlanItemView(text=i.text, status=i.status) for i in view.plan],
         children=msgspec.convert(children_json(store, noted), list[ChildView]),
         processes=_processes(noted),
         memory=index.memory(info.workspace),
-    )  # fmt: skip
+    )
 
 
 def _permissions(
@@ -622,19 +683,27 @@ def _permissions(
         if answerable or state == "running":
             out.append(
                 PermissionView(
-                    seq=seq, request_id=rid, call_id=req.call_id, tool=req.tool,
-                    summary=req.summary, reason=req.reason, answerable=answerable,
+                    seq=seq,
+                    request_id=rid,
+                    call_id=req.call_id,
+                    tool=req.tool,
+                    summary=req.summary,
+                    reason=req.reason,
+                    answerable=answerable,
                     command=None if (cmd := asked_command(req)) is None else show_command(cmd),
                     protected=req.protected,
                 )
-            )  # fmt: skip
+            )
     return out
 
 
 def page_items(
-    records: list[Record], last: int | None = None, *, before: int | None = None,
+    records: list[Record],
+    last: int | None = None,
+    *,
+    before: int | None = None,
     all_usage: bool = False,
-) -> tuple[list[MessageItem | ToolItem], list[UsageRow]]:  # fmt: skip
+) -> tuple[list[MessageItem | ToolItem], list[UsageRow]]:
     """The transcript items of `records` (the last `last` of them; only those before seq
     `before`), and the usage rows from the first of them on (`all_usage`: every one)."""
     compactions = {
@@ -652,15 +721,23 @@ def page_items(
     first = 0 if all_usage else items[0].seq if items else None
     usage = [
         UsageRow(
-            seq=r.seq, model=t.model, input_tokens=t.input_tokens, output_tokens=t.output_tokens,
-            cache_read_tokens=t.cache_read_tokens, cache_write_tokens=t.cache_write_tokens,
-            estimated_input_tokens=t.estimated_input_tokens, stop_reason=t.stop_reason,
+            seq=r.seq,
+            model=t.model,
+            input_tokens=t.input_tokens,
+            output_tokens=t.output_tokens,
+            cache_read_tokens=t.cache_read_tokens,
+            cache_write_tokens=t.cache_write_tokens,
+            estimated_input_tokens=t.estimated_input_tokens,
+            stop_reason=t.stop_reason,
             cost_usd=t.cost_usd,
         )
         for r in records
-        if first is not None and r.seq >= first and (before is None or r.seq < before)
-        and r.event.actions is not None and (t := r.event.actions.token_usage) is not None
-    ]  # fmt: skip
+        if first is not None
+        and r.seq >= first
+        and (before is None or r.seq < before)
+        and r.event.actions is not None
+        and (t := r.event.actions.token_usage) is not None
+    ]
     return items, usage
 
 
@@ -702,9 +779,15 @@ def _waiting(records: list[Record]) -> WaitingView | None:
     if w is None:
         return None
     return WaitingView(
-        attempt=w.attempt + 1, next_at_ms=w.next_at_ms, since_ms=w.since_ms, in_flight=w.in_flight,
-        model=w.model, error_class=w.error_class, status=w.status, error=w.message,
-    )  # fmt: skip
+        attempt=w.attempt + 1,
+        next_at_ms=w.next_at_ms,
+        since_ms=w.since_ms,
+        in_flight=w.in_flight,
+        model=w.model,
+        error_class=w.error_class,
+        status=w.status,
+        error=w.message,
+    )
 
 
 def _message_item(m: Message, watermark: int | None) -> MessageItem:
@@ -755,11 +838,22 @@ def _tool_item(c: ToolCard) -> ToolItem:
             head = head[:HEAD_CHARS]
         truncated = head != result.rstrip("\n") or c.blob is not None
     return ToolItem(
-        seq=c.seq, call_id=c.call_id, name=c.name, arguments=dict(c.arguments),
-        headline=_headline(c), status=c.status,
-        effect=c.effect, recovery=c.recovery, is_error=c.is_error, duration_ms=c.duration_ms,
-        result_head=head, result_lines=lines, result_chars=chars, truncated=truncated, blob=c.blob,
-    )  # fmt: skip
+        seq=c.seq,
+        call_id=c.call_id,
+        name=c.name,
+        arguments=dict(c.arguments),
+        headline=_headline(c),
+        status=c.status,
+        effect=c.effect,
+        recovery=c.recovery,
+        is_error=c.is_error,
+        duration_ms=c.duration_ms,
+        result_head=head,
+        result_lines=lines,
+        result_chars=chars,
+        truncated=truncated,
+        blob=c.blob,
+    )
 
 
 class CheckpointView(msgspec.Struct, kw_only=True):

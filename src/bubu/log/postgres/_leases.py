@@ -93,8 +93,13 @@ def request_stop(db: Connection, sid: int, session: str) -> Lease | None:
 
 
 def _lease(session: str, row: Row) -> Lease:
-    return Lease(session=session, owner=str(row[0]), epoch=int(row[1]), expires_ms=int(row[2]),
-                 stop_requested=bool(row[3]))  # fmt: skip
+    return Lease(
+        session=session,
+        owner=str(row[0]),
+        epoch=int(row[1]),
+        expires_ms=int(row[2]),
+        stop_requested=bool(row[3]),
+    )
 
 
 def epochs_of(db: Connection, sessions: list[str]) -> Cursor[Row]:

@@ -23,9 +23,16 @@ DEFAULT_SUBMITTER_ROLE = "bubu_submitter"
 DEFAULT_APPROVER_ROLE = "bubu_approver"
 
 _LOG_TABLES = (
-    "bubu_migrations", "sessions", "events", "blobs", "leases", "work", "views", "approvals",
+    "bubu_migrations",
+    "sessions",
+    "events",
+    "blobs",
+    "leases",
+    "work",
+    "views",
+    "approvals",
     "objects",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

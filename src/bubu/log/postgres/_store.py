@@ -180,8 +180,16 @@ class PostgresStore(Store):
                         [sid, codec.sanitize_text(title), workspace, model],
                     ).fetchone()
                     if events:
-                        first = PendingAppend(AppendRequest(session=sid, events=events, expect=0,
-                                                            durable=True, lease=None, blobs=blobs))  # fmt: skip
+                        first = PendingAppend(
+                            AppendRequest(
+                                session=sid,
+                                events=events,
+                                expect=0,
+                                durable=True,
+                                lease=None,
+                                blobs=blobs,
+                            )
+                        )
                         self._apply(db, [first])
                         if first.error is not None:
                             raise first.error  # rolls the session back with its events
@@ -205,9 +213,15 @@ class PostgresStore(Store):
     @staticmethod
     def _info(row: Row) -> SessionInfo:
         sid, title, workspace, created, model, high_water, last = row[:7]
-        return SessionInfo(id=str(sid), title=str(title), workspace=str(workspace),
-                           created_ms=int(created), model=None if model is None else str(model),
-                           high_water=int(high_water), last_ms=None if last is None else int(last))  # fmt: skip
+        return SessionInfo(
+            id=str(sid),
+            title=str(title),
+            workspace=str(workspace),
+            created_ms=int(created),
+            model=None if model is None else str(model),
+            high_water=int(high_water),
+            last_ms=None if last is None else int(last),
+        )
 
     def sessions(self) -> list[SessionInfo]:
         with self._using() as db:
