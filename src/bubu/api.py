@@ -350,7 +350,7 @@ class Agent:
             self.tools: dict[str, Tool] = code_tools(
                 [*tools, *self._mcp_tools(mcp)], builtin=builtin_tools, plugins=plugins
             )
-        except BaseException:
+        except BaseException:  # undone, then re-raised: Ctrl-C and exits too
             self.close()
             raise
 

@@ -83,7 +83,7 @@ def continue_crashed(store: Store, db: str | None, *, skip: Container[str] = ())
             continue
         try:
             pid, log = spawn_recovery(db, sid)
-        except Exception as e:
+        except Exception as e:  # said: one recovery must not stop the others
             say(f"could not start the recovery of session {sid}: {e}")
             continue
         say(

@@ -325,7 +325,7 @@ class RunManager:
             )
         try:
             info = new_session(self.store, task=task, workspace=workspace, model=model)
-        except BaseException:
+        except BaseException:  # undone, then re-raised: Ctrl-C and exits too
             self._drop(host)
             raise
         self._spawn(info.id, host, lambda: start_turn(host, info, task))
@@ -464,7 +464,7 @@ class RunManager:
         def work() -> None:
             try:
                 found = scan(self.store)
-            except Exception:
+            except Exception:  # logged: a failed look must not stop the page
                 log.exception("start-up recovery could not look at the sessions")
                 return
             for f in found:
@@ -481,7 +481,7 @@ class RunManager:
                     recover_session(host, info)
                 except BubuError as e:
                     log.warning("could not recover session %s: %s", sid, e)
-                except Exception:
+                except Exception:  # logged: one bad session must not stop the others
                     log.exception("the recovery of session %s failed", sid)
                 finally:
                     self._drop(host)
