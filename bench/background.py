@@ -34,7 +34,10 @@ from bubu.tools.background import Processes, Start
 from bubu.tools.sandbox import confinement
 from bubu.tools.shell import run_shell
 
-CHATTY = "python3 -c \"import sys; [sys.stdout.write('line %07d ' % i + 'x' * 60 + '\\n') for i in range(120_000)]\""
+CHATTY = (
+    'python3 -c "import sys; '
+    "[sys.stdout.write('line %07d ' % i + 'x' * 60 + '\\n') for i in range(120_000)]\""
+)
 """About 8.6 MB of output in 120,000 lines."""
 
 

@@ -3,8 +3,8 @@
 Builds an export of about `--mb` megabytes (the step events of `bench/append.py`: a call and a
 2 KB result per step), then runs `bubu import` on it in a child process and reads the child's
 peak resident set size from `resource.getrusage(RUSAGE_CHILDREN)`. The child's address space is
-capped at 3 GiB, so a run that would grow without bound ends with a MemoryError instead. `--src DIR` runs another
-tree's Bubu (e.g. the previous release's `src`) for a baseline.
+capped at 3 GiB, so a run that would grow without bound ends with a MemoryError instead.
+`--src DIR` runs another tree's Bubu (e.g. the previous release's `src`) for a baseline.
 
 Usage: python bench/import_memory.py [--mb 150] [--src DIR] [--dir DIR].
 Last line: one JSON object.
@@ -51,7 +51,8 @@ def peak_of(cmd: list[str], env: dict[str, str]) -> tuple[int, float, str]:
         "lim = lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
         "p = subprocess.run(sys.argv[1:], capture_output=True, preexec_fn=lim); "
         "r = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss; "
-        "print(p.returncode, r, (p.stderr.decode().strip().splitlines() or [''])[-1][:200], sep='\\t')"
+        "print(p.returncode, r, (p.stderr.decode().strip().splitlines() or [''])[-1][:200], "
+        "sep='\\t')"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe, *cmd],

@@ -77,7 +77,8 @@ _encoder = msgspec.json.Encoder(order="sorted")
 
 
 def output(step: int) -> str:
-    """Step `step`'s output: OUTPUT_BYTES of numbered lines of pseudo-random hex, unique per step."""
+    """Step `step`'s output: OUTPUT_BYTES of numbered lines of pseudo-random hex, unique per
+    step."""
     rng = random.Random(step)
     hexes = rng.randbytes(OUTPUT_BYTES // 2).hex()
     lines = (f"{step:05d}.{i:03d} {hexes[i * 64 : i * 64 + 64]}" for i in range(OUTPUT_BYTES // 74))
@@ -99,7 +100,8 @@ class Ledger:
     shares: list[tuple[float, bool]] = field(default_factory=list)
     """(prefix share, compaction happened just before) for every turn request after the first."""
     misses: list[tuple[int, int]] = field(default_factory=list)
-    """(bytes past the shared prefix, bytes of the newest step) for each request outside compaction."""
+    """(bytes past the shared prefix, bytes of the newest step) for each request outside
+    compaction."""
     summary_bytes: list[int] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
     build_ms: dict[int, float] = field(default_factory=dict)
@@ -157,8 +159,8 @@ def summary(request: ModelRequest) -> str:
     body = {
         SECTIONS[0]: TASK,
         SECTIONS[1]: (
-            f"Steps folded so far: {done}. Every step ran noise once and printed 20,000 bytes; each "
-            "output is offloaded whole and can be paged with read_result or searched with "
+            f"Steps folded so far: {done}. Every step ran noise once and printed 20,000 bytes; "
+            "each output is offloaded whole and can be paged with read_result or searched with "
             "search_result by its handle. No step failed, nothing was written to the workspace."
         ),
         SECTIONS[2]: "Run the next step with noise, then the one after, until told to stop.",
@@ -219,7 +221,8 @@ class InstantModel:
         )
 
     def _measure(self, request: ModelRequest) -> int:
-        """Record the request's size, its raw counterpart, and its shared prefix with the last one."""
+        """Record the request's size, its raw counterpart, and its shared prefix with the last
+        one."""
         if not self._header:
             self._header = len(_encoder.encode([request.system, request.tools]))
             self.ledger.raw_history += len(_encoder.encode(UserMessage(text=TASK)))
@@ -416,7 +419,8 @@ def report(r: dict[str, Any]) -> None:
 
 
 def _policy(overrides: list[str]) -> ContextPolicy:
-    """The default policy with `FIELD=VALUE` overrides (ints or floats, as the field's default is)."""
+    """The default policy with `FIELD=VALUE` overrides (ints or floats, as the field's default
+    is)."""
     base = ContextPolicy()
     changes: dict[str, Any] = {}
     for item in overrides:

@@ -3,13 +3,13 @@
 Each system persists the same synthetic long task (a step is one model message with a tool call of
 about 200 B of arguments and one tool result of about 2 KB) in a process of its own, one after the
 other: the raw sqlite3 floor, Bubu through its real engine path, the OpenAI Agents SDK's
-`SQLiteSession`, Google ADK's `DatabaseSessionService` and LangGraph's `SqliteSaver`. Then each peer's
-own agent loop, loop against Bubu's engine loop, with an instant model, a no-op tool and the peer's
-persistence on: the Agents SDK's `Runner.run` with `SQLiteSession`, LangGraph's prebuilt ReAct agent
-with `SqliteSaver`, ADK's `Runner` with `DatabaseSessionService`, and Pydantic AI's `Agent` with a
-`FunctionModel` (history in memory). A system still going after --time-bound seconds is stopped
-and reported with the steps it reached. Bubu alone also times its recovery plan after a crash at
---recovery-events log sizes.
+`SQLiteSession`, Google ADK's `DatabaseSessionService` and LangGraph's `SqliteSaver`. Then each
+peer's own agent loop, loop against Bubu's engine loop, with an instant model, a no-op tool and the
+peer's persistence on: the Agents SDK's `Runner.run` with `SQLiteSession`, LangGraph's prebuilt
+ReAct agent with `SqliteSaver`, ADK's `Runner` with `DatabaseSessionService`, and Pydantic AI's
+`Agent` with a `FunctionModel` (history in memory). A system still going after --time-bound seconds
+is stopped and reported with the steps it reached. Bubu alone also times its recovery plan after a
+crash at --recovery-events log sizes.
 
 Usage: python bench/peers.py [--steps N] [--json] [--no-write] [--systems a,b] [--time-bound S]
 The peers come with `pip install -e '.[bench]'`. Without --no-write the Markdown table and the plots

@@ -170,11 +170,13 @@ def main() -> None:
     ratio = statistics.median(ratios)
     print(f"steps: {steps} per round and side, {args.rounds} rounds")
     print(
-        f"floor (bench/append.py: call and result, each a synced raw commit): median {floor_ms:.3f} ms"
+        "floor (bench/append.py: call and result, each a synced raw commit): "
+        f"median {floor_ms:.3f} ms"
     )
     print(f"bubu runtime per step (model and tool time removed): median {bubu_ms:.3f} ms")
     print(
-        f"ratio: median {ratio:.2f}x of the rounds ({min(ratios):.2f}-{max(ratios):.2f}x)  (target <= 3x)"
+        f"ratio: median {ratio:.2f}x of the rounds ({min(ratios):.2f}-{max(ratios):.2f}x)  "
+        "(target <= 3x)"
     )
     print(f"bubu CPU per step: median {statistics.median(cpus) * 1000:.3f} ms")
     print(

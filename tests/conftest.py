@@ -1,10 +1,10 @@
 """Shared fixtures: a `store` for every log backend, and a small event factory.
 
-The `store` fixture is parametrized over the backends (ids `sqlite`, `postgres`, `memory`), so a test that
-takes it runs once per backend; `-k sqlite` selects the embedded one. The PostgreSQL store is
-imported inside the fixture so the SQLite runs never depend on it; each PostgreSQL test gets a
-fresh schema of its own and drops it afterwards, in the database `pgserver.ensure_database`
-creates.
+The `store` fixture is parametrized over the backends (ids `sqlite`, `postgres`, `memory`), so a
+test that takes it runs once per backend; `-k sqlite` selects the embedded one. The PostgreSQL
+store is imported inside the fixture so the SQLite runs never depend on it; each PostgreSQL test
+gets a fresh schema of its own and drops it afterwards, in the database
+`pgserver.ensure_database` creates.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""How many examples a property test (or a seeded random test) tries: its full count when the slow tests run too (the
-full suite, as CI runs it), a few in the quick selection (``-m "not slow"``).
+"""How many examples a property test (or a seeded random test) tries: its full count when the slow
+tests run too (the full suite, as CI runs it), a few in the quick selection (``-m "not slow"``).
 
 The root conftest decides once per run (`choose`); `BUBU_TEST_EXAMPLES=full` or ``quick``
 overrides it. The quick run keeps every property exercised on every change, the full run keeps

@@ -73,7 +73,8 @@ def _loaded_after_import(module: str) -> set[str]:
 
 @pytest.mark.parametrize("module", PURE)
 def test_pure_modules_import_no_io(module: str) -> None:
-    """Projections and the decide step pull in no store, provider, tool, process, socket or clock."""
+    """Projections and the decide step pull in no store, provider, tool, process, socket or
+    clock."""
     loaded = _loaded_after_import(module)
     bad = sorted(m for m in loaded for f in FORBIDDEN if m == f or m.startswith(f + "."))
     assert bad == [], f"{module} imports {bad}"

@@ -1,5 +1,5 @@
-"""Bubu through its real engine path: `start_turn` drives the runner with an instant in-process model
-(one tool call per model call) and a no-op side-effecting tool returning about 2 KB.
+"""Bubu through its real engine path: `start_turn` drives the runner with an instant in-process
+model (one tool call per model call) and a no-op side-effecting tool returning about 2 KB.
 
 The engine runs the loop, so a step is timed from the model's side: the wall time between two
 consecutive model calls is one step (commit the response, synced dispatch, run the tool, commit the

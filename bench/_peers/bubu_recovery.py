@@ -1,10 +1,11 @@
 """Bubu alone: the time to build a recovery plan after a crash, at a given number of events.
 
-A child process drives the real engine (the same instant model, window and no-op side-effecting
-tool as the per-step run, compactions included) and is SIGKILLed by the `after_dispatch` failpoint at the step that brings the
-log to about the requested size, so the last dispatch is left dangling exactly as a crash leaves
-it. This process then times what `bubu recover` decides from: read the session and build the plan
-(and, separately, the same with the hash chain recomputed, as `recover_session` does).
+A child process drives the real engine (the same instant model, window and no-op side-effecting tool
+as the per-step run, compactions included) and is SIGKILLed by the `after_dispatch` failpoint at the
+step that brings the log to about the requested size, so the last dispatch is left dangling exactly
+as a crash leaves it. This process then times what `bubu recover` decides from: read the session and
+build the plan (and, separately, the same with the hash chain recomputed, as `recover_session`
+does).
 """
 
 from __future__ import annotations

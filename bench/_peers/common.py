@@ -83,7 +83,8 @@ class Measured(msgspec.Struct, kw_only=True):
     """How the system's storage is set up (journal mode, sync), for the notes under the table."""
     recovery: list[RecoveryPoint] = msgspec.field(default_factory=list)
     load: tuple[float, float] = (0.0, 0.0)
-    """The machine's 1-minute load average when the run started and ended (other work adds noise)."""
+    """The machine's 1-minute load average when the run started and ended (other work adds
+    noise)."""
 
 
 def sample_points(steps: int) -> set[int]:
@@ -99,7 +100,8 @@ def sample_points(steps: int) -> set[int]:
 
 
 def logical_bytes(path: Path) -> int:
-    """The database's size as a reader sees it (pages in the file and the WAL), without a checkpoint."""
+    """The database's size as a reader sees it (pages in the file and the WAL), without a
+    checkpoint."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         pages = int(db.execute("PRAGMA page_count").fetchone()[0])
@@ -110,7 +112,8 @@ def logical_bytes(path: Path) -> int:
 
 
 def journal_mode(path: Path) -> str:
-    """The journal mode the system left its database in (WAL persists; anything else reads as delete)."""
+    """The journal mode the system left its database in (WAL persists; anything else reads as
+    delete)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         return str(db.execute("PRAGMA journal_mode").fetchone()[0])

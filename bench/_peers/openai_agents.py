@@ -1,4 +1,5 @@
-"""OpenAI Agents SDK: `SQLiteSession.add_items` with a function_call and a function_call_output item."""
+"""OpenAI Agents SDK: `SQLiteSession.add_items` with a function_call and a function_call_output
+item."""
 
 from __future__ import annotations
 

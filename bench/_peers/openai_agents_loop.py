@@ -1,5 +1,6 @@
-"""OpenAI Agents SDK's own loop: `Runner.run` with a `SQLiteSession`, an instant `Model` that answers
-each call with one function call (the next step) until the last, and a no-op function tool."""
+"""OpenAI Agents SDK's own loop: `Runner.run` with a `SQLiteSession`, an instant `Model` that
+answers each call with one function call (the next step) until the last, and a no-op function
+tool."""
 
 from __future__ import annotations
 

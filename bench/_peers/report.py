@@ -51,7 +51,8 @@ PACKAGES = (
 
 
 class Row(msgspec.Struct, kw_only=True):
-    """One system's figures, as `bench/peers.py --json` prints them (times in ms, sizes in bytes)."""
+    """One system's figures, as `bench/peers.py --json` prints them (times in ms, sizes in
+    bytes)."""
 
     system: str
     steps: int

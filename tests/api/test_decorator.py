@@ -383,7 +383,8 @@ def test_nested_arguments_are_validated_and_reach_the_function_typed(ws: Path) -
     bad: list[tuple[dict[str, object], str | None]] = [
         (
             {"steps": [{"text": "a", "done": "yes"}]},
-            "argument 'steps' does not fit its schema (steps[0].done: expected boolean, got string)",
+            "argument 'steps' does not fit its schema "
+            "(steps[0].done: expected boolean, got string)",
         ),
         ({"steps": [{"done": True}]}, "(steps[0]: missing field text)"),
         ({"steps": [{"text": "a", "when": 1}]}, "(steps[0]: unknown field when)"),

@@ -246,7 +246,8 @@ def test_a_crash_reruns_trusted_reads_and_never_untrusted_calls(
     servers: MCPServers, tallies: Path, script: Script, tmp_path: Path, ws: Path
 ) -> None:
     """A real child process is SIGKILLed mid-tool; recovery here re-runs the trusted read-only
-    call silently, proves the decorated write, and gives the untrusted call the interrupted result."""
+    call silently, proves the decorated write, and gives the untrusted call the interrupted
+    result."""
     model = script(
         [
             {

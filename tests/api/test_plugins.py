@@ -140,7 +140,10 @@ def test_broken_plugins_are_config_errors_naming_them(install: Install) -> None:
         resolve("broken:m", entry_points=[broken])
     with pytest.raises(
         ConfigError,
-        match="unknown model provider 'nope'; known: anthropic, openai, openai-chat, openai-responses, scripted",
+        match=(
+            "unknown model provider 'nope'; known: anthropic, openai, openai-chat, "
+            "openai-responses, scripted"
+        ),
     ):
         resolve("nope:m", entry_points=[])
     with pytest.raises(ConfigError, match="not provider:model"):

@@ -1,6 +1,7 @@
 """Each peer's own agent loop row of `bench/peers.py` runs a few steps in its child process and
 gives back a sane measurement: every step timed, every call and result reloaded, storage sampled,
-the final answer reached. No timing is asserted: the figures only have to be there and be positive."""
+the final answer reached. No timing is asserted: the figures only have to be there and be
+positive."""
 
 from __future__ import annotations
 

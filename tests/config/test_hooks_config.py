@@ -140,7 +140,9 @@ def test_a_trusted_repositorys_hook_script_rewritten_by_a_command_is_not_run(
                     {
                         "name": "run_command",
                         "arguments": {
-                            "command": f"printf 'touch {planted}\\n' > scripts/hook.sh; echo rewritten"
+                            "command": (
+                                f"printf 'touch {planted}\\n' > scripts/hook.sh; echo rewritten"
+                            )
                         },
                     }
                 ]

@@ -1,4 +1,5 @@
-"""Helpers for the bounded-context tests: an in-process noisy tool, model wrappers, hosts, log queries.
+"""Helpers for the bounded-context tests: an in-process noisy tool, model wrappers, hosts, log
+queries.
 
 The engine runs in-process against a real SQLite file with the real built-in tools plus `Emit`, a
 read-only tool that returns bytes the test chose (so a test knows each result's sha-256 before the
@@ -55,7 +56,8 @@ T = TypeVar("T")
 
 
 def noise(size: int, tag: str = "out") -> bytes:
-    """Exactly `size` bytes of numbered ASCII lines (`{tag} line 00001 xxx…`), newline-terminated."""
+    """Exactly `size` bytes of numbered ASCII lines (`{tag} line 00001 xxx…`),
+    newline-terminated."""
     lines = (f"{tag} line {i:05d} " + "x" * 48 + "\n" for i in range(1, size // 40 + 2))
     data = "".join(lines).encode()[:size]
     return data[:-1] + b"\n" if data else data

@@ -1,4 +1,5 @@
-"""`bubu context --json` and a crash in the middle of a compaction, through `bubu` as a subprocess."""
+"""`bubu context --json` and a crash in the middle of a compaction, through `bubu` as a
+subprocess."""
 
 from __future__ import annotations
 

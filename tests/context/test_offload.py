@@ -25,7 +25,8 @@ def _run(
     keys: Sequence[str],
     **kw: object,
 ) -> tuple[str, list[str]]:
-    """Run one turn that emits each key in its own step, then ends; the session id and turn texts."""
+    """Run one turn that emits each key in its own step, then ends; the session id and turn
+    texts."""
     script = write_script(tmp_path / "s.jsonl", [*(emit_line(k) for k in keys), {"text": "done"}])
     provider = model(script)
     ws = tmp_path / "ws"

@@ -1,5 +1,5 @@
-"""Paging through an offloaded result end to end: the model gets a placeholder, calls read_result and
-search_result with its handle, and sees bounded pages (DESIGN §6, §9)."""
+"""Paging through an offloaded result end to end: the model gets a placeholder, calls read_result
+and search_result with its handle, and sees bounded pages (DESIGN §6, §9)."""
 
 from __future__ import annotations
 

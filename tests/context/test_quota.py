@@ -1,5 +1,6 @@
 """The per-session quota of bytes stored whole: real commands, a real SQLite file, `bubu` as a
-subprocess; past the quota a large result keeps its head and tail with a note, after a restart too."""
+subprocess; past the quota a large result keeps its head and tail with a note, after a restart
+too."""
 
 from __future__ import annotations
 

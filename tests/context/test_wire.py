@@ -1,5 +1,5 @@
-"""Compaction checked on the wire: `bubu` runs as a subprocess against a real local OpenAI-compatible
-server that records every request, through the real SDK and HTTP stack.
+"""Compaction checked on the wire: `bubu` runs as a subprocess against a real local
+OpenAI-compatible server that records every request, through the real SDK and HTTP stack.
 
 What the server saw is the ground truth: the summarizer is sent the real content of offloaded
 results; every model call (turn or summary) has a request digest in the log; a fork reproduces the

@@ -286,7 +286,7 @@ def test_a_program_is_known_by_its_basename_and_without_its_version() -> None:
     assert runners.runner("git") is None
 
 
-# ---- the patterns the docs recommend, run for real ------------------------------------------------
+# ---- the patterns the docs recommend, run for real -----------------------------------------------
 
 RECOMMENDED = ["git status", "git diff", "git diff*", "git diff *", "pytest", "pytest *", "pytest*"]
 """Every `--allow` pattern docs/permissions.md, docs/configuration.md and the README recommend."""

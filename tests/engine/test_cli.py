@@ -1,5 +1,6 @@
-"""The agent CLI as real subprocesses: `bubu demo`, then `show`, `status`, `log` and `verify` agreeing
-on its session; snapshots of the `--json` key sets; exit codes of `bubu run`; SIGTERM and SIGINT."""
+"""The agent CLI as real subprocesses: `bubu demo`, then `show`, `status`, `log` and `verify`
+agreeing on its session; snapshots of the `--json` key sets; exit codes of `bubu run`; SIGTERM and
+SIGINT."""
 
 from __future__ import annotations
 

@@ -66,7 +66,8 @@ def test_a_step_is_two_transactions_and_a_write_dispatch_is_synced(
         assert store.appends == [
             (["text", "turn_started", "run_started"], True),
             (["model_request"], False),
-            # Step 1, a read: its response and dispatch together, then its outcome and the next note.
+            # Step 1, a read: its response and dispatch together, then its outcome and the next
+            # note.
             (["function_call", "tool_dispatch"], False),
             (["function_response", "model_request"], False),
             # Step 2, a write: the same two, the dispatch fully synced before the tool starts.

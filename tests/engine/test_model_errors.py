@@ -1,5 +1,6 @@
-"""Provider failures during a turn (the script's `error` key): each failed attempt is an error event;
-retryable ones are retried, a non-retryable one ends the turn `failed` with a readable message."""
+"""Provider failures during a turn (the script's `error` key): each failed attempt is an error
+event; retryable ones are retried, a non-retryable one ends the turn `failed` with a readable
+message."""
 
 from __future__ import annotations
 

@@ -116,7 +116,9 @@ def test_a_failure_shows_its_reason_from_the_last_line() -> None:
                     call_id="c1",
                     name="run_command",
                     is_error=True,
-                    result="(no output)\ntimed out after 1s; the command and its processes were killed",
+                    result=(
+                        "(no output)\ntimed out after 1s; the command and its processes were killed"
+                    ),
                 ),
             ),
         ]

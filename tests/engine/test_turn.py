@@ -1,5 +1,6 @@
-"""A turn driven by the scripted model, in-process, on a real SQLite file: its events, parallel calls,
-calls the engine refuses, the step limit and `resume_turn`, and the script's position across turns."""
+"""A turn driven by the scripted model, in-process, on a real SQLite file: its events, parallel
+calls, calls the engine refuses, the step limit and `resume_turn`, and the script's position across
+turns."""
 
 from __future__ import annotations
 

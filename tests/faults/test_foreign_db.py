@@ -109,8 +109,8 @@ def test_a_read_only_command_does_not_migrate_an_older_log(tmp_path: Path) -> No
     done = bubu(db, "sessions")
     assert done.returncode == 1
     assert error_line(done.stderr) == (
-        f"bubu: error: the database {db} was written by an older Bubu (migration 2 of {LATEST}) and this "
-        "command only reads; `bubu recover` upgrades it"
+        f"bubu: error: the database {db} was written by an older Bubu (migration 2 of {LATEST}) "
+        "and this command only reads; `bubu recover` upgrades it"
     )
     assert sha(db) == before
     del ids

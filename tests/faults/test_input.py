@@ -158,7 +158,8 @@ def test_control_characters_are_shown_escaped_on_a_terminal(
     [
         (
             ['{"text": "ok"}', '{"txt": "typo"}'],
-            "line 2 of the script {path} is not a valid response: Object contains unknown field `txt`",
+            "line 2 of the script {path} is not a valid response: "
+            "Object contains unknown field `txt`",
         ),
         (
             ['{"text": "ok"}', "// a comment", '{"text": "unterminated'],
@@ -166,12 +167,13 @@ def test_control_characters_are_shown_escaped_on_a_terminal(
         ),
         (
             ['{"tool_calls": [{"name": "read_file", "arguments": "a.txt"}]}'],
-            "line 1 of the script {path} is not a valid response: Expected `object`, got `str` - at "
-            "`$.tool_calls[0].arguments`",
+            "line 1 of the script {path} is not a valid response: "
+            "Expected `object`, got `str` - at `$.tool_calls[0].arguments`",
         ),
         (
             ["\udcff\udcfe"],
-            "line 1 of the script {path} is not a valid response: JSON is malformed: invalid character (byte 0)",
+            "line 1 of the script {path} is not a valid response: "
+            "JSON is malformed: invalid character (byte 0)",
         ),
     ],
 )

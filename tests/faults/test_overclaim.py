@@ -37,7 +37,8 @@ def test_an_output_too_large_to_keep_whole_says_what_was_dropped(tmp_path: Path)
     header = result.result.splitlines()[0]
     m = re.fullmatch(
         r"\[large result of run_command stored: ([\d,]+) bytes, [\d,]+ lines, sha256 [0-9a-f]{64}; "
-        r"not the whole output: ([\d,]+) bytes from its middle were dropped and are stored nowhere\]",
+        r"not the whole output: ([\d,]+) bytes from its middle were dropped "
+        r"and are stored nowhere\]",
         header,
     )
     assert m is not None, header

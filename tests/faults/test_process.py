@@ -43,7 +43,10 @@ from .helpers import (
 
 # A command that says it started and then waits for the test to let it go (at most 30 s, so a
 # failing test never leaves it behind).
-GATED = "echo $$ > started; for _ in $(seq 1500); do [ -e go ] && break; sleep 0.02; done; echo released"
+GATED = (
+    "echo $$ > started; for _ in $(seq 1500); do [ -e go ] && break; sleep 0.02; done; "
+    "echo released"
+)
 
 
 def project(tmp_path: Path, command: str) -> tuple[Path, Path, Path]:

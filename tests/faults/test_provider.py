@@ -392,7 +392,8 @@ def test_malformed_tool_arguments_are_an_error_result_the_model_sees(
     assert result.is_error
     assert result.result.startswith(
         "write_file did not run: its arguments are not valid JSON: Unterminated string starting "
-        'at (line 1, column 34, char 33); send them as one JSON object. They were: {"path": "notes.txt"'
+        "at (line 1, column 34, char 33); send them as one JSON object. "
+        'They were: {"path": "notes.txt"'
     )
     assert not (turn.workspace / "notes.txt").exists(), "nothing was written"
     # The next request shows the model its error result.

@@ -78,7 +78,8 @@ def test_a_full_disk_fails_the_run_clearly_and_recovery_continues(tmp_path: Path
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert error_line(done.stderr) == (
-        f"bubu: error: the disk holding {db} is full (database or disk is full); free space and retry"
+        f"bubu: error: the disk holding {db} is full (database or disk is full); "
+        "free space and retry"
     )
     before = snapshot(db)
     assert kinds(read(db))[-2:] == ["permission_decision", "tool_dispatch"], (
@@ -300,7 +301,8 @@ def test_a_silently_altered_event_is_caught_at_its_seq(tmp_path: Path) -> None:
     assert done.returncode == 1
     bad = [ln for ln in done.stdout.splitlines() if ln.startswith("BAD")]
     assert bad == [
-        f"BAD   {victim}  at seq 1: the hash at seq 1 does not match its content (altered or damaged)"
+        f"BAD   {victim}  at seq 1: the hash at seq 1 does not match its content "
+        "(altered or damaged)"
     ]
     for sid, snap in others.items():
         assert_kept(snap, db)

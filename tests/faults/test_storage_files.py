@@ -44,7 +44,9 @@ store = SQLiteStore(sys.argv[1])
 sid = store.create_session(title="wal", workspace="/w").id
 head = 0
 for n in range(100):
-    ev = make(session=sid, role="user", author="user", ts=n, content=Text(text=f"event {n} " + "w" * 300))
+    ev = make(
+        session=sid, role="user", author="user", ts=n, content=Text(text=f"event {n} " + "w" * 300)
+    )
     head = store.append(sid, [ev], expect=head, durable=True).high_water
     if n == 49:
         store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -292,7 +292,9 @@ def test_a_detached_daemon_is_left_running_and_the_tool_returns(tmp_path: Path, 
         ws,
         "run_command",
         {
-            "command": "setsid sleep 60 > /dev/null 2>&1 < /dev/null & echo $! > daemon.pid; echo started"
+            "command": (
+                "setsid sleep 60 > /dev/null 2>&1 < /dev/null & echo $! > daemon.pid; echo started"
+            )
         },
         YES,
     )

@@ -130,7 +130,8 @@ def test_a_fleet_runs_under_the_least_privilege_roles_and_the_worker_cannot_rewr
             "DROP FUNCTION refuse_change() CASCADE",
             "CREATE OR REPLACE FUNCTION refuse_change() RETURNS trigger LANGUAGE plpgsql "
             "AS $$ BEGIN RETURN NULL; END $$",
-            "CREATE TRIGGER t BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION refuse_change()",
+            "CREATE TRIGGER t BEFORE INSERT ON events FOR EACH ROW "
+            "EXECUTE FUNCTION refuse_change()",
             "ALTER TABLE events ADD COLUMN x int",
             "CREATE TABLE mine(x int)",
             "DROP TABLE events",
@@ -138,7 +139,8 @@ def test_a_fleet_runs_under_the_least_privilege_roles_and_the_worker_cannot_rewr
             msg = refused(db, statement)
             assert "must be owner" in msg or "permission denied" in msg, (statement, msg)
         assert "permission denied" in refused(db, "SET session_replication_role = replica")
-        # Rewriting another session's events: no UPDATE is granted (and the trigger would refuse it).
+        # Rewriting another session's events: no UPDATE is granted (and the trigger would refuse
+        # it).
         msg = refused(db, f"UPDATE events SET payload = payload WHERE sid = {sid} AND seq = 1")
         assert "permission denied" in msg
         # Its head row moves only with an append; its identity and workspace never.

@@ -137,7 +137,8 @@ def test_verify_fails_on_a_tampered_copy(home: Path, tmp_path: Path) -> None:
     raw = sqlite3.connect(copy, isolation_level=None)
     raw.execute("DROP TRIGGER events_no_update")
     raw.execute(
-        "UPDATE events SET payload = CAST(replace(payload, 'bonjour', 'bonsoir') AS BLOB) WHERE seq = 3"
+        "UPDATE events SET payload = CAST(replace(payload, 'bonjour', 'bonsoir') AS BLOB) "
+        "WHERE seq = 3"
     )
     raw.close()
     done = bubu(home, "--db", str(copy), "verify")

@@ -107,7 +107,8 @@ def _raw_postgres_attempts(store: Store) -> list[str]:
         with pytest.raises(psycopg.errors.IntegrityError, match="gapless"):
             raw.execute(
                 b"INSERT INTO events(sid, seq, kind, payload, hash) "
-                b"SELECT sid, 99, 'x', '\\x00'::bytea, decode(repeat('00', 32), 'hex') FROM sessions"
+                b"SELECT sid, 99, 'x', '\\x00'::bytea, decode(repeat('00', 32), 'hex') "
+                b"FROM sessions"
             )
     return refused
 

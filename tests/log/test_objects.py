@@ -1,4 +1,5 @@
-"""The store's workspace objects: content-addressed, compressed, shared, verified (every backend)."""
+"""The store's workspace objects: content-addressed, compressed, shared, verified (every
+backend)."""
 
 from __future__ import annotations
 

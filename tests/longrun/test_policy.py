@@ -1,4 +1,5 @@
-"""The pure parts of a long run: the backoff plan, the fold of budget and wait, the option parsers."""
+"""The pure parts of a long run: the backoff plan, the fold of budget and wait, the option
+parsers."""
 
 from __future__ import annotations
 

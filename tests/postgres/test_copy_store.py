@@ -117,7 +117,8 @@ def test_a_tampered_sqlite_source_is_refused(tmp_path: Path, pg_url: str) -> Non
     db = sqlite3.connect(src, isolation_level=None)
     db.execute("DROP TRIGGER events_no_update")
     db.execute(
-        "UPDATE events SET payload = CAST(replace(CAST(payload AS TEXT), '\"m1\"', '\"m9\"') AS BLOB)"
+        "UPDATE events SET payload = "
+        "CAST(replace(CAST(payload AS TEXT), '\"m1\"', '\"m9\"') AS BLOB)"
         " WHERE seq = 2 AND sid = (SELECT sid FROM sessions WHERE id = ?)",
         (bad,),
     )

@@ -1,4 +1,5 @@
-"""Several processes writing one PostgreSQL log: conflicts are exact, fencing holds, nothing is lost."""
+"""Several processes writing one PostgreSQL log: conflicts are exact, fencing holds, nothing is
+lost."""
 
 from __future__ import annotations
 

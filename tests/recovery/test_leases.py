@@ -61,9 +61,10 @@ def _crashed(root: Path) -> tuple[Path, str]:
 
 
 LEASE_CAS = (
-    "recover_session checks that the lease is stale, then steals it unconditionally: two recoverers "
-    "that both saw it stale both take it, the first is fenced mid-recovery (exit 1) and the second can "
-    "then see its recovery fact without an outcome and block the session as a crash loop"
+    "recover_session checks that the lease is stale, then steals it unconditionally: two "
+    "recoverers that both saw it stale both take it, the first is fenced mid-recovery (exit 1) and "
+    "the second can then see its recovery fact without an outcome and block the session as a crash "
+    "loop"
 )
 
 

@@ -51,7 +51,8 @@ TOOLS: dict[str, Scenario] = {
 }
 
 MODEL_POINTS = ("before_model_call", "mid_model_call", "after_model_response")
-"""Reached once per model call: @1 is the call that asks for the tool, @2 the one after its result."""
+"""Reached once per model call: @1 is the call that asks for the tool, @2 the one after its
+result."""
 
 POINTS: tuple[str, ...] = tuple(
     f"{name}@{n}" for name in ENGINE_FAILPOINTS for n in ((1, 2) if name in MODEL_POINTS else (1,))
@@ -107,9 +108,12 @@ def test_matrix_totals(
         total.add(tally(o))
     with capsys.disabled():
         print(
-            f"\ncrash matrix: {total.runs} runs, {total.kills} kills, {total.recovered} sessions recovered, "
-            f"{total.nothing_to_do} with nothing to recover, {total.side_effects_repeated} side effects "
-            f"repeated, {total.committed_events_lost} committed events lost; decisions {total.decisions}"
+            f"\ncrash matrix: {total.runs} runs, {total.kills} kills, "
+            f"{total.recovered} sessions recovered, "
+            f"{total.nothing_to_do} with nothing to recover, "
+            f"{total.side_effects_repeated} side effects repeated, "
+            f"{total.committed_events_lost} committed events lost; "
+            f"decisions {total.decisions}"
         )
     assert total.kills == total.runs == len(CELLS)
     assert total.side_effects_repeated == 0

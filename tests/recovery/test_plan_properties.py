@@ -118,7 +118,7 @@ class Sim:
         """A hidden system note."""
         return self.event("system", SystemNote(note=note), turn=turn)
 
-    # -- the session --------------------------------------------------------------------------------
+    # -- the session -------------------------------------------------------------------------------
 
     def session(self) -> None:
         """Some turns, each driven to its end through crashes, stops and resumes."""
@@ -199,7 +199,8 @@ class Sim:
         )
 
     def run_tools(self, calls: list[CallState]) -> None:
-        """Refuse unknown tools, dispatch the rest in one append, then commit outcomes as they come."""
+        """Refuse unknown tools, dispatch the rest in one append, then commit outcomes as they
+        come."""
         refused = [c for c in calls if c.name not in EFFECTS and c.dispatch is None]
         if refused:
             self.commit(*(self.outcome(c, "unknown tool", error=True) for c in refused))
@@ -243,7 +244,7 @@ class Sim:
         )
         assert {c.call_id for c in calls} <= {c.call_id for c in open_calls}
 
-    # -- recovery, as bubu.engine.recovery applies a plan -----------------------------------------------
+    # -- recovery, as bubu.engine.recovery applies a plan ------------------------------------------
 
     def recover(self) -> None:
         """A new process recovers the open turn (and may die while doing it)."""
@@ -288,7 +289,7 @@ class Sim:
         self.commit(self.note(RecoveryNotice(status="ready")))
 
 
-# ---- what a plan must say, computed from the records alone ----------------------------------------
+# ---- what a plan must say, computed from the records alone ---------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,7 +130,8 @@ def test_random_kill_totals(
         total.add(tally(o))
     with capsys.disabled():
         print(
-            f"\nrandom kills (seed {SEED}): {total.kills} kills, {total.recovered} sessions recovered, "
+            f"\nrandom kills (seed {SEED}): {total.kills} kills, "
+            f"{total.recovered} sessions recovered, "
             f"{total.side_effects_repeated} side effects repeated, {total.committed_events_lost} "
             f"committed events lost; decisions {total.decisions}"
         )

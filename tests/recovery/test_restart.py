@@ -30,7 +30,8 @@ MIXED = Scenario(
     name="mixed",
     files={"a.txt": "alpha\n", "b.txt": "beta\n"},
     lines=[
-        # The edit comes first: mid_tool waits (briefly) for the first call, so it is usually applied.
+        # The edit comes first: mid_tool waits (briefly) for the first call, so it is usually
+        # applied.
         {
             "text": "all at once",
             "tool_calls": [

@@ -53,7 +53,10 @@ def test_a_worker_passes_on_what_the_submission_names(tmp_path: Path, url: str) 
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "expected").write_text(TOKEN)
-    check = 'test "$MY_SERVICE_TOKEN" = "$(cat expected)" && echo SEEN "$MY_SERVICE_TOKEN"; echo "[$OPENAI_API_KEY]"'
+    check = (
+        'test "$MY_SERVICE_TOKEN" = "$(cat expected)" && echo SEEN "$MY_SERVICE_TOKEN"; '
+        'echo "[$OPENAI_API_KEY]"'
+    )
     model = write_script(
         tmp_path / "m.jsonl",
         [

@@ -197,7 +197,7 @@ def test_a_refused_symlink_says_why(
     assert not (outside / "new.txt").exists()
 
 
-# ---- the write lock -------------------------------------------------------------------------------
+# ---- the write lock ------------------------------------------------------------------------------
 
 
 def _bump(tools: dict[str, Tool], ctx: ToolContext) -> bool:

@@ -20,7 +20,9 @@ def tree(ws: Path) -> Path:
         "src/pkg/__init__.py": "",
         "src/pkg/core.py": "def add(a, b):\n    return a - b  # TODO fix\n",
         "src/pkg/util.py": "import os\n",
-        "tests/test_core.py": "from pkg.core import add\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+        "tests/test_core.py": (
+            "from pkg.core import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+        ),
         ".git/config": "TODO in git\n",
         "node_modules/x/index.js": "TODO in node_modules\n",
         "src/pkg/__pycache__/core.cpython-311.pyc": "TODO cached\n",

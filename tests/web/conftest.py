@@ -1,4 +1,5 @@
-"""Fixtures for the web UI tests: a session crashed by a real SIGKILL (made once, copied per test)."""
+"""Fixtures for the web UI tests: a session crashed by a real SIGKILL (made once, copied per
+test)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from .scenarios import Crashed, backup, crash_and_recover
 
 @pytest.fixture(scope="session")
 def crashed(tmp_path_factory: pytest.TempPathFactory) -> Crashed:
-    """A session killed mid-tool by `bubu run` with a failpoint, then recovered by `bubu recover`."""
+    """A session killed mid-tool by `bubu run` with a failpoint, then recovered by `bubu
+    recover`."""
     return crash_and_recover(tmp_path_factory.mktemp("crash"))
 
 

@@ -142,7 +142,8 @@ def host_for(store: Store, model: str, *, yes: bool = True) -> Host:
 def run_scripted(
     store: Store, root: Path, name: str, task: str, lines: list[dict[str, Any]]
 ) -> str:
-    """Run `task` to its end in a new workspace under `root` with a scripted model; the session id."""
+    """Run `task` to its end in a new workspace under `root` with a scripted model; the session
+    id."""
     ws = root / name
     ws.mkdir(parents=True, exist_ok=True)
     spec = write_script(root / f"{name}.jsonl", lines)

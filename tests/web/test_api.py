@@ -1,4 +1,5 @@
-"""The JSON API through Starlette's TestClient: token refusal, sessions, detail, dismiss, actions."""
+"""The JSON API through Starlette's TestClient: token refusal, sessions, detail, dismiss,
+actions."""
 
 from __future__ import annotations
 

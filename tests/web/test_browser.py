@@ -216,7 +216,8 @@ def test_a_recovered_session_shows_the_notice_until_dismissed(
 def _new_task(
     page: Page, site: Site, task: str, ws: Path, spec: str, *, allow: str = "", sandbox: str = ""
 ) -> None:
-    """Start a task through the page's new-task form (`sandbox`: a mode to pick, else the default)."""
+    """Start a task through the page's new-task form (`sandbox`: a mode to pick, else the
+    default)."""
     page.goto(site.url())
     page.click("#new-task-open")
     page.fill("#nt-task", task)

@@ -35,7 +35,8 @@ class Seen:
 
 @dataclass(slots=True)
 class OtherServer:
-    """Another local web server (a dev server, a page the user visits) that records what it is sent."""
+    """Another local web server (a dev server, a page the user visits) that records what it is
+    sent."""
 
     base: str
     seen: list[Seen] = field(default_factory=list)
@@ -196,7 +197,8 @@ def test_a_request_with_only_what_the_browser_adds_is_refused(
     # A page on another local port fires what it can: a no-cors fetch and a form post.
     page.goto(f"{other.base}/attack")
     page.evaluate(
-        "(a) => fetch(a.url, {method: 'POST', mode: 'no-cors', credentials: 'include', body: a.body})",
+        "(a) => fetch(a.url, "
+        "{method: 'POST', mode: 'no-cors', credentials: 'include', body: a.body})",
         {"url": f"{ui.base}/api/sessions", "body": body},
     )
     page.evaluate(
@@ -218,7 +220,8 @@ def test_a_dns_rebound_name_reaches_nothing(page: Page, ui: Ui) -> None:
     # The attacker's page, rebound to 127.0.0.1, is same-origin with the name: it can send any
     # header, and even with the token the host is refused.
     status = page.evaluate(
-        "(t) => fetch('/api/sessions', {headers: {authorization: 'Bearer ' + t}}).then((r) => r.status)",
+        "(t) => fetch('/api/sessions', {headers: {authorization: 'Bearer ' + t}})"
+        ".then((r) => r.status)",
         TOKEN,
     )
     assert status == 421

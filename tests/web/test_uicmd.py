@@ -40,7 +40,8 @@ def status_of(url: str) -> int:
 
 
 def raw_get(port: int, host: str, token: str) -> bytes:
-    """The head of the answer to a GET of /api/sessions naming `host`, as a DNS-rebound page would."""
+    """The head of the answer to a GET of /api/sessions naming `host`, as a DNS-rebound page
+    would."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(
             f"GET /api/sessions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
