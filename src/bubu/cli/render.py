@@ -265,8 +265,15 @@ class TerminalObserver:
             names = ", ".join(self.children[:2]) + (
                 f" +{len(self.children) - 2}" if len(self.children) > 2 else ""
             )
-            plan += f" · {len(self.children)} sub-agent{'s' if len(self.children) != 1 else ''} running ({names})"
-        return f"  ◦ step {self.steps} · {what}{plan} · {self.tokens:,} tokens{unknown_usage(self.unknown_usage)} · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
+            plan += (
+                f" · {len(self.children)} sub-agent{'s' if len(self.children) != 1 else ''}"
+                f" running ({names})"
+            )
+        return (
+            f"  ◦ step {self.steps} · {what}{plan} · {self.tokens:,} tokens"
+            f"{unknown_usage(self.unknown_usage)} · {self.cost.text()}"
+            f" · {elapsed // 60}:{elapsed % 60:02d}"
+        )
 
     def _child(self, n: ChildStarted | ChildFinished) -> None:
         """Keep the list of running sub-agents (their session ids, with the agent's name)."""

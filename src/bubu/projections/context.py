@@ -354,8 +354,9 @@ class ContextFold:
         if self.omitted_before:
             return (
                 UserMessage(
-                    text=f"[Events 1–{self.omitted_before} of this session are not shown: the history "
-                    "did not fit and could not be summarized. Ask the user if something earlier matters.]"
+                    text=f"[Events 1–{self.omitted_before} of this session are not shown: the "
+                    "history did not fit and could not be summarized. Ask the user if something "
+                    "earlier matters.]"
                 ),
                 *self._restated(self.omitted_before),
             )

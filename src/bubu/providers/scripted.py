@@ -192,7 +192,8 @@ def summary_response(request: ModelRequest) -> ModelResponse:
     text = (
         f"## Goal\n{goal[:2000]}\n\n"
         f"## Progress\n{len(tools)} tool results in this span, from: {', '.join(names)}.\n\n"
-        f"## Next steps\nCarry on after the newest call ({(calls[-1] if calls else 'none')[:200]}).\n\n"
+        f"## Next steps\nCarry on after the newest call "
+        f"({(calls[-1] if calls else 'none')[:200]}).\n\n"
         f"## Critical context\nEvery output came from {', '.join(names)}; see the fact sheet "
         "below for edits and shell invocations.\n"
     )

@@ -101,7 +101,8 @@ class WorkQueue:
         with self.store._using() as db:
             row = db.execute(
                 "UPDATE work w SET tries = w.tries + 1, "
-                f"not_before = {NOW_MS_SQL} + least(%s, 5000 * power(2, least(w.tries, 20)))::bigint "
+                f"not_before = {NOW_MS_SQL} "
+                "+ least(%s, 5000 * power(2, least(w.tries, 20)))::bigint "
                 "FROM sessions s WHERE s.sid = w.sid AND s.id = %s "
                 f"RETURNING w.not_before - {NOW_MS_SQL}",
                 [MAX_DEFER_MS, session],
