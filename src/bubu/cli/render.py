@@ -1,5 +1,6 @@
 """What a running turn looks like in a terminal: streamed text, tool cards, results, notices and
-a live status line, drawn through rich for `bubu run`, `resume`, `recover` and (`ChatView`) the chat.
+a live status line, drawn through rich for `bubu run`, `resume`, `recover` and (`ChatView`) the
+chat.
 
 One escaping path: every string that reaches the screen is made `printable` (`bubu.cli.term`:
 controls, escapes and bidi characters shown as visible escapes, secrets redacted) and put in a

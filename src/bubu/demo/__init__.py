@@ -1,4 +1,5 @@
-"""The embedded demo: a small Python project with a failing test, and a scripted agent that fixes it.
+"""The embedded demo: a small Python project with a failing test, and a scripted agent that fixes
+it.
 
 The script is a real `scripted:` model file; the tools, the log, permissions, and (by default) a
 real SIGKILL and the recovery that follows are all the real thing.

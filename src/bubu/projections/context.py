@@ -388,7 +388,8 @@ class ContextFold:
         return out
 
     def span_blobs(self, after: int, upto: int) -> list[str]:
-        """Every offloaded result of the entries that start in (after, upto] (for `span_messages`)."""
+        """Every offloaded result of the entries that start in (after, upto] (for
+        `span_messages`)."""
         lo, hi = bisect.bisect_right(self._seqs, after), bisect.bisect_right(self._seqs, upto)
         return [
             r.blob

@@ -2,8 +2,8 @@
 
 Each line is an object with optional keys ``text``, ``thinking``, ``tool_calls`` (a list of
 ``{"name": …, "arguments": {…}}``), and for tests and demos ``delay_s`` (seconds to spend
-streaming) and ``error`` (``{"status": 429, "message": …, "retry_after": 1}``: fail this attempt once
-per line … the next attempt at the same position succeeds). Summary requests (compaction) are
+streaming) and ``error`` (``{"status": 429, "message": …, "retry_after": 1}``: fail this attempt
+once per line … the next attempt at the same position succeeds). Summary requests (compaction) are
 answered deterministically from the request itself.
 """
 
