@@ -72,7 +72,8 @@ class ToolCallPart:
     arguments: dict[str, JSON]
     raw_arguments: str | None = None
     native: JSON | None = None
-    """The provider's own call item (an OpenAI Responses `function_call` item), replayed verbatim."""
+    """The provider's own call item (an OpenAI Responses `function_call` item), replayed
+    verbatim."""
     kind: Literal["tool_call"] = "tool_call"
 
 

@@ -17,9 +17,11 @@ A variable is a **secret** when its name (compared case-insensitively) matches `
 A variable is also withheld when its **value** looks like a secret, whatever its name
 (`bubu.secretvalues.looks_secret`: a provider's key, a private-key block, a URL with a password,
 a long high-entropy token). Secret variables are removed from the environment of commands and
-MCP servers unless the user passes them on by name (``--env NAME``). Their values — passed on or not — are replaced by
-``[redacted:NAME]`` in every event before it is appended (`bubu.log.redact`). The values are read
-from the environment once, when first needed, and only ever held in memory.
+MCP servers unless the user passes them on by name (``--env NAME``). Their values — passed on or
+not — are replaced by ``[redacted:NAME]`` in every event before it is appended
+(`bubu.log.redact`). The values are read from the environment once, when first needed, and only
+ever held in memory.
+
 """
 
 from __future__ import annotations

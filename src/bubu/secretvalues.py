@@ -182,8 +182,8 @@ def needle(p: Pattern) -> str:
     without it cannot hold a match, so the regular expression need not run (or be compiled).
 
     Read off the start of the regex: plain characters and escaped punctuation, up to the first
-    other metacharacter, less the last one when a quantifier follows it (as the engine reads it); "" for a pattern with a
-    top-level alternation or that ignores case."""
+    other metacharacter, less the last one when a quantifier follows it (as the engine reads it); ""
+    for a pattern with a top-level alternation or that ignores case."""
     if p.ignore_case or _top_level_bar(p.regex):
         return ""
     out: list[str] = []

@@ -48,31 +48,50 @@ READ_ONLY_COMMANDS = frozenset({"sessions", "show", "status", "log", "verify", "
 COMMANDS = {
     "agents": Lazy(
         module="bubu.cli.agentlist",
-        short_help="List the named agents delegate can start (yours, and a trusted workspace's), and the ones that are ignored and why.",
+        short_help=(
+            "List the named agents delegate can start (yours, and a trusted workspace's), and the "
+            "ones that are ignored and why."
+        ),
     ),
     "approve-plan": Lazy(
         module="bubu.cli.agentcmds",
-        short_help="Approve the plan of SESSION's planning turn (bubu run --plan) and run a turn that carries it out, in the same session.",
+        short_help=(
+            "Approve the plan of SESSION's planning turn (bubu run --plan) and run a turn that "
+            "carries it out, in the same session."
+        ),
     ),
     "approve-task": Lazy(
         module="bubu.cli.fleetadmin",
-        short_help="Approve a task a worker held above its ceiling: the next worker runs it under the policy it was submitted with (the approval is a fact in the session's log).",
+        short_help=(
+            "Approve a task a worker held above its ceiling: the next worker runs it under the "
+            "policy it was submitted with (the approval is a fact in the session's log)."
+        ),
     ),
     "chat": Lazy(
         module="bubu.cli.chat",
-        short_help="Talk to Bubu in this terminal: each message is a turn of one session (/help inside).",
+        short_help=(
+            "Talk to Bubu in this terminal: each message is a turn of one session (/help inside)."
+        ),
     ),
     "compact": Lazy(
         module="bubu.cli.compactcmd",
-        short_help="Summarize SESSION's older events into a checkpoint now (the newest steps stay raw).",
+        short_help=(
+            "Summarize SESSION's older events into a checkpoint now (the newest steps stay raw)."
+        ),
     ),
     "checkout": Lazy(
         module="bubu.cli.workspacecmds",
-        short_help="Write SESSION's workspace (as its last snapshot, or the one at SEQ, left it) into DIRECTORY, which must be new or empty: files, links and modes.",
+        short_help=(
+            "Write SESSION's workspace (as its last snapshot, or the one at SEQ, left it) into "
+            "DIRECTORY, which must be new or empty: files, links and modes."
+        ),
     ),
     "config": Lazy(
         module="bubu.cli.configcmd",
-        short_help="Print the effective settings and where each came from (flag, env, profile, file, default).",
+        short_help=(
+            "Print the effective settings and where each came from (flag, env, profile, file, "
+            "default)."
+        ),
     ),
     "context": Lazy(
         module="bubu.cli.contextcmd",
@@ -80,15 +99,23 @@ COMMANDS = {
     ),
     "copy-store": Lazy(
         module="bubu.cli.storecmds",
-        short_help="Copy sessions from the store SRC to the store DST (SQLite paths or postgresql:// URLs).",
+        short_help=(
+            "Copy sessions from the store SRC to the store DST (SQLite paths or postgresql:// "
+            "URLs)."
+        ),
     ),
     "demo": Lazy(
         module="bubu.cli.democmd",
-        short_help="Watch Bubu fix a failing test offline, survive a real SIGKILL, and finish by itself.",
+        short_help=(
+            "Watch Bubu fix a failing test offline, survive a real SIGKILL, and finish by itself."
+        ),
     ),
     "diff": Lazy(
         module="bubu.cli.workspacecmds",
-        short_help="Print the unified diff of what SESSION changed in its workspace (all of it, one turn, or a range of seqs), from the workspace snapshots, commands' changes included.",
+        short_help=(
+            "Print the unified diff of what SESSION changed in its workspace (all of it, one turn, "
+            "or a range of seqs), from the workspace snapshots, commands' changes included."
+        ),
     ),
     "dismiss": Lazy(
         module="bubu.cli.recovercmds",
@@ -103,11 +130,16 @@ COMMANDS = {
     ),
     "fork": Lazy(
         module="bubu.cli.forkcmd",
-        short_help="Start a new session from events 1..SEQ of SESSION (verified first) and print its id.",
+        short_help=(
+            "Start a new session from events 1..SEQ of SESSION (verified first) and print its id."
+        ),
     ),
     "import": Lazy(
         module="bubu.cli.logcmds",
-        short_help="Import a session exported with `bubu export`; refuses a file whose chain does not verify.",
+        short_help=(
+            "Import a session exported with `bubu export`; refuses a file whose chain does not "
+            "verify."
+        ),
     ),
     "log": Lazy(module="bubu.cli.logcmds", short_help="Print a session's events in seq order."),
     "mcp": Lazy(
@@ -120,11 +152,17 @@ COMMANDS = {
     ),
     "recover": Lazy(
         module="bubu.cli.recovercmds",
-        short_help="Recover every session with an unfinished turn (or just SESSION) and continue it to its end.",
+        short_help=(
+            "Recover every session with an unfinished turn (or just SESSION) and continue it to "
+            "its end."
+        ),
     ),
     "resume": Lazy(
         module="bubu.cli.agentcmds",
-        short_help="Continue a stopped or suspended turn, or one that gave up waiting for its provider (a crashed one is recovered by `bubu recover`); limits given here replace the turn's.",
+        short_help=(
+            "Continue a stopped or suspended turn, or one that gave up waiting for its provider (a "
+            "crashed one is recovered by `bubu recover`); limits given here replace the turn's."
+        ),
     ),
     "rewind": Lazy(
         module="bubu.cli.rewindcmd",
@@ -153,11 +191,18 @@ COMMANDS = {
     ),
     "trust": Lazy(
         module="bubu.cli.configcmd",
-        short_help="Let DIRECTORY's .bubu/config.toml choose the model, server and MCP servers, as it is now (any change to the file revokes it); limits and permissions it may only ever tighten.",
+        short_help=(
+            "Let DIRECTORY's .bubu/config.toml choose the model, server and MCP servers, as it is "
+            "now (any change to the file revokes it); limits and permissions it may only ever "
+            "tighten."
+        ),
     ),
     "undo": Lazy(
         module="bubu.cli.rewindcmd",
-        short_help="Revert SESSION's last turn: the workspace as it was before it (what its commands did too), and the log forked there (`bubu rewind` to the start of that turn).",
+        short_help=(
+            "Revert SESSION's last turn: the workspace as it was before it (what its commands did "
+            "too), and the log forked there (`bubu rewind` to the start of that turn)."
+        ),
     ),
     "ui": Lazy(
         module="bubu.cli.uicmd",

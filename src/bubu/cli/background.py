@@ -1,12 +1,12 @@
 """Start-up recovery for `bubu run`: crashed sessions of this host continue in the background.
 
 The user's own command comes first: its task is committed before anything else looks at other
-sessions (in a thread beside the user's turn), and nothing found there runs in its process. Each session whose runner died on this host
-is continued by a detached `bubu recover SESSION` (its own process group, so a Ctrl-C in the
-terminal does not reach it), writing to a log file under ``$BUBU_HOME/logs/``; the command says so
-in one line on stderr. A session that is not continued by itself (imported, forked, its workspace
-gone, its server unrecorded) gets one line saying how to continue it. Nothing here can fail the
-user's command.
+sessions (in a thread beside the user's turn), and nothing found there runs in its process. Each
+session whose runner died on this host is continued by a detached `bubu recover SESSION` (its own
+process group, so a Ctrl-C in the terminal does not reach it), writing to a log file under
+``$BUBU_HOME/logs/``; the command says so in one line on stderr. A session that is not continued by
+itself (imported, forked, its workspace gone, its server unrecorded) gets one line saying how to
+continue it. Nothing here can fail the user's command.
 """
 
 from __future__ import annotations

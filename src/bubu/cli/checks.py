@@ -24,8 +24,8 @@ def seconds(_ctx: click.Context, param: click.Parameter, value: float | None) ->
         return None
     if not math.isfinite(value) or value <= 0 or value > MAX_SECONDS:
         raise ConfigError(
-            f"{_flag(param)} takes a number of seconds above 0 and at most a year (e.g. {_flag(param)} 600), "
-            f"got {_shown(value)}"
+            f"{_flag(param)} takes a number of seconds above 0 and at most a year "
+            f"(e.g. {_flag(param)} 600), got {_shown(value)}"
         )
     return value
 

@@ -78,7 +78,8 @@ def demo_cmd(ctx: Ctx, no_crash: bool, directory: str | None) -> None:
             _say(f"\nthe run ended with status {code} before the planned crash", fg="red")
             sys.exit(1)
         _say(
-            "\n💥 Bubu was killed with SIGKILL while the fix was written and a command was running.",
+            "\n💥 Bubu was killed with SIGKILL while the fix was written and a command was "
+            "running.",
             fg="red",
             bold=True,
         )
@@ -98,7 +99,8 @@ def demo_cmd(ctx: Ctx, no_crash: bool, directory: str | None) -> None:
     )
     _say("")
     _say(
-        f"{'✓' if passed.returncode == 0 else '✗'} tests in {ws}: {'pass' if passed.returncode == 0 else 'FAIL'}",
+        f"{'✓' if passed.returncode == 0 else '✗'} tests in {ws}: "
+        f"{'pass' if passed.returncode == 0 else 'FAIL'}",
         fg="green" if passed.returncode == 0 else "red",
         bold=True,
     )

@@ -56,7 +56,8 @@ def db_option(f: Any) -> Any:
 
 def check_model(spec: str) -> str:
     """Refuse a model spec that is not `provider:model` (workers resolve it, with the plugins they
-    have); a script's path is made absolute, since workers do not share the submitter's directory."""
+    have); a script's path is made absolute, since workers do not share the submitter's
+    directory."""
     name, sep, model = spec.partition(":")
     if not sep or not name or not model:
         raise ConfigError(
@@ -459,9 +460,9 @@ def worker_cmd(
 
     A queued task that asks for more than this worker allows (a looser sandbox than
     --max-sandbox, --yes, --network, unconfined --allow patterns, a secret variable, a host
-    socket, the SSH agent, a model server other than the vendors' APIs) is held, not run, until a person approves it with `bubu approve-task`.
-    A task's sandbox limits above this worker's --max-procs, --max-memory, --max-file-size (or
-    their defaults) are clamped to them.
+    socket, the SSH agent, a model server other than the vendors' APIs) is held, not run, until a
+    person approves it with `bubu approve-task`. A task's sandbox limits above this worker's
+    --max-procs, --max-memory, --max-file-size (or their defaults) are clamped to them.
 
     SIGTERM or Ctrl-C drains: running turns finish their current step and are handed back to the
     fleet; a second Ctrl-C stops them at once.

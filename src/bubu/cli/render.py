@@ -1,5 +1,6 @@
 """What a running turn looks like in a terminal: streamed text, tool cards, results, notices and
-a live status line, drawn through rich for `bubu run`, `resume`, `recover` and (`ChatView`) the chat.
+a live status line, drawn through rich for `bubu run`, `resume`, `recover` and (`ChatView`) the
+chat.
 
 One escaping path: every string that reaches the screen is made `printable` (`bubu.cli.term`:
 controls, escapes and bidi characters shown as visible escapes, secrets redacted) and put in a
@@ -265,8 +266,15 @@ class TerminalObserver:
             names = ", ".join(self.children[:2]) + (
                 f" +{len(self.children) - 2}" if len(self.children) > 2 else ""
             )
-            plan += f" · {len(self.children)} sub-agent{'s' if len(self.children) != 1 else ''} running ({names})"
-        return f"  ◦ step {self.steps} · {what}{plan} · {self.tokens:,} tokens{unknown_usage(self.unknown_usage)} · {self.cost.text()} · {elapsed // 60}:{elapsed % 60:02d}"
+            plan += (
+                f" · {len(self.children)} sub-agent{'s' if len(self.children) != 1 else ''}"
+                f" running ({names})"
+            )
+        return (
+            f"  ◦ step {self.steps} · {what}{plan} · {self.tokens:,} tokens"
+            f"{unknown_usage(self.unknown_usage)} · {self.cost.text()}"
+            f" · {elapsed // 60}:{elapsed % 60:02d}"
+        )
 
     def _child(self, n: ChildStarted | ChildFinished) -> None:
         """Keep the list of running sub-agents (their session ids, with the agent's name)."""

@@ -138,8 +138,8 @@ def checkout_cmd(ctx: Ctx, /, *, session: str, directory: Path, at: int | None) 
     click.echo(f"checked out {n} files of {info.id} into {directory}")
     if snap.skipped or snap.partial:
         click.echo(
-            f"bubu: the snapshot left out {snap.skipped} paths{f' ({snap.partial})' if snap.partial else ''}; "
-            "they are not in the checkout",
+            f"bubu: the snapshot left out {snap.skipped} paths"
+            f"{f' ({snap.partial})' if snap.partial else ''}; they are not in the checkout",
             err=True,
         )
 

@@ -281,7 +281,7 @@ def carries(section: str, goal: str) -> bool:
     return sum(1 for k in key if k in have or k in flat) * 2 >= len(key)
 
 
-# ---- the checkpoint's text ------------------------------------------------------------------------
+# ---- the checkpoint's text -----------------------------------------------------------------------
 
 
 def body_digest(body: CheckpointBody) -> str:
@@ -298,7 +298,8 @@ def checkpoint_text(body: CheckpointBody) -> str:
     """What the model sees in place of events 1..watermark."""
     if body.summarized_upto >= body.watermark:
         return (
-            f"[Summary of this session's events 1–{body.watermark}; everything after follows as it happened.]\n\n"
+            f"[Summary of this session's events 1–{body.watermark}; everything after follows "
+            "as it happened.]\n\n"
             f"{body.summary.strip()}\n\n{body.facts}"
         )
     head = (

@@ -1,4 +1,5 @@
-"""The embedded demo: a small Python project with a failing test, and a scripted agent that fixes it.
+"""The embedded demo: a small Python project with a failing test, and a scripted agent that fixes
+it.
 
 The script is a real `scripted:` model file; the tools, the log, permissions, and (by default) a
 real SIGKILL and the recovery that follows are all the real thing.
@@ -111,7 +112,8 @@ def script(crash: bool) -> list[dict[str, object]]:
             "tool_calls": [{"name": "run_command", "arguments": {"command": tests}}],
         },
         {
-            "thinking": "average([2, 4, 6]) should be 4 but divides by len - 1, giving 6. Fix the divisor.",
+            "thinking": "average([2, 4, 6]) should be 4 but divides by len - 1, giving 6. "
+            "Fix the divisor.",
             "text": "`average` divides by `len(values) - 1`; the mean divides by `len(values)`. "
             "Fixing it, and running the slow style check at the same time.",
             "delay_s": 0.3,

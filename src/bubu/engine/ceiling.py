@@ -3,11 +3,11 @@
 Whoever can submit to the fleet's log chooses a task's policy, and a worker runs it unattended on
 its own machine with its own secrets. So a worker never takes the submitter's word for the
 loosening options (`--sandbox`, `--yes`, `--network`, `--allow`, `--env`, `--allow-socket`,
-`--ssh-agent`, and a `--base-url` that would receive the worker's API key): each must fit under the worker's ceiling (`bubu worker --max-sandbox …
---allow-yes …`), and a task that asks for more is held, in the log, until a person approves it
-with `bubu approve-task`. A task's sandbox limits are not judged here: the worker clamps them to
-its own (`bubu.tools.sandbox.turn_options`). The check is pure; the worker does the I/O
-(DESIGN §7).
+`--ssh-agent`, and a `--base-url` that would receive the worker's API key): each must fit under the
+worker's ceiling (`bubu worker --max-sandbox … --allow-yes …`), and a task that asks for more is
+held, in the log, until a person approves it with `bubu approve-task`. A task's sandbox limits are
+not judged here: the worker clamps them to its own (`bubu.tools.sandbox.turn_options`). The check is
+pure; the worker does the I/O (DESIGN §7).
 """
 
 from __future__ import annotations

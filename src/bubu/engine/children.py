@@ -348,7 +348,7 @@ def _ended(store: Any, cid: str) -> bool:
     return st.turns > 0 and st.state not in ("open", "queued")
 
 
-# -- git worktrees ----------------------------------------------------------------------------------
+# -- git worktrees ---------------------------------------------------------------------------------
 
 
 def _git(cwd: str | Path, *args: str, stdin: bytes | None = None) -> str:

@@ -6,10 +6,11 @@ says what the model was given: a fork or an import reproduces every later reques
 view is a cache of that event carrying its digest; a view that disagrees is ignored and rebuilt.
 
 This module decides and plans (`Compactor`, `CompactionPlan`); `bubu.engine.compacting` carries
-a plan out for a runner. Every summarizer call is traced like a turn call: a `model_request` note (purpose "summary")
-before it, and after it a hidden `summary_chunk` note with the answer and its token usage. A span
-larger than the summarizer's window is summarized in chunks, in order, each folding the last. A
-failed summary keeps the last valid checkpoint and adds the log's fact sheet for the rest.
+a plan out for a runner. Every summarizer call is traced like a turn call: a `model_request` note
+(purpose "summary") before it, and after it a hidden `summary_chunk` note with the answer and its
+token usage. A span larger than the summarizer's window is summarized in chunks, in order, each
+folding the last. A failed summary keeps the last valid checkpoint and adds the log's fact sheet for
+the rest.
 """
 
 from __future__ import annotations

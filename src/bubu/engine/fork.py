@@ -9,8 +9,8 @@ session, seq and chain digest at SEQ), a hidden note after the copy says so to p
 
 A fork inside an open turn (calls dispatched without outcomes, or a model call in flight) is
 allowed: it starts as an open turn that recovery handles, as after a crash — but only when the
-user asks (`bubu recover FORK`): a forked session is never continued by itself. A fork that would cut
-one model response in two is refused, since the model would be shown half of what it said.
+user asks (`bubu recover FORK`): a forked session is never continued by itself. A fork that would
+cut one model response in two is refused, since the model would be shown half of what it said.
 """
 
 from __future__ import annotations

@@ -359,7 +359,8 @@ class ModelCaller:
         return checkpoint.watermark if checkpoint else 0
 
     def _select_model(self) -> None:
-        """Use the provider of the model the log says the turn is on (a fallback, or the primary)."""
+        """Use the provider of the model the log says the turn is on (a fallback, or the
+        primary)."""
         want = wanted_model(self.state.longrun, self.primary.spec)
         if want is None:
             self.state.provider = self.primary

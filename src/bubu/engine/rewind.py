@@ -284,7 +284,8 @@ def _step(
             action="cannot",
             now=now,
             reason=f"its content at seq {to} ({fc.at_seq[:12]}) was not kept (over "
-            f"{KEEP_MAX_BYTES // (1024 * 1024)} MiB, holding a secret, or written by an older Bubu)",
+            f"{KEEP_MAX_BYTES // (1024 * 1024)} MiB, holding a secret, or written by an "
+            "older Bubu)",
         )
     return FileStep(
         path=rel,

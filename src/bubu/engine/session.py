@@ -155,7 +155,8 @@ def check_task(task: str) -> str:
         )
     if len(task.encode("utf-8", "replace")) > 1_000_000:
         raise ConfigError(
-            "the task is larger than 1 MB; put the material in a file in the workspace and refer to it"
+            "the task is larger than 1 MB; put the material in a file in the workspace and refer "
+            "to it"
         )
     return task
 
@@ -223,7 +224,8 @@ def start_turn(
     with host.runner_for(session) as runner:
         if runner.turn.open:
             raise ConfigError(
-                f"session {session.id} has an unfinished turn; `bubu recover` or `bubu resume {session.id}` it first"
+                f"session {session.id} has an unfinished turn; `bubu recover` or "
+                f"`bubu resume {session.id}` it first"
             )
         turn = ids.turn_id()
         approval = _approval(host, runner, turn) if approve_plan else []

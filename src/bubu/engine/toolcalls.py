@@ -557,8 +557,9 @@ class ToolCalls:
                 self.outcome(
                     call,
                     ToolResult(
-                        output=f"{call.name} did not run: its arguments {arguments_error(call.raw_arguments)}; "
-                        f"send them as one JSON object. They were: {call.raw_arguments[:300]}",
+                        output=f"{call.name} did not run: its arguments "
+                        f"{arguments_error(call.raw_arguments)}; send them as one JSON object. "
+                        f"They were: {call.raw_arguments[:300]}",
                         is_error=True,
                     ),
                     None,
@@ -582,7 +583,8 @@ class ToolCalls:
                 self.outcome(
                     call,
                     ToolResult(
-                        output=f"{call.name} did not run: the PreToolUse hook `{pre.hook}` denied it: {why}",
+                        output=f"{call.name} did not run: the PreToolUse hook `{pre.hook}` "
+                        f"denied it: {why}",
                         is_error=True,
                     ),
                     None,

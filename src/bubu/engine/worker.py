@@ -1,4 +1,6 @@
-"""The fleet: submitting tasks to a shared log, and the worker that claims and runs them (DESIGN §7).
+"""The fleet: submitting tasks to a shared log, and the worker that claims and runs them
+(DESIGN §7).
+
 
 `submit` creates a session whose log holds the user's request and the policy it runs under; the
 store's work queue (derived from the log) then lists it as queued. A `Worker` runs `concurrency`
@@ -555,7 +557,8 @@ class Watch:
             self._maybe_stop(runner_thread=False)
 
     def halt(self) -> None:
-        """Stop now: running tools are cancelled and their outcomes recorded; the turn stays open."""
+        """Stop now: running tools are cancelled and their outcomes recorded; the turn stays
+        open."""
         runner = self.host.runner if self.host is not None else None
         if runner is not None:
             self.drained = True

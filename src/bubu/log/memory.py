@@ -261,7 +261,7 @@ class MemoryStore(Store):
         with self._open().lock:
             return self.db.blobs.get(sha256)
 
-    # -- workspace objects --------------------------------------------------------------------------
+    # -- workspace objects -------------------------------------------------------------------------
 
     def _put_objects(self, rows: Sequence[tuple[str, int, bytes]]) -> None:
         with self._open().lock:

@@ -65,8 +65,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         "log, sessions, blobs, leases, views",
         (
             "CREATE TABLE sessions(sid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
-            "title TEXT NOT NULL, workspace TEXT NOT NULL, model TEXT, created_ms INTEGER NOT NULL, "
-            "last_ms INTEGER)",
+            "title TEXT NOT NULL, workspace TEXT NOT NULL, model TEXT, "
+            "created_ms INTEGER NOT NULL, last_ms INTEGER)",
             # sid and seq are derived from the row key (virtual: they take no space).
             "CREATE TABLE events(pos INTEGER PRIMARY KEY, kind TEXT NOT NULL, "
             "payload BLOB NOT NULL, hash BLOB NOT NULL CHECK (length(hash) = 32), "
@@ -83,7 +83,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             "(NEW.pos >> 32) << 32) + 1 "
             "BEGIN SELECT RAISE(ABORT, 'bubu: seq must be gapless'); END",
             *_immutable("events"),
-            "CREATE TABLE blobs(sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB NOT NULL)",
+            "CREATE TABLE blobs(sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, "
+            "data BLOB NOT NULL)",
             *_immutable("blobs"),
             "CREATE TABLE leases(sid INTEGER PRIMARY KEY REFERENCES sessions(sid), "
             "owner TEXT NOT NULL, epoch INTEGER NOT NULL, expires_ms INTEGER NOT NULL)",

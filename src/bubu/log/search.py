@@ -262,7 +262,8 @@ class _SQLite:
                         if (text := indexed_text(r))
                     ]
                     db.executemany(
-                        f"INSERT INTO {schema}.search_fts(session, seq, body, words) VALUES (?,?,?,?)",
+                        f"INSERT INTO {schema}.search_fts(session, seq, body, words)"
+                        " VALUES (?,?,?,?)",
                         rows,
                     )
                     head = self.store.head(session)
@@ -301,8 +302,9 @@ class _Postgres:
     def _catch_up(self) -> None:
         with self.store._using() as db, db.transaction():
             db.execute(
-                "CREATE TABLE IF NOT EXISTS search_docs(session text NOT NULL, seq bigint NOT NULL, "
-                "body text NOT NULL, tsv tsvector NOT NULL, PRIMARY KEY(session, seq))"
+                "CREATE TABLE IF NOT EXISTS search_docs(session text NOT NULL, "
+                "seq bigint NOT NULL, body text NOT NULL, tsv tsvector NOT NULL, "
+                "PRIMARY KEY(session, seq))"
             )
             db.execute("CREATE INDEX IF NOT EXISTS search_docs_tsv ON search_docs USING GIN(tsv)")
             db.execute(

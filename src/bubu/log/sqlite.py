@@ -323,7 +323,7 @@ class SQLiteStore(Store):
                 self._db.execute("SELECT version, name FROM bubu_migrations ORDER BY version")
             )
 
-    # -- sessions -----------------------------------------------------------------------------------
+    # -- sessions ----------------------------------------------------------------------------------
 
     def _sid(self, session: str) -> int:
         sid = self._sids.get(session)
@@ -358,7 +358,8 @@ class SQLiteStore(Store):
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     db.execute(
-                        "INSERT INTO sessions(id, title, workspace, model, created_ms) VALUES (?,?,?,?,?)",
+                        "INSERT INTO sessions(id, title, workspace, model, created_ms)"
+                        " VALUES (?,?,?,?,?)",
                         (session_id, title, workspace, model, now),
                     )
                     pending = list(blobs)
@@ -417,7 +418,8 @@ class SQLiteStore(Store):
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     db.execute(
-                        "INSERT INTO sessions(id, title, workspace, model, created_ms) VALUES (?,?,?,?,?)",
+                        "INSERT INTO sessions(id, title, workspace, model, created_ms)"
+                        " VALUES (?,?,?,?,?)",
                         (sid, title, workspace, model, now),
                     )
                     if events:
@@ -800,7 +802,7 @@ class SQLiteStore(Store):
             row = self._db.execute("SELECT data FROM blobs WHERE sha256=?", (sha256,)).fetchone()
         return None if row is None else bytes(row[0])
 
-    # -- workspace objects --------------------------------------------------------------------------
+    # -- workspace objects -------------------------------------------------------------------------
 
     def _put_objects(self, rows: Sequence[tuple[str, int, bytes]]) -> None:
         with self._lock, self._guard():
@@ -977,7 +979,8 @@ class SQLiteStore(Store):
     def put_view(self, view: View) -> None:
         with self._lock, self._guard():
             self._db.execute(
-                "INSERT OR REPLACE INTO views(kind, session, key, source_hw, source_digest, data, created_ms)"
+                "INSERT OR REPLACE INTO views(kind, session, key, source_hw, source_digest, data,"
+                " created_ms)"
                 " VALUES (?,?,?,?,?,?,?)",
                 (
                     view.kind,
@@ -993,7 +996,8 @@ class SQLiteStore(Store):
     def get_view(self, kind: str, session: str, key: str) -> View | None:
         with self._lock, self._guard():
             row = self._db.execute(
-                "SELECT source_hw, source_digest, data, created_ms FROM views WHERE kind=? AND session=? AND key=?",
+                "SELECT source_hw, source_digest, data, created_ms FROM views"
+                " WHERE kind=? AND session=? AND key=?",
                 (kind, session, key),
             ).fetchone()
         if row is None:

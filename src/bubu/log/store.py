@@ -370,7 +370,7 @@ class Store(abc.ABC):
     def blob(self, sha256: str) -> bytes | None:
         """The bytes stored under `sha256`, or None."""
 
-    # -- workspace objects --------------------------------------------------------------------------
+    # -- workspace objects -------------------------------------------------------------------------
 
     def put_objects(
         self, objects: Mapping[str, bytes], bases: Mapping[str, str] | None = None

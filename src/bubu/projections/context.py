@@ -354,8 +354,9 @@ class ContextFold:
         if self.omitted_before:
             return (
                 UserMessage(
-                    text=f"[Events 1–{self.omitted_before} of this session are not shown: the history "
-                    "did not fit and could not be summarized. Ask the user if something earlier matters.]"
+                    text=f"[Events 1–{self.omitted_before} of this session are not shown: the "
+                    "history did not fit and could not be summarized. Ask the user if something "
+                    "earlier matters.]"
                 ),
                 *self._restated(self.omitted_before),
             )
@@ -387,7 +388,8 @@ class ContextFold:
         return out
 
     def span_blobs(self, after: int, upto: int) -> list[str]:
-        """Every offloaded result of the entries that start in (after, upto] (for `span_messages`)."""
+        """Every offloaded result of the entries that start in (after, upto] (for
+        `span_messages`)."""
         lo, hi = bisect.bisect_right(self._seqs, after), bisect.bisect_right(self._seqs, upto)
         return [
             r.blob

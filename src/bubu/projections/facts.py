@@ -68,7 +68,10 @@ class Facts:
                 self.commands_run += 1
             if c.result.startswith("interrupted"):
                 self.pending_review.append(
-                    f"{call.name} {call.arguments.get('path') or call.arguments.get('command') or ''}".strip()
+                    (
+                        f"{call.name} "
+                        f"{call.arguments.get('path') or call.arguments.get('command') or ''}"
+                    ).strip()
                 )
             elif c.is_error:
                 self.errors.append(

@@ -92,7 +92,8 @@ class LongRunFold:
     last_error: Error | None = None
     last_error_ms: int | None = None
     same_in_a_row: int = 0
-    """How many of the streak's last failures were word for word `last_error` (status and message)."""
+    """How many of the streak's last failures were word for word `last_error` (status and
+    message)."""
     odd_in_a_row: int = 0
     """How many of the streak's last failures were odd answers (`ODD_ANSWERS`) in a row: counted
     on their own, so an outage before them does not make the first one look repeated."""

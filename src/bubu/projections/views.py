@@ -7,7 +7,9 @@ plan and the transcript index (the seq each transcript item starts at), incremen
 encoding (`encode`, `decode`) is what a store keeps as a derived view, named by the seq it covers
 and the chain digest of that prefix; a reader that finds a valid one applies only the records
 after it, and one that does not match the log is ignored (the log wins). A fold continued from a
-decoded snapshot equals the fold of the whole log: `fold(a + b) == fold(b, decode(encode(fold(a))))`.
+decoded snapshot equals the fold of the whole log:
+`fold(a + b) == fold(b, decode(encode(fold(a))))`.
+
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ __all__ = ["APIConnectionError", "APIError", "APIStatusError", "APITimeoutError"
 class Obj(dict[str, Any]):
     """A JSON object read by attribute, as the SDKs' models are: a missing field is None, a
     nested object is an `Obj` too. It stays a dict, so `dict(obj)` and `obj.get` work; a field
-    named like a dict method (`items`, `values`, `keys`, `get`, `copy`) is read as `obj["items"]`."""
+    named like a dict method (`items`, `values`, `keys`, `get`, `copy`) is read as
+    `obj["items"]`."""
 
     __slots__ = ()
 

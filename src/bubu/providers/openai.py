@@ -2,8 +2,9 @@
 
 The adapter for OpenAI-compatible servers (Ollama, vLLM, LM Studio, OpenRouter): `openai:MODEL`
 with a `base_url` / `OPENAI_BASE_URL` other than OpenAI's comes here, and `openai-chat:MODEL`
-asks for it at OpenAI too (whose own `openai:MODEL` is the Responses API, `openai_responses`). Calls go over `httpx2` (`_wire`) and are never retried: the engine owns
-retries and records each failed attempt, so every failure leaves here as a `ProviderError`.
+asks for it at OpenAI too (whose own `openai:MODEL` is the Responses API, `openai_responses`). Calls
+go over `httpx2` (`_wire`) and are never retried: the engine owns retries and records each failed
+attempt, so every failure leaves here as a `ProviderError`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ their native form and replayed verbatim in later requests, as Anthropic thinking
 so a reasoning model keeps its chain of thought across tool calls; its `function_call` items are
 replayed as received too. `prompt_cache_key` is the session id, so one session's calls share a
 cache. At OpenAI the write and command tools are offered as its own `apply_patch` and `shell`
-(`bubu.providers.native`). Calls go over `httpx2` as the SDK sends them, never retried: the engine owns retries.
+(`bubu.providers.native`). Calls go over `httpx2` as the SDK sends them, never retried: the engine
+owns retries.
 """
 
 from __future__ import annotations

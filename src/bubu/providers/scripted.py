@@ -2,8 +2,8 @@
 
 Each line is an object with optional keys ``text``, ``thinking``, ``tool_calls`` (a list of
 ``{"name": …, "arguments": {…}}``), and for tests and demos ``delay_s`` (seconds to spend
-streaming) and ``error`` (``{"status": 429, "message": …, "retry_after": 1}``: fail this attempt once
-per line … the next attempt at the same position succeeds). Summary requests (compaction) are
+streaming) and ``error`` (``{"status": 429, "message": …, "retry_after": 1}``: fail this attempt
+once per line … the next attempt at the same position succeeds). Summary requests (compaction) are
 answered deterministically from the request itself.
 """
 
@@ -192,7 +192,8 @@ def summary_response(request: ModelRequest) -> ModelResponse:
     text = (
         f"## Goal\n{goal[:2000]}\n\n"
         f"## Progress\n{len(tools)} tool results in this span, from: {', '.join(names)}.\n\n"
-        f"## Next steps\nCarry on after the newest call ({(calls[-1] if calls else 'none')[:200]}).\n\n"
+        f"## Next steps\nCarry on after the newest call "
+        f"({(calls[-1] if calls else 'none')[:200]}).\n\n"
         f"## Critical context\nEvery output came from {', '.join(names)}; see the fact sheet "
         "below for edits and shell invocations.\n"
     )

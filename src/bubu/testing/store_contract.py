@@ -382,8 +382,8 @@ class StoreContract:
     def test_a_large_result_reads_back_as_its_canonical_bytes(
         self, store: Store, make_event: EventFactory
     ) -> None:
-        """However a backend keeps a large payload (SQLite compresses it), reads, raw rows, the chain
-        and the session list see the canonical bytes."""
+        """However a backend keeps a large payload (SQLite compresses it), reads, raw rows, the
+        chain and the session list see the canonical bytes."""
         sid = _new(store)
         line = "src/bubu/module.py:{n}: def handler_{n}(request, response):  # output\n"
         result = "".join(line.format(n=n) for n in range(60))

@@ -9,7 +9,8 @@ decides what recovery may do after a crash between dispatch and outcome (DESIGN 
 - ``side_effecting``: never re-run; an explicit "interrupted" result instead.
 
 Running a tool never raises for an ordinary failure: it returns a `ToolResult` with
-``is_error=True`` that the model sees. `ToolError` raised inside a tool is turned into such a result.
+``is_error=True`` that the model sees. `ToolError` raised inside a tool is turned into such a
+result.
 """
 
 from __future__ import annotations

@@ -389,7 +389,8 @@ def locked_path(path: str, ctx: ToolContext) -> Iterator[None]:
 
 
 def stray_temp_files(path: str) -> list[str]:
-    """Temporary files `atomic_write` left beside `path` because its process was killed mid-write."""
+    """Temporary files `atomic_write` left beside `path` because its process was killed
+    mid-write."""
     directory, base = os.path.split(path)
     pattern = re.compile(rf"\.{re.escape(base)}\.[a-z0-9_]{{8}}\.tmp")
     try:

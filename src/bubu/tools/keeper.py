@@ -13,7 +13,8 @@ Before it starts the command it joins the cgroups named in ``BUBU_KEEPER_CGROUPS
 runner made to limit it, and sets the rlimits named in ``BUBU_KEEPER_RLIMITS``.
 Lines on fd 4 (keeper to runner): ``started PID``, ``exit CODE``, ``done LEFT`` (LEFT: how many
 processes of the tree could not be confirmed dead), ``lingering COUNT`` (after ``detach``, when
-background processes remain), ``error ERRNO PATH`` (the command could not be started). The keeper's exit closes fd 4.
+background processes remain), ``error ERRNO PATH`` (the command could not be started). The keeper's
+exit closes fd 4.
 
 `serve` is the same keeper for a long-lived server that talks over its stdin and stdout (an MCP
 server): no control pipes, the server's tree killed when the runner dies or when it is told to
@@ -43,7 +44,8 @@ PR_SET_CHILD_SUBREAPER = 36
 CTL_FD = 3
 STATUS_FD = 4
 CGROUP_VAR = "BUBU_KEEPER_CGROUPS"
-"""The ``cgroup.procs`` files to join before the command starts, one per line (`limits.JOIN_VAR`)."""
+"""The ``cgroup.procs`` files to join before the command starts, one per line
+(`limits.JOIN_VAR`)."""
 RLIMIT_VAR = "BUBU_KEEPER_RLIMITS"
 """The rlimits to set before the command starts, ``NAME=VALUE`` apart (`limits.RLIMIT_VAR`)."""
 CONFIRM_S = 3.0
@@ -178,7 +180,8 @@ def reap(main: int) -> None:
 
 
 def kill_tree(main: int, grace: float) -> int:
-    """SIGTERM the tree, SIGKILL what is left after `grace`; how many could not be confirmed dead."""
+    """SIGTERM the tree, SIGKILL what is left after `grace`; how many could not be confirmed
+    dead."""
     if grace > 0 and descendants():
         for pid in descendants():
             _signal(pid, signal.SIGTERM)

@@ -1,10 +1,10 @@
 """restore_file: the provable write a rewind makes, one per file (never offered to the model).
 
-``restore_file{path, sha256?, expect?}`` puts back the content stored in the blob table under `sha256`,
-or, without it, deletes the file (it was created after the seq the rewind goes back to). It is a
-provable write like write_file (`bubu.tools.files`): its dispatch records the file's hash now and
-the hash it will have (`DELETED` for a removal), the earlier content is kept, the file is found
-beneath the workspace descriptor, held by the write lock from the hash check to the rename (or
+``restore_file{path, sha256?, expect?}`` puts back the content stored in the blob table under
+`sha256`, or, without it, deletes the file (it was created after the seq the rewind goes back to).
+It is a provable write like write_file (`bubu.tools.files`): its dispatch records the file's hash
+now and the hash it will have (`DELETED` for a removal), the earlier content is kept, the file is
+found beneath the workspace descriptor, held by the write lock from the hash check to the rename (or
 the unlink), and replaced atomically. A protected path (`bubu.tools.protected`) and a path
 outside the workspace are refused: a rewind is no way around what the write tools ask for. With
 `expect` (the hash the rewind's preview saw), a file changed since the preview is not touched.

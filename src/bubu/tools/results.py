@@ -26,7 +26,8 @@ PAGE_LINES = 200
 """Lines read_result shows when no limit is given."""
 
 PAGE_BYTES = 6000
-"""The most UTF-8 bytes of lines in one page (either tool); below the offload threshold, so pages stay inline."""
+"""The most UTF-8 bytes of lines in one page (either tool); below the offload threshold, so pages
+stay inline."""
 
 LINE_BYTES = 1000
 """Longer lines are cut in a page; search_result finds text anywhere in them."""

@@ -149,7 +149,11 @@ def _probe(binary: str | None) -> str | None:
         return f"{binary} did not start a sandbox within {PROBE_TIMEOUT_S:g}s"
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        return f"{binary} cannot start a sandbox here ({said[-1] if said else f'exit code {done.returncode}'})"
+        return (
+            f"{binary} cannot start a sandbox here "
+            f"({said[-1] if said else f'exit code {done.returncode}'})"
+        )
+
     return None
 
 

@@ -138,7 +138,8 @@ class Found:
 
 def walk_files(ctx: ToolContext, t: Target) -> Iterator[Found]:
     """The files at or under the target in a fixed order; junk, ignored and symlinked
-    directories skipped, every directory opened beneath the one before without following a symlink."""
+    directories skipped, every directory opened beneath the one before without following a
+    symlink."""
     with locate(t.root, t.rel) as loc:
         try:
             fd = os.open(loc.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=loc.fd)

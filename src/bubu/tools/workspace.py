@@ -4,8 +4,9 @@ The guard resolves a path the model gave beneath the workspace's directory descr
 (`bubu.tools.guard`): symlinks that stay inside are followed, and a ``..``, an absolute path or a
 symlink that leads out is seen for what it is: outside. `permission` reports such a path as a
 reason to ask; `run` refuses it unless the user allowed it (`ToolContext.outside_allowed` for
-one call, `ToolContext.allow_write` ahead of time), and then it is resolved from ``/``. `resolved_relative` is the workspace-relative path a call really
-reaches, for checks on where inside the workspace it lands.
+one call, `ToolContext.allow_write` ahead of time), and then it is resolved from ``/``.
+`resolved_relative` is the workspace-relative path a call really reaches, for checks on where inside
+the workspace it lands.
 
 The built-in tools are declared with `@tool` (`bubu.tools.decorator`), whose ``path_arg=`` puts
 this guard in front of a path argument.

@@ -1,8 +1,8 @@
 """The ASGI app: static page, JSON API over the projections, the SSE stream, and the actions.
 
 Handlers are thin: reads go to `views`, actions to the `RunManager`. Every route sits behind
-`auth.TokenGuard`: the `Host` check for all, the bearer token for the API. Errors a user can hit come back as `{"error": "…"}` with a
-4xx status, never as a traceback.
+`auth.TokenGuard`: the `Host` check for all, the bearer token for the API. Errors a user can hit
+come back as `{"error": "…"}` with a 4xx status, never as a traceback.
 """
 
 from __future__ import annotations
@@ -366,7 +366,8 @@ def create_app(
 
 
 def dismiss_notice(store: Store, session: str) -> bool:
-    """Record the dismissal of the session's recovery notice as `bubu dismiss` does; False if none."""
+    """Record the dismissal of the session's recovery notice as `bubu dismiss` does; False if
+    none."""
     for _ in range(5):
         st = fold_status(store.read(session))
         if st.notice_seq is None or st.notice_dismissed:

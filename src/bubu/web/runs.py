@@ -278,7 +278,8 @@ class RunManager:
             return [a.request for a in self._asks.values() if a.session == session]
 
     def answer(self, session: str, request_id: str, decision: Answer) -> None:
-        """Answer a waiting request; an answer that arrives before the asker waits is kept for it."""
+        """Answer a waiting request; an answer that arrives before the asker waits is kept for
+        it."""
         with self._lock:
             ask = self._asks.get(request_id)
             if ask is None:

@@ -9,8 +9,8 @@ _REWRITES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), words)
     for pattern, words in (
         (
-            r"pass -m provider:model \(e\.g\. -m ([^,]+), -m ([^,]+), -m ([^)]+)\) or set BUBU_MODEL;"
-            r" without a key, .*$",
+            r"pass -m provider:model \(e\.g\. -m ([^,]+), -m ([^,]+), -m ([^)]+)\)"
+            r" or set BUBU_MODEL; without a key, .*$",
             r"fill in the Model field with provider:model (e.g. \1, \2 or \3), or start `bubu ui` "
             r"with BUBU_MODEL set",
         ),

@@ -174,7 +174,8 @@ class PermissionView(msgspec.Struct, kw_only=True):
     reason: str
     answerable: bool
     command: list[str] | None = None
-    """A command's lines exactly as a person must read them (⏎ marks, invisible characters shown)."""
+    """A command's lines exactly as a person must read them (⏎ marks, invisible characters
+    shown)."""
     protected: bool = False
 
 
@@ -332,7 +333,8 @@ class _Summary:
     usage: UsageTotalsView = field(default_factory=UsageTotalsView)
     parent: str | None = None
     requests: list[str] | None = field(default_factory=list)
-    """The user's requests, lowercased (None: not read yet, for a summary seeded from a snapshot)."""
+    """The user's requests, lowercased (None: not read yet, for a summary seeded from a
+    snapshot)."""
 
 
 def _seeded(store: Store, info: SessionInfo) -> _Summary:

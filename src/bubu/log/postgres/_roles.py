@@ -71,11 +71,13 @@ def _grants(r: FleetRoles) -> list[tuple[str, str]]:
         ("GRANT INSERT, UPDATE ON {s}.work TO {who}", everyone),
         # A worker takes and renews leases and caches derived views (never deletes them).
         (
-            "GRANT INSERT, UPDATE (owner, epoch, expires_ms, stop_requested) ON {s}.leases TO {who}",
+            "GRANT INSERT, UPDATE (owner, epoch, expires_ms, stop_requested) "
+            "ON {s}.leases TO {who}",
             "worker",
         ),
         (
-            "GRANT INSERT, UPDATE (source_hw, source_digest, data, created_ms) ON {s}.views TO {who}",
+            "GRANT INSERT, UPDATE (source_hw, source_digest, data, created_ms) "
+            "ON {s}.views TO {who}",
             "worker",
         ),
         # Appending a `task_approved` event inserts its row here as the appender: only an

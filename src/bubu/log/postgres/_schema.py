@@ -331,7 +331,8 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE work ADD CONSTRAINT work_state_check "
             "CHECK (state IN ('queued', 'open', 'blocked', 'idle', 'retry'))",
             "DROP INDEX work_ready",
-            "CREATE INDEX work_ready ON work(since_ms, sid) WHERE state IN ('queued', 'open', 'retry')",
+            "CREATE INDEX work_ready ON work(since_ms, sid) "
+            "WHERE state IN ('queued', 'open', 'retry')",
             _WORK_STEP_RETRY,
         ),
     ),
@@ -359,7 +360,8 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             *_immutable("approvals"),
             _EVENTS_APPROVAL,
             _PIN_APPROVAL,
-            "CREATE TRIGGER events_approval AFTER INSERT ON events REFERENCING NEW TABLE AS new_rows "
+            "CREATE TRIGGER events_approval AFTER INSERT ON events "
+            "REFERENCING NEW TABLE AS new_rows "
             "FOR EACH STATEMENT EXECUTE FUNCTION events_approval()",
         ),
     ),

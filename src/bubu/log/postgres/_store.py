@@ -459,7 +459,7 @@ class PostgresStore(Store):
             ).fetchone()
         return None if row is None else bytes(row[0])
 
-    # -- workspace objects --------------------------------------------------------------------------
+    # -- workspace objects -------------------------------------------------------------------------
 
     def _put_objects(self, rows: Sequence[tuple[str, int, bytes]]) -> None:
         with self._using() as db, db.transaction():

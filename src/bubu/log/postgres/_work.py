@@ -3,10 +3,12 @@
 The `work` table is derived from the log by a trigger in the same transaction as every append (see
 `_schema`): `queued` (a user request waits for a turn), `open` (a turn has no end), `blocked`,
 `idle`, `retry` (the turn gave up waiting for its provider; claimable again after a while), `held`
-(a worker would not run the queued task under its ceiling; `bubu approve-task` queues it again). A session is claimable when it is queued or open, its lease is free or expired by the
-server's clock, and no worker deferred it. Claiming locks the session's head row with
+(a worker would not run the queued task under its ceiling; `bubu approve-task` queues it again). A
+session is claimable when it is queued or open, its lease is free or expired by the server's clock,
+and no worker deferred it. Claiming locks the session's head row with
 `FOR NO KEY UPDATE … SKIP LOCKED` (the lock every append and lease change takes, so claimers never
 wait on each other or deadlock with appends) and takes the lease in the same transaction.
+
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ class WorkQueue:
         with self.store._using() as db:
             row = db.execute(
                 "UPDATE work w SET tries = w.tries + 1, "
-                f"not_before = {NOW_MS_SQL} + least(%s, 5000 * power(2, least(w.tries, 20)))::bigint "
+                f"not_before = {NOW_MS_SQL} "
+                "+ least(%s, 5000 * power(2, least(w.tries, 20)))::bigint "
                 "FROM sessions s WHERE s.sid = w.sid AND s.id = %s "
                 f"RETURNING w.not_before - {NOW_MS_SQL}",
                 [MAX_DEFER_MS, session],
