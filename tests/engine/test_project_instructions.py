@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -194,7 +195,7 @@ def _cli_run(
     lines: list[dict[str, object]],
     *extra: str,
     failpoint: str | None = None,
-):  # type: ignore[no-untyped-def]
+) -> subprocess.CompletedProcess[str]:
     script = write_script(tmp_path / f"{name}.jsonl", lines)
     return bubu(
         db,

@@ -52,9 +52,9 @@ def _note(session: str, note: object, turn: str | None = "trn_1") -> Event:
         role="system",
         author="system",
         ts=clock.now_ms(),
-        content=SystemNote(note=note),
+        content=SystemNote(note=note),  # type: ignore[arg-type]
         visibility="hidden",
-    )  # type: ignore[arg-type]
+    )
 
 
 def _open_turn(
