@@ -21,18 +21,20 @@ make nothing else, and a row that fails any check is a cache miss.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
 import io
 import pickle
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from bubu import toolfacts
 from bubu.context.policy import ContextPolicy
 from bubu.context.quota import StoredWhole
 from bubu.engine.callids import CallIds
@@ -54,9 +56,38 @@ EVERY = 1_000
 """Events folded past the last snapshot at which the writer (or a reader) stores a new one."""
 
 
-def fingerprint(policy: ContextPolicy) -> str:
-    """What the folds were built under: a snapshot of another policy is rebuilt, not used."""
-    return hashlib.sha256(repr(policy).encode()).hexdigest()[:16]
+Commands = tuple[tuple[str, str], ...]
+"""The command tools whose calls the fact sheet counts, with the argument that holds the command
+line (declared by the tools a process loaded: the fold depends on them)."""
+
+
+def command_tools() -> Commands:
+    """The command tools this process declared."""
+    return tuple(sorted((n, f.command) for n, f in toolfacts.declared().items() if f.command))
+
+
+def fingerprint(policy: ContextPolicy, commands: Commands) -> str:
+    """What the folds were built under: a snapshot of another policy or another set of command
+    tools is rebuilt, not used."""
+    return hashlib.sha256(repr((policy, commands)).encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _declared(commands: Commands) -> Iterator[None]:
+    """The command tools `commands` declared for the time of a fold (for `bubu verify`, which
+    loads no tools), each as it was again afterwards."""
+    before = toolfacts.declared()
+    for name, arg in commands:
+        if before.get(name, toolfacts.NO_FACTS).command != arg:
+            toolfacts.declare(name, toolfacts.ToolFacts(command=arg))
+    try:
+        yield
+    finally:
+        for name, _ in commands:
+            if name in before:
+                toolfacts.declare(name, before[name])
+            else:
+                toolfacts._DECLARED.pop(name, None)
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
@@ -64,6 +95,8 @@ class RunState:
     """Every fold of a runner, of the records folded so far."""
 
     policy: ContextPolicy
+    commands: Commands | None = None
+    """The command tools it is folded under (None: this process's)."""
     fingerprint: str = ""
     turn: TurnFold = field(default_factory=TurnFold)
     longrun: LongRunFold = field(default_factory=LongRunFold)
@@ -76,7 +109,9 @@ class RunState:
     high_water: int = 0
 
     def __post_init__(self) -> None:
-        self.fingerprint = fingerprint(self.policy)
+        if self.commands is None:
+            self.commands = command_tools()
+        self.fingerprint = fingerprint(self.policy, self.commands)
         self.requests = RequestFold(policy=self.policy)
         self.stored = StoredWhole(inline_over=self.policy.offload_bytes)
 
@@ -143,7 +178,9 @@ def decode(data: object) -> RunState | None:
         state = _Loader(io.BytesIO(zlib.decompress(body))).load()
     except Exception:
         return None
-    if not isinstance(state, RunState):
+    if not isinstance(state, RunState) or not all(
+        hasattr(state, f.name) for f in dataclasses.fields(RunState)
+    ):  # not a state, or one of another shape
         return None
     _reindex(state.requests.context)
     return state
@@ -163,9 +200,12 @@ def digest_at(store: Store, session: str, seq: int) -> str | None:
     return bytes(rows[0][1]).hex() if rows else None
 
 
-def stored(store: Store, session: str, policy: ContextPolicy) -> tuple[RunState | None, str | None]:
-    """The stored snapshot if it is valid for `policy`, and why it is not when there is one that
-    is not (None when there is none, or one of another policy: not a fault, only a miss)."""
+def stored(
+    store: Store, session: str, policy: ContextPolicy, commands: Commands | None = None
+) -> tuple[RunState | None, str | None]:
+    """The stored snapshot if it is valid for `policy` and `commands` (None: this process's), and
+    why it is not when there is one that is not (None when there is none, or one of another
+    policy: not a fault, only a miss)."""
     try:
         row = store.get_view(KIND, session, KEY)
     except BubuError:
@@ -187,9 +227,11 @@ def stored(store: Store, session: str, policy: ContextPolicy) -> tuple[RunState 
             None,
             f"it says it covers seq {state.high_water}, its record seq {row.source_high_water}",
         )
-    if state.fingerprint != fingerprint(state.policy):
+    if state.commands is None or state.fingerprint != fingerprint(state.policy, state.commands):
         return None, "its policy is not the one it says it was folded under"
-    if state.fingerprint != fingerprint(policy):
+    if state.fingerprint != fingerprint(
+        policy, commands if commands is not None else command_tools()
+    ):
         return None, None
     return state, None
 
@@ -266,10 +308,12 @@ def check(store: Store, report: VerifyReport) -> VerifyReport:
             return report
         decoded = decode(row.data)
         policy = decoded.policy if decoded is not None else ContextPolicy()
-        state, bad = stored(store, report.session, policy)
+        commands = decoded.commands if decoded is not None else None
+        state, bad = stored(store, report.session, policy, commands)
         if bad is None and state is not None:
-            fresh = RunState(policy=policy)
-            fresh.fold(store.read(report.session, upto=state.high_water))
+            fresh = RunState(policy=policy, commands=state.commands)
+            with _declared(state.commands or ()):
+                fresh.fold(store.read(report.session, upto=state.high_water))
             if not same(fresh, state):
                 bad = "its content is not the fold of the log it names"
     if bad is None:
