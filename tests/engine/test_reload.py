@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import sqlite3
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -82,12 +85,17 @@ def _session(
          "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}
         for i in range(STEPS)
     ]  # fmt: skip
+    for i in range(0, STEPS, 7):  # commands too: the fact sheet counts them
+        lines[i]["tool_calls"].append(
+            {"name": "run_command", "arguments": {"command": f"echo {i}"}}
+        )
     script.write_text("".join(json.dumps(x) + "\n" for x in [*lines, {"text": "All done."}]))
     db = tmp_path / "bubu.db"
     with SQLiteStore(db) as store:
         provider = ScriptedProvider(str(script))
         info = new_session(store, task="read", workspace=ws, model=provider.spec)
-        host = Host(store=store, provider=provider, tools=builtin_tools(), policy=Policy(yes=True),
+        host = Host(store=store, provider=provider, tools=builtin_tools(),
+                    policy=Policy(yes=True, sandbox="off"),
                     config=RunConfig(loop_limit=None, context_window=window))  # fmt: skip
         assert start_turn(host, info, "read") == "completed"
     return db, info.id
@@ -108,6 +116,15 @@ def _reloaded(db: Path, session: str) -> object:
 def _verify(db: Path, session: str) -> tuple[int, str]:
     done = CliRunner().invoke(cli, ["--db", str(db), "verify", session])
     return done.exit_code, done.output
+
+
+def _verify_process(db: Path, session: str) -> tuple[int, str]:
+    """`bubu verify` in its own process, which loads no tools (unlike this one)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUBU_")}
+    env["BUBU_HOME"] = str(db.parent)
+    done = subprocess.run([sys.executable, "-m", "bubu", "--db", str(db), "verify", session],
+                          capture_output=True, text=True, env=env, check=False)  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
 
 
 def test_every_prefix_of_a_real_session_with_compactions_reloads_to_the_fold_of_the_log(
@@ -134,9 +151,11 @@ def test_a_runner_reloads_the_same_state_with_a_snapshot_without_one_and_with_a_
     # The runner kept a snapshot within EVERY events of the end, and it is the fold of the log.
     assert row is not None
     assert high_water - reload.EVERY <= row.source_high_water <= high_water
+    assert _fold(records).requests.facts.commands_run > 0
     full = reload.canonical(_fold(records))
     assert _reloaded(db, session) == full
     assert _verify(db, session)[0] == 0
+    assert _verify_process(db, session)[0] == 0, _verify_process(db, session)[1]
 
     with SQLiteStore(db) as store:
         assert store.drop_views(session, reload.KIND) == 1
@@ -172,9 +191,9 @@ def test_a_runner_reloads_the_same_state_with_a_snapshot_without_one_and_with_a_
     lying = _fold(records[:60])
     lying.high_water = 80
     put(lying)
-    code, out = _verify(db, session)
-    assert code == 1
-    assert "its content is not the fold of the log it names" in out
+    for code, out in (_verify(db, session), _verify_process(db, session)):
+        assert code == 1
+        assert "its content is not the fold of the log it names" in out
     # A reader trusts digest and checksum, so such a row must come from outside Bubu; the
     # runner's next snapshot replaces it.
     with SQLiteStore(db) as store:
