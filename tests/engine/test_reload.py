@@ -33,7 +33,7 @@ from bubu.engine.permissions import Policy
 from bubu.engine.session import Host, new_session, start_turn
 from bubu.events import Record
 from bubu.log.sqlite import SQLiteStore
-from bubu.log.store import View
+from bubu.log.store import Store, View
 from bubu.projections.recovery import plan_recovery
 from bubu.providers.scripted import ScriptedProvider
 from bubu.tools import builtin_tools
@@ -255,3 +255,27 @@ def test_the_recovery_plan_is_the_same_from_a_snapshot_and_from_the_whole_log(
             snap = _through_bytes(_fold(records[:cut]))
             snap.fold(prefix[cut:])
             assert plan_recovery(prefix, effects, {}, turn=snap.turn) == whole
+
+
+def test_every_store_keeps_the_snapshot_and_reloads_the_fold_of_the_log(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reload, "EVERY", 20)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("hello\n")
+    script = tmp_path / "s.jsonl"
+    lines = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}] * 15
+    script.write_text("".join(json.dumps(x) + "\n" for x in [*lines, {"text": "All done."}]))
+    provider = ScriptedProvider(str(script))
+    info = new_session(store, task="read", workspace=ws, model=provider.spec)
+    host = Host(store=store, provider=provider, tools=builtin_tools(), policy=Policy(yes=True),
+                config=RunConfig(loop_limit=None))  # fmt: skip
+    assert start_turn(host, info, "read") == "completed"
+    state, bad = reload.stored(store, info.id, POLICY)
+    assert state is not None
+    assert bad is None
+    assert state.high_water > 0
+    whole = _fold(store.read(info.id))
+    assert reload.same(reload.load(store, info.id, POLICY)[0], whole)
+    assert reload.check(store, store.verify(info.id)).ok
