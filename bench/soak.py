@@ -17,6 +17,13 @@ Reported:
   log's timestamps) and the reload time (process start to its run's `run_started` event), for
   the first and the last 10% of the processes and steps (target last <= 1.2x first).
 
+- the runner's reload of the final log in the soak's own process: from the last snapshot of its
+  folds plus the events after it, against a fold of the whole log (target <= 150 ms at 100,000
+  events), and whether both give the same state.
+
+SIGTERM or SIGINT stops the soak after a real SIGKILL of the current child, and it reports what
+it ran (`stopped_early`). Progress (one line per process) goes to stderr.
+
 Usage: python bench/soak.py [--steps N] [--every K] [--window TOKENS]. Last line: one JSON object.
 """
 
@@ -27,6 +34,7 @@ import itertools
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -71,14 +79,34 @@ def child_env(home: Path, failpoint: str | None) -> dict[str, str]:
     return env
 
 
+_stop = False
+"""Set by SIGTERM or SIGINT: the soak stops after the current child and reports what it ran."""
+_child: subprocess.Popen[bytes] | None = None
+
+
+def _on_stop(signum: int, frame: object) -> None:
+    global _stop
+    _stop = True
+    if _child is not None and _child.poll() is None:
+        _child.kill()  # a real SIGKILL, like every other crash of the soak
+
+
 def start(args: list[str], env: dict[str, str]) -> tuple[int, float, int]:
     """Run one child to its end; its exit status, start time (epoch ms) and peak RSS (bytes)."""
+    global _child
     t0 = time.time() * 1000
     proc = subprocess.Popen(
         args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )  # fmt: skip
-    _, status, usage = os.wait4(proc.pid, 0)
+    _child = proc
+    while True:
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+            break
+        except InterruptedError:
+            continue
+    _child = None
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.stderr:
         proc.stderr.close()
@@ -110,7 +138,10 @@ def run(steps: int, every: int, window: int, tmp: Path, seed: int) -> dict[str, 
         if session is None:
             with SQLiteStore(db) as store:
                 session = store.sessions()[0].id
-        if code != -9:
+        done = ledger_lines(ws / "ledger.txt")
+        print(f"process {n + 1}: exit {code}, {done:,} side effects, "
+              f"{time.perf_counter() - t_start:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+        if code != -9 or _stop:
             break
         if len(procs) > 4 * steps // every + 20:
             raise SystemExit("the soak does not end: too many processes")
@@ -118,7 +149,45 @@ def run(steps: int, every: int, window: int, tmp: Path, seed: int) -> dict[str, 
     with SQLiteStore(db) as store:
         records = store.read(session)
         verified = store.verify(session).ok
-    return figures(records, procs, ws / "ledger.txt", steps, wall=wall, verified=verified)
+        reload_figures = reloads(store, session)
+    out = figures(records, procs, ws / "ledger.txt", steps, wall=wall, verified=verified)
+    out.update(reload_figures, stopped_early=_stop)
+    return out
+
+
+def ledger_lines(path: Path) -> int:
+    """The side effects the workspace holds so far."""
+    try:
+        with path.open("rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+def reloads(store: SQLiteStore, session: str) -> dict[str, Any]:
+    """The runner's reload of the final log, in this process: from its last snapshot and the
+    events after it (median of 5), and by folding the whole log (no snapshot), for the ratio."""
+    from bubu.context.policy import ContextPolicy
+    from bubu.engine import reload
+    from bubu.tools import builtin_tools
+
+    builtin_tools()  # a runner's process: its tools declare the commands the folds count
+    policy = ContextPolicy()
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        state, suffix = reload.load(store, session, policy)
+        times.append((time.perf_counter() - t) * 1000)
+    t = time.perf_counter()
+    whole = reload.RunState(policy=policy)
+    whole.fold(store.read(session))
+    full_ms = (time.perf_counter() - t) * 1000
+    return {
+        "reload_state_ms": round(statistics.median(times), 1),
+        "reload_suffix_events": len(suffix),
+        "full_fold_ms": round(full_ms, 1),
+        "reload_same_as_full_fold": reload.same(state, whole),
+    }
 
 
 def figures(
@@ -201,6 +270,8 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
                     help="run in DIR (a new directory) and keep it")  # fmt: skip
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, _on_stop)
+    signal.signal(signal.SIGINT, _on_stop)
     if args.keep is not None:
         args.keep.mkdir(parents=True)
         r = run(args.steps, args.every, args.window, args.keep, args.seed)
@@ -214,6 +285,13 @@ def main() -> None:
     print(
         f"side effects: lost {r['lost']}, repeated {r['repeated']} (target 0, 0); cut by a "
         f"crash and reported {r['cut_by_crash']} (of which had run: {r['cut_and_ran']})"
+    )
+    if r["stopped_early"]:
+        print(f"stopped early (SIGTERM/SIGINT) after {r['steps_called']:,} steps")
+    print(
+        f"runner reload of the final {r['events']:,} events: {r['reload_state_ms']} ms from the "
+        f"last snapshot and {r['reload_suffix_events']} events after it, {r['full_fold_ms']} ms "
+        f"folding the whole log (same state: {r['reload_same_as_full_fold']})"
     )
     for k, unit in (("step_ms", "ms"), ("reload_ms", "ms"), ("rss_mb", "MB")):
         print(f"{k}: first 10% {r[f'{k}_first']} {unit}, last 10% {r[f'{k}_last']} {unit} "

@@ -63,7 +63,7 @@ def _two_turns(
 
 
 def _drop(store: Store, session: str, view: View) -> None:
-    assert store.drop_views(session) == 1
+    assert store.drop_views(session, VIEW_KIND) == 1
 
 
 def _wrong_digest(store: Store, session: str, view: View) -> None:

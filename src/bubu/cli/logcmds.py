@@ -182,10 +182,12 @@ def verify_cmd(ctx: Ctx, session: str | None, as_json: bool) -> None:
     """Recompute the hash chain of one session (or all); exit 1 if anything is wrong."""
     store = ctx.store
     targets = [store.session(session)] if session else store.sessions()
+    from bubu.engine import reload
     from bubu.log import readview
 
-    # The log first; then the session view snapshot, a cache of it that must agree with it.
-    reports = [readview.check(store, store.verify(t.id)) for t in targets]
+    # The log first; then the snapshots of the session view and of the runner's state, caches
+    # of it that must agree with it.
+    reports = [reload.check(store, readview.check(store, store.verify(t.id))) for t in targets]
     integrity = getattr(store, "integrity_check", None)
     db_ok = integrity() if integrity is not None else "ok"
     ok = all(r.ok for r in reports) and db_ok == "ok"

@@ -23,10 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, assert_never
 
 from bubu import clock, failpoints, ids
-from bubu.context.quota import StoredWhole
-from bubu.engine import choices, processes, turnstart
+from bubu.engine import choices, processes, reload, turnstart
 from bubu.engine.blobs import Blobs
-from bubu.engine.callids import CallIds
 from bubu.engine.compacting import Compacting
 from bubu.engine.compactor import Compactor, cache_view
 from bubu.engine.decide import CallModel, EndTurn, Idle, NeedsRecovery, RunTools, decide
@@ -43,7 +41,6 @@ from bubu.events import (
     Content,
     EndCause,
     Event,
-    FunctionCall,
     Info,
     Record,
     Role,
@@ -56,9 +53,8 @@ from bubu.events import (
 )
 from bubu.log import codec, readview, redact
 from bubu.log.store import Lease, SessionInfo, Store
-from bubu.projections.longrun import LongRunFold
 from bubu.projections.request import RequestFold
-from bubu.projections.turn import CallState, TurnFold
+from bubu.projections.turn import CallState
 from bubu.providers.base import Provider, ToolSpec
 from bubu.tools import sandbox
 from bubu.tools.base import Tool, ToolResult
@@ -105,22 +101,14 @@ class Runner:
     """Providers for the turn's fallback models, by spec (others are resolved when needed)."""
 
     def __post_init__(self) -> None:
-        self.turn = TurnFold()
-        self.longrun = LongRunFold()
         self.instructions = Instructions()
-        self.known_blobs: set[str] = set()
-        """The sha-256 of every result this session offloaded."""
-        self.stored = StoredWhole(inline_over=self.config.context.offload_bytes)
-        """Bytes of results the session's log stores whole (its quota is counted from the log)."""
-        self.call_ids = CallIds()
-        """Every call id of the session (they must be unique)."""
         self.requests = RequestFold(policy=self.config.context)
         self.compactor = Compactor(policy=self.config.context, fold=self.requests)
-        self.high_water = 0
-        """The seq of the last record folded in (staged ones included)."""
+        self._adopt(reload.RunState(policy=self.config.context))
         self._staged: list[Event] = []  # folded, committed with the next append (see `stage`)
         self._after_commit: list[str] = []  # failpoints reached once the staged events commit
         self._view_due: int | None = None  # the high water at which the session view is due
+        self._state_due: int | None = None  # the high water at which the runner state is due
         self.run: str | None = None
         self.run_seq = 0
         """The seq this run started at."""
@@ -190,18 +178,28 @@ class Runner:
 
     def _catch_up(self) -> list[Record]:
         assert not self._staged
+        if self.high_water == 0:  # a reload: from the last valid snapshot, then the suffix
+            state, records = reload.load(self.store, self.session.id, self.config.context)
+            self._adopt(state)
+            self._adopted()
+            return records
         records = self.store.read(self.session.id, after=self.high_water)
         self._fold(records)
         return records
 
+    def _adopt(self, state: reload.RunState) -> None:
+        """Take `state`'s folds as this runner's (the folds `_fold` applies records to)."""
+        self._state = state
+        self.turn, self.longrun = state.turn, state.longrun
+        self.instructions.fold = state.instructions
+        self.requests = self.compactor.fold = state.requests
+        self.stored, self.known_blobs = state.stored, state.known_blobs
+        self.call_ids, self.high_water = state.call_ids, state.high_water
+
     def _refold(self) -> None:
         """Fold the log afresh, without the staged events (they were not committed)."""
         self._staged, self._after_commit = [], []
-        self.turn, self.longrun = TurnFold(), LongRunFold()
-        self.requests = RequestFold(policy=self.config.context)
-        self.compactor.fold = self.requests
-        self.known_blobs, self.call_ids, self.high_water = set(), CallIds(), 0
-        self.stored = StoredWhole(inline_over=self.config.context.offload_bytes)
+        self._adopt(reload.RunState(policy=self.config.context))
         self._catch_up()
 
     def stage(self, events: Sequence[Event], *, after: str | None = None) -> None:
@@ -224,19 +222,12 @@ class Runner:
 
     def _fold(self, records: Sequence[Record]) -> None:
         """Fold committed records (in seq order, right after the high water) into every fold."""
-        for r in records:
-            self.turn.apply(r)
-            self.longrun.apply(r)
-            self.instructions.apply(r)
-            self.requests.apply(r)
-            self.stored.apply(r)
-            blob = getattr(r.event.content, "blob", None)
-            if blob is not None:
-                self.known_blobs.add(blob.sha256)
-            if isinstance(r.event.content, FunctionCall):
-                self.call_ids.add(r.event.content.call_id)
-        if records:
-            self.high_water = records[-1].seq
+        self._state.fold(records)
+        self.high_water = self._state.high_water
+        self._adopted()
+
+    def _adopted(self) -> None:
+        """Cache the checkpoints the folds took into use as views."""
         if self.requests.adopted:
             adopted, self.requests.adopted = self.requests.adopted, []
             for seq, body in adopted:
@@ -307,6 +298,12 @@ class Runner:
             # A view is only a cache: nothing about it may stop the run (readers fold the log).
             with contextlib.suppress(Exception):
                 self._view_due = readview.keep_up(self.store, self.session.id, self.high_water, due)
+        due = self._state_due
+        if due is None or self.high_water >= due:
+            with contextlib.suppress(Exception):  # the runner's state snapshot is a cache too
+                self._state_due = reload.keep_up(
+                    self.store, self.session.id, self.config.context, self.high_water, due
+                )
 
     def event(
         self,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from bubu import failpoints
+from bubu.engine import reload
 from bubu.engine.driver import Runner
 from bubu.engine.leftovers import Leftovers, stop_leftovers
 from bubu.engine.memory import workspace_memory
@@ -44,7 +45,7 @@ from bubu.projections.recovery import (
     plan_recovery,
 )
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
-from bubu.projections.turn import CallState, fold
+from bubu.projections.turn import CallState
 from bubu.snapshot import refs
 from bubu.snapshot.take import snapshots_enabled, snapshotter
 from bubu.toolfacts import facts_of
@@ -130,7 +131,10 @@ def recover_session(
         leftovers = stop_leftovers(info.id) if st.state == "open" else Leftovers()
         records = store.read(info.id)
         report = store.verify(info.id)
-        host.adopt_turn_tools(fold(records))
+        # The turn's fold from the runner state's snapshot and the records after it: the same
+        # fold as `fold(records)`, without folding the whole log again for each question.
+        turn = reload.load(store, info.id, host.config.context)[0].turn
+        host.adopt_turn_tools(turn)
         rewinding = unfinished(records)  # a rewind's turn ends with its plan, never a model call
         tools = host.tools if rewinding is None else rewind_tools(host.tools, store)
         effects = {name: t.effect for name, t in {**companions(tools), **tools}.items()}
@@ -138,16 +142,17 @@ def recover_session(
             records,
             effects,
             observe(
-                paths_to_observe(records),
+                paths_to_observe(records, turn=turn),
                 info.workspace,
                 lambda: workspace_memory(store, info.workspace),
             ),
             chain_problem=None if report.ok else report.problem,
+            turn=turn,
         )
         if plan.kind == "nothing":
             return Recovered(session=info.id, plan=plan, outcome="nothing")
         if plan.kind == "blocked" and force:
-            plan = forced_plan(records, plan)
+            plan = forced_plan(records, plan, turn=turn)
         # The workspace the chain records, never the header's (an export can edit the header).
         acting, facts = acting_info(store, info)
         if workspace is not None:

@@ -29,7 +29,7 @@ from bubu.events import (
     ToolDispatch,
     ToolRecovery,
 )
-from bubu.projections.turn import CallState, fold
+from bubu.projections.turn import CallState, TurnFold, fold
 from bubu.toolfacts import facts_of
 
 PlanKind = Literal["nothing", "ready", "blocked"]
@@ -98,9 +98,10 @@ def label(name: str, args: Mapping[str, object]) -> str:
     return f"{name} {text}".rstrip()
 
 
-def paths_to_observe(records: Sequence[Record]) -> list[str]:
-    """The files whose current hash the plan needs: targets of dangling provable writes."""
-    t = fold(records)
+def paths_to_observe(records: Sequence[Record], *, turn: TurnFold | None = None) -> list[str]:
+    """The files whose current hash the plan needs: targets of dangling provable writes (`turn`:
+    the fold of `records` when the caller has it, e.g. reloaded from a snapshot)."""
+    t = turn if turn is not None else fold(records)
     return sorted(
         {c.dispatch.path for c in t.dangling if c.dispatch is not None and c.dispatch.path}
     )
@@ -219,9 +220,11 @@ def plan_recovery(
     observed: Mapping[str, str | None],
     *,
     chain_problem: str | None = None,
+    turn: TurnFold | None = None,
 ) -> Plan:
-    """The recovery plan for the prefix `records` (see the module docstring)."""
-    t = fold(records)
+    """The recovery plan for the prefix `records` (see the module docstring); `turn` is the
+    fold of `records` when the caller has it (reloaded from a snapshot: the same plan)."""
+    t = turn if turn is not None else fold(records)
     if not t.open:
         return Plan(kind="nothing")
     if chain_problem is not None:
@@ -254,10 +257,10 @@ def plan_recovery(
 FORCED = "the user forced the recovery past a block: never re-run"
 
 
-def forced_plan(records: Sequence[Record], blocked: Plan) -> Plan:
+def forced_plan(records: Sequence[Record], blocked: Plan, *, turn: TurnFold | None = None) -> Plan:
     """The plan `bubu recover --force` follows past `blocked`: the safe path for every dangling
     call (an interrupted result, nothing re-run), then the turn continues."""
-    t = fold(records)
+    t = turn if turn is not None else fold(records)
     calls = tuple(
         CallPlan(
             call_id=c.call_id,

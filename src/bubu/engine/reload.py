@@ -1,0 +1,368 @@
+"""The runner's folds as a materialized view of the log: what a runner reloads a session from.
+
+    state(n) = apply(snapshot(k), log[k+1…n])
+
+`RunState` is every fold a runner keeps of its session (turn, long-run budget, project
+instructions, the next request, the quota of stored results, offloaded blobs, call ids). A
+snapshot of it is a derived record in the store's views table, named by the seq it covers and
+the chain digest of that prefix, and built only from committed records (a fold of the log, never
+the live state of a run, whose render caches and staged events are not the log's). A runner
+takes the stored snapshot when the log still holds that digest at that seq and the snapshot was
+folded under the same context policy, and folds only the records after it; the writer stores a
+new one every `EVERY` events. A snapshot that disagrees with the log, with its own checksum or
+with the policy is ignored and rebuilt from the log, and `bubu verify` reports it. Deleting every
+snapshot changes nothing but speed.
+
+The folds are plain dataclasses with private parts, tuple-keyed maps and shared references (a
+call is both in the turn's calls and its last outcome), so the bytes are a pickle read back by
+an unpickler that builds only the fold and event classes of Bubu (`_Loader`): a forged row can
+make nothing else, and a row that fails any check is a cache miss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import hashlib
+import io
+import pickle
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from bubu import toolfacts
+from bubu.context.policy import ContextPolicy
+from bubu.context.quota import StoredWhole
+from bubu.engine.callids import CallIds
+from bubu.errors import BubuError
+from bubu.events import FunctionCall, Record
+from bubu.log.store import Store, VerifyReport, View
+from bubu.projections.context import ContextFold
+from bubu.projections.instructions import InstructionsFold
+from bubu.projections.longrun import LongRunFold
+from bubu.projections.request import RequestFold
+from bubu.projections.turn import TurnFold
+
+KIND = "runner_state"
+"""The views table's kind for runner state snapshots."""
+VERSION = 1
+"""Bumped whenever a fold's shape or meaning changes: a snapshot of another version is rebuilt."""
+KEY = f"v{VERSION}"
+EVERY = 1_000
+"""Events folded past the last snapshot at which the writer (or a reader) stores a new one."""
+
+
+Commands = tuple[tuple[str, str], ...]
+"""The command tools whose calls the fact sheet counts, with the argument that holds the command
+line (declared by the tools a process loaded: the fold depends on them)."""
+
+
+def command_tools() -> Commands:
+    """The command tools this process declared."""
+    return tuple(sorted((n, f.command) for n, f in toolfacts.declared().items() if f.command))
+
+
+def fingerprint(policy: ContextPolicy, commands: Commands) -> str:
+    """What the folds were built under: a snapshot of another policy or another set of command
+    tools is rebuilt, not used."""
+    return hashlib.sha256(repr((policy, commands)).encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _declared(commands: Commands) -> Iterator[None]:
+    """The command tools `commands` declared for the time of a fold (for `bubu verify`, which
+    loads no tools), each as it was again afterwards."""
+    before = toolfacts.declared()
+    for name, arg in commands:
+        if before.get(name, toolfacts.NO_FACTS).command != arg:
+            toolfacts.declare(name, toolfacts.ToolFacts(command=arg))
+    try:
+        yield
+    finally:
+        for name, _ in commands:
+            if name in before:
+                toolfacts.declare(name, before[name])
+            else:
+                toolfacts._DECLARED.pop(name, None)
+
+
+@dataclass(eq=False, slots=True, kw_only=True)
+class RunState:
+    """Every fold of a runner, of the records folded so far."""
+
+    policy: ContextPolicy
+    commands: Commands | None = None
+    """The command tools it is folded under (None: this process's)."""
+    fingerprint: str = ""
+    turn: TurnFold = field(default_factory=TurnFold)
+    longrun: LongRunFold = field(default_factory=LongRunFold)
+    instructions: InstructionsFold = field(default_factory=InstructionsFold)
+    requests: RequestFold = field(init=False)
+    stored: StoredWhole = field(init=False)
+    known_blobs: set[str] = field(default_factory=set)
+    """The sha-256 of every result this session offloaded."""
+    call_ids: CallIds = field(default_factory=CallIds)
+    high_water: int = 0
+
+    def __post_init__(self) -> None:
+        if self.commands is None:
+            self.commands = command_tools()
+        self.fingerprint = fingerprint(self.policy, self.commands)
+        self.requests = RequestFold(policy=self.policy)
+        self.stored = StoredWhole(inline_over=self.policy.offload_bytes)
+
+    def fold(self, records: Sequence[Record]) -> None:
+        """Fold committed (or staged) records in, in seq order right after the high water."""
+        for r in records:
+            self.turn.apply(r)
+            self.longrun.apply(r)
+            self.instructions.apply(r)
+            self.requests.apply(r)
+            self.stored.apply(r)
+            blob = getattr(r.event.content, "blob", None)
+            if blob is not None:
+                self.known_blobs.add(blob.sha256)
+            if isinstance(r.event.content, FunctionCall):
+                self.call_ids.add(r.event.content.call_id)
+        if records:
+            self.high_water = records[-1].seq
+
+
+# -- the bytes ------------------------------------------------------------------------------------
+
+_MODULES = ("bubu.projections.", "bubu.events", "bubu.context.", "bubu.providers.base",
+            "bubu.pricing", "bubu.messages", "bubu.engine.callids", "bubu.engine.reload")  # fmt: skip
+_PLAIN = (CallIds,)
+"""Classes that are neither dataclasses nor structs but are plain data."""
+
+
+class _Loader(pickle.Unpickler):
+    """Builds only Bubu's fold and event classes (data: dataclasses, structs, enums)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins" and name in ("set", "frozenset", "bytearray"):
+            return {"set": set, "frozenset": frozenset, "bytearray": bytearray}[name]
+        if (module, name) == ("msgspec._utils", "rebuild"):  # cls(**kwargs), cls found here too
+            return super().find_class(module, name)
+        if module.startswith(_MODULES) or module in ("bubu.events",):
+            obj = super().find_class(module, name)
+            if isinstance(obj, type) and (
+                dataclasses.is_dataclass(obj)
+                or issubclass(obj, msgspec.Struct | enum.Enum)
+                or obj in _PLAIN
+            ):
+                return obj
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a runner's state")
+
+
+def encode(state: RunState) -> bytes:
+    """The state's bytes as a store keeps them: a sha-256 line, then the compressed pickle."""
+    body = zlib.compress(pickle.dumps(state, protocol=5), 1)
+    return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+
+
+def decode(data: object) -> RunState | None:
+    """A stored state, or None when it cannot be read, fails its checksum or is not a state."""
+    if isinstance(data, str):  # a row rewritten as text behind Bubu's back
+        data = data.encode("utf-8", "surrogateescape")
+    if not isinstance(data, bytes | bytearray | memoryview):
+        return None
+    digest, _, body = bytes(data).partition(b"\n")
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        return None
+    try:
+        state = _Loader(io.BytesIO(zlib.decompress(body))).load()
+    except Exception:
+        return None
+    if not isinstance(state, RunState) or not all(
+        hasattr(state, f.name) for f in dataclasses.fields(RunState)
+    ):  # not a state, or one of another shape
+        return None
+    _reindex(state.requests.context)
+    return state
+
+
+def _reindex(c: ContextFold) -> None:
+    """The context fold's position of each entry, by identity: new objects after a load."""
+    c._index = {id(e): i for i, e in enumerate(c.entries)}
+
+
+# -- the store ------------------------------------------------------------------------------------
+
+
+def digest_at(store: Store, session: str, seq: int) -> str | None:
+    """The chain digest of the prefix 1..seq (None when the log does not reach it)."""
+    rows = store.raw(session, after=seq - 1, upto=seq)
+    return bytes(rows[0][1]).hex() if rows else None
+
+
+def stored(
+    store: Store, session: str, policy: ContextPolicy, commands: Commands | None = None
+) -> tuple[RunState | None, str | None]:
+    """The stored snapshot if it is valid for `policy` and `commands` (None: this process's), and
+    why it is not when there is one that is not (None when there is none, or one of another
+    policy: not a fault, only a miss)."""
+    try:
+        row = store.get_view(KIND, session, KEY)
+    except BubuError:
+        return None, None
+    except (TypeError, ValueError):  # a row rewritten behind Bubu's back, e.g. as text
+        return None, "its record cannot be read"
+    if row is None:
+        return None, None
+    if digest_at(store, session, row.source_high_water) != row.source_digest:
+        return (
+            None,
+            f"the log's digest at seq {row.source_high_water} is not the one it was built from",
+        )
+    state = decode(row.data)
+    if state is None:
+        return None, "its bytes do not match their checksum or cannot be read"
+    if state.high_water != row.source_high_water:
+        return (
+            None,
+            f"it says it covers seq {state.high_water}, its record seq {row.source_high_water}",
+        )
+    if state.commands is None or state.fingerprint != fingerprint(state.policy, state.commands):
+        return None, "its policy is not the one it says it was folded under"
+    if state.fingerprint != fingerprint(
+        policy, commands if commands is not None else command_tools()
+    ):
+        return None, None
+    return state, None
+
+
+def save(store: Store, session: str, state: RunState, digest: str | None = None) -> None:
+    """Store `state` (a fold of committed records only) as the session's snapshot; a cache that
+    cannot be written is only a cache."""
+    if state.high_water == 0 or getattr(store, "readonly", False):
+        return
+    digest = digest or digest_at(store, session, state.high_water)
+    if digest is None:
+        return
+    adopted, state.requests.adopted = state.requests.adopted, []  # the writer's to cache, not ours
+    try:
+        data = encode(state)
+    finally:
+        state.requests.adopted = adopted
+    try:
+        store.put_view(View(kind=KIND, session=session, key=KEY, source_high_water=state.high_water,
+                            source_digest=digest, data=data))  # fmt: skip
+    except BubuError:
+        return
+
+
+def load(
+    store: Store, session: str, policy: ContextPolicy, *, save_every: int | None = None
+) -> tuple[RunState, list[Record]]:
+    """The runner state of the whole log: the last valid snapshot plus the records after it
+    (returned too); stores a fresh snapshot when the suffix was `save_every` (default `EVERY`)
+    events or more, or the stored one was bad."""
+    state, bad = stored(store, session, policy)
+    if state is None:
+        state = RunState(policy=policy)
+    else:
+        state.policy = state.requests.policy = state.requests.context.policy = policy
+    records = store.read(session, after=state.high_water)
+    state.fold(records)
+    every = EVERY if save_every is None else save_every
+    if records and (bad is not None or len(records) >= every):
+        save(store, session, state, records[-1].hash)
+    return state, records
+
+
+def keep_up(
+    store: Store, session: str, policy: ContextPolicy, high_water: int, due: int | None
+) -> int:
+    """For a writer at `high_water`: bring the snapshot up to date when it is `due` (None: not
+    known yet), so that it never lags the log by much more than `EVERY` events. Returns the seq
+    at which it is due next; costs one fold of the events since the last snapshot per `EVERY`."""
+    if due is not None and high_water < due:
+        return due
+    if due is None:
+        state, _ = stored(store, session, policy)
+        if state is not None and high_water - state.high_water < EVERY:
+            return state.high_water + EVERY
+    state, _ = load(store, session, policy, save_every=1)
+    return state.high_water + EVERY
+
+
+def check(store: Store, report: VerifyReport) -> VerifyReport:
+    """`report` (of a log that verifies), made bad when the session's runner snapshot disagrees
+    with the log: its digest, its checksum, or its content against a fold of the log itself."""
+    if not report.ok:
+        return report
+    bad: str | None
+    try:
+        row = store.get_view(KIND, report.session, KEY)
+    except BubuError:
+        return report
+    except (TypeError, ValueError):
+        row, bad = None, "its record cannot be read"
+    else:
+        if row is None:
+            return report
+        decoded = decode(row.data)
+        policy = decoded.policy if decoded is not None else ContextPolicy()
+        commands = decoded.commands if decoded is not None else None
+        state, bad = stored(store, report.session, policy, commands)
+        if bad is None and state is not None:
+            fresh = RunState(policy=policy, commands=state.commands)
+            with _declared(state.commands or ()):
+                fresh.fold(store.read(report.session, upto=state.high_water))
+            if not same(fresh, state):
+                bad = "its content is not the fold of the log it names"
+    if bad is None:
+        return report
+    return VerifyReport(
+        session=report.session, ok=False, high_water=report.high_water, digest=report.digest,
+        first_bad_seq=row.source_high_water if row is not None else None,
+        problem=f"the runner state snapshot is ignored ({bad}): runners fold the log instead, "
+        "and the session's next run rebuilds it",
+    )  # fmt: skip
+
+
+def same(a: RunState, b: RunState) -> bool:
+    """Whether two states hold the same folds (what reloading from a snapshot must give)."""
+    return canonical(a) == canonical(b)
+
+
+def canonical(obj: object) -> object:
+    """`obj` as plain comparable values: dataclasses and structs by their fields (private ones
+    too), sets sorted, so that two folds compare by what they hold, not by identity or order."""
+    if isinstance(obj, list | tuple):
+        return [canonical(x) for x in obj]
+    if isinstance(obj, set | frozenset):
+        return sorted((canonical(x) for x in obj), key=repr)
+    if isinstance(obj, dict):
+        return [(canonical(k), canonical(v)) for k, v in obj.items()]
+    if isinstance(obj, bytearray | bytes | str | int | float | bool) or obj is None:
+        return obj
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, CallIds):
+        return (canonical(obj._recent), bytes(obj._bits))
+    if isinstance(obj, msgspec.Struct):
+        return (type(obj).__name__, [canonical(getattr(obj, f)) for f in obj.__struct_fields__])
+    if isinstance(obj, ContextFold):  # its index is by identity: compare that it is whole
+        index = obj._index
+        whole = len(index) == len(obj.entries) and all(
+            index.get(id(e)) == i for i, e in enumerate(obj.entries)
+        )
+        names = [f.name for f in dataclasses.fields(obj) if f.name != "_index"]
+        return ("ContextFold", whole, [(n, canonical(getattr(obj, n))) for n in names])
+    if isinstance(obj, RequestFold):  # its adopted checkpoints are the writer's outbox
+        names = [f.name for f in dataclasses.fields(obj) if f.name != "adopted"]
+        return ("RequestFold", [(n, canonical(getattr(obj, n))) for n in names])
+    if dataclasses.is_dataclass(obj):
+        names = [f.name for f in dataclasses.fields(obj)]
+        return (type(obj).__name__, [(n, canonical(getattr(obj, n))) for n in names])
+    return repr(obj)
+
+
+__all__ = ["EVERY", "KIND", "RunState", "canonical", "check", "decode", "encode", "keep_up",
+           "load", "same", "save", "stored"]  # fmt: skip
