@@ -88,8 +88,13 @@ def main() -> None:
         def runner() -> None:
             lease = store.acquire_lease(sid, "bench", 60, steal=True)
             try:
-                r = Runner(store=store, session=store.session(sid), lease=lease, tools=tools,
-                           provider=ScriptedProvider(os.devnull))  # fmt: skip
+                r = Runner(
+                    store=store,
+                    session=store.session(sid),
+                    lease=lease,
+                    tools=tools,
+                    provider=ScriptedProvider(os.devnull),
+                )
                 r.pool.shutdown()
             finally:
                 store.release_lease(lease)
@@ -112,11 +117,13 @@ def main() -> None:
             "same_state": same,
             "load_avg_1m": round(os.getloadavg()[0], 2),
         }
-    print(f"{n:,} events, the snapshot {n - k} behind ({out['snapshot_bytes']:,} bytes, "
-          f"{out['save_ms']} ms to store): reload {out['snapshot_ms']} ms from it "
-          f"({out['runner_ms']} ms a whole Runner), {out['whole_log_ms']} ms folding the whole "
-          f"log (same state: {same}); integrity before a run {out['integrity_first_ms']} ms "
-          f"first, {out['integrity_chain_ms']} ms the chain only")  # fmt: skip
+    print(
+        f"{n:,} events, the snapshot {n - k} behind ({out['snapshot_bytes']:,} bytes, "
+        f"{out['save_ms']} ms to store): reload {out['snapshot_ms']} ms from it "
+        f"({out['runner_ms']} ms a whole Runner), {out['whole_log_ms']} ms folding the whole "
+        f"log (same state: {same}); integrity before a run {out['integrity_first_ms']} ms "
+        f"first, {out['integrity_chain_ms']} ms the chain only"
+    )
     print(json.dumps(out, sort_keys=True))
 
 

@@ -55,8 +55,14 @@ from bubu.events import (
 )
 from bubu.log.sqlite import SQLiteStore
 
-FAILPOINTS = ("after_dispatch", "mid_tool", "after_tool", "after_outcome", "before_model_call",
-              "after_model_response")  # fmt: skip
+FAILPOINTS = (
+    "after_dispatch",
+    "mid_tool",
+    "after_tool",
+    "after_outcome",
+    "before_model_call",
+    "after_model_response",
+)
 """Where the processes die, in turn: each is hit about once a step."""
 
 
@@ -96,9 +102,12 @@ def start(args: list[str], env: dict[str, str]) -> tuple[int, float, int]:
     global _child
     t0 = time.time() * 1000
     proc = subprocess.Popen(
-        args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        args,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-    )  # fmt: skip
+    )
     _child = proc
     while True:
         try:
@@ -139,8 +148,12 @@ def run(steps: int, every: int, window: int, tmp: Path, seed: int) -> dict[str, 
             with SQLiteStore(db) as store:
                 session = store.sessions()[0].id
         done = ledger_lines(ws / "ledger.txt")
-        print(f"process {n + 1}: exit {code}, {done:,} side effects, "
-              f"{time.perf_counter() - t_start:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"process {n + 1}: exit {code}, {done:,} side effects, "
+            f"{time.perf_counter() - t_start:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         if code != -9 or _stop:
             break
         if len(procs) > 4 * steps // every + 20:
@@ -191,9 +204,14 @@ def reloads(store: SQLiteStore, session: str) -> dict[str, Any]:
 
 
 def figures(
-    records: list[Any], procs: list[dict[str, Any]], ledger: Path, steps: int, *,
-    wall: float, verified: bool,
-) -> dict[str, Any]:  # fmt: skip
+    records: list[Any],
+    procs: list[dict[str, Any]],
+    ledger: Path,
+    steps: int,
+    *,
+    wall: float,
+    verified: bool,
+) -> dict[str, Any]:
     """Lost and repeated side effects, RSS, step and reload times, first and last 10%."""
     lines = Counter(int(x) for x in ledger.read_text().split()) if ledger.exists() else Counter()
     calls: dict[str, int] = {}
@@ -267,8 +285,13 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=2_000, help="failpoint hits between kills")
     ap.add_argument("--window", type=int, default=16_000, help="the model's window in tokens")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
-                    help="run in DIR (a new directory) and keep it")  # fmt: skip
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run in DIR (a new directory) and keep it",
+    )
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, _on_stop)
     signal.signal(signal.SIGINT, _on_stop)
@@ -294,8 +317,10 @@ def main() -> None:
         f"folding the whole log (same state: {r['reload_same_as_full_fold']})"
     )
     for k, unit in (("step_ms", "ms"), ("reload_ms", "ms"), ("rss_mb", "MB")):
-        print(f"{k}: first 10% {r[f'{k}_first']} {unit}, last 10% {r[f'{k}_last']} {unit} "
-              f"(ratio {r[f'{k}_ratio']}; target <= 1.2)")  # fmt: skip
+        print(
+            f"{k}: first 10% {r[f'{k}_first']} {unit}, last 10% {r[f'{k}_last']} {unit} "
+            f"(ratio {r[f'{k}_ratio']}; target <= 1.2)"
+        )
     print(json.dumps(r, sort_keys=True))
 
 

@@ -23,9 +23,12 @@ def test_a_small_soak_with_kills_loses_and_repeats_no_side_effect(tmp_path: Path
     env = {**os.environ, "BENCH_TMP": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, str(SOAK), "--steps", "3000", "--every", "700"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         out, err = proc.communicate(timeout=2300)
     finally:

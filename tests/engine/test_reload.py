@@ -54,8 +54,11 @@ def _through_bytes(state: reload.RunState) -> reload.RunState:
     return back
 
 
-@settings(max_examples=examples(150), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+@settings(
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(
     st.lists(events(), max_size=40), st.lists(st.integers(min_value=0, max_value=40), max_size=3)
 )
@@ -81,10 +84,12 @@ def _session(
     (ws / "a.txt").write_text("hello\n" * 40)
     script = tmp_path / "s.jsonl"
     lines = [
-        {"text": f"step {i} " + "words " * 60,
-         "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}
+        {
+            "text": f"step {i} " + "words " * 60,
+            "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}],
+        }
         for i in range(STEPS)
-    ]  # fmt: skip
+    ]
     for i in range(0, STEPS, 7):  # commands too: the fact sheet counts them
         lines[i]["tool_calls"].append(
             {"name": "run_command", "arguments": {"command": f"echo {i}"}}
@@ -94,9 +99,13 @@ def _session(
     with SQLiteStore(db) as store:
         provider = ScriptedProvider(str(script))
         info = new_session(store, task="read", workspace=ws, model=provider.spec)
-        host = Host(store=store, provider=provider, tools=builtin_tools(),
-                    policy=Policy(yes=True, sandbox="off"),
-                    config=RunConfig(loop_limit=None, context_window=window))  # fmt: skip
+        host = Host(
+            store=store,
+            provider=provider,
+            tools=builtin_tools(),
+            policy=Policy(yes=True, sandbox="off"),
+            config=RunConfig(loop_limit=None, context_window=window),
+        )
         assert start_turn(host, info, "read") == "completed"
     return db, info.id
 
@@ -106,8 +115,13 @@ def _reloaded(db: Path, session: str) -> object:
     with SQLiteStore(db) as store:
         lease = store.acquire_lease(session, "test", 60)
         try:
-            runner = Runner(store=store, session=store.session(session), lease=lease,
-                            provider=ScriptedProvider(str(db.parent / "s.jsonl")), tools={})  # fmt: skip
+            runner = Runner(
+                store=store,
+                session=store.session(session),
+                lease=lease,
+                provider=ScriptedProvider(str(db.parent / "s.jsonl")),
+                tools={},
+            )
             return reload.canonical(runner._state)
         finally:
             store.release_lease(lease)
@@ -122,8 +136,13 @@ def _verify_process(db: Path, session: str) -> tuple[int, str]:
     """`bubu verify` in its own process, which loads no tools (unlike this one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUBU_")}
     env["BUBU_HOME"] = str(db.parent)
-    done = subprocess.run([sys.executable, "-m", "bubu", "--db", str(db), "verify", session],
-                          capture_output=True, text=True, env=env, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "bubu", "--db", str(db), "verify", session],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     return done.returncode, done.stdout + done.stderr
 
 
@@ -133,8 +152,9 @@ def test_every_prefix_of_a_real_session_with_compactions_reloads_to_the_fold_of_
     db, session = _session(tmp_path, monkeypatch)
     with SQLiteStore(db) as store:
         records = store.read(session)
-    assert any(getattr(r.event.content, "note", None).__class__.__name__ == "Compaction"
-               for r in records)  # fmt: skip
+    assert any(
+        getattr(r.event.content, "note", None).__class__.__name__ == "Compaction" for r in records
+    )
     whole = reload.canonical(_fold(records))
     for cut in range(0, len(records) + 1, 5):
         assert reload.canonical(_fold(records[cut:], _through_bytes(_fold(records[:cut])))) == whole
@@ -165,9 +185,16 @@ def test_a_runner_reloads_the_same_state_with_a_snapshot_without_one_and_with_a_
         with SQLiteStore(db) as store:
             d = digest or reload.digest_at(store, session, state.high_water)
             assert d is not None
-            store.put_view(View(kind=reload.KIND, session=session, key=reload.KEY,
-                                source_high_water=state.high_water, source_digest=d,
-                                data=data if data is not None else reload.encode(state)))  # fmt: skip
+            store.put_view(
+                View(
+                    kind=reload.KIND,
+                    session=session,
+                    key=reload.KEY,
+                    source_high_water=state.high_water,
+                    source_digest=d,
+                    data=data if data is not None else reload.encode(state),
+                )
+            )
 
     stale = _fold(records[:60])
 
@@ -218,8 +245,13 @@ def test_a_forged_snapshot_cannot_build_anything_but_fold_classes() -> None:
     assert reload.decode(data) is None
     with pytest.raises(pickle.UnpicklingError):
         reload._Loader(io.BytesIO(pickle.dumps(Evil(), protocol=5))).load()
-    for name in ("os.system", "subprocess.Popen", "bubu.engine.driver.Runner",
-                 "bubu.log.sqlite.SQLiteStore", "builtins.eval"):  # fmt: skip
+    for name in (
+        "os.system",
+        "subprocess.Popen",
+        "bubu.engine.driver.Runner",
+        "bubu.log.sqlite.SQLiteStore",
+        "builtins.eval",
+    ):
         module, _, attr = name.rpartition(".")
         with pytest.raises(pickle.UnpicklingError):
             reload._Loader(io.BytesIO(b"")).find_class(module, attr)
@@ -269,8 +301,13 @@ def test_every_store_keeps_the_snapshot_and_reloads_the_fold_of_the_log(
     script.write_text("".join(json.dumps(x) + "\n" for x in [*lines, {"text": "All done."}]))
     provider = ScriptedProvider(str(script))
     info = new_session(store, task="read", workspace=ws, model=provider.spec)
-    host = Host(store=store, provider=provider, tools=builtin_tools(), policy=Policy(yes=True),
-                config=RunConfig(loop_limit=None))  # fmt: skip
+    host = Host(
+        store=store,
+        provider=provider,
+        tools=builtin_tools(),
+        policy=Policy(yes=True),
+        config=RunConfig(loop_limit=None),
+    )
     assert start_turn(host, info, "read") == "completed"
     state, bad = reload.stored(store, info.id, POLICY)
     assert state is not None

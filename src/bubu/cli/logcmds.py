@@ -96,8 +96,13 @@ def as_tree(rows: list[dict[str, object]]) -> list[tuple[int, dict[str, object]]
     callback=lambda _c, _p, v: check_state(v),
     help=f"Only sessions in this state: {', '.join(STATES)}.",
 )
-@click.option("--search", "text", default=None, metavar="TEXT",
-              help="Only sessions whose title or transcript holds every word (\"a phrase\" too).")  # fmt: skip
+@click.option(
+    "--search",
+    "text",
+    default=None,
+    metavar="TEXT",
+    help='Only sessions whose title or transcript holds every word ("a phrase" too).',
+)
 @pass_ctx
 def sessions_cmd(ctx: Ctx, as_json: bool, status_filter: str | None, text: str | None) -> None:
     """List sessions, newest first, with their status derived from the log."""
@@ -272,8 +277,9 @@ def _import_notes(store: Store, info: SessionInfo, copied: int) -> None:
             f"{printable(info.workspace)} is the file header's word alone",
             err=True,
         )
-    brought = [n for n in memory_of(store, info.workspace).imported.values()
-               if n.session == info.id]  # fmt: skip
+    brought = [
+        n for n in memory_of(store, info.workspace).imported.values() if n.session == info.id
+    ]
     if brought:
         keys = ", ".join(repr(n.key) for n in brought)
         click.echo(

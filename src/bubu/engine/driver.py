@@ -271,7 +271,7 @@ class Runner:
                 if staged:
                     self.stage(staged)
                 continue
-            except BaseException:
+            except BaseException:  # folds undone, then re-raised: Ctrl-C and exits too
                 if self._staged:
                     with contextlib.suppress(BubuError):
                         self._refold()  # nothing of it was committed: the folds say so again
@@ -336,7 +336,8 @@ class Runner:
         return self.event("system", "system", SystemNote(note=note), visibility="hidden")
 
     def request_stop(self, reason: StopReason) -> None:
-        """Ask the run to stop at once (Ctrl-C: stopped; SIGTERM: suspended). Safe from signal handlers."""
+        """Ask the run to stop at once (Ctrl-C: stopped; SIGTERM: suspended). Safe from signal
+        handlers."""
         if self.stop_reason is None:
             self.stop_reason = reason
         self.stop_event.set()
@@ -367,9 +368,13 @@ class Runner:
         """Renew the lease every third of its time; between renewals, look for a stop request
         from another process (`bubu stop`, a web UI that does not run this turn)."""
         heartbeat(
-            self.store, lambda: self.lease, self._renewed, ttl_s=self.config.lease_ttl_s,
-            stop=self.stop_event, request_stop=self.request_stop,
-        )  # fmt: skip
+            self.store,
+            lambda: self.lease,
+            self._renewed,
+            ttl_s=self.config.lease_ttl_s,
+            stop=self.stop_event,
+            request_stop=self.request_stop,
+        )
 
     def _renewed(self, lease: Lease) -> None:
         self.lease = lease
@@ -377,9 +382,12 @@ class Runner:
     # -- the loop ---------------------------------------------------------------------------------
 
     def start_run(
-        self, cause: Literal["new", "resume", "recovery"], *, prefix: Sequence[Event] = (),
+        self,
+        cause: Literal["new", "resume", "recovery"],
+        *,
+        prefix: Sequence[Event] = (),
         blobs: Sequence[bytes] = (),
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Open a new run of the turn (after `prefix`, e.g. the user's request and turn start)."""
         self.run = ids.run_id()
         started = self.note(
@@ -406,10 +414,19 @@ class Runner:
 
     def _stamp(self, e: Event, turn: str | None) -> Event:
         return make(
-            id=e.id, session=e.session, turn=turn, run=self.run, invocation=e.invocation, role=e.role,
-            author=e.author, ts=e.ts, content=e.content, actions=e.actions, visibility=e.visibility,
+            id=e.id,
+            session=e.session,
+            turn=turn,
+            run=self.run,
+            invocation=e.invocation,
+            role=e.role,
+            author=e.author,
+            ts=e.ts,
+            content=e.content,
+            actions=e.actions,
+            visibility=e.visibility,
             status=e.status,
-        )  # fmt: skip
+        )
 
     def drive(
         self, before: Callable[[], None] | None = None, *, continue_turn: bool = True

@@ -161,18 +161,32 @@ def recover_session(
             plan = _not_on_an_imports_word(plan)
         changes = _changes(store, acting.workspace, records, plan)
         runner = Runner(
-            store=store, session=acting, provider=host.provider, tools=tools, lease=lease,
-            policy=host.policy, asker=host.asker, observer=host.observer, config=host.config,
+            store=store,
+            session=acting,
+            provider=host.provider,
+            tools=tools,
+            lease=lease,
+            policy=host.policy,
+            asker=host.asker,
+            observer=host.observer,
+            config=host.config,
             prompt=host.prompt,
-        )  # fmt: skip
+        )
         host.runner = runner
         runner.start_run("recovery")
         if plan.kind == "blocked":
             runner.append(
-                [runner.note(RecoveryNotice(status="blocked", reason=plan.reason,
-                                            leftovers=leftovers.lines(lambda c: _label_of(runner, c))))],
+                [
+                    runner.note(
+                        RecoveryNotice(
+                            status="blocked",
+                            reason=plan.reason,
+                            leftovers=leftovers.lines(lambda c: _label_of(runner, c)),
+                        )
+                    )
+                ],
                 durable=True,
-            )  # fmt: skip
+            )
             return Recovered(session=info.id, plan=plan, outcome="blocked")
 
         def apply() -> None:
@@ -239,8 +253,12 @@ def _notice(
         seen.add(fact.call_id)
         call = runner.turn.calls.get(fact.call_id)
         name = label(call.name, call.arguments) if call is not None else fact.tool
-        group = {"rerun": "silent", "rerun_not_applied": "silent", "applied": "applied",
-                 "resume": "silent"}  # fmt: skip
+        group = {
+            "rerun": "silent",
+            "rerun_not_applied": "silent",
+            "applied": "applied",
+            "resume": "silent",
+        }
         labels[group.get(fact.decision, "review")].append(name)
     return RecoveryNotice(
         status="ready",
@@ -297,9 +315,20 @@ def _apply(
             # Proven against the whole workspace, not only the target file.
             target = _relative(runner.session.workspace, d.path if d is not None else None)
             reason = f"{cp.reason}. {change.sentence(skip=target)}"
-        fact = runner.event("system", "system", actions=Actions(tool_recovery=ToolRecovery(
-            call_id=cp.call_id, tool=cp.tool, decision=cp.decision, reason=reason, dispatch_seq=cp.dispatch_seq)),
-            invocation=call.invocation)  # fmt: skip
+        fact = runner.event(
+            "system",
+            "system",
+            actions=Actions(
+                tool_recovery=ToolRecovery(
+                    call_id=cp.call_id,
+                    tool=cp.tool,
+                    decision=cp.decision,
+                    reason=reason,
+                    dispatch_seq=cp.dispatch_seq,
+                )
+            ),
+            invocation=call.invocation,
+        )
         settled.append(fact)
         if cp.decision == "applied":
             settled.append(
@@ -361,10 +390,19 @@ def _response(
     blob: BlobRef | None = None,
 ) -> Event:
     return runner.event(
-        "tool", "tool", FunctionResponse(call_id=call.call_id, name=call.name, result=text,
-                                         is_error=is_error, snapshot=snapshot, blob=blob),
-        invocation=call.invocation, status="failed" if is_error else "completed",
-    )  # fmt: skip
+        "tool",
+        "tool",
+        FunctionResponse(
+            call_id=call.call_id,
+            name=call.name,
+            result=text,
+            is_error=is_error,
+            snapshot=snapshot,
+            blob=blob,
+        ),
+        invocation=call.invocation,
+        status="failed" if is_error else "completed",
+    )
 
 
 def _relative(workspace: str, path: str | None) -> str | None:

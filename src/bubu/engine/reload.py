@@ -134,8 +134,16 @@ class RunState:
 
 # -- the bytes ------------------------------------------------------------------------------------
 
-_MODULES = ("bubu.projections.", "bubu.events", "bubu.context.", "bubu.providers.base",
-            "bubu.pricing", "bubu.messages", "bubu.engine.callids", "bubu.engine.reload")  # fmt: skip
+_MODULES = (
+    "bubu.projections.",
+    "bubu.events",
+    "bubu.context.",
+    "bubu.providers.base",
+    "bubu.pricing",
+    "bubu.messages",
+    "bubu.engine.callids",
+    "bubu.engine.reload",
+)
 _PLAIN = (CallIds,)
 """Classes that are neither dataclasses nor structs but are plain data."""
 
@@ -176,7 +184,7 @@ def decode(data: object) -> RunState | None:
         return None
     try:
         state = _Loader(io.BytesIO(zlib.decompress(body))).load()
-    except Exception:
+    except Exception:  # any undecodable snapshot is ignored: the log wins
         return None
     if not isinstance(state, RunState) or not all(
         hasattr(state, f.name) for f in dataclasses.fields(RunState)
@@ -250,8 +258,16 @@ def save(store: Store, session: str, state: RunState, digest: str | None = None)
     finally:
         state.requests.adopted = adopted
     try:
-        store.put_view(View(kind=KIND, session=session, key=KEY, source_high_water=state.high_water,
-                            source_digest=digest, data=data))  # fmt: skip
+        store.put_view(
+            View(
+                kind=KIND,
+                session=session,
+                key=KEY,
+                source_high_water=state.high_water,
+                source_digest=digest,
+                data=data,
+            )
+        )
     except BubuError:
         return
 
@@ -319,11 +335,14 @@ def check(store: Store, report: VerifyReport) -> VerifyReport:
     if bad is None:
         return report
     return VerifyReport(
-        session=report.session, ok=False, high_water=report.high_water, digest=report.digest,
+        session=report.session,
+        ok=False,
+        high_water=report.high_water,
+        digest=report.digest,
         first_bad_seq=row.source_high_water if row is not None else None,
         problem=f"the runner state snapshot is ignored ({bad}): runners fold the log instead, "
         "and the session's next run rebuilds it",
-    )  # fmt: skip
+    )
 
 
 def same(a: RunState, b: RunState) -> bool:
@@ -364,5 +383,17 @@ def canonical(obj: object) -> object:
     return repr(obj)
 
 
-__all__ = ["EVERY", "KIND", "RunState", "canonical", "check", "decode", "encode", "keep_up",
-           "load", "same", "save", "stored"]  # fmt: skip
+__all__ = [
+    "EVERY",
+    "KIND",
+    "RunState",
+    "canonical",
+    "check",
+    "decode",
+    "encode",
+    "keep_up",
+    "load",
+    "same",
+    "save",
+    "stored",
+]

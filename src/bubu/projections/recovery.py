@@ -37,7 +37,8 @@ PlanKind = Literal["nothing", "ready", "blocked"]
 INTERRUPTED = (
     "interrupted: the run that was running this call ended before its outcome could be committed "
     "(Bubu was killed or crashed, or its database was out of reach), after it was dispatched. "
-    "The action may or may not have happened; inspect the workspace before deciding whether to retry."
+    "The action may or may not have happened; inspect the workspace before deciding whether to "
+    "retry."
 )
 
 
@@ -239,8 +240,8 @@ def plan_recovery(
             return Plan(
                 kind="blocked",
                 turn=t.turn,
-                reason=f"crash loop: {label(c.name, c.arguments)} was already recovered once and the "
-                "process died again at the same call",
+                reason=f"crash loop: {label(c.name, c.arguments)} was already recovered once "
+                "and the process died again at the same call",
             )
     dropped = 1 if t.inflight_request is not None else 0
     if dropped and t.dropped_in_a_row + 1 >= MODEL_CRASH_LOOP:
@@ -276,6 +277,10 @@ def forced_plan(records: Sequence[Record], blocked: Plan, *, turn: TurnFold | No
     )
     dropped = 1 if t.inflight_request is not None else 0
     return Plan(
-        kind="ready", turn=t.turn, calls=calls, dropped_model_calls=dropped,
-        reason=blocked.reason, forced=True,
-    )  # fmt: skip
+        kind="ready",
+        turn=t.turn,
+        calls=calls,
+        dropped_model_calls=dropped,
+        reason=blocked.reason,
+        forced=True,
+    )
