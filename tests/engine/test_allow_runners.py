@@ -349,7 +349,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ws
 
 
-@pytest.mark.slow  # runs real pytest and git some hundred times
+@pytest.mark.heavy  # runs real pytest and git some hundred times; safe beside other tests
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 @pytest.mark.parametrize("pattern", RECOMMENDED)
 def test_a_recommended_pattern_cannot_write_outside_or_run_another_program(
