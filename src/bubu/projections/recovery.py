@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from bubu.events import (
     EffectClass,
@@ -26,7 +26,6 @@ from bubu.events import (
     FunctionResponse,
     Record,
     RecoveryDecision,
-    ToolDispatch,
     ToolRecovery,
 )
 from bubu.projections.turn import CallState, TurnFold, fold
@@ -108,6 +107,16 @@ def paths_to_observe(records: Sequence[Record], *, turn: TurnFold | None = None)
     )
 
 
+class _Dispatched(NamedTuple):
+    """What a recovery fact is checked against of its dispatch (not the whole decoded fact)."""
+
+    call_id: str
+    tool: str
+    effect: EffectClass
+    proven: bool
+    """A provable write that names its file and the hash it writes."""
+
+
 class Integrity:
     """What the plan checks of the whole prefix (see `plan_recovery`), folded one record at a
     time so that a caller can stream the log through it: `problem` is the first one found."""
@@ -131,7 +140,7 @@ class Integrity:
         # call of that id may have its outcome.
         self._made: dict[str, int] = {}
         self._outcomes: dict[str, int] = {}
-        self._dispatches: dict[int, ToolDispatch] = {}
+        self._dispatches: dict[int, _Dispatched] = {}
 
     def apply(self, r: Record) -> None:
         """Fold one record in (in seq order); nothing more is checked once a problem is found."""
@@ -143,8 +152,10 @@ class Integrity:
             calls.add(c.call_id)
             self._made[c.call_id] = self._made.get(c.call_id, 0) + 1
         if a is not None and a.tool_dispatch is not None:
-            self._dispatched.add(a.tool_dispatch.call_id)
-            self._dispatches[r.seq] = a.tool_dispatch
+            d = a.tool_dispatch
+            self._dispatched.add(d.call_id)
+            proven = d.effect == "provable_write" and bool(d.path and d.after_sha256)
+            self._dispatches[r.seq] = _Dispatched(d.call_id, d.tool, d.effect, proven)
         if a is not None and a.tool_recovery is not None:
             problem = _recovery_fact(a.tool_recovery, r.seq, calls, self._dispatches)
             if problem is not None:
@@ -177,7 +188,7 @@ def _integrity(records: Sequence[Record]) -> str | None:
 
 
 def _recovery_fact(
-    f: ToolRecovery, seq: int, calls: set[str], dispatches: Mapping[int, ToolDispatch]
+    f: ToolRecovery, seq: int, calls: set[str], dispatches: Mapping[int, _Dispatched]
 ) -> str | None:
     """Why a committed recovery decision cannot be trusted, or None: it must name a call that was
     made, the dispatch it was decided from, and a decision that dispatch allows."""
@@ -189,7 +200,7 @@ def _recovery_fact(
         return f"{where} names seq {f.dispatch_seq} as the dispatch of {f.call_id}, which it is not"
     if d.tool != f.tool:
         return f"{where} says {f.call_id} was {f.tool}, its dispatch says {d.tool}"
-    proven = d.effect == "provable_write" and bool(d.path and d.after_sha256)
+    proven = d.proven
     if f.decision == "resume" and d.tool not in RESUMABLE:
         return f"{where} resumes {f.call_id}, but {d.tool} is not a sub-agent"
     if f.decision == "rerun" and d.effect != "read_only":
