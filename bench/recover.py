@@ -1,6 +1,6 @@
 """`bubu recover` against the session's length: wall, CPU and peak RSS of one recovery process.
 
-Builds one session of N steps in a real `bubu run` process (a scripted model; every step reads
+Builds one session of N steps in a real `bubu run` process (a scripted model; every step greps
 a file, every tenth writes one, so the log holds dispatches, outcomes, workspace snapshots and
 compactions), which SIGKILLs itself at the N-th dispatch (`BUBU_FAILPOINT=after_dispatch@N`),
 then times `bubu recover SESSION` on a fresh copy of that database `--rounds` times: the plan,
@@ -35,8 +35,9 @@ def script(path: Path, steps: int) -> None:
                     "arguments": {"path": f"w{i % 50}.txt", "content": f"step {i}\n"},
                 }
             else:
-                args = {"path": "a.txt", "offset": 1 + i % 150, "limit": 1 + i % 40}
-                call = {"name": "read_file", "arguments": {**args, "step": i}}
+                # A pattern of its own every step: a read the loop limit never takes for a loop.
+                args = {"pattern": f"line {i % 200}$|step {i}$", "path": "a.txt"}
+                call = {"name": "grep", "arguments": args}
             f.write(json.dumps({"text": f"step {i}", "tool_calls": [call]}) + "\n")
         f.write(json.dumps({"text": "All done."}) + "\n")
 
@@ -66,7 +67,7 @@ def timed(args: list[str], e: dict[str, str]) -> dict[str, Any]:
 def build(root: Path, steps: int) -> dict[str, Any]:
     ws = root / "ws"
     ws.mkdir()
-    (ws / "a.txt").write_text("hello\n" * 200)
+    (ws / "a.txt").write_text("".join(f"line {n}\n" for n in range(200)))
     script(root / "s.jsonl", steps)
     args = [
         *_bubu(root),
