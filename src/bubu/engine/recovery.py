@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -12,7 +12,8 @@ from bubu.engine import reload
 from bubu.engine.driver import Runner
 from bubu.engine.leftovers import Leftovers, stop_leftovers
 from bubu.engine.memory import workspace_memory
-from bubu.engine.rewind import finish, rewind_tools, unfinished
+from bubu.engine.rewind import Plan as RewindPlan
+from bubu.engine.rewind import Unfinished, finish, rewind_tools
 from bubu.engine.scope import acting_info, holder_gone, lease_is_stale
 from bubu.engine.session import Host
 from bubu.engine.snapshots import WorkspaceChange, change_since
@@ -22,7 +23,6 @@ from bubu.events import (
     BlobRef,
     Event,
     FunctionResponse,
-    Record,
     RecoveryNotice,
     ToolRecovery,
     TurnEndReason,
@@ -38,6 +38,7 @@ from bubu.projections.memory import (
 from bubu.projections.recovery import (
     INTERRUPTED,
     CallPlan,
+    Integrity,
     Plan,
     forced_plan,
     label,
@@ -97,6 +98,42 @@ def observe(
     return {p: one(p) for p in paths}
 
 
+SCAN_CHUNK = 2_000
+"""Records decoded at a time when recovery streams the log through its checks."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prefix:
+    """What the recovery plan needs of the whole committed prefix, beyond the turn's fold."""
+
+    integrity: Integrity
+    """The checks of every outcome and recovery fact against the calls and dispatches before."""
+    rewinding: RewindPlan | None
+    """The open turn's rewind plan (`unfinished`), or None."""
+    snapshots: dict[int, WorkspaceSnapshot | None]
+    """The last workspace snapshot at or before each of the given dispatch seqs."""
+
+
+def scan_prefix(
+    store: Store,
+    session: str,
+    upto: int,
+    dispatch_seqs: Iterable[int],
+    *,
+    chunk: int = SCAN_CHUNK,
+) -> Prefix:
+    """Stream the records 1..`upto` through recovery's checks, `chunk` records at a time: the
+    same answers as `_integrity`, `unfinished` and `snapshot_before` of the whole list, without
+    holding the decoded log in memory."""
+    integrity, rewind, snaps = Integrity(), Unfinished(), refs.SnapshotsBefore(dispatch_seqs)
+    for after in range(0, upto, chunk):
+        for r in store.read(session, after=after, upto=min(after + chunk, upto)):
+            integrity.apply(r)
+            rewind.apply(r)
+            snaps.apply(r)
+    return Prefix(integrity=integrity, rewinding=rewind.plan, snapshots=snaps.at())
+
+
 def recover_session(
     host: Host,
     info: SessionInfo,
@@ -129,37 +166,44 @@ def recover_session(
         # Only an open turn has a dead run (a closed one may have a live runner's background jobs).
         st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
         leftovers = stop_leftovers(info.id) if st.state == "open" else Leftovers()
-        records = store.read(info.id)
         report = store.verify(info.id)
         # The turn's fold from the runner state's snapshot and the records after it: the same
         # fold as `fold(records)`, without folding the whole log again for each question.
-        turn = reload.load(store, info.id, host.config.context)[0].turn
+        state = reload.load(store, info.id, host.config.context)[0]
+        turn = state.turn
         host.adopt_turn_tools(turn)
-        rewinding = unfinished(records)  # a rewind's turn ends with its plan, never a model call
+        prefix = scan_prefix(
+            store,
+            info.id,
+            state.high_water,
+            [c.dispatch_seq for c in turn.dangling if c.dispatch_seq is not None],
+        )
+        rewinding = prefix.rewinding  # a rewind's turn ends with its plan, never a model call
         tools = host.tools if rewinding is None else rewind_tools(host.tools, store)
         effects = {name: t.effect for name, t in {**companions(tools), **tools}.items()}
         plan = plan_recovery(
-            records,
+            (),
             effects,
             observe(
-                paths_to_observe(records, turn=turn),
+                paths_to_observe((), turn=turn),
                 info.workspace,
                 lambda: workspace_memory(store, info.workspace),
             ),
             chain_problem=None if report.ok else report.problem,
             turn=turn,
+            integrity=prefix.integrity,
         )
         if plan.kind == "nothing":
             return Recovered(session=info.id, plan=plan, outcome="nothing")
         if plan.kind == "blocked" and force:
-            plan = forced_plan(records, plan, turn=turn)
+            plan = forced_plan((), plan, turn=turn)
         # The workspace the chain records, never the header's (an export can edit the header).
         acting, facts = acting_info(store, info)
         if workspace is not None:
             acting = replace(acting, workspace=workspace)
         if facts.origin == "import":
             plan = _not_on_an_imports_word(plan)
-        changes = _changes(store, acting.workspace, records, plan)
+        changes = _changes(store, acting.workspace, prefix.snapshots, plan)
         runner = Runner(
             store=store,
             session=acting,
@@ -221,17 +265,21 @@ def _not_on_an_imports_word(plan: Plan) -> Plan:
 
 
 def _changes(
-    store: Store, workspace: str, records: Sequence[Record], plan: Plan
+    store: Store,
+    workspace: str,
+    before: Mapping[int, WorkspaceSnapshot | None],
+    plan: Plan,
 ) -> dict[str, WorkspaceChange]:
     """For each dangling call that may have changed the workspace: the workspace now against
-    the snapshot taken at its dispatch (the dead run's processes are already stopped)."""
+    the snapshot taken at its dispatch (`before`: the last snapshot at or before each dangling
+    dispatch's seq; the dead run's processes are already stopped)."""
     changing = [c for c in plan.calls if c.effect != "read_only"]
     if plan.kind != "ready" or not changing or not snapshots_enabled():
         return {}
     now = snapshotter(store, workspace).take()
     out: dict[str, WorkspaceChange] = {}
     for cp in changing:
-        change = change_since(store, refs.snapshot_before(records, cp.dispatch_seq), now)
+        change = change_since(store, before.get(cp.dispatch_seq), now)
         if change is not None:
             out[cp.call_id] = change
     return out
@@ -415,4 +463,13 @@ def _relative(workspace: str, path: str | None) -> str | None:
     return os.path.relpath(real, root) if real.startswith(root + os.sep) else None
 
 
-__all__ = ["Outcome", "Recovered", "lease_is_stale", "needs_recovery", "observe", "recover_session"]
+__all__ = [
+    "Outcome",
+    "Prefix",
+    "Recovered",
+    "lease_is_stale",
+    "needs_recovery",
+    "observe",
+    "recover_session",
+    "scan_prefix",
+]

@@ -534,21 +534,35 @@ def rewind(
     return _done(store, info.id, plan)
 
 
-def unfinished(records: Sequence[Record]) -> Plan | None:
-    """The plan of the open turn when it is a rewind's, else None."""
-    turn: str | None = None
-    plan: Plan | None = None
-    for r in records:
+class Unfinished:
+    """`unfinished`, folded one record at a time (for a caller streaming the log through it)."""
+
+    __slots__ = ("_turn", "plan")
+
+    def __init__(self) -> None:
+        self._turn: str | None = None
+        self.plan: Plan | None = None
+        """The plan of the open turn when it is a rewind's, of the records folded so far."""
+
+    def apply(self, r: Record) -> None:
         c, a = r.event.content, r.event.actions
         if isinstance(c, SystemNote):
             name = type(c.note).__name__
-            if name == "TurnStarted" and r.event.turn != turn:
-                turn, plan = r.event.turn, None
+            if name == "TurnStarted" and r.event.turn != self._turn:
+                self._turn, self.plan = r.event.turn, None
             elif name == "TurnEnded":
-                turn, plan = None, None
-        if a is not None and a.state_delta and REWIND_KEY in a.state_delta and turn is not None:
-            plan = msgspec.convert(a.state_delta[REWIND_KEY], Plan)
-    return plan
+                self._turn, self.plan = None, None
+        open_turn = self._turn is not None
+        if a is not None and a.state_delta and REWIND_KEY in a.state_delta and open_turn:
+            self.plan = msgspec.convert(a.state_delta[REWIND_KEY], Plan)
+
+
+def unfinished(records: Sequence[Record]) -> Plan | None:
+    """The plan of the open turn when it is a rewind's, else None."""
+    fold = Unfinished()
+    for r in records:
+        fold.apply(r)
+    return fold.plan
 
 
 def finish(runner: Runner, plan: Plan) -> None:
@@ -641,6 +655,7 @@ __all__ = [
     "NoModel",
     "Plan",
     "Preview",
+    "Unfinished",
     "check_target",
     "finish",
     "preview",

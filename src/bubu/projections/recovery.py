@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from bubu.events import (
     EffectClass,
@@ -26,7 +26,6 @@ from bubu.events import (
     FunctionResponse,
     Record,
     RecoveryDecision,
-    ToolDispatch,
     ToolRecovery,
 )
 from bubu.projections.turn import CallState, TurnFold, fold
@@ -108,41 +107,88 @@ def paths_to_observe(records: Sequence[Record], *, turn: TurnFold | None = None)
     )
 
 
-def _integrity(records: Sequence[Record]) -> str | None:
-    calls: set[str] = set()
-    dispatched: set[str] = set()
-    answered: set[str] = set()
-    # Logs written before call ids were made unique may reuse one id, call after call: each
-    # call of that id may have its outcome.
-    made: dict[str, int] = {}
-    outcomes: dict[str, int] = {}
-    dispatches: dict[int, ToolDispatch] = {}
-    for r in records:
+class _Dispatched(NamedTuple):
+    """What a recovery fact is checked against of its dispatch (not the whole decoded fact)."""
+
+    call_id: str
+    tool: str
+    effect: EffectClass
+    proven: bool
+    """A provable write that names its file and the hash it writes."""
+
+
+class Integrity:
+    """What the plan checks of the whole prefix (see `plan_recovery`), folded one record at a
+    time so that a caller can stream the log through it: `problem` is the first one found."""
+
+    __slots__ = (
+        "_answered",
+        "_calls",
+        "_dispatched",
+        "_dispatches",
+        "_made",
+        "_outcomes",
+        "problem",
+    )
+
+    def __init__(self) -> None:
+        self.problem: str | None = None
+        self._calls: set[str] = set()
+        self._dispatched: set[str] = set()
+        self._answered: set[str] = set()
+        # Logs written before call ids were made unique may reuse one id, call after call: each
+        # call of that id may have its outcome.
+        self._made: dict[str, int] = {}
+        self._outcomes: dict[str, int] = {}
+        self._dispatches: dict[int, _Dispatched] = {}
+
+    def apply(self, r: Record) -> None:
+        """Fold one record in (in seq order); nothing more is checked once a problem is found."""
+        if self.problem is not None:
+            return
         c, a = r.event.content, r.event.actions
+        calls = self._calls
         if isinstance(c, FunctionCall):
             calls.add(c.call_id)
-            made[c.call_id] = made.get(c.call_id, 0) + 1
+            self._made[c.call_id] = self._made.get(c.call_id, 0) + 1
         if a is not None and a.tool_dispatch is not None:
-            dispatched.add(a.tool_dispatch.call_id)
-            dispatches[r.seq] = a.tool_dispatch
+            d = a.tool_dispatch
+            self._dispatched.add(d.call_id)
+            proven = d.effect == "provable_write" and bool(d.path and d.after_sha256)
+            self._dispatches[r.seq] = _Dispatched(d.call_id, d.tool, d.effect, proven)
         if a is not None and a.tool_recovery is not None:
-            problem = _recovery_fact(a.tool_recovery, r.seq, calls, dispatches)
+            problem = _recovery_fact(a.tool_recovery, r.seq, calls, self._dispatches)
             if problem is not None:
-                return problem
+                self.problem = problem
+                return
         if isinstance(c, FunctionResponse):
-            if c.call_id in answered and outcomes[c.call_id] >= made.get(c.call_id, 0):
-                return f"two outcomes for the call {c.call_id} (seq {r.seq})"
-            if c.call_id not in calls:
-                return f"an outcome for a call that was never made ({c.call_id}, seq {r.seq})"
-            if not c.is_error and c.call_id not in dispatched:
-                return f"an outcome without a dispatch for the call {c.call_id} (seq {r.seq})"
-            answered.add(c.call_id)
-            outcomes[c.call_id] = outcomes.get(c.call_id, 0) + 1
-    return None
+            answered, outcomes = self._answered, self._outcomes
+            if c.call_id in answered and outcomes[c.call_id] >= self._made.get(c.call_id, 0):
+                self.problem = f"two outcomes for the call {c.call_id} (seq {r.seq})"
+            elif c.call_id not in calls:
+                self.problem = (
+                    f"an outcome for a call that was never made ({c.call_id}, seq {r.seq})"
+                )
+            elif not c.is_error and c.call_id not in self._dispatched:
+                self.problem = (
+                    f"an outcome without a dispatch for the call {c.call_id} (seq {r.seq})"
+                )
+            else:
+                answered.add(c.call_id)
+                outcomes[c.call_id] = outcomes.get(c.call_id, 0) + 1
+
+
+def _integrity(records: Sequence[Record]) -> str | None:
+    check = Integrity()
+    for r in records:
+        check.apply(r)
+        if check.problem is not None:
+            break
+    return check.problem
 
 
 def _recovery_fact(
-    f: ToolRecovery, seq: int, calls: set[str], dispatches: Mapping[int, ToolDispatch]
+    f: ToolRecovery, seq: int, calls: set[str], dispatches: Mapping[int, _Dispatched]
 ) -> str | None:
     """Why a committed recovery decision cannot be trusted, or None: it must name a call that was
     made, the dispatch it was decided from, and a decision that dispatch allows."""
@@ -154,7 +200,7 @@ def _recovery_fact(
         return f"{where} names seq {f.dispatch_seq} as the dispatch of {f.call_id}, which it is not"
     if d.tool != f.tool:
         return f"{where} says {f.call_id} was {f.tool}, its dispatch says {d.tool}"
-    proven = d.effect == "provable_write" and bool(d.path and d.after_sha256)
+    proven = d.proven
     if f.decision == "resume" and d.tool not in RESUMABLE:
         return f"{where} resumes {f.call_id}, but {d.tool} is not a sub-agent"
     if f.decision == "rerun" and d.effect != "read_only":
@@ -222,15 +268,18 @@ def plan_recovery(
     *,
     chain_problem: str | None = None,
     turn: TurnFold | None = None,
+    integrity: Integrity | None = None,
 ) -> Plan:
     """The recovery plan for the prefix `records` (see the module docstring); `turn` is the
-    fold of `records` when the caller has it (reloaded from a snapshot: the same plan)."""
+    fold of `records` when the caller has it (reloaded from a snapshot: the same plan), and
+    `integrity` the `Integrity` of every record of the prefix when the caller streamed the log
+    through it (then `records` is not read at all: pass none)."""
     t = turn if turn is not None else fold(records)
     if not t.open:
         return Plan(kind="nothing")
     if chain_problem is not None:
         return Plan(kind="blocked", turn=t.turn, reason=f"the log does not verify: {chain_problem}")
-    problem = _integrity(records)
+    problem = integrity.problem if integrity is not None else _integrity(records)
     if problem is not None:
         return Plan(kind="blocked", turn=t.turn, reason=problem)
     dangling = t.dangling

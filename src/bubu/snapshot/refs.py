@@ -57,6 +57,32 @@ def snapshot_before(records: Sequence[Record], seq: int) -> WorkspaceSnapshot | 
     return found
 
 
+class SnapshotsBefore:
+    """`snapshot_before` of each of `seqs`, folded one record at a time (for a caller streaming
+    the log through it): `at()` once every record up to the last of them is in."""
+
+    __slots__ = ("_at", "_found", "_pending")
+
+    def __init__(self, seqs: Iterable[int]) -> None:
+        self._pending = sorted(set(seqs), reverse=True)
+        self._found: WorkspaceSnapshot | None = None
+        self._at: dict[int, WorkspaceSnapshot | None] = {}
+
+    def apply(self, r: Record) -> None:
+        pending = self._pending
+        while pending and pending[-1] < r.seq:
+            self._at[pending.pop()] = self._found
+        if not pending:
+            return
+        snap = snapshot_of(r)
+        if snap is not None and snap.tree is not None:
+            self._found = snap
+
+    def at(self) -> dict[int, WorkspaceSnapshot | None]:
+        """The snapshot before each seq, of the records folded so far."""
+        return {**self._at, **dict.fromkeys(self._pending, self._found)}
+
+
 def snapshot_at(records: Sequence[Record], seq: int) -> WorkspaceSnapshot | None:
     """The workspace as it was at the boundary `seq`: the snapshot the next turn took before its
     first call that could change it (only reads ran before it), else the last one at or before
