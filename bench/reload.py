@@ -63,7 +63,7 @@ def main() -> None:
         records = store.read(sid)
         n = len(records)
         k = max(0, n - args.behind)
-        snap = reload.RunState(policy=policy)
+        snap = reload.RunnerFolds(policy=policy)
         snap.fold(records[:k])
         digest = records[k - 1].hash if k else None
 
@@ -77,11 +77,11 @@ def main() -> None:
         save_ms = (time.process_time() - t) * 1000
         del records
 
-        def from_snapshot() -> reload.RunState:
+        def from_snapshot() -> reload.RunnerFolds:
             return reload.load(store, sid, policy)[0]
 
-        def whole_log() -> reload.RunState:
-            s = reload.RunState(policy=policy)
+        def whole_log() -> reload.RunnerFolds:
+            s = reload.RunnerFolds(policy=policy)
             s.fold(store.read(sid))
             return s
 

@@ -192,7 +192,7 @@ def reloads(store: SQLiteStore, session: str) -> dict[str, Any]:
         state, suffix = reload.load(store, session, policy)
         times.append((time.perf_counter() - t) * 1000)
     t = time.perf_counter()
-    whole = reload.RunState(policy=policy)
+    whole = reload.RunnerFolds(policy=policy)
     whole.fold(store.read(session))
     full_ms = (time.perf_counter() - t) * 1000
     return {

@@ -42,13 +42,13 @@ STEPS = 40
 POLICY = ContextPolicy()
 
 
-def _fold(records: list[Record], start: reload.RunState | None = None) -> reload.RunState:
-    state = start if start is not None else reload.RunState(policy=POLICY)
+def _fold(records: list[Record], start: reload.RunnerFolds | None = None) -> reload.RunnerFolds:
+    state = start if start is not None else reload.RunnerFolds(policy=POLICY)
     state.fold(records)
     return state
 
 
-def _through_bytes(state: reload.RunState) -> reload.RunState:
+def _through_bytes(state: reload.RunnerFolds) -> reload.RunnerFolds:
     back = reload.decode(reload.encode(state))
     assert back is not None
     return back
@@ -181,7 +181,7 @@ def test_a_runner_reloads_the_same_state_with_a_snapshot_without_one_and_with_a_
         assert store.drop_views(session, reload.KIND) == 1
     assert _reloaded(db, session) == full
 
-    def put(state: reload.RunState, digest: str | None = None, data: bytes | None = None) -> None:
+    def put(state: reload.RunnerFolds, digest: str | None = None, data: bytes | None = None) -> None:
         with SQLiteStore(db) as store:
             d = digest or reload.digest_at(store, session, state.high_water)
             assert d is not None
@@ -266,7 +266,7 @@ def test_a_snapshot_of_another_context_policy_is_not_used(
         assert reload.stored(store, session, POLICY)[0] is not None
         assert reload.stored(store, session, other) == (None, None)
         state, _ = reload.load(store, session, other)
-        fresh = reload.RunState(policy=other)
+        fresh = reload.RunnerFolds(policy=other)
         fresh.fold(store.read(session))
         assert reload.same(state, fresh)
 

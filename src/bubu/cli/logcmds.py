@@ -13,7 +13,7 @@ from bubu.cli.term import echo, printable
 from bubu.errors import BubuError, CorruptLog
 from bubu.lines import LineTooLong
 from bubu.log import codec
-from bubu.log.store import SessionInfo, Store
+from bubu.log.store import SessionInfo, Store, VerifyReport
 from bubu.projections.status import BOUNDARY_KINDS, Status, fold_status
 
 
@@ -179,6 +179,23 @@ def log_cmd(ctx: Ctx, session: str, jsonl: bool, after: int) -> None:
     sys.stdout.flush()
 
 
+def _runner_checked(store: Store, report: VerifyReport) -> VerifyReport:
+    """`report`, checked against the session's runner snapshot where it has one: the runner's
+    folds (and their imports) are loaded only then."""
+    from bubu.log.verify import RUNNER_VIEW, RUNNER_VIEW_KEY
+
+    held: object
+    try:
+        held = report.ok and store.get_view(RUNNER_VIEW, report.session, RUNNER_VIEW_KEY)
+    except (BubuError, TypeError, ValueError):
+        held = True  # the check itself says what is wrong with it
+    if not held:
+        return report
+    from bubu.engine import reload
+
+    return reload.check(store, report)
+
+
 @cli.command("verify")
 @click.argument("session", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -187,12 +204,11 @@ def verify_cmd(ctx: Ctx, session: str | None, as_json: bool) -> None:
     """Recompute the hash chain of one session (or all); exit 1 if anything is wrong."""
     store = ctx.store
     targets = [store.session(session)] if session else store.sessions()
-    from bubu.engine import reload
     from bubu.log import readview
 
     # The log first; then the snapshots of the session view and of the runner's state, caches
     # of it that must agree with it.
-    reports = [reload.check(store, readview.check(store, store.verify(t.id))) for t in targets]
+    reports = [_runner_checked(store, readview.check(store, store.verify(t.id))) for t in targets]
     integrity = getattr(store, "integrity_check", None)
     db_ok = integrity() if integrity is not None else "ok"
     ok = all(r.ok for r in reports) and db_ok == "ok"

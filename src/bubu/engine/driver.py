@@ -104,7 +104,7 @@ class Runner:
         self.instructions = Instructions()
         self.requests = RequestFold(policy=self.config.context)
         self.compactor = Compactor(policy=self.config.context, fold=self.requests)
-        self._adopt(reload.RunState(policy=self.config.context))
+        self._adopt(reload.RunnerFolds(policy=self.config.context))
         self._staged: list[Event] = []  # folded, committed with the next append (see `stage`)
         self._after_commit: list[str] = []  # failpoints reached once the staged events commit
         self._view_due: int | None = None  # the high water at which the session view is due
@@ -187,7 +187,7 @@ class Runner:
         self._fold(records)
         return records
 
-    def _adopt(self, state: reload.RunState) -> None:
+    def _adopt(self, state: reload.RunnerFolds) -> None:
         """Take `state`'s folds as this runner's (the folds `_fold` applies records to)."""
         self._state = state
         self.turn, self.longrun = state.turn, state.longrun
@@ -199,7 +199,7 @@ class Runner:
     def _refold(self) -> None:
         """Fold the log afresh, without the staged events (they were not committed)."""
         self._staged, self._after_commit = [], []
-        self._adopt(reload.RunState(policy=self.config.context))
+        self._adopt(reload.RunnerFolds(policy=self.config.context))
         self._catch_up()
 
     def stage(self, events: Sequence[Event], *, after: str | None = None) -> None:

@@ -2,7 +2,7 @@
 
     state(n) = apply(snapshot(k), log[k+1…n])
 
-`RunState` is every fold a runner keeps of its session (turn, long-run budget, project
+`RunnerFolds` is every fold a runner keeps of its session (turn, long-run budget, project
 instructions, the next request, the quota of stored results, offloaded blobs, call ids). A
 snapshot of it is a derived record in the store's views table, named by the seq it covers and
 the chain digest of that prefix, and built only from committed records (a fold of the log, never
@@ -41,17 +41,15 @@ from bubu.engine.callids import CallIds
 from bubu.errors import BubuError
 from bubu.events import FunctionCall, Record
 from bubu.log.store import Store, VerifyReport, View
+from bubu.log.verify import RUNNER_VIEW, RUNNER_VIEW_KEY, RUNNER_VIEW_VERSION
 from bubu.projections.context import ContextFold
 from bubu.projections.instructions import InstructionsFold
 from bubu.projections.longrun import LongRunFold
 from bubu.projections.request import RequestFold
 from bubu.projections.turn import TurnFold
 
-KIND = "runner_state"
-"""The views table's kind for runner state snapshots."""
-VERSION = 1
-"""Bumped whenever a fold's shape or meaning changes: a snapshot of another version is rebuilt."""
-KEY = f"v{VERSION}"
+KIND, VERSION, KEY = RUNNER_VIEW, RUNNER_VIEW_VERSION, RUNNER_VIEW_KEY
+"""The views table's kind for runner state snapshots, and the key of this version's."""
 EVERY = 1_000
 """Events folded past the last snapshot at which the writer (or a reader) stores a new one."""
 
@@ -91,7 +89,7 @@ def _declared(commands: Commands) -> Iterator[None]:
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
-class RunState:
+class RunnerFolds:
     """Every fold of a runner, of the records folded so far."""
 
     policy: ContextPolicy
@@ -167,13 +165,13 @@ class _Loader(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a runner's state")
 
 
-def encode(state: RunState) -> bytes:
+def encode(state: RunnerFolds) -> bytes:
     """The state's bytes as a store keeps them: a sha-256 line, then the compressed pickle."""
     body = zlib.compress(pickle.dumps(state, protocol=5), 1)
     return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
 
 
-def decode(data: object) -> RunState | None:
+def decode(data: object) -> RunnerFolds | None:
     """A stored state, or None when it cannot be read, fails its checksum or is not a state."""
     if isinstance(data, str):  # a row rewritten as text behind Bubu's back
         data = data.encode("utf-8", "surrogateescape")
@@ -186,8 +184,8 @@ def decode(data: object) -> RunState | None:
         state = _Loader(io.BytesIO(zlib.decompress(body))).load()
     except Exception:  # any undecodable snapshot is ignored: the log wins
         return None
-    if not isinstance(state, RunState) or not all(
-        hasattr(state, f.name) for f in dataclasses.fields(RunState)
+    if not isinstance(state, RunnerFolds) or not all(
+        hasattr(state, f.name) for f in dataclasses.fields(RunnerFolds)
     ):  # not a state, or one of another shape
         return None
     _reindex(state.requests.context)
@@ -210,7 +208,7 @@ def digest_at(store: Store, session: str, seq: int) -> str | None:
 
 def stored(
     store: Store, session: str, policy: ContextPolicy, commands: Commands | None = None
-) -> tuple[RunState | None, str | None]:
+) -> tuple[RunnerFolds | None, str | None]:
     """The stored snapshot if it is valid for `policy` and `commands` (None: this process's), and
     why it is not when there is one that is not (None when there is none, or one of another
     policy: not a fault, only a miss)."""
@@ -244,7 +242,7 @@ def stored(
     return state, None
 
 
-def save(store: Store, session: str, state: RunState, digest: str | None = None) -> None:
+def save(store: Store, session: str, state: RunnerFolds, digest: str | None = None) -> None:
     """Store `state` (a fold of committed records only) as the session's snapshot; a cache that
     cannot be written is only a cache."""
     if state.high_water == 0 or getattr(store, "readonly", False):
@@ -274,13 +272,13 @@ def save(store: Store, session: str, state: RunState, digest: str | None = None)
 
 def load(
     store: Store, session: str, policy: ContextPolicy, *, save_every: int | None = None
-) -> tuple[RunState, list[Record]]:
+) -> tuple[RunnerFolds, list[Record]]:
     """The runner state of the whole log: the last valid snapshot plus the records after it
     (returned too); stores a fresh snapshot when the suffix was `save_every` (default `EVERY`)
     events or more, or the stored one was bad."""
     state, bad = stored(store, session, policy)
     if state is None:
-        state = RunState(policy=policy)
+        state = RunnerFolds(policy=policy)
     else:
         state.policy = state.requests.policy = state.requests.context.policy = policy
     records = store.read(session, after=state.high_water)
@@ -327,7 +325,7 @@ def check(store: Store, report: VerifyReport) -> VerifyReport:
         commands = decoded.commands if decoded is not None else None
         state, bad = stored(store, report.session, policy, commands)
         if bad is None and state is not None:
-            fresh = RunState(policy=policy, commands=state.commands)
+            fresh = RunnerFolds(policy=policy, commands=state.commands)
             with _declared(state.commands or ()):
                 fresh.fold(store.read(report.session, upto=state.high_water))
             if not same(fresh, state):
@@ -345,7 +343,7 @@ def check(store: Store, report: VerifyReport) -> VerifyReport:
     )
 
 
-def same(a: RunState, b: RunState) -> bool:
+def same(a: RunnerFolds, b: RunnerFolds) -> bool:
     """Whether two states hold the same folds (what reloading from a snapshot must give)."""
     return canonical(a) == canonical(b)
 
@@ -386,7 +384,7 @@ def canonical(obj: object) -> object:
 __all__ = [
     "EVERY",
     "KIND",
-    "RunState",
+    "RunnerFolds",
     "canonical",
     "check",
     "decode",

@@ -95,6 +95,11 @@ def verify_blob_refs(payload: bytes) -> list[str]:
 
 CHECKPOINT_VIEW = "checkpoint"
 """The kind of the derived views that cache checkpoint events."""
+RUNNER_VIEW = "runner_state"
+"""The kind of the snapshots of a runner's folds (`bubu.engine.reload`)."""
+RUNNER_VIEW_VERSION = 1
+"""Bumped whenever a fold's shape or meaning changes: a snapshot of another version is rebuilt."""
+RUNNER_VIEW_KEY = f"v{RUNNER_VIEW_VERSION}"
 
 
 def verify_views(
