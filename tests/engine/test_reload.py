@@ -22,8 +22,6 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.hypo import examples
-from tests.log.strategies import events
 
 from bubu.cli.app import cli
 from bubu.context.policy import ContextPolicy
@@ -31,12 +29,14 @@ from bubu.engine import reload
 from bubu.engine.driver import RunConfig, Runner
 from bubu.engine.permissions import Policy
 from bubu.engine.session import Host, new_session, start_turn
-from bubu.events import Record
+from bubu.events import EffectClass, Event, Record
 from bubu.log.sqlite import SQLiteStore
 from bubu.log.store import Store, View
 from bubu.projections.recovery import plan_recovery
 from bubu.providers.scripted import ScriptedProvider
 from bubu.tools import builtin_tools
+from hypo import examples
+from log.strategies import events
 
 STEPS = 40
 POLICY = ContextPolicy()
@@ -63,7 +63,7 @@ def _through_bytes(state: reload.RunnerFolds) -> reload.RunnerFolds:
     st.lists(events(), max_size=40), st.lists(st.integers(min_value=0, max_value=40), max_size=3)
 )
 def test_a_fold_continued_from_snapshots_of_any_prefixes_equals_the_fold_of_the_whole_log(
-    evs: list, cuts: list[int]
+    evs: list[Event], cuts: list[int]
 ) -> None:
     records = [Record(seq=i, hash="", event=e) for i, e in enumerate(evs, 1)]
     whole = reload.canonical(_fold(records))
@@ -83,17 +83,14 @@ def _session(
     ws.mkdir()
     (ws / "a.txt").write_text("hello\n" * 40)
     script = tmp_path / "s.jsonl"
-    lines = [
-        {
-            "text": f"step {i} " + "words " * 60,
-            "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}],
-        }
-        for i in range(STEPS)
+    calls: list[list[dict[str, object]]] = [
+        [{"name": "read_file", "arguments": {"path": "a.txt"}}] for _ in range(STEPS)
     ]
     for i in range(0, STEPS, 7):  # commands too: the fact sheet counts them
-        lines[i]["tool_calls"].append(
-            {"name": "run_command", "arguments": {"command": f"echo {i}"}}
-        )
+        calls[i].append({"name": "run_command", "arguments": {"command": f"echo {i}"}})
+    lines: list[dict[str, object]] = [
+        {"text": f"step {i} " + "words " * 60, "tool_calls": calls[i]} for i in range(STEPS)
+    ]
     script.write_text("".join(json.dumps(x) + "\n" for x in [*lines, {"text": "All done."}]))
     db = tmp_path / "bubu.db"
     with SQLiteStore(db) as store:
@@ -181,7 +178,9 @@ def test_a_runner_reloads_the_same_state_with_a_snapshot_without_one_and_with_a_
         assert store.drop_views(session, reload.KIND) == 1
     assert _reloaded(db, session) == full
 
-    def put(state: reload.RunnerFolds, digest: str | None = None, data: bytes | None = None) -> None:
+    def put(
+        state: reload.RunnerFolds, digest: str | None = None, data: bytes | None = None
+    ) -> None:
         with SQLiteStore(db) as store:
             d = digest or reload.digest_at(store, session, state.high_water)
             assert d is not None
@@ -277,7 +276,7 @@ def test_the_recovery_plan_is_the_same_from_a_snapshot_and_from_the_whole_log(
     db, session = _session(tmp_path, monkeypatch)
     with SQLiteStore(db) as store:
         records = store.read(session)
-    effects = {"read_file": "read_only"}
+    effects: dict[str, EffectClass] = {"read_file": "read_only"}
     # At every prefix (a crash there), the plan from a snapshot at any earlier prefix is the
     # plan from the whole prefix.
     for end in range(1, len(records) + 1, 3):
