@@ -4,38 +4,9 @@ died (a crash, for `bubu recover`)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from bubu.errors import ConfigError
 from bubu.log.store import SessionInfo, Store
-from bubu.projections.status import Status
-
-Shown = Literal[
-    "running",
-    "open turn",
-    "queued",
-    "held",
-    "idle",
-    "completed",
-    "failed",
-    "stopped",
-    "suspended",
-    "blocked",
-]
-"""A session's state as every command shows it."""
-
-STATES: tuple[Shown, ...] = (
-    "running",
-    "open turn",
-    "queued",
-    "held",
-    "idle",
-    "completed",
-    "failed",
-    "stopped",
-    "suspended",
-    "blocked",
-)
+from bubu.projections.status import STATES, Shown, Status
 
 
 def shown_state(store: Store, info: SessionInfo, st: Status) -> Shown:

@@ -40,6 +40,7 @@ from bubu.context.quota import StoredWhole
 from bubu.engine.callids import CallIds
 from bubu.errors import BubuError
 from bubu.events import FunctionCall, Record
+from bubu.log import readview
 from bubu.log.store import Store, VerifyReport, View
 from bubu.log.verify import RUNNER_VIEW, RUNNER_VIEW_KEY, RUNNER_VIEW_VERSION
 from bubu.projections.context import ContextFold
@@ -167,18 +168,13 @@ class _Loader(pickle.Unpickler):
 
 def encode(state: RunnerFolds) -> bytes:
     """The state's bytes as a store keeps them: a sha-256 line, then the compressed pickle."""
-    body = zlib.compress(pickle.dumps(state, protocol=5), 1)
-    return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+    return readview.framed(zlib.compress(pickle.dumps(state, protocol=5), 1))
 
 
 def decode(data: object) -> RunnerFolds | None:
     """A stored state, or None when it cannot be read, fails its checksum or is not a state."""
-    if isinstance(data, str):  # a row rewritten as text behind Bubu's back
-        data = data.encode("utf-8", "surrogateescape")
-    if not isinstance(data, bytes | bytearray | memoryview):
-        return None
-    digest, _, body = bytes(data).partition(b"\n")
-    if hashlib.sha256(body).hexdigest().encode() != digest:
+    body = readview.unframed(data)
+    if body is None:
         return None
     try:
         state = _Loader(io.BytesIO(zlib.decompress(body))).load()

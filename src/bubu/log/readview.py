@@ -23,12 +23,14 @@ EVERY = 1_000
 """Events folded past the last snapshot at which a reader stores a new one."""
 
 
-def _pack(view: SessionView) -> bytes:
-    body = encode(view)
+def framed(body: bytes) -> bytes:
+    """`body` as a views row keeps it: the sha-256 of the body on a line, then the body."""
     return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
 
 
-def _unpack(data: object) -> SessionView | None:
+def unframed(data: object) -> bytes | None:
+    """The body of a views row `framed` wrote, or None when it is not bytes or fails its
+    checksum (a row rewritten behind Bubu's back)."""
     if isinstance(data, str):  # a row rewritten as text behind Bubu's back
         data = data.encode("utf-8", "surrogateescape")
     if not isinstance(data, bytes | bytearray | memoryview):
@@ -36,7 +38,16 @@ def _unpack(data: object) -> SessionView | None:
     digest, _, body = bytes(data).partition(b"\n")
     if hashlib.sha256(body).hexdigest().encode() != digest:
         return None
-    return decode(body)
+    return body
+
+
+def _pack(view: SessionView) -> bytes:
+    return framed(encode(view))
+
+
+def _unpack(data: object) -> SessionView | None:
+    body = unframed(data)
+    return None if body is None else decode(body)
 
 
 def digest_at(store: Store, session: str, seq: int) -> str | None:

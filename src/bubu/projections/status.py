@@ -44,6 +44,34 @@ BOUNDARY_KINDS = (
 """The event kinds `fold_status` looks at; a store can read just these."""
 
 
+Shown = Literal[
+    "running",
+    "open turn",
+    "queued",
+    "held",
+    "idle",
+    "completed",
+    "failed",
+    "stopped",
+    "suspended",
+    "blocked",
+]
+"""A session's state as every command shows it."""
+
+STATES: tuple[Shown, ...] = (
+    "running",
+    "open turn",
+    "queued",
+    "held",
+    "idle",
+    "completed",
+    "failed",
+    "stopped",
+    "suspended",
+    "blocked",
+)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Status:
     """What a session is doing, as far as the log says."""

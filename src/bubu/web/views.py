@@ -33,7 +33,7 @@ from bubu.log.store import SessionInfo, Store
 from bubu.projections.context import diagnose
 from bubu.projections.longrun import fold_longrun
 from bubu.projections.memory import fold_plan
-from bubu.projections.status import Status, fold_status
+from bubu.projections.status import STATES, Shown, Status, fold_status
 from bubu.projections.transcript import Message, ToolCard, transcript
 from bubu.providers.base import Message as ModelMessage
 from bubu.providers.base import ToolSpec
@@ -41,32 +41,8 @@ from bubu.toolfacts import facts_of
 from bubu.web.notice import NoticeView, notice_view
 from bubu.web.runs import RunManager
 
-State = Literal[
-    "running",
-    "open turn",
-    "queued",
-    "held",
-    "idle",
-    "completed",
-    "failed",
-    "stopped",
-    "suspended",
-    "blocked",
-]
+State = Shown
 """A session's state as the page shows it (the vocabulary of `bubu status`)."""
-
-STATES: tuple[State, ...] = (
-    "running",
-    "open turn",
-    "queued",
-    "held",
-    "idle",
-    "completed",
-    "failed",
-    "stopped",
-    "suspended",
-    "blocked",
-)
 
 HEAD_LINES = 30
 HEAD_CHARS = 4000
