@@ -215,7 +215,7 @@ def test_a_runner_reloads_the_same_state_with_a_snapshot_without_one_and_with_a_
     # A well-formed snapshot whose content is not the fold of the prefix it names (stale: it
     # claims seq 80 but holds the fold of 60 records).
     lying = _fold(records[:60])
-    lying.high_water = 80
+    lying.high_water, lying.digest = 80, records[79].hash
     put(lying)
     for code, out in (_verify(db, session), _verify_process(db, session)):
         assert code == 1

@@ -75,29 +75,64 @@ def test_continuing_an_altered_session_is_refused_with_the_reason(tmp_path: Path
     assert "does not verify at seq" in text
 
 
-def test_a_host_verifies_once_in_full_then_only_the_chain(tmp_path: Path) -> None:
+def test_a_host_verifies_the_log_after_the_runners_snapshot_and_the_facts_it_acts_on(
+    tmp_path: Path,
+) -> None:
+    """Without a snapshot of the runner's state the whole log is verified; with one, the records
+    after it (from its digest) and the rows of its prefix a run acts on (the first event, each
+    turn's start). A row of the prefix nothing acts on, altered alone, is left to `bubu verify`
+    and `bubu sessions`, which re-hash the whole chain."""
+    from bubu.context.policy import ContextPolicy
+    from bubu.engine import reload
+
     db, _, sid, script = altered_session(tmp_path)
     with SQLiteStore(db) as store:
         host = Host(store=store, provider=ScriptedProvider(str(script)), tools={})
         with pytest.raises(CorruptLog) as refused:
-            host.check_integrity(sid)
+            host.check_integrity(sid)  # no snapshot: every record
         assert refused.value.session == sid
-        assert sid not in host.verified
-    # Once verified, a row altered later behind the host's back is still found (by the chain).
-    with SQLiteStore(tmp_path / "other.db") as store:
+
+    policy = ContextPolicy()
+
+    def session_with_snapshot(name: str) -> tuple[SQLiteStore, Host, str]:
+        store = SQLiteStore(tmp_path / f"{name}.db")
         host = Host(store=store, provider=ScriptedProvider(str(script)), tools={})
         clean = store.create_session(title="t", workspace=str(tmp_path)).id
-        store.append(
-            clean,
-            [make(session=clean, role="user", author="user", ts=1, content=Text(text="hello"))],
-            expect=0,
-        )
+        for i, text in enumerate(("hello", "world", "again", "and", "again")):
+            ev = make(session=clean, role="user", author="user", ts=1, content=Text(text=text))
+            store.append(clean, [ev], expect=i)
+        reload.load(store, clean, policy, save_every=1)  # a snapshot at seq 5
+        last = make(session=clean, role="user", author="user", ts=1, content=Text(text="later"))
+        store.append(clean, [last], expect=5)
         host.check_integrity(clean)
-        assert clean in host.verified
+        return store, host, clean
+
+    # A record after the snapshot, altered: refused.
+    store, host, clean = session_with_snapshot("suffix")
+    with store:
+        tamper_payload(store, clean, 6, b"later", b"LATER")
+        with pytest.raises(CorruptLog) as refused:
+            host.check_integrity(clean)
+        assert refused.value.seq == 6
+    # The session's first event (its chained facts), altered below the snapshot: refused.
+    store, host, clean = session_with_snapshot("facts")
+    with store:
         tamper_payload(store, clean, 1, b"hello", b"hullo")
         with pytest.raises(CorruptLog) as refused:
-            host.check_integrity(clean)  # the chain check finds the row altered since
+            host.check_integrity(clean)
         assert refused.value.seq == 1
+    # A row below the snapshot no run reads: the run goes on from the snapshot, and the whole
+    # chain check of `bubu verify` and `bubu sessions` finds it.
+    store, host, clean = session_with_snapshot("prefix")
+    with store:
+        tamper_payload(store, clean, 3, b"again", b"AGAIN")
+        host.check_integrity(clean)
+        assert not store.verify(clean).ok
+    done = bubu(tmp_path / "prefix.db", "verify", clean)
+    assert done.returncode == 1, done.stdout
+    assert "at seq 3" in done.stdout, done.stdout
+    rows = bubu_json(tmp_path / "prefix.db", "sessions", "--json")
+    assert [(r["id"], r["verified"]) for r in rows] == [(clean, False)]
 
 
 def test_the_web_ui_refuses_to_continue_an_altered_session(tmp_path: Path) -> None:

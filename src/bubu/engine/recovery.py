@@ -12,8 +12,9 @@ from bubu.engine import reload
 from bubu.engine.driver import Runner
 from bubu.engine.leftovers import Leftovers, stop_leftovers
 from bubu.engine.memory import workspace_memory
+from bubu.engine.reload import RunnerFolds
 from bubu.engine.rewind import Plan as RewindPlan
-from bubu.engine.rewind import Unfinished, finish, rewind_tools
+from bubu.engine.rewind import finish, plan_of, rewind_tools
 from bubu.engine.scope import acting_info, holder_gone, lease_is_stale
 from bubu.engine.session import Host
 from bubu.engine.snapshots import WorkspaceChange, change_since
@@ -28,6 +29,7 @@ from bubu.events import (
     TurnEndReason,
     WorkspaceSnapshot,
 )
+from bubu.log import readview
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.memory import (
     MEMORY_PREFIX,
@@ -40,6 +42,7 @@ from bubu.projections.recovery import (
     CallPlan,
     Integrity,
     Plan,
+    Rewinding,
     forced_plan,
     label,
     paths_to_observe,
@@ -113,6 +116,15 @@ class Prefix:
     snapshots: dict[int, WorkspaceSnapshot | None]
     """The last workspace snapshot at or before each of the given dispatch seqs."""
 
+    @classmethod
+    def of(cls, state: RunnerFolds, dispatch_seqs: Iterable[int]) -> Prefix:
+        """What the runner's folds (`reload.RunnerFolds`) hold of it."""
+        return cls(
+            integrity=state.integrity,
+            rewinding=plan_of(state.rewinding),
+            snapshots=state.snapshots.at(dispatch_seqs),
+        )
+
 
 def scan_prefix(
     store: Store,
@@ -125,13 +137,13 @@ def scan_prefix(
     """Stream the records 1..`upto` through recovery's checks, `chunk` records at a time: the
     same answers as `_integrity`, `unfinished` and `snapshot_before` of the whole list, without
     holding the decoded log in memory."""
-    integrity, rewind, snaps = Integrity(), Unfinished(), refs.SnapshotsBefore(dispatch_seqs)
+    integrity, rewind, snaps = Integrity(), Rewinding(), refs.SnapshotsBefore(dispatch_seqs)
     for after in range(0, upto, chunk):
         for r in store.read(session, after=after, upto=min(after + chunk, upto)):
             integrity.apply(r)
             rewind.apply(r)
             snaps.apply(r)
-    return Prefix(integrity=integrity, rewinding=rewind.plan, snapshots=snaps.at())
+    return Prefix(integrity=integrity, rewinding=plan_of(rewind), snapshots=snaps.at())
 
 
 def recover_session(
@@ -164,20 +176,18 @@ def recover_session(
     try:
         # Before any result is written: nothing of the dead run may still be acting on the world.
         # Only an open turn has a dead run (a closed one may have a live runner's background jobs).
-        st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+        st = readview.load(store, info.id).status
         leftovers = stop_leftovers(info.id) if st.state == "open" else Leftovers()
-        report = store.verify(info.id)
-        # The turn's fold from the runner state's snapshot and the records after it: the same
-        # fold as `fold(records)`, without folding the whole log again for each question.
-        state = reload.load(store, info.id, host.config.context)[0]
+        # The runner state's snapshot and the records after it, which must verify from its
+        # digest: the turn's fold and the checks of the whole prefix (integrity, an unfinished
+        # rewind, the workspace before each dangling dispatch) without reading the log again.
+        state, records, report = reload.load_verified(store, info.id, host.config.context)
+        if report.ok:
+            linked = reload.facts_linked(store, info.id, state.high_water - len(records))
+            report = linked if linked is not None else report
         turn = state.turn
         host.adopt_turn_tools(turn)
-        prefix = scan_prefix(
-            store,
-            info.id,
-            state.high_water,
-            [c.dispatch_seq for c in turn.dangling if c.dispatch_seq is not None],
-        )
+        prefix = Prefix.of(state, [c.dispatch_seq for c in turn.dangling if c.dispatch_seq])
         rewinding = prefix.rewinding  # a rewind's turn ends with its plan, never a model call
         tools = host.tools if rewinding is None else rewind_tools(host.tools, store)
         effects = {name: t.effect for name, t in {**companions(tools), **tools}.items()}

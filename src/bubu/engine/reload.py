@@ -38,16 +38,26 @@ from bubu import toolfacts
 from bubu.context.policy import ContextPolicy
 from bubu.context.quota import StoredWhole
 from bubu.engine.callids import CallIds
-from bubu.errors import BubuError
+from bubu.errors import BubuError, CorruptLog
 from bubu.events import FunctionCall, Record
-from bubu.log import readview
+from bubu.log import codec, readview
 from bubu.log.store import Store, VerifyReport, View
-from bubu.log.verify import RUNNER_VIEW, RUNNER_VIEW_KEY, RUNNER_VIEW_VERSION
+from bubu.log.verify import (
+    RUNNER_VIEW,
+    RUNNER_VIEW_KEY,
+    RUNNER_VIEW_VERSION,
+    verify_linked,
+    verify_records,
+)
 from bubu.projections.context import ContextFold
+from bubu.projections.idset import IdSet
 from bubu.projections.instructions import InstructionsFold
 from bubu.projections.longrun import LongRunFold
+from bubu.projections.origin import FACT_KINDS
+from bubu.projections.recovery import Dispatched, Integrity, Rewinding
 from bubu.projections.request import RequestFold
 from bubu.projections.turn import TurnFold
+from bubu.snapshot.refs import OpenSnapshots
 
 KIND, VERSION, KEY = RUNNER_VIEW, RUNNER_VIEW_VERSION, RUNNER_VIEW_KEY
 """The views table's kind for runner state snapshots, and the key of this version's."""
@@ -105,7 +115,15 @@ class RunnerFolds:
     known_blobs: set[str] = field(default_factory=set)
     """The sha-256 of every result this session offloaded."""
     call_ids: CallIds = field(default_factory=CallIds)
+    integrity: Integrity = field(default_factory=Integrity)
+    """Recovery's checks of every outcome and recovery fact against the calls before it."""
+    rewinding: Rewinding = field(default_factory=Rewinding)
+    """The open turn's rewind plan, if it is a rewind's."""
+    snapshots: OpenSnapshots = field(default_factory=OpenSnapshots)
+    """The workspace snapshot before each dispatch of a call waiting for its outcome."""
     high_water: int = 0
+    digest: str = ""
+    """The chain digest at `high_water` (of committed records)."""
 
     def __post_init__(self) -> None:
         if self.commands is None:
@@ -127,8 +145,11 @@ class RunnerFolds:
                 self.known_blobs.add(blob.sha256)
             if isinstance(r.event.content, FunctionCall):
                 self.call_ids.add(r.event.content.call_id)
+            self.integrity.apply(r)
+            self.rewinding.apply(r)
+            self.snapshots.apply(r)
         if records:
-            self.high_water = records[-1].seq
+            self.high_water, self.digest = records[-1].seq, records[-1].hash
 
 
 # -- the bytes ------------------------------------------------------------------------------------
@@ -142,8 +163,9 @@ _MODULES = (
     "bubu.messages",
     "bubu.engine.callids",
     "bubu.engine.reload",
+    "bubu.snapshot.refs",
 )
-_PLAIN = (CallIds,)
+_PLAIN = (CallIds, IdSet, Integrity, Dispatched, Rewinding, OpenSnapshots)
 """Classes that are neither dataclasses nor structs but are plain data."""
 
 
@@ -224,6 +246,8 @@ def stored(
     state = decode(row.data)
     if state is None:
         return None, "its bytes do not match their checksum or cannot be read"
+    if state.digest != row.source_digest:
+        return None, "the digest it says it was built at is not its record's"
     if state.high_water != row.source_high_water:
         return (
             None,
@@ -246,6 +270,7 @@ def save(store: Store, session: str, state: RunnerFolds, digest: str | None = No
     digest = digest or digest_at(store, session, state.high_water)
     if digest is None:
         return
+    state.digest = digest
     adopted, state.requests.adopted = state.requests.adopted, []  # the writer's to cache, not ours
     try:
         data = encode(state)
@@ -270,19 +295,71 @@ def load(
     store: Store, session: str, policy: ContextPolicy, *, save_every: int | None = None
 ) -> tuple[RunnerFolds, list[Record]]:
     """The runner state of the whole log: the last valid snapshot plus the records after it
-    (returned too); stores a fresh snapshot when the suffix was `save_every` (default `EVERY`)
-    events or more, or the stored one was bad."""
+    (returned too), which must verify from the snapshot's digest (`CorruptLog` otherwise);
+    stores a fresh snapshot when the suffix was `save_every` (default `EVERY`) events or more,
+    or the stored one was bad."""
+    state, records, report = load_verified(store, session, policy, save_every=save_every)
+    if not report.ok:
+        raise CorruptLog(
+            f"session {session}'s log does not verify at seq {report.first_bad_seq} "
+            f"({report.problem}); `bubu verify {session}` shows it",
+            session=session,
+            seq=report.first_bad_seq,
+        )
+    return state, records
+
+
+def load_verified(
+    store: Store, session: str, policy: ContextPolicy, *, save_every: int | None = None
+) -> tuple[RunnerFolds, list[Record], VerifyReport]:
+    """`load`, with the check of the records it folds: from the last valid snapshot (a fold of
+    records that verified when it was made), the records after it verify from its digest, and
+    are folded only if they do; with no snapshot, the whole log. The report says whether they
+    did (and where not); when not, the state is the snapshot's, with nothing after it folded.
+
+    Every snapshot is made by this function from one verified before it and records it verified
+    in turn, so a snapshot vouches for its whole prefix: rows below it are not re-hashed on
+    every continuation (`bubu verify` and `bubu sessions` re-hash the whole chain)."""
     state, bad = stored(store, session, policy)
     if state is None:
         state = RunnerFolds(policy=policy)
     else:
         state.policy = state.requests.policy = state.requests.context.policy = policy
-    records = store.read(session, after=state.high_water)
+    turn = state.turn
+    ended: dict[str | None, int] = {}
+    if turn.turn is not None and not turn.open and turn.end_reason is not None:
+        ended[turn.turn] = state.high_water  # the turn the prefix ended (at or before it)
+    records: list[Record] = []
+    report = verify_records(
+        session,
+        store.raw(session, after=state.high_water),
+        after=state.high_water,
+        digest=bytes.fromhex(state.digest) if state.high_water else codec.GENESIS,
+        ended=ended,
+        into=records,
+    )
+    if not report.ok:
+        return state, [], report
     state.fold(records)
     every = EVERY if save_every is None else save_every
     if records and (bad is not None or len(records) >= every):
         save(store, session, state, records[-1].hash)
-    return state, records
+    return state, records, report
+
+
+def facts_linked(store: Store, session: str, since: int) -> VerifyReport | None:
+    """The rows at or below `since` (a snapshot's prefix, not re-hashed by `load_verified`) that
+    a run acts on — the session's first event and each turn's start, which name its workspace,
+    title, model and origin — each checked for its links into the chain (`verify_linked`):
+    None when they hold, else the first bad one."""
+    if since <= 0:
+        return None
+    seqs = [1, *(r.seq for r in store.read(session, kinds=FACT_KINDS, upto=since))]
+    rows: dict[int, tuple[int, bytes, bytes]] = {}
+    for seq in sorted(set(seqs)):
+        for row in store.raw(session, after=max(seq - 2, 0), upto=seq + 1):
+            rows[row[0]] = row
+    return verify_linked(session, list(rows.values()), seqs)
 
 
 def keep_up(
@@ -359,6 +436,10 @@ def canonical(obj: object) -> object:
         return obj.value
     if isinstance(obj, CallIds):
         return (canonical(obj._recent), bytes(obj._bits))
+    if isinstance(obj, IdSet):
+        return ("IdSet", obj.keys())
+    if isinstance(obj, Integrity | Rewinding | OpenSnapshots):  # plain classes with slots
+        return (type(obj).__name__, [canonical(getattr(obj, n)) for n in type(obj).__slots__])
     if isinstance(obj, msgspec.Struct):
         return (type(obj).__name__, [canonical(getattr(obj, f)) for f in obj.__struct_fields__])
     if isinstance(obj, ContextFold):  # its index is by identity: compare that it is whole
@@ -385,8 +466,10 @@ __all__ = [
     "check",
     "decode",
     "encode",
+    "facts_linked",
     "keep_up",
     "load",
+    "load_verified",
     "same",
     "save",
     "stored",

@@ -56,15 +56,13 @@ from bubu.events import (
 )
 from bubu.log import codec
 from bubu.log.store import SessionInfo, Store
+from bubu.projections.recovery import REWIND_KEY, Rewinding
 from bubu.projections.rewind import Command, FileChange, boundaries, shown_boundaries, since
 from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse
 from bubu.snapshot import refs, tree
 from bubu.tools.base import Tool, ToolResult
 from bubu.tools.restore import ABSENT, NAME, restore_tool
-
-REWIND_KEY = "rewind"
-"""The state_delta key of a rewind's plan event."""
 
 Action = Literal["restore", "delete", "keep", "unchanged", "changed", "cannot"]
 ACTS: frozenset[str] = frozenset({"restore", "delete"})
@@ -534,35 +532,17 @@ def rewind(
     return _done(store, info.id, plan)
 
 
-class Unfinished:
-    """`unfinished`, folded one record at a time (for a caller streaming the log through it)."""
-
-    __slots__ = ("_turn", "plan")
-
-    def __init__(self) -> None:
-        self._turn: str | None = None
-        self.plan: Plan | None = None
-        """The plan of the open turn when it is a rewind's, of the records folded so far."""
-
-    def apply(self, r: Record) -> None:
-        c, a = r.event.content, r.event.actions
-        if isinstance(c, SystemNote):
-            name = type(c.note).__name__
-            if name == "TurnStarted" and r.event.turn != self._turn:
-                self._turn, self.plan = r.event.turn, None
-            elif name == "TurnEnded":
-                self._turn, self.plan = None, None
-        open_turn = self._turn is not None
-        if a is not None and a.state_delta and REWIND_KEY in a.state_delta and open_turn:
-            self.plan = msgspec.convert(a.state_delta[REWIND_KEY], Plan)
-
-
 def unfinished(records: Sequence[Record]) -> Plan | None:
     """The plan of the open turn when it is a rewind's, else None."""
-    fold = Unfinished()
+    fold = Rewinding()
     for r in records:
         fold.apply(r)
-    return fold.plan
+    return plan_of(fold)
+
+
+def plan_of(fold: Rewinding) -> Plan | None:
+    """The rewind plan `fold` found, decoded."""
+    return None if fold.plan is None else msgspec.convert(fold.plan, Plan)
 
 
 def finish(runner: Runner, plan: Plan) -> None:
@@ -655,9 +635,9 @@ __all__ = [
     "NoModel",
     "Plan",
     "Preview",
-    "Unfinished",
     "check_target",
     "finish",
+    "plan_of",
     "preview",
     "rewind",
     "rewind_tools",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bubu import clock, failpoints, ids
+from bubu.context.policy import ContextPolicy
 from bubu.engine import turnstart
 from bubu.engine.driver import NullObserver, Observer, RunConfig, Runner, owner_id
 from bubu.engine.instructions import NoteMaker
@@ -63,26 +64,23 @@ class Host:
     runner: Runner | None = None
     fallbacks: dict[str, Provider] = field(default_factory=dict)
     """Providers for fallback models, by spec, built with the host's options."""
-    verified: set[str] = field(default_factory=set)
-    """Sessions whose whole log this host verified once; later runs recompute only the chain."""
     hooked: set[str] = field(default_factory=set)
     """Sessions this host ran the SessionStart hooks of (once per session and process)."""
 
     def check_integrity(self, session: str) -> None:
         """Refuse to run a session whose log does not verify (an altered or damaged row would
-        reach the model as if it were the session's). The first run here verifies everything,
-        later ones only the hash chain (no decoding), so a long chat pays little per message."""
-        from bubu.log.verify import verify_chain, verify_records
-
+        reach the model as if it were the session's): the records after the last snapshot of
+        the runner's state verify from its digest (the whole log when there is none), and the
+        rows of the prefix a run acts on (the session's chained facts) are linked into the
+        chain, so the check costs the same on the session's first turn and its thousandth."""
         # Not `Store.verify`: a derived view that disagrees with the log is ignored and rebuilt,
         # never a reason to refuse the log itself.
-        rows = self.store.raw(session)
-        check = verify_chain if session in self.verified else verify_records
-        report = check(session, rows)
+        report = verified(self.store, session, self.config.context)
         if not report.ok:
-            newer_event(rows, report.first_bad_seq)
-            raise CorruptLog(refusal(report), session=session, seq=report.first_bad_seq)
-        self.verified.add(session)
+            seq = report.first_bad_seq
+            rows = [] if seq is None else self.store.raw(session, after=seq - 1, upto=seq)
+            newer_event(rows, seq)
+            raise CorruptLog(refusal(report), session=session, seq=seq)
 
     def adopt_turn_tools(self, turn: TurnFold) -> None:
         """Offer the tools of the MCP configuration `turn` was started with, when it differs
@@ -159,6 +157,19 @@ def check_task(task: str) -> str:
             "to it"
         )
     return task
+
+
+def verified(store: Store, session: str, policy: ContextPolicy) -> VerifyReport:
+    """Whether a session may be continued: its records after the last snapshot of the runner's
+    state verify from that snapshot's digest (the whole log when there is none), and the rows
+    of the snapshot's prefix a run acts on are linked into the chain (`reload.facts_linked`)."""
+    from bubu.engine import reload
+
+    state, records, report = reload.load_verified(store, session, policy)
+    if not report.ok:
+        return report
+    linked = reload.facts_linked(store, session, state.high_water - len(records))
+    return linked if linked is not None else report
 
 
 def newer_event(rows: Sequence[tuple[int, bytes, bytes]], seq: int | None) -> None:

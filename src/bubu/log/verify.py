@@ -2,30 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from bubu.errors import BubuError
-from bubu.events import SystemNote, TurnEnded, TurnStarted
+from bubu.events import Record, SystemNote, TurnEnded, TurnStarted
 from bubu.log import codec
 from bubu.log.store import VerifyReport
 
 
 def verify_records(
-    session: str, rows: Sequence[tuple[int, bytes, bytes]], blobs_ok: dict[str, bool] | None = None
+    session: str,
+    rows: Sequence[tuple[int, bytes, bytes]],
+    blobs_ok: dict[str, bool] | None = None,
+    *,
+    after: int = 0,
+    digest: bytes = codec.GENESIS,
+    ended: dict[str | None, int] | None = None,
+    into: list[Record] | None = None,
 ) -> VerifyReport:
     """Check (seq, hash, payload) rows: gapless seq from 1, each hash = H(prev ‖ payload), each
     payload decodes to an event of this session, each referenced blob present and intact, and
-    no turn ended twice without being started again in between."""
-    prev = codec.GENESIS
-    expected = 1
-    ended: dict[str | None, int] = {}  # turn -> seq of its end, while it stays ended
+    no turn ended twice without being started again in between.
+
+    Rows that continue a prefix verified before (a snapshot's) start at `after` + 1 from its
+    `digest`, with the turn that had `ended` by then; `into` collects the decoded records."""
+    prev = digest
+    expected = after + 1
+    ended = dict(ended or {})  # turn -> seq of its end, while it stays ended
     for seq, stored, payload in rows:
 
         def bad(problem: str, seq: int = seq, prev: bytes = prev) -> VerifyReport:
             return VerifyReport(
                 session=session,
                 ok=False,
-                high_water=len(rows),
+                high_water=after + len(rows),
                 digest=prev.hex(),
                 first_bad_seq=seq,
                 problem=problem,
@@ -54,8 +64,45 @@ def verify_records(
             return bad(
                 f"the blob {blob.sha256[:12]}… referenced at seq {seq} is missing or damaged"
             )
+        if into is not None:
+            into.append(Record(seq=seq, hash=prev.hex(), event=ev))
         expected += 1
-    return VerifyReport(session=session, ok=True, high_water=len(rows), digest=prev.hex())
+    return VerifyReport(session=session, ok=True, high_water=after + len(rows), digest=prev.hex())
+
+
+def verify_linked(
+    session: str, rows: Sequence[tuple[int, bytes, bytes]], seqs: Iterable[int]
+) -> VerifyReport | None:
+    """Whether each of `seqs` is linked into the chain among `rows` (the row before it, it and
+    the row after it, as far as the log goes): its hash is H(previous hash ‖ its payload) and
+    the next row's is H(its hash ‖ the next payload). For single rows of a prefix verified
+    before (a snapshot's) that a run acts on: altered alone, a row breaks its own link or the
+    next one's. None when they hold, else the first bad one."""
+    by_seq = {seq: (bytes(h), bytes(p)) for seq, h, p in rows}
+    for seq in sorted(set(seqs)):
+        problem, at = "", seq
+        for at in (seq, seq + 1):
+            if at not in by_seq:
+                if at == seq:
+                    problem = f"seq {seq} is missing"
+                    break
+                continue
+            prev = codec.GENESIS if at == 1 else by_seq.get(at - 1, (None, b""))[0]
+            stored, payload = by_seq[at]
+            if prev is None or codec.chain(prev, payload) != stored:
+                problem = f"the hash at seq {at} does not match its content (altered or damaged)"
+                break
+        else:
+            continue
+        return VerifyReport(
+            session=session,
+            ok=False,
+            high_water=max(by_seq, default=0),
+            digest="",
+            first_bad_seq=at,
+            problem=problem,
+        )
+    return None
 
 
 def verify_chain(session: str, rows: Sequence[tuple[int, bytes, bytes]]) -> VerifyReport:
@@ -97,7 +144,7 @@ CHECKPOINT_VIEW = "checkpoint"
 """The kind of the derived views that cache checkpoint events."""
 RUNNER_VIEW = "runner_state"
 """The kind of the snapshots of a runner's folds (`bubu.engine.reload`)."""
-RUNNER_VIEW_VERSION = 1
+RUNNER_VIEW_VERSION = 2
 """Bumped whenever a fold's shape or meaning changes: a snapshot of another version is rebuilt."""
 RUNNER_VIEW_KEY = f"v{RUNNER_VIEW_VERSION}"
 

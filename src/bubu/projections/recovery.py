@@ -17,7 +17,7 @@ file hashes observed now (DESIGN §4, §5).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from bubu.events import (
@@ -26,8 +26,10 @@ from bubu.events import (
     FunctionResponse,
     Record,
     RecoveryDecision,
+    SystemNote,
     ToolRecovery,
 )
+from bubu.projections.idset import IdSet
 from bubu.projections.turn import CallState, TurnFold, fold
 from bubu.toolfacts import facts_of
 
@@ -107,7 +109,7 @@ def paths_to_observe(records: Sequence[Record], *, turn: TurnFold | None = None)
     )
 
 
-class _Dispatched(NamedTuple):
+class Dispatched(NamedTuple):
     """What a recovery fact is checked against of its dispatch (not the whole decoded fact)."""
 
     call_id: str
@@ -119,63 +121,126 @@ class _Dispatched(NamedTuple):
 
 class Integrity:
     """What the plan checks of the whole prefix (see `plan_recovery`), folded one record at a
-    time so that a caller can stream the log through it: `problem` is the first one found."""
+    time so that a caller can stream the log through it, and small enough to keep in the
+    runner's state snapshot: `problem` is the first one found.
 
-    __slots__ = (
-        "_answered",
-        "_calls",
-        "_dispatched",
-        "_dispatches",
-        "_made",
-        "_outcomes",
-        "problem",
-    )
+    The calls still waiting for their outcome are held exactly, with their dispatches; a call
+    whose outcomes have all come is only a key in `IdSet`s (8 bytes), which is all a later
+    record can be checked against: an outcome or a recovery fact naming it again."""
+
+    __slots__ = ("_closed", "_open", "_undispatched", "problem")
 
     def __init__(self) -> None:
         self.problem: str | None = None
-        self._calls: set[str] = set()
-        self._dispatched: set[str] = set()
-        self._answered: set[str] = set()
-        # Logs written before call ids were made unique may reuse one id, call after call: each
-        # call of that id may have its outcome.
-        self._made: dict[str, int] = {}
-        self._outcomes: dict[str, int] = {}
-        self._dispatches: dict[int, _Dispatched] = {}
+        self._open: dict[str, _Open] = {}
+        """The calls made whose outcomes have not all come, by id."""
+        self._closed = IdSet()
+        """The calls every one of whose outcomes came."""
+        self._undispatched = IdSet()
+        """Of those, the ones never dispatched (an error outcome needs no dispatch)."""
 
     def apply(self, r: Record) -> None:
         """Fold one record in (in seq order); nothing more is checked once a problem is found."""
         if self.problem is not None:
             return
         c, a = r.event.content, r.event.actions
-        calls = self._calls
         if isinstance(c, FunctionCall):
-            calls.add(c.call_id)
-            self._made[c.call_id] = self._made.get(c.call_id, 0) + 1
+            # Logs written before call ids were made unique may reuse one id, call after call:
+            # each call of that id may have its outcome.
+            cid = c.call_id
+            state = self._open.get(cid)
+            if state is not None:
+                state.made += 1
+            elif cid in self._closed:  # one more call of an id whose outcomes all came
+                self._open[cid] = _Open(
+                    made=2, answered=1, dispatched=cid not in self._undispatched
+                )
+            else:
+                self._open[cid] = _Open()
         if a is not None and a.tool_dispatch is not None:
             d = a.tool_dispatch
-            self._dispatched.add(d.call_id)
             proven = d.effect == "provable_write" and bool(d.path and d.after_sha256)
-            self._dispatches[r.seq] = _Dispatched(d.call_id, d.tool, d.effect, proven)
+            state = self._open.get(d.call_id)
+            if state is None:  # a dispatch of a call not (or no longer) waiting: kept as is
+                state = self._open[d.call_id] = _Open(made=0)
+            state.dispatched = True
+            state.dispatches[r.seq] = Dispatched(d.call_id, d.tool, d.effect, proven)
         if a is not None and a.tool_recovery is not None:
-            problem = _recovery_fact(a.tool_recovery, r.seq, calls, self._dispatches)
+            problem = _recovery_fact(a.tool_recovery, r.seq, self)
             if problem is not None:
                 self.problem = problem
                 return
         if isinstance(c, FunctionResponse):
-            answered, outcomes = self._answered, self._outcomes
-            if c.call_id in answered and outcomes[c.call_id] >= self._made.get(c.call_id, 0):
-                self.problem = f"two outcomes for the call {c.call_id} (seq {r.seq})"
-            elif c.call_id not in calls:
-                self.problem = (
-                    f"an outcome for a call that was never made ({c.call_id}, seq {r.seq})"
-                )
-            elif not c.is_error and c.call_id not in self._dispatched:
-                self.problem = (
-                    f"an outcome without a dispatch for the call {c.call_id} (seq {r.seq})"
-                )
+            self._answer(c, r.seq)
+
+    def _answer(self, c: FunctionResponse, seq: int) -> None:
+        cid = c.call_id
+        state = self._open.get(cid)
+        if state is None or state.made == 0:
+            if cid in self._closed:
+                self.problem = f"two outcomes for the call {cid} (seq {seq})"
             else:
-                answered.add(c.call_id)
-                outcomes[c.call_id] = outcomes.get(c.call_id, 0) + 1
+                self.problem = f"an outcome for a call that was never made ({cid}, seq {seq})"
+        elif state.answered >= state.made:
+            self.problem = f"two outcomes for the call {cid} (seq {seq})"
+        elif not c.is_error and not state.dispatched:
+            self.problem = f"an outcome without a dispatch for the call {cid} (seq {seq})"
+        else:
+            state.answered += 1
+            if state.answered >= state.made:
+                del self._open[cid]
+                self._closed.add(cid)
+                if not state.dispatched:
+                    self._undispatched.add(cid)
+
+    def made(self, cid: str) -> bool:
+        """Whether a call of this id was made."""
+        state = self._open.get(cid)
+        return (state is not None and state.made > 0) or cid in self._closed
+
+    def dispatch(self, seq: int, cid: str) -> Dispatched | None:
+        """The dispatch at `seq` of the call `cid` while that call waits for its outcome."""
+        state = self._open.get(cid)
+        return None if state is None else state.dispatches.get(seq)
+
+
+@dataclass(slots=True, kw_only=True)
+class _Open:
+    """A call waiting for its outcome(s), as `Integrity` holds it."""
+
+    made: int = 1
+    answered: int = 0
+    dispatched: bool = False
+    dispatches: dict[int, Dispatched] = field(default_factory=dict)
+    """Its dispatches by seq (a re-run read is dispatched again)."""
+
+
+REWIND_KEY = "rewind"
+"""The state_delta key of a rewind's plan event."""
+
+
+class Rewinding:
+    """The plan of the open turn when it is a rewind's (as the event recorded it, undecoded),
+    folded one record at a time."""
+
+    __slots__ = ("_turn", "plan")
+
+    def __init__(self) -> None:
+        self._turn: str | None = None
+        self.plan: object | None = None
+        """The open turn's rewind plan as recorded, of the records folded so far, or None."""
+
+    def apply(self, r: Record) -> None:
+        c, a = r.event.content, r.event.actions
+        if isinstance(c, SystemNote):
+            name = type(c.note).__name__
+            if name == "TurnStarted" and r.event.turn != self._turn:
+                self._turn, self.plan = r.event.turn, None
+            elif name == "TurnEnded":
+                self._turn, self.plan = None, None
+        open_turn = self._turn is not None
+        if a is not None and a.state_delta and REWIND_KEY in a.state_delta and open_turn:
+            self.plan = a.state_delta[REWIND_KEY]
 
 
 def _integrity(records: Sequence[Record]) -> str | None:
@@ -187,15 +252,13 @@ def _integrity(records: Sequence[Record]) -> str | None:
     return check.problem
 
 
-def _recovery_fact(
-    f: ToolRecovery, seq: int, calls: set[str], dispatches: Mapping[int, _Dispatched]
-) -> str | None:
+def _recovery_fact(f: ToolRecovery, seq: int, calls: Integrity) -> str | None:
     """Why a committed recovery decision cannot be trusted, or None: it must name a call that was
     made, the dispatch it was decided from, and a decision that dispatch allows."""
     where = f"the recovery fact at seq {seq}"
-    if f.call_id not in calls:
+    if not calls.made(f.call_id):
         return f"{where} names a call that was never made ({f.call_id})"
-    d = dispatches.get(f.dispatch_seq)
+    d = calls.dispatch(f.dispatch_seq, f.call_id)
     if d is None or d.call_id != f.call_id:
         return f"{where} names seq {f.dispatch_seq} as the dispatch of {f.call_id}, which it is not"
     if d.tool != f.tool:

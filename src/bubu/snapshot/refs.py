@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from bubu.events import Record, SystemNote, WorkspaceSnapshot
+from bubu.events import FunctionResponse, Record, SystemNote, WorkspaceSnapshot
 from bubu.snapshot import tree
 
 
@@ -81,6 +81,38 @@ class SnapshotsBefore:
     def at(self) -> dict[int, WorkspaceSnapshot | None]:
         """The snapshot before each seq, of the records folded so far."""
         return {**self._at, **dict.fromkeys(self._pending, self._found)}
+
+
+class OpenSnapshots:
+    """`snapshot_before` of the dispatch of each call still waiting for its outcome, folded one
+    record at a time: what recovery needs to say what a cut call may have changed, held only
+    for the calls that may still be cut (small enough for the runner's state snapshot)."""
+
+    __slots__ = ("_before", "_last")
+
+    def __init__(self) -> None:
+        self._last: WorkspaceSnapshot | None = None
+        self._before: dict[str, dict[int, WorkspaceSnapshot | None]] = {}
+        """By call id: the snapshot before each of its dispatches (by seq)."""
+
+    def apply(self, r: Record) -> None:
+        snap = snapshot_of(r)
+        if snap is not None and snap.tree is not None:
+            self._last = snap
+        ev = r.event
+        if ev.actions is not None and ev.actions.tool_dispatch is not None:
+            d = ev.actions.tool_dispatch
+            self._before.setdefault(d.call_id, {})[r.seq] = self._last
+        if isinstance(ev.content, FunctionResponse):
+            self._before.pop(ev.content.call_id, None)
+
+    def at(self, seqs: Iterable[int]) -> dict[int, WorkspaceSnapshot | None]:
+        """The snapshot before each of `seqs` (dispatches of calls still waiting)."""
+        want = set(seqs)
+        out: dict[int, WorkspaceSnapshot | None] = dict.fromkeys(want, self._last)
+        for by_seq in self._before.values():
+            out.update((seq, snap) for seq, snap in by_seq.items() if seq in want)
+        return out
 
 
 def snapshot_at(records: Sequence[Record], seq: int) -> WorkspaceSnapshot | None:
