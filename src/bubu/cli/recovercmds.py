@@ -20,7 +20,7 @@ from bubu.engine.recovery import recover_session
 from bubu.engine.scope import session_free
 from bubu.errors import BubuError
 from bubu.events import NoticeDismissed, SystemNote, make
-from bubu.projections.status import BOUNDARY_KINDS, fold_status
+from bubu.log import readview
 
 
 @cli.command("recover")
@@ -57,7 +57,7 @@ def recover_cmd(ctx: Ctx, /, session: str | None, as_json: bool, force: bool, **
             break
         if not needs_recovery(store, info) and not (force and forceable(store, info)):
             if session:
-                st = fold_status(store.read(info.id))
+                st = readview.status(store, info.id)
                 results.append({"session": info.id, "outcome": "nothing", "status": st.state})
                 if isinstance(observer, TerminalObserver):
                     state = (
@@ -143,14 +143,14 @@ def stop_cmd(ctx: Ctx, /, session: str, wait_s: float) -> None:
     # A lease whose process is gone (on this machine) has nobody to hear the request.
     lease = None if session_free(store, info.id) else store.request_stop(info.id)
     if lease is None:
-        state = fold_status(store.read(info.id)).state
+        state = readview.status(store, info.id).state
         hint = " (its runner is gone: `bubu recover` continues it)" if state == "open" else ""
         # Exit 2, as `bubu resume` of a turn that cannot be resumed: nothing was asked of anyone.
         fail(f"nothing is running session {info.id}; its turn is {state}{hint}", code=2)
     echo(f"asked {lease.owner} to stop session {info.id}")
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+        st = readview.status(store, info.id)
         if st.state != "open":
             echo(f"● turn {st.state}" + (f": {st.reason}" if st.reason else ""))
             return
@@ -166,7 +166,7 @@ def dismiss_cmd(ctx: Ctx, /, session: str) -> None:
     """Dismiss the session's recovery notice (the continuation is not affected)."""
     store = ctx.store
     info = store.session(session)
-    st = fold_status(store.read(info.id))
+    st = readview.status(store, info.id)
     if st.notice_seq is None or st.notice_dismissed:
         click.echo("no recovery notice to dismiss")
         return

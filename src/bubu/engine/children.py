@@ -30,10 +30,9 @@ from bubu import clock, ids
 from bubu.agents import AgentDef, load_agents
 from bubu.errors import BubuError, ConfigError, UnknownSession
 from bubu.events import ChildFinished, ChildStarted, SessionStarted, make
-from bubu.log import make_home
+from bubu.log import make_home, readview
 from bubu.log.store import SessionInfo
 from bubu.projections.children import fold_children, outcome_line, report
-from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.tools.base import JSON, Tool, ToolResult
 from bubu.tools.delegate import Budget, DelegateArgs, MergeArgs
 
@@ -269,7 +268,7 @@ class Children:
         watcher.start()
         try:
             while r.stop_reason is None:
-                st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+                st = readview.status(store, info.id)
                 if st.turns == 0:
                     start_turn(host, info, task)
                 elif st.state == "open":
@@ -344,7 +343,7 @@ def _find(store: Any, cid: str) -> SessionInfo | None:
 
 
 def _ended(store: Any, cid: str) -> bool:
-    st = fold_status(store.read(cid, kinds=BOUNDARY_KINDS))
+    st = readview.status(store, cid)
     return st.turns > 0 and st.state not in ("open", "queued")
 
 

@@ -48,7 +48,6 @@ from bubu.projections.recovery import (
     paths_to_observe,
     plan_recovery,
 )
-from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.projections.turn import CallState
 from bubu.snapshot import refs
 from bubu.snapshot.take import snapshots_enabled, snapshotter
@@ -69,7 +68,7 @@ class Recovered:
 
 def needs_recovery(store: Store, info: SessionInfo) -> bool:
     """An open turn whose runner is gone (and that is not already blocked)."""
-    st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+    st = readview.status(store, info.id)
     if st.state != "open":
         return False
     return holder_gone(store, info.id, store.current_lease(info.id))
@@ -77,7 +76,7 @@ def needs_recovery(store: Store, info: SessionInfo) -> bool:
 
 def forceable(store: Store, info: SessionInfo) -> bool:
     """A blocked session whose runner is gone: what `bubu recover --force` may continue."""
-    st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+    st = readview.status(store, info.id)
     return st.state == "blocked" and holder_gone(store, info.id, store.current_lease(info.id))
 
 
@@ -176,7 +175,7 @@ def recover_session(
     try:
         # Before any result is written: nothing of the dead run may still be acting on the world.
         # Only an open turn has a dead run (a closed one may have a live runner's background jobs).
-        st = readview.load(store, info.id).status
+        st = readview.status(store, info.id)
         leftovers = stop_leftovers(info.id) if st.state == "open" else Leftovers()
         # The runner state's snapshot and the records after it, which must verify from its
         # digest: the turn's fold and the checks of the whole prefix (integrity, an unfinished

@@ -54,11 +54,10 @@ from bubu.events import (
     TurnStarted,
     make,
 )
-from bubu.log import codec
+from bubu.log import codec, readview
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.recovery import REWIND_KEY, Rewinding
 from bubu.projections.rewind import Command, FileChange, boundaries, shown_boundaries, since
-from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.providers.base import DeltaSink, ModelRequest, ModelResponse
 from bubu.snapshot import refs, tree
 from bubu.tools.base import Tool, ToolResult
@@ -297,7 +296,7 @@ def _step(
 
 def _check_session(store: Store, info: SessionInfo) -> None:
     """Refuse a session that is running or has an unfinished turn (other than a rewind)."""
-    st = fold_status(store.read(info.id, kinds=BOUNDARY_KINDS))
+    st = readview.status(store, info.id)
     if st.state in ("open", "blocked"):
         lease = store.current_lease(info.id)
         if lease is not None and not holder_gone(store, info.id, lease):

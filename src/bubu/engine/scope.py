@@ -18,9 +18,9 @@ from typing import Literal
 
 from bubu.engine.settings import last_turn, server_unknown
 from bubu.events import RunStarted, SystemNote
+from bubu.log import readview
 from bubu.log.store import Lease, SessionInfo, Store
 from bubu.projections.origin import FACT_KINDS, SessionFacts, fold_facts
-from bubu.projections.status import BOUNDARY_KINDS, fold_status
 
 
 def _hostname() -> str:
@@ -170,8 +170,7 @@ class Found:
 
 def classify(store: Store, info: SessionInfo) -> Found:
     """Whether this host should continue `info` by itself (verdict ``recover``), and if not why."""
-    records = store.read(info.id, kinds=BOUNDARY_KINDS)
-    if fold_status(records).state != "open":
+    if readview.status(store, info.id).state != "open":
         return Found(session=info, verdict="idle")
     if not holder_gone(store, info.id, store.current_lease(info.id)):
         return Found(session=info, verdict="running")
@@ -183,7 +182,7 @@ def classify(store: Store, info: SessionInfo) -> Found:
     run = next(
         (
             c.note
-            for r in reversed(records)
+            for r in reversed(store.read(info.id, kinds=("run_started",)))
             if isinstance(c := r.event.content, SystemNote) and isinstance(c.note, RunStarted)
         ),
         None,

@@ -14,6 +14,7 @@ import hashlib
 
 from bubu.errors import BubuError
 from bubu.log.store import Store, VerifyReport, View
+from bubu.projections.status import Status
 from bubu.projections.views import VERSION, SessionView, decode, encode, fold_view
 
 KIND = "session_view"
@@ -119,6 +120,11 @@ def load(store: Store, session: str, *, upto: int | None = None) -> SessionView:
     return view
 
 
+def status(store: Store, session: str) -> Status:
+    """The session's status (`fold_status` of its log), from the view's last snapshot."""
+    return load(store, session).status
+
+
 def keep_up(store: Store, session: str, high_water: int, due: int | None) -> int:
     """For a writer at `high_water`: bring the snapshot up to date when it is `due` (None: not
     known yet), so that it never lags the log by much more than `EVERY` events. Returns the seq
@@ -155,4 +161,4 @@ def check(store: Store, report: VerifyReport) -> VerifyReport:
     )
 
 
-__all__ = ["EVERY", "KIND", "check", "digest_at", "keep_up", "load", "save", "stored"]
+__all__ = ["EVERY", "KIND", "check", "digest_at", "keep_up", "load", "save", "status", "stored"]

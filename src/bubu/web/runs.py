@@ -32,10 +32,9 @@ from bubu.engine.session import (
 from bubu.engine.settings import continuing_opts, imported_server, last_turn
 from bubu.errors import BubuError, ConfigError
 from bubu.events import PermissionRequest, Record, SandboxMode, SystemNote, TurnEnded, TurnStarted
-from bubu.log import redact
+from bubu.log import readview, redact
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
-from bubu.projections.status import BOUNDARY_KINDS, fold_status
 from bubu.providers.base import Delta, close_provider
 
 log = logging.getLogger("bubu.web")
@@ -395,7 +394,7 @@ class RunManager:
             raise ConfigError(f"no turn of session {session} is running; there is nothing to stop")
 
     def _state(self, info: SessionInfo) -> str:
-        return fold_status(self.store.read(info.id, kinds=BOUNDARY_KINDS)).state
+        return readview.status(self.store, info.id).state
 
     def _continuing(
         self, info: SessionInfo, model: str | None, *, new_turn: bool = False
