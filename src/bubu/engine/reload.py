@@ -30,7 +30,7 @@ import pickle
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -50,14 +50,14 @@ from bubu.log.verify import (
     verify_records,
 )
 from bubu.projections.context import ContextFold
-from bubu.projections.idset import IdSet
 from bubu.projections.instructions import InstructionsFold
 from bubu.projections.longrun import LongRunFold
-from bubu.projections.origin import FACT_KINDS
-from bubu.projections.recovery import Dispatched, Integrity, Rewinding
 from bubu.projections.request import RequestFold
 from bubu.projections.turn import TurnFold
-from bubu.snapshot.refs import OpenSnapshots
+
+if TYPE_CHECKING:
+    from bubu.projections.recovery import Integrity, Rewinding
+    from bubu.snapshot.refs import OpenSnapshots
 
 KIND, VERSION, KEY = RUNNER_VIEW, RUNNER_VIEW_VERSION, RUNNER_VIEW_KEY
 """The views table's kind for runner state snapshots, and the key of this version's."""
@@ -99,6 +99,20 @@ def _declared(commands: Commands) -> Iterator[None]:
                 toolfacts._DECLARED.pop(name, None)
 
 
+def _recovery() -> Any:
+    """The recovery folds' module, loaded when a fold of them is made (a reader that checks no
+    runner state, e.g. `bubu verify` of a short session, does without it)."""
+    from bubu.projections import recovery
+
+    return recovery
+
+
+def _refs() -> Any:
+    from bubu.snapshot import refs
+
+    return refs
+
+
 @dataclass(eq=False, slots=True, kw_only=True)
 class RunnerFolds:
     """Every fold of a runner, of the records folded so far."""
@@ -115,11 +129,11 @@ class RunnerFolds:
     known_blobs: set[str] = field(default_factory=set)
     """The sha-256 of every result this session offloaded."""
     call_ids: CallIds = field(default_factory=CallIds)
-    integrity: Integrity = field(default_factory=Integrity)
+    integrity: Integrity = field(default_factory=lambda: _recovery().Integrity())
     """Recovery's checks of every outcome and recovery fact against the calls before it."""
-    rewinding: Rewinding = field(default_factory=Rewinding)
+    rewinding: Rewinding = field(default_factory=lambda: _recovery().Rewinding())
     """The open turn's rewind plan, if it is a rewind's."""
-    snapshots: OpenSnapshots = field(default_factory=OpenSnapshots)
+    snapshots: OpenSnapshots = field(default_factory=lambda: _refs().OpenSnapshots())
     """The workspace snapshot before each dispatch of a call waiting for its outcome."""
     high_water: int = 0
     digest: str = ""
@@ -165,8 +179,14 @@ _MODULES = (
     "bubu.engine.reload",
     "bubu.snapshot.refs",
 )
-_PLAIN = (CallIds, IdSet, Integrity, Dispatched, Rewinding, OpenSnapshots)
-"""Classes that are neither dataclasses nor structs but are plain data."""
+
+
+def _plain() -> tuple[type, ...]:
+    """Classes that are neither dataclasses nor structs but are plain data."""
+    from bubu.projections.idset import IdSet
+
+    r = _recovery()
+    return (CallIds, IdSet, r.Integrity, r.Dispatched, r.Rewinding, _refs().OpenSnapshots)
 
 
 class _Loader(pickle.Unpickler):
@@ -182,7 +202,7 @@ class _Loader(pickle.Unpickler):
             if isinstance(obj, type) and (
                 dataclasses.is_dataclass(obj)
                 or issubclass(obj, msgspec.Struct | enum.Enum)
-                or obj in _PLAIN
+                or obj in _plain()
             ):
                 return obj
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a runner's state")
@@ -352,6 +372,8 @@ def facts_linked(store: Store, session: str, since: int) -> VerifyReport | None:
     a run acts on — the session's first event and each turn's start, which name its workspace,
     title, model and origin — each checked for its links into the chain (`verify_linked`):
     None when they hold, else the first bad one."""
+    from bubu.projections.origin import FACT_KINDS
+
     if since <= 0:
         return None
     seqs = [1, *(r.seq for r in store.read(session, kinds=FACT_KINDS, upto=since))]
@@ -436,9 +458,12 @@ def canonical(obj: object) -> object:
         return obj.value
     if isinstance(obj, CallIds):
         return (canonical(obj._recent), bytes(obj._bits))
+    from bubu.projections.idset import IdSet
+
     if isinstance(obj, IdSet):
         return ("IdSet", obj.keys())
-    if isinstance(obj, Integrity | Rewinding | OpenSnapshots):  # plain classes with slots
+    r = _recovery()
+    if isinstance(obj, r.Integrity | r.Rewinding | _refs().OpenSnapshots):  # plain, with slots
         return (type(obj).__name__, [canonical(getattr(obj, n)) for n in type(obj).__slots__])
     if isinstance(obj, msgspec.Struct):
         return (type(obj).__name__, [canonical(getattr(obj, f)) for f in obj.__struct_fields__])
