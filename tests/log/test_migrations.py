@@ -16,10 +16,11 @@ import pytest
 
 from bubu.engine.worker import REQUEST_KINDS
 from bubu.errors import AppendConflict
-from bubu.events import Event, Info, SystemNote, Text, Thinking, kind_of
+from bubu.events import Event, Info, SessionStarted, SystemNote, Text, Thinking, kind_of, make
 from bubu.log import codec
 from bubu.log.migrations import INDEXED_KINDS, SQLITE_MIGRATIONS
 from bubu.log.sqlite import SQLiteStore
+from bubu.projections.origin import FACT_KINDS
 from bubu.projections.status import BOUNDARY_KINDS
 
 from .samples import ACTION_NAMES, BLOB, CONTENT_KINDS, NOTE_KINDS, session_events
@@ -234,3 +235,39 @@ def test_a_writer_whose_cached_head_went_stale_gets_a_conflict_not_a_fork(
     ]
     assert sqlite_store.append(sid, [late], expect=2).high_water == 3
     assert sqlite_store.verify(sid).ok
+
+
+def test_a_database_before_the_facts_were_indexed_reads_them_and_is_upgraded(
+    tmp_path: Path,
+) -> None:
+    """A database whose `session_started` rows are not in kind_index (written before migration
+    7): a read-only open reads them off the events and verifies; a writable open backfills the
+    index, and reads by kind find them through it."""
+    path = _copy(tmp_path)
+    sid = SESSIONS[0]
+    with SQLiteStore(path) as store:
+        note = SystemNote(note=SessionStarted(workspace="/w", title="t", origin="import"))
+        ev = make(session=sid, role="system", author="host", ts=1, content=note)
+        store.append(sid, [ev], expect=len(store.read(sid)))
+        wanted = [(r.seq, kind_of(r.event)) for r in store.read(sid, kinds=FACT_KINDS)]
+    assert "session_started" in {k for _, k in wanted}
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:  # as migration 6 left it
+        raw.execute("DROP TRIGGER kind_index_no_delete")
+        raw.execute("DELETE FROM kind_index WHERE kind = 'session_started'")
+        raw.execute("DELETE FROM bubu_migrations WHERE version = 7")
+    finally:
+        raw.close()
+    with SQLiteStore(path, readonly=True) as store:
+        assert [(r.seq, kind_of(r.event)) for r in store.read(sid, kinds=FACT_KINDS)] == wanted
+        assert store.verify(sid).ok, store.verify(sid).problem
+    with SQLiteStore(path) as store:
+        assert 7 in [v for v, _ in store.migrations()]
+        assert [(r.seq, kind_of(r.event)) for r in store.read(sid, kinds=FACT_KINDS)] == wanted
+        assert store.verify(sid).ok, store.verify(sid).problem
+    raw = sqlite3.connect(path)
+    try:
+        indexed = raw.execute("SELECT count(*) FROM kind_index WHERE kind = 'session_started'")
+        assert indexed.fetchone()[0] >= 1
+    finally:
+        raw.close()

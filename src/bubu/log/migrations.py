@@ -47,12 +47,17 @@ INDEXED_KINDS = (
     # Added after migration 2: no log held either kind before, so there is nothing to backfill.
     "task_held",
     "task_approved",
+    # Backfilled by migration 7 (`LATE_INDEXED`).
+    "session_started",
 )
 """The kinds a session's status is folded from (`BOUNDARY_KINDS`): user requests, answers and the
 boundaries of turns and runs, a few per turn, so SQLite indexes them by kind (in `kind_index`)
 and a status never scans the log. Every other kind — thinking, calls, results, the per-call
 `model_request` notes and `tool_dispatch` facts — is written every step and read by seq range."""
 INDEXED_KINDS_SQL = "kind IN (" + ", ".join(f"'{k}'" for k in INDEXED_KINDS) + ")"
+LATE_INDEXED = {7: ("session_started",)}
+"""Kinds indexed from a later migration on (by its version): a database without that migration
+holds them unindexed, and a read-only open of it reads them off the events themselves."""
 
 SEQ_BITS = 32
 """An event's row key is `sid << SEQ_BITS | seq`: one b-tree holds every session's events in
@@ -145,6 +150,17 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         # version (`bubu.log.objects`). Recorded so that an older Bubu, which would read a delta
         # as a damaged object, refuses the database; one without it holds whole objects only.
         (),
+        needed_to_read=False,
+    ),
+    Migration(
+        7,
+        "the session's copied facts indexed by kind",
+        # A session's own facts (`FACT_KINDS`) are read before every run: with `session_started`
+        # read off the whole session, that read grew with the log.
+        (
+            "INSERT OR IGNORE INTO kind_index(sid, kind, seq) SELECT sid, kind, seq FROM events "
+            "WHERE kind = 'session_started'",
+        ),
         needed_to_read=False,
     ),
 )

@@ -23,7 +23,12 @@ from bubu.errors import (
 )
 from bubu.events import Event, Record, kind_of
 from bubu.log import codec, redact, sqliteopen
-from bubu.log.migrations import INDEXED_KINDS, INDEXED_KINDS_SQL, SEQ_BITS, SQLITE_MIGRATIONS
+from bubu.log.migrations import (
+    INDEXED_KINDS,
+    LATE_INDEXED,
+    SEQ_BITS,
+    SQLITE_MIGRATIONS,
+)
 from bubu.log.store import (
     Appended,
     AppendRequest,
@@ -215,6 +220,8 @@ class SQLiteStore(Store):
         self._sync_full: bool | None = None
         self._sids: dict[str, int] = {}  # session id -> rowid; never changes once created
         self._heads: dict[int, tuple[int, bytes]] = {}  # sid -> (seq, hash) this process wrote
+        self._indexed = _INDEXED
+        """The kinds read through kind_index (fewer in an older database opened read-only)."""
         self.readonly = readonly
         existing = self.path != ":memory:" and sqliteopen.exists_nonempty(self.path)
         if existing:
@@ -264,6 +271,9 @@ class SQLiteStore(Store):
                 f"the database {self.path} was written by a newer Bubu (migration "
                 f"{max(done - known)}, this Bubu knows up to {max(known)}); upgrade Bubu to open it"
             )
+        for version, kinds in LATE_INDEXED.items():
+            if version not in done:
+                self._indexed = self._indexed - set(kinds)
         if needed - done:
             raise StorageError(
                 f"the database {self.path} was written by an older Bubu (migration "
@@ -693,7 +703,7 @@ class SQLiteStore(Store):
         if ks == []:
             return []
         sid = self._sid(session)
-        if ks is not None and _INDEXED.issuperset(ks):
+        if ks is not None and self._indexed.issuperset(ks):
             # Indexed kinds only: their seqs from kind_index, each row then by its key.
             sql = (
                 "SELECT e.seq, e.hash, CAST(e.payload AS BLOB) FROM kind_index k "
@@ -748,9 +758,11 @@ class SQLiteStore(Store):
             rows = self._rows(session, 0, None, None)
             refs = self._blob_check(rows)
             sid = self._sid(session)
+            kinds = sorted(self._indexed)
             stored = self._db.execute(
-                f"SELECT seq, kind FROM events WHERE pos>? AND pos<? AND {INDEXED_KINDS_SQL}",
-                (sid << SEQ_BITS, (sid + 1) << SEQ_BITS),
+                "SELECT seq, kind FROM events WHERE pos>? AND pos<? "
+                f"AND kind IN ({','.join('?' * len(kinds))})",
+                (sid << SEQ_BITS, (sid + 1) << SEQ_BITS, *kinds),
             ).fetchall()
             indexed = self._db.execute(
                 "SELECT seq, kind FROM kind_index WHERE sid=?", (sid,)
