@@ -49,13 +49,28 @@ INDEXED_KINDS = (
     "task_approved",
     # Backfilled by migration 7 (`LATE_INDEXED`).
     "session_started",
+    "process_started",
+    "process_output",
+    "process_ended",
+    "child_started",
+    "child_finished",
 )
 """The kinds a session's status is folded from (`BOUNDARY_KINDS`): user requests, answers and the
-boundaries of turns and runs, a few per turn, so SQLite indexes them by kind (in `kind_index`)
-and a status never scans the log. Every other kind — thinking, calls, results, the per-call
+boundaries of turns and runs, a few per turn, and what a run reads before it starts (the
+session's copied facts, its background processes and sub-agents), so SQLite indexes them by kind
+(in `kind_index`) and neither a status nor a run's start scans the log. Every other kind — thinking, calls, results, the per-call
 `model_request` notes and `tool_dispatch` facts — is written every step and read by seq range."""
 INDEXED_KINDS_SQL = "kind IN (" + ", ".join(f"'{k}'" for k in INDEXED_KINDS) + ")"
-LATE_INDEXED = {7: ("session_started",)}
+LATE_INDEXED = {
+    7: (
+        "session_started",
+        "process_started",
+        "process_output",
+        "process_ended",
+        "child_started",
+        "child_finished",
+    )
+}
 """Kinds indexed from a later migration on (by its version): a database without that migration
 holds them unindexed, and a read-only open of it reads them off the events themselves."""
 
@@ -154,12 +169,13 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         7,
-        "the session's copied facts indexed by kind",
-        # A session's own facts (`FACT_KINDS`) are read before every run: with `session_started`
-        # read off the whole session, that read grew with the log.
+        "session facts, background processes and sub-agents indexed by kind",
+        # Read before every run (the session's facts, its background processes, its sub-agents):
+        # read off the whole session, each of those reads grew with the log.
         (
             "INSERT OR IGNORE INTO kind_index(sid, kind, seq) SELECT sid, kind, seq FROM events "
-            "WHERE kind = 'session_started'",
+            "WHERE kind IN ('session_started', 'process_started', 'process_output', "
+            "'process_ended', 'child_started', 'child_finished')",
         ),
         needed_to_read=False,
     ),
