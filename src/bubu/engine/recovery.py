@@ -180,10 +180,7 @@ def recover_session(
         # The runner state's snapshot and the records after it, which must verify from its
         # digest: the turn's fold and the checks of the whole prefix (integrity, an unfinished
         # rewind, the workspace before each dangling dispatch) without reading the log again.
-        state, records, report = reload.load_verified(store, info.id, host.config.context)
-        if report.ok:
-            linked = reload.facts_linked(store, info.id, state.high_water - len(records))
-            report = linked if linked is not None else report
+        state, _, report = reload.continuable(store, info.id, host.config.context)
         turn = state.turn
         host.adopt_turn_tools(turn)
         prefix = Prefix.of(state, [c.dispatch_seq for c in turn.dangling if c.dispatch_seq])

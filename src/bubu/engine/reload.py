@@ -384,6 +384,18 @@ def facts_linked(store: Store, session: str, since: int) -> VerifyReport | None:
     return verify_linked(session, list(rows.values()), seqs)
 
 
+def continuable(
+    store: Store, session: str, policy: ContextPolicy
+) -> tuple[RunnerFolds, list[Record], VerifyReport]:
+    """`load_verified`, and the rows of the snapshot's prefix a run acts on linked into the
+    chain (`facts_linked`): what every path that continues a session checks before it does."""
+    state, records, report = load_verified(store, session, policy)
+    if report.ok:
+        linked = facts_linked(store, session, state.high_water - len(records))
+        report = linked if linked is not None else report
+    return state, records, report
+
+
 def keep_up(
     store: Store, session: str, policy: ContextPolicy, high_water: int, due: int | None
 ) -> int:
@@ -489,6 +501,7 @@ __all__ = [
     "RunnerFolds",
     "canonical",
     "check",
+    "continuable",
     "decode",
     "encode",
     "facts_linked",

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bubu import clock, failpoints, ids
-from bubu.context.policy import ContextPolicy
 from bubu.engine import turnstart
 from bubu.engine.driver import NullObserver, Observer, RunConfig, Runner, owner_id
 from bubu.engine.instructions import NoteMaker
@@ -75,7 +74,9 @@ class Host:
         chain, so the check costs the same on the session's first turn and its thousandth."""
         # Not `Store.verify`: a derived view that disagrees with the log is ignored and rebuilt,
         # never a reason to refuse the log itself.
-        report = verified(self.store, session, self.config.context)
+        from bubu.engine import reload
+
+        report = reload.continuable(self.store, session, self.config.context)[2]
         if not report.ok:
             seq = report.first_bad_seq
             rows = [] if seq is None else self.store.raw(session, after=seq - 1, upto=seq)
@@ -157,19 +158,6 @@ def check_task(task: str) -> str:
             "to it"
         )
     return task
-
-
-def verified(store: Store, session: str, policy: ContextPolicy) -> VerifyReport:
-    """Whether a session may be continued: its records after the last snapshot of the runner's
-    state verify from that snapshot's digest (the whole log when there is none), and the rows
-    of the snapshot's prefix a run acts on are linked into the chain (`reload.facts_linked`)."""
-    from bubu.engine import reload
-
-    state, records, report = reload.load_verified(store, session, policy)
-    if not report.ok:
-        return report
-    linked = reload.facts_linked(store, session, state.high_water - len(records))
-    return linked if linked is not None else report
 
 
 def newer_event(rows: Sequence[tuple[int, bytes, bytes]], seq: int | None) -> None:

@@ -58,8 +58,9 @@ INDEXED_KINDS = (
 """The kinds a session's status is folded from (`BOUNDARY_KINDS`): user requests, answers and the
 boundaries of turns and runs, a few per turn, and what a run reads before it starts (the
 session's copied facts, its background processes and sub-agents), so SQLite indexes them by kind
-(in `kind_index`) and neither a status nor a run's start scans the log. Every other kind — thinking, calls, results, the per-call
-`model_request` notes and `tool_dispatch` facts — is written every step and read by seq range."""
+(in `kind_index`) and neither a status nor a run's start scans the log. Every other kind —
+thinking, calls, results, the per-call `model_request` notes and `tool_dispatch` facts — is
+written every step and read by seq range."""
 INDEXED_KINDS_SQL = "kind IN (" + ", ".join(f"'{k}'" for k in INDEXED_KINDS) + ")"
 LATE_INDEXED = {
     7: (
