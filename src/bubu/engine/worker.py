@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import msgspec
 
 from bubu import clock, ids
+from bubu.engine import reload
 from bubu.engine.ceiling import Asked, Ceiling, excess, hold_state
 from bubu.engine.driver import Observer, RunConfig, Runner, owner_id
 from bubu.engine.materialize import local_workspace
@@ -62,7 +63,6 @@ from bubu.events import (
 )
 from bubu.log.codec import sanitize_text
 from bubu.log.store import Lease, SessionInfo, Store
-from bubu.projections.turn import fold
 from bubu.providers.base import Delta, close_provider
 from bubu.tools.sandbox import DEFAULT_MODE, Options, unavailable
 
@@ -185,12 +185,6 @@ def queued_request(records: Sequence[Record]) -> tuple[Record, Submission] | Non
     except msgspec.ValidationError:
         policy = Submission()
     return found, policy
-
-
-def clean_handoff(records: Sequence[Record]) -> bool:
-    """An open turn whose last runner stopped between steps: nothing dispatched is unanswered."""
-    t = fold(records)
-    return t.open and not t.dangling
 
 
 @contextmanager
@@ -386,8 +380,9 @@ def run_claim(
             if runner.turn.open or not resumable(runner.turn.end_reason, runner.longrun.end_cause):
                 return "nothing"
             return reopen_turn(host, runner)
-    handoff = claim.released and clean_handoff(host.store.read(info.id))
-    if handoff and host.store.verify(info.id).ok:
+    # The turn and the log's check from the runner state's snapshot, not the whole log.
+    state, _, report = reload.continuable(host.store, info.id, host.config.context)
+    if claim.released and report.ok and state.turn.open and not state.turn.dangling:
         with running(host, info, claim.lease) as runner:
             runner.start_run("resume")
             return runner.drive()
@@ -705,7 +700,6 @@ __all__ = [
     "WorkerConfig",
     "asked",
     "check_open_turn",
-    "clean_handoff",
     "queued_request",
     "run_claim",
     "start_queued",
