@@ -46,24 +46,38 @@ def test_the_table_is_the_click_commands_parameters(name: str) -> None:
     ctx = click.Context(command)
     for p in command.params:
         if isinstance(p, click.Argument):
-            assert p.nargs == 1 and p.type is click.STRING and p.callback is None
-            assert not p.multiple and p.envvar is None  # its default: the test below
+            assert p.nargs == 1
+            assert p.type is click.STRING
+            assert p.callback is None
+            assert not p.multiple
+            assert p.envvar is None  # its default: the test below
             arguments.append((p.name, p.required))
             continue
         assert isinstance(p, click.Option)
-        assert len(p.opts) == 1 and p.secondary_opts == [] and not p.multiple and p.nargs == 1
-        assert p.envvar is None and not p.prompt
+        assert len(p.opts) == 1
+        assert not p.multiple
+        assert p.nargs == 1
+        assert p.envvar is None
+        assert not p.prompt
         (opt,) = p.opts
         if opt == "--db":  # the global store option: it sets the group's, no value of its own
-            assert not p.expose_value and p.type is click.STRING
+            assert not p.expose_value
+            assert p.type is click.STRING
             continue
         if p.is_flag:
-            assert not p.count and p.callback is None  # True when given: the test below
-            flags[opt] = p.name
+            assert not p.count
+            assert p.callback is None  # the value given: the test below
+            flags[opt] = (p.name, True)
+            for off in p.secondary_opts:
+                flags[off] = (p.name, False)
             continue
+        assert p.secondary_opts == []
         param, convert, default = spec.options[opt]
         assert p.get_default(ctx) in (default, click.core.UNSET)  # as read: the test below
-        if p.callback is None:
+        if isinstance(p.type, click.IntRange):
+            assert (p.type.min, p.type.max, p.type.min_open) == (1, None, False)
+            assert convert is fast._at_least_one
+        elif p.callback is None:
             assert TYPES[convert] is p.type  # type: ignore[index]
         else:  # a check of the value: the same answers as click's for accepted values
             assert p.type is click.STRING
@@ -85,6 +99,11 @@ def test_the_table_is_the_click_commands_parameters(name: str) -> None:
         ["log", "--after=-2", "ses_x"],
         ["verify"],
         ["verify", "ses_x", "--json", "--db", "x.db"],
+        ["status", "ses_x"],
+        ["status", "--json", "ses_x"],
+        ["show", "ses_x"],
+        ["show", "ses_x", "--thinking", "--tail", "3", "--json"],
+        ["show", "--no-thinking", "--tail=1", "ses_x"],
     ],
     ids=" ".join,
 )
@@ -101,7 +120,8 @@ def test_the_group_option_the_fast_path_reads_is_the_groups_only_one() -> None:
     opts = {o for p in cli.params for o in p.opts}
     assert opts == {"--db", "--version"}
     (db,) = [p for p in cli.params if p.name == "db"]
-    assert db.envvar == "BUBU_DB" and db.default is None
+    assert db.envvar == "BUBU_DB"
+    assert db.get_default(click.Context(cli)) in (None, click.core.UNSET)
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +147,13 @@ TAKEN = [
     ["verify", "nope"],
     ["--db={db}", "log", "{id}"],  # no --db before the command: the one given after it
     ["log", "{id}", "--db", "{db}"],
+    ["status", "{id}"],
+    ["status", "{id}", "--json"],
+    ["status", "nope"],
+    ["show", "{id}"],
+    ["show", "{id}", "--json", "--tail", "2"],
+    ["show", "--thinking", "{id}", "--tail=1"],
+    ["show", "{id}", "--no-thinking"],
 ]
 DECLINED = [
     ["sessions", "--help"],
@@ -145,7 +172,12 @@ DECLINED = [
     ["--db", "{db}", "log", "{id}", "--db", "{db}"],
     ["--version"],
     ["--help"],
-    ["status", "{id}"],  # not a command of the table
+    ["show", "{id}", "--tail", "0"],
+    ["show", "{id}", "--tail", "-1"],
+    ["show", "{id}", "--thinking", "--no-thinking"],
+    ["status", "{id}", "--thinking"],
+    ["status", "{id}", "{id}"],
+    ["context", "{id}"],  # not a command of the table
     ["logs", "{id}"],
 ]
 

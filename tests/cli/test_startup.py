@@ -1,5 +1,5 @@
 """Read-only commands import only what they use: no tools, providers, SDKs, asyncio, ssl, web or
-the live view's renderer (rich); `sessions`, `log` and `verify` not even click (`bubu.cli.fast`).
+the live view's renderer (rich); but for `export` and `context`, not even click (`bubu.cli.fast`).
 
 Each command runs in a fresh interpreter that prints the modules it loaded at exit, so a stray
 top-level import anywhere on a read-only command's path fails here by name.
@@ -51,7 +51,7 @@ when every command's module loaded for each; `bubu status`, the largest, loads 1
 sub-agents, background processes and plan mode; `bubu verify` 178, refolding the log a runner's
 state snapshot names to check it; `sessions` 154 and `log` 147, which run without click)."""
 
-FAST = {"sessions", "log", "verify"}
+FAST = {"sessions", "status", "show", "log", "verify"}
 """The commands the fast path runs without click (`bubu.cli.fast`) on a plain command line."""
 
 WRAPPER = """

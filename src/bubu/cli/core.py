@@ -57,11 +57,7 @@ def echo(text: str = "", *, err: bool = False) -> None:
     if file is None:  # no standard stream attached
         return
     out = text + "\n"
-    if (
-        "\x1b" in out
-        and not _isatty(file)
-        and not type(file).__module__.startswith("ipykernel.")
-    ):
+    if "\x1b" in out and not _isatty(file) and not type(file).__module__.startswith("ipykernel."):
         if _ANSI is None:
             import re
 

@@ -1,14 +1,14 @@
-"""The read-only commands `sessions`, `log` and `verify` without click, which costs a reader about
-a fifth of its start.
+"""The read-only commands `sessions`, `status`, `show`, `log` and `verify` without click, which
+costs a reader about a fifth of its start.
 
 `run` reads the command line against a table of those commands' options (`TABLE`, which
 tests/cli/test_fast.py holds equal to the click commands' parameters) and runs the command's
-body (`bubu.cli.reading`, the one the click command runs too) only when it understands every word:
-a known command, its arguments, its options spelled out (`--after 3`, `--after=3`), `--db` before
-or after the command. Anything else (help, a version, an unknown or repeated option, a missing or
-extra argument, a value it would have to refuse, an empty word, `--`, shell completion, a stream
-click would rewrap) it declines, and the whole command line goes through click unchanged, so
-every help page and every error is click's own.
+body (`bubu.cli.reading`, `bubu.cli.readviews`: the one the click command runs too) only when it
+understands every word: a known command, its arguments, its options spelled out (`--after 3`,
+`--after=3`), `--db` before or after the command. Anything else (help, a version, an unknown or
+repeated option, a missing or extra argument, a value it would have to refuse, an empty word,
+`--`, shell completion, a stream click would rewrap) it declines, and the whole command line
+goes through click unchanged, so every help page and every error is click's own.
 """
 
 from __future__ import annotations
@@ -17,6 +17,13 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
+
+
+def _at_least_one(value: str) -> int:
+    n = int(value)
+    if n < 1:  # click's IntRange(min=1) refuses it, in words
+        raise ValueError(value)
+    return n
 
 
 def _state(value: str) -> str:
@@ -37,29 +44,50 @@ class Spec:
         run: str,
         *,
         arguments: tuple[tuple[str, bool], ...] = (),
-        flags: Mapping[str, str] | None = None,
+        flags: Mapping[str, tuple[str, bool]] | None = None,
         options: Mapping[str, tuple[str, Callable[[str], Any], object]] | None = None,
     ) -> None:
-        self.run = run  # the function of bubu.cli.reading
+        self.run = run  # "module:function", called with the Ctx and the parameters
         self.arguments = arguments  # (parameter, required), in order
-        self.flags = dict(flags or {})  # option -> parameter (False unless given)
+        self.flags = dict(flags or {})  # option -> (parameter, value given); False unless given
         self.options = dict(options or {})  # option -> (parameter, conversion, default)
 
 
 TABLE = {
     "sessions": Spec(
-        "sessions",
-        flags={"--json": "as_json"},
+        "bubu.cli.reading:sessions",
+        flags={"--json": ("as_json", True)},
         options={"--status": ("status_filter", _state, None), "--search": ("text", str, None)},
     ),
     "log": Spec(
-        "log",
+        "bubu.cli.reading:log",
         arguments=(("session", True),),
-        flags={"--jsonl": "jsonl"},
+        flags={"--jsonl": ("jsonl", True)},
         options={"--after": ("after", int, 0)},
     ),
-    "verify": Spec("verify", arguments=(("session", False),), flags={"--json": "as_json"}),
+    "verify": Spec(
+        "bubu.cli.reading:verify",
+        arguments=(("session", False),),
+        flags={"--json": ("as_json", True)},
+    ),
+    "status": Spec(
+        "bubu.cli.readviews:status",
+        arguments=(("session", True),),
+        flags={"--json": ("as_json", True)},
+    ),
+    "show": Spec(
+        "bubu.cli.readviews:show",
+        arguments=(("session", True),),
+        flags={
+            "--json": ("as_json", True),
+            "--thinking": ("thinking", True),
+            "--no-thinking": ("thinking", False),
+        },
+        options={"--tail": ("tail", _at_least_one, None)},
+    ),
 }
+"""Each command the fast path runs: its body, its arguments and its options as click declares
+them (`bubu.cli.logcmds`, `bubu.cli.agentcmds`)."""
 
 
 def _ascii(stream: Any) -> bool:
@@ -91,7 +119,7 @@ def parse(argv: list[str]) -> tuple[str, dict[str, object], str | None] | None:
     i += 1
     while i < len(argv):
         word = argv[i]
-        if not word or word == "-" or word.startswith("-") and not word.startswith("--"):
+        if not word or word == "-" or (word.startswith("-") and not word.startswith("--")):
             return None
         if not word.startswith("--"):
             positional.append(word)
@@ -99,10 +127,10 @@ def parse(argv: list[str]) -> tuple[str, dict[str, object], str | None] | None:
             continue
         opt = word.split("=", 1)[0]
         if opt in spec.flags and "=" not in word:
-            param: str = spec.flags[opt]
-            value: object = True
+            param, value = spec.flags[opt]
             i += 1
         elif opt in spec.options:
+            convert: Callable[[str], Any]
             param, convert, _ = spec.options[opt]
             raw, i = _value(argv, i, opt)
             if raw is None:
@@ -130,7 +158,7 @@ def parse(argv: list[str]) -> tuple[str, dict[str, object], str | None] | None:
             return None
         else:
             given[param] = None
-    for param in spec.flags.values():
+    for param, _ in spec.flags.values():
         given.setdefault(param, False)
     for param, _, default in spec.options.values():
         given.setdefault(param, default)
@@ -181,16 +209,18 @@ def run(argv: list[str]) -> bool:
     if plan is None:
         return False
     import errno
+    import importlib
 
-    from bubu.cli import core, reading
+    from bubu.cli import core
     from bubu.errors import BubuError
 
     name, params, db = plan
+    module, _, function = TABLE[name].run.partition(":")
     state = core.Ctx(db or os.environ.get("BUBU_DB") or None, readonly=True)
     try:
         try:
             try:
-                getattr(reading, TABLE[name].run)(state, **params)
+                getattr(importlib.import_module(module), function)(state, **params)
             finally:
                 state.close()
         except (EOFError, KeyboardInterrupt):
