@@ -72,8 +72,8 @@ def test_the_table_is_the_click_commands_parameters(name: str) -> None:
                 flags[off] = (p.name, False)
             continue
         assert p.secondary_opts == []
-        param, convert, default = spec.options[opt]
-        assert p.get_default(ctx) in (default, click.core.UNSET)  # as read: the test below
+        param, convert, _ = spec.options[opt]
+        # its default: the test below, which compares whole parses with click's
         if isinstance(p.type, click.IntRange):
             assert (p.type.min, p.type.max, p.type.min_open) == (1, None, False)
             assert convert is fast._at_least_one
@@ -121,7 +121,6 @@ def test_the_group_option_the_fast_path_reads_is_the_groups_only_one() -> None:
     assert opts == {"--db", "--version"}
     (db,) = [p for p in cli.params if p.name == "db"]
     assert db.envvar == "BUBU_DB"
-    assert db.get_default(click.Context(cli)) in (None, click.core.UNSET)
 
 
 @pytest.fixture(scope="module")
