@@ -26,8 +26,8 @@ from bubu.events import TurnEndReason
 from bubu.log.store import SessionInfo, Store
 from bubu.projections.longrun import fold_longrun
 
-# `show` and `status` live here too: the engine, the providers and the terminal view load only
-# when a turn runs, so that reading a session starts fast.
+# `show` and `status` are declared here too (their bodies are `bubu.cli.readviews`): the engine,
+# the providers and the terminal view load only when a turn runs, so reading a session starts fast.
 if TYPE_CHECKING:
     from bubu.cli.render import JsonlObserver, TerminalObserver
     from bubu.engine.session import Host

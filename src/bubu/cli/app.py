@@ -1,4 +1,5 @@
-"""The click group and what every command shares: the store option and the output helpers."""
+"""The click group and what every command shares: the store option, and the per-invocation
+state and output helpers of `bubu.cli.core`, which the fast path uses without click."""
 
 from __future__ import annotations
 
