@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bubu.cli.agentcmds import status_dict
 from bubu.cli.chatview import ChatView
+from bubu.cli.readviews import status_dict
 from bubu.engine import processes
 from bubu.engine.driver import RunConfig
 from bubu.engine.permissions import Policy

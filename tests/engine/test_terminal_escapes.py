@@ -307,7 +307,7 @@ def test_no_color_drops_the_colours_but_keeps_the_weights(monkeypatch: pytest.Mo
 
 def test_a_plan_the_model_wrote_is_shown_printable() -> None:
     """`bubu status` and the chat's /plan print the steps of the model's update_plan."""
-    from bubu.cli.memorycmd import plan_text
+    from bubu.cli.readviews import plan_text
 
     shown = plan_text([{"text": f"wipe {CLEAR}{OSC0} it", "status": "pending"}])
     clean(shown, "plan")

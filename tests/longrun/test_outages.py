@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from bubu.cli import cli
-from bubu.cli.agentcmds import status_dict
+from bubu.cli.readviews import status_dict
 from bubu.errors import ConfigError
 from bubu.events import Error, ModelRequestNote, ModelSwitch, Record, SystemNote, TurnEnded
 from bubu.log.sqlite import SQLiteStore

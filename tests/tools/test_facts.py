@@ -3,7 +3,7 @@ and the permission check read the declaration, and a tool that declares nothing 
 
 from __future__ import annotations
 
-from bubu.cli.agentcmds import _args
+from bubu.cli.readviews import _args
 from bubu.cli.render import call_label, result_label
 from bubu.engine.permissions import Policy, asked_command
 from bubu.events import FunctionCall, FunctionResponse, PermissionRequest

@@ -1,16 +1,33 @@
-"""The `bubu` command: thin commands over the log, the engine and the projections."""
+"""The `bubu` command: thin commands over the log, the engine and the projections.
+
+`main` first offers the command line to the read-only commands' fast path (`bubu.cli.fast`),
+which runs `sessions`, `log` and `verify` without loading click when it understands every word of
+it; anything else goes to the click group (`bubu.cli.app.cli`), unchanged.
+"""
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any
 
-import click
-
-from bubu.cli.app import cli, fail
+if TYPE_CHECKING:
+    from bubu.cli.app import cli
 
 
 def main() -> None:
     """Entry point: run the CLI; expected failures print one line, never a traceback."""
+    from bubu.cli import fast
+
+    if not fast.run(sys.argv[1:]):
+        click_main()
+
+
+def click_main() -> None:
+    """The whole command line through click (what `main` does when the fast path declines)."""
+    import click
+
+    from bubu.cli.app import cli
+    from bubu.cli.core import fail
     from bubu.errors import BubuError
 
     try:
@@ -29,4 +46,17 @@ def main() -> None:
         sys.exit(0)
 
 
-__all__ = ["cli", "main"]
+def __getattr__(name: str) -> Any:
+    """`bubu.cli.cli` and `bubu.cli.fail`, loaded on first use (the fast path needs neither)."""
+    if name == "cli":
+        from bubu.cli.app import cli
+
+        return cli
+    if name == "fail":
+        from bubu.cli.core import fail
+
+        return fail
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["cli", "click_main", "main"]

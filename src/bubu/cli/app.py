@@ -1,46 +1,24 @@
-"""The click group and what every command shares: the store option and the output helpers."""
+"""The click group and what every command shares: the store option, and the per-invocation
+state and output helpers of `bubu.cli.core`, which the fast path uses without click."""
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from bubu.cli.core import (
+    READ_ONLY_COMMANDS,
+    Ctx,
+    emit_json,
+    emit_jsonl,
+    fail,
+    to_builtins,
+)
 from bubu.cli.dbopt import accept_db
 from bubu.cli.lazy import Lazy, LazyGroup
 
-if TYPE_CHECKING:
-    from bubu.log import Store
-
-
-class Ctx:
-    """Per-invocation state: the --db option and a lazily opened store."""
-
-    def __init__(self, db: str | None, *, readonly: bool = False) -> None:
-        self.db = db
-        self.readonly = readonly
-        self._store: Store | None = None
-
-    @property
-    def store(self) -> Store:
-        """The store named by --db / BUBU_DB / BUBU_HOME, opened on first use."""
-        if self._store is None:
-            from bubu.log import open_store  # `bubu --help` needs no store
-
-            self._store = open_store(self.db, readonly=self.readonly)
-        return self._store
-
-    def close(self) -> None:
-        """Close the store if it was opened."""
-        if self._store is not None:
-            self._store.close()
-
-
 pass_ctx = click.make_pass_decorator(Ctx)
-
-READ_ONLY_COMMANDS = frozenset({"sessions", "show", "status", "log", "verify", "export", "context"})
-"""Commands that only read the log: they never create, migrate or write the database."""
 
 
 # Where each command lives, and its short help for `bubu --help`: a command's module is imported
@@ -249,32 +227,14 @@ def cli(ctx: click.Context, db: str | None) -> None:
             chat.invoke(sub)
 
 
-def to_builtins(obj: Any) -> Any:
-    """Plain JSON-able data from dataclasses, Structs and containers."""
-    import msgspec  # `bubu --help` prints no JSON
-
-    return msgspec.to_builtins(obj, order="sorted")
-
-
-def emit_json(obj: Any) -> None:
-    """Print one JSON document (stable, sorted keys) on stdout."""
-    import msgspec
-
-    text = msgspec.json.format(msgspec.json.encode(to_builtins(obj), order="sorted"), indent=2)
-    sys.stdout.write(text.decode() + "\n")
-
-
-def emit_jsonl(obj: Any) -> None:
-    """Print one compact JSON line on stdout."""
-    import msgspec
-
-    sys.stdout.buffer.write(msgspec.json.encode(to_builtins(obj), order="sorted") + b"\n")
-    sys.stdout.flush()
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    """Print `bubu: error: message` on stderr and exit with `code`."""
-    from bubu.cli.term import printable  # messages can quote a model's or a server's words
-
-    click.echo(f"bubu: error: {printable(message)}", err=True)
-    sys.exit(code)
+__all__ = [
+    "COMMANDS",
+    "READ_ONLY_COMMANDS",
+    "Ctx",
+    "cli",
+    "emit_json",
+    "emit_jsonl",
+    "fail",
+    "pass_ctx",
+    "to_builtins",
+]

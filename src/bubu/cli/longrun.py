@@ -6,13 +6,14 @@ one line (`bubu: error: …`) and exit status 2.
 
 from __future__ import annotations
 
-from typing import Any
-
-import click
+from typing import TYPE_CHECKING, Any
 
 from bubu.durations import parse_duration
 from bubu.errors import ConfigError
 from bubu.projections.longrun import DEFAULT_RETRY_FOR_S, LongRunFold, Waiting, format_duration
+
+if TYPE_CHECKING:
+    import click
 
 
 def parse_count(text: str, *, option: str) -> int:
@@ -52,6 +53,8 @@ def _specs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
 
 def longrun_options() -> list[Any]:
     """The click options of a long run, in the order the help lists them."""
+    import click  # `bubu status` prints a run's budget without the command line's framework
+
     return [
         click.option(
             "--retry-for",

@@ -24,9 +24,6 @@ from bubu.log.store import SessionInfo, Store
 from bubu.projections.memory import (
     Note,
     clean_key,
-    plan_counts,
-    plan_items,
-    plan_lines,
 )
 
 
@@ -46,15 +43,6 @@ def note_dict(note: Note) -> dict[str, object]:
         "session": note.session,
         "accepted": note.accepted,
     }
-
-
-def plan_text(plan: Sequence[dict[str, str]]) -> str:
-    """The plan for `bubu status`: ``  plan 2/5`` and one checklist line per step."""
-    items = plan_items(list(plan))
-    if isinstance(items, str):
-        return f"  plan: {printable(items)}"
-    lines = [f"  plan {plan_counts(items)}", *(f"    {ln}" for ln in plan_lines(items))]
-    return printable("\n".join(lines))  # the model wrote the steps
 
 
 def _options(f: Any) -> Any:

@@ -161,7 +161,7 @@ def _on_session(command: str, *extra: str) -> Handler:
 
 
 def _cost(chat: Chat, _: str) -> None:
-    from bubu.cli.agentcmds import cost_lines, status_dict
+    from bubu.cli.readviews import cost_lines, status_dict
 
     sid = _session(chat)
     if sid is not None:
@@ -171,7 +171,7 @@ def _cost(chat: Chat, _: str) -> None:
 def _plan(chat: Chat, arg: str) -> None:
     from dataclasses import replace
 
-    from bubu.cli.memorycmd import plan_text
+    from bubu.cli.readviews import plan_text
     from bubu.projections.memory import fold_plan, plan_json
 
     if arg != "show":

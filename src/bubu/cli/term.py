@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import re
 
-import click
-
+from bubu.cli import core
 from bubu.log import redact
 
 _CONTROLS = (
@@ -56,7 +55,7 @@ def one_line(text: str, width: int | None = None) -> str:
 
 def echo(text: str = "", *, err: bool = False) -> None:
     """`click.echo` of `text` made printable: for lines that carry no styling of their own."""
-    click.echo(printable(text), err=err)
+    core.echo(printable(text), err=err)
 
 
 __all__ = ["echo", "one_line", "printable"]

@@ -1,0 +1,259 @@
+"""The read-only commands' fast path (`bubu.cli.fast`): its table is the click commands'
+parameters, it runs only what it fully understands, and what it runs prints and exits exactly as
+click does, bad input included."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from bubu.cli import fast
+from bubu.cli.app import cli
+from faults.helpers import seed
+
+TYPES = {int: click.INT, str: click.STRING}
+
+WRAPPER = """
+import json, os, sys
+sys.argv = ["bubu", *sys.argv[1:]]
+def done():
+    with open(os.environ["PATH_OUT"], "w") as f:
+        json.dump("click" in sys.modules, f)
+import atexit
+atexit.register(done)
+from bubu.cli import main, click_main
+(click_main if os.environ.get("CLICK_ONLY") else main)()
+"""
+
+
+def _command(name: str) -> click.Command:
+    command = cli.get_command(click.Context(cli), name)  # prepared: with its own --db
+    assert command is not None
+    return command
+
+
+@pytest.mark.parametrize("name", sorted(fast.TABLE))
+def test_the_table_is_the_click_commands_parameters(name: str) -> None:
+    spec = fast.TABLE[name]
+    arguments, flags, options = [], {}, {}
+    command = _command(name)
+    ctx = click.Context(command)
+    for p in command.params:
+        if isinstance(p, click.Argument):
+            assert p.nargs == 1
+            assert p.type is click.STRING
+            assert p.callback is None
+            assert not p.multiple
+            assert p.envvar is None  # its default: the test below
+            arguments.append((p.name, p.required))
+            continue
+        assert isinstance(p, click.Option)
+        assert len(p.opts) == 1
+        assert not p.multiple
+        assert p.nargs == 1
+        assert p.envvar is None
+        assert not p.prompt
+        (opt,) = p.opts
+        if opt == "--db":  # the global store option: it sets the group's, no value of its own
+            assert not p.expose_value
+            assert p.type is click.STRING
+            continue
+        if p.is_flag:
+            assert not p.count
+            assert p.callback is None  # the value given: the test below
+            flags[opt] = (p.name, True)
+            for off in p.secondary_opts:
+                flags[off] = (p.name, False)
+            continue
+        assert p.secondary_opts == []
+        param, convert, _ = spec.options[opt]
+        # its default: the test below, which compares whole parses with click's
+        if isinstance(p.type, click.IntRange):
+            assert (p.type.min, p.type.max, p.type.min_open) == (1, None, False)
+            assert convert is fast._at_least_one
+        elif p.callback is None:
+            assert TYPES[convert] is p.type  # type: ignore[index]
+        else:  # a check of the value: the same answers as click's for accepted values
+            assert p.type is click.STRING
+            for value in ("completed", " Running ", "OPEN TURN", "failed"):
+                assert convert(value) == p.process_value(ctx, value)
+        options[opt] = param
+    assert arguments == list(spec.arguments)
+    assert flags == spec.flags
+    assert options == {opt: row[0] for opt, row in spec.options.items()}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions"],
+        ["sessions", "--json", "--status", " Open Turn ", "--search", "a b"],
+        ["log", "ses_x"],
+        ["log", "ses_x", "--jsonl", "--after", " 7"],
+        ["log", "--after=-2", "ses_x"],
+        ["verify"],
+        ["verify", "ses_x", "--json", "--db", "x.db"],
+        ["status", "ses_x"],
+        ["status", "--json", "ses_x"],
+        ["show", "ses_x"],
+        ["show", "ses_x", "--thinking", "--tail", "3", "--json"],
+        ["show", "--no-thinking", "--tail=1", "ses_x"],
+    ],
+    ids=" ".join,
+)
+def test_the_fast_path_reads_a_command_line_as_click_does(argv: list[str]) -> None:
+    plan = fast.parse(argv)
+    assert plan is not None
+    name, params, db = plan
+    with _command(name).make_context(name, argv[1:]) as ctx:
+        assert params == ctx.params
+    assert db == ("x.db" if "--db" in argv else None)
+
+
+def test_the_group_option_the_fast_path_reads_is_the_groups_only_one() -> None:
+    opts = {o for p in cli.params for o in p.opts}
+    assert opts == {"--db", "--version"}
+    (db,) = [p for p in cli.params if p.name == "db"]
+    assert db.envvar == "BUBU_DB"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    db, _, ids = seed(tmp_path_factory.mktemp("fast"), 2)
+    return db, ids[0]
+
+
+TAKEN = [
+    ["sessions"],
+    ["sessions", "--json"],
+    ["sessions", "--status", "Completed"],
+    ["sessions", "--status=running"],
+    ["sessions", "--search", "task"],
+    ["log", "{id}"],
+    ["log", "{id}", "--jsonl"],
+    ["log", "--after", "3", "{id}"],
+    ["log", "{id}", "--after=5"],
+    ["verify"],
+    ["verify", "{id}", "--json"],
+    ["verify", "--json"],
+    ["log", "ses_nosuchsession"],  # a one-line error from the store
+    ["verify", "nope"],
+    ["--db={db}", "log", "{id}"],  # no --db before the command: the one given after it
+    ["log", "{id}", "--db", "{db}"],
+    ["status", "{id}"],
+    ["status", "{id}", "--json"],
+    ["status", "nope"],
+    ["show", "{id}"],
+    ["show", "{id}", "--json", "--tail", "2"],
+    ["show", "--thinking", "{id}", "--tail=1"],
+    ["show", "{id}", "--no-thinking"],
+]
+DECLINED = [
+    ["sessions", "--help"],
+    ["log", "-h"],
+    ["log"],  # a missing argument
+    ["log", "{id}", "extra"],  # an extra one
+    ["log", "{id}", "--after", "x"],  # a bad value
+    ["log", "{id}", "--after"],
+    ["log", "{id}", "--jsonl", "--jsonl"],
+    ["log", "{id}", "--jsonl=1"],
+    ["sessions", "--status", "bogus"],
+    ["sessions", "--stat", "completed"],  # no prefixes
+    ["sessions", "--search", ""],
+    ["log", "--", "{id}"],
+    ["log", "-"],
+    ["--db", "{db}", "log", "{id}", "--db", "{db}"],
+    ["--version"],
+    ["--help"],
+    ["show", "{id}", "--tail", "0"],
+    ["show", "{id}", "--tail", "-1"],
+    ["show", "{id}", "--thinking", "--no-thinking"],
+    ["status", "{id}", "--thinking"],
+    ["status", "{id}", "{id}"],
+    ["context", "{id}"],  # not a command of the table
+    ["logs", "{id}"],
+]
+
+
+def _run(tmp_path: Path, argv: list[str], *, click_only: bool) -> tuple[int, str, str, bool]:
+    out = tmp_path / "click.json"
+    env = {**os.environ, "PATH_OUT": str(out), "BUBU_HOME": str(tmp_path / "home")}
+    env.pop("BUBU_DB", None)
+    if click_only:
+        env["CLICK_ONLY"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return proc.returncode, proc.stdout, proc.stderr, json.loads(out.read_text())
+
+
+@pytest.mark.parametrize(
+    ("argv", "taken"),
+    [(a, True) for a in TAKEN] + [(a, False) for a in DECLINED],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else str(a),
+)
+def test_both_paths_print_and_exit_alike(
+    tmp_path: Path, store: tuple[Path, str], argv: list[str], taken: bool
+) -> None:
+    db, session = store
+    words = [w.format(id=session, db=db) for w in argv]
+    if not any(w.startswith("--db") for w in words):
+        words = ["--db", str(db), *words]
+    assert (fast.parse(words) is not None) == taken
+    code, stdout, stderr, clicked = _run(tmp_path, words, click_only=False)
+    assert clicked is not taken  # the fast path ran it without click, or left it to click
+    assert (code, stdout, stderr) == _run(tmp_path, words, click_only=True)[:3]
+    assert stdout or stderr
+
+
+def test_bubu_db_from_the_environment_and_an_empty_one(
+    tmp_path: Path, store: tuple[Path, str]
+) -> None:
+    db, _ = store
+    for value in (str(db), ""):
+        os.environ["BUBU_DB"] = value
+        try:
+            fast_out = subprocess.run(
+                [sys.executable, "-m", "bubu", "sessions"],
+                env={**os.environ, "BUBU_HOME": str(tmp_path)},
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            click_out = subprocess.run(
+                [sys.executable, "-c", "from bubu.cli import click_main; click_main()", "sessions"],
+                env={**os.environ, "BUBU_HOME": str(tmp_path)},
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        finally:
+            del os.environ["BUBU_DB"]
+        assert (fast_out.returncode, fast_out.stdout, fast_out.stderr) == (
+            click_out.returncode,
+            click_out.stdout,
+            click_out.stderr,
+        )
+    assert "ses_" in fast_out.stdout or "no sessions" in fast_out.stdout
+
+
+def test_an_ansi_escape_is_stripped_off_a_terminal_as_click_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bubu.cli.core import echo
+
+    echo("\x1b[31mred\x1b[0m and plain")
+    click.echo("\x1b[31mred\x1b[0m and plain")
+    out = capsys.readouterr().out
+    assert out == "red and plain\n" * 2
