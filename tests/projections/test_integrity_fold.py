@@ -85,10 +85,10 @@ class Reference:
             self.dispatches[r.seq] = (d.call_id, d.tool, d.effect, proven)
         if a is not None and a.tool_recovery is not None:
             f, where = a.tool_recovery, f"the recovery fact at seq {r.seq}"
-            d = self.dispatches.get(f.dispatch_seq)
+            named = self.dispatches.get(f.dispatch_seq)
             if f.call_id not in self.calls:
                 self.problem = f"{where} names a call that was never made ({f.call_id})"
-            elif d is None or d[0] != f.call_id or self.settled(f.call_id):
+            elif named is None or named[0] != f.call_id or self.settled(f.call_id):
                 self.problem = (
                     f"{where} names seq {f.dispatch_seq} as the dispatch of {f.call_id}, "
                     "which it is not"
