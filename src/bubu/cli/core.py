@@ -8,8 +8,6 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
-    from re import Pattern
-
     from bubu.log import Store
 
 
@@ -39,32 +37,12 @@ class Ctx:
 READ_ONLY_COMMANDS = frozenset({"sessions", "show", "status", "log", "verify", "export", "context"})
 """Commands that only read the log: they never create, migrate or write the database."""
 
-_ANSI: Pattern[str] | None = None
-
-
-def _isatty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except Exception:  # broad as click's own test: any stream that cannot say is no terminal
-        return False
-
 
 def echo(text: str = "", *, err: bool = False) -> None:
-    """One line on stdout (or stderr), as `click.echo` writes a string: the newline added, ANSI
-    escapes stripped where the stream is no terminal, flushed."""
-    global _ANSI
-    file = sys.stderr if err else sys.stdout
-    if file is None:  # no standard stream attached
-        return
-    out = text + "\n"
-    if "\x1b" in out and not _isatty(file) and not type(file).__module__.startswith("ipykernel."):
-        if _ANSI is None:
-            import re
+    """One line on stdout (or stderr), as `click.echo` writes a string (`term.plain_echo`)."""
+    from bubu.cli.term import plain_echo
 
-            _ANSI = re.compile(r"\033\[[0-?]*[ -/]*[@-~]")  # click's own pattern
-        out = _ANSI.sub("", out)
-    file.write(out)
-    file.flush()
+    plain_echo(text, err=err)
 
 
 def to_builtins(obj: Any) -> Any:

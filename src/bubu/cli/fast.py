@@ -211,12 +211,12 @@ def run(argv: list[str]) -> bool:
     import errno
     import importlib
 
-    from bubu.cli import core
+    from bubu.cli.core import Ctx, echo, fail
     from bubu.errors import BubuError
 
     name, params, db = plan
     module, _, function = TABLE[name].run.partition(":")
-    state = core.Ctx(db or os.environ.get("BUBU_DB") or None, readonly=True)
+    state = Ctx(db or os.environ.get("BUBU_DB") or None, readonly=True)
     try:
         try:
             try:
@@ -224,8 +224,8 @@ def run(argv: list[str]) -> bool:
             finally:
                 state.close()
         except (EOFError, KeyboardInterrupt):
-            core.echo(err=True)  # click's blank line after the terminal's ^C
-            core.echo("bubu: aborted", err=True)
+            echo(err=True)  # click's blank line after the terminal's ^C
+            echo("bubu: aborted", err=True)
             sys.exit(130)
         except OSError as e:  # click's handling of a closed pipe: quiet, and exit 1
             if e.errno != errno.EPIPE:
@@ -234,5 +234,5 @@ def run(argv: list[str]) -> bool:
             sys.stderr = _Pacified(sys.stderr)
             sys.exit(1)
     except BubuError as e:
-        core.fail(str(e), e.exit_code)
+        fail(str(e), e.exit_code)
     return True

@@ -23,8 +23,9 @@ model wrote is read as an escape or as rich markup.
 from __future__ import annotations
 
 import re
+import sys
+from typing import Any
 
-from bubu.cli import core
 from bubu.log import redact
 
 _CONTROLS = (
@@ -53,9 +54,35 @@ def one_line(text: str, width: int | None = None) -> str:
     return flat if width is None or len(flat) <= width else flat[: width - 1] + "…"
 
 
+_ANSI: re.Pattern[str] | None = None
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except Exception:  # broad as click's own test: any stream that cannot say is no terminal
+        return False
+
+
+def plain_echo(text: str = "", *, err: bool = False) -> None:
+    """One line on stdout (or stderr), as `click.echo` writes a string: the newline added, ANSI
+    escapes stripped where the stream is no terminal, flushed."""
+    global _ANSI
+    file = sys.stderr if err else sys.stdout
+    if file is None:  # no standard stream attached
+        return
+    out = text + "\n"
+    if "\x1b" in out and not _isatty(file) and not type(file).__module__.startswith("ipykernel."):
+        if _ANSI is None:
+            _ANSI = re.compile(r"\033\[[0-?]*[ -/]*[@-~]")  # click's own pattern
+        out = _ANSI.sub("", out)
+    file.write(out)
+    file.flush()
+
+
 def echo(text: str = "", *, err: bool = False) -> None:
     """`click.echo` of `text` made printable: for lines that carry no styling of their own."""
-    core.echo(printable(text), err=err)
+    plain_echo(printable(text), err=err)
 
 
-__all__ = ["echo", "one_line", "printable"]
+__all__ = ["echo", "one_line", "plain_echo", "printable"]
