@@ -39,16 +39,7 @@ def show(ctx: Ctx, session: str, as_json: bool, thinking: bool, tail: int | None
                 "session": _session_json(info),
                 "children": children_json(ctx.store, ctx.store.read(info.id, kinds=CHILD_KINDS)),
                 "items": t.items,
-                "usage": {
-                    "model_calls": t.model_calls,
-                    "input_tokens": t.input_tokens,
-                    "output_tokens": t.output_tokens,
-                    "cache_read_tokens": t.cache_read_tokens,
-                    "cache_write_tokens": t.cache_write_tokens,
-                    "usage_unknown_calls": t.usage_unknown_calls,
-                    "reasoning_tokens": t.reasoning_tokens,
-                    **t.cost.json(),
-                },
+                "usage": _usage_json(t),
             }
         )
         return
@@ -122,6 +113,21 @@ def _args(name: str, args: dict[str, object]) -> str:
     return text[:80]
 
 
+def _usage_json(t: Any) -> dict[str, object]:
+    """A transcript's or a view's usage and cost totals, as `show --json` and `status --json`
+    give them."""
+    return {
+        "model_calls": t.model_calls,
+        "input_tokens": t.input_tokens,
+        "output_tokens": t.output_tokens,
+        "cache_read_tokens": t.cache_read_tokens,
+        "cache_write_tokens": t.cache_write_tokens,
+        "usage_unknown_calls": t.usage_unknown_calls,
+        "reasoning_tokens": t.reasoning_tokens,
+        **t.cost.json(),
+    }
+
+
 def _session_json(info: SessionInfo) -> dict[str, object]:
     return {
         "id": info.id,
@@ -173,16 +179,7 @@ def status_dict(store: Store, info: SessionInfo) -> dict[str, object]:
         "events": info.high_water,
         "reason": st.reason,
         "pending_permissions": list(st.pending_permissions),
-        "usage": {
-            "model_calls": t.model_calls,
-            "input_tokens": t.input_tokens,
-            "output_tokens": t.output_tokens,
-            "cache_read_tokens": t.cache_read_tokens,
-            "cache_write_tokens": t.cache_write_tokens,
-            "usage_unknown_calls": t.usage_unknown_calls,
-            "reasoning_tokens": t.reasoning_tokens,
-            **t.cost.json(),
-        },
+        "usage": _usage_json(t),
         "recovery": None,
         "plan": plan_json(view.plan),
         "plan_mode": plan_mode(noted),

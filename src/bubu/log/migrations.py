@@ -30,6 +30,16 @@ def _immutable(table: str) -> tuple[str, ...]:
     )
 
 
+_INDEXED_FROM_7 = (
+    "session_started",
+    "process_started",
+    "process_output",
+    "process_ended",
+    "child_started",
+    "child_finished",
+)
+"""What a run reads before it starts: the session's copied facts, its processes, its sub-agents."""
+
 INDEXED_KINDS = (
     "text",
     "turn_started",
@@ -48,12 +58,7 @@ INDEXED_KINDS = (
     "task_held",
     "task_approved",
     # Backfilled by migration 7 (`LATE_INDEXED`).
-    "session_started",
-    "process_started",
-    "process_output",
-    "process_ended",
-    "child_started",
-    "child_finished",
+    *_INDEXED_FROM_7,
 )
 """The kinds a session's status is folded from (`BOUNDARY_KINDS`): user requests, answers and the
 boundaries of turns and runs, a few per turn, and what a run reads before it starts (the
@@ -62,16 +67,7 @@ session's copied facts, its background processes and sub-agents), so SQLite inde
 thinking, calls, results, the per-call `model_request` notes and `tool_dispatch` facts — is
 written every step and read by seq range."""
 INDEXED_KINDS_SQL = "kind IN (" + ", ".join(f"'{k}'" for k in INDEXED_KINDS) + ")"
-LATE_INDEXED = {
-    7: (
-        "session_started",
-        "process_started",
-        "process_output",
-        "process_ended",
-        "child_started",
-        "child_finished",
-    )
-}
+LATE_INDEXED = {7: _INDEXED_FROM_7}
 """Kinds indexed from a later migration on (by its version): a database without that migration
 holds them unindexed, and a read-only open of it reads them off the events themselves."""
 
@@ -175,8 +171,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         # read off the whole session, each of those reads grew with the log.
         (
             "INSERT OR IGNORE INTO kind_index(sid, kind, seq) SELECT sid, kind, seq FROM events "
-            "WHERE kind IN ('session_started', 'process_started', 'process_output', "
-            "'process_ended', 'child_started', 'child_finished')",
+            "WHERE kind IN (" + ", ".join(f"'{k}'" for k in _INDEXED_FROM_7) + ")",
         ),
         needed_to_read=False,
     ),
