@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import random
@@ -364,7 +363,7 @@ def run(steps: int, window: int, policy: ContextPolicy, tmp: Path) -> dict[str, 
         "blob_bytes": blob_bytes,
         "event_bytes": event_bytes,
         "verified": verified,
-        "policy": dataclasses.asdict(policy),
+        "policy": msgspec.structs.asdict(policy),
         "wall_s": round(wall, 2),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
@@ -429,7 +428,7 @@ def _policy(overrides: list[str]) -> ContextPolicy:
         if not isinstance(default, int | float) or not value:
             raise SystemExit(f"--policy {item!r}: expected FIELD=VALUE with a ContextPolicy field")
         changes[name] = type(default)(value)
-    return dataclasses.replace(base, **changes)
+    return msgspec.structs.replace(base, **changes)
 
 
 def main() -> None:

@@ -7,7 +7,6 @@ and the provider adapters (which translate them to a wire format).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 import msgspec
@@ -15,8 +14,7 @@ import msgspec
 JSON: TypeAlias = Any
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolSpec:
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     """A tool as offered to the model: its name, description and JSON schema of arguments."""
 
     name: str
@@ -27,8 +25,7 @@ class ToolSpec:
 # ---- message parts ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TextPart:
+class TextPart(msgspec.Struct, frozen=True, kw_only=True):
     """Text from the user or the model."""
 
     text: str
@@ -39,8 +36,7 @@ class TextPart:
     kind: Literal["text"] = "text"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ThinkingPart:
+class ThinkingPart(msgspec.Struct, frozen=True, kw_only=True):
     """Model reasoning; `signature` / `redacted` are replayed to the provider byte for byte."""
 
     text: str
@@ -52,8 +48,7 @@ class ThinkingPart:
     kind: Literal["thinking"] = "thinking"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ImagePart:
+class ImagePart(msgspec.Struct, frozen=True, kw_only=True):
     """An image shown to the model: its media type (image/png …) and bytes."""
 
     media_type: str
@@ -63,8 +58,7 @@ class ImagePart:
     """The blob holding `data` (the log's fold names the image by it; the bytes come later)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallPart:
+class ToolCallPart(msgspec.Struct, frozen=True, kw_only=True):
     """A tool call made by the model. `raw_arguments` keeps arguments that were not valid JSON."""
 
     call_id: str
@@ -77,8 +71,7 @@ class ToolCallPart:
     kind: Literal["tool_call"] = "tool_call"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolResultPart:
+class ToolResultPart(msgspec.Struct, frozen=True, kw_only=True):
     """The result of a tool call, paired by `call_id`."""
 
     call_id: str
@@ -92,8 +85,7 @@ class ToolResultPart:
 AssistantPart: TypeAlias = TextPart | ThinkingPart | ToolCallPart
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UserMessage:
+class UserMessage(msgspec.Struct, frozen=True, kw_only=True):
     """A message in the user lane (the task, follow-ups, host notes for the model)."""
 
     text: str
@@ -101,16 +93,14 @@ class UserMessage:
     role: Literal["user"] = "user"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AssistantMessage:
+class AssistantMessage(msgspec.Struct, frozen=True, kw_only=True):
     """One model step: its text, thinking and tool calls, in the order the model produced them."""
 
     parts: tuple[AssistantPart, ...]
     role: Literal["assistant"] = "assistant"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolResultsMessage:
+class ToolResultsMessage(msgspec.Struct, frozen=True, kw_only=True):
     """The results of the tool calls of the preceding assistant message, in call order."""
 
     results: tuple[ToolResultPart, ...]
@@ -120,8 +110,7 @@ class ToolResultsMessage:
 Message: TypeAlias = UserMessage | AssistantMessage | ToolResultsMessage
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelRequest:
+class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Everything a provider needs for one call.
 
     `ordinal` is the number of model responses already committed in the session; deterministic
@@ -141,8 +130,7 @@ class ModelRequest:
     """The session the call belongs to: a prompt-cache key for providers that take one."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Usage:
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
     """Token accounting as the provider reports it.
 
     `input_tokens` is the whole prompt, cache reads and writes included (adapters normalize
@@ -161,23 +149,21 @@ class Usage:
     """How many of `cache_write_tokens` were written to a one-hour cache (priced higher)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelResponse:
+class ModelResponse(msgspec.Struct, frozen=True, kw_only=True):
     """A complete model response.
 
     `stop_reason` is normalized: "end_turn", "tool_use", "max_tokens", or the provider's own word.
     """
 
     parts: tuple[AssistantPart, ...]
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = msgspec.field(default_factory=Usage)
     stop_reason: str | None = None
     model: str = ""
     notice: str | None = None
     """One line the log should carry about how the server was asked (e.g. it cannot call tools)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Delta:
+class Delta(msgspec.Struct, frozen=True, kw_only=True):
     """A streamed fragment of text or thinking, for the screen only (never logged)."""
 
     kind: Literal["text", "thinking"]

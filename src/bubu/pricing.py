@@ -12,8 +12,9 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from bubu.providerfacts import PRICING_IDS
 
@@ -25,8 +26,7 @@ PRICED_PROVIDERS = PRICING_IDS
 (their records, `bubu.providerfacts`)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Price:
+class Price(msgspec.Struct, frozen=True, kw_only=True):
     """A configured price in USD per million tokens: input (not cached), output, cache reads and
     cache writes (the last two default to the input price)."""
 
@@ -157,14 +157,13 @@ def format_usd(cost: float | None) -> str:
     return f"${cost:,.4f}" if cost < 1 else f"${cost:,.2f}"
 
 
-@dataclass(slots=True)
-class CostTally:
+class CostTally(msgspec.Struct):
     """The running cost of a set of calls: a known sum, and whether some calls had no price."""
 
     usd: float = 0.0
     priced_calls: int = 0
     unpriced_calls: int = 0
-    by_model: dict[str, ModelCost] = field(default_factory=dict)
+    by_model: dict[str, ModelCost] = msgspec.field(default_factory=dict)
     priced: bool = False
     """Whether the model in use has a price: before any call, $0 is said only then."""
 
@@ -204,8 +203,7 @@ class CostTally:
         }
 
 
-@dataclass(slots=True)
-class ModelCost:
+class ModelCost(msgspec.Struct):
     """One model's share of a tally."""
 
     calls: int = 0

@@ -12,11 +12,11 @@ nothing heavy: the read-only commands that price a session load it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProviderRecord:
+class ProviderRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One built-in provider's registration (see the module docstring); `base_url_env` is None
     for a provider that calls no server (the scripted model)."""
 

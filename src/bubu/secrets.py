@@ -30,7 +30,8 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from bubu import secretvalues
 from bubu.hardening import harden_process
@@ -77,12 +78,14 @@ def check_name(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True, slots=True)
-class Secret:
+class Secret(msgspec.Struct, frozen=True):
     """One secret: the variable's name and its value (kept out of every repr)."""
 
     name: str
-    value: str = field(repr=False)
+    value: str
+
+    def __repr__(self) -> str:
+        return f"Secret(name={self.name!r})"
 
 
 class _Registry:

@@ -21,17 +21,17 @@ transformed (split, reversed, encoded); a variable's *name* still withholds thos
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
+
+import msgspec
 
 if TYPE_CHECKING:
     from detect_secrets.plugins.base import RegexBasedDetector
     from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Pattern:
+class Pattern(msgspec.Struct, frozen=True, kw_only=True):
     """One shape of secret: `kind` names it in the marker, `source` says where it comes from.
     With `group`, only that group of a match is the secret (the password of a URL)."""
 

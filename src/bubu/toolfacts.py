@@ -13,7 +13,8 @@ pure: projections use it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 DEFAULT_HEADLINES = ("command", "pattern", "path", "handle", "key", "task", "child", "url", "query")
 """The arguments that name a call of a tool that declares no headline, first found first."""
@@ -23,8 +24,7 @@ COMMAND_SUMMARY = "run `{command}`"
 reads the command back from it)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolFacts:
+class ToolFacts(msgspec.Struct, frozen=True, kw_only=True):
     """A tool's presentation and permission facts (see the module docstring).
 
     `headline` is the argument that names a call (e.g. grep's `pattern`); `command` the argument

@@ -3,9 +3,9 @@ the recorded digest naming exactly what was sent, incremental folding, and calib
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from bubu.engine.prompt import system_prompt
@@ -170,7 +170,9 @@ def test_two_sessions_with_the_same_history_send_the_same_requests(tmp_path: Pat
             digests.append([n.request_digest for _, n in model_requests(store.read(info.id))])
             # Each session is its own prompt-cache key; the rest of the request is the same.
             assert {r.session_id for r in provider.requests if r.purpose == "turn"} == {info.id}
-            sent.append([encode(dataclasses.replace(r, session_id="")) for r in provider.requests])
+            sent.append(
+                [encode(msgspec.structs.replace(r, session_id="")) for r in provider.requests]
+            )
     assert digests[0] == digests[1]
     assert sent[0] == sent[1]
     assert len(set(digests[0])) == len(digests[0])

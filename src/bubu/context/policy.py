@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from bubu.context.quota import DEFAULT_STORE_QUOTA
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ContextPolicy:
+class ContextPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """How results are offloaded and when the history is compacted.
 
     - `offload_bytes`: a tool result larger than this is stored whole in the blob table and the

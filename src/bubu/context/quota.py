@@ -10,7 +10,7 @@ quota holds the same after a restart, a recovery or on another worker.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from bubu import sizes
 from bubu.events import FunctionResponse, ProcessOutput, Record, SystemNote
@@ -34,15 +34,14 @@ def quota_of(setting: int | None) -> int | None:
     return setting or None
 
 
-@dataclass(slots=True)
-class StoredWhole:
+class StoredWhole(msgspec.Struct):
     """Bytes of tool results the session's log stores whole, folded from its records: each
     offloaded blob once (they are content-addressed), and each inline result above
     `inline_over` bytes."""
 
     inline_over: int
     total: int = 0
-    seen: set[str] = field(default_factory=set)
+    seen: set[str] = msgspec.field(default_factory=set)
     """The blobs counted so far."""
 
     def apply(self, r: Record) -> None:

@@ -97,7 +97,7 @@ class Children:
             info = self._create(cid, call_id, plan, workspace)
         elif not plan.isolation:
             # A child without a worktree acts where its parent does now (a fleet worker's copy).
-            info = replace(info, workspace=r.session.workspace)
+            info = msgspec.structs.replace(info, workspace=r.session.workspace)
         self._fact(
             ChildStarted(
                 child=cid,

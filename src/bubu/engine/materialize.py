@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import replace
 from pathlib import Path
+
+import msgspec
 
 from bubu.errors import ConfigError
 from bubu.log.store import SessionInfo, Store
@@ -34,7 +35,7 @@ def local_workspace(store: Store, info: SessionInfo, root: str | None) -> Sessio
     home = Path(root).expanduser().resolve()
     local = home / info.id
     if Path(info.workspace).resolve() == local or local.is_dir():
-        return replace(info, workspace=str(local))
+        return msgspec.structs.replace(info, workspace=str(local))
     records = store.read(info.id)
     snap = refs.snapshot_before(records, records[-1].seq if records else 0)
     if snap is None or snap.tree is None:
@@ -48,4 +49,4 @@ def local_workspace(store: Store, info: SessionInfo, root: str | None) -> Sessio
         shutil.rmtree(partial)
     materialize(store.get_object, snap.tree, partial)
     os.rename(partial, local)
-    return replace(info, workspace=str(local))
+    return msgspec.structs.replace(info, workspace=str(local))

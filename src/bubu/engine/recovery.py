@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from bubu import failpoints
 from bubu.engine import reload
@@ -206,7 +208,7 @@ def recover_session(
         # The workspace the chain records, never the header's (an export can edit the header).
         acting, facts = acting_info(store, info)
         if workspace is not None:
-            acting = replace(acting, workspace=workspace)
+            acting = msgspec.structs.replace(acting, workspace=workspace)
         if facts.origin == "import":
             plan = _not_on_an_imports_word(plan)
         changes = _changes(store, acting.workspace, prefix.snapshots, plan)
@@ -262,12 +264,14 @@ def _not_on_an_imports_word(plan: Plan) -> Plan:
     """An imported log proves nothing about this machine's files: a write it says is unapplied
     is not written again silently, it is left for review like a command."""
     calls = tuple(
-        replace(c, decision="interrupted", reason="an imported log's write is not re-run")
+        msgspec.structs.replace(
+            c, decision="interrupted", reason="an imported log's write is not re-run"
+        )
         if c.effect == "provable_write" and c.decision == "rerun_not_applied"
         else c
         for c in plan.calls
     )
-    return replace(plan, calls=calls)
+    return msgspec.structs.replace(plan, calls=calls)
 
 
 def _changes(

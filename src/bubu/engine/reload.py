@@ -477,15 +477,15 @@ def canonical(obj: object) -> object:
     r = _recovery()
     if isinstance(obj, r.Integrity | r.Rewinding | _refs().OpenSnapshots):  # plain, with slots
         return (type(obj).__name__, [canonical(getattr(obj, n)) for n in type(obj).__slots__])
-    if isinstance(obj, msgspec.Struct):
-        return (type(obj).__name__, [canonical(getattr(obj, f)) for f in obj.__struct_fields__])
     if isinstance(obj, ContextFold):  # its index is by identity: compare that it is whole
         index = obj._index
         whole = len(index) == len(obj.entries) and all(
             index.get(id(e)) == i for i, e in enumerate(obj.entries)
         )
-        names = [f.name for f in dataclasses.fields(obj) if f.name != "_index"]
+        names = [n for n in obj.__struct_fields__ if n != "_index"]
         return ("ContextFold", whole, [(n, canonical(getattr(obj, n))) for n in names])
+    if isinstance(obj, msgspec.Struct):
+        return (type(obj).__name__, [canonical(getattr(obj, f)) for f in obj.__struct_fields__])
     if isinstance(obj, RequestFold):  # its adopted checkpoints are the writer's outbox
         names = [f.name for f in dataclasses.fields(obj) if f.name != "adopted"]
         return ("RequestFold", [(n, canonical(getattr(obj, n))) for n in names])

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Container
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from bubu.engine.settings import last_turn, server_unknown
 from bubu.events import RunStarted, SystemNote
@@ -121,7 +122,9 @@ def session_facts(store: Store, info: SessionInfo) -> SessionFacts:
 def acting_info(store: Store, info: SessionInfo) -> tuple[SessionInfo, SessionFacts]:
     """`info` with the workspace, title and model its chain records: what a run acts on."""
     facts = session_facts(store, info)
-    chained = replace(info, workspace=facts.workspace, title=facts.title, model=facts.model)
+    chained = msgspec.structs.replace(
+        info, workspace=facts.workspace, title=facts.title, model=facts.model
+    )
     return chained, facts
 
 
@@ -142,8 +145,7 @@ user, and say so. ``child``: a sub-agent, continued by its parent's recovery. Th
 to continue, nothing to say."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Found:
+class Found(msgspec.Struct, frozen=True, kw_only=True):
     """What start-up makes of one session, and why."""
 
     session: SessionInfo

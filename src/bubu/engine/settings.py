@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
 
 from bubu.errors import ConfigError
 from bubu.events import SystemNote, TurnStarted
@@ -27,8 +28,7 @@ SERVER_PROVIDERS = SERVER_ENV
 STALL_ENV = "BUBU_STALL_TIMEOUT"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelSettings:
+class ModelSettings(msgspec.Struct, frozen=True, kw_only=True):
     """How a host's provider was built, besides its model spec (recorded with each turn)."""
 
     base_url: str | None = None

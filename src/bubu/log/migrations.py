@@ -6,11 +6,10 @@ refused. Never edit a released step: add a new one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class Migration:
+class Migration(msgspec.Struct, frozen=True):
     """One schema step."""
 
     version: int

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -65,8 +64,7 @@ def _cores(value: str) -> list[bytes]:
     return [_encoder.encode(f)[1:-1] for f in variants(value)]
 
 
-@dataclass(frozen=True, slots=True)
-class Redactor:
+class Redactor(msgspec.Struct, frozen=True):
     """The compiled patterns of one set of secrets."""
 
     version: int

@@ -10,7 +10,6 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Literal, Self
 
 import msgspec
@@ -49,8 +48,7 @@ class Appended(Head, frozen=True, kw_only=True):
         return Head(high_water=self.high_water, digest=self.digest)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionInfo:
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     """A row of the sessions table, plus the head of its log."""
 
     id: str
@@ -62,8 +60,7 @@ class SessionInfo:
     last_ms: int | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Lease:
+class Lease(msgspec.Struct, frozen=True, kw_only=True):
     """The right to append to a session, fenced by `epoch`.
 
     `stop_requested`: someone asked the holder of this epoch to stop (`Store.request_stop`); a
@@ -76,8 +73,7 @@ class Lease:
     stop_requested: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VerifyReport:
+class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     """The result of recomputing one session's chain."""
 
     session: str
@@ -88,8 +84,7 @@ class VerifyReport:
     problem: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class View:
+class View(msgspec.Struct, frozen=True, kw_only=True):
     """A derived, rebuildable record built from the log prefix `1..source_high_water`."""
 
     kind: str
@@ -101,8 +96,7 @@ class View:
     created_ms: int = 0
 
 
-@dataclass(slots=True, kw_only=True)
-class AppendRequest:
+class AppendRequest(msgspec.Struct, kw_only=True):
     """One append, as queued for group commit."""
 
     session: str
@@ -110,13 +104,12 @@ class AppendRequest:
     expect: int
     durable: bool
     lease: Lease | None
-    blobs: Sequence[bytes] = field(default_factory=tuple)
+    blobs: Sequence[bytes] = msgspec.field(default_factory=tuple)
     payloads: Sequence[bytes] | None = None
     """The canonical bytes of `events`, one for one, when the caller has them already."""
 
 
-@dataclass(frozen=True, slots=True)
-class Chained:
+class Chained(msgspec.Struct, frozen=True):
     """One event of an append, encoded and chained: the row a backend stores, and its record."""
 
     seq: int

@@ -19,7 +19,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
@@ -55,8 +54,7 @@ Blobs = Mapping[str, bytes]
 NO_BLOBS: Blobs = {}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Checkpoint:
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     """A validated summary of events 1..watermark, as the request uses it."""
 
     key: str
@@ -65,29 +63,25 @@ class Checkpoint:
     text: str
 
 
-@dataclass(slots=True)
-class _Result:
+class _Result(msgspec.Struct):
     part: ToolResultPart
     blob: str | None = None
     size: int = 0
 
 
-@dataclass(slots=True)
-class _Step:
+class _Step(msgspec.Struct):
     first_seq: int
-    parts: list[AssistantPart] = field(default_factory=list)
-    calls: list[str] = field(default_factory=list)
-    results: dict[str, _Result] = field(default_factory=dict)
+    parts: list[AssistantPart] = msgspec.field(default_factory=list)
+    calls: list[str] = msgspec.field(default_factory=list)
+    results: dict[str, _Result] = msgspec.field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _User:
+class _User(msgspec.Struct):
     first_seq: int
     message: UserMessage
 
 
-@dataclass(frozen=True, slots=True)
-class _Rendered:
+class _Rendered(msgspec.Struct, frozen=True):
     messages: tuple[Message, ...]
     digests: bytes
     size: int
@@ -96,32 +90,31 @@ class _Rendered:
 _encoder = msgspec.json.Encoder(order="sorted")
 
 
-@dataclass(slots=True)
-class ContextFold:
+class ContextFold(msgspec.Struct):
     """The conversation as the model sees it, folded incrementally."""
 
-    policy: ContextPolicy = field(default_factory=ContextPolicy)
+    policy: ContextPolicy = msgspec.field(default_factory=ContextPolicy)
     checkpoint: Checkpoint | None = None
     omitted_before: int = 0
     """A fallback floor: entries at or below this seq are left out (a failed compaction)."""
-    entries: list[_User | _Step] = field(default_factory=list)
-    by_invocation: dict[str, _Step] = field(default_factory=dict)
-    by_call: dict[str, _Step] = field(default_factory=dict)
+    entries: list[_User | _Step] = msgspec.field(default_factory=list)
+    by_invocation: dict[str, _Step] = msgspec.field(default_factory=dict)
+    by_call: dict[str, _Step] = msgspec.field(default_factory=dict)
     high_water: int = 0
-    _rendered: list[_Rendered | None] = field(default_factory=list)
-    _hot: list[bool] = field(default_factory=list)
-    _index: dict[int, int] = field(default_factory=dict)
-    _steps: list[int] = field(default_factory=list)
-    _seqs: list[int] = field(default_factory=list)
+    _rendered: list[_Rendered | None] = msgspec.field(default_factory=list)
+    _hot: list[bool] = msgspec.field(default_factory=list)
+    _index: dict[int, int] = msgspec.field(default_factory=dict)
+    _steps: list[int] = msgspec.field(default_factory=list)
+    _seqs: list[int] = msgspec.field(default_factory=list)
     """The first seq of each entry: increasing, so the visible ones are found by bisection."""
     # The visible entries flattened, with a running digest and size after each entry; valid from
     # _flat_start up to the first entry that changed, so a request extends what the last one built.
     _flat_start: int = -1
-    _flat: list[Message] = field(default_factory=list)
-    _cum: list[tuple[int, int, Any]] = field(default_factory=list)
-    _image_blobs: list[tuple[int, str]] = field(default_factory=list)
+    _flat: list[Message] = msgspec.field(default_factory=list)
+    _cum: list[tuple[int, int, Any]] = msgspec.field(default_factory=list)
+    _image_blobs: list[tuple[int, str]] = msgspec.field(default_factory=list)
     """(entry index, sha-256) of every image an entry shows: read with the hot results."""
-    _instructions: list[tuple[int, ProjectInstructions]] = field(default_factory=list)
+    _instructions: list[tuple[int, ProjectInstructions]] = msgspec.field(default_factory=list)
     """Project instruction notes in the history: those a checkpoint covers are re-stated."""
 
     def apply(self, r: Record) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from bubu.events import Error, FunctionCall, FunctionResponse, Record, Text
 from bubu.projections.memory import PlanItem, clean_key, is_memory_path, plan_counts, plan_items
@@ -14,22 +15,21 @@ from bubu.toolfacts import facts_of
 _EXIT = re.compile(r"exit code (-?\d+)")
 
 
-@dataclass(slots=True, kw_only=True)
-class Facts:
+class Facts(msgspec.Struct, kw_only=True):
     """Goal, requests, files changed, commands run, pending reviews and open errors."""
 
     goal: str | None = None
-    requests: list[str] = field(default_factory=list)
-    files: dict[str, str] = field(default_factory=dict)
-    commands: list[tuple[str, str]] = field(default_factory=list)
+    requests: list[str] = msgspec.field(default_factory=list)
+    files: dict[str, str] = msgspec.field(default_factory=dict)
+    commands: list[tuple[str, str]] = msgspec.field(default_factory=list)
     """The last commands run (the sheet shows 20; `commands_run` counts them all)."""
     commands_run: int = 0
-    pending_review: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    pending_review: list[str] = msgspec.field(default_factory=list)
+    errors: list[str] = msgspec.field(default_factory=list)
     plan: tuple[PlanItem, ...] | None = None
-    remembered: list[str] = field(default_factory=list)
-    _calls: dict[str, FunctionCall] = field(default_factory=dict)
-    _after: dict[str, tuple[str, str]] = field(default_factory=dict)
+    remembered: list[str] = msgspec.field(default_factory=list)
+    _calls: dict[str, FunctionCall] = msgspec.field(default_factory=dict)
+    _after: dict[str, tuple[str, str]] = msgspec.field(default_factory=dict)
 
     def apply(self, r: Record) -> None:
         """Fold one record in."""

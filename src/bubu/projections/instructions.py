@@ -15,7 +15,8 @@ recorded, whatever the files on disk say by now.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from bubu.events import (
     InstructionFile,
@@ -56,8 +57,7 @@ def chain(directory: str) -> list[str]:
     return ["", *("/".join(parts[: i + 1]) for i in range(len(parts)))]
 
 
-@dataclass(slots=True)
-class InstructionsFold:
+class InstructionsFold(msgspec.Struct):
     """What the log says about the session's project instructions."""
 
     enabled: bool = True
@@ -66,11 +66,11 @@ class InstructionsFold:
     """The files of the session's `start` note: the system prompt's part."""
     started: bool = False
     """Whether a `start` note was recorded (the prefix is fixed once the model was called)."""
-    current: dict[str, InstructionFile] = field(default_factory=dict)
+    current: dict[str, InstructionFile] = msgspec.field(default_factory=dict)
     """The latest recorded file of each directory (sha256 "" once it was removed)."""
-    seqs: dict[str, int] = field(default_factory=dict)
+    seqs: dict[str, int] = msgspec.field(default_factory=dict)
     """The seq of the note that recorded each directory's latest file."""
-    where: dict[str, str] = field(default_factory=dict)
+    where: dict[str, str] = msgspec.field(default_factory=dict)
     """"prefix" or "history" for each directory's latest file."""
     skills: tuple[SkillEntry, ...] = ()
     """The skills of the session's first `SkillsListed` note: the system prompt's part."""

@@ -16,8 +16,9 @@ recovery, does not count. Like every projection this never reads the clock: call
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TypeGuard
+
+import msgspec
 
 from bubu.events import (
     ChildFinished,
@@ -40,8 +41,7 @@ DEFAULT_RETRY_FOR_S = 6 * 3600.0
 """How long transient provider failures are waited out by default (`bubu.engine.backoff`)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Waiting:
+class Waiting(msgspec.Struct, frozen=True, kw_only=True):
     """The turn is waiting out a transient provider failure before its next attempt."""
 
     attempt: int
@@ -57,8 +57,7 @@ class Waiting:
     """The next attempt has been made and has not answered yet."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LimitHit:
+class LimitHit(msgspec.Struct, frozen=True, kw_only=True):
     """A limit of the turn that was reached, named for the person who set it."""
 
     cause: EndCause
@@ -66,8 +65,7 @@ class LimitHit:
     steps: int | None = None
 
 
-@dataclass(slots=True, kw_only=True)
-class LongRunFold:
+class LongRunFold(msgspec.Struct, kw_only=True):
     """The latest turn's budget, failure streak and current model (see the module docstring)."""
 
     turn: str | None = None
@@ -105,8 +103,8 @@ class LongRunFold:
     model: str | None = None
     """The model in use now; None until a turn starts."""
     end_cause: EndCause | None = None
-    _last_invocation: str | None = field(default=None, repr=False)
-    _children: set[str] = field(default_factory=set, repr=False)
+    _last_invocation: str | None = None
+    _children: set[str] = msgspec.field(default_factory=set)
     """Sub-agents whose spend is counted in `tokens`."""
 
     def apply(self, r: Record) -> None:

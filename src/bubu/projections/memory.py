@@ -27,8 +27,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from bubu.events import (
     FunctionCall,
@@ -58,8 +59,7 @@ PLAN_STATUSES: tuple[PlanStatus, ...] = ("pending", "in_progress", "completed")
 _TERM = re.compile(r"\w+", re.UNICODE)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Note:
+class Note(msgspec.Struct, frozen=True, kw_only=True):
     """One remembered note: its key, text, when it was written and by which session."""
 
     key: str
@@ -75,8 +75,7 @@ class Note:
         return text_sha256(self.text)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlanItem:
+class PlanItem(msgspec.Struct, frozen=True, kw_only=True):
     """One step of the plan."""
 
     text: str
@@ -93,8 +92,7 @@ def is_memory_path(path: str | None) -> bool:
     return bool(path) and str(path).startswith(MEMORY_PREFIX)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Memory:
+class Memory(msgspec.Struct, frozen=True, kw_only=True):
     """A workspace's notes: the live ones (recalled) and the imported ones awaiting acceptance."""
 
     live: dict[str, Note]

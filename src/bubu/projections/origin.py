@@ -16,8 +16,9 @@ warns that its workspace comes from the file's header alone, and marks the sessi
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from bubu.events import Record, SessionStarted, SystemNote, TurnStarted
 
@@ -30,8 +31,7 @@ LEGACY_FORK_KEY = "fork"
 """The state-delta key a fork puts on its first event (older forks have nothing else)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionFacts:
+class SessionFacts(msgspec.Struct, frozen=True, kw_only=True):
     """What a session is, from its chain (or, for a legacy session, from its header)."""
 
     workspace: str

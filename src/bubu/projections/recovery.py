@@ -17,8 +17,9 @@ file hashes observed now (DESIGN §4, §5).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
+
+import msgspec
 
 from bubu.events import (
     EffectClass,
@@ -43,8 +44,7 @@ INTERRUPTED = (
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CallPlan:
+class CallPlan(msgspec.Struct, frozen=True, kw_only=True):
     """What recovery does with one dangling call."""
 
     call_id: str
@@ -56,8 +56,7 @@ class CallPlan:
     label: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
     """The recovery plan of a session."""
 
     kind: PlanKind
@@ -204,14 +203,13 @@ class Integrity:
         return None if state is None else state.dispatches.get(seq)
 
 
-@dataclass(slots=True, kw_only=True)
-class _Open:
+class _Open(msgspec.Struct, kw_only=True):
     """A call waiting for its outcome(s), as `Integrity` holds it."""
 
     made: int = 1
     answered: int = 0
     dispatched: bool = False
-    dispatches: dict[int, Dispatched] = field(default_factory=dict)
+    dispatches: dict[int, Dispatched] = msgspec.field(default_factory=dict)
     """Its dispatches by seq (a re-run read is dispatched again)."""
 
 

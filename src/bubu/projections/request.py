@@ -35,11 +35,10 @@ BYTES_PER_TOKEN = 4
 _encoder = msgspec.json.Encoder(order="sorted")
 
 
-@dataclass(slots=True)
-class Calibration:
+class Calibration(msgspec.Struct):
     """Reported prompt tokens over estimated ones, from the last calls' token usage."""
 
-    pairs: list[tuple[int, int]] = field(default_factory=list)
+    pairs: list[tuple[int, int]] = msgspec.field(default_factory=list)
 
     def apply(self, usage: TokenUsage) -> None:
         """Fold one model call's usage in."""
@@ -73,8 +72,7 @@ def tool_specs(tools: Iterable[Declared]) -> tuple[ToolSpec, ...]:
     )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Prefix:
+class Prefix(msgspec.Struct, frozen=True, kw_only=True):
     """What a request holds that the log does not: the stable, cacheable prefix."""
 
     model: str
@@ -86,8 +84,7 @@ class Prefix:
     """The session the request belongs to: a provider's cache key (not part of the digest)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NextRequest:
+class NextRequest(msgspec.Struct, frozen=True, kw_only=True):
     """The next request, the digest naming it, its estimated tokens and the checkpoint it uses."""
 
     request: ModelRequest

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
 from typing import Literal
+
+import msgspec
 
 from bubu.events import (
     Event,
@@ -72,8 +73,7 @@ STATES: tuple[Shown, ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Status:
+class Status(msgspec.Struct, frozen=True, kw_only=True):
     """What a session is doing, as far as the log says."""
 
     state: State = "idle"
@@ -96,14 +96,14 @@ def step(s: Status, seq: int, ev: Event) -> Status:
         s = _permissions(s, a.permission_request, a.permission_decision)
     if isinstance(c, Text) and ev.role == "user" and ev.visibility == "visible":
         if s.state not in ("open", "blocked", "held"):
-            return replace(s, state="queued", reason=None, last_seq=seq)
-        return replace(s, last_seq=seq)
+            return msgspec.structs.replace(s, state="queued", reason=None, last_seq=seq)
+        return msgspec.structs.replace(s, last_seq=seq)
     if not isinstance(c, SystemNote):
-        return replace(s, last_seq=seq)
+        return msgspec.structs.replace(s, last_seq=seq)
     n = c.note
     match n:
         case TurnStarted():
-            return replace(
+            return msgspec.structs.replace(
                 s,
                 state="open",
                 turn=ev.turn,
@@ -114,12 +114,16 @@ def step(s: Status, seq: int, ev: Event) -> Status:
                 last_seq=seq,
             )
         case TurnEnded(reason=reason, message=message):
-            return replace(s, state=reason, reason=message, pending_permissions=(), last_seq=seq)
+            return msgspec.structs.replace(
+                s, state=reason, reason=message, pending_permissions=(), last_seq=seq
+            )
         case RunStarted():
             state: State = "open" if s.state in ("open", "blocked") else s.state
-            return replace(s, state=state, runs_in_turn=s.runs_in_turn + 1, last_seq=seq)
+            return msgspec.structs.replace(
+                s, state=state, runs_in_turn=s.runs_in_turn + 1, last_seq=seq
+            )
         case RecoveryNotice(status=status, reason=reason):
-            return replace(
+            return msgspec.structs.replace(
                 s,
                 state="blocked" if status == "blocked" else s.state,
                 reason=reason if status == "blocked" else s.reason,
@@ -129,15 +133,15 @@ def step(s: Status, seq: int, ev: Event) -> Status:
                 last_seq=seq,
             )
         case TaskHeld(reasons=reasons):
-            return replace(s, state="held", reason="; ".join(reasons), last_seq=seq)
+            return msgspec.structs.replace(s, state="held", reason="; ".join(reasons), last_seq=seq)
         case TaskApproved():
             state = "queued" if s.state == "held" else s.state
-            return replace(s, state=state, reason=None, last_seq=seq)
+            return msgspec.structs.replace(s, state=state, reason=None, last_seq=seq)
         case NoticeDismissed(notice_seq=ns):
             dismissed = s.notice_dismissed or ns == s.notice_seq
-            return replace(s, notice_dismissed=dismissed, last_seq=seq)
+            return msgspec.structs.replace(s, notice_dismissed=dismissed, last_seq=seq)
         case _:
-            return replace(s, last_seq=seq)
+            return msgspec.structs.replace(s, last_seq=seq)
 
 
 def _permissions(
@@ -148,7 +152,7 @@ def _permissions(
         pending.append(req.request_id)
     if dec is not None and dec.request_id in pending:
         pending.remove(dec.request_id)
-    return replace(s, pending_permissions=tuple(pending))
+    return msgspec.structs.replace(s, pending_permissions=tuple(pending))
 
 
 def fold_status(records: Iterable[Record], start: Status | None = None) -> Status:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Literal
+
+import msgspec
 
 from bubu.events import (
     CheckpointBody,
@@ -50,8 +51,7 @@ ToolStatus = Literal[
 ]
 
 
-@dataclass(slots=True, kw_only=True)
-class ToolCard:
+class ToolCard(msgspec.Struct, kw_only=True):
     """One tool call and what became of it."""
 
     seq: int
@@ -68,8 +68,7 @@ class ToolCard:
     kind: Literal["tool"] = "tool"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Message:
+class Message(msgspec.Struct, frozen=True, kw_only=True):
     """A message, thinking, error or boundary line."""
 
     seq: int
@@ -78,11 +77,10 @@ class Message:
     turn: str | None = None
 
 
-@dataclass(slots=True, kw_only=True)
-class Transcript:
+class Transcript(msgspec.Struct, kw_only=True):
     """The transcript plus totals."""
 
-    items: list[Message | ToolCard] = field(default_factory=list)
+    items: list[Message | ToolCard] = msgspec.field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
@@ -91,9 +89,9 @@ class Transcript:
     model_calls: int = 0
     usage_unknown_calls: int = 0
     """Calls whose server reported no token usage (their tokens are unknown, not 0)."""
-    cost: CostTally = field(default_factory=CostTally)
+    cost: CostTally = msgspec.field(default_factory=CostTally)
     """What the calls cost, in total and per model (unknown prices kept apart)."""
-    cards: dict[str, ToolCard] = field(default_factory=dict)
+    cards: dict[str, ToolCard] = msgspec.field(default_factory=dict)
 
     def apply(self, r: Record) -> None:
         """Fold one record in."""

@@ -11,7 +11,8 @@ import copy
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from bubu.events import (
     ChildFinished,
@@ -39,8 +40,7 @@ from bubu.events import (
 )
 
 
-@dataclass(slots=True, kw_only=True)
-class CallState:
+class CallState(msgspec.Struct, kw_only=True):
     """One tool call of the turn and how far it got."""
 
     call_id: str
@@ -60,8 +60,8 @@ class CallState:
     """Successful outcomes in a row, in this run, of the same call with this same result (this
     one included; 0 for a failure): a model looping on a call that tells it nothing new."""
     decision: PermissionDecision | None = None
-    recoveries: list[ToolRecovery] = field(default_factory=list)
-    hooks: dict[tuple[str, str], HookRun] = field(default_factory=dict)
+    recoveries: list[ToolRecovery] = msgspec.field(default_factory=list)
+    hooks: dict[tuple[str, str], HookRun] = msgspec.field(default_factory=dict)
     """The committed decisions of the hooks that ran on this call, by (event, hook): they stand
     after a crash, and the hook is not run again. A PreToolUse hook's `updated_input` has already
     replaced `arguments`."""
@@ -86,8 +86,7 @@ def result_digest(result: str) -> str:
     return hashlib.sha256(result.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-@dataclass(slots=True, kw_only=True)
-class TurnFold:
+class TurnFold(msgspec.Struct, kw_only=True):
     """The latest turn of a session, as far as the records applied so far say."""
 
     turn: str | None = None
@@ -116,7 +115,7 @@ class TurnFold:
     """A planning turn (or the last turn was one, and its plan is not approved yet)."""
     plan_approved: bool = False
     """The last planning turn's plan was approved since (`PlanApproved`)."""
-    step_hooks: dict[tuple[str, str], HookRun] = field(default_factory=dict)
+    step_hooks: dict[tuple[str, str], HookRun] = msgspec.field(default_factory=dict)
     """Hook decisions not tied to a call (Stop …) committed since the last model response."""
     stop_blocks: int = 0
     """How often a Stop hook continued this turn (``stop_hook_active`` once above 0)."""
@@ -131,19 +130,19 @@ class TurnFold:
     cut_off: bool = False
     """The latest model response stopped at its output limit (max_tokens)."""
     inflight_request: ModelRequestNote | None = None
-    calls: dict[str, CallState] = field(default_factory=dict)
-    open_calls: list[str] = field(default_factory=list)
+    calls: dict[str, CallState] = msgspec.field(default_factory=dict)
+    open_calls: list[str] = msgspec.field(default_factory=list)
     last_outcome: CallState | None = None
     """The call whose outcome was folded last (the highest outcome seq of the turn)."""
-    unnoticed: list[ToolRecovery] = field(default_factory=list)
+    unnoticed: list[ToolRecovery] = msgspec.field(default_factory=list)
     """Recovery decisions committed since the last recovery notice (what the next one must name)."""
     dropped_in_a_row: int = 0
     """Recoveries of this turn that dropped an in-flight model call, with no model response
     committed since the first of them: deaths during model calls, back to back."""
     high_water: int = 0
     _last_invocation: str | None = None
-    _same: dict[tuple[str, str], CallState] = field(default_factory=dict)
-    _children: set[str] = field(default_factory=set)
+    _same: dict[tuple[str, str], CallState] = msgspec.field(default_factory=dict)
+    _children: set[str] = msgspec.field(default_factory=set)
     """Sub-agents whose cost is counted in `turn_cost`."""
     """The latest finished call of each (tool, arguments), in this run."""
 

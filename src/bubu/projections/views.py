@@ -15,7 +15,6 @@ decoded snapshot equals the fold of the whole log:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import msgspec
 
@@ -30,8 +29,7 @@ VERSION = 1
 """Bumped whenever the fold's shape or meaning changes: a snapshot of another version is rebuilt."""
 
 
-@dataclass(slots=True, kw_only=True)
-class UsageTotals:
+class UsageTotals(msgspec.Struct, kw_only=True):
     """The token and cost totals of a session's model calls (`Transcript`'s, without items)."""
 
     model_calls: int = 0
@@ -41,7 +39,7 @@ class UsageTotals:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
-    cost: CostTally = field(default_factory=CostTally)
+    cost: CostTally = msgspec.field(default_factory=CostTally)
 
     def add(self, u: TokenUsage) -> None:
         """Count one call's usage."""
@@ -55,19 +53,18 @@ class UsageTotals:
         self.cost.add(u.model, u.cost_usd, u.input_tokens, u.output_tokens)
 
 
-@dataclass(slots=True, kw_only=True)
-class SessionView:
+class SessionView(msgspec.Struct, kw_only=True):
     """Status, usage, long-run budget, plan and transcript index of the records folded so far."""
 
     version: int = VERSION
     high_water: int = 0
-    status: Status = field(default_factory=Status)
-    usage: UsageTotals = field(default_factory=UsageTotals)
-    longrun: LongRunFold = field(default_factory=LongRunFold)
+    status: Status = msgspec.field(default_factory=Status)
+    usage: UsageTotals = msgspec.field(default_factory=UsageTotals)
+    longrun: LongRunFold = msgspec.field(default_factory=LongRunFold)
     plan: tuple[PlanItem, ...] | None = None
-    plan_calls: dict[str, FunctionCall] = field(default_factory=dict)
+    plan_calls: dict[str, FunctionCall] = msgspec.field(default_factory=dict)
     """update_plan calls waiting for their outcome."""
-    items: list[int] = field(default_factory=list)
+    items: list[int] = msgspec.field(default_factory=list)
     """The seq of each transcript item (what `bubu show --tail N` starts its reading at)."""
 
     def apply(self, r: Record) -> None:

@@ -10,7 +10,6 @@ as the official SDK sends it, over `httpx2` (`_wire`), and never retried: the en
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, assert_never, cast
 
 import httpx2
+import msgspec
 
 from bubu import images
 from bubu.errors import ConfigError, ProviderError
@@ -485,7 +485,7 @@ def _joined(first: ModelResponse, then: ModelResponse) -> ModelResponse:
         cache_write_tokens=a.cache_write_tokens + b.cache_write_tokens,
         cache_write_1h_tokens=a.cache_write_1h_tokens + b.cache_write_1h_tokens,
     )
-    return dataclasses.replace(then, parts=(*first.parts, *then.parts), usage=usage)
+    return msgspec.structs.replace(then, parts=(*first.parts, *then.parts), usage=usage)
 
 
 def _tool_call(block: _Block, raw: str) -> ToolCallPart:
@@ -627,7 +627,7 @@ class AnthropicProvider(_endpoint.AtEndpoint):
             if response.stop_reason != "pause_turn":
                 break
             paused = AssistantMessage(parts=response.parts)
-            more = dataclasses.replace(request, messages=(*request.messages, paused))
+            more = msgspec.structs.replace(request, messages=(*request.messages, paused))
             response = _joined(response, self._call(more, on_delta))
         return response
 

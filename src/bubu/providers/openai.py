@@ -9,13 +9,13 @@ attempt, so every failure leaves here as a `ProviderError`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, assert_never, cast
 
 import httpx2
+import msgspec
 
 from bubu import images
 from bubu.errors import ProviderError
@@ -435,7 +435,7 @@ class OpenAIProvider(_endpoint.AtEndpoint):
                 self._tool_mode = mode
                 said = toolmode.notice(mode, self._vendor.name, words)
                 continue
-            return response if said is None else dataclasses.replace(response, notice=said)
+            return response if said is None else msgspec.structs.replace(response, notice=said)
 
     def _complete(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         if self._tool_mode == "whole" and request.tools:
@@ -482,7 +482,7 @@ class OpenAIProvider(_endpoint.AtEndpoint):
                     self._tool_mode = "whole"
                     said = "it sent an empty stream where the answer was due, then answered whole"
                     notice = toolmode.notice("whole", self._vendor.name, said)
-                    return dataclasses.replace(response, notice=notice)
+                    return msgspec.structs.replace(response, notice=notice)
                 return response
         raise empty
 

@@ -17,10 +17,11 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
 
 if TYPE_CHECKING:
     import httpx2
@@ -36,8 +37,7 @@ LEARNED = "the server's overflow error"
 UNKNOWN = "default: unknown model"
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
+class Window(msgspec.Struct, frozen=True):
     """A window in tokens and where it came from (e.g. ``llama.cpp /props``)."""
 
     tokens: int
@@ -75,8 +75,7 @@ def hosted_window(provider_id: str, model: str) -> Window | None:
     return found
 
 
-@dataclass(slots=True)
-class _WindowCache:
+class _WindowCache(msgspec.Struct):
     path: Path
     version: str
     entries: dict[str, int]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
@@ -57,8 +56,7 @@ def is_dir(mode: int) -> bool:
     return stat.S_ISDIR(mode)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FileState:
+class FileState(msgspec.Struct, frozen=True, kw_only=True):
     """One file (or link) of a snapshot."""
 
     mode: int
@@ -110,8 +108,7 @@ def reachable(get: GetObject, root: str, seen: set[str]) -> Iterator[tuple[str, 
 ChangeKind = Literal["added", "modified", "deleted"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Change:
+class Change(msgspec.Struct, frozen=True, kw_only=True):
     """One path that differs between two snapshots."""
 
     path: str
