@@ -10,6 +10,7 @@ hidden event committed with its compaction note; the derived view is only a cach
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -143,9 +144,6 @@ def request_overhead(previous: str | None, facts: str) -> int:
 
 # ---- validation ---------------------------------------------------------------------------------
 
-_WORD = re.compile(r"[^\W_]+(?:[.'/:-][^\W_]+)*")
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+")
-_STAMP = re.compile(r"^(?:\d+|\d{1,4}(?:[-/:.]\d{1,4})+|t?\d{1,2}h\d*|[ap]m|utc|z)$")
 _STOP = frozenset(
     [
         "a",
@@ -208,7 +206,6 @@ _STOP = frozenset(
         "here",
     ]
 )
-_PROMPT_WORDS = frozenset(w.lower() for w in _WORD.findall(SUMMARY_SYSTEM + INSTRUCTION))
 MIN_OWN_WORDS = 1
 """Words of its own (not the prompt's, not stop words, not numbers or times) each section needs:
 "Nothing remains; all done." passes, headings with timestamps or the prompt echoed back do not."""
@@ -216,15 +213,33 @@ MIN_OWN_TOTAL = 15
 """Distinct words of its own the whole summary needs (a real summary names files, commands …)."""
 
 
+class _Words:
+    """The patterns that find a summary's words, compiled when a summary is first checked (a
+    reader that only folds checkpoints never pays for them)."""
+
+    def __init__(self) -> None:
+        self.word = re.compile(r"[^\W_]+(?:[.'/:-][^\W_]+)*")
+        self.cjk = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+")
+        self.stamp = re.compile(r"^(?:\d+|\d{1,4}(?:[-/:.]\d{1,4})+|t?\d{1,2}h\d*|[ap]m|utc|z)$")
+        self.prompt = frozenset(w.lower() for w in self.word.findall(SUMMARY_SYSTEM + INSTRUCTION))
+        """The words of the summary prompt itself."""
+
+
+@functools.cache
+def _words() -> _Words:
+    return _Words()
+
+
 def terms(text: str) -> list[str]:
     """The distinctive words of `text`, lower-cased, in order: words of three letters or more that
     are not stop words; a run of CJK characters gives its character pairs."""
     out: list[str] = []
-    for word in _WORD.findall(text.lower()):
-        for run in _CJK.findall(word):
+    words = _words()
+    for word in words.word.findall(text.lower()):
+        for run in words.cjk.findall(word):
             out += [run] if len(run) < 2 else [run[i : i + 2] for i in range(len(run) - 1)]
-        w = _CJK.sub("", word)
-        if len(w) >= 3 and w not in _STOP and not _STAMP.match(w):
+        w = words.cjk.sub("", word)
+        if len(w) >= 3 and w not in _STOP and not words.stamp.match(w):
             out.append(w)
     return list(dict.fromkeys(out))
 
@@ -249,10 +264,11 @@ def validate(summary: str, goal: str | None) -> str | None:
     missing = [s for s in SECTIONS if s not in found]
     if missing:
         return f"the summary lacks the sections {', '.join(missing)}"
-    heads = {w.lower() for s in SECTIONS for w in _WORD.findall(s)}
+    words = _words()
+    heads = {w.lower() for s in SECTIONS for w in words.word.findall(s)}
     everything: set[str] = set()
     for s in SECTIONS:
-        own = [w for w in terms(found[s]) if w not in _PROMPT_WORDS and w not in heads]
+        own = [w for w in terms(found[s]) if w not in words.prompt and w not in heads]
         everything.update(own)
         if len(own) < MIN_OWN_WORDS:
             return (

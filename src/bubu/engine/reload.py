@@ -258,12 +258,24 @@ def stored(
         return None, "its record cannot be read"
     if row is None:
         return None, None
+    return _valid(store, session, row, decode(row.data), policy=policy, commands=commands)
+
+
+def _valid(
+    store: Store,
+    session: str,
+    row: View,
+    state: RunnerFolds | None,
+    *,
+    policy: ContextPolicy,
+    commands: Commands | None,
+) -> tuple[RunnerFolds | None, str | None]:
+    """`stored`'s answer for the snapshot `row` holds, `state` being its bytes decoded."""
     if digest_at(store, session, row.source_high_water) != row.source_digest:
         return (
             None,
             f"the log's digest at seq {row.source_high_water} is not the one it was built from",
         )
-    state = decode(row.data)
     if state is None:
         return None, "its bytes do not match their checksum or cannot be read"
     if state.digest != row.source_digest:
@@ -430,7 +442,7 @@ def check(store: Store, report: VerifyReport) -> VerifyReport:
         decoded = decode(row.data)
         policy = decoded.policy if decoded is not None else ContextPolicy()
         commands = decoded.commands if decoded is not None else None
-        state, bad = stored(store, report.session, policy, commands)
+        state, bad = _valid(store, report.session, row, decoded, policy=policy, commands=commands)
         if bad is None and state is not None:
             fresh = RunnerFolds(policy=policy, commands=state.commands)
             with _declared(state.commands or ()):
