@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, get_args
 
 from bubu import providerfacts
 from bubu.errors import ConfigError
+from bubu.pluginscan import ALLOW_ENV
 
 if TYPE_CHECKING:
     from bubu.providers.base import Provider
@@ -38,9 +39,6 @@ Group = Literal["bubu.providers", "bubu.tools"]
 DISTRIBUTION = "bubu-agent"
 """The distribution that registers the built-ins."""
 
-ALLOW_ENV = "BUBU_PLUGINS"
-"""Which installed distributions' entry points count: unset, every one; ``none``, none (the
-built-ins only); else a comma-separated list of distribution names."""
 
 UNKNOWN = "an unknown package"
 """Who registered an entry point that came without its distribution (one passed in by hand)."""

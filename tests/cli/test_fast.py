@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from bubu.cli import fast
 from bubu.cli.app import cli
+from bubu.errors import BubuError
 from faults.helpers import seed
 
 TYPES = {int: click.INT, str: click.STRING}
@@ -79,6 +81,14 @@ def test_the_table_is_the_click_commands_parameters(name: str) -> None:
             assert convert is fast._at_least_one
         elif p.callback is None:
             assert TYPES[convert] is p.type  # type: ignore[index]
+        elif p.type is click.INT:  # a number checked: the same answers, the same refusals
+            for value in ("4096", " 8192", "200000", "1_000_000"):
+                assert convert(value) == p.process_value(ctx, value)
+            for value in ("4095", "0", "-1", "x", "1.5"):
+                with pytest.raises(ValueError, match=re.escape(value)):
+                    convert(value)
+                with pytest.raises((click.BadParameter, BubuError)):
+                    p.process_value(ctx, value)
         else:  # a check of the value: the same answers as click's for accepted values
             assert p.type is click.STRING
             for value in ("completed", " Running ", "OPEN TURN", "failed"):
@@ -104,6 +114,9 @@ def test_the_table_is_the_click_commands_parameters(name: str) -> None:
         ["show", "ses_x"],
         ["show", "ses_x", "--thinking", "--tail", "3", "--json"],
         ["show", "--no-thinking", "--tail=1", "ses_x"],
+        ["context", "ses_x"],
+        ["context", "--json", "ses_x", "--context-window", "8192"],
+        ["context", "ses_x", "--context-window=4096"],
     ],
     ids=" ".join,
 )
@@ -153,6 +166,11 @@ TAKEN = [
     ["show", "{id}", "--json", "--tail", "2"],
     ["show", "--thinking", "{id}", "--tail=1"],
     ["show", "{id}", "--no-thinking"],
+    ["context", "{id}"],
+    ["context", "{id}", "--json"],
+    ["context", "--context-window", "8192", "{id}"],
+    ["context", "{id}", "--json", "--context-window=100000"],
+    ["context", "nope"],
 ]
 DECLINED = [
     ["sessions", "--help"],
@@ -176,7 +194,10 @@ DECLINED = [
     ["show", "{id}", "--thinking", "--no-thinking"],
     ["status", "{id}", "--thinking"],
     ["status", "{id}", "{id}"],
-    ["context", "{id}"],  # not a command of the table
+    ["context", "{id}", "--context-window", "100"],  # refused in words: click's
+    ["context", "{id}", "--context-window", "many"],
+    ["context"],
+    ["export", "{id}"],  # not a command of the table
     ["logs", "{id}"],
 ]
 

@@ -1,5 +1,7 @@
 """Read-only commands import only what they use: no tools, providers, SDKs, asyncio, ssl, web or
-the live view's renderer (rich); but for `export` and `context`, not even click (`bubu.cli.fast`).
+the live view's renderer (rich); but for `export`, not even click (`bubu.cli.fast`). `context`
+lists the built-in tools from their record (`bubu.toolspecs`) and loads the tools only when the
+host may offer others (MCP servers, a tool plugin).
 
 Each command runs in a fresh interpreter that prints the modules it loaded at exit, so a stray
 top-level import anywhere on a read-only command's path fails here by name.
@@ -18,6 +20,7 @@ import click
 import pytest
 
 from bubu.cli.app import COMMANDS, cli
+from bubu.pluginscan import ALLOW_ENV
 from faults.helpers import seed
 from providers.servers import serve, stream_file
 
@@ -45,26 +48,31 @@ FORBIDDEN_PREFIXES = (
     "bubu.engine.session",
     "bubu.cli.render",
 )
-BUDGET = 184
+BUDGET = 185
 """Modules a read-only command may load in all (the interpreter alone loads about 30; 341 did
-when every command's module loaded for each). The largest, `bubu export`, loads 184 through
-click; `bubu verify` 178, refolding the log a runner's state snapshot names to check it; the
-commands the fast path runs without click fewer: `status` 163 with its sub-agents, background
-processes and plan mode, `show` 164, `sessions` 154, `log` 147."""
+when every command's module loaded for each). The largest, `bubu export`, loads 185 through
+click; `bubu verify` 183, refolding the log a runner's state snapshot names to check it; the
+commands the fast path runs without click fewer: `context` 169 with the request's projection and
+the built-in tools' record, `status` 164 with its sub-agents, background processes and plan mode,
+`show` 165, `sessions` 157, `log` 145."""
 
-FAST = {"sessions", "status", "show", "log", "verify"}
+FAST = {"sessions", "status", "show", "log", "verify", "context"}
 """The commands the fast path runs without click (`bubu.cli.fast`) on a plain command line."""
 
 WRAPPER = """
-import json, runpy, sys
+import atexit, json, runpy, sys
 sys.argv = ["bubu", *sys.argv[1:]]
-try:
-    runpy.run_module("bubu", run_name="__main__")
-except SystemExit:
-    pass
-with open(__import__("os").environ["MODULES_OUT"], "w") as f:
-    json.dump(sorted(sys.modules), f)
+def done():
+    with open(__import__("os").environ["MODULES_OUT"], "w") as f:
+        json.dump(sorted(sys.modules), f)
+atexit.register(done)  # a fast-path command ends the process itself, after the atexit handlers
+runpy.run_module("bubu", run_name="__main__")
 """
+
+
+def _under(module: str, packages: tuple[str, ...]) -> bool:
+    """Whether `module` is one of `packages` or inside one (`bubu.toolspecs` is not in tools)."""
+    return any(module == p or module.startswith(p + ".") for p in packages)
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +81,13 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return db, ids[0]
 
 
-def _loaded(tmp_path: Path, db: Path, *args: str) -> list[str]:
+def _loaded(tmp_path: Path, db: Path, *args: str, env: dict[str, str] | None = None) -> list[str]:
     out = tmp_path / "modules.json"
-    env = {**os.environ, "MODULES_OUT": str(out), "BUBU_HOME": str(tmp_path / "home")}
+    env = {
+        **(os.environ if env is None else env),
+        "MODULES_OUT": str(out),
+        "BUBU_HOME": str(tmp_path / "home"),
+    }
     proc = subprocess.run(
         [sys.executable, "-c", WRAPPER, "--db", str(db), *args],
         env=env,
@@ -99,6 +111,8 @@ def _loaded(tmp_path: Path, db: Path, *args: str) -> list[str]:
         ["log", "{id}"],
         ["verify", "{id}"],
         ["verify"],
+        ["context", "{id}"],
+        ["context", "{id}", "--json", "--context-window", "8192"],
         ["export", "{id}"],
     ],
     ids=" ".join,
@@ -109,23 +123,70 @@ def test_a_read_only_command_loads_no_engine_tools_providers_or_network(
     db, session = seeded
     loaded = _loaded(tmp_path, db, *(a.format(id=session) for a in args))
     forbidden = [
-        m for m in loaded if m.split(".")[0] in FORBIDDEN_ROOTS or m.startswith(FORBIDDEN_PREFIXES)
+        m for m in loaded if m.split(".")[0] in FORBIDDEN_ROOTS or _under(m, FORBIDDEN_PREFIXES)
     ]
     assert forbidden == []
     assert len(loaded) <= BUDGET, len(loaded)
     assert ("click" in loaded) is (args[0] not in FAST)
 
 
-def test_context_loads_the_tools_it_lists_but_no_network_or_event_loop(
+def test_context_reads_the_installed_distributions_without_importlib_metadata(
     tmp_path: Path, seeded: tuple[Path, str]
 ) -> None:
-    # The next request lists the tools' schemas, built from the tools themselves: those load,
-    # and nothing the tools need only when they run (asyncio, the MCP client, HTTP, the SDKs).
+    # As for a user: every installed distribution counts, and none registers a tool.
     db, session = seeded
-    loaded = _loaded(tmp_path, db, "context", session)
+    env = {k: v for k, v in os.environ.items() if k != ALLOW_ENV}
+    loaded = _loaded(tmp_path, db, "context", session, env=env)
+    assert [m for m in loaded if _under(m, FORBIDDEN_PREFIXES)] == []
+    assert "importlib.metadata" not in loaded
+    assert "bubu.toolspecs" in loaded
+
+
+EXTRA_TOOL = '''
+from bubu.tools.decorator import tool
+
+@tool(effect="read_only")
+def shout(text: str) -> str:
+    """Say it louder."""
+    return text.upper()
+
+def tools():
+    return [shout]
+'''
+
+
+def test_context_loads_the_tools_when_the_host_may_offer_others(
+    tmp_path: Path, seeded: tuple[Path, str]
+) -> None:
+    # The next request lists the tools a run would offer: with MCP servers configured, or with
+    # a tool plugin installed, those come from the tools themselves, as a run loads them.
+    db, session = seeded
+    site = tmp_path / "site"
+    info = site / "bubu_extra-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bubu-extra\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[bubu.tools]\nextra = bubu_extra_tools:tools\n")
+    (site / "bubu_extra_tools.py").write_text(EXTRA_TOOL)
+    env = {k: v for k, v in os.environ.items() if k != ALLOW_ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), *sys.path])
+    loaded = _loaded(tmp_path, db, "context", session, env=env)
     assert "bubu.tools.files" in loaded
     forbidden = [m for m in loaded if m.split(".")[0] in FORBIDDEN_ROOTS or m == "bubu.tools.mcp"]
     assert forbidden == []
+    shown = subprocess.run(
+        [sys.executable, "-m", "bubu", "--db", str(db), "context", session, "--json"],
+        env={**env, "BUBU_HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "shout" in json.loads(shown.stdout)["tools"]
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "mcp.json").write_text('{"mcpServers": {}}')
+    loaded = _loaded(tmp_path, db, "context", session)  # the suite's pin: no plugin counts
+    assert "bubu.tools.files" in loaded
 
 
 def test_help_imports_no_command_module(tmp_path: Path, seeded: tuple[Path, str]) -> None:

@@ -9,9 +9,8 @@ import os
 import click
 
 from bubu.errors import ConfigError
+from bubu.windowfacts import MIN_CONTEXT_WINDOW
 
-MIN_CONTEXT_WINDOW = 4096
-"""The smallest window that holds the system prompt, the tool schemas and a reply."""
 MIN_THINKING = 1024
 """The smallest extended-thinking budget a provider accepts (Anthropic's minimum)."""
 MAX_SECONDS = 366 * 24 * 3600.0

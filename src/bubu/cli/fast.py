@@ -1,14 +1,15 @@
-"""The read-only commands `sessions`, `status`, `show`, `log` and `verify` without click, which
-costs a reader about a fifth of its start.
+"""The read-only commands `sessions`, `status`, `show`, `log`, `verify` and `context` without
+click, which costs a reader about a fifth of its start.
 
 `run` reads the command line against a table of those commands' options (`TABLE`, which
 tests/cli/test_fast.py holds equal to the click commands' parameters) and runs the command's
-body (`bubu.cli.reading`, `bubu.cli.readviews`: the one the click command runs too) only when it
-understands every word: a known command, its arguments, its options spelled out (`--after 3`,
-`--after=3`), `--db` before or after the command. Anything else (help, a version, an unknown or
-repeated option, a missing or extra argument, a value it would have to refuse, an empty word,
-`--`, shell completion, a stream click would rewrap) it declines, and the whole command line
-goes through click unchanged, so every help page and every error is click's own.
+body (`bubu.cli.reading`, `bubu.cli.readviews`, `bubu.cli.contextview`: the one the click
+command runs too) only when it understands every word: a known command, its arguments, its
+options spelled out (`--after 3`, `--after=3`), `--db` before or after the command. Anything
+else (help, a version, an unknown or repeated option, a missing or extra argument, a value it
+would have to refuse, an empty word, `--`, shell completion, a stream click would rewrap) it
+declines, and the whole command line goes through click unchanged, so every help page and every
+error is click's own.
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ from typing import Any
 def _at_least_one(value: str) -> int:
     n = int(value)
     if n < 1:  # click's IntRange(min=1) refuses it, in words
+        raise ValueError(value)
+    return n
+
+
+def _window(value: str) -> int:
+    from bubu.windowfacts import MIN_CONTEXT_WINDOW
+
+    n = int(value)
+    if n < MIN_CONTEXT_WINDOW:  # `checks.context_window` refuses it, in words
         raise ValueError(value)
     return n
 
@@ -85,9 +95,15 @@ TABLE = {
         },
         options={"--tail": ("tail", _at_least_one, None)},
     ),
+    "context": Spec(
+        "bubu.cli.contextview:context",
+        arguments=(("session", True),),
+        flags={"--json": ("as_json", True)},
+        options={"--context-window": ("context_window", _window, None)},
+    ),
 }
 """Each command the fast path runs: its body, its arguments and its options as click declares
-them (`bubu.cli.logcmds`, `bubu.cli.agentcmds`)."""
+them (`bubu.cli.logcmds`, `bubu.cli.agentcmds`, `bubu.cli.contextcmd`)."""
 
 
 def _ascii(stream: Any) -> bool:

@@ -291,8 +291,8 @@ def _chosen_tools(
 ) -> tuple[dict[str, Tool], str | None, Callable[[str], dict[str, Tool]] | None]:
     """The registered tools, the MCP servers' and the extra ones; the MCP file they came from;
     and how to load another's (None: the MCP file was named, or `turn_tools` is off)."""
+    from bubu.mcppath import default_config_path
     from bubu.tools import host_tools
-    from bubu.tools.mcppath import default_config_path
 
     # An MCP file the user named is their choice; without one, a recovered or resumed turn gets
     # the servers it was started with (recorded with the turn).

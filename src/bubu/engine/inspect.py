@@ -8,8 +8,12 @@ it takes no lease, starts no thread, appends nothing and calls no model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import Any, Protocol
 
+import msgspec
+
+from bubu import windowfacts as windows
 from bubu.context.policy import ContextPolicy
 from bubu.engine.prompt import system_prompt
 from bubu.events import Record
@@ -25,13 +29,24 @@ from bubu.projections.request import (
     fold_request,
     tool_specs,
 )
-from bubu.providers import windows
 
 DEFAULT_WINDOW = 200_000
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Inspection:
+class Offered(Protocol):
+    """A tool as the next request offers it: what `tool_specs` lists and its effect."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def parameters(self) -> Any: ...
+    @property
+    def effect(self) -> str: ...
+
+
+class Inspection(msgspec.Struct, frozen=True, kw_only=True):
     """The next request of a session and what it was projected from."""
 
     model: str
@@ -59,6 +74,9 @@ class Inspection:
 def model_window(spec: str) -> int:
     """The model's own window, if its provider can be built here (no key needed to inspect)."""
     from bubu.errors import BubuError
+
+    if spec.partition(":")[0] == "scripted":  # the scripted model's, without the providers
+        return windows.SCRIPTED_WINDOW
     from bubu.providers import resolve
 
     try:
@@ -75,7 +93,7 @@ def inspect_request(
     policy: ContextPolicy | None = None,
 ) -> Inspection:
     """The next request of `info`'s session as a run on this host would build it."""
-    from bubu.tools import host_tools
+    from bubu.toolspecs import host_declarations
 
     records = store.read(info.id)
     turn = turns.fold(records)
@@ -87,7 +105,11 @@ def inspect_request(
         instructions.apply(r)
     base = turn.system_prompt if turn.system_prompt is not None else system_prompt(info.workspace)
     system = with_instructions(base, instructions)
-    offered = list(host_tools(None).values())
+    offered: Sequence[Offered] | None = host_declarations()  # the built-ins alone: as recorded
+    if offered is None:  # MCP servers or plugins may add tools: load them, as a run does
+        from bubu.tools import host_tools
+
+        offered = list(host_tools(None).values())
     if turn.plan:  # a planning turn is offered only the tools that read
         offered = [t for t in offered if t.effect == "read_only"]
     prefix = Prefix(model=spec, system=system, tools=tool_specs(offered), session_id=info.id)

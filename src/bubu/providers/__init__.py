@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from bubu.errors import ConfigError
 from bubu.providerfacts import NAMES
 from bubu.providers.base import Provider
+from bubu.windowfacts import SCRIPTED_WINDOW
 
 PROVIDERS = NAMES
 """The built-in provider names (`bubu.providerfacts` holds their records)."""
@@ -39,7 +40,7 @@ def scripted_provider(model: str, /, **options: Unpack[ProviderOptions]) -> Prov
     """``scripted:PATH``: replay a JSONL script (DESIGN §9)."""
     from bubu.providers.scripted import ScriptedProvider
 
-    return ScriptedProvider(model, window=options.get("context_window") or 200_000)
+    return ScriptedProvider(model, window=options.get("context_window") or SCRIPTED_WINDOW)
 
 
 def _openai_options(options: ProviderOptions) -> dict[str, Any]:

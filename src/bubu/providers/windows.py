@@ -23,31 +23,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
+from bubu.windowfacts import LEARNED, UNKNOWN, UNKNOWN_WINDOW, USER, Window, learned
+
 if TYPE_CHECKING:
     import httpx2
 
-UNKNOWN_WINDOW = 32_768
-"""The window assumed for a model whose window no table or server states."""
 OLLAMA_DEFAULT_NUM_CTX = 4096
 """What Ollama serves when neither the model's parameters nor the request set `num_ctx`."""
 PROBE_TIMEOUT_S = 2.0
-USER = "--context-window"
-LEARNED = "the server's overflow error"
-"""The source of a window learned from an overflow error: it wins over every other figure."""
-UNKNOWN = "default: unknown model"
-
-
-class Window(msgspec.Struct, frozen=True):
-    """A window in tokens and where it came from (e.g. ``llama.cpp /props``)."""
-
-    tokens: int
-    source: str
-
-    def describe(self) -> str:
-        """E.g. ``32,768 tokens (from llama.cpp /props)`` or ``(default: unknown model)``."""
-        if self.source.startswith("default"):
-            return f"{self.tokens:,} tokens ({self.source})"
-        return f"{self.tokens:,} tokens (from {self.source})"
 
 
 # ---- hosted models: the genai-prices table ---------------------------------------------------
@@ -335,11 +318,6 @@ def window_in_error(body: object) -> int | None:
         if found:
             return int(found.group(1))
     return None
-
-
-def learned(source: str | None) -> bool:
-    """Whether a window with this source was learned from the server's own overflow error."""
-    return source is not None and source.startswith(LEARNED)
 
 
 __all__ = [

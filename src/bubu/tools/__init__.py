@@ -132,8 +132,8 @@ def host_tools(
     """What a CLI host offers the model: every registered tool, plus the tools of the MCP servers
     configured in `mcp` (default ``$BUBU_HOME/mcp.json`` when it exists), connected once per
     process, with the secret variables `pass_env` passed on to them."""
+    from bubu.mcppath import default_config_path
     from bubu.plugins import plugin_tools
-    from bubu.tools.mcppath import default_config_path
 
     tools: list[Tool] = [*plugin_tools(entry_points)]
     if mcp is not None or default_config_path() is not None:

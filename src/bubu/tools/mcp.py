@@ -44,9 +44,9 @@ import msgspec
 from bubu import secrets
 from bubu.errors import ConfigError, ToolError
 from bubu.events import EffectClass
+from bubu.mcppath import default_config_path
 from bubu.tools import mcpprocs, mcpstdout, proctree
 from bubu.tools.base import JSON, ToolContext, ToolResult, WriteIntent
-from bubu.tools.mcppath import default_config_path
 
 if TYPE_CHECKING:
     from mcp import Client
