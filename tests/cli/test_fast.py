@@ -278,3 +278,59 @@ def test_an_ansi_escape_is_stripped_off_a_terminal_as_click_does(
     click.echo("\x1b[31mred\x1b[0m and plain")
     out = capsys.readouterr().out
     assert out == "red and plain\n" * 2
+
+
+def _ended(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_leave_runs_the_exit_handlers_flushes_and_keeps_the_status(tmp_path: Path) -> None:
+    marker = tmp_path / "handled"
+    code = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(marker)!r}, 'w').write('yes'))\n"
+        "sys.stdout.write('x' * 100000)\n"  # more than any buffer: all of it must come out
+        "sys.stderr.write('partial line')\n"
+        "from bubu.cli import fast\n"
+        "fast.leave(3)\n"
+    )
+    proc = _ended(code)
+    assert (proc.returncode, len(proc.stdout), proc.stderr) == (3, 100000, "partial line")
+    assert marker.read_text() == "yes"
+
+
+def test_leave_skips_the_teardown_but_not_when_a_thread_still_runs() -> None:
+    # An object whose finalizer speaks at teardown: leave ends before it, unless another thread
+    # still runs, which the interpreter's own exit waits for.
+    code = (
+        "import sys, threading, time\n"
+        "class Loud:\n"
+        "    def __del__(self): sys.stdout.write('torn down')\n"
+        "keep = Loud()\n"
+        "if len(sys.argv) > 1:\n"
+        "    threading.Thread(target=time.sleep, args=(0.2,)).start()\n"
+        "from bubu.cli import fast\n"
+        "fast.leave(None)\n"
+    )
+    quick = _ended(code)
+    assert (quick.returncode, quick.stdout) == (0, "")
+    waited = _ended(code, "thread")
+    assert (waited.returncode, waited.stdout) == (0, "torn down")
+
+
+def test_leave_with_a_message_or_into_a_closed_pipe() -> None:
+    said = _ended("from bubu.cli import fast\nfast.leave('bubu: stopped')\n")
+    assert (said.returncode, said.stderr) == (1, "bubu: stopped\n")
+    code = (
+        "import os, sys\n"
+        "r, w = os.pipe()\n"
+        "os.close(r)\n"
+        "sys.stdout = open(w, 'w')\n"
+        "sys.stdout.write('lost')\n"
+        "from bubu.cli import fast\n"
+        "fast.leave(0)\n"
+    )
+    closed = _ended(code)
+    assert (closed.returncode, closed.stderr) == (1, "")  # quiet, as the fast path's own pipes

@@ -1,8 +1,9 @@
 """The `bubu` command: thin commands over the log, the engine and the projections.
 
 `main` first offers the command line to the read-only commands' fast path (`bubu.cli.fast`),
-which runs `sessions`, `log` and `verify` without loading click when it understands every word of
-it; anything else goes to the click group (`bubu.cli.app.cli`), unchanged.
+which runs `sessions`, `status`, `show`, `log`, `verify` and `context` without loading click when
+it understands every word of it, and ends the process as soon as their output is out
+(`bubu.cli.fast.leave`); anything else goes to the click group (`bubu.cli.app.cli`), unchanged.
 """
 
 from __future__ import annotations
@@ -18,8 +19,13 @@ def main() -> None:
     """Entry point: run the CLI; expected failures print one line, never a traceback."""
     from bubu.cli import fast
 
-    if not fast.run(sys.argv[1:]):
-        click_main()
+    try:
+        ran = fast.run(sys.argv[1:])
+    except SystemExit as e:  # a fast-path command's own exit status
+        fast.leave(e.code)
+    if ran:
+        fast.leave(0)
+    click_main()
 
 
 def click_main() -> None:
