@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -17,6 +18,7 @@ import pytest
 from bubu.cli import fast
 from bubu.cli.app import cli
 from bubu.errors import BubuError
+from bubu.log.sqlite import SQLiteStore
 from faults.helpers import seed
 
 TYPES = {int: click.INT, str: click.STRING}
@@ -334,3 +336,58 @@ def test_leave_with_a_message_or_into_a_closed_pipe() -> None:
     )
     closed = _ended(code)
     assert (closed.returncode, closed.stderr) == (1, "")  # quiet, as the fast path's own pipes
+
+
+UNREACHABLE = """
+import atexit, gc, sys
+out = sys.argv[1]
+def done():
+    with open(out, "w") as f:
+        f.write(f"{gc.isenabled()} {gc.collect()}")
+atexit.register(done)
+sys.argv = ["bubu", *sys.argv[2:]]
+from bubu.cli import main
+main()
+"""
+
+
+def _steps(tmp_path: Path, store: SQLiteStore, steps: int) -> str:
+    from bubu.engine.permissions import Policy
+    from bubu.engine.session import new_session, start_turn
+    from engine.helpers import FAST, call, make_host, scripted, write_script
+
+    lines: list[dict[str, object]] = [
+        {"tool_calls": [call("read_file", path="a.txt"), call("run_command", command=f"echo {i}")]}
+        for i in range(steps)
+    ]
+    lines.append({"text": "done"})
+    provider = scripted(write_script(tmp_path / f"s{steps}.jsonl", lines))
+    info = new_session(store, task="t", workspace=tmp_path, model=provider.spec)
+    config = replace(FAST, max_steps=steps + 5)
+    host = make_host(store, provider, policy=Policy(sandbox="off", yes=True), config=config)
+    assert start_turn(host, info, "go") == "completed"
+    return info.id
+
+
+def test_a_reader_makes_no_cycles_for_the_collector_it_runs_without(tmp_path: Path) -> None:
+    # The fast path runs without the cycle collector: what a command leaves for it at the end
+    # must not grow with the session it read.
+    (tmp_path / "a.txt").write_text("alpha\n")
+    with SQLiteStore(tmp_path / "bubu.db") as store:
+        short, long = _steps(tmp_path, store, 5), _steps(tmp_path, store, 400)
+    out = tmp_path / "unreachable"
+    for command in ("show", "status", "verify", "context", "log"):
+        left = {}
+        for session in (short, long):
+            argv = ["--db", str(tmp_path / "bubu.db"), command, session]
+            subprocess.run(
+                [sys.executable, "-c", UNREACHABLE, str(out), *argv],
+                env={**os.environ, "BUBU_HOME": str(tmp_path / "home")},
+                capture_output=True,
+                timeout=120,
+                check=True,
+            )
+            enabled, unreachable = out.read_text().split()
+            assert enabled == "False"  # the fast path ran it, without the collector
+            left[session] = int(unreachable)
+        assert left[long] <= left[short] + 100, (command, left)

@@ -225,8 +225,13 @@ def run(argv: list[str]) -> bool:
     if plan is None:
         return False
     import errno
+    import gc
     import importlib
 
+    # Without the cycle collector: what the imports make lives as long as the process, and a
+    # reader's folds make no cycles (tests/cli/test_fast.py holds that flat in the session's
+    # length), so each collection would only walk everything to free nothing.
+    gc.disable()
     from bubu.cli.core import Ctx, echo, fail
     from bubu.errors import BubuError
 
