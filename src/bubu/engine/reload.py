@@ -13,23 +13,21 @@ new one every `EVERY` events. A snapshot that disagrees with the log, with its o
 with the policy is ignored and rebuilt from the log, and `bubu verify` reports it. Deleting every
 snapshot changes nothing but speed.
 
-The folds are plain dataclasses with private parts, tuple-keyed maps and shared references (a
-call is both in the turn's calls and its last outcome), so the bytes are a pickle read back by
-an unpickler that builds only the fold and event classes of Bubu (`_Loader`): a forged row can
-make nothing else, and a row that fails any check is a cache miss.
+The folds are plain Structs with private parts, tuple-keyed maps and shared references (a call
+is both in the turn's calls and its last outcome), so the bytes are a pickle read back by an
+unpickler that builds only the fold and event classes of Bubu (`_Loader`): a forged row can make
+nothing else, and a row that fails any check is a cache miss.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import hashlib
 import io
 import pickle
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -113,27 +111,30 @@ def _refs() -> Any:
     return refs
 
 
-@dataclass(eq=False, slots=True, kw_only=True)
-class RunnerFolds:
-    """Every fold of a runner, of the records folded so far."""
+class RunnerFolds(msgspec.Struct, kw_only=True, eq=False):
+    """Every fold of a runner, of the records folded so far.
+
+    Built with a policy (`RunnerFolds(policy=p)`), it makes its folds for that policy and the
+    command tools this process declared; read back from a snapshot (every field given), it keeps
+    what it was given, its fingerprint included, which `stored` then checks."""
 
     policy: ContextPolicy
     commands: Commands | None = None
     """The command tools it is folded under (None: this process's)."""
     fingerprint: str = ""
-    turn: TurnFold = field(default_factory=TurnFold)
-    longrun: LongRunFold = field(default_factory=LongRunFold)
-    instructions: InstructionsFold = field(default_factory=InstructionsFold)
-    requests: RequestFold = field(init=False)
-    stored: StoredWhole = field(init=False)
-    known_blobs: set[str] = field(default_factory=set)
+    turn: TurnFold = msgspec.field(default_factory=TurnFold)
+    longrun: LongRunFold = msgspec.field(default_factory=LongRunFold)
+    instructions: InstructionsFold = msgspec.field(default_factory=InstructionsFold)
+    requests: RequestFold = msgspec.field(default_factory=RequestFold)
+    stored: StoredWhole = msgspec.field(default_factory=lambda: StoredWhole(inline_over=-1))
+    known_blobs: set[str] = msgspec.field(default_factory=set)
     """The sha-256 of every result this session offloaded."""
-    call_ids: CallIds = field(default_factory=CallIds)
-    integrity: Integrity = field(default_factory=lambda: _recovery().Integrity())
+    call_ids: CallIds = msgspec.field(default_factory=CallIds)
+    integrity: Integrity = msgspec.field(default_factory=lambda: _recovery().Integrity())
     """Recovery's checks of every outcome and recovery fact against the calls before it."""
-    rewinding: Rewinding = field(default_factory=lambda: _recovery().Rewinding())
+    rewinding: Rewinding = msgspec.field(default_factory=lambda: _recovery().Rewinding())
     """The open turn's rewind plan, if it is a rewind's."""
-    snapshots: OpenSnapshots = field(default_factory=lambda: _refs().OpenSnapshots())
+    snapshots: OpenSnapshots = msgspec.field(default_factory=lambda: _refs().OpenSnapshots())
     """The workspace snapshot before each dispatch of a call waiting for its outcome."""
     high_water: int = 0
     digest: str = ""
@@ -142,9 +143,12 @@ class RunnerFolds:
     def __post_init__(self) -> None:
         if self.commands is None:
             self.commands = command_tools()
-        self.fingerprint = fingerprint(self.policy, self.commands)
-        self.requests = RequestFold(policy=self.policy)
-        self.stored = StoredWhole(inline_over=self.policy.offload_bytes)
+        if not self.fingerprint:
+            self.fingerprint = fingerprint(self.policy, self.commands)
+        if self.requests.policy is not self.policy:  # new: the folds of its policy
+            self.requests = RequestFold(policy=self.policy)
+        if self.stored.inline_over < 0:
+            self.stored = StoredWhole(inline_over=self.policy.offload_bytes)
 
     def fold(self, records: Sequence[Record]) -> None:
         """Fold committed (or staged) records in, in seq order right after the high water."""
@@ -182,7 +186,7 @@ _MODULES = (
 
 
 def _plain() -> tuple[type, ...]:
-    """Classes that are neither dataclasses nor structs but are plain data."""
+    """Classes that are not structs but are plain data."""
     from bubu.projections.idset import IdSet
 
     r = _recovery()
@@ -190,7 +194,7 @@ def _plain() -> tuple[type, ...]:
 
 
 class _Loader(pickle.Unpickler):
-    """Builds only Bubu's fold and event classes (data: dataclasses, structs, enums)."""
+    """Builds only Bubu's fold and event classes (data: structs, enums, `_plain`)."""
 
     def find_class(self, module: str, name: str) -> Any:
         if module == "builtins" and name in ("set", "frozenset", "bytearray"):
@@ -200,9 +204,7 @@ class _Loader(pickle.Unpickler):
         if module.startswith(_MODULES) or module in ("bubu.events",):
             obj = super().find_class(module, name)
             if isinstance(obj, type) and (
-                dataclasses.is_dataclass(obj)
-                or issubclass(obj, msgspec.Struct | enum.Enum)
-                or obj in _plain()
+                issubclass(obj, msgspec.Struct | enum.Enum) or obj in _plain()
             ):
                 return obj
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a runner's state")
@@ -223,7 +225,7 @@ def decode(data: object) -> RunnerFolds | None:
     except Exception:  # any undecodable snapshot is ignored: the log wins
         return None
     if not isinstance(state, RunnerFolds) or not all(
-        hasattr(state, f.name) for f in dataclasses.fields(RunnerFolds)
+        hasattr(state, f) for f in RunnerFolds.__struct_fields__
     ):  # not a state, or one of another shape
         return None
     _reindex(state.requests.context)
@@ -468,7 +470,7 @@ def same(a: RunnerFolds, b: RunnerFolds) -> bool:
 
 
 def canonical(obj: object) -> object:
-    """`obj` as plain comparable values: dataclasses and structs by their fields (private ones
+    """`obj` as plain comparable values: structs by their fields (private ones
     too), sets sorted, so that two folds compare by what they hold, not by identity or order."""
     if isinstance(obj, list | tuple):
         return [canonical(x) for x in obj]
@@ -496,14 +498,11 @@ def canonical(obj: object) -> object:
         )
         names = [n for n in obj.__struct_fields__ if n != "_index"]
         return ("ContextFold", whole, [(n, canonical(getattr(obj, n))) for n in names])
+    if isinstance(obj, RequestFold):  # its adopted checkpoints are the writer's outbox
+        names = [n for n in obj.__struct_fields__ if n != "adopted"]
+        return ("RequestFold", [(n, canonical(getattr(obj, n))) for n in names])
     if isinstance(obj, msgspec.Struct):
         return (type(obj).__name__, [canonical(getattr(obj, f)) for f in obj.__struct_fields__])
-    if isinstance(obj, RequestFold):  # its adopted checkpoints are the writer's outbox
-        names = [f.name for f in dataclasses.fields(obj) if f.name != "adopted"]
-        return ("RequestFold", [(n, canonical(getattr(obj, n))) for n in names])
-    if dataclasses.is_dataclass(obj):
-        names = [f.name for f in dataclasses.fields(obj)]
-        return (type(obj).__name__, [(n, canonical(getattr(obj, n))) for n in names])
     return repr(obj)
 
 

@@ -144,7 +144,7 @@ CHECKPOINT_VIEW = "checkpoint"
 """The kind of the derived views that cache checkpoint events."""
 RUNNER_VIEW = "runner_state"
 """The kind of the snapshots of a runner's folds (`bubu.engine.reload`)."""
-RUNNER_VIEW_VERSION = 3
+RUNNER_VIEW_VERSION = 4
 """Bumped whenever a fold's shape or meaning changes: a snapshot of another version is rebuilt."""
 RUNNER_VIEW_KEY = f"v{RUNNER_VIEW_VERSION}"
 

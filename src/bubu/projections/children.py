@@ -4,15 +4,15 @@ child session spent and reported, folded from its own log. Pure, like every proj
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+
+import msgspec
 
 from bubu.events import ChildFinished, ChildStarted, Record, SystemNote, Text, TurnEnded
 
 RUNNING = "running"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Child:
+class Child(msgspec.Struct, frozen=True, kw_only=True):
     """One sub-agent of a session, as the parent's log says."""
 
     session: str
@@ -50,7 +50,9 @@ def fold_children(records: Iterable[Record]) -> dict[str, Child]:
         elif isinstance(n, ChildFinished):
             known = out.get(n.child)
             if known is not None:
-                out[n.child] = replace(known, state=n.reason, tokens=n.tokens, cost_usd=n.cost_usd)
+                out[n.child] = msgspec.structs.replace(
+                    known, state=n.reason, tokens=n.tokens, cost_usd=n.cost_usd
+                )
     return out
 
 
@@ -59,8 +61,7 @@ def running(records: Iterable[Record]) -> list[Child]:
     return [c for c in fold_children(records).values() if c.state == RUNNING]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Report:
+class Report(msgspec.Struct, frozen=True, kw_only=True):
     """What a child session came to: its last turn's end and last words, and its spend."""
 
     reason: str | None = None

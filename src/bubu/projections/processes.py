@@ -9,8 +9,9 @@ projection of those notes; the status line, `bubu status --json`, the web UI and
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Literal
+
+import msgspec
 
 from bubu.events import (
     BlobRef,
@@ -28,8 +29,7 @@ PROCESS_KINDS = ("process_started", "process_output", "process_ended")
 ProcessState = Literal["running", "exited", "killed", "died"]
 
 
-@dataclass(slots=True, kw_only=True)
-class Process:
+class Process(msgspec.Struct, kw_only=True):
     """One background process as the log tells it."""
 
     handle: str
@@ -45,7 +45,7 @@ class Process:
     started_seq: int = 0
     turn: str | None = None
     """The turn it was (last) started in."""
-    chunks: list[tuple[int, BlobRef]] = field(default_factory=list)
+    chunks: list[tuple[int, BlobRef]] = msgspec.field(default_factory=list)
     """(offset, blob) of each chunk of its output, in order."""
 
     @property
@@ -70,11 +70,10 @@ class Process:
         }
 
 
-@dataclass(slots=True)
-class ProcessFold:
+class ProcessFold(msgspec.Struct):
     """Every background process of a session, by handle, in the order they were started."""
 
-    procs: dict[str, Process] = field(default_factory=dict)
+    procs: dict[str, Process] = msgspec.field(default_factory=dict)
 
     def apply(self, r: Record) -> None:
         """Fold one record in."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
@@ -93,28 +92,31 @@ class NextRequest(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint: str | None
 
 
-@dataclass(slots=True)
-class RequestFold:
-    """Everything of the log the next request is made of, folded incrementally."""
+class RequestFold(msgspec.Struct, kw_only=True):
+    """Everything of the log the next request is made of, folded incrementally.
 
-    policy: ContextPolicy = field(default_factory=ContextPolicy)
-    context: ContextFold = field(init=False)
-    facts: Facts = field(default_factory=Facts)
-    calibration: Calibration = field(default_factory=Calibration)
+    Its context fold is made for its policy when it is built (`RequestFold(policy=p)`); one given
+    with it (a snapshot read back) is kept."""
+
+    policy: ContextPolicy = msgspec.field(default_factory=ContextPolicy)
+    context: ContextFold = msgspec.field(default_factory=ContextFold)
+    facts: Facts = msgspec.field(default_factory=Facts)
+    calibration: Calibration = msgspec.field(default_factory=Calibration)
     pending_rebuild: Compaction | None = None
     """A checkpoint an older Bubu stored only as a view: rebuilt as an event before use."""
     current: CheckpointBody | None = None
     """The checkpoint the requests use (a valid summary, or a fallback on the fact sheet)."""
     valid: CheckpointBody | None = None
     """The newest checkpoint whose summary covers its whole range: what the next summary folds."""
-    progress: list[SummaryChunk] = field(default_factory=list)
+    progress: list[SummaryChunk] = msgspec.field(default_factory=list)
     """Chunk answers committed since the last compaction note (a compaction cut by a crash)."""
-    adopted: list[tuple[int, CheckpointBody]] = field(default_factory=list)
+    adopted: list[tuple[int, CheckpointBody]] = msgspec.field(default_factory=list)
     """Checkpoints taken into use, with their seq, for a writer to cache as views (it drains it)."""
-    _bodies: dict[str, tuple[int, CheckpointBody]] = field(default_factory=dict)
+    _bodies: dict[str, tuple[int, CheckpointBody]] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.context = ContextFold(policy=self.policy)
+        if self.context.policy is not self.policy:  # a new fold: the context fold of its policy
+            self.context = ContextFold(policy=self.policy)
 
     @property
     def high_water(self) -> int:
