@@ -53,8 +53,8 @@ BUDGET = 185
 when every command's module loaded for each). The largest, `bubu export`, loads 185 through
 click; `bubu verify` 183, refolding the log a runner's state snapshot names to check it; the
 commands the fast path runs without click fewer: `context` 169 with the request's projection and
-the built-in tools' record, `status` 164 with its sub-agents, background processes and plan mode,
-`show` 165, `sessions` 157, `log` 145."""
+the built-in tools' record, `status` 162 with its sub-agents, background processes and plan mode,
+`show` 163, `sessions` 158, `log` 146."""
 
 FAST = {"sessions", "status", "show", "log", "verify", "context"}
 """The commands the fast path runs without click (`bubu.cli.fast`) on a plain command line."""
