@@ -273,7 +273,7 @@ def leave(code: object) -> NoReturn:
         raise SystemExit(code)
     import atexit
 
-    status = code or 0
+    status = code if isinstance(code, int) else 0
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

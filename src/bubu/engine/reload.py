@@ -470,8 +470,8 @@ def same(a: RunnerFolds, b: RunnerFolds) -> bool:
 
 
 def canonical(obj: object) -> object:
-    """`obj` as plain comparable values: structs by their fields (private ones
-    too), sets sorted, so that two folds compare by what they hold, not by identity or order."""
+    """`obj` as plain comparable values: structs by their fields (private ones too), sets
+    sorted, so that two folds compare by what they hold, not by identity or order."""
     if isinstance(obj, list | tuple):
         return [canonical(x) for x in obj]
     if isinstance(obj, set | frozenset):
