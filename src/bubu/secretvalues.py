@@ -6,12 +6,14 @@ Two detectors, one per path:
   It runs the maintained detectors of `detect-secrets` (provider key prefixes, private-key
   blocks, URLs with a password, high-entropy strings), which cost about 0.1 s to import and
   milliseconds per text: fine once per variable, far too slow for every append.
-- `PATTERNS`, compiled into one alternation (`find`, `sub`), is what the store runs over every
-  event. Its entries are the value patterns of detect-secrets 1.5.0's plugins
-  (``detect_secrets/plugins/<file>.py``, named per entry), plus the providers detect-secrets does
-  not know yet; `tests/redaction/test_values.py` checks they still match the installed
-  plugins'. The store path does not judge entropy: hashes, ids and encoded images are high-entropy
-  too, and the log must stay readable.
+- `PATTERNS` is what the store runs over every event (`search`): one pass over its bytes finds
+  which patterns' leading literals it holds (`_Scanner`, Aho–Corasick), and only those patterns'
+  expressions search it; `find` and `sub` do the same for a text with a check of each literal.
+  Its entries are the value patterns of detect-secrets 1.5.0's plugins
+  (``detect_secrets/plugins/<file>.py``, named per entry), plus the providers detect-secrets
+  does not know yet; `tests/redaction/test_values.py` checks they still match the installed
+  plugins'. The store path does not judge entropy: hashes, ids and encoded images are
+  high-entropy too, and the log must stay readable.
 
 What neither recognises: a short secret, a secret with no known shape and low entropy, a value
 transformed (split, reversed, encoded); a variable's *name* still withholds those
@@ -256,12 +258,48 @@ def _data_re(i: int) -> re.Pattern[bytes]:
     return re.compile(regex.encode(), flags)
 
 
+class _Scanner:
+    """Which patterns' leading literals a text holds, found in one pass over it (Aho–Corasick,
+    `ahocorasick_rs`), so that only those patterns' expressions search it: each search is the
+    regex engine's own scan of the whole text for its literal, about 1 µs per pattern over a 2 KB
+    tool result, and most texts hold none of the literals. The patterns whose literal is shorter
+    than two characters, or who have none (`needle`), are searched always."""
+
+    def __init__(self) -> None:
+        from ahocorasick_rs import BytesAhoCorasick
+
+        of: dict[bytes, list[int]] = {}
+        self.always: list[int] = []
+        for i, (_, lit) in enumerate(_NEEDLES):
+            if len(lit) < 2:
+                self.always.append(i)
+            else:
+                of.setdefault(lit, []).append(i)
+        self.literals = list(of)
+        self.patterns = [tuple(of[lit]) for lit in self.literals]
+        self.automaton = BytesAhoCorasick(self.literals)
+
+    def candidates(self, data: bytes) -> list[int]:
+        """The patterns that may match `data`, in `PATTERNS`' order."""
+        found = set(self.always)
+        for j, _, _ in self.automaton.find_matches_as_indexes(data, overlapping=True):
+            found.update(self.patterns[j])
+        return sorted(found)
+
+
+@cache
+def _scanner() -> _Scanner | None:
+    try:
+        return _Scanner()
+    except ImportError:  # a platform without its wheel: every pattern searches every text
+        return None
+
+
 def search(data: bytes) -> str | None:
     """The kind of the first value of a known shape in `data` (an event's canonical bytes, a
     blob), or None."""
-    # No literal check first here: over an event's few kilobytes the engine's own scan for the
-    # leading literal is as fast as `in`, so it would only add a second pass.
-    for i in range(len(PATTERNS)):
+    scanner = _scanner()
+    for i in range(len(PATTERNS)) if scanner is None else scanner.candidates(data):
         if _data_re(i).search(data) is not None:
             return PATTERNS[i].kind
     return None
