@@ -287,6 +287,12 @@ class _Scanner:
         return sorted(found)
 
 
+SCAN_UNDER = 32 * 1024
+"""The largest text the scan reads: it reports every occurrence of every literal, so a text that
+repeats one (``ghghgh…``, a hostile file) makes a list as long as itself; a larger text (a big
+result's blob) is searched by every pattern, which the regex engine does in constant memory."""
+
+
 @cache
 def _scanner() -> _Scanner | None:
     try:
@@ -298,7 +304,7 @@ def _scanner() -> _Scanner | None:
 def search(data: bytes) -> str | None:
     """The kind of the first value of a known shape in `data` (an event's canonical bytes, a
     blob), or None."""
-    scanner = _scanner()
+    scanner = _scanner() if len(data) <= SCAN_UNDER else None
     for i in range(len(PATTERNS)) if scanner is None else scanner.candidates(data):
         if _data_re(i).search(data) is not None:
             return PATTERNS[i].kind

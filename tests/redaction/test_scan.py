@@ -64,3 +64,15 @@ def test_text_without_any_literal_runs_only_the_patterns_searched_always() -> No
     data = b"plain words and numbers 12345, nothing else" * 50
     assert scanner.candidates(data) == scanner.always
     assert all(len(secretvalues._NEEDLES[i][1]) < 2 for i in scanner.always)
+
+
+def test_a_large_text_is_searched_by_every_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The scan lists every occurrence of every literal: a text that repeats one would make a
+    # list as long as itself, so a text above SCAN_UNDER is searched without it.
+    scanner = secretvalues._scanner()
+    assert scanner is not None
+    asked: list[int] = []
+    monkeypatch.setattr(type(scanner), "candidates", lambda self, data: asked.append(len(data)))
+    hostile = b"gh" * (secretvalues.SCAN_UNDER // 2) + b" " + SHAPED[0].encode()
+    assert secretvalues.search(hostile) == _every_pattern(hostile) is not None
+    assert asked == []
