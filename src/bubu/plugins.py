@@ -20,7 +20,6 @@ the same environment never changes a result. Tests may also pass `entry_points` 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -28,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, get_args
 
 from bubu import providerfacts
 from bubu.errors import ConfigError
-from bubu.pluginscan import ALLOW_ENV
+from bubu.pluginscan import ALLOW_ENV, DISTRIBUTION, allowed_distributions, normalize
+from bubu.toolspecs import BUILTIN_REGISTRATION
 
 if TYPE_CHECKING:
     from bubu.providers.base import Provider
@@ -36,16 +36,13 @@ if TYPE_CHECKING:
 
 Group = Literal["bubu.providers", "bubu.tools"]
 
-DISTRIBUTION = "bubu-agent"
-"""The distribution that registers the built-ins."""
-
 
 UNKNOWN = "an unknown package"
 """Who registered an entry point that came without its distribution (one passed in by hand)."""
 
 BUILTINS: Mapping[Group, Mapping[str, str]] = {
     "bubu.providers": providerfacts.ENTRY_POINTS,
-    "bubu.tools": {"builtin": "bubu.tools:builtin_tool_list"},
+    "bubu.tools": BUILTIN_REGISTRATION,
 }
 """The built-in registrations (the providers' from their records, `bubu.providerfacts`): the
 same lines as the entry points in pyproject.toml."""
@@ -114,23 +111,9 @@ def _remedy(verb: str, dist: str) -> str:
     return f"{verb} the package that registers it" if dist == UNKNOWN else f"{verb} {dist}"
 
 
-def _normalize(dist: str) -> str:
-    return re.sub(r"[-_.]+", "-", dist).lower()
-
-
 def _dist_of(ep: metadata.EntryPoint) -> str:
     dist = ep.dist
     return dist.name if dist is not None else UNKNOWN
-
-
-def allowed_distributions() -> frozenset[str] | None:
-    """The distributions `BUBU_PLUGINS` lets register entry points (normalized names), or None
-    for every installed one."""
-    value = os.environ.get(ALLOW_ENV)
-    if value is None:
-        return None
-    names = {_normalize(n.strip()) for n in value.split(",") if n.strip()}
-    return frozenset(names - {"none"})
 
 
 def installed_entry_points(group: Group) -> list[metadata.EntryPoint]:
@@ -139,7 +122,7 @@ def installed_entry_points(group: Group) -> list[metadata.EntryPoint]:
     found = metadata.entry_points(group=group)
     if allowed is None:
         return list(found)
-    return [ep for ep in found if _normalize(_dist_of(ep)) in allowed]
+    return [ep for ep in found if normalize(_dist_of(ep)) in allowed]
 
 
 def registry(group: Group, entry_points: Iterable[metadata.EntryPoint] | None = None) -> Registry:
@@ -163,7 +146,7 @@ def registry(group: Group, entry_points: Iterable[metadata.EntryPoint] | None = 
         dist = _dist_of(ep)
         known = plugins.get(ep.name)
         if known is not None:
-            if _normalize(known.dist) == _normalize(dist) and known.value == ep.value:
+            if normalize(known.dist) == normalize(dist) and known.value == ep.value:
                 continue
             claims.setdefault(ep.name, [known.dist]).append(dist)
             continue

@@ -16,6 +16,7 @@ a finder of distributions other than the path's own) makes it True.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 
@@ -23,22 +24,29 @@ ALLOW_ENV = "BUBU_PLUGINS"
 """Which installed distributions' entry points count: unset, every one; ``none``, none (the
 built-ins only); else a comma-separated list of distribution names (`bubu.plugins`)."""
 
-OWN = "bubu_agent"
-"""Bubu's own distribution, as the name of its ``.dist-info`` directory spells it."""
+DISTRIBUTION = "bubu-agent"
+"""The distribution that registers the built-ins."""
 
 
-def none_allowed() -> bool:
-    """Whether `BUBU_PLUGINS` lets no installed distribution register anything."""
+def normalize(dist: str) -> str:
+    """A distribution's name as names are compared (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", dist).lower()
+
+
+def allowed_distributions() -> frozenset[str] | None:
+    """The distributions `BUBU_PLUGINS` lets register entry points (normalized names), or None
+    for every installed one."""
     value = os.environ.get(ALLOW_ENV)
     if value is None:
-        return False
-    return {n.strip().lower() for n in value.split(",") if n.strip()} <= {"none"}
+        return None
+    names = {normalize(n.strip()) for n in value.split(",") if n.strip()}
+    return frozenset(names - {"none"})
 
 
 def may_register(group: str, builtin: Mapping[str, str]) -> bool:
     """Whether the installed distributions may register in `group` anything beyond `builtin`
     (name -> value: the lines Bubu's own distribution declares); see the module docstring."""
-    if none_allowed():
+    if allowed_distributions() == frozenset():  # `none`: the built-ins alone
         return False
     from importlib.machinery import PathFinder
 
@@ -79,7 +87,7 @@ def _registers(path: str, low: str, group: str, builtin: Mapping[str, str]) -> b
         return True
     if group not in text:
         return False
-    own = low.rpartition(".")[0].partition("-")[0].replace("-", "_").replace(".", "_") == OWN
+    own = normalize(low.rpartition(".")[0].partition("-")[0]) == normalize(DISTRIBUTION)
     section = None
     for raw in text.splitlines():
         line = raw.strip()

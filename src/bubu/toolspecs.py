@@ -27,7 +27,8 @@ RECORD = Path(__file__).with_name("builtin_tools.json")
 
 GROUP = "bubu.tools"
 BUILTIN_REGISTRATION = {"builtin": "bubu.tools:builtin_tool_list"}
-"""The line Bubu's own distribution declares in the ``bubu.tools`` group (`bubu.plugins`)."""
+"""The line Bubu's own distribution declares in the ``bubu.tools`` group (`bubu.plugins.BUILTINS`
+takes it from here)."""
 
 
 class ToolDecl(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,7 +9,7 @@ it takes no lease, starts no thread, appends nothing and calls no model.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
@@ -21,6 +21,7 @@ from bubu.log.store import SessionInfo, Store
 from bubu.projections import turn as turns
 from bubu.projections.instructions import InstructionsFold, with_instructions
 from bubu.projections.request import (
+    Declared,
     NextRequest,
     Prefix,
     RequestFold,
@@ -33,15 +34,9 @@ from bubu.projections.request import (
 DEFAULT_WINDOW = 200_000
 
 
-class Offered(Protocol):
+class Offered(Declared, Protocol):
     """A tool as the next request offers it: what `tool_specs` lists and its effect."""
 
-    @property
-    def name(self) -> str: ...
-    @property
-    def description(self) -> str: ...
-    @property
-    def parameters(self) -> Any: ...
     @property
     def effect(self) -> str: ...
 
